@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from harness import (
-    CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
-    write_results,
+    CAUSAL_CHOICES, CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
+    attention_grid, sdpa_systems_of, write_results,
 )
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -76,17 +76,9 @@ def tessera_system(torch, cluster: int = 1) -> System:
 
 
 def sdpa_systems(torch) -> list[System]:
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return []
     import torch.nn.functional as F
 
-    def system(name: str, backend_name: str) -> System | None:
-        backend = getattr(SDPBackend, backend_name, None)
-        if backend is None:
-            return None
-
+    def build_for(backend, sdpa_kernel):
         def build(inputs):
             q, k, v, causal = inputs
 
@@ -98,11 +90,8 @@ def sdpa_systems(torch) -> list[System]:
             except RuntimeError as why:  # "No available kernel", a shape the backend refuses
                 raise Unsupported(str(why).splitlines()[0]) from None
             return run
-        return System(name, build)
-
-    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
-             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
-    return [s for s in found if s is not None]
+        return build
+    return sdpa_systems_of(build_for)
 
 
 def triton_system(torch, autotune: bool = True) -> System | None:
@@ -265,7 +254,7 @@ def run_fp8(torch, args) -> list[Record]:
     widths = print_header(systems)
     print(f"{'':<34}" + "".join(f"{'':>{w}}" for w in widths) + "  FA3 paper (Fig. 7)")
     records: list[Record] = []
-    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    masks = CAUSAL_CHOICES[args.causal]
     for row in gpu_plan.fp8_rows(args.head_dim, masks, args.seq or gpu_plan.FP8_SEQS, args.tokens, args.hidden):
         generator = torch.Generator(device="cuda").manual_seed(row["seq"] * 1000 + row["head_dim"])
         q, k, v = fp8_inputs(torch, row, generator)
@@ -346,61 +335,52 @@ def main() -> None:
                         help="time the FP8 (e4m3) forward against cuDNN's through SDPA and FA3's published figures")
     args = parser.parse_args()
     torch = require_gpu()
+    env = environment(torch)
     if args.fp8:
-        env = environment(torch)
-        print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
-        records = run_fp8(torch, args)
-        print(f"results: {write_results(args.out, 'attention_fp8', env, args, records)}")
-        picture = plot(args.out, "attention_fp8", records, lambda c: (c["head_dim"], c["causal"]),
-                       lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
-                       "sequence length", f"Forward attention, FP8 e4m3, {env['device']}")
-        if picture is not None:
-            print(f"plot: {picture}")
+        print_environment(env)
+        write_table(args, env, "attention_fp8", run_fp8(torch, args), f"Forward attention, FP8 e4m3, {env['device']}")
         return
     args.seq = args.seq or list(SEQS)
     if args.backward:
         from attention_backward_gpu import run_backward
 
-        env = environment(torch)
-        print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
-        records = run_backward(torch, args, env)
-        print(f"results: {write_results(args.out, 'attention_backward', env, args, records)}")
-        picture = plot(args.out, "attention_backward", records, lambda c: (c["head_dim"], c["causal"]),
-                       lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
-                       "sequence length", f"Backward attention, bf16, {env['device']}")
-        if picture is not None:
-            print(f"plot: {picture}")
+        print_environment(env)
+        write_table(args, env, "attention_backward", run_backward(torch, args, env),
+                    f"Backward attention, bf16, {env['device']}")
         return
 
     systems = [tessera_system(torch, c) for c in args.cluster] + sdpa_systems(torch)
     systems += [s for s in (triton_system(torch), flex_system(torch)) if s is not None]
-    env = environment(torch)
-    print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
+    print_environment(env)
     widths = print_header(systems)
     records: list[Record] = []
-    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-    for head_dim in args.head_dim:
-        heads = args.hidden // head_dim
-        for causal in masks:
-            for seq in args.seq:
-                batch = max(1, args.tokens // seq)
-                config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16")
-                flops = 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
-                generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim)
-                q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
-                                       generator=generator) for _ in range(3))
-                check = attention_check(torch, q, k, v, causal)
-                row = measure(torch, systems, (q, k, v, causal), config, flops, check, args)
-                records += row
-                print_row(f"d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row, widths)
-                report_problems(row)
-                del q, k, v
-                torch.cuda.empty_cache()
-    path = write_results(args.out, "attention", env, args, records)
-    print(f"results: {path}")
-    picture = plot(args.out, "attention", records, lambda c: (c["head_dim"], c["causal"]),
+    for head_dim, heads, causal, seq, batch in attention_grid(args):
+        config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16")
+        flops = 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
+        generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim)
+        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                               generator=generator) for _ in range(3))
+        check = attention_check(torch, q, k, v, causal)
+        row = measure(torch, systems, (q, k, v, causal), config, flops, check, args)
+        records += row
+        print_row(f"d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row, widths)
+        report_problems(row)
+        del q, k, v
+        torch.cuda.empty_cache()
+    write_table(args, env, "attention", records, f"Forward attention, bf16, {env['device']}")
+
+
+def print_environment(env: dict) -> None:
+    print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
+
+
+def write_table(args, env: dict, name: str, records: list[Record], title: str) -> None:
+    """Write the table's records as `name`.json under --out and plot them by sequence length, one panel per
+    (head_dim, causal), printing where each went."""
+    print(f"results: {write_results(args.out, name, env, args, records)}")
+    picture = plot(args.out, name, records, lambda c: (c["head_dim"], c["causal"]),
                    lambda p: f"head_dim {p[0]}, {'causal' if p[1] else 'no mask'}", lambda c: c["seq"],
-                   "sequence length", f"Forward attention, bf16, {env['device']}")
+                   "sequence length", title)
     if picture is not None:
         print(f"plot: {picture}")
 

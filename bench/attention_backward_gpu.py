@@ -13,7 +13,10 @@ never timed. Tessera's O and LSE come from its own forward (`tessera.attention(.
 
 from __future__ import annotations
 
-from harness import CHECK_SCORE_BYTES, Record, System, Unsupported, measure, print_header, print_row, report_problems
+from harness import (
+    CHECK_SCORE_BYTES, Record, System, Unsupported, attention_grid, measure, print_header, print_row, report_problems,
+    sdpa_systems_of,
+)
 
 
 def tessera_backward_system(torch) -> System:
@@ -35,17 +38,9 @@ def tessera_backward_system(torch) -> System:
 
 
 def sdpa_backward_systems(torch) -> list[System]:
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return []
     import torch.nn.functional as F
 
-    def system(name: str, backend_name: str) -> System | None:
-        backend = getattr(SDPBackend, backend_name, None)
-        if backend is None:
-            return None
-
+    def build_for(backend, sdpa_kernel):
         def build(inputs):
             q, k, v, do, causal = inputs
             leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
@@ -62,11 +57,8 @@ def sdpa_backward_systems(torch) -> list[System]:
                     o.backward(do, retain_graph=True)
                 return tuple(x.grad for x in leaves)
             return run
-        return System(name, build)
-
-    found = [system("PyTorch flash", "FLASH_ATTENTION"), system("PyTorch cuDNN", "CUDNN_ATTENTION"),
-             system("PyTorch efficient", "EFFICIENT_ATTENTION")]
-    return [s for s in found if s is not None]
+        return build
+    return sdpa_systems_of(build_for)
 
 
 def backward_check(torch, q, k, v, do, causal: bool):
@@ -112,24 +104,18 @@ def run_backward(torch, args, env) -> list[Record]:
     systems = [tessera_backward_system(torch)] + sdpa_backward_systems(torch)
     widths = print_header(systems)
     records: list[Record] = []
-    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-    for head_dim in args.head_dim:
-        heads = args.hidden // head_dim
-        for causal in masks:
-            for seq in args.seq:
-                batch = max(1, args.tokens // seq)
-                config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16",
-                              direction="backward")
-                flops = 2.5 * 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
-                generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim + 7)
-                q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
-                                           generator=generator) for _ in range(4))
-                check = backward_check(torch, q, k, v, do, causal)
-                row = measure(torch, systems, (q, k, v, do, causal), config, flops, check, args)
-                records += row
-                print_row(f"bwd d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row,
-                          widths)
-                report_problems(row)
-                del q, k, v, do
-                torch.cuda.empty_cache()
+    for head_dim, heads, causal, seq, batch in attention_grid(args):
+        config = dict(seq=seq, batch=batch, heads=heads, head_dim=head_dim, causal=causal, dtype="bf16",
+                      direction="backward")
+        flops = 2.5 * 4 * seq * seq * head_dim * heads * batch / (2 if causal else 1)
+        generator = torch.Generator(device="cuda").manual_seed(seq * 1000 + head_dim + 7)
+        q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                                   generator=generator) for _ in range(4))
+        check = backward_check(torch, q, k, v, do, causal)
+        row = measure(torch, systems, (q, k, v, do, causal), config, flops, check, args)
+        records += row
+        print_row(f"bwd d{head_dim} {'causal' if causal else 'full'} seq {seq} (b{batch} h{heads})", row, widths)
+        report_problems(row)
+        del q, k, v, do
+        torch.cuda.empty_cache()
     return records

@@ -34,6 +34,8 @@ import re
 import warnings
 from pathlib import Path
 
+from harness import CAUSAL_CHOICES
+
 import tessera
 from tessera import passes
 from tessera.dialects.sm90_reductions import BulkReduceAddOp
@@ -148,7 +150,7 @@ def main() -> None:
     parser.add_argument("--deterministic", action="store_true", help="our kernels with deterministic=True")
     parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
     args = parser.parse_args()
-    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    causals = CAUSAL_CHOICES[args.causal]
     print(" ".join(f"{c:>9}" for c in COLUMNS))
     warnings.simplefilter("ignore")
     tools = [t for t in find_all_ptxas() if args.ptxas is None or t.release in args.ptxas]

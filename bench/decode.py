@@ -351,7 +351,7 @@ def gpu(args) -> None:
 
     torch = require_gpu()
     import tessera
-    from tessera import reference
+    from tessera import reference_attention
 
     rng = np.random.default_rng(0)
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
@@ -381,7 +381,7 @@ def gpu(args) -> None:
             group = args.heads // args.heads_k
             gathered_k = tk[tt.long()].reshape(batch, -1, args.heads_k, args.head_dim)[:, :cache]
             gathered_v = tv[tt.long()].reshape(batch, -1, args.heads_k, args.head_dim)[:, :cache]
-            expected = reference.attention(
+            expected = reference_attention.attention(
                 q.astype(np.float32).transpose(0, 2, 1, 3),
                 np.repeat(gathered_k.float().cpu().numpy().transpose(0, 2, 1, 3), group, 1),
                 np.repeat(gathered_v.float().cpu().numpy().transpose(0, 2, 1, 3), group, 1))

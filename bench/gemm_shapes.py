@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import tessera
-from tessera import find_kernel, reference
+from tessera import find_kernel, reference, reference_gemm
 from tessera.host import describe
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
@@ -38,7 +38,7 @@ EPILOGUE = dict(alpha=-1.5, beta=0.5, bias=True, batch=True)
 
 def inputs_for(rng, m, n, k, ta, tb, epilogue):
     factors = dict(alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"]) if epilogue else {}
-    return reference.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=2 if epilogue else None,
+    return reference_gemm.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=2 if epilogue else None,
                                    **factors)
 
 

@@ -74,7 +74,7 @@ def case_named(name: str) -> Case:
 
 def inputs(case: Case) -> dict[str, np.ndarray]:
     """The case's inputs, from its seed: bf16 arrays (and int32 tables), the same on every machine."""
-    from tessera import reference
+    from tessera import reference_attention
     from tessera.numerics import BF16
 
     p, rng = case.params, np.random.default_rng(case.seed)
@@ -104,8 +104,8 @@ def inputs(case: Case) -> dict[str, np.ndarray]:
     arrays = {"q": normal(b, h, p["seq_q"], d), "k": normal(b, h, p["seq_k"], d), "v": normal(b, h, p["seq_k"], d)}
     if case.kind == "backward":
         arrays["do"] = normal(b, h, p["seq_q"], d)
-        arrays["o"] = reference.attention(arrays["q"], arrays["k"], arrays["v"], p["causal"]).astype(BF16)
-        arrays["lse"] = reference.attention_lse(arrays["q"], arrays["k"], p["causal"]).astype(np.float32)
+        arrays["o"] = reference_attention.attention(arrays["q"], arrays["k"], arrays["v"], p["causal"]).astype(BF16)
+        arrays["lse"] = reference_attention.attention_lse(arrays["q"], arrays["k"], p["causal"]).astype(np.float32)
     return arrays
 
 
@@ -205,35 +205,35 @@ def run(case: Case, arrays: dict, level: str | None) -> dict[str, np.ndarray]:
 
 def reference(case: Case, arrays: dict) -> dict[str, np.ndarray]:
     """The float64 results the case's outputs approximate."""
-    from tessera import reference as ref
+    from tessera import reference_attention, reference_backward, reference_fp8, reference_gemm
 
     p = case.params
     if case.kind == "gemm":
-        return {"c": ref.gemm(arrays["a"], arrays["b"])}
+        return {"c": reference_gemm.gemm(arrays["a"], arrays["b"])}
     if case.kind == "backward":
-        return dict(zip(("dq", "dk", "dv"), ref.attention_backward(arrays["q"], arrays["k"], arrays["v"], arrays["do"],
+        return dict(zip(("dq", "dk", "dv"), reference_backward.attention_backward(arrays["q"], arrays["k"], arrays["v"], arrays["do"],
                                                                     p["causal"])))
     if case.kind == "fp8":
-        return {"o": ref.attention_fp8(arrays["q"], arrays["k"], arrays["v"], *(arrays[n] for n in FP8_DESCALES),
+        return {"o": reference_fp8.attention_fp8(arrays["q"], arrays["k"], arrays["v"], *(arrays[n] for n in FP8_DESCALES),
                                        causal=p["causal"])}
     if case.kind == "split":
-        return {"o": ref.attention(arrays["q"], arrays["k"], arrays["v"]), "lse": ref.attention_lse(arrays["q"], arrays["k"])}
+        return {"o": reference_attention.attention(arrays["q"], arrays["k"], arrays["v"]), "lse": reference_attention.attention_lse(arrays["q"], arrays["k"])}
     if case.kind == "paged":  # each sequence's keys gathered through its pages, key heads shared by their group
         q, size, o = arrays["q"], p["page_size"], []
         for b, length in enumerate(p["cache_seqlens"]):
             rows = [page * size + i for page in p["page_table"][b] for i in range(size)][:length]
             keys = [arrays[name].reshape(-1, p["heads_k"], p["head_dim"])[rows] for name in ("k_cache", "v_cache")]
             k, v = (np.repeat(x.transpose(1, 0, 2)[None], p["heads"] // p["heads_k"], axis=1) for x in keys)
-            o.append(ref.attention(q[b:b + 1].transpose(0, 2, 1, 3), k, v).transpose(0, 2, 1, 3))
+            o.append(reference_attention.attention(q[b:b + 1].transpose(0, 2, 1, 3), k, v).transpose(0, 2, 1, 3))
         return {"o": np.concatenate(o)}
     if case.kind == "varlen":  # each packed sequence on its own, [total, heads, D]
         cu_q, cu_k, o = p["cu_seqlens_q"], p["cu_seqlens_k"], []
         for i in range(len(cu_q) - 1):
             q, k, v = (arrays[n][s:e].transpose(1, 0, 2)[None] for n, s, e in
                        (("q", cu_q[i], cu_q[i + 1]), ("k", cu_k[i], cu_k[i + 1]), ("v", cu_k[i], cu_k[i + 1])))
-            o.append(ref.attention(q, k, v, p["causal"])[0].transpose(1, 0, 2))
+            o.append(reference_attention.attention(q, k, v, p["causal"])[0].transpose(1, 0, 2))
         return {"o": np.concatenate(o)}
-    return {"o": ref.attention(arrays["q"], arrays["k"], arrays["v"], p.get("causal", False))}
+    return {"o": reference_attention.attention(arrays["q"], arrays["k"], arrays["v"], p.get("causal", False))}
 
 
 def executor_side(name: str) -> dict:

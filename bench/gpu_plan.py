@@ -160,7 +160,7 @@ def backward_configs(head_dim: int, causal: bool) -> list:
     """The three kernels `tessera.attention_backward` runs (preprocess, main, postprocess); none for a
     head_dim the backward refuses."""
     from tessera.kernels import BackwardConfig
-    from tessera.kernels.attention_backward import HEAD_DIMS as BACKWARD_HEAD_DIMS
+    from tessera.kernels.attention_backward_config import HEAD_DIMS as BACKWARD_HEAD_DIMS
     from tessera.runtime.attention_backward import _builder_options, _pipeline
     from tessera.runtime.compiler import KernelConfig
 

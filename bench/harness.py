@@ -75,6 +75,35 @@ class Unsupported(Exception):
     """The system does not compute this configuration."""
 
 
+SDPA_BACKENDS = (("PyTorch flash", "FLASH_ATTENTION"), ("PyTorch cuDNN", "CUDNN_ATTENTION"),
+                 ("PyTorch efficient", "EFFICIENT_ATTENTION"))
+"""(system name, `torch.nn.attention.SDPBackend` member) of each PyTorch SDPA backend a benchmark compares with."""
+
+
+def sdpa_systems_of(build_for: Callable) -> list[System]:
+    """One System for each of `SDPA_BACKENDS` that this PyTorch has (none without `torch.nn.attention`):
+    `build_for(backend, sdpa_kernel)` is its `build`, `sdpa_kernel` the context manager that selects it."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return []
+    return [System(name, build_for(getattr(SDPBackend, member), sdpa_kernel)) for name, member in SDPA_BACKENDS
+            if getattr(SDPBackend, member, None) is not None]
+
+
+CAUSAL_CHOICES = {"both": (False, True), "yes": (True,), "no": (False,)}
+"""The causal settings a `--causal` choice of bench/attention.py runs."""
+
+
+def attention_grid(args):
+    """(head_dim, heads, causal, seq, batch) of each row of the attention tables, in table order: heads =
+    hidden / head_dim and batch = tokens / seq (at least 1), so every row does about the same work."""
+    for head_dim in args.head_dim:
+        for causal in CAUSAL_CHOICES[args.causal]:
+            for seq in args.seq:
+                yield head_dim, args.hidden // head_dim, causal, seq, max(1, args.tokens // seq)
+
+
 def time_ms(torch, fn: Callable, warmup: int, repeats: int, flush) -> float:
     """Median milliseconds of `fn` by CUDA events, after `warmup` calls, with L2 flushed before each run."""
     for _ in range(warmup):

@@ -32,7 +32,7 @@ import numpy as np
 from xdsl.utils.exceptions import DiagnosticException
 
 import tessera
-from tessera import reference
+from tessera import reference_attention
 
 
 CLOCK = time.perf_counter
@@ -157,7 +157,7 @@ def measure(module, q, k, v, causal: bool, repeats: int) -> tuple[float, float |
         t_target = best_time(lambda: tessera.interpret(module, q, k, v, level="target"), repeats)
     except DiagnosticException:
         t_target = None
-    t_ref = best_time(lambda: reference.attention(q, k, v, causal), repeats)
+    t_ref = best_time(lambda: reference_attention.attention(q, k, v, causal), repeats)
     return t_tile, t_target, t_ref
 
 

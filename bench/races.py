@@ -93,7 +93,8 @@ def matrix(shapes: list[int]) -> None:
     sys.path.insert(0, str(KERNELS.parent))
     from race_kernels import KERNELS as OTHERS
     from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, seed
-    from test_ptx_hazards import _attention, _qkv, _run
+    from test_ptx_hazards import _attention, _run
+    from tessera.reference_attention import attention_operands
 
     from tessera import reference
 
@@ -101,7 +102,8 @@ def matrix(shapes: list[int]) -> None:
 
     def flash(edit, seq_k):
         def run():
-            arrays = _run(compiled, seed(compiled[2], edit), _qkv(np.random.default_rng(seq_k), seq_k))
+            arrays = _run(compiled, seed(compiled[2], edit),
+                          attention_operands(np.random.default_rng(seq_k), 64, seq_k, 64))
             return reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False).ok
         return run
 

@@ -66,7 +66,7 @@ def main() -> None:
     from attention_variants import consumer_registers  # noqa: PLC0415 - a sibling bench script
 
     from tessera import passes
-    from tessera.kernels.attention import DEFAULT_BLOCK_N
+    from tessera.kernels.attention_config import DEFAULT_BLOCK_N
 
     for mask in (nine_documents, many_documents, document_ids):
         for d in (64, 128):

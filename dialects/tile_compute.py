@@ -214,7 +214,7 @@ class SaturatingScaleOp(_ElementwiseOp):
 
     A finite x never becomes infinite, even where x * factor is beyond f32's range; an infinite x stays
     infinite. Attention's bias enters the score accumulator as Bias / scale this way (`bias_accumulator` in
-    tessera/kernels/attention.py): a finite mask fill (bf16's lowest, -3.39e38, with scale 1/8) stays a finite
+    tessera/kernels/attention_steps.py): a finite mask fill (bf16's lowest, -3.39e38, with scale 1/8) stays a finite
     score and a -inf one still hides its key. factor and bound are positive finite f32 constants; the
     operand is an f32 register tile (refused otherwise). Lowered in place per register: mul, max, min, and
     +-inf selected back where x was +-inf (predicates taken before x dies, so no register beside x's)."""

@@ -35,7 +35,7 @@ from xdsl.dialects import arith, scf
 
 import race_templates
 import tessera
-from tessera import find_kernel, passes, reference
+from tessera import find_kernel, passes, reference_attention
 from tessera.dialects import sm90, sm90_cluster, sm90_reductions
 from tessera.kernels import attention_backward
 from text_edits import checked
@@ -109,7 +109,7 @@ def inputs(variant: str, name: str) -> tuple:
     q, k, v, do = (rng.standard_normal((1, 1, s, head_dim)).astype(ml_dtypes.bfloat16)
                    for s in (seq_q, seq_k, seq_k, seq_q))
     o = rng.standard_normal((1, 1, seq_q, head_dim)).astype(ml_dtypes.bfloat16)
-    lse = reference.attention_lse(q, k).astype(np.float32)
+    lse = reference_attention.attention_lse(q, k).astype(np.float32)
     preprocess = _kernels(BLOCKS[variant], HEAD_DIMS[variant]).preprocess
     dpsum, lse2, _ = tessera.interpret(preprocess, o, do, lse, level="tile")
     return q, k, v, do, lse2, dpsum

@@ -106,3 +106,12 @@ def score_mod_kernel(score_mods, rows=64):
         b.store_global(out, b.view(values["O"], [m0, b.const(64 * k)], [rows, 64], f"ow{k}"))
     return finish_kernel(fn, b), [np.asarray(a.array, np.float32 if a.dtype == F32 else np.int32)
                                   for a in arrays.values()]
+
+
+def check_named_variant(variants, name, shape, level, head_dim=64, mods=None):
+    """`check_variant_forward_and_backward` for the variant `name` of `variants` (name -> (score_mod, mask_mod);
+    `mods` instead where given) on `variant_inputs(shape, seed)`, the seed its index among the sorted names;
+    returns the rows that see no key."""
+    score_mod, mask_mod = variants[name] if mods is None else mods
+    q, k, v, do = variant_inputs(shape, sorted(variants).index(name), head_dim)
+    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)

@@ -20,7 +20,7 @@ import numpy as np
 
 import tessera
 import tessera.kernels
-from tessera import reference
+from tessera import reference, reference_gemm
 
 SEQ = (1, 2, 63, 65, 127, 129, 191, 1000)
 """Sequence lengths: one and two rows, either side of the 64- and 128-row tiles, 191 and one long sequence."""
@@ -196,7 +196,7 @@ def run_gemm(case: dict, rng: np.random.Generator, level: str = "tile") -> list[
     """tessera.gemm in every layout, batched or not, with and without the alpha/beta/bias epilogue."""
     dtype = DTYPES[case["dtype"]]
     epilogue = dict(alpha=0.5, beta=-1.5) if case["epilogue"] else {}
-    inputs, options = reference.gemm_operands(rng, case["m"], case["n"], case["k"], transpose_a=case["transpose_a"],
+    inputs, options = reference_gemm.gemm_operands(rng, case["m"], case["n"], case["k"], transpose_a=case["transpose_a"],
                                               transpose_b=case["transpose_b"], batch=case["batch"], **epilogue)
     a, b = (x.astype(dtype) for x in inputs[:2])
     extra = dict(c=inputs[2], bias=inputs[3], **epilogue) if epilogue else {}

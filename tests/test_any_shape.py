@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import find_kernel, reference
+from tessera import find_kernel, reference, reference_gemm
 from tessera.host import describe
 from tessera.kernel_abi import specialized
 from tessera.kernels import gemm
@@ -148,7 +148,7 @@ LAYOUTS = {"NN": (False, False), "NT": (False, True), "TN": (True, False), "TT":
 
 def _gemm_case(rng, m, n, k, layout):
     ta, tb = LAYOUTS[layout]
-    inputs, options = reference.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb)
+    inputs, options = reference_gemm.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb)
     return gemm(transpose_a=ta, transpose_b=tb), inputs, options
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.runtime.attention_backward import BackwardNotLowered, check_backward_arguments, run_interpreted
 
 NUMPY_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -29,11 +29,11 @@ def _problem(seq_q, seq_k, head_dim, causal, heads_k, dtype, heads=6, batch=1, s
     t = NUMPY_DTYPES[dtype]
     q, do = (rng.standard_normal((batch, heads, seq_q, head_dim)).astype(t) for _ in range(2))
     k, v = (rng.standard_normal((batch, heads_k, seq_k, head_dim)).astype(t) for _ in range(2))
-    lse = reference.attention_lse(q, k, causal)
+    lse = reference_attention.attention_lse(q, k, causal)
     # O = exp(S - LSE) V in float64, as the forward kernel writes it (rounded); 0 for a row that sees no key
     scores = np.matmul(q.astype(np.float64), np.swapaxes(np.repeat(k, heads // heads_k, 1), -1, -2).astype(np.float64))
     if causal:
-        scores = np.where(reference.causal_visible(seq_q, seq_k), scores, -np.inf)
+        scores = np.where(reference_attention.causal_visible(seq_q, seq_k), scores, -np.inf)
     p = np.exp(scores / np.sqrt(head_dim) - np.where(np.isneginf(lse), 0, lse)[..., None])
     o = np.matmul(p, np.repeat(v, heads // heads_k, 1).astype(np.float64)).astype(t)
     return q, k, v, o, lse.astype(np.float32), do

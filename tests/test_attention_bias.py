@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.kernels import flash_attention
 from tessera.numerics import BF16, F16, round_to
 from tessera.passes import PTX_PIPELINE
@@ -189,13 +189,13 @@ def test_finite_mask_fills_stay_finite(head_dim, causal, shape, level, rng):
     uniformly over the keys it sees (the float64 reference and PyTorch's eager attention do too, not O = 0);
     partly masked rows weigh the filled keys 0; -inf still hides its key (row 4: O = 0, LSE = -inf; row 6:
     the average of the filled half). Two key blocks at least: the running maximum of a padded row is the same
-    -V scale from one block to the next (exp_diff must give exactly 1 there). O and LSE within the reference's rule (`reference.saturate_bias`)."""
+    -V scale from one block to the next (exp_diff must give exactly 1 there). O and LSE within the reference's rule (`reference_attention.saturate_bias`)."""
     q, k, v, bias = _fill_masked_inputs(rng, shape, head_dim)
     module = flash_attention(head_dim, causal=causal, bias=True, return_lse=True)
     out, lse = tessera.interpret(module, q, k, v, bias, level=level)
     _check(out, q, k, v, bias, "bf16", causal, lse)
     seq_q, seq_k = shape[2:]
-    visible = reference.causal_visible(seq_q, seq_k) if causal else np.ones((seq_q, seq_k), bool)
+    visible = reference_attention.causal_visible(seq_q, seq_k) if causal else np.ones((seq_q, seq_k), bool)
     out64, v64 = np.asarray(out, np.float64), np.asarray(v, np.float64)
     for row in (2, seq_q - 1, 6):
         keys = visible[row] & np.isfinite(bias[0, 0, row])

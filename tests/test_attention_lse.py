@@ -13,13 +13,10 @@ import tessera
 from tessera import reference
 from tessera.kernels import flash_attention, three_pass_attention, two_pass_attention
 from tessera.numerics import BF16, F16
+from tessera.reference_attention import attention_operands
 from tessera.toolchain import compile_ptx, find_all_ptxas
 
 DTYPES = {"bf16": BF16, "f16": F16}
-
-
-def _inputs(rng, batch, heads, seq_q, seq_k, head_dim):
-    return [rng.standard_normal((batch, heads, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
 
 
 def _check(out, lse, q, k, v, dtype, causal):
@@ -44,13 +41,13 @@ TILE_CASES = [
                          ids=[f"{b.__name__}-d{d}-{'causal' if c else 'full'}-{t}" for b, d, c, t, _ in TILE_CASES])
 def test_lse_matches_float64_logsumexp_at_tile_level(builder, head_dim, causal, dtype, shape, rng):
     batch, heads, seq_q, seq_k = shape
-    q, k, v = _inputs(rng, batch, heads, seq_q, seq_k, head_dim)
+    q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, batch=batch, heads=heads)
     out, lse = tessera.interpret(builder(head_dim, causal=causal, dtype=dtype, return_lse=True), q, k, v)
     _check(out, lse, q, k, v, dtype, causal)
 
 
 def test_a_row_that_sees_no_key_has_lse_minus_infinity_and_output_zero(rng):
-    q, k, v = _inputs(rng, 1, 1, 130, 40, 64)  # causal: query i sees keys up to i - 90
+    q, k, v = attention_operands(rng, 130, 40, 64)  # causal: query i sees keys up to i - 90
     out, lse = tessera.interpret(flash_attention(64, causal=True, return_lse=True), q, k, v)
     assert np.all(np.isneginf(lse[0, 0, :90, 0])) and np.all(np.isfinite(lse[0, 0, 90:, 0]))
     assert not np.any(out[0, 0, :90].astype(np.float32)) and not np.isnan(out.astype(np.float32)).any()
@@ -60,7 +57,7 @@ def test_a_row_that_sees_no_key_has_lse_minus_infinity_and_output_zero(rng):
 def test_lse_through_the_default_pipeline(level, rng):
     """The very kernel the GPU runs (warp-specialized, overlap-softmax, peeled; lg2.approx for the log), in
     the CTA simulator and from its PTX text in the executor: LSE within 1e-4, empty rows -inf."""
-    q, k, v = _inputs(rng, 1, 1, 200, 150, 64)
+    q, k, v = attention_operands(rng, 200, 150, 64)
     out, lse = tessera.interpret(flash_attention(64, causal=True, return_lse=True), q, k, v, level=level)
     _check(out, lse, q, k, v, "bf16", True)
     assert np.all(np.isneginf(lse[0, 0, :50, 0]))

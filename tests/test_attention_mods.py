@@ -9,7 +9,7 @@ import pytest
 from mods_checks import brute_block_kinds
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.variants import ModTraceError, trace_mod
 from tessera.variants.block_mask import EMPTY, FULL, PARTIAL, VISIT_HEAD, create_block_mask
 from tessera.kernels import flash_attention
@@ -85,9 +85,7 @@ def run(q, k, v, score_mod=None, mask_mod=None, block_sparse=False, grouped=Fals
 
 def inputs(seq_q, seq_k, heads=2, heads_k=None, batch=1, seed=0):
     rng = np.random.default_rng(seed)
-    heads_k = heads_k or heads
-    return (rng.standard_normal((batch, heads, seq_q, D)), rng.standard_normal((batch, heads_k, seq_k, D)),
-            rng.standard_normal((batch, heads_k, seq_k, D)))
+    return reference_attention.attention_operands(rng, seq_q, seq_k, D, batch, heads, heads_k or heads)
 
 
 VARIANTS = {
@@ -176,8 +174,8 @@ def test_block_sparse_equals_dense_mask_mod():
 
 def test_reference_matches_builtin_reference():
     q, k, v = (round_to(x, BF16) for x in inputs(50, 70))
-    ref, _ = reference.attention_mods(q, k, v, mask_mod=lambda b, h, qi, ki: ki <= qi + 20)
-    assert np.allclose(ref, reference.attention(q, k, v, causal=True), atol=1e-12)
+    ref, _ = reference_attention.attention_mods(q, k, v, mask_mod=lambda b, h, qi, ki: ki <= qi + 20)
+    assert np.allclose(ref, reference_attention.attention(q, k, v, causal=True), atol=1e-12)
 
 
 # endregion

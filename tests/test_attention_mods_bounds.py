@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.kernels import attention_backward, flash_attention
 from tessera.numerics import BF16
 from tessera.variants import ModTraceError, create_block_mask
@@ -45,7 +45,7 @@ def previous_head(score, b, h, q_idx, kv_idx):
 
 def inputs(batch, heads, seq_q, seq_k, seed=0):
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal((batch, heads, n, D)).astype(BF16) for n in (seq_q, seq_k, seq_k))
+    return tuple(x.astype(BF16) for x in reference_attention.attention_operands(rng, seq_q, seq_k, D, batch, heads))
 
 
 BAD = [  # (mods, launch (batch, heads, seq_q, seq_k), the message's tail)
@@ -86,7 +86,7 @@ def test_a_read_outside_its_array_is_refused_at_every_entry_point(mods, launch, 
         with pytest.raises(IndexRangeError, match=message):
             create_block_mask(fn, batch, heads, seq_q, seq_k, 64, 64)
     with pytest.raises(ModTraceError):  # the reference refuses the same read
-        reference.attention_mods(q, k, v, **mods)
+        reference_attention.attention_mods(q, k, v, **mods)
 
 
 def clipped(score, b, h, q_idx, kv_idx):

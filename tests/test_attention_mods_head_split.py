@@ -1,6 +1,6 @@
 """The head_dim 128 backward with score_mod / mask_mod below Tile level (issue 29): with the block lists and a
 score_mod that do not fit one thread block per key block warp-specialized, the main kernel splits head_dim over
-two thread blocks per key block (`attention_backward.MODS_HEAD_SPLIT`: each holds half of dK and dV, where the
+two thread blocks per key block (`attention_backward_config.MODS_HEAD_SPLIT`: each holds half of dK and dV, where the
 whole needed 277 to 302 registers a thread), right against the float64 reference at target and PTX level, and ptxas clean without
 spill (soft-cap + ALiBi + sliding window, document masking, chunked-local attention). At head_dim 64 a
 modifier that does not fit without the split is rebuilt with it (`flex.HEAD_SPLIT_FALLBACK`), with a warning."""

@@ -25,8 +25,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
 from tessera.variants import ModTraceError, create_block_mask, trace_mod  # noqa: E402
-from mods_checks import (assert_variant_kernels_assemble, check_variant_forward_and_backward,  # noqa: E402
-                         variant_inputs)
+from mods_checks import assert_variant_kernels_assemble, check_named_variant  # noqa: E402
 
 H = 4                                                     # query heads of the shapes below
 CPU = torch.device("cpu")
@@ -189,34 +188,28 @@ FAST = ["doc-mask(sliding-window)", "head-bias-sign-log+key-padding", "natten-2d
 FAST_SHAPE = (2, 2, 1, 70, 45)
 
 
-def check_forward_and_backward(name, shape, level):
-    score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
-    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
-
-
 @pytest.mark.parametrize("name", FAST)
 def test_torch_users_variant_at_tile_level(name):
-    check_forward_and_backward(name, FAST_SHAPE, "tile")
+    check_named_variant(VARIANTS, name, FAST_SHAPE, "tile")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_torch_users_variant_over_shapes_at_tile_level(name, shape):
-    check_forward_and_backward(name, shape, "tile")
+    check_named_variant(VARIANTS, name, shape, "tile")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_torch_users_variant_at_target_level(name):
-    check_forward_and_backward(name, (1, H, 2, 77, 133), "target")
+    check_named_variant(VARIANTS, name, (1, H, 2, 77, 133), "target")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["doc-mask(sliding-window)", "t5-buckets", "natten-2d"])
 def test_torch_users_variant_at_ptx_level(name):
-    check_forward_and_backward(name, (1, H, 2, 77, 133), "ptx")
+    check_named_variant(VARIANTS, name, (1, H, 2, 77, 133), "ptx")
 
 
 # region what the tracer makes of them

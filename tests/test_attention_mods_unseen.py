@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mods_checks import check_variant_forward_and_backward, variant_inputs
+from mods_checks import check_named_variant
 
-import tessera
-from tessera import reference
-from tessera.numerics import BF16, round_to
 from tessera.variants import create_block_mask, trace_mod
 
 SEQ_Q, SEQ_K = 90, 150
@@ -65,18 +62,12 @@ VARIANTS = {
 }
 
 
-def inputs(seed):
-    rng = np.random.default_rng(seed)
-    q = round_to(rng.standard_normal((1, 4, SEQ_Q, 64)), BF16)
-    k, v = (round_to(rng.standard_normal((1, 2, SEQ_K, 64)), BF16) for _ in range(2))
-    return q, k, v, round_to(rng.standard_normal(q.shape), BF16)
+SHAPE = (1, 4, 2, SEQ_Q, SEQ_K)  # (batch, heads, heads_k, seq_q, seq_k)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_unseen_variant_forward_and_backward(name):
-    score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = inputs(sorted(VARIANTS).index(name))
-    check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, "tile")
+    check_named_variant(VARIANTS, name, SHAPE, "tile")
 
 
 def test_unseen_masks_skip_blocks():
@@ -94,18 +85,7 @@ def test_unseen_masks_skip_blocks():
 def test_unseen_variant_below_tile_level(name, level):
     """The same variants in the CTA simulator and the PTX executor, forward and backward (the default
     pipeline; a forward that fits no configuration at BN 128 is rebuilt at BN 64)."""
-    import warnings
-
-    score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = inputs(sorted(VARIANTS).index(name))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
-    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
-    assert check.ok, check
-    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level=level)
-    checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod, mask_mod)
-    assert all(c.ok for c in checks), [str(c) for c in checks]
+    check_named_variant(VARIANTS, name, SHAPE, level)
 
 
 # region more unseen variants (MORE)
@@ -186,9 +166,7 @@ MORE_SHAPES = [(2, 2, 1, 70, 45), (2, 4, 2, 77, 133), (2, 4, 4, 150, 61)]  # (ba
 
 
 def check_more(name, shape, level):
-    score_mod, mask_mod = MORE[name]
-    q, k, v, do = variant_inputs(shape, sorted(MORE).index(name))
-    empty = check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
+    empty = check_named_variant(MORE, name, shape, level)
     assert ("empty rows" in name) == bool(empty.any())
 
 

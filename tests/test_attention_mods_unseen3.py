@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mods_checks import (assert_variant_kernels_assemble, brute_block_kinds, check_variant_forward_and_backward,
-                         variant_inputs)
+from mods_checks import (assert_variant_kernels_assemble, brute_block_kinds, check_named_variant,
+                         check_variant_forward_and_backward, variant_inputs)
 
 import tessera
 from tessera import reference
@@ -155,9 +155,7 @@ def _mods(name, seq_q, seq_k):
 
 def check_variant(name, shape, level, head_dim=64):
     """Forward and backward at `level` against the float64 reference (`mods_checks`); returns the empty rows."""
-    score_mod, mask_mod = _mods(name, shape[3], shape[4])
-    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name), head_dim)
-    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
+    return check_named_variant(VARIANTS, name, shape, level, head_dim, mods=_mods(name, shape[3], shape[4]))
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 import pytest
-from mods_checks import (assert_variant_kernels_assemble, brute_block_kinds, check_variant_forward_and_backward,
-                         variant_inputs)
+from mods_checks import (assert_variant_kernels_assemble, brute_block_kinds, check_named_variant,
+                         check_variant_forward_and_backward, variant_inputs)
 
 import tessera
 from tessera import reference
@@ -189,16 +189,9 @@ SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k)
 FAST = ["object-documents", "partial-block-table", "lambda-default+bits", "helpers+padding"]
 
 
-def check_variant(name, shape, level, head_dim=64):
-    """Forward and backward at `level` against the float64 reference (`mods_checks`); returns the empty rows."""
-    score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name), head_dim)
-    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
-
-
 @pytest.mark.parametrize("name", FAST)
 def test_variant_at_tile_level(name):
-    empty = check_variant(name, SHAPES[0], "tile")
+    empty = check_named_variant(VARIANTS, name, SHAPES[0], "tile")
     # batch 1's padding queries see no key; document 3's queries (45 on) no key of the 45
     assert empty.any() == (name in ("helpers+padding", "object-documents"))
 
@@ -207,14 +200,14 @@ def test_variant_at_tile_level(name):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_over_shapes_at_tile_level(name, shape):
-    check_variant(name, shape, "tile")
+    check_named_variant(VARIANTS, name, shape, "tile")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["target", "ptx"])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_below_tile_level(name, level):
-    check_variant(name, SHAPES[0], level)
+    check_named_variant(VARIANTS, name, SHAPES[0], level)
 
 
 @pytest.mark.slow
@@ -236,7 +229,7 @@ def test_every_head_dim_at_tile_and_target_level(head_dim):
         return
     for level in ("tile", "target"):
         for name in ("object-documents", "lambda-default+bits"):
-            check_variant(name, SHAPES[0], level, head_dim)
+            check_named_variant(VARIANTS, name, SHAPES[0], level, head_dim)
 
 
 @pytest.mark.slow

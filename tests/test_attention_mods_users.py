@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mods_checks import assert_variant_kernels_assemble, check_variant_forward_and_backward, variant_inputs
+from mods_checks import assert_variant_kernels_assemble, check_named_variant, variant_inputs
 
 import tessera
 from tessera import reference
@@ -219,17 +219,9 @@ FAST = ["t5-buckets", "alibi-formula+bidirectional", "prefix-only(empty rows)", 
 FAST_SHAPE = (2, 2, 1, 70, 45)
 
 
-def check_forward_and_backward(name, shape, level):
-    """The variant through the public calls at `level` against the float64 reference; empty rows give O = 0,
-    LSE = -inf and zero dQ (`mods_checks`)."""
-    score_mod, mask_mod = VARIANTS[name]
-    q, k, v, do = variant_inputs(shape, sorted(VARIANTS).index(name))
-    return check_variant_forward_and_backward(q, k, v, do, score_mod, mask_mod, level)
-
-
 @pytest.mark.parametrize("name", FAST)
 def test_users_variant_at_tile_level(name):
-    empty = check_forward_and_backward(name, FAST_SHAPE, "tile")
+    empty = check_named_variant(VARIANTS, name, FAST_SHAPE, "tile")
     if name in ("prefix-only(empty rows)", "sqrt-distance+cross-documents"):
         assert empty.any() and not empty.all()
 
@@ -238,20 +230,20 @@ def test_users_variant_at_tile_level(name):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_users_variant_over_shapes_at_tile_level(name, shape):
-    check_forward_and_backward(name, shape, "tile")
+    check_named_variant(VARIANTS, name, shape, "tile")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_users_variant_at_target_level(name):
-    check_forward_and_backward(name, (1, H, 2, 77, 133), "target")
+    check_named_variant(VARIANTS, name, (1, H, 2, 77, 133), "target")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["t5-buckets", "alibi-formula+bidirectional", "alibi-closure+doc-mask-mod",
                                   "sqrt-distance+cross-documents"])
 def test_users_variant_at_ptx_level(name):
-    check_forward_and_backward(name, (1, H, 2, 77, 133), "ptx")
+    check_named_variant(VARIANTS, name, (1, H, 2, 77, 133), "ptx")
 
 
 @pytest.mark.slow

@@ -10,17 +10,13 @@ import pytest
 import tessera
 from tessera import reference
 from tessera.numerics import dtype_from_name
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 
 VARIANTS = ("flash_attention", "two_pass_attention", "three_pass_attention")
 SEQ_PAIRS = [(1, 1), (17, 17), (128, 128), (200, 200), (1000, 1000), (17, 200), (200, 17), (1, 1000), (1000, 128)]
 BATCH, HEADS = 2, 3
-
-
-def _qkv(rng, seq_q, seq_k, head_dim):
-    shape_q, shape_k = (BATCH, HEADS, seq_q, head_dim), (BATCH, HEADS, seq_k, head_dim)
-    return rng.standard_normal(shape_q), rng.standard_normal(shape_k), rng.standard_normal(shape_k)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -30,7 +26,7 @@ def _qkv(rng, seq_q, seq_k, head_dim):
 def test_attention_matches_reference(variant, head_dim, causal, dtype, rng):
     module = build_kernel(variant, head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, batch=BATCH, heads=HEADS)
         out = tessera.interpret(module, q, k, v)
         assert out.dtype == dtype_from_name(dtype)
         assert out.shape == (BATCH, HEADS, seq_q, head_dim)
@@ -41,7 +37,7 @@ def test_attention_matches_reference(variant, head_dim, causal, dtype, rng):
 def test_causal_rows_that_see_no_key_are_zero(rng):
     """Bottom-right alignment: with seq_q > seq_k the first seq_q - seq_k queries see no key."""
     module = build_kernel("flash_attention", head_dim=64, causal=True, dtype="bf16")
-    q, k, v = _qkv(rng, 40, 10, 64)
+    q, k, v = attention_operands(rng, 40, 10, 64, batch=BATCH, heads=HEADS)
     out = tessera.interpret(module, q, k, v).astype(np.float32)
     assert np.all(out[:, :, :30] == 0)
     assert np.all(np.abs(out[:, :, 30:]).sum(axis=-1) > 0)
@@ -50,13 +46,13 @@ def test_causal_rows_that_see_no_key_are_zero(rng):
 def test_single_decoding_query_sees_whole_cache(rng):
     module = build_kernel("flash_attention", head_dim=64, causal=True, dtype="bf16")
     full = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
-    q, k, v = _qkv(rng, 1, 300, 64)
+    q, k, v = attention_operands(rng, 1, 300, 64, batch=BATCH, heads=HEADS)
     np.testing.assert_array_equal(tessera.interpret(module, q, k, v), tessera.interpret(full, q, k, v))
 
 
 def test_custom_scale(rng):
     module = build_kernel("flash_attention", head_dim=128, causal=False, dtype="bf16", scale=0.5)
-    q, k, v = _qkv(rng, 70, 90, 128)
+    q, k, v = attention_operands(rng, 70, 90, 128, batch=BATCH, heads=HEADS)
     out = tessera.interpret(module, q, k, v)
     assert reference.check_attention(out, q, k, v, dtype_from_name("bf16"), scale=0.5).ok
     assert not reference.check_attention(out, q, k, v, dtype_from_name("bf16")).ok
@@ -78,7 +74,7 @@ def test_batched_blocks_equal_one_block_at_a_time(rng, monkeypatch):
     from tessera.interpreters import launch
 
     module = build_kernel("flash_attention", head_dim=64, causal=True, dtype="f16")
-    q, k, v = _qkv(rng, 300, 260, 64)
+    q, k, v = attention_operands(rng, 300, 260, 64, batch=BATCH, heads=HEADS)
     batched = tessera.interpret(module, q, k, v)
     monkeypatch.setattr(launch, "MAX_BLOCKS_PER_BATCH", 1)
     np.testing.assert_array_equal(batched, tessera.interpret(module, q, k, v))

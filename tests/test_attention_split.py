@@ -17,16 +17,13 @@ from tessera import reference
 from tessera.kernels import attention_combine, flash_attention
 from tessera.kernels.attention_split import choose_num_splits, num_splits_heuristic
 from tessera.numerics import BF16
+from tessera.reference_attention import attention_operands
 from tessera.runtime.attention_plan import combine_lowering
 from tessera.sm90.launch import L2_BYTES
 from tessera.toolchain import compile_ptx, find_all_ptxas
 
 SHAPES = [(1, 128), (1, 339), (3, 799), (64, 800), (128, 128), (256, 512)]
 """(seq_q, seq_k) of FlashAttention-3's split-KV tests that keep the suite fast (issue 15)."""
-
-
-def _inputs(rng, seq_q, seq_k, head_dim, batch=1, heads=2):
-    return [rng.standard_normal((batch, heads, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
 
 
 def _split(q, k, v, head_dim, causal, splits, level="tile"):
@@ -45,7 +42,7 @@ def _split(q, k, v, head_dim, causal, splits, level="tile"):
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seq_q,seq_k", SHAPES)
 def test_three_splits_agree_with_one_at_tile_level(seq_q, seq_k, head_dim, causal, rng):
-    q, k, v = _inputs(rng, seq_q, seq_k, head_dim)
+    q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, heads=2)
     o1, lse1 = tessera.interpret(flash_attention(head_dim, causal=causal, return_lse=True), q, k, v)
     o3, lse3 = _split(q, k, v, head_dim, causal, 3)
     check = reference.check_attention(o3, q, k, v, BF16, causal=causal)
@@ -61,7 +58,7 @@ def test_three_splits_agree_with_one_at_tile_level(seq_q, seq_k, head_dim, causa
 def test_empty_parts_write_zero_and_minus_infinity(rng):
     """seq_k = 128 is one key block: with 3 parts, parts 1 and 2 see no key and write O_s = 0, lse_s = -inf;
     part 0 is the whole answer."""
-    q, k, v = _inputs(rng, 5, 128, 64)
+    q, k, v = attention_operands(rng, 5, 128, 64, heads=2)
     o_part, lse_part = tessera.interpret(flash_attention(64, num_splits=3), q, k, v)
     lse_part = lse_part.reshape(3, 1, 2, 5)
     assert np.all(np.isneginf(lse_part[1:])) and not np.any(o_part.reshape(3, 1, 2, 5, 64)[1:])
@@ -111,7 +108,7 @@ def test_combine_edge_cases(level, rng):
 def test_split_kv_through_the_default_pipeline(level, rng):
     """The split kernel (warp-specialized, part-relative key positions) and the combine kernel in the CTA
     simulator and from their PTX text: a decode-like shape, causal, 3 parts of 2 key blocks each."""
-    q, k, v = _inputs(rng, 3, 700, 64, heads=1)
+    q, k, v = attention_operands(rng, 3, 700, 64)
     o, lse = _split(q, k, v, 64, True, 3, level=level)
     assert reference.check_attention(o, q, k, v, BF16, causal=True).ok
     assert reference.check_lse(lse, q, k, BF16, causal=True).ok
@@ -180,7 +177,7 @@ def test_heuristic_splits_a_kv_head_larger_than_l2_unless_causal():
 
 
 def test_attention_api_runs_split_kv_and_returns_the_lse(rng):
-    q, k, v = (x.astype(BF16) for x in _inputs(rng, 2, 600, 64, batch=2))
+    q, k, v = (x.astype(BF16) for x in attention_operands(rng, 2, 600, 64, batch=2, heads=2))
     o, lse = tessera.attention(q, k, v, return_lse=True, num_splits=3, level="tile")
     assert o.shape == q.shape and o.dtype == BF16 and lse.shape == (2, 2, 2) and lse.dtype == np.float32
     assert reference.check_lse(lse, q, k, BF16).ok and reference.check_attention(o, q, k, v, BF16).ok
@@ -195,7 +192,7 @@ def test_attention_api_runs_split_kv_and_returns_the_lse(rng):
     (dict(level="gpu"), "level must be None \\(the GPU\\) or one of 'tile', 'target', 'ptx'; got 'gpu'"),
 ])
 def test_attention_api_refuses_bad_options_by_name(options, message, rng):
-    q, k, v = (x.astype(BF16) for x in _inputs(rng, 2, 60, 64))
+    q, k, v = (x.astype(BF16) for x in attention_operands(rng, 2, 60, 64, heads=2))
     with pytest.raises(ValueError, match=message):
         tessera.attention(q, k, v, **options)
 
@@ -215,7 +212,7 @@ def test_split_kv_with_lse_runs_through_the_driver_calls(monkeypatch, tmp_path, 
     from tessera.runtime.driver import Driver
 
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
-    q, k, v = (x.astype(BF16) for x in _inputs(rng, 3, 300, 64, batch=2, heads=1))
+    q, k, v = (x.astype(BF16) for x in attention_operands(rng, 3, 300, 64, batch=2))
     plan = attention_plan(q.shape, k.shape, 64, True, "bf16", None, True, 3)
     with combine_lowering():
         fake = FakeCuda([compile_kernel(plan.forward), compile_kernel(plan.combine)])

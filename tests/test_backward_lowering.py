@@ -27,7 +27,7 @@ import pytest
 from xdsl.dialects import func
 
 import tessera
-from tessera import passes, reference
+from tessera import passes, reference, reference_attention
 from xdsl.utils.exceptions import DiagnosticException
 from tessera.interpreters.launch import prepare_arguments
 from tessera.ir.diagnostics import TesseraWarning
@@ -68,12 +68,12 @@ def _problem(head_dim, seq_q, seq_k, causal, heads=2, heads_k=1, seed=0, dtype="
     elt = DTYPES[dtype]
     q, do = (rng.standard_normal((1, heads, seq_q, head_dim)).astype(elt) for _ in range(2))
     k, v = (rng.standard_normal((1, heads_k, seq_k, head_dim)).astype(elt) for _ in range(2))
-    lse = reference.attention_lse(q, k, causal)
+    lse = reference_attention.attention_lse(q, k, causal)
     group = heads // heads_k
     kk, vv = (np.repeat(x.astype(np.float64), group, axis=1) for x in (k, v))
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), kk) / np.sqrt(head_dim)
     if causal:
-        s = np.where(reference.causal_visible(seq_q, seq_k), s, -np.inf)
+        s = np.where(reference_attention.causal_visible(seq_q, seq_k), s, -np.inf)
     p = np.exp(s - np.where(np.isneginf(lse), 0, lse)[..., None])
     o = np.einsum("bhqk,bhkd->bhqd", p, vv).astype(elt)
     return q, k, v, o, lse.astype(np.float32), do

@@ -18,6 +18,7 @@ import pytest
 
 import tessera
 from tessera import reference as R
+from tessera import reference_fp8
 from tessera.runtime.attention_base import UnsupportedKernel
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -203,14 +204,14 @@ def test_check_lse_fp8_holds_the_rule():
     """The LSE rule: exact -inf where no key is seen, NaN never, and FP8_LSE_ROUNDINGS f32 roundings of |LSE|
     plus LSE_TOLERANCE; one more ulp-sized error past that at a large LSE is a mismatch."""
     q, k, _ = _small()
-    ref = R.attention_fp8_lse(q, k, ONES * 300, ONES * 300, causal=True)
+    ref = reference_fp8.attention_fp8_lse(q, k, ONES * 300, ONES * 300, causal=True)
     assert R.check_lse_fp8(ref, q, k, ONES * 300, ONES * 300, causal=True).ok
     allowed = R.FP8_LSE_ROUNDINGS * 2.0**-24 * np.abs(ref) + R.LSE_TOLERANCE
     assert R.check_lse_fp8(ref + 0.9 * allowed, q, k, ONES * 300, ONES * 300, causal=True).ok
     assert not R.check_lse_fp8(ref + 1.1 * allowed, q, k, ONES * 300, ONES * 300, causal=True).ok
     assert not R.check_lse_fp8(np.where(ref == ref.max(), np.nan, ref), q, k, ONES * 300, ONES * 300, causal=True).ok
     q, k, _ = _small(heads=2, heads_k=2)
-    short = R.attention_fp8_lse(q, k[:, :, :4], causal=True)  # bottom-right causal: the first 4 rows see no key
+    short = reference_fp8.attention_fp8_lse(q, k[:, :, :4], causal=True)  # bottom-right causal: the first 4 rows see no key
     assert np.isneginf(short[:, :, :4]).all()
     assert not R.check_lse_fp8(np.where(np.isinf(short), 0.0, short), q, k[:, :, :4], causal=True).ok
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import find_kernel, reference
+from tessera import find_kernel, reference, reference_gemm
 from tessera.host import describe
 from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
@@ -37,7 +37,7 @@ def operands(rng, m, n, k, layout, batch=None, epilogue=False):
     """The inputs in the kernel's order (A, B[, C_in, bias]) and check_gemm's keywords."""
     ta, tb = LAYOUTS[layout]
     factors = dict(alpha=EPILOGUE["alpha"], beta=EPILOGUE["beta"]) if epilogue else {}
-    return reference.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=batch, **factors)
+    return reference_gemm.gemm_operands(rng, m, n, k, transpose_a=ta, transpose_b=tb, batch=batch, **factors)
 
 
 def kernel(layout, dtype="bf16", epilogue=False, **options):

@@ -20,7 +20,7 @@ import gpu_results  # noqa: E402
 import gpu_stages  # noqa: E402
 import gpu_variants  # noqa: E402
 
-from tessera import reference  # noqa: E402
+from tessera import reference_attention  # noqa: E402
 from tessera.numerics import BF16  # noqa: E402
 
 torch = pytest.importorskip("torch")
@@ -63,14 +63,14 @@ def test_the_functions_are_written_once_numpy_and_torch_agree_and_the_masks_read
 
 def test_the_check_accepts_the_float64_reference_in_bf16_and_refuses_a_wrong_output():
     """variant_check on CPU tensors (2 heads, 256 queries and keys, the variants built at seq 2048): the reference
-    of tessera.reference.attention_mods (the NumPy functions) rounded to bf16 passes, one element off by 0.05 does
+    of tessera.reference_attention.attention_mods (the NumPy functions) rounded to bf16 passes, one element off by 0.05 does
     not; Tessera against FlexAttention is their largest difference on the slice."""
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, 2, 256, 128)).astype(BF16) for _ in range(3))
     tq, tk, tv = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16) for x in (q, k, v))
     for mine, theirs in list(zip(gpu_variants.make_variants(np, 2048),
                                  gpu_variants.make_variants(torch, 2048, "cpu")))[2::3]:  # window, soft-cap, bias
-        o, _ = reference.attention_mods(q, k, v, mine.score_mod, mine.mask_mod, None)
+        o, _ = reference_attention.attention_mods(q, k, v, mine.score_mod, mine.mask_mod, None)
         good = torch.from_numpy(o.astype(np.float32)).to(torch.bfloat16)
         bad = good.clone()
         bad[0, 1, -1, 5] += 0.05

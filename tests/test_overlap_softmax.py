@@ -23,6 +23,7 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.numerics import dtype_from_name
 from tessera.passes import TARGET_PIPELINE, apply_pipeline
 from tessera.passes.overlap_softmax import OverlapSoftmaxError
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from text_edits import checked
@@ -52,10 +53,6 @@ def compiled(spec: str, variant: str = "flash_attention", block: int = BLOCK, **
     return module
 
 
-def _qkv(rng, seq_q, seq_k, head_dim):
-    return [rng.standard_normal((1, 2, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
-
-
 def _rotated_loops(module) -> list[scf.ForOp]:
     """The loops that overlap-softmax built: those under the `scf.if n > 0` that replaced a loop."""
     return [op for op in module.walk() if isinstance(op, scf.ForOp) and isinstance(op.parent_op(), scf.IfOp)
@@ -78,7 +75,7 @@ def test_rotated_flash_attention_is_bit_identical(spec, head_dim, causal, dtype,
     module = compiled(spec.format(n=stages), **config)
     assert _rotated_loops(module)
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, heads=2)
         out = tessera.interpret(module, q, k, v)
         np.testing.assert_array_equal(out, tessera.interpret(original, q, k, v), err_msg=f"{seq_q}x{seq_k}")
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
@@ -88,7 +85,7 @@ def test_rotated_flash_attention_is_bit_identical(spec, head_dim, causal, dtype,
 def test_default_blocks(rng):
     """The builder's 128 x 128 blocks, causal, seq_q != seq_k with partial blocks: 0 to 3 key blocks."""
     module = compiled(FULL.format(n=2), block=128, head_dim=128, causal=True, dtype="bf16")
-    q, k, v = _qkv(rng, 300, 270, 128)
+    q, k, v = attention_operands(rng, 300, 270, 128, heads=2)
     out = tessera.interpret(module, q, k, v)
     assert reference.check_attention(out, q, k, v, dtype_from_name("bf16"), causal=True).ok
 
@@ -98,7 +95,7 @@ def test_two_pass_output_loop_is_rotated(rng):
     config = {"head_dim": 64, "causal": True, "dtype": "bf16"}
     module = compiled(ROTATED.format(n=2), "two_pass_attention", **config)
     assert len(_rotated_loops(module)) == 1
-    q, k, v = _qkv(rng, 70, 100, 64)
+    q, k, v = attention_operands(rng, 70, 100, 64, heads=2)
     np.testing.assert_array_equal(tessera.interpret(module, q, k, v),
                                   tessera.interpret(compiled("", "two_pass_attention", **config), q, k, v))
 
@@ -132,14 +129,14 @@ def test_loop_with_offset_and_step(spec, causal, rng):
     apply_pipeline(module, spec)
     assert _rotated_loops(module)
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, 64)
+        q, k, v = attention_operands(rng, seq_q, seq_k, 64, heads=2)
         np.testing.assert_array_equal(tessera.interpret(module, q, k, v), tessera.interpret(original, q, k, v))
 
 
 def test_target_level(rng):
     """The rotated, peeled kernel lowers (stage indices stay remui(u, N)) and runs right in the CTA simulator."""
     module = compiled(FULL.format(n=2), block=64, head_dim=64, causal=True, dtype="bf16")
-    q, k, v = _qkv(rng, 70, 130, 64)
+    q, k, v = attention_operands(rng, 70, 130, 64, heads=2)
     # the module is pipelined already: lower it the rest of the way (not through the default pipeline again)
     out = tessera.interpret(module, q[:, :1], k[:, :1], v[:, :1], level="target", pipeline=TARGET_PIPELINE)
     assert reference.check_attention(out, q[:, :1], k[:, :1], v[:, :1], dtype_from_name("bf16"), causal=True).ok
@@ -222,7 +219,7 @@ def test_refill_before_release_is_reported(rng):
         loop.body.block.insert_op_before(release, loop.body.block.last_op)
 
     with pytest.raises(KernelHazardError, match="overwrites ring v_ring, read since its last tile.release"):
-        tessera.interpret(_seeded(2, release_late), *_qkv(rng, 40, 100, 64))
+        tessera.interpret(_seeded(2, release_late), *attention_operands(rng, 40, 100, 64, heads=2))
 
 
 def test_pending_count_must_drop(rng):
@@ -233,7 +230,7 @@ def test_pending_count_must_drop(rng):
         wait.properties["pending"] = type(wait.pending)(wait.pending.value.data + 1, 64)
 
     with pytest.raises(KernelHazardError, match="still in flight"):
-        tessera.interpret(_seeded(3, keep_pending), *_qkv(rng, 40, 200, 64))
+        tessera.interpret(_seeded(3, keep_pending), *attention_operands(rng, 40, 200, 64, heads=2))
 
 
 # endregion
@@ -291,7 +288,7 @@ def _folded_against_default(level: str, shapes, rng) -> None:
     folded = checked(DEFAULT_PIPELINE).replace("overlap-softmax", "overlap-softmax{fold=true}")
     module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
     for seq_q, seq_k in shapes:
-        q, k, v = (a.astype(np.float32) for a in _qkv(rng, seq_q, seq_k, 64))
+        q, k, v = (a.astype(np.float32) for a in attention_operands(rng, seq_q, seq_k, 64, heads=2))
         out = tessera.interpret(module, q, k, v, level=level, pipeline=folded)
         np.testing.assert_array_equal(out, tessera.interpret(module, q, k, v, level=level),
                                       err_msg=f"{level} {seq_q}x{seq_k}")

@@ -21,6 +21,7 @@ from tessera import reference
 from tessera.dialects import tile
 from tessera.numerics import dtype_from_name
 from tessera.passes import apply_pipeline
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from text_edits import checked, filled
@@ -44,10 +45,6 @@ def compiled(spec: str, head_dim: int, causal: bool, dtype: str, block: int = BL
     return module
 
 
-def _qkv(rng, seq_q, seq_k, head_dim):
-    return [rng.standard_normal((1, 2, s, head_dim)) for s in (seq_q, seq_k, seq_k)]
-
-
 def _masks(op) -> list:
     return [o for o in op.walk() if isinstance(o, tile.MaskBoundsOp | tile.MaskCausalOp)]
 
@@ -69,7 +66,7 @@ def test_peeled_flash_attention_is_bit_identical(spec, head_dim, causal, dtype, 
     peeled = compiled(spec, head_dim, causal, dtype)
     assert len(_loops(peeled)) == 2 * len(_loops(original))
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, heads=2)
         out = tessera.interpret(peeled, q, k, v)
         np.testing.assert_array_equal(out, tessera.interpret(original, q, k, v), err_msg=f"{spec} {seq_q}x{seq_k}")
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
@@ -79,7 +76,7 @@ def test_peeled_flash_attention_is_bit_identical(spec, head_dim, causal, dtype, 
 def test_default_blocks(rng):
     """The builder's 128 x 128 blocks, causal, seq_q != seq_k with partial blocks: 0 to 3 key blocks."""
     module = compiled("pipeline-loops{stages=2},peel-masked-iterations", 128, True, "bf16", block=128)
-    q, k, v = _qkv(rng, 300, 270, 128)
+    q, k, v = attention_operands(rng, 300, 270, 128, heads=2)
     out = tessera.interpret(module, q, k, v)
     assert reference.check_attention(out, q, k, v, dtype_from_name("bf16"), causal=True).ok
 
@@ -272,7 +269,7 @@ def test_branched_flash_attention_is_bit_identical(head_dim, causal, dtype, rng)
     in_loop = [m for m in _masks(branched) if any(loop.is_ancestor(m) for loop in _loops(branched))]
     assert in_loop and all(isinstance(m.parent_op(), scf.IfOp) for m in in_loop)
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, heads=2)
         out = tessera.interpret(branched, q, k, v)
         np.testing.assert_array_equal(out, tessera.interpret(original, q, k, v), err_msg=f"{seq_q}x{seq_k}")
 

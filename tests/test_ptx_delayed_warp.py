@@ -140,10 +140,10 @@ def _run_pingpong(seq_k: int, **schedule):
     from tessera import reference
     from tessera.interpreters.launch import prepare_arguments
     from tessera.interpreters.ptx.launcher import launch_described
-    from test_ptx_hazards import _qkv
+    from tessera.reference_attention import attention_operands
 
     sig, host, text, _ = _pingpong_count_halved()
-    arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(seq_k), seq_k))
+    arrays, sizes = prepare_arguments(sig, attention_operands(np.random.default_rng(seq_k), 64, seq_k, 64))
     launch_described(text, host, arrays, sizes, source="seeded.ptx", **schedule)
     return reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
 

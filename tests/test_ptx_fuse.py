@@ -168,12 +168,13 @@ def test_hand_written_kernels_give_the_same_bits_fused():
 
 
 def test_flash_attention_gives_the_same_bits_fused():
-    from test_ptx_hazards import _attention, _qkv
+    from test_ptx_hazards import _attention
+    from tessera.reference_attention import attention_operands
 
     sig, host, text = _attention(False)
     outs = []
     for fused in (False, True):
-        arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(6), 70))
+        arrays, sizes = prepare_arguments(sig, attention_operands(np.random.default_rng(6), 64, 70, 64))
         launch_described(text, host, arrays, sizes, fuse=fused)
         outs.append(arrays[3].tobytes())
     assert outs[0] == outs[1]
@@ -210,13 +211,14 @@ def test_an_error_inside_a_block_names_the_same_instruction_and_thread():
 
 
 def test_a_pending_wgmma_register_inside_a_block_is_reported_as_unfused():
-    from test_ptx_hazards import _attention, _index, _qkv, _run, _seeded
+    from test_ptx_hazards import _attention, _index, _run, _seeded
+    from tessera.reference_attention import attention_operands
 
     text = _seeded(_attention(False), lambda lines: lines.pop(_index(lines, lambda s: "wgmma.wait_group" in s)))
     messages = []
     for fused in (False, True):
         sig, host, _ = _attention(False)
-        arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(7), 70))
+        arrays, sizes = prepare_arguments(sig, attention_operands(np.random.default_rng(7), 64, 70, 64))
         with pytest.raises(PtxHazardError) as caught:
             launch_described(text, host, arrays, sizes, source="seeded.ptx", fuse=fused)
         messages.append(str(caught.value))

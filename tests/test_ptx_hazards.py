@@ -22,6 +22,7 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError, launch
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.passes import PTX_PIPELINE
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
@@ -54,10 +55,6 @@ def _run(compiled, text: str, inputs):
     return arrays
 
 
-def _qkv(rng, seq_k: int):
-    return [rng.standard_normal((1, 1, s, 64)) for s in (64, seq_k, seq_k)]
-
-
 def _seeded(compiled, edit) -> str:
     lines = compiled[2].splitlines()
     edit(lines)
@@ -72,7 +69,7 @@ def _index(lines, predicate, start=0, stop=None) -> int:
 
 
 def test_the_unseeded_kernel_runs_clean(rng):
-    arrays = _run(_attention(False), _attention(False)[2], _qkv(rng, 70))
+    arrays = _run(_attention(False), _attention(False)[2], attention_operands(rng, 64, 70, 64))
     check = reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
     assert check.ok, check
 
@@ -88,7 +85,7 @@ def test_missing_wait_on_the_kv_barrier_is_reported(rng):
                                              r"shared address 0x[0-9a-f]+ before it was signalled: the TMA load at "
                                              r"line \d+ .* has not completed on the mbarrier at shared address "
                                              rf"0x[0-9a-f]+ .*{THREAD}$"):
-        _run(_attention(False), text, _qkv(rng, 70))
+        _run(_attention(False), text, attention_operands(rng, 64, 70, 64))
 
 
 def test_wgmma_result_used_before_wait_group_is_reported(rng):
@@ -96,7 +93,7 @@ def test_wgmma_result_used_before_wait_group_is_reported(rng):
     with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: \S+: touches %\w+, an accumulator register of "
                                              r"the wgmma.mma_async at line \d+, before a wgmma.wait_group covers its "
                                              rf"group \(group 0 of warpgroup 0 is still pending\) {THREAD}$"):
-        _run(_attention(False), text, _qkv(rng, 70))
+        _run(_attention(False), text, attention_operands(rng, 64, 70, 64))
 
 
 def test_wrong_parity_is_reported(rng):
@@ -113,7 +110,7 @@ def test_wrong_parity_is_reported(rng):
     with pytest.raises(PtxHazardError, match=r"wgmma operand B reads shared address 0x[0-9a-f]+ before it was "
                                              r"signalled: .*no completed mbarrier wait covers it: a missing wait, or "
                                              "one on the wrong parity"):
-        _run(_attention(False), _seeded(_attention(False), flip), _qkv(rng, 70))
+        _run(_attention(False), _seeded(_attention(False), flip), attention_operands(rng, 64, 70, 64))
 
 
 def _kv_expect(lines) -> int:
@@ -127,7 +124,7 @@ def test_missing_expect_tx_deadlocks(rng):
                                                r"mbarrier at shared address 0x[0-9a-f]+ \(in phase 0, parity 0, with 1 "
                                                r"of 1 arrivals pending and tx-count 0, 32768 bytes of copies in flight "
                                                r"on it: arrivals are missing; .*\) at line \d+ \(mbarrier.try_wait"):
-        _run(_attention(False), text, _qkv(rng, 70))
+        _run(_attention(False), text, attention_operands(rng, 64, 70, 64))
 
 
 def test_expect_tx_smaller_than_the_copies_is_reported(rng):
@@ -140,7 +137,7 @@ def test_expect_tx_smaller_than_the_copies_is_reported(rng):
                                              r"still in flight on it: its expect_tx \(the arrive at line \d+, thread "
                                              r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) announced fewer bytes than the "
                                              rf"copies deliver {THREAD}$"):
-        _run(_attention(False), _seeded(_attention(False), halve), _qkv(rng, 70))
+        _run(_attention(False), _seeded(_attention(False), halve), attention_operands(rng, 64, 70, 64))
 
 
 def test_expect_tx_larger_than_the_copies_deadlocks(rng):
@@ -150,7 +147,7 @@ def test_expect_tx_larger_than_the_copies_deadlocks(rng):
 
     with pytest.raises(PtxDeadlockError, match=r"with 0 of 1 arrivals pending and tx-count 16384: its expect_tx "
                                                r"announced 16384 bytes more than the copies delivered"):
-        _run(_attention(False), _seeded(_attention(False), grow), _qkv(rng, 70))
+        _run(_attention(False), _seeded(_attention(False), grow), attention_operands(rng, 64, 70, 64))
 
 
 def test_p_fragment_register_reused_while_pv_runs_is_reported(rng):
@@ -166,7 +163,7 @@ def test_p_fragment_register_reused_while_pv_runs_is_reported(rng):
     with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: add.s32: touches %r\d+, an A-fragment register "
                                              r"of the wgmma.mma_async at line \d+, before a wgmma.wait_group covers "
                                              rf"its group \(group 1 of warpgroup 0 is still pending\) {THREAD}$"):
-        _run(_attention(False), _seeded(_attention(False), clobber), _qkv(rng, 70))
+        _run(_attention(False), _seeded(_attention(False), clobber), attention_operands(rng, 64, 70, 64))
 
 
 # endregion
@@ -193,7 +190,7 @@ def _releases(lines) -> list[int]:
 
 
 def test_the_unseeded_pipeline_runs_clean(rng):
-    arrays = _run(_attention(True), _attention(True)[2], _qkv(rng, 700))
+    arrays = _run(_attention(True), _attention(True)[2], attention_operands(rng, 64, 700, 64))
     check = reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
     assert check.ok, check
 
@@ -218,7 +215,7 @@ def test_slot_released_before_it_is_read_is_reported(rng):
                                              r"address 0x[0-9a-f]+ at line \d+ before a wgmma.wait_group covered that "
                                              r"wgmma \(a release before the consumer's last read\) \(thread \(256, 0, "
                                              r"0\) of CTA \(0, 0, 0\)\)$"):
-        _run(_attention(True), _seeded(_attention(True), release_early), _qkv(rng, 700))
+        _run(_attention(True), _seeded(_attention(True), release_early), attention_operands(rng, 64, 700, 64))
 
 
 def test_slot_overwritten_while_a_wgmma_reads_it_is_reported(rng):
@@ -232,7 +229,7 @@ def test_slot_overwritten_while_a_wgmma_reads_it_is_reported(rng):
 
     with pytest.raises(PtxHazardError, match=r"the TMA load overwrites shared address 0x[0-9a-f]+ while the wgmma at "
                                              r"line \d+ of warpgroup \d may still read it"):
-        _run(_attention(True), _seeded(_attention(True), release_before_wait), _qkv(rng, 700))
+        _run(_attention(True), _seeded(_attention(True), release_before_wait), attention_operands(rng, 64, 700, 64))
 
 
 def _producer(lines) -> int:
@@ -253,7 +250,7 @@ def test_parity_not_flipped_deadlocks(rng):
     with pytest.raises(PtxDeadlockError, match=r"deadlock: no thread can make progress\n  1 thread\(s\), first thread "
                                                r"\(256, 0, 0\) .*: wait on the mbarrier at shared address 0x[0-9a-f]+ "
                                                r"\(in phase 0, parity 0, with 256 of 256 arrivals pending"):
-        _run(_attention(True), _seeded(_attention(True), no_flip), _qkv(rng, 700))
+        _run(_attention(True), _seeded(_attention(True), no_flip), attention_operands(rng, 64, 700, 64))
 
 
 def test_missing_expect_tx_in_the_producer_deadlocks(rng):
@@ -264,7 +261,7 @@ def test_missing_expect_tx_in_the_producer_deadlocks(rng):
 
     with pytest.raises(PtxDeadlockError, match=r"with 1 of 1 arrivals pending and tx-count 0, 16384 bytes of copies "
                                                r"in flight on it: arrivals are missing"):
-        _run(_attention(True), _seeded(_attention(True), no_expect), _qkv(rng, 700))
+        _run(_attention(True), _seeded(_attention(True), no_expect), attention_operands(rng, 64, 700, 64))
 
 
 # endregion

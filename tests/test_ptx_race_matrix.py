@@ -21,13 +21,14 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.passes import PIPELINED_PIPELINE, allocated
 from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from race_kernels import KERNELS
 from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, release, seed
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
-from test_ptx_hazards import _attention, _qkv, _run
+from test_ptx_hazards import _attention, _run
 from text_edits import checked
 
 SHAPES = (300, 700)
@@ -43,7 +44,7 @@ def _ids(bugs):
 
 def _run_flash(edit, seq_k: int):
     compiled = _attention(True)
-    arrays = _run(compiled, seed(compiled[2], edit), _qkv(np.random.default_rng(seq_k), seq_k))
+    arrays = _run(compiled, seed(compiled[2], edit), attention_operands(np.random.default_rng(seq_k), 64, seq_k, 64))
     return reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)
 
 
@@ -136,7 +137,7 @@ def test_a_ping_pong_barrier_deleted_is_reported_where_its_arrivals_go_unmatched
     sig, host, text = _pingpong()
     lines = text.splitlines()
     del lines[_pingpong_barrier(action)(lines)]
-    arrays, sizes = prepare_arguments(sig, _qkv(np.random.default_rng(seq_k), seq_k))
+    arrays, sizes = prepare_arguments(sig, attention_operands(np.random.default_rng(seq_k), 64, seq_k, 64))
     if not reported:
         launch_described("\n".join(lines) + "\n", host, arrays, sizes, source="seeded.ptx")
         assert reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False).ok

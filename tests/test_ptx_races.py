@@ -11,9 +11,10 @@ import pytest
 
 from tessera import reference
 from tessera.interpreters.ptx import PtxHazardError, launch
+from tessera.reference_attention import attention_operands
 
 from race_templates import PTX_HEADER, STORE_TID_TO_TILE
-from test_ptx_hazards import _attention, _qkv, _run, _seeded
+from test_ptx_hazards import _attention, _run, _seeded
 from text_edits import checked, filled
 
 BOTH = r"\(thread \((\d+), 0, 0\) of CTA \(0, 0, 0\)\)"
@@ -198,7 +199,8 @@ def test_missing_bar_sync_after_mbarrier_init_is_a_race(rng):
                                              r"\(0, 0, 0\) .*\) initialises, with no synchronisation ordering the "
                                              r"init before this use \(race: missing bar.sync after mbarrier.init\) "
                                              r"\(thread \([1-9]\d*, 0, 0\)"):
-        _run(_attention(True), _seeded(_attention(True), _drop_first("bar.sync 0, 384")), _qkv(rng, 128))
+        _run(_attention(True), _seeded(_attention(True), _drop_first("bar.sync 0, 384")),
+             attention_operands(rng, 64, 128, 64))
 
 
 def test_missing_first_wgmma_fence_is_reported(rng):
@@ -206,7 +208,8 @@ def test_missing_first_wgmma_fence_is_reported(rng):
     registers), yet the PTX ISA asks for a wgmma.fence before a warpgroup's first wgmma.mma_async."""
     with pytest.raises(PtxHazardError, match=r"^seeded.ptx:\d+: error: wgmma.mma_async\S*: is the warpgroup's first "
                                              r"wgmma.mma_async and no wgmma.fence precedes it \(missing wgmma.fence\)"):
-        _run(_attention(True), _seeded(_attention(True), _drop_first("wgmma.fence")), _qkv(rng, 128))
+        _run(_attention(True), _seeded(_attention(True), _drop_first("wgmma.fence")),
+             attention_operands(rng, 64, 128, 64))
 
 
 # the rule for a slot an async read (a wgmma) used, on the bookkeeping alone: thread 0 is the consumer, thread 1
@@ -309,7 +312,7 @@ def test_an_adversarial_schedule_runs_the_pipelined_kernel_clean(rng):
     from tessera.interpreters.ptx.launcher import launch_described
 
     sig, host, text = _attention(True)
-    inputs = _qkv(rng, 300)
+    inputs = attention_operands(rng, 64, 300, 64)
     arrays, sizes = prepare_arguments(sig, inputs)
     launch_described(text, host, arrays, sizes, schedule="adversarial", seed=3)
     check = reference.check_attention(arrays[3], *arrays[:3], arrays[0].dtype, causal=False)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_attention
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.serving_checks import PagedCache, SequenceRows, checking
@@ -461,7 +461,7 @@ def test_dense_gqa_with_split_kv_and_lse(seq_q, num_splits, causal, rng):
     keys = np.repeat(k, 3, 1).astype(np.float64)
     scores = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), keys) / 8
     if causal:
-        scores = np.where(reference.causal_visible(seq_q, 500), scores, -np.inf)
+        scores = np.where(reference_attention.causal_visible(seq_q, 500), scores, -np.inf)
     top = scores.max(-1)
     np.testing.assert_allclose(lse, top + np.log(np.exp(scores - top[..., None]).sum(-1)), atol=1e-4)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import reference
+from tessera import reference, reference_gemm
 from tessera.kernels import gemm
 from tessera.numerics import dtype_from_name
 from tessera.passes import apply_pipeline
@@ -30,7 +30,7 @@ def _kernel(block_k, layout, **options):
 
 def _run(block_k, layout, shape, level, rng, **options):
     ta, tb = LAYOUTS[layout]
-    inputs, expected = reference.gemm_operands(rng, *shape, transpose_a=ta, transpose_b=tb)
+    inputs, expected = reference_gemm.gemm_operands(rng, *shape, transpose_a=ta, transpose_b=tb)
     out = tessera.interpret(_kernel(block_k, layout, **options), *inputs, level=level)
     comparison = reference.check_gemm(out, inputs[0], inputs[1], dtype_from_name("bf16"), **expected)
     assert comparison.ok, str(comparison)

@@ -13,6 +13,7 @@ import tessera
 from tessera import reference
 from tessera.numerics import dtype_from_name
 from tessera.passes import TARGET_PIPELINE
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 
@@ -23,18 +24,13 @@ partial blocks, seq_q != seq_k both ways, a decoding query, and (below) one long
 BATCH, HEADS = 2, 1  # heads > 1 is exercised by the long-sequence tests (1 x 2)
 
 
-def _qkv(rng, seq_q, seq_k, head_dim):
-    shape_q, shape_k = (BATCH, HEADS, seq_q, head_dim), (BATCH, HEADS, seq_k, head_dim)
-    return rng.standard_normal(shape_q), rng.standard_normal(shape_k), rng.standard_normal(shape_k)
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_flash_attention_target_matches(head_dim, causal, dtype, rng):
     module = build_kernel("flash_attention", head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, batch=BATCH, heads=HEADS)
         out = tessera.interpret(module, q, k, v, level="target", pipeline=TARGET_PIPELINE)
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
         assert comparison.ok, f"seq_q={seq_q} seq_k={seq_k}: {comparison}"
@@ -53,7 +49,7 @@ MULTIPASS_SEQ_PAIRS = [(1, 1), (130, 200), (200, 17)]
 def test_multipass_attention_target_matches(variant, head_dim, causal, dtype, rng):
     module = build_kernel(variant, head_dim=head_dim, causal=causal, dtype=dtype)
     for seq_q, seq_k in MULTIPASS_SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, head_dim)
+        q, k, v = attention_operands(rng, seq_q, seq_k, head_dim, batch=BATCH, heads=HEADS)
         out = tessera.interpret(module, q, k, v, level="target", pipeline=TARGET_PIPELINE)
         comparison = reference.check_attention(out, q, k, v, dtype_from_name(dtype), causal=causal)
         assert comparison.ok, f"seq_q={seq_q} seq_k={seq_k}: {comparison}"

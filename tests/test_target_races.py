@@ -14,13 +14,10 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
+from tessera.reference_attention import attention_operands
 
 from target_bug_seeds import BENIGN, SEEDS, kernel, one_per_kind, seeded
 from text_edits import filled
-
-
-def _qkv(rng, seq_k: int):
-    return [rng.standard_normal((1, 1, s, 64)) for s in (64, seq_k, seq_k)]
 
 
 def _run(sig, fn, inputs, **kw):
@@ -59,7 +56,7 @@ def test_one_bug_of_each_kind_is_reported_on_300_keys(name, rng):
     """300 keys: three K/V tiles, so some slots are never refilled (a missing release shows only at the end)."""
     sig, fn = seeded(name)
     with pytest.raises(KernelHazardError, match=_EXPECTED.get(name)):
-        _run(sig, fn, _qkv(rng, 300))
+        _run(sig, fn, attention_operands(rng, 64, 300, 64))
 
 
 @pytest.mark.parametrize("name", sorted(BENIGN))
@@ -70,19 +67,19 @@ def test_seeded_edits_that_are_not_races_run_clean(name, rng):
     if BENIGN[name][1] == "gemm":
         _run(sig, fn, [rng.standard_normal((128, 64)), rng.standard_normal((64, 128))])
     else:
-        _run(sig, fn, _qkv(rng, 700 if "release" in name else 300))
+        _run(sig, fn, attention_operands(rng, 64, 700 if "release" in name else 300, 64))
 
 
 def test_the_unseeded_kernel_runs_clean_and_the_same_under_the_adversarial_schedule(rng):
     sig, fn = kernel("pingpong")
-    inputs = _qkv(rng, 300)
+    inputs = attention_operands(rng, 64, 300, 64)
     np.testing.assert_array_equal(_run(sig, fn, inputs, schedule="adversarial", seed=1)[3], _run(sig, fn, inputs)[3])
 
 
 def test_an_unknown_schedule_is_refused(rng):
     sig, fn = kernel("specialized")
     with pytest.raises(ValueError, match=r"schedule must be one of round_robin, adversarial, got 'random'"):
-        _run(sig, fn, _qkv(rng, 300), schedule="random")
+        _run(sig, fn, attention_operands(rng, 64, 300, 64), schedule="random")
 
 
 def test_every_seed_names_a_kind():

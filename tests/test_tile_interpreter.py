@@ -10,6 +10,7 @@ from xdsl.dialects import scf
 import tessera
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
+from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from text_edits import filled
@@ -29,33 +30,29 @@ def _erase(op):
     op.erase()
 
 
-def _inputs(rng, seq=150):
-    return [rng.standard_normal((1, 2, seq, 64)) for _ in range(3)]
-
-
 def test_unseeded_kernel_runs(rng):
-    tessera.interpret(_fresh_flash(), *_inputs(rng))
+    tessera.interpret(_fresh_flash(), *attention_operands(rng, 150, 150, 64, heads=2))
 
 
 def test_missing_wait_is_reported(rng):
     module = _fresh_flash()
     _erase(_loop_ops(module, tile.CpWaitGroupOp)[0])
     with pytest.raises(KernelHazardError, match=r"tile.mma .* still in flight .* in block \(0, 0, 0\)"):
-        tessera.interpret(module, *_inputs(rng))
+        tessera.interpret(module, *attention_operands(rng, 150, 150, 64, heads=2))
 
 
 def test_missing_commit_is_reported(rng):
     module = _fresh_flash()
     _erase(_loop_ops(module, tile.CpCommitGroupOp)[0])
     with pytest.raises(KernelHazardError, match="still in flight"):
-        tessera.interpret(module, *_inputs(rng))
+        tessera.interpret(module, *attention_operands(rng, 150, 150, 64, heads=2))
 
 
 def test_missing_barrier_after_wait_is_reported(rng):
     module = _fresh_flash()
     _erase(_loop_ops(module, tile.BarrierOp)[0])
     with pytest.raises(KernelHazardError, match="missing tile.barrier after cp_wait_group"):
-        tessera.interpret(module, *_inputs(rng))
+        tessera.interpret(module, *attention_operands(rng, 150, 150, 64, heads=2))
 
 
 def test_write_after_read_race_is_reported(rng):
@@ -63,7 +60,7 @@ def test_write_after_read_race_is_reported(rng):
     module = _fresh_flash()
     _erase(_loop_ops(module, tile.BarrierOp)[-1])
     with pytest.raises(KernelHazardError, match="write-after-read race"):
-        tessera.interpret(module, *_inputs(rng))
+        tessera.interpret(module, *attention_operands(rng, 150, 150, 64, heads=2))
 
 
 RING = """

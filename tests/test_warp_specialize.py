@@ -17,6 +17,7 @@ from tessera.interpreters.sm90 import run_target_kernel
 from tessera.kernel_abi import TARGET_KERNEL_ATTR
 from tessera.numerics import dtype_from_name
 from tessera.passes.convert_tile_to_sm90 import PRODUCER_ATTR
+from tessera.reference_attention import attention_operands
 from tessera.sm90 import facts
 
 from conftest import build_kernel
@@ -40,11 +41,6 @@ def _lower(module, spec: str):
 def _run(sig, kernel, inputs):
     arguments, sizes = prepare_arguments(sig, inputs)
     run_target_kernel(kernel, arguments, sizes)
-
-
-def _qkv(rng, seq_q, seq_k, head_dim, batch=1, heads=1):
-    return (rng.standard_normal((batch, heads, seq_q, head_dim)), rng.standard_normal((batch, heads, seq_k, head_dim)),
-            rng.standard_normal((batch, heads, seq_k, head_dim)))
 
 
 # -- structure -------------------------------------------------------------------------------------------------
@@ -104,7 +100,7 @@ def test_specialized_flash_matches_numpy(stages, causal, rng):
     module = build_kernel("flash_attention", head_dim=64, causal=causal, dtype="bf16")
     sig, kernel = _lower(module, pipeline(stages, overlap=stages > 1, peel=True, pingpong=stages > 1))
     for seq_q, seq_k in SEQ_PAIRS:
-        q, k, v = _qkv(rng, seq_q, seq_k, 64)
+        q, k, v = attention_operands(rng, seq_q, seq_k, 64)
         arguments, sizes = prepare_arguments(sig, (q, k, v))
         run_target_kernel(kernel, arguments, sizes)
         out = arguments[-1]
@@ -118,7 +114,7 @@ def test_each_option_alone_matches_numpy(option, rng):
              "all": dict(overlap=True, peel=True, pingpong=True)}[option]
     module = build_kernel("flash_attention", head_dim=128, causal=True, dtype="f16")
     spec = pipeline(2, **flags)
-    q, k, v = _qkv(rng, 200, 300, 128, batch=1, heads=2)
+    q, k, v = attention_operands(rng, 200, 300, 128, heads=2)
     out = tessera.interpret(module, q, k, v, level="target", pipeline=spec)
     check = reference.check_attention(out, q, k, v, dtype_from_name("f16"), causal=True)
     assert check.ok, f"{option}: {check}"
@@ -139,7 +135,7 @@ def test_specialized_gemm_matches_numpy(stages, rng):
 def _seeded(rng):
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16")
     sig, kernel = _lower(module, pipeline(2))
-    return sig, kernel, _qkv(rng, 64, 700, 64)
+    return sig, kernel, attention_operands(rng, 64, 700, 64)
 
 
 def _producer(kernel):
@@ -224,7 +220,7 @@ def test_flash_128x176_tile_fits_warp_specialization(rng):
         lowered = tessera.compile(module, target="target")
     assert [op.count.value.data for op in lowered.walk() if isinstance(op, sm90.SetMaxNRegOp)] == [24, 240]
     sig = tessera.find_kernel(module)
-    q, k, v = _qkv(rng, 70, 400, 128)  # two whole key blocks and one of 48 keys
+    q, k, v = attention_operands(rng, 70, 400, 128)  # two whole key blocks and one of 48 keys
     arguments, sizes = prepare_arguments(sig, (q, k, v))
     run_target_kernel(next(op for op in lowered.walk() if is_target_kernel(op)), arguments, sizes)
     arrays, sizes = prepare_arguments(sig, (q, k, v))

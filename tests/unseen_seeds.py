@@ -41,7 +41,7 @@ import numpy as np
 import race_templates
 import tessera
 from backward_seeds import KINDS, At, Edit, apply_ptx, apply_target, find_ptx, find_target
-from tessera import find_kernel, passes, reference
+from tessera import find_kernel, passes, reference_attention
 
 
 # region kernels and inputs
@@ -116,7 +116,7 @@ def _backward():
 def _backward_inputs(rng, seq_q, seq_k):
     """Q, K, V, dO, LSE2 and dPsum of one head (the preprocess run at Tile level)."""
     q, k, v, do, o = (_bf16(rng, 1, 1, s, 64) for s in (seq_q, seq_k, seq_k, seq_q, seq_q))
-    lse = reference.attention_lse(q, k).astype(np.float32)
+    lse = reference_attention.attention_lse(q, k).astype(np.float32)
     dpsum, lse2, _ = tessera.interpret(_backward().preprocess, o, do, lse, level="tile")
     return [q, k, v, do, lse2, dpsum], None
 

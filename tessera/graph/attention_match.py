@@ -398,7 +398,7 @@ def kernel_config(head_dim: int, causal: bool, dtype: str, scale: float,
 def backward_config(head_dim: int, causal: bool, dtype: str, scale: float) -> dict:
     """The kernel configuration of the backward op (`tessera.kernels.attention_backward`'s main kernel);
     ValueError for what the backward builders refuse (head_dim 256)."""
-    from tessera.kernels.attention_backward import BackwardConfig
+    from tessera.kernels.attention_backward_config import BackwardConfig
 
     config = BackwardConfig.checked(head_dim, causal, dtype, scale)
     return dict(causal=causal, scale=config.attention.scale, head_dim=head_dim, dtype=dtype,

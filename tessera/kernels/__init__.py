@@ -11,7 +11,7 @@
   `aligned=True` promises such sizes, `aligned=False` never uses TMA).
 """
 
-from tessera.kernels.attention import HEAD_DIMS, AttentionConfig, flash_attention
+from tessera.kernels.attention import flash_attention
 from tessera.kernels.attention_backward import (
     AttentionBackward,
     BackwardConfig,
@@ -20,6 +20,7 @@ from tessera.kernels.attention_backward import (
     attention_backward_postprocess,
     attention_backward_preprocess,
 )
+from tessera.kernels.attention_config import HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_multipass import three_pass_attention, two_pass_attention
 from tessera.kernels.attention_paged import flash_attention_paged
 from tessera.kernels.attention_split import attention_combine

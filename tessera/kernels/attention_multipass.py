@@ -23,13 +23,11 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import (
-    DEFAULT_BLOCK_M,
-    AttentionBlock,
-    AttentionConfig,
+from tessera.kernels.attention_block import AttentionBlock, attention_kernel
+from tessera.kernels.attention_config import DEFAULT_BLOCK_M, AttentionConfig
+from tessera.kernels.attention_steps import (
     accumulate_pv,
     apply_masks,
-    attention_kernel,
     load_key_block,
     masked_scores,
     store_lse,

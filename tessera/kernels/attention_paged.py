@@ -41,7 +41,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig, output_args
+from tessera.kernels.attention_block import output_args
+from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_varlen import (
     LAUNCH_SIZES,
     PACKED_ROWS,

@@ -7,7 +7,7 @@ Part s writes its own normalised result O_s (f32) and log-sum-exp lse_s to
     O_partial   [S, batch, heads, seq_q, D]  f32
     LSE_partial [S, batch, heads, seq_q, 1]  f32      (-inf for a part that sees no key; its O_s is 0)
 
-(the split kernel declares them [S x batch, heads, ...], the same memory: see `tessera.kernels.attention`; a
+(the split kernel declares them [S x batch, heads, ...], the same memory: see `tessera.kernels.attention_block`; a
 reshape, which copies nothing, gives the combine kernel's inputs) and `attention_combine` merges them, per
 query row:
 
@@ -29,7 +29,8 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import DEFAULT_BLOCK_M, SPLIT_HEAD_DIMS, check_num_splits, lse_arg
+from tessera.kernels.attention_block import lse_arg
+from tessera.kernels.attention_config import DEFAULT_BLOCK_M, SPLIT_HEAD_DIMS, check_num_splits
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -179,7 +180,7 @@ def choose_num_splits(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: 
     """`num_splits="auto"` for an attention call, as FlashAttention-3's `get_num_splits` feeds the heuristic:
     query blocks ceildiv(seq_q, BM), key blocks ceildiv(seq_k, BN), total_mblocks = batch x heads x query
     blocks, one KV head seq_k x 2 D x element_bytes bytes (K and V)."""
-    from tessera.kernels.attention import DEFAULT_BLOCK_N
+    from tessera.kernels.attention_config import DEFAULT_BLOCK_N
 
     bn = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
     num_m_blocks = -(-seq_q // block_m)

@@ -46,18 +46,17 @@ from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.attention import (
-    DEFAULT_BLOCK_M,
+from tessera.kernels.attention import flash_loop
+from tessera.kernels.attention_block import (
     SPLIT_OUTPUTS,
     AttentionBlock,
-    AttentionConfig,
-    flash_loop,
     grid_heads,
     key_block_count,
     output_args,
     split_part,
-    store_results,
 )
+from tessera.kernels.attention_config import DEFAULT_BLOCK_M, AttentionConfig
+from tessera.kernels.attention_steps import store_results
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,

@@ -59,7 +59,7 @@ def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, 
     """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
     TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
     from tessera.kernels import BackwardConfig
-    from tessera.kernels.attention_backward import HEAD_DIMS
+    from tessera.kernels.attention_backward_config import HEAD_DIMS
     from tessera.runtime.launch import is_torch_tensor
 
     if level not in LEVELS or isinstance(level, bool):

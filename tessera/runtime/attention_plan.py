@@ -36,7 +36,7 @@ def resolve_num_splits(num_splits: object, batch: int, heads: int, seq_q: int, s
     heuristic (`choose_num_splits`) for `batch` x `heads` rows of seq_q queries (the kernel's: a PackGQA
     launch has heads_k heads of group x seq_q rows) against seq_k keys, which never splits a head_dim the
     split kernel refuses. ValueError naming num_splits (and `where`) otherwise."""
-    from tessera.kernels.attention import SPLIT_HEAD_DIMS, check_num_splits
+    from tessera.kernels.attention_config import SPLIT_HEAD_DIMS, check_num_splits
     from tessera.kernels.attention_split import choose_num_splits
 
     if isinstance(num_splits, str):

@@ -194,7 +194,7 @@ def _with_block_n_fallback(attempt, head_dim: int, block_n: int | None, level):
     for each of `BLOCK_N_FALLBACK` below it while no configuration fits (with a warning); spilling allowed
     only for the last key block tried."""
     from tessera.ir.diagnostics import warn
-    from tessera.kernels.attention import DEFAULT_BLOCK_N
+    from tessera.kernels.attention_config import DEFAULT_BLOCK_N
     from tessera.lowering.fallback import NoConfigurationFitsError, without_spilling
 
     first = DEFAULT_BLOCK_N[head_dim] if block_n is None else block_n
@@ -232,7 +232,7 @@ def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None) -> 
     """The inputs the forward kernel with modifiers takes after q, k and v: the captured arrays, then (with a
     mask_mod) the block lists of `block_mask` (default: `create_block_mask` for q's and k's shapes with the
     kernel's blocks; one given must have them), as NumPy arrays (`as_inputs_of` puts them beside q)."""
-    from tessera.kernels.attention import DEFAULT_BLOCK_M
+    from tessera.kernels.attention_config import DEFAULT_BLOCK_M
 
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
     extra = _captured(score_mod, mask_mod)

@@ -127,10 +127,10 @@ def golden_attention_trace(q, k, v, causal: bool, scale: float | None, block_m: 
     Inputs are rounded to `dtype` (the kernel's element type) first when given. Rows past seq_q are computed
     as the kernel computes them, from zero queries (a tensor copy fills them with zeros). With `bias`
     ([batch or 1, heads or 1, seq_q, seq_k], rounded like the inputs) the scores are scale Q K^T + bias before
-    the masks, the bias saturated as the kernels saturate it (`reference.saturate_bias`; read as 0 past
+    the masks, the bias saturated as the kernels saturate it (`reference_attention.saturate_bias`; read as 0 past
     seq_q and seq_k, where the kernel's bounded load reads nothing)."""
     from tessera.numerics import round_to
-    from tessera.reference import saturate_bias
+    from tessera.reference_attention import saturate_bias
 
     q, k, v = (np.asarray(x) for x in (q, k, v))
     if dtype is not None:

@@ -52,7 +52,7 @@ class Reference:
         """The float64 reference of the kernel's first output."""
         if self.own is not None:
             return self.own.outputs[0]
-        from tessera import reference
+        from tessera import reference_attention, reference_gemm
         from tessera.numerics import numpy_dtype, round_to
 
         sig = self.sig
@@ -60,8 +60,8 @@ class Reference:
         rounded = [round_to(np.asarray(x), dtype) for x in self.inputs]
         if sig.kind == "attention":
             q, k, v, *bias = rounded
-            return reference.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
-        return reference.gemm_kernel(sig, rounded)
+            return reference_attention.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
+        return reference_gemm.gemm_kernel(sig, rounded)
 
     def worst_element(self, output: np.ndarray) -> tuple[int, ...]:
         """The index of the first output's element farthest from the reference."""

@@ -2,7 +2,7 @@
 integer index against the array's shape, raising `ModTraceError` naming the function and the array where the
 kernel's gather would read 0 (a negative index, which NumPy would wrap, too).
 
-The float64 reference (`tessera.reference.attention_mods`) and the host-side block mask
+The float64 reference (`tessera.reference_attention.attention_mods`) and the host-side block mask
 (`tessera.variants.block_mask`) call modifiers through this, on NumPy index grids or, for a modifier written
 for torch, on tensors (`tessera.variants.torch_mods`)."""
 

@@ -2,7 +2,7 @@
 
 A score modifier `score_mod(score, b, h, q_idx, kv_idx) -> score` and a mask modifier
 `mask_mod(b, h, q_idx, kv_idx) -> bool` are plain Python over operators and NumPy functions. They run
-unchanged on NumPy index grids (the float64 reference, `tessera.reference.attention_mods`, and the host-side
+unchanged on NumPy index grids (the float64 reference, `tessera.reference_attention.attention_mods`, and the host-side
 block mask, `tessera.variants.block_mask`), and `trace_mod` calls them once with `Traced` values to record what
 they compute as a graph of `Node`s, which `tessera.kernels.attention_mods` emits as Tile IR in the score tile's
 context. Index arguments are i32; the score is f32.
