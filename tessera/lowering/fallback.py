@@ -196,31 +196,37 @@ def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
     """The refusal of `trial` (one kernel, lowered) when it is tight, a warp-specialized kernel whose allocator
     peak leaves fewer than `CONSUMER_HEADROOM` registers spare under its consumers' setmaxnreg budget, and the
     newest ptxas found spills it (module docstring); None otherwise, without running ptxas unless tight."""
-    from tessera.dialects import sm90
     from tessera.lowering import spill_check
 
     for fn in walk_ops(trial):
         if not is_target_kernel(fn) or REGISTERS_ATTR not in fn.attributes:
             continue
-        budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp)
-                   and op.action.data == "inc"]
+        budget = _consumer_budget(fn)
         peak = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
-        if not budgets or peak <= max(budgets) - CONSUMER_HEADROOM:
+        if budget is None or peak <= budget - CONSUMER_HEADROOM:
             continue
         spill = spill_check.ptxas_spill(trial)
         if spill is None:
             return None
-        need = (f"the consumer warpgroups' {peak} registers per thread leave {max(budgets) - peak} of their "
-                f"{max(budgets)}, and {spill}")
+        need = (f"the consumer warpgroups' {peak} registers per thread leave {budget - peak} of their {budget}, "
+                f"and {spill}")
         return RegisterBudgetError(located(fn, f"@{fn.sym_name.data}: {need}"), summary=need)
     return None
+
+
+def _consumer_budget(fn) -> int | None:
+    """The registers per thread a Target IR kernel's consumer warpgroups take (its largest `setmaxnreg.inc`);
+    None without one (not warp-specialized)."""
+    from tessera.dialects import sm90
+
+    budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp) and op.action.data == "inc"]
+    return max(budgets, default=None)
 
 
 def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> bool:
     """Whether `configuration` is to be compiled again with dQ by `red` (module docstring): it has that form,
     `trial` (the module it lowered, or began to lower when `refused` for registers) holds auto's bulk
     reduction, and it was refused or leaves less than `AUTO_BULK_HEADROOM` registers spare."""
-    from tessera.dialects import sm90
     from tessera.dialects.sm90_reductions import BulkReduceAddOp
 
     if configuration.red is None:
@@ -230,9 +236,7 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
             continue
         if refused or REGISTERS_ATTR not in fn.attributes:
             return True
-        budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp)
-                   and op.action.data == "inc"]
-        budget = max(budgets, default=facts.MAX_REGISTERS_PER_THREAD)
+        budget = _consumer_budget(fn) or facts.MAX_REGISTERS_PER_THREAD
         if fn.attributes[REGISTERS_ATTR].data["peak"].value.data > budget - AUTO_BULK_HEADROOM:
             return True
     return False
