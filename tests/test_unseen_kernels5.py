@@ -161,10 +161,10 @@ def test_gemm_swiglu_residual_every_shape(level):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="every ptxas found spills 4 bytes: the register estimate is 235 of the "
-                                       "consumers' 240 (the residual tile, 64 registers, loaded whole beside 15 "
-                                       "slabs of the accumulator), ptxas needs a few more")
 def test_gemm_swiglu_residual_tools():
+    """Warp-specialized, its count (235 of the consumers' 240) is tight and every ptxas spilled 4 bytes; the
+    default pipeline asks the newest ptxas, which spills it (`tessera.lowering.fallback.CONSUMER_HEADROOM`), and
+    compiles it two stages without a producer warpgroup, which every ptxas assembles without a spill."""
     check_tools("gemm_swiglu_residual", ["M=70", "K=104", "N=136"])
 
 # endregion

@@ -40,6 +40,13 @@ none), the configuration is compiled again in that form, silently (it is the sam
     allocates the same code in more registers than the allocator counts, and the bulk reduction's register
     then costs a spill or moves (`AUTO_BULK_HEADROOM`).
 
+A warp-specialized kernel that fits its consumers' budget with fewer than `CONSUMER_HEADROOM` registers to
+spare at the allocator's peak is tight: the count is no closer than that to what ptxas needs, on either side. Of
+a tight kernel (and only of one) the fallback asks ptxas (`tessera.lowering.spill_check.ptxas_spill`: its PTX
+assembled by the newest ptxas found, the answer cached by the PTX text); when ptxas spills it, the kernel is
+refused, the refusal naming the spill and the ptxas, and the next configuration is tried. When ptxas does not
+spill it, or no ptxas is found, it is kept.
+
 Each kernel of a module gets its own configuration: a module of several kernels is lowered kernel by kernel,
 each from a copy of the module holding it alone (with every op that is no kernel), so a kernel that fits
 warp-specialized keeps its pipeline beside a sibling that needs single-stage, and each note, warning and
@@ -90,6 +97,19 @@ the allocator counts (R0-R237 of 240 with `red`), spilled 8 bytes there under 13
 stores' addresses are XORs of one (`BackwardLowering._swizzled_pairs`) it takes the bulk form without a spill but
 in 27 more SASS instructions per trip than `red` (2274 against 2247 under 13.0). The dense kernels peak at
 214-218 of 240 with bulk (one less than with `red`), and bulk is their shorter form under 12.9 to 13.5."""
+
+
+CONSUMER_HEADROOM = 8
+"""Registers per thread (one setmaxnreg step): a warp-specialized kernel whose allocator peak leaves fewer spare
+under its consumers' budget is tight, and the default pipeline asks ptxas whether it spills before keeping it
+(module docstring). The allocator's count is within a few registers of what ptxas needs, on either side
+(tests/test_regalloc_accuracy.py: a soft-cap's count is 3 under), so a tight count is no proof either way:
+`tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of 240 and every ptxas (12.9, 13.0, 13.5) spilled 4
+bytes there (ptxas issues its 32 predicated bias loads and 64 residual loads early, each bit of their masks in a
+register of its own), where two stages without a producer (255) assemble without a spill; the FP8 flash kernels
+(`flash_attention(dtype="e4m3")`) count 144 of 144 at head_dim 64, 176 of 176 at 128, 198 of 200 at 256 (one
+more causal) and every ptxas assembles them without a spill. The bf16 flash kernels leave 15 (225 of 240): no
+ptxas is run for them."""
 
 
 @dataclass(frozen=True)
@@ -170,14 +190,48 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
                 pass
             else:
                 trial = red
+    spilled = _spilled_when_tight(trial)
+    if spilled is not None:
+        _lower_down(module, first, spilled, rest, run)
+        return
     take_body(module, trial)
+
+
+def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
+    """The refusal of `trial` (one kernel, lowered) when it is tight, a warp-specialized kernel whose allocator
+    peak leaves fewer than `CONSUMER_HEADROOM` registers spare under its consumers' setmaxnreg budget, and the
+    newest ptxas found spills it (module docstring); None otherwise, without running ptxas unless tight."""
+    from tessera.lowering import spill_check
+
+    for fn in walk_ops(trial):
+        if not is_target_kernel(fn) or REGISTERS_ATTR not in fn.attributes:
+            continue
+        budget = _consumer_budget(fn)
+        peak = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
+        if budget is None or peak <= budget - CONSUMER_HEADROOM:
+            continue
+        spill = spill_check.ptxas_spill(trial)
+        if spill is None:
+            return None
+        need = (f"the consumer warpgroups' {peak} registers per thread leave {budget - peak} of their {budget}, "
+                f"and {spill}")
+        return RegisterBudgetError(located(fn, f"@{fn.sym_name.data}: {need}"), summary=need)
+    return None
+
+
+def _consumer_budget(fn) -> int | None:
+    """The registers per thread a Target IR kernel's consumer warpgroups take (its largest `setmaxnreg.inc`);
+    None without one (not warp-specialized)."""
+    from tessera.dialects import sm90
+
+    budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp) and op.action.data == "inc"]
+    return max(budgets, default=None)
 
 
 def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> bool:
     """Whether `configuration` is to be compiled again with dQ by `red` (module docstring): it has that form,
     `trial` (the module it lowered, or began to lower when `refused` for registers) holds auto's bulk
     reduction, and it was refused or leaves less than `AUTO_BULK_HEADROOM` registers spare."""
-    from tessera.dialects import sm90
     from tessera.dialects.sm90_reductions import BulkReduceAddOp
 
     if configuration.red is None:
@@ -187,9 +241,7 @@ def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> 
             continue
         if refused or REGISTERS_ATTR not in fn.attributes:
             return True
-        budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp)
-                   and op.action.data == "inc"]
-        budget = max(budgets, default=facts.MAX_REGISTERS_PER_THREAD)
+        budget = _consumer_budget(fn) or facts.MAX_REGISTERS_PER_THREAD
         if fn.attributes[REGISTERS_ATTR].data["peak"].value.data > budget - AUTO_BULK_HEADROOM:
             return True
     return False

@@ -6,9 +6,10 @@ times (the test suite, where a kernel is compiled to Target IR, then to PTX, the
 after test) pays for each lowering once. The key is everything the lowered module depends on that the process
 can see: the module's generic text, each op's source location (diagnostics name them, and the generic text
 omits them), the pipeline spec and whether the default pipeline's fallback may spill
-(`tessera.lowering.fallback.spilling_allowed()`). Code it cannot see is not in the key: a block that patches
-a pass, a hardware fact or the register allocator must run without the memo (`tests/conftest.py` turns it
-off for every test that takes pytest's `monkeypatch`).
+(`tessera.lowering.fallback.spilling_allowed()`). Code it cannot see is not in the key, nor is the ptxas the
+fallback asks of a tight kernel (`tessera.lowering.spill_check`): a block that patches a pass, a hardware fact,
+the register allocator or the ptxas found must run without the memo (`tests/conftest.py` turns it off for every
+test that takes pytest's `monkeypatch`).
 
 A hit replaces the module's ops with a copy of the stored result (never the stored module itself, so callers
 may edit what they get) and warns again every warning the lowering gave, in order (the fallback's, say).

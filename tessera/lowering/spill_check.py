@@ -1,0 +1,78 @@
+"""ptxas's answer to the default pipeline's fallback: does a lowered kernel spill under the newest ptxas found?
+
+The fallback (`tessera.lowering.fallback`) asks it of a warp-specialized kernel whose allocator peak leaves fewer
+than `CONSUMER_HEADROOM` registers spare under its consumers' setmaxnreg budget, and only then: there the count
+is no proof either way (ptxas may need a few registers more than the allocator counts, or fit at the count).
+`ptxas_spill(module)` prints the module's PTX as ptxas reads it (allocated registers, no comments: the text
+`tessera.compile(target="cubin")` assembles) and assembles it with the newest ptxas found
+(`tessera.toolchain.find_all_ptxas`), `-arch=sm_90a -v`, whose log gives each kernel's spill bytes.
+
+The answer is cached in the process by the SHA-256 of the PTX text and the ptxas that read it, so a kernel
+compiled again (the same text) does not run ptxas again. No answer (None: keep the kernel) when no ptxas is
+found, when it rejects the module or cannot be run, or when the module cannot be printed: each is the compiled
+kernel's to report where it is assembled or printed, as it would be without the question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import DiagnosticException
+
+from tessera import toolchain
+
+
+@dataclass(frozen=True)
+class PtxasSpill:
+    """A kernel that ptxas spills: its name, the ptxas (`tessera.toolchain.ToolVersion`) and the bytes of
+    local memory its spill stores and loads move per thread, as `ptxas -v` reports them."""
+
+    kernel: str
+    ptxas: toolchain.ToolVersion
+    store_bytes: int
+    load_bytes: int
+
+    def __str__(self) -> str:
+        return (f"{self.ptxas} spills it, {self.store_bytes} bytes of spill stores "
+                f"and {self.load_bytes} of spill loads per thread")
+
+
+_ANSWERS: dict[str, PtxasSpill | None] = {}
+"""ptxas's answers in this process, by `_answer_key`."""
+
+
+def ptxas_spill(module: ModuleOp) -> PtxasSpill | None:
+    """The first kernel of `module` (allocated Target IR) that the newest ptxas found spills, or None when none
+    spills or there is no answer (module docstring); cached by the PTX text."""
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
+    found = toolchain.find_all_ptxas()
+    if not found:
+        return None
+    newest = found[0]
+    try:
+        ptx = print_ptx(module, registers=allocated_registers, comments=False)
+    except DiagnosticException:  # the printer's refusal is the compiled kernel's, reported where it is printed
+        return None
+    key = _answer_key(ptx, newest)
+    if key not in _ANSWERS:
+        _ANSWERS[key] = _assemble(ptx, newest)
+    return _ANSWERS[key]
+
+
+def _answer_key(ptx: str, ptxas: toolchain.ToolVersion) -> str:
+    return hashlib.sha256(f"{ptxas.path}\0{ptxas.version}\0{ptx}".encode()).hexdigest()
+
+
+def _assemble(ptx: str, ptxas: toolchain.ToolVersion) -> PtxasSpill | None:
+    try:
+        result = toolchain.compile_ptx(ptx, ptxas=ptxas.path)
+    except toolchain.ToolchainError:  # rejected or not run: no answer (module docstring)
+        return None
+    for name, entry in result.entries.items():
+        if entry.spills:
+            return PtxasSpill(name, result.ptxas, entry.spill_store_bytes, entry.spill_load_bytes)
+    return None
