@@ -115,6 +115,18 @@ class _UnionFind:
             x = parent[x]
         return x
 
+    def run_roots(self, first: int, count: int) -> list[int]:
+        """The roots of elements first .. first + count - 1 (a value's elements): `find` of each, without a call
+        for the elements that are roots or point at their root."""
+        parent, find = self.parent, self.find
+        if first + count > len(parent):
+            find(first + count - 1)  # numbers every element up to there
+        found = []
+        for x in range(first, first + count):
+            p = parent[x]
+            found.append(p if parent[p] == p else find(x))
+        return found
+
     def roots(self, count: int) -> list[int]:
         """The root of each element 0 .. count - 1 (a snapshot: later unions do not change it)."""
         if count:
@@ -213,9 +225,11 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     for op in live.ops:
         pairs = _alias_sources(op)
         if pairs is not None:
-            result = op.results[0]
+            result_first, source, source_first = element(op.results[0]), None, 0
             for i, (value, j) in pairs:
-                union(element(value, j), element(result, i))
+                if value is not source:  # (a shuffle reads one or two values)
+                    source, source_first = value, element(value)
+                union(source_first + j, result_first + i)
         elif _is_for(op):
             for arg, result in zip(op.body.block.args[1:], op.results):
                 first_arg, first_result = element(arg), element(result)
@@ -225,15 +239,17 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
     snapshot = groups.roots(len(live.value_of))
     intervals, lowest = _intervals(live, snapshot)
-    reads = _GroupReads(live, snapshot.__getitem__)
+    reads = _GroupReads(live, snapshot)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
         for operand, result in _in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
-            first = live.element(operand)
-            roots = [groups.find(first + i) for i in range(element_count(operand.type))]
-            dies_here = all(reads.last_read(r, pos, intervals) <= pos for r in roots)
+            roots = groups.run_roots(live.element(operand), element_count(operand.type))
+            carried = reads.loops
+            # (a group no loop carries is read last where its interval ends: most groups)
+            dies_here = all((reads.last_read(r, pos, intervals) if carried.get(r) else intervals[r][1]) <= pos
+                            for r in roots)
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 result_first = live.element(result)
@@ -264,7 +280,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
     parameters = set(fn.body.block.args)
     widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
-    pressure = _PressureMap(live, root_of, ranges, widths)
+    pressure = _PressureMap(live, root_list, ranges, widths)
     at_peak = pressure.kernel_peak()
 
     def assign() -> tuple[dict, dict]:
@@ -437,13 +453,12 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
     once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
-    accumulators = {groups.find(first + i) for op in live.ops if _is_wgmma(op)
-                    for first in (live.element(op.result),) for i in range(element_count(op.result.type))}
+    accumulators = {root for op in live.ops if _is_wgmma(op)
+                    for root in groups.run_roots(live.element(op.result), element_count(op.result.type))}
     held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
     for value in live.holds:
-        first = live.element(value)
-        for i in range(element_count(value.type)):
-            held_by_root[groups.find(first + i)].add(value)
+        for root in groups.run_roots(live.element(value), element_count(value.type)):
+            held_by_root[root].add(value)
     for loop, start, stop in live.loops:
         if not isinstance(loop, scf.ForOp):
             continue
@@ -453,8 +468,8 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
                     or _is_function_argument(value, fn) or value not in live.first):
                 continue
             count = element_count(arg.type)
-            arg_roots = [groups.find(live.element(arg, i)) for i in range(count)]
-            value_roots = [groups.find(live.element(value, i)) for i in range(count)]
+            arg_roots = groups.run_roots(live.element(arg), count)
+            value_roots = groups.run_roots(live.element(value), count)
             if (len(set(arg_roots)) != count or len(set(value_roots)) != count or set(arg_roots) & set(value_roots)
                     or (set(arg_roots) | set(value_roots)) & accumulators
                     or any(reads.loops.get(r) for r in value_roots)):
@@ -593,19 +608,21 @@ class _GroupReads:
     whose carried value the group holds, and the definition and last read of its values other than loop
     results."""
 
-    def __init__(self, live: _Liveness, root: Callable[[int], int]):
+    def __init__(self, live: _Liveness, roots: list[int]):
+        """`roots`: each element's root (a value's elements are a slice of it)."""
         self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
         self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
+        loops, reads, carried, defs = self.loops, self.reads, live.carried, live.defs
         for value, elements in live.elements():
-            loop = live.carried.get(value)
+            loop = carried.get(value)
             read = None if _is_for(value.owner) else live.read_end(value)
             if loop is not None:
-                for element in elements:
-                    self.loops[root(element)].add(loop)
+                for group in roots[elements.start:elements.stop]:
+                    loops[group].add(loop)
             if read is not None:
-                pair = (live.defs[value], read)
-                for element in elements:
-                    self.reads[root(element)].append(pair)
+                pair = (defs[value], read)
+                for group in roots[elements.start:elements.stop]:
+                    reads[group].append(pair)
 
     def merge(self, root: int, a: int, b: int) -> None:
         """Groups `a` and `b` became one group with root `root`."""
@@ -669,12 +686,12 @@ def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
             lowest.update(zip(groups, elements))
             continue
         for element, group in zip(elements, groups):
-            if group in intervals:
-                s, e = intervals[group]
-                intervals[group] = (min(s, start), max(e, end))
-            else:
+            found = intervals.get(group)
+            if found is None:
                 intervals[group] = (start, end)
                 lowest[group] = element
+            elif start < found[0] or end > found[1]:
+                intervals[group] = (start if start < found[0] else found[0], end if end > found[1] else found[1])
     return intervals, lowest
 
 
