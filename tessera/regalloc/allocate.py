@@ -197,9 +197,13 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     """Every op of `fn`'s body with its operands, attributes and properties (but those of `_NOT_READ` ops),
     compared by identity and value: equal fingerprints mean the same body as the allocator sees it (the ops
     are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
-    allocate-registers writes) do not take part."""
-    return tuple((op, tuple(op.operands)) if _is_not_read(op) else
-                 (op, tuple(op.operands), tuple(op.attributes.items()), tuple(op.properties.items()))
+    allocate-registers writes) do not take part. (An op's operand tuple is read directly: xDSL replaces it
+    whenever an operand changes, and its `operands` view costs a Python call per operand; a compile takes five
+    fingerprints of its kernel.)"""
+    return tuple((op, op._operands) if _is_not_read(op) else  # noqa: SLF001
+                 (op, op._operands,  # noqa: SLF001
+                  tuple(op.attributes.items()) if op.attributes else (),
+                  tuple(op.properties.items()) if op.properties else ())
                  for op in walk_ops(fn.body))
 
 
