@@ -44,7 +44,7 @@ from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.kernel_abi import is_target_kernel
-from tessera.regalloc.allocate import ELEMENTWISE
+from tessera.regalloc.groups import ELEMENTWISE
 
 LANE_WISE = ELEMENTWISE + (sm90.CvtOp, sm90.SetpOp, sm90.LdGlobalOp)
 """Ops whose result register i reads only register i of each vector operand (`sm90.ld_global`: of its offsets

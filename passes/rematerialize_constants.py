@@ -86,7 +86,7 @@ from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
 from tessera.passes.convert_tile_to_sm90.common import DISTINCT_LANES_ATTR
 from tessera.lowering.fragments import ROWS_PER_THREAD
-from tessera.regalloc.allocate import ELEMENTWISE
+from tessera.regalloc.groups import ELEMENTWISE
 from tessera.regalloc.registers import IMMEDIATE_OPERANDS
 
 COMMUTATIVE = (

@@ -111,7 +111,8 @@ class ControlFlowLowering:
             self.phase_counters[commit] = count
         be = Emitter(body)
         trip = be.op(arith.DivSIOp(be.op(arith.SubiOp(iv, lb)), step))
-        trip.name_hint = "trip"
+        if trip.name_hint is None:  # folded to the induction variable (lb 0, step 1), which keeps its name
+            trip.name_hint = "trip"
         saved_outstanding, saved_trip = list(self.outstanding), self.committed_this_trip
         self.loops.append(LoopInfo(op, trip))
         self.committed_this_trip = set()

@@ -70,6 +70,7 @@ from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLo
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
+from tessera.passes.convert_tile_to_sm90.tidy import tidy_kernel
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 
 
@@ -308,6 +309,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
         new.attributes.update(attributes)
         new.location = self.fn.location  # diagnostics about the Target IR kernel point at its Tile IR source
+        tidy_kernel(new)  # nothing left for canonicalize to erase or hoist (tidy.py)
         return new
 
     def _arg_name(self, attrs: DictionaryAttr) -> str:
@@ -469,11 +471,22 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             self._retire(readers[-1].tile_value, e)
 
     def _clone(self, op: Operation, e: Emitter) -> None:
+        """Copy an `arith` op onto the lowered operands, folded as canonicalize would fold it (`Emitter.op`: a
+        peeled trip's `iv * 176` with iv = 0 is the constant 0). An existing value it folds to keeps a name of
+        its own, as under canonicalize's replacement; a new op takes the copied op's."""
         new = op.clone(value_mapper={v: self.values[v] for v in op.operands})
-        e.builder.insert(new)
-        for old, res in zip(op.results, new.results):
-            res.name_hint = old.name_hint
-            self.values[old] = res
+        if len(new.results) != 1:
+            e.builder.insert(new)
+            for old, res in zip(op.results, new.results):
+                res.name_hint = old.name_hint
+                self.values[old] = res
+            return
+        last = e.block.last_op
+        result = e.op(new)
+        inserted = e.block.last_op is not last and result.owner is e.block.last_op
+        if inserted or result.name_hint is None:
+            result.name_hint = op.results[0].name_hint
+        self.values[op.results[0]] = result
 
     def _set(self, old: SSAValue, new) -> None:
         if isinstance(new, SSAValue) and old.name_hint and new.name_hint is None:

@@ -1,6 +1,9 @@
 """A small IR emitter for lowerings: one method per instruction pattern, inserting at the end of a block.
 
 Lowerings that translate op by op (rather than rewrite in place) use it to keep each case a few lines long.
+Scalar integer arithmetic is emitted folded (`fold_integer_binary`: `x + 0`, `0 * 176`, `ceildivsi(x, 1)`, a
+constant on the left of a commutative op), as `canonicalize` would leave it, so that canonicalize's first round
+after a lowering has nothing to do and no second round runs.
 """
 
 from __future__ import annotations
@@ -24,8 +27,46 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
+from xdsl.traits import Commutative
 
 from tessera.dialects import sm90
+from tessera.ir.class_tests import subclass_test
+
+_is_integer_binary = subclass_test(arith.SignlessIntegerBinaryOperation)
+_is_constant = subclass_test(arith.ConstantOp)
+_is_integer_attr = subclass_test(IntegerAttr)
+
+
+def _integer_constant(value: SSAValue) -> IntegerAttr | None:
+    """The attribute of a scalar integer `arith.constant` (None for any other value)."""
+    owner = value.owner
+    if _is_constant(owner) and _is_integer_attr(owner.value):
+        return owner.value
+    return None
+
+
+def fold_integer_binary(op: arith.SignlessIntegerBinaryOperation) -> SSAValue | Operation:
+    """What `canonicalize` makes of a detached scalar integer `op` (xDSL's folder and arith patterns, to their
+    fixed point, with the op's own `py_operation`, `is_right_unit` and `is_right_zero`): an existing value
+    (`x + 0` is x, `x * 0` the zero), a new `arith.constant` (both operands constant), a new op with a
+    constant moved to the right of a commutative op (`1 + x` is `x + 1`), or `op` itself."""
+    lhs, rhs = op.lhs, op.rhs
+    left, right = _integer_constant(lhs), _integer_constant(rhs)
+    if left is not None and right is not None:
+        result = op.py_operation(left.value.data, right.value.data)
+        if result is not None:
+            return arith.ConstantOp(IntegerAttr(result, left.type, truncate_bits=True))
+    if right is not None:
+        if op.is_right_unit(right):
+            return lhs
+        if op.is_right_zero(right):
+            return rhs
+    if left is not None and op.has_trait(Commutative):
+        if op.is_right_unit(left):
+            return rhs
+        if right is None:
+            return lhs if op.is_right_zero(left) else type(op)(rhs, lhs)
+    return op
 
 
 @functools.lru_cache(maxsize=1024)
@@ -56,6 +97,15 @@ class Emitter:
         self.builder = Builder(InsertPoint.at_end(block))
 
     def op(self, op: Operation) -> SSAValue | Operation:
+        """Insert `op` (a scalar integer op folded first: `fold_integer_binary`) and return its result (or the
+        op, where it has none or several)."""
+        if _is_integer_binary(op):
+            folded = fold_integer_binary(op)
+            if folded is not op:
+                op.erase()
+                if isinstance(folded, SSAValue):
+                    return folded
+                op = folded
         self.builder.insert(op)
         return op.results[0] if len(op.results) == 1 else op
 

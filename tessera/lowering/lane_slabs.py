@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import DenseArrayBase, DenseIntOrFPElementsAttr, Inte
 from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90
-from tessera.regalloc.allocate import ELEMENTWISE
+from tessera.regalloc.groups import ELEMENTWISE
 
 SLAB = 8
 """Lanes computed together: each slab's temporaries live from their op to the last op of the set."""

@@ -77,8 +77,9 @@ value is defined outside of leads there on a later trip. Held wgmma operands cou
 say where each peak is and what is live there (`PressurePeak`: each value with its defining op, source location
 and registers), which the refusals print so that a user knows what to change.
 
-Modules: `registers` (register classes, PTX immediates), `liveness` (positions, holds, aliasing ops), `pressure`
-(peak and per-region pressure), `allocate` (linear scan per class and register space, memoized per kernel).
+Modules: `registers` (register classes, PTX immediates), `liveness` (positions, holds, aliasing ops), `groups`
+(which values share registers: aliases, in-place results, coalesced yields and branch results), `pressure` (peak
+and per-region pressure), `allocate` (linear scan per class and register space, memoized per kernel).
 """
 
 from __future__ import annotations

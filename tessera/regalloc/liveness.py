@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func, scf, vector
@@ -38,6 +37,7 @@ class _Liveness:
     carried: dict = field(default_factory=dict)     # loop-carried block argument -> (start, end) of its scf.for
     _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
     _read_ends: dict = field(default_factory=dict)  # value -> read_end
+    _elements: list | None = None                   # elements(), once the values are all defined
 
     def element(self, value: SSAValue, index: int = 0) -> int:
         """The number of element `index` of `value` (numbered on first sight)."""
@@ -47,11 +47,14 @@ class _Liveness:
             self.value_of.extend([value] * element_count(value.type))
         return first + index
 
-    def elements(self) -> Iterator[tuple[SSAValue, range]]:
-        """Each value with registers in definition order, with the numbers of its elements."""
-        for value in self.defined:
-            first = self.first[value]
-            yield value, range(first, first + element_count(value.type))
+    def elements(self) -> list[tuple[SSAValue, range]]:
+        """Each value with registers in definition order, with the numbers of its elements (listed once, after
+        `run`: the allocator goes over them about eight times)."""
+        if self._elements is None or len(self._elements) != len(self.defined):
+            first = self.first
+            self._elements = [(value, range(first[value], first[value] + element_count(value.type)))
+                              for value in self.defined]
+        return self._elements
 
     def run(self) -> None:
         self.counter = 0
@@ -174,6 +177,8 @@ def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple
 
 def _merge_ranges(ranges) -> list[tuple[int, int]]:
     """Sorted, disjoint, non-adjacent ranges covering the same positions."""
+    if type(ranges) is list and len(ranges) == 1:  # most values: one range, already merged
+        return list(ranges)
     merged: list[tuple[int, int]] = []
     for start, end in sorted(ranges):
         if merged and start <= merged[-1][1] + 1:
@@ -197,13 +202,29 @@ _is_wait = _subclass_test(sm90.WgmmaWaitGroupOp)
 _is_wgmma = _subclass_test(sm90.WgmmaMmaAsyncOp)
 
 
+_MASKS: dict[int, tuple] = {}
+
+
+def _mask_values(mask) -> tuple[int, ...]:
+    """The indices of a shuffle mask attribute, decoded once per attribute object (the lowering makes each
+    distinct mask once, and a kernel reuses it hundreds of times); each entry keeps its attribute alive, so
+    that its id is not reused while the entry is held."""
+    entry = _MASKS.get(id(mask))
+    if entry is None or entry[0] is not mask:
+        if len(_MASKS) > 4096:  # masks of kernels compiled long ago
+            _MASKS.clear()
+        entry = _MASKS[id(mask)] = (mask, tuple(mask.get_values()))
+    return entry[1]
+
+
 def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
     if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
         return None
     if isinstance(op, vector.ShuffleOp):
         n1 = element_count(op.v1.type)
-        return [(i, (op.v1, m) if m < n1 else (op.v2, m - n1)) for i, m in enumerate(op.mask.get_values())]
+        v1, v2 = op.v1, op.v2
+        return [(i, (v1, m) if m < n1 else (v2, m - n1)) for i, m in enumerate(_mask_values(op.mask))]
     if isinstance(op, vector.BroadcastOp) and not isinstance(op.source.type, VectorType):
         return [(i, (op.source, 0)) for i in range(element_count(op.vector.type))]
     if isinstance(op, vector.ExtractOp) and not op.dynamic_position and len(op.static_position.get_values()) == 1:

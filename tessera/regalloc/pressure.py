@@ -104,7 +104,7 @@ class _PressureMap:
     measured on a branch-aware liveness (module docstring), computed on the first question."""
 
     live: _Liveness
-    root: Callable[[int], int]  # element -> the root of its group
+    roots: list[int]  # element -> the root of its group (a value's elements are a slice of it)
     ranges: dict
     widths: dict
     _branch_aware: dict | None = None
@@ -146,8 +146,8 @@ class _PressureMap:
         if self._values_of is None:
             self._values_of = defaultdict(list)
             for value, elements in live.elements():
-                for element in elements:
-                    self._values_of[self.root(element)].append(value)
+                for group in self.roots[elements.start:elements.stop]:
+                    self._values_of[group].append(value)
         registers: dict = defaultdict(int)
         for root, spans in ranges.items():
             if any(start <= position <= end for start, end in spans):
@@ -209,7 +209,7 @@ class _PressureMap:
         alternatives: dict = {}
         ranges: dict = {}  # root -> the merged spans of its values (one list, shared by a value's elements)
         several: dict = defaultdict(list)  # root -> the spans of each of its values, where it has more than one
-        root = self.root
+        roots = self.roots
         for value, elements in live.elements():  # every element of a value has the same spans
             defined = live.defs[value]
             spans = [(defined, defined)]
@@ -224,8 +224,7 @@ class _PressureMap:
                             reach = _subtract(reach, other)
                 spans += reach
             spans = _merge_ranges(spans + live.holds.get(value, []))  # once per value, not per element
-            for element in elements:
-                group = root(element)
+            for group in roots[elements.start:elements.stop]:
                 if group in ranges:
                     several[group] += spans
                 else:
