@@ -75,6 +75,27 @@ def _wgmma_roles(inst) -> WgmmaRoles | None:
                       tuple(n for n, k in kinds.items() if k == "A operand"), shape)
 
 
+def landed_records(m, reads: list[tuple]) -> list[tuple]:
+    """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
+    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (rows [warpgroups, 1], columns
+    [warpgroups, chunks], the warpgroups) per chunk set, the warpgroups of every CTA reading it together."""
+    per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
+    groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
+    unit = m.unit_of[facts.WARPGROUP_SIZE]
+    by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
+    for lanes, chunks, cta in reads:
+        ws = unit[lanes[::facts.WARPGROUP_SIZE]]
+        entry = by_set.setdefault(id(chunks), (chunks, [], []))
+        entry[1].append(ws)
+        entry[2].append(np.full(len(ws), cta * per_cta))
+    records = []
+    for chunks, ws, firsts in by_set.values():
+        ws = np.concatenate(ws)
+        at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
+        records.append(((ws % groups_per_cta)[:, None], np.concatenate(firsts)[:, None] + at, ws))
+    return records
+
+
 class WgmmaTracking:
     """The wgmma half of `asynchrony.AsyncTracker` (see the module docstring); its state lives on the tracker."""
 
@@ -115,6 +136,24 @@ class WgmmaTracking:
             records[w % self.groups_per_cta, at] = group + 1
             self.read_inst.setdefault((w, group), inst)
         self.reading = True
+
+    def wgmma_reads_landed(self, inst, checks: list[tuple], records: list[tuple]) -> bool:
+        """`wgmma_reads` of a wgmma's operands in every CTA of the batch at once (`wgmma_operands.ReadPlan`), when
+        every one lies in landed ranges its readers have observed (`checks`: (lanes, range) each, judged by
+        `_landed_read`: nothing to check byte by byte): their records written in one assignment per chunk set
+        (`records`, `landed_records`), not per warpgroup. Returns False, having changed nothing, when some read
+        needs the byte checks: the caller then makes the reads one by one, in order."""
+        if not all(self._landed_read(lanes, where) for lanes, where in checks):
+            return False
+        if self.wg_read is None:
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
+        for rows, columns, ws in records:
+            groups = self.wg_open[ws]
+            self.wg_read[rows, columns] = (groups + 1)[:, None]
+            for key in zip(ws.tolist(), groups.tolist()):
+                self.read_inst.setdefault(key, inst)
+        self.reading = True
+        return True
 
     def _read_by_wgmma(self, span: slice) -> bool:
         """Whether a wgmma whose group no wait_group has covered yet may read a byte of `span` (one CTA's)."""
