@@ -2,8 +2,8 @@
 types (`MULTIPLICANDS`, their families and exact float64 values), the bytes a matrix descriptor reads from shared
 memory (`descriptor_bytes`: decoded once per descriptor value), the read checked and recorded for asynchrony
 (`descriptor_read`; `descriptor_reads` for a step's, through its `ReadPlan`) and gathered across CTAs
-(`descriptor_tiles`), and the A tile from the four registers of each thread of a warpgroup (`register_operands`, `facts.a_fragment_coords`).
-`wgmma` runs the product; `warp_mma` reads its elements with the same readers.
+(`descriptor_tiles`), and the A tile from the four registers of each thread of a warpgroup (`register_operands`,
+`facts.a_fragment_coords`). `wgmma` runs the product; `warp_mma` reads its elements with the same readers.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def tile_gathers(m: Machine, reads: list[tuple]) -> tuple:
 def descriptor_tiles(m: Machine, gathers: tuple, name: str) -> np.ndarray:
     """[reads, extent, K] float64: the operands `gathers` (`tile_gathers`) hold."""
     parts, shape = gathers
-    gathered = [(positions, (m.shared.reshape(-1, CHUNK) if by_chunk else m.shared)[index].reshape(len(positions), -1))
+    chunked = m.shared.reshape(-1, CHUNK) if any(by_chunk for *_, by_chunk in parts) else None
+    gathered = [(positions, (chunked if by_chunk else m.shared)[index].reshape(len(positions), -1))
                 for positions, index, by_chunk in parts]
     if len(gathered) == 1:
         raw = gathered[0][1]
