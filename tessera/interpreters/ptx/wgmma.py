@@ -121,20 +121,6 @@ def _wgmma_async(ops: Operands, inst, mods):
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
     viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
     plans: dict[tuple, object] = {}  # (lanes, descriptor values) -> `wgmma_operands.ReadPlan`
-    warpgroup_starts: dict[bytes, np.ndarray] = {}  # lanes -> where each warpgroup's lanes start among them
-
-    def _warpgroup_starts(lanes: np.ndarray) -> np.ndarray:
-        """Where each warpgroup's lanes start among `lanes` (ascending), which must be whole warpgroups."""
-        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        size = facts.WARPGROUP_SIZE
-        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-            return np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
-        starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
-        counts = np.diff(starts, append=len(groups))
-        short = counts != size
-        if short.any():
-            raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-        return starts
 
     def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
         """`descriptor_read`'s arguments for the step's operands, in warpgroup order: B once per CTA and
@@ -162,23 +148,21 @@ def _wgmma_async(ops: Operands, inst, mods):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
-        lanes_key = lanes.tobytes()
-        starts = warpgroup_starts.get(lanes_key)
-        if starts is None:
-            starts = _warpgroup_starts(lanes)
-            if len(warpgroup_starts) >= _PLANS_KEPT:
-                warpgroup_starts.clear()
-            warpgroup_starts[lanes_key] = starts
-        per_lane = [(read_b(sel), "B descriptor")]
-        if not registers_a:
-            per_lane.append((read_a(sel), "A descriptor"))
-        if read_scale is not None:
-            per_lane.append((read_scale(sel), "scale-d predicate"))
-        uniform = _uniform_per_group(m, inst, per_lane, lanes)
-        b_descs = uniform[0]
-        a_descs = None if registers_a else uniform[1]
-        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else uniform[-1].astype(bool)
-        key = (lanes_key, b_descs.tobytes(), None if registers_a else a_descs.tobytes())
+        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
+        size = facts.WARPGROUP_SIZE
+        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
+            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        else:
+            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+            counts = np.diff(starts, append=len(groups))
+            short = counts != size
+            if short.any():
+                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+        b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
+        a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
+        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
+            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
+        key = (lanes.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= _PLANS_KEPT:
@@ -254,23 +238,19 @@ def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: b
         np.copyto(target, product, casting="unsafe")
 
 
-def _uniform_per_group(m: Machine, inst, per_lane: list[tuple], lanes) -> list[np.ndarray]:
-    """The value in each warpgroup of each of `per_lane` ((values per lane of `lanes`: whole warpgroups, in
-    order, or an immediate; what they are), which must agree across the warpgroup: the first that does not, in
-    order, is reported), compared in one pass."""
-    columns = []
-    for values, _ in per_lane:
-        values = np.asarray(values)
-        columns.append(values if values.shape == lanes.shape else np.broadcast_to(values, lanes.shape))
-    stacked = np.stack(columns).reshape(len(columns), -1, facts.WARPGROUP_SIZE)
-    if (stacked != stacked[:, :, :1]).any():
-        for values, (_, what) in zip(stacked, per_lane):
-            differ = values != values[:, :1]
-            if differ.any():
-                g, i = np.unravel_index(np.argmax(differ), differ.shape)
-                raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
-                              int(lanes[g * facts.WARPGROUP_SIZE + i]))
-    return [column.reshape(-1, facts.WARPGROUP_SIZE)[:, 0] for column in columns]
+def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
+    """The value of `values` (per lane of `lanes`: whole warpgroups, in order) in each warpgroup, which must
+    agree across it."""
+    values = np.asarray(values)
+    if values.shape != lanes.shape:  # an immediate
+        values = np.broadcast_to(values, lanes.shape)
+    values = values.reshape(-1, facts.WARPGROUP_SIZE)
+    differ = values != values[:, :1]
+    if differ.any():
+        g, i = np.unravel_index(np.argmax(differ), differ.shape)
+        raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
+                      int(lanes[g * facts.WARPGROUP_SIZE + i]))
+    return values[:, 0]
 
 
 @opcode("wgmma")
