@@ -942,6 +942,21 @@ def test_wgmma_types_outside_the_isa_are_refused(line, message):
         run_wgmma(line, np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8))
 
 
+@pytest.mark.parametrize("prefix,scale,what,thread", [
+    ("add.s64 %rd5, %rd5, %rd2", "1", "B descriptor", 1),
+    ("add.s64 %rd4, %rd4, %rd2", "1", "A descriptor", 1),
+    ("add.s64 %rd4, %rd4, %rd2;\n    add.s64 %rd5, %rd5, %rd2", "1", "B descriptor", 1),  # B is judged first
+    ("setp.lt.u32 %p2, %r0, 64", "%p2", "scale-d predicate", 64),
+])
+def test_wgmma_operands_that_differ_in_a_warpgroup_are_named(prefix, scale, what, thread):
+    """A wgmma's descriptors and scale-d predicate must be the same in the whole warpgroup; the first that is
+    not (B, then A, then scale-d) is reported, naming a thread whose value differs from its warpgroup's first."""
+    line = f"{prefix};\n    wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.u8 {{d}}, {{a}}, {{b}}, {scale}"
+    message = rf"the {what} must be the same in the whole warpgroup \(thread \({thread}, 0, 0\)"
+    with pytest.raises(PtxExecutionError, match=message):
+        run_wgmma(line, np.zeros((64, 32), np.int8), np.zeros((8, 32), np.uint8))
+
+
 # endregion
 # region atomics
 ATOMIC_BODY = """

@@ -13,7 +13,7 @@ from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
 from tessera.interpreters.ptx.wgmma import _accumulate_fragments
-from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes, descriptor_tiles
+from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes, descriptor_tiles, tile_gathers
 from tessera.sm90 import facts
 
 
@@ -72,7 +72,7 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle):
     decoded = descriptor_bytes(*key)
     assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
     ctas = [2, 0]
-    tiles = descriptor_tiles(m, [(cta, key, decoded) for cta in ctas], "bf16")
+    tiles = descriptor_tiles(m, tile_gathers(m, [(cta, key, decoded) for cta in ctas]), "bf16")
     for tile, cta in zip(tiles, ctas):
         raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
         assert np.array_equal(tile, raw.reshape(decoded[0].shape))

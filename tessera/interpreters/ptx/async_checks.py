@@ -10,7 +10,9 @@ import numpy as np
 from tessera.interpreters.ptx.asynchrony import AsyncTracker
 from tessera.interpreters.ptx.decode import Step
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ptx.wgmma_tracking import _registers, _wgmma_roles
+from tessera.interpreters.ptx.wgmma_tracking import WgmmaRoles, _registers, _wgmma_roles
+
+_NO_ROLES = WgmmaRoles({}, (), (), "")  # an instruction that is no wgmma.mma_async
 
 
 def _lanes(m: Machine, sel) -> np.ndarray:
@@ -57,22 +59,22 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     watched: set[str] = set()
     for step in steps:
         if step.inst.opcode == "wgmma":
-            watched.update(_wgmma_roles(step.inst))
+            watched.update((_wgmma_roles(step.inst) or _NO_ROLES).kinds)
     result = []
     for step in steps:
         inst = step.inst
-        roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else {}
+        roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else None
         names = tuple(sorted(_registers(inst) & watched)) if watched else ()
         before = after = None
         if names and inst.opcode != "wgmma":
-            def before(sel, inst=inst, names=names, roles=roles, touched=frozenset(names)):
+            def before(sel, inst=inst, names=names, touched=frozenset(names)):
                 if tracker.pending:
-                    tracker.check_registers(inst, _lanes(m, sel), names, roles)
+                    tracker.check_registers(inst, _lanes(m, sel), names, {})
                 tracker.touch(inst, sel, touched)
         elif names:
             def before(sel, inst=inst, names=names, roles=roles):
                 if tracker.pending:
-                    tracker.check_registers(inst, _lanes(m, sel), names, roles)
+                    tracker.check_registers(inst, _lanes(m, sel), names, (roles or _NO_ROLES).kinds)
                 if roles:
                     tracker.check_fenced(inst, _lanes(m, sel), roles)
         mods = inst.modifiers

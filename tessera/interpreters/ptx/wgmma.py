@@ -23,11 +23,13 @@ from tessera.interpreters.ptx.state import Machine, lane_rows
 from tessera.interpreters.ptx.sync import PRED
 from tessera.interpreters.ptx.syntax import Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, descriptor_read, descriptor_tiles,
-                                                     register_operands)
+from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, descriptor_reads, descriptor_tiles,
+                                                     plan_reads, register_operands)
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
+_PLANS_KEPT = 64
+"""Read plans a wgmma step keeps (`wgmma_operands.ReadPlan`): a ring's slots and the batch's lane sets give a few."""
 
 
 @lru_cache(maxsize=None)
@@ -118,6 +120,29 @@ def _wgmma_async(ops: Operands, inst, mods):
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
     viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
+    plans: dict[tuple, object] = {}  # (lanes, descriptor values) -> `wgmma_operands.ReadPlan`
+
+    def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
+        """`descriptor_read`'s arguments for the step's operands, in warpgroup order: B once per CTA and
+        descriptor (two consumers of a CTA sharing a K tile read it once), A per warpgroup; and each
+        warpgroup's B read (its position among the B requests)."""
+        lanes = lanes.copy()  # kept in the plan
+        sharing: dict[tuple[int, int], list[int]] = {}
+        for i, start in enumerate(starts.tolist()):
+            sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
+        b_of: dict[tuple[int, int], int] = {}
+        requests, b_index = [], []
+        for i, start in enumerate(starts.tolist()):
+            wg = lanes[start:start + facts.WARPGROUP_SIZE]
+            key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
+            if key not in b_of:
+                b_of[key] = len(b_of)
+                readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
+                requests.append((readers, key[1], "MN" if trans_b else "K", n, b_name, "B"))
+            b_index.append(b_of[key])
+            if not registers_a:
+                requests.append((wg, int(a_descs[i]), "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A"))
+        return requests, b_index
 
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
@@ -137,32 +162,21 @@ def _wgmma_async(ops: Operands, inst, mods):
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
             _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
-        # warpgroups of one CTA reading B through one descriptor (two consumers sharing a K tile) read it once
-        sharing: dict[tuple[int, int], list[int]] = {}
-        for i, start in enumerate(starts.tolist()):
-            sharing.setdefault((int(m.lane_cta[lanes[start]]), int(b_descs[i])), []).append(start)
-        # every read checked and recorded in warpgroup order, then gathered across CTAs (`descriptor_tiles`)
-        b_of: dict[tuple[int, int], int] = {}
-        b_reads, a_reads, b_index = [], [], []
-        for i, start in enumerate(starts.tolist()):
-            wg = lanes[start:start + facts.WARPGROUP_SIZE]
-            key = (int(m.lane_cta[wg[0]]), int(b_descs[i]))
-            if key not in b_of:
-                readers = np.concatenate([lanes[j:j + facts.WARPGROUP_SIZE] for j in sharing[key]])
-                b_of[key] = len(b_reads)
-                b_reads.append(descriptor_read(m, inst, readers, key[1], "MN" if trans_b else "K", n, b_name))
-            b_index.append(b_of[key])
-            if not registers_a:
-                a_reads.append(descriptor_read(m, inst, wg, int(a_descs[i]), "MN" if trans_a else "K",
-                                                facts.WGMMA_M, a_name, "A"))
+        key = (lanes.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) >= _PLANS_KEPT:
+                plans.clear()
+            plan = plans[key] = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs))
+        descriptor_reads(m, inst, plan)  # checked and recorded in warpgroup order, then gathered across CTAs
         if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
             words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
             a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
         else:
-            a_stack = descriptor_tiles(m, a_reads, a_name)
-        b_stack = descriptor_tiles(m, b_reads, b_name)
-        if len(b_reads) != len(starts):
-            b_stack = b_stack[b_index]
+            a_stack = descriptor_tiles(m, plan.a_tiles, a_name)
+        b_stack = descriptor_tiles(m, plan.b_tiles, b_name)
+        if plan.b_index is not None:
+            b_stack = b_stack[plan.b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:

@@ -1,20 +1,22 @@
 """The operands of wgmma [P#asynchronous-warpgroup-level-matrix-*; facts.wgmma, facts.descriptor]: the multiplicand
 types (`MULTIPLICANDS`, their families and exact float64 values), the bytes a matrix descriptor reads from shared
 memory (`descriptor_bytes`: decoded once per descriptor value), the read checked and recorded for asynchrony
-(`descriptor_read`) and gathered across CTAs (`descriptor_tiles`), and the A tile from the four registers of each
-thread of a warpgroup (`register_operands`, `facts.a_fragment_coords`). `wgmma` runs the product; `warp_mma`
-reads its elements with the same readers.
+(`descriptor_read`; `descriptor_reads` for a step's, through its `ReadPlan`) and gathered across CTAs
+(`descriptor_tiles`), and the A tile from the four registers of each thread of a warpgroup (`register_operands`,
+`facts.a_fragment_coords`). `wgmma` runs the product; `warp_mma` reads its elements with the same readers.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx.shared_chunks import CHUNK, chunk_set, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import Machine
+from tessera.interpreters.ptx.wgmma_tracking import landed_records
 from tessera.sm90 import facts
 
 
@@ -87,12 +89,60 @@ def descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major:
     return cta, (descriptor, major, e, extent), decoded
 
 
-def descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
-    """[len(reads), extent, K] float64: the operands `reads` (`descriptor_read`'s, one per CTA and
-    descriptor, all of one operand of one wgmma) hold, gathered once per descriptor value for every CTA reading
-    through it (the CTAs of a batch run the same program: their descriptors agree), a 16-byte chunk at a time
-    where the descriptor reads whole chunks in order."""
-    dtype = np.dtype(MULTIPLICANDS[name])
+class ReadPlan(NamedTuple):
+    """What a wgmma's descriptor operands need that depends only on its lanes and descriptor values, worked out
+    once and kept in the step (a main loop's K steps repeat a handful of them every trip, in every launch of the
+    decoded program): `requests`, `descriptor_read`'s arguments in warpgroup order (B once per CTA and
+    descriptor, then A per warpgroup); `checks` and `records`, the same reads for
+    `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
+    `a_tiles` and `b_tiles`, `tile_gathers` of the A and B reads; `b_index`, each warpgroup's B read (None
+    when each warpgroup has its own)."""
+
+    requests: list[tuple]
+    checks: list[tuple] | None
+    records: list[tuple] | None
+    a_tiles: tuple | None
+    b_tiles: tuple | None
+    b_index: np.ndarray | None
+
+
+def plan_reads(m: Machine, requests: list[tuple], b_index: list[int]) -> ReadPlan:
+    """The `ReadPlan` of `requests` ((lanes, descriptor, major, extent, name, "A" or "B") each; `b_index`: each
+    warpgroup's B request, its position among the B requests)."""
+    size = m.shared_bytes
+    reads, checks = [], []
+    for lanes, descriptor, major, extent, name, _ in requests:
+        e = np.dtype(MULTIPLICANDS[name]).itemsize
+        decoded = descriptor_bytes(descriptor, major, e, extent)
+        if isinstance(decoded, str) or decoded[2] < 0 or decoded[3] + e > size:
+            return ReadPlan(requests, None, None, None, None, None)
+        cta = int(m.lane_cta[lanes[0]])
+        low, high = decoded[4] if decoded[4] is not None else decoded[5]
+        checks.append((lanes, slice(cta * size + low, cta * size + high)))
+        reads.append((cta, (descriptor, major, e, extent), decoded))
+    records = landed_records(m, [(q[0], read[2][6], read[0]) for q, read in zip(requests, reads)])
+    a_reads = [read for q, read in zip(requests, reads) if q[5] == "A"]
+    b_reads = [read for q, read in zip(requests, reads) if q[5] == "B"]
+    return ReadPlan(requests, checks, records, tile_gathers(m, a_reads) if a_reads else None,
+                    tile_gathers(m, b_reads), np.array(b_index) if len(b_reads) != len(b_index) else None)
+
+
+def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
+    """`descriptor_read(m, inst, *request)` for each of the plan's requests, in order: the same checks and
+    records, decided and recorded for all of them at once where every operand lies in TMA-landed ranges its
+    readers observed (a main loop's K steps in every CTA of the batch: `WgmmaTracking.wgmma_reads_landed`), else
+    read one by one (which raises, naming the first failing read)."""
+    if plan.checks is None or not m.tracker.wgmma_reads_landed(inst, plan.checks, plan.records):
+        for request in plan.requests:
+            descriptor_read(m, inst, *request)
+
+
+def tile_gathers(m: Machine, reads: list[tuple]) -> tuple:
+    """How `descriptor_tiles` gathers the operands `reads` (`descriptor_read`'s, one per CTA and descriptor, all of
+    one operand of one wgmma): once per descriptor value for every CTA reading through it (the CTAs of a batch run
+    the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole chunks
+    in order. ([(positions in `reads`, index into shared memory's chunks or bytes, whether by chunk)], the
+    operands' shape [len(reads), extent, K])."""
     size = m.shared_bytes
     by_value: dict[tuple, list[int]] = {}
     for i, (_, key, _) in enumerate(reads):
@@ -103,17 +153,25 @@ def descriptor_tiles(m: Machine, reads: list[tuple], name: str) -> np.ndarray:
         ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
         chunks = decoded[7]
         if chunks is not None and size % CHUNK == 0:
-            raw = m.shared.reshape(-1, CHUNK)[ctas * (size // CHUNK) + chunks]
+            parts.append((positions, ctas * (size // CHUNK) + chunks, True))
         else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
-            raw = m.shared[ctas * size + decoded[1]]
-        parts.append((positions, raw.reshape(len(positions), -1)))
-    if len(parts) == 1:
-        raw = parts[0][1]
+            parts.append((positions, ctas * size + decoded[1], False))
+    return parts, (len(reads), *reads[0][2][0].shape)
+
+
+def descriptor_tiles(m: Machine, gathers: tuple, name: str) -> np.ndarray:
+    """[reads, extent, K] float64: the operands `gathers` (`tile_gathers`) hold."""
+    parts, shape = gathers
+    chunked = m.shared.reshape(-1, CHUNK) if any(by_chunk for *_, by_chunk in parts) else None
+    gathered = [(positions, (chunked if by_chunk else m.shared)[index].reshape(len(positions), -1))
+                for positions, index, by_chunk in parts]
+    if len(gathered) == 1:
+        raw = gathered[0][1]
     else:
-        raw = np.empty((len(reads), parts[0][1].shape[1]), np.uint8)
-        for positions, part in parts:
+        raw = np.empty((shape[0], gathered[0][1].shape[1]), np.uint8)
+        for positions, part in gathered:
             raw[positions] = part
-    return multiplicand_values(raw.view(dtype).reshape(len(reads), *reads[0][2][0].shape), name)
+    return multiplicand_values(raw.view(MULTIPLICANDS[name]).reshape(shape), name)
 
 
 @lru_cache(maxsize=None)

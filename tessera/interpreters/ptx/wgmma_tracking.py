@@ -18,6 +18,8 @@ created and reset by `AsyncTracker.reset` with the rest of the batch's asynchron
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tessera.interpreters.ptx.decode import elements
@@ -47,19 +49,51 @@ def _registers(inst) -> set[str]:
     return names
 
 
-def _wgmma_roles(inst) -> dict[str, str]:
-    """register -> "result" / "A operand" for a wgmma.mma_async instruction ({} for anything else)."""
+class WgmmaRoles(NamedTuple):
+    """The registers of a wgmma.mma_async, worked out once per instruction: `kinds` (register -> "result" or
+    "A operand"), the same names split by kind (`results`, `a_operands`, each name once, in operand order), and
+    its `shape` ('m64nNkK.dtype.atype.btype': what "the same shape" compares). The bookkeeping updates the
+    entries of a kind's registers together (`WgmmaTracking.wgmma_issued`), not one register at a time."""
+
+    kinds: dict[str, str]
+    results: tuple[str, ...]
+    a_operands: tuple[str, ...]
+    shape: str
+
+
+def _wgmma_roles(inst) -> WgmmaRoles | None:
+    """The `WgmmaRoles` of a wgmma.mma_async instruction (None for anything else, or one naming no register)."""
     if inst.opcode != "wgmma" or "mma_async" not in inst.modifiers or len(inst.operands) < 2:
-        return {}
-    roles = {r.name: "result" for r in elements(inst.operands[0]) if isinstance(r, Reg)}
+        return None
+    kinds = {r.name: "result" for r in elements(inst.operands[0]) if isinstance(r, Reg)}
     if isinstance(inst.operands[1], Vector):
-        roles.update({r.name: "A operand" for r in inst.operands[1].elements if isinstance(r, Reg)})
-    return roles
+        kinds.update({r.name: "A operand" for r in inst.operands[1].elements if isinstance(r, Reg)})
+    if not kinds:
+        return None
+    shape = ".".join(x for x in inst.modifiers if x not in ("mma_async", "sync", "aligned"))
+    return WgmmaRoles(kinds, tuple(n for n, k in kinds.items() if k == "result"),
+                      tuple(n for n, k in kinds.items() if k == "A operand"), shape)
 
 
-def _wgmma_shape(inst) -> str:
-    """'m64nNkK.dtype.atype.btype' of a wgmma.mma_async: what "the same shape" compares."""
-    return ".".join(x for x in inst.modifiers if x not in ("mma_async", "sync", "aligned"))
+def landed_records(m, reads: list[tuple]) -> list[tuple]:
+    """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
+    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (rows [warpgroups, 1], columns
+    [warpgroups, chunks], the warpgroups) per chunk set, the warpgroups of every CTA reading it together."""
+    per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
+    groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
+    unit = m.unit_of[facts.WARPGROUP_SIZE]
+    by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
+    for lanes, chunks, cta in reads:
+        ws = unit[lanes[::facts.WARPGROUP_SIZE]]
+        entry = by_set.setdefault(id(chunks), (chunks, [], []))
+        entry[1].append(ws)
+        entry[2].append(np.full(len(ws), cta * per_cta))
+    records = []
+    for chunks, ws, firsts in by_set.values():
+        ws = np.concatenate(ws)
+        at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
+        records.append(((ws % groups_per_cta)[:, None], np.concatenate(firsts)[:, None] + at, ws))
+    return records
 
 
 class WgmmaTracking:
@@ -103,6 +137,24 @@ class WgmmaTracking:
             self.read_inst.setdefault((w, group), inst)
         self.reading = True
 
+    def wgmma_reads_landed(self, inst, checks: list[tuple], records: list[tuple]) -> bool:
+        """`wgmma_reads` of a wgmma's operands in every CTA of the batch at once (`wgmma_operands.ReadPlan`), when
+        every one lies in landed ranges its readers have observed (`checks`: (lanes, range) each, judged by
+        `_landed_read`: nothing to check byte by byte): their records written in one assignment per chunk set
+        (`records`, `landed_records`), not per warpgroup. Returns False, having changed nothing, when some read
+        needs the byte checks: the caller then makes the reads one by one, in order."""
+        if not all(self._landed_read(lanes, where) for lanes, where in checks):
+            return False
+        if self.wg_read is None:
+            self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
+        for rows, columns, ws in records:
+            groups = self.wg_open[ws]
+            self.wg_read[rows, columns] = (groups + 1)[:, None]
+            for key in zip(ws.tolist(), groups.tolist()):
+                self.read_inst.setdefault(key, inst)
+        self.reading = True
+        return True
+
     def _read_by_wgmma(self, span: slice) -> bool:
         """Whether a wgmma whose group no wait_group has covered yet may read a byte of `span` (one CTA's)."""
         cta = span.start // max(self.m.shared_bytes, 1)
@@ -135,20 +187,33 @@ class WgmmaTracking:
                                     f"of warpgroup {int(local)} may still read it (no wgmma.wait_group covers its "
                                     f"group yet){released}", lanes[i])
 
-    def wgmma_issued(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+    def wgmma_issued(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
-        pending on the same groups share one array (never modified in place)."""
+        pending on the same groups share one array (never modified in place); the registers of one kind that
+        share one entry (a chain's accumulators) get one new entry, set for all of them in one update."""
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
-        self.wg_issued[ws] = self.wg_open[ws]
+        opened = self.wg_open[ws]
+        self.wg_issued[ws] = opened
         for w in ws.tolist():
             self.last_wgmma[w] = inst
-        names = tuple(roles)
-        olds = [None if e is None else e[0] for e in map(self.pending.get, names)]
-        updated: dict[int, np.ndarray] = {}
-        for key, old in {id(old): old for old in olds}.items():  # registers pending on the same groups: once
-            groups = updated[key] = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
-            groups[ws] = self.wg_open[ws]
-        self.pending.update(zip(names, [(updated[id(old)], kind, inst) for old, kind in zip(olds, roles.values())]))
+        updated: dict[int, np.ndarray] = {}  # id of an old groups array (or of None) -> its successor
+
+        def successor(old) -> np.ndarray:
+            groups = updated.get(id(old))
+            if groups is None:
+                groups = updated[id(old)] = old.copy() if old is not None else np.full(self.warpgroups, -1, np.int64)
+                groups[ws] = opened
+            return groups
+
+        for kind, names in (("result", roles.results), ("A operand", roles.a_operands)):
+            if not names:
+                continue
+            olds = list(map(self.pending.get, names))
+            if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
+                old = olds[0]
+                self.pending.update(dict.fromkeys(names, (successor(None if old is None else old[0]), kind, inst)))
+            else:
+                self.pending.update(zip(names, [(successor(None if e is None else e[0]), kind, inst) for e in olds]))
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
         """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
@@ -245,14 +310,13 @@ class WgmmaTracking:
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
-    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
         access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
         the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
-        shape = _wgmma_shape(inst)
-        results = [name for name, kind in roles.items() if kind == "result"]
+        shape, results = roles.shape, roles.results
         olds = list(map(self.shaped.get, results))
-        if olds and all(old is olds[0] for old in olds):  # every register in one entry (a chain's wgmmas)
+        if olds and len(set(map(id, olds))) == 1:  # every register in one entry (a chain's wgmmas)
             old = olds[0]
             if old is not None and old[1] is inst:
                 old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
@@ -262,9 +326,7 @@ class WgmmaTracking:
             self.shaped.update(dict.fromkeys(results, (unfenced, inst, shape)))
             return
         updated: dict[int, tuple] = {}
-        for name, kind in roles.items():
-            if kind != "result":
-                continue
+        for name in results:
             old = self.shaped.get(name)
             key = id(old) if old is not None else 0
             entry = updated.get(key)
@@ -279,7 +341,7 @@ class WgmmaTracking:
                 updated[key] = entry
             self.shaped[name] = entry
 
-    def check_fenced(self, inst, lanes: np.ndarray, roles: dict[str, str]) -> None:
+    def check_fenced(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
         scale-d false too: the wgmma writes its accumulators [memory_model.WGMMA_FENCE_SCALE_D]), nor accessed by
         a wgmma of another shape since then, and the warpgroup's first wgmma.mma_async needs a wgmma.fence before
@@ -289,15 +351,16 @@ class WgmmaTracking:
         if unfenced.any():
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
-        shape = _wgmma_shape(inst) if self.shaped else None
+        shape = roles.shape
         touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
         # one look per entry and per logged access, not per register; the walk below names the register
-        entries = {id(e): e for e in map(self.shaped.get, (n for n, k in roles.items() if k == "result"))
-                   if e is not None}
+        olds = list(map(self.shaped.get, roles.results))
+        entries = dict(zip(map(id, olds), olds))
+        entries.pop(id(None), None)
         if not any(e[2] != shape and e[0][lanes].any() for e in entries.values()) \
-                and not (touched and self._touched_any(frozenset(roles), lanes)):
+                and not (touched and self._touched_any(frozenset(roles.kinds), lanes)):
             return
-        for name, kind in roles.items():
+        for name, kind in roles.kinds.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:
                 bad = shaped[0][lanes]
@@ -318,12 +381,13 @@ class WgmmaTracking:
                                         f"{int(line[i])} accessed it, with no wgmma.fence between them "
                                         "(missing wgmma.fence)", lanes[i])
 
-    def check_registers(self, inst, lanes: np.ndarray, names, roles: dict[str, str]) -> None:
-        """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending."""
+    def check_registers(self, inst, lanes: np.ndarray, names, kinds: dict[str, str]) -> None:
+        """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending (`kinds`:
+        `WgmmaRoles.kinds` of a wgmma.mma_async, whose registers of the same kind may be pending; else {})."""
         ws = None
         for name in names:
             entry = self.pending.get(name)
-            if entry is None or roles.get(name) == entry[1]:
+            if entry is None or kinds.get(name) == entry[1]:
                 continue
             if ws is None:
                 ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
