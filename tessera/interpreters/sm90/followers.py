@@ -276,6 +276,9 @@ class Followers:
         self._special: dict[Operation, np.ndarray] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
+        self.merged_wgmma: tuple | None = None
+        """(the leader's result, the followers') of the wgmma that just ran, where the leader computed both in
+        one product (`WgmmaUnit.mma`); `_wgmma` takes them."""
 
     def drop(self, reason: str) -> None:
         if self.dropped is None:
@@ -480,27 +483,15 @@ class Followers:
             for f in range(self.count):
                 put(self.smem[f], addresses, data[f])
 
-    def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
-        acc, a, b, *scale = args
-        facc, fa, fb, *fscale = fargs
-        self.same(op, b, fb)
-        if not op.a_in_registers:
-            self.same(op, a, fa)
-        if scale:
-            self.same(op, scale[0], fscale[0])
+    def wgmma_operands(self, op: sm90.WgmmaMmaAsyncOp, a, b, fa, warpgroups: list[int], rows, m: int,
+                       k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The followers' A tiles [F, W, m, k] and B tiles [F, 1 or W, n, k] of wgmma `op` for `warpgroups`
+        (threads `rows`), read through the leader's descriptors `a` and `b` (a descriptor the followers must
+        share: `_wgmma` checks it) from their shared memory, or from their A registers `fa`; B is [F, 1, n, k]
+        where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`)."""
         n, ab = op.n.value.data, op.ab_type.data
-        m, _, k = facts.wgmma_shape(n, ab, "f32")
         size, count = facts.WARPGROUP_SIZE, self.count
-        warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
-        if not warpgroups:
-            return np.array(facc, copy=True)
         element_bytes = facts.WGMMA_K_BYTES // k
-        rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
-        if isinstance(rows, slice):  # the other rows keep the accumulator; these are all written below
-            result = np.empty(facc.shape, facc.dtype)
-            result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
-        else:
-            result = np.array(facc, copy=True)
 
         def tile(descriptor, major: str, extent: int) -> np.ndarray:
             _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
@@ -511,16 +502,16 @@ class Followers:
             bits = bits.reshape((count,) + addresses.shape)
             return facts.half_bits_to_f32(bits, ab)
 
-        b_tiles, a_tiles, accumulate = {}, [], []
+        a_in_registers = op.a_in_registers
+        b_tiles, a_tiles = {}, []
         for w in warpgroups:
             first = w * size
             b_desc = int(b[first])
             if b_desc not in b_tiles:
                 b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n)
-            if not op.a_in_registers:
+            if not a_in_registers:
                 a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m))
-            accumulate.append(not scale or bool(scale[0][first]))
-        if op.a_in_registers:
+        if a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
             a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
@@ -529,6 +520,35 @@ class Followers:
         descriptors = [int(b[w * size]) for w in warpgroups]
         b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
                    else np.stack([b_tiles[d] for d in descriptors], axis=1))
+        return a_stack, b_stack
+
+    def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
+        """The followers' result: the one the leader computed with its own (`WgmmaUnit.mma`, `merged_wgmma`), or
+        computed here."""
+        merged, self.merged_wgmma = self.merged_wgmma, None
+        acc, a, b, *scale = args
+        facc, fa, fb, *fscale = fargs
+        self.same(op, b, fb)
+        if not op.a_in_registers:
+            self.same(op, a, fa)
+        if scale:
+            self.same(op, scale[0], fscale[0])
+        if merged is not None and merged[0] is leader_result:
+            return merged[1]
+        n, ab = op.n.value.data, op.ab_type.data
+        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        size, count = facts.WARPGROUP_SIZE, self.count
+        warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
+        if not warpgroups:
+            return np.array(facc, copy=True)
+        rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
+        if isinstance(rows, slice):  # the other rows keep the accumulator; these are all written below
+            result = np.empty(facc.shape, facc.dtype)
+            result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
+        else:
+            result = np.array(facc, copy=True)
+        a_stack, b_stack = self.wgmma_operands(op, a, b, fa, warpgroups, rows, m, k)
+        accumulate = [not scale or bool(scale[0][w * size]) for w in warpgroups]
         fragments = (count, len(warpgroups), size, facc.shape[2])
         out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
         fragment_view.multiply_accumulate(a_stack, b_stack, facc[:, rows].reshape(fragments), out,

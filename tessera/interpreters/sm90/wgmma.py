@@ -91,6 +91,22 @@ def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
     return (np.asarray(warpgroups)[:, None] * size + np.arange(size)).reshape(-1)
 
 
+def _stacked(leader: np.ndarray, followers: np.ndarray) -> np.ndarray:
+    """The leader's [T, R] accumulator and the followers' [F, T, R] as one [1 + F, T, R] array: without a copy
+    where the followers' is a broadcast of the leader's (a zero accumulator) or both are the parts of one
+    such array (the result of the chain's previous wgmma, `WgmmaUnit.mma`)."""
+    shape = (1 + len(followers),) + leader.shape
+    if followers.strides[0] == 0 and followers.base is leader and followers.shape[1:] == leader.shape \
+            and followers.strides[1:] == leader.strides:
+        return np.broadcast_to(leader, shape)
+    base = leader.base
+    if base is not None and followers.base is base and base.shape == shape and base.flags.c_contiguous and \
+            leader.ctypes.data == base.ctypes.data and followers.ctypes.data == base.ctypes.data + leader.nbytes \
+            and leader.flags.c_contiguous and followers.flags.c_contiguous:
+        return base
+    return np.concatenate([leader[None], followers])
+
+
 @lru_cache(maxsize=None)
 def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
     """(row, k) of 8-bit A element i (register i / 4, byte i % 4) of each thread: [128, 16] each."""
@@ -138,12 +154,15 @@ class WgmmaUnit:
 
     # region mma_async
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
-            scale_d: np.ndarray | None) -> np.ndarray:
+            scale_d: np.ndarray | None, followers=None, fargs: tuple = ()) -> np.ndarray:
+        """D of `op` (pending on the warpgroups' open groups), after the checks. With `followers` (a batch's
+        `followers.Followers` that follow, `fargs` their operands), theirs too in the same product: their
+        tiles stacked after the leader's, one matrix product, one pass into the fragments
+        (`Followers.merged_wgmma` hands their result over)."""
         cta = self.cta
         n, ab = op.n.value.data, op.ab_type.data
         trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
         m, _, k = facts.wgmma_shape(n, ab, "f32")
-        result = acc.copy()
         a_in_registers = op.a_in_registers
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
@@ -163,21 +182,36 @@ class WgmmaUnit:
                                                 tiles))
             accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
         if not warpgroups:
-            return self._register(op, result, acc, a, warpgroups)
+            return self._register(op, acc.copy(), acc, a, warpgroups)
         rows = _warpgroup_rows(warpgroups)
-        if a_in_registers:
-            a_stack = self._register_tiles(a[rows], ab, m, k)
-        else:
-            a_stack = np.stack(a_tiles)
+        a_stack = self._register_tiles(a[rows], ab, m, k) if a_in_registers else np.stack(a_tiles)
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
-        # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
-        # thread's registers), plus D where the warpgroup's scale-d is on
-        fragments = (len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
-        out = result[rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
-        fragment_view.multiply_accumulate(a_stack, b_stack, acc[rows].reshape(fragments), out,
+        accs = acc[None]
+        if followers is not None:  # the followers' operands after the leader's: [1 + F, W, ...]
+            try:
+                f_a, f_b = followers.wgmma_operands(op, a, b, fargs[1], warpgroups, rows, m, k)
+                a_stack, b_stack = np.concatenate([a_stack[None], f_a]), np.concatenate([b_stack[None], f_b])
+                accs = _stacked(acc, fargs[0])
+            except Exception as error:  # noqa: BLE001 - the followers' failure, not the leader's: they run alone
+                followers.drop(f"{op.name}: {type(error).__name__}: {error}")
+                followers = None
+        # the products summed in float64 (one matrix product per warpgroup and CTA), gathered into the fragment
+        # (each thread's registers), plus D where the warpgroup's scale-d is on; the other rows keep D
+        results = np.empty(accs.shape, np.float32)
+        fragments = (len(accs), len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
+        if isinstance(rows, slice):
+            results[:, :rows.start], results[:, rows.stop:] = accs[:, :rows.start], accs[:, rows.stop:]
+            out = results[:, rows].reshape(fragments)
+        else:
+            results[...] = accs
+            out = np.empty(fragments, np.float32)
+        fragment_view.multiply_accumulate(a_stack, b_stack, accs[:, rows].reshape(fragments), out,
                                           np.asarray(accumulate), n)
         if not isinstance(rows, slice):
-            result[rows] = out.reshape(-1, acc.shape[1])
+            results[:, rows] = out.reshape(len(accs), -1, acc.shape[1])
+        result = results[0]
+        if followers is not None:
+            followers.merged_wgmma = (result, results[1:])
         return self._register(op, result, acc, a, warpgroups)
 
     def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
