@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.dialects import sm90
-from tessera.interpreters.sm90.followers import follower_rule
+from tessera.interpreters.sm90.follower_rules import follower_rule
 from tessera.interpreters.sm90.global_memory import GlobalMemory, pointer_sources
 from tessera.interpreters.sm90.record_pool import launch_pool
 

@@ -17,16 +17,16 @@ others go on, and the rows of those that left are no longer compared or stored. 
 fails leaves the same way; a failure that cannot be told apart (a division by zero in one NumPy call for all)
 *drops* the batch (`dropped`): the leader goes on alone. Those that left or dropped run later (`batches`), as if
 there had been no batch. An `scf.if` of pure ops whose condition differs does not make followers leave: they
-compute the branch the leader does not take by themselves (`pure_if`, `Followers.region`). The followers' global
-stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order with the
-followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
+compute the branch the leader does not take by themselves (`follower_rules.pure_if`, `Followers.region`). The
+followers' global stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order
+with the followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
 them; their loads are made at once as their own CTAs; their TMA reads need no records, since a batch runs only
 where no tensor that a TMA copy or a load reads is written by the kernel (`batches.batchable`). Results are
 bitwise those of one CTA at a time, hazards are found in the leader (the followers' are the same by
 construction) and named with its CTA, or, for a follower that leaves, in its own run.
 
 What a batch needs (`batches.batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no
-interpreter listeners, the round-robin schedule, and only ops with a follower rule below (`follower_rule`);
+interpreter listeners, the round-robin schedule, and only ops with a follower rule (`follower_rules.follower_rule`);
 otherwise the CTAs run one at a time as before.
 """
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
-from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
@@ -44,8 +43,9 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
-from tessera.interpreters.sm90.arith import RegisterArithFunctions, read_only, shuffle_plan
+from tessera.interpreters.sm90.arith import RegisterArithFunctions
 from tessera.interpreters.sm90.cta import NamesThreads
+from tessera.interpreters.sm90.follower_rules import PURE_SM90, follower_rule, shuffle_followers
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mask, unsigned
 from tessera.interpreters.sm90.strands import HazardUnwind
@@ -57,119 +57,6 @@ class FollowerDropout(Exception):
     """The followers of a batch cannot go on with the leader (they differ from it, or one of them fails)."""
 
 
-# region which ops followers run, and how
-_CONTROL = (scf.ForOp, scf.WhileOp, scf.IfOp)
-"""Their follower values come from `control` (`Followers.control_results`)."""
-
-_TERMINATORS = (scf.YieldOp, scf.ConditionOp, func.ReturnOp)
-
-_AS_LEADER = (arith.ConstantOp, sm90.SharedBufferOp, sm90.MBarrierTryWaitParityOp, sm90.ElectSyncOp)
-"""Ops whose results are the leader's in every follower: constants, shared addresses, and outcomes of the
-leader's bookkeeping (a wait's success, the elected lane), which the followers share."""
-
-_CHECKED_ONLY = (
-    sm90.BarSyncOp, sm90.BarArriveOp, sm90.FenceMBarrierInitOp, sm90.FenceProxyAsyncOp, sm90.MBarrierInitOp,
-    sm90.MBarrierArriveOp, sm90.MBarrierArriveExpectTxOp, sm90.MBarrierInvalOp, sm90.SetMaxNRegOp,
-    sm90.WgmmaFenceOp, sm90.WgmmaCommitGroupOp, sm90.WgmmaWaitGroupOp,
-)
-"""Ops without results or data: the followers' operands (addresses) must be the leader's."""
-
-_PURE_SM90 = tuple(getattr(sm90, name) for name in (
-    "CvtOp", "CvtPackOp", "CvtPackFp8Op", "Ex2ApproxOp", "RcpApproxOp", "Lg2ApproxOp", "TanhApproxOp",
-    "RsqrtApproxOp", "PrmtOp", "SetpOp", "SelpOp", "MakeDescriptorOp", "DescriptorAdvanceOp", "DescriptorOffsetOp",
-    "ShflSyncOp") if hasattr(sm90, name))
-"""`sm90` ops that compute from their operands alone: run over every follower's threads at once."""
-
-
-def _pure(op: Operation) -> bool:
-    if isinstance(op, _PURE_SM90):
-        return True
-    name = op.name
-    return (name.startswith(("arith.", "math.", "vector.")) and not isinstance(op, arith.ConstantOp))
-
-
-_RULES: dict[type, str | None] = {}
-"""`follower_rule` by op type (the rule reads only the type and its name)."""
-
-
-def follower_rule(op: Operation) -> str | None:
-    """How followers run `op` (None: they cannot, and a kernel with it runs one CTA at a time)."""
-    kind = type(op)
-    try:
-        return _RULES[kind]
-    except KeyError:
-        rule = _RULES[kind] = _rule(op)
-        return rule
-
-
-def _rule(op: Operation) -> str | None:
-    if isinstance(op, func.FuncOp):
-        return "kernel"
-    if isinstance(op, _CONTROL):
-        return "control"
-    if isinstance(op, _TERMINATORS):
-        return "terminator"
-    if isinstance(op, _AS_LEADER):
-        return "as leader"
-    if isinstance(op, _CHECKED_ONLY):
-        return "checked"
-    if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op,
-                       sm90.LdGlobalOp, sm90.LdGlobalU16Op)):
-        return op.name
-    if isinstance(op, vector.ShuffleOp):
-        return "vector.shuffle"
-    if _pure(op):
-        return "pure"
-    return None
-
-
-_REGION_OPS = ("pure", "vector.shuffle", "sm90.special", "terminator")
-
-
-def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """`vector.shuffle` of the followers' [F, T, N] values at once (`arith.run_shuffle`'s lanes)."""
-    v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
-    plan = shuffle_plan(op, v1.shape[2])
-    if isinstance(plan, tuple):
-        if plan[0] == 2:  # a concatenation
-            return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
-        return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
-    if first is second:
-        return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
-    return np.concatenate([v1, v2], axis=2)[:, :, plan]
-
-
-def pure_if(interpreter, op: scf.IfOp) -> bool:
-    """Whether `op`'s branches only compute values (pure ops, constants, shared addresses, special registers:
-    no memory, synchronisation or nested control flow) that no check of the CTA observes, so that followers
-    whose condition differs from the leader's can compute the branch it does not run by themselves
-    (`Followers.region`) and a one-at-a-time run would find nothing more in it: for every op of the branches,
-    each listener either observes nothing (`observes`) or says that `check_pure_region(op, leader operands)`
-    is all it needs there (`in_pure_region(op)`: a check that depends only on what every CTA of the batch
-    shares, made when the followers run the branch). Kept per kernel and listener keys."""
-    ops = [inner for region in op.regions for block in region.blocks for inner in block.ops]
-    listeners = interpreter.listeners
-
-    def compute() -> bool:
-        if any(inner.regions or not (follower_rule(inner) in _REGION_OPS
-                                     or isinstance(inner, (arith.ConstantOp, sm90.SharedBufferOp)))
-               for inner in ops):
-            return False
-        for listener in listeners:
-            observes = getattr(listener, "observes", None)
-            in_pure_region = getattr(listener, "in_pure_region", None)
-            for inner in ops:
-                if in_pure_region is not None and in_pure_region(inner):
-                    continue
-                if observes is None or observes(inner) != (False, False):
-                    return False
-        return True
-
-    key = ("pure if", op, tuple(getattr(listener, "observes_key", type(listener)) for listener in listeners))
-    return interpreter.kernel.fact(key, compute)
-
-
-# endregion
 # region the followers' view of the CTA
 
 
@@ -342,7 +229,7 @@ class Followers:
             if rule == "pure":
                 results = self._run_wide(op, implementation, fargs)
             elif rule == "vector.shuffle":
-                results = (_shuffle(op, *fargs),)
+                results = (shuffle_followers(op, *fargs),)
             elif rule == "sm90.special":
                 results = (self._special_register(op, functions),)
             else:  # a constant or a shared address: the leader's, computed by its implementation
@@ -400,7 +287,7 @@ class Followers:
         if rule == "vector.shuffle":
             if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
                 return tuple(self.broadcast(r) for r in results)
-            return (_shuffle(op, *fargs),)
+            return (shuffle_followers(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
         if rule == "sm90.tma_load":
@@ -428,7 +315,7 @@ class Followers:
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
         wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
-        own = self._pure["machine" if isinstance(op, _PURE_SM90) else "arith"]
+        own = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
         return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
 
@@ -629,4 +516,4 @@ class _Functions:
         self.cta = cta
 
 
-__all__ = ["FollowerDropout", "Followers", "follower_rule"]
+__all__ = ["FollowerDropout", "Followers"]

@@ -49,7 +49,7 @@ from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
 from tessera.interpreters.sm90.tma import TensorMap
 from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
-from tessera.interpreters.sm90.wgmma import PendingUseChecker, RegisterWrites, wgmma_register_sources
+from tessera.interpreters.sm90.wgmma_checks import PendingUseChecker, RegisterWrites, wgmma_register_sources
 from tessera.interpreters import serving_checks
 from tessera.interpreters.parallel import (
     GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups,
@@ -216,7 +216,7 @@ class SimulatorOptions:
     seed: int = 0
     strict_proxy: bool = False
     register_sources: tuple = (frozenset(),) * 4
-    """`wgmma.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
+    """`wgmma_checks.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
 
 
 def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = "round_robin",
