@@ -22,7 +22,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
-from tessera.interpreters.sm90.launch import target_kernel
+from tessera.interpreters.sm90.target_abi import target_kernel
 from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
 from tessera.lowering.fallback import PIPELINE_NOTE_ATTR
 from tessera.numerics import numpy_dtype

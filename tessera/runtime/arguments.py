@@ -18,7 +18,7 @@ import numpy as np
 
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
-from tessera.interpreters.sm90.launch import target_kernel
+from tessera.interpreters.sm90.target_abi import target_kernel
 from tessera.kernel_abi import (
     ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, kernel_kind, launch_size_names,
 )

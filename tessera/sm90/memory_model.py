@@ -108,7 +108,7 @@ WGMMA_FENCE_SCALE_D = Rule(
     "the fence too. The CTA simulator applies it to the allocated registers (a chained accumulator has one shape "
     "in Target IR); without an allocation, to the chain's registers: the chained wgmmas' accumulator is one set of "
     "registers, which an SSA value keeps in every loop trip, so an instruction reading the chain's previous result "
-    "after the warpgroup's latest fence is reported (`wgmma.wgmma_accumulator_chains`)",
+    "after the warpgroup's latest fence is reported (`wgmma_checks.wgmma_accumulator_chains`)",
     "tessera.interpreters.sm90.register_check:RegisterFileChecker._check_fenced")
 
 WGMMA_A_ROWS_PER_WARP = Rule(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.dialects import sm90
-from tessera.interpreters.sm90.followers import follower_rule
+from tessera.interpreters.sm90.follower_rules import follower_rule
 from tessera.interpreters.sm90.global_memory import GlobalMemory, pointer_sources
 from tessera.interpreters.sm90.record_pool import launch_pool
 
@@ -22,7 +22,7 @@ def run_batches(run_cta, kernel, module: ModuleOp, values: list, memory: GlobalM
                 ids: Sequence[tuple[int, int, int]], grid: tuple[int, int, int], allocation, listeners,
                 options, traffic: dict | None, size: int, by_x: bool = False,
                 on_cta=None) -> None:
-    """Run the CTAs `ids` (a serial order) of `kernel` (a `launch.TargetKernel`, run with `options`, its
+    """Run the CTAs `ids` (a serial order) of `kernel` (a `target_abi.TargetKernel`, run with `options`, its
     `SimulatorOptions`) by `run_cta` (`launch.run_cta`) in batches of at most `size`, a leader and its
     followers (`followers`); `size` 1 runs them one at a time. The first batches are consecutive CTAs. Followers that
     leave a batch (their operand differed from the leader's) are batched again with those that left at the

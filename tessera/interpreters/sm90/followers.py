@@ -17,16 +17,16 @@ others go on, and the rows of those that left are no longer compared or stored. 
 fails leaves the same way; a failure that cannot be told apart (a division by zero in one NumPy call for all)
 *drops* the batch (`dropped`): the leader goes on alone. Those that left or dropped run later (`batches`), as if
 there had been no batch. An `scf.if` of pure ops whose condition differs does not make followers leave: they
-compute the branch the leader does not take by themselves (`pure_if`, `Followers.region`). The followers' global
-stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order with the
-followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
+compute the branch the leader does not take by themselves (`follower_rules.pure_if`, `Followers.region`). The
+followers' global stores wait until the leader has ended (`FollowerStore`) and are then made in the grid's order
+with the followers' own CTA ids, each checked and recorded by the global-memory race checks as a one-at-a-time run makes
 them; their loads are made at once as their own CTAs; their TMA reads need no records, since a batch runs only
 where no tensor that a TMA copy or a load reads is written by the kernel (`batches.batchable`). Results are
 bitwise those of one CTA at a time, hazards are found in the leader (the followers' are the same by
 construction) and named with its CTA, or, for a follower that leaves, in its own run.
 
 What a batch needs (`batches.batchable`): no cluster, no atomics, reductions or semaphores between CTAs, no
-interpreter listeners, the round-robin schedule, and only ops with a follower rule below (`follower_rule`);
+interpreter listeners, the round-robin schedule, and only ops with a follower rule (`follower_rules.follower_rule`);
 otherwise the CTAs run one at a time as before.
 """
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
-from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
@@ -44,8 +43,9 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90 import wgmma as wgmma_unit
-from tessera.interpreters.sm90.arith import RegisterArithFunctions, read_only, shuffle_plan
+from tessera.interpreters.sm90.arith import RegisterArithFunctions
 from tessera.interpreters.sm90.cta import NamesThreads
+from tessera.interpreters.sm90.follower_rules import PURE_SM90, follower_rule, shuffle_followers
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mask, unsigned
 from tessera.interpreters.sm90.strands import HazardUnwind
@@ -57,119 +57,6 @@ class FollowerDropout(Exception):
     """The followers of a batch cannot go on with the leader (they differ from it, or one of them fails)."""
 
 
-# region which ops followers run, and how
-_CONTROL = (scf.ForOp, scf.WhileOp, scf.IfOp)
-"""Their follower values come from `control` (`Followers.control_results`)."""
-
-_TERMINATORS = (scf.YieldOp, scf.ConditionOp, func.ReturnOp)
-
-_AS_LEADER = (arith.ConstantOp, sm90.SharedBufferOp, sm90.MBarrierTryWaitParityOp, sm90.ElectSyncOp)
-"""Ops whose results are the leader's in every follower: constants, shared addresses, and outcomes of the
-leader's bookkeeping (a wait's success, the elected lane), which the followers share."""
-
-_CHECKED_ONLY = (
-    sm90.BarSyncOp, sm90.BarArriveOp, sm90.FenceMBarrierInitOp, sm90.FenceProxyAsyncOp, sm90.MBarrierInitOp,
-    sm90.MBarrierArriveOp, sm90.MBarrierArriveExpectTxOp, sm90.MBarrierInvalOp, sm90.SetMaxNRegOp,
-    sm90.WgmmaFenceOp, sm90.WgmmaCommitGroupOp, sm90.WgmmaWaitGroupOp,
-)
-"""Ops without results or data: the followers' operands (addresses) must be the leader's."""
-
-_PURE_SM90 = tuple(getattr(sm90, name) for name in (
-    "CvtOp", "CvtPackOp", "CvtPackFp8Op", "Ex2ApproxOp", "RcpApproxOp", "Lg2ApproxOp", "TanhApproxOp",
-    "RsqrtApproxOp", "PrmtOp", "SetpOp", "SelpOp", "MakeDescriptorOp", "DescriptorAdvanceOp", "DescriptorOffsetOp",
-    "ShflSyncOp") if hasattr(sm90, name))
-"""`sm90` ops that compute from their operands alone: run over every follower's threads at once."""
-
-
-def _pure(op: Operation) -> bool:
-    if isinstance(op, _PURE_SM90):
-        return True
-    name = op.name
-    return (name.startswith(("arith.", "math.", "vector.")) and not isinstance(op, arith.ConstantOp))
-
-
-_RULES: dict[type, str | None] = {}
-"""`follower_rule` by op type (the rule reads only the type and its name)."""
-
-
-def follower_rule(op: Operation) -> str | None:
-    """How followers run `op` (None: they cannot, and a kernel with it runs one CTA at a time)."""
-    kind = type(op)
-    try:
-        return _RULES[kind]
-    except KeyError:
-        rule = _RULES[kind] = _rule(op)
-        return rule
-
-
-def _rule(op: Operation) -> str | None:
-    if isinstance(op, func.FuncOp):
-        return "kernel"
-    if isinstance(op, _CONTROL):
-        return "control"
-    if isinstance(op, _TERMINATORS):
-        return "terminator"
-    if isinstance(op, _AS_LEADER):
-        return "as leader"
-    if isinstance(op, _CHECKED_ONLY):
-        return "checked"
-    if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op,
-                       sm90.LdGlobalOp, sm90.LdGlobalU16Op)):
-        return op.name
-    if isinstance(op, vector.ShuffleOp):
-        return "vector.shuffle"
-    if _pure(op):
-        return "pure"
-    return None
-
-
-_REGION_OPS = ("pure", "vector.shuffle", "sm90.special", "terminator")
-
-
-def _shuffle(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """`vector.shuffle` of the followers' [F, T, N] values at once (`arith.run_shuffle`'s lanes)."""
-    v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
-    plan = shuffle_plan(op, v1.shape[2])
-    if isinstance(plan, tuple):
-        if plan[0] == 2:  # a concatenation
-            return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
-        return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
-    if first is second:
-        return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
-    return np.concatenate([v1, v2], axis=2)[:, :, plan]
-
-
-def pure_if(interpreter, op: scf.IfOp) -> bool:
-    """Whether `op`'s branches only compute values (pure ops, constants, shared addresses, special registers:
-    no memory, synchronisation or nested control flow) that no check of the CTA observes, so that followers
-    whose condition differs from the leader's can compute the branch it does not run by themselves
-    (`Followers.region`) and a one-at-a-time run would find nothing more in it: for every op of the branches,
-    each listener either observes nothing (`observes`) or says that `check_pure_region(op, leader operands)`
-    is all it needs there (`in_pure_region(op)`: a check that depends only on what every CTA of the batch
-    shares, made when the followers run the branch). Kept per kernel and listener keys."""
-    ops = [inner for region in op.regions for block in region.blocks for inner in block.ops]
-    listeners = interpreter.listeners
-
-    def compute() -> bool:
-        if any(inner.regions or not (follower_rule(inner) in _REGION_OPS
-                                     or isinstance(inner, (arith.ConstantOp, sm90.SharedBufferOp)))
-               for inner in ops):
-            return False
-        for listener in listeners:
-            observes = getattr(listener, "observes", None)
-            in_pure_region = getattr(listener, "in_pure_region", None)
-            for inner in ops:
-                if in_pure_region is not None and in_pure_region(inner):
-                    continue
-                if observes is None or observes(inner) != (False, False):
-                    return False
-        return True
-
-    key = ("pure if", op, tuple(getattr(listener, "observes_key", type(listener)) for listener in listeners))
-    return interpreter.kernel.fact(key, compute)
-
-
-# endregion
 # region the followers' view of the CTA
 
 
@@ -276,6 +163,9 @@ class Followers:
         self._special: dict[Operation, np.ndarray] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
+        self.merged_wgmma: tuple | None = None
+        """(the leader's result, the followers') of the wgmma that just ran, where the leader computed both in
+        one product (`WgmmaUnit.mma`); `_wgmma` takes them."""
 
     def drop(self, reason: str) -> None:
         if self.dropped is None:
@@ -339,7 +229,7 @@ class Followers:
             if rule == "pure":
                 results = self._run_wide(op, implementation, fargs)
             elif rule == "vector.shuffle":
-                results = (_shuffle(op, *fargs),)
+                results = (shuffle_followers(op, *fargs),)
             elif rule == "sm90.special":
                 results = (self._special_register(op, functions),)
             else:  # a constant or a shared address: the leader's, computed by its implementation
@@ -397,7 +287,7 @@ class Followers:
         if rule == "vector.shuffle":
             if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
                 return tuple(self.broadcast(r) for r in results)
-            return (_shuffle(op, *fargs),)
+            return (shuffle_followers(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
         if rule == "sm90.tma_load":
@@ -425,7 +315,7 @@ class Followers:
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
         wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
-        own = self._pure["machine" if isinstance(op, _PURE_SM90) else "arith"]
+        own = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
         return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
 
@@ -480,27 +370,15 @@ class Followers:
             for f in range(self.count):
                 put(self.smem[f], addresses, data[f])
 
-    def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
-        acc, a, b, *scale = args
-        facc, fa, fb, *fscale = fargs
-        self.same(op, b, fb)
-        if not op.a_in_registers:
-            self.same(op, a, fa)
-        if scale:
-            self.same(op, scale[0], fscale[0])
+    def wgmma_operands(self, op: sm90.WgmmaMmaAsyncOp, a, b, fa, warpgroups: list[int], rows, m: int,
+                       k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The followers' A tiles [F, W, m, k] and B tiles [F, 1 or W, n, k] of wgmma `op` for `warpgroups`
+        (threads `rows`), read through the leader's descriptors `a` and `b` (a descriptor the followers must
+        share: `_wgmma` checks it) from their shared memory, or from their A registers `fa`; B is [F, 1, n, k]
+        where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`)."""
         n, ab = op.n.value.data, op.ab_type.data
-        m, _, k = facts.wgmma_shape(n, ab, "f32")
         size, count = facts.WARPGROUP_SIZE, self.count
-        warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
-        if not warpgroups:
-            return np.array(facc, copy=True)
         element_bytes = facts.WGMMA_K_BYTES // k
-        rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
-        if isinstance(rows, slice):  # the other rows keep the accumulator; these are all written below
-            result = np.empty(facc.shape, facc.dtype)
-            result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
-        else:
-            result = np.array(facc, copy=True)
 
         def tile(descriptor, major: str, extent: int) -> np.ndarray:
             _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
@@ -511,16 +389,16 @@ class Followers:
             bits = bits.reshape((count,) + addresses.shape)
             return facts.half_bits_to_f32(bits, ab)
 
-        b_tiles, a_tiles, accumulate = {}, [], []
+        a_in_registers = op.a_in_registers
+        b_tiles, a_tiles = {}, []
         for w in warpgroups:
             first = w * size
             b_desc = int(b[first])
             if b_desc not in b_tiles:
                 b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n)
-            if not op.a_in_registers:
+            if not a_in_registers:
                 a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m))
-            accumulate.append(not scale or bool(scale[0][first]))
-        if op.a_in_registers:
+        if a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
             a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
@@ -529,6 +407,35 @@ class Followers:
         descriptors = [int(b[w * size]) for w in warpgroups]
         b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
                    else np.stack([b_tiles[d] for d in descriptors], axis=1))
+        return a_stack, b_stack
+
+    def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
+        """The followers' result: the one the leader computed with its own (`WgmmaUnit.mma`, `merged_wgmma`), or
+        computed here."""
+        merged, self.merged_wgmma = self.merged_wgmma, None
+        acc, a, b, *scale = args
+        facc, fa, fb, *fscale = fargs
+        self.same(op, b, fb)
+        if not op.a_in_registers:
+            self.same(op, a, fa)
+        if scale:
+            self.same(op, scale[0], fscale[0])
+        if merged is not None and merged[0] is leader_result:
+            return merged[1]
+        n, ab = op.n.value.data, op.ab_type.data
+        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        size, count = facts.WARPGROUP_SIZE, self.count
+        warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
+        if not warpgroups:
+            return np.array(facc, copy=True)
+        rows = wgmma_unit._warpgroup_rows(warpgroups)  # noqa: SLF001
+        if isinstance(rows, slice):  # the other rows keep the accumulator; these are all written below
+            result = np.empty(facc.shape, facc.dtype)
+            result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
+        else:
+            result = np.array(facc, copy=True)
+        a_stack, b_stack = self.wgmma_operands(op, a, b, fa, warpgroups, rows, m, k)
+        accumulate = [not scale or bool(scale[0][w * size]) for w in warpgroups]
         fragments = (count, len(warpgroups), size, facc.shape[2])
         out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
         fragment_view.multiply_accumulate(a_stack, b_stack, facc[:, rows].reshape(fragments), out,
@@ -609,4 +516,4 @@ class _Functions:
         self.cta = cta
 
 
-__all__ = ["FollowerDropout", "Followers", "follower_rule"]
+__all__ = ["FollowerDropout", "Followers"]

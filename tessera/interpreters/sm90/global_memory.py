@@ -290,7 +290,7 @@ class GlobalMemory:
 
 
 def pointer_sources(kernel, value, stop=()) -> set[int]:
-    """The `sm90.source` of each pointer argument of `kernel` (a `launch.TargetKernel`) that `value` is computed
+    """The `sm90.source` of each pointer argument of `kernel` (a `target_abi.TargetKernel`) that `value` is computed
     from, through any chain of ops except the results of ops of the classes `stop` (a loaded value is data, not
     its tensor's address, where the caller says so)."""
     entry = kernel.op.body.blocks.first

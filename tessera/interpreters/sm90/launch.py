@@ -1,19 +1,9 @@
 """Launching a Target IR kernel in the CTA simulator.
 
-A target kernel is a `func.func` with
-
-    sm90.kernel = {threads = 256 : i64, smem_bytes = 98368 : i64}   threads per CTA (1-D), dynamic smem bytes
-    tile.kernel, tile.grid                                          copied from the Tile kernel
-
-and arguments, each carrying the `tile.dims`/`tile.role` of the Tile argument it implements and one of
-
-    !sm90.tensormap {sm90.source = N, sm90.box = [..] (innermost first), sm90.swizzle = 128}
-    i64             {sm90.source = N}        the address of tensor N's first byte
-    index           {sm90.size = "seq_q"}    a named size
-
-where N indexes the Tile-level argument list (inputs, outputs, scratch in order). `run_target_kernel` takes
-those arrays (as `tessera.interpreters.launch.prepare_arguments` makes them) and the sizes, encodes the tensor
-maps, and runs every CTA of the grid (x fastest), one at a time, writing the outputs in place.
+`run_target_kernel` takes a target kernel (its attributes and arguments: `target_kernel`), the arrays (as
+`tessera.interpreters.launch.prepare_arguments` makes them) and the sizes, encodes the tensor maps, and runs
+every CTA of the grid (x fastest), one at a time or in batches of a leader and its followers (`batches`), or in
+groups on several processes (`tessera.interpreters.parallel`), writing the outputs in place.
 """
 
 from __future__ import annotations
@@ -22,14 +12,12 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IndexType, IntegerAttr, IntegerType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 
 from tessera.dialects import sm90, sm90_reductions
-from tessera.dialects.tile_types import DimsAttr
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.sm90.arith import RegisterArithFunctions
@@ -45,158 +33,19 @@ from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.program import CompiledCta, CompiledKernel
 from tessera.interpreters.sm90.record_pool import RecordPool, launch_pool
 from tessera.interpreters.sm90.reductions import ReductionFunctions, reduction_targets
-from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.strands import SCHEDULES, HazardUnwind, Scheduler
+from tessera.interpreters.sm90.target_abi import TargetKernel, argument_values, module_of, target_kernel
 from tessera.interpreters.sm90.tma import TensorMap
 from tessera.interpreters.sm90.register_check import RegisterFileChecker, RegisterLayout
-from tessera.interpreters.sm90.wgmma import PendingUseChecker, RegisterWrites, wgmma_register_sources
+from tessera.interpreters.sm90.wgmma_checks import PendingUseChecker, RegisterWrites, wgmma_register_sources
 from tessera.interpreters import serving_checks
 from tessera.interpreters.parallel import (
     GroupResult, Parallel, cached_program, innermost_op, merge, parallel_options, program_key, running_groups,
     serial_note, ship, split, unship,
 )
-from tessera.kernel_abi import (
-    BOX_ATTR,
-    DIMS_ATTR,
-    GRID_ATTR,
-    ROLE_ATTR,
-    SIZE_ATTR,
-    SOURCE_ATTR,
-    SWIZZLE_ATTR,
-    TARGET_KERNEL_ATTR,
-)
+from tessera.kernel_abi import BOX_ATTR, SIZE_ATTR, SOURCE_ATTR, SWIZZLE_ATTR
 from tessera.sm90 import facts
 
-
-
-@dataclass(frozen=True)
-class TargetArg:
-    """One argument of a target kernel: `kind` is "tensormap", "pointer" or "size"."""
-
-    name: str
-    kind: str
-    source: int | None = None
-    size: str | None = None
-    box: tuple[int, ...] = ()
-    swizzle: int = 0
-    dims: DimsAttr | None = None
-    role: str = "in"
-
-
-@dataclass(frozen=True)
-class TargetKernel:
-    op: func.FuncOp
-    name: str
-    threads: int
-    smem_bytes: int
-    grid: DimsAttr
-    args: tuple[TargetArg, ...]
-
-    @cached_property
-    def program(self) -> CompiledKernel:
-        """The kernel compiled to closures (`program`): its structure checked once per launch, not per CTA."""
-        return CompiledKernel.of(self.op)
-
-    def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
-        grid = self.grid.evaluate(sizes)
-        return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
-
-
-def _int_entry(entries: Mapping, key: str, where: str) -> int:
-    value = entries.get(key)
-    if not isinstance(value, IntegerAttr):
-        raise ValueError(f"{where} needs an integer '{key}'")
-    return value.value.data
-
-
-def target_kernel(op: func.FuncOp) -> TargetKernel:
-    """Read a target kernel's launch attributes and arguments; ValueError names what is missing or wrong."""
-    name = op.sym_name.data
-    info = op.attributes.get(TARGET_KERNEL_ATTR)
-    if not isinstance(info, DictionaryAttr):
-        raise ValueError(f"@{name} is not a target kernel: it needs "
-                         f"'{TARGET_KERNEL_ATTR} = {{threads = N, smem_bytes = B}}'")
-    where = f"@{name}: '{TARGET_KERNEL_ATTR}'"
-    threads, smem_bytes = _int_entry(info.data, "threads", where), _int_entry(info.data, "smem_bytes", where)
-    if threads <= 0 or threads % facts.WARP_SIZE:
-        raise ValueError(f"{where}: threads must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
-    if smem_bytes < 0:
-        raise ValueError(f"{where}: smem_bytes must be >= 0, got {smem_bytes}")
-    grid = op.attributes.get(GRID_ATTR)
-    if not isinstance(grid, DimsAttr):
-        raise ValueError(f"@{name} needs '{GRID_ATTR} = #tile.dims<...>'")
-    block_args = op.body.blocks.first.args if op.body.blocks else ()
-    arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else [DictionaryAttr({})] * len(op.function_type.inputs)
-    args = []
-    for i, (ty, attrs) in enumerate(zip(op.function_type.inputs.data, arg_attrs)):
-        attrs = attrs.data
-        arg_name = block_args[i].name_hint if i < len(block_args) and block_args[i].name_hint else f"arg{i}"
-        where = f"@{name} argument {i} (%{arg_name})"
-        dims = attrs.get(DIMS_ATTR)
-        role = attrs.get(ROLE_ATTR, StringAttr("in"))
-        common = {"name": arg_name, "dims": dims if isinstance(dims, DimsAttr) else None,
-                  "role": role.data if isinstance(role, StringAttr) else "in"}
-        if isinstance(ty, sm90.TensorMapType):
-            box = attrs.get(BOX_ATTR)
-            if not isinstance(box, ArrayAttr) or not all(isinstance(b, IntegerAttr) for b in box.data):
-                raise ValueError(f"{where}: a tensor map needs '{BOX_ATTR} = [..]' (innermost first)")
-            args.append(TargetArg(kind="tensormap", source=_int_entry(attrs, SOURCE_ATTR, where),
-                                  box=tuple(b.value.data for b in box.data),
-                                  swizzle=_int_entry(attrs, SWIZZLE_ATTR, where), **common))
-        elif isinstance(ty, IntegerType) and ty.width.data == 64:
-            args.append(TargetArg(kind="pointer", source=_int_entry(attrs, SOURCE_ATTR, where), **common))
-        elif isinstance(ty, IndexType):
-            size = attrs.get(SIZE_ATTR)
-            if not isinstance(size, StringAttr):
-                raise ValueError(f"{where}: an index argument needs '{SIZE_ATTR} = \"name\"'")
-            args.append(TargetArg(kind="size", size=size.data, **common))
-        else:
-            raise ValueError(f"{where}: target kernel arguments are !sm90.tensormap, i64 or index, got {ty}")
-    return TargetKernel(op, name, threads, smem_bytes, grid, tuple(args))
-
-
-def _module_of(op: func.FuncOp) -> ModuleOp:
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, ModuleOp):
-        parent = parent.parent_op()
-    return parent if parent is not None else ModuleOp([])
-
-
-def _argument_values(kernel: TargetKernel, arrays: Sequence[np.ndarray], sizes: Mapping[str, int],
-                     memory: GlobalMemory) -> list:
-    """The per-thread (or, for tensor maps, shared) value of each kernel argument."""
-    values = []
-    for i, arg in enumerate(kernel.args):
-        where = f"@{kernel.name} argument {i} (%{arg.name})"
-        if arg.kind == "size":
-            if arg.size not in sizes:
-                raise ValueError(f"{where}: no size named '{arg.size}' (sizes: {', '.join(sizes) or 'none'})")
-            values.append(full(IndexType(), kernel.threads, sizes[arg.size]))
-            continue
-        if not 0 <= arg.source < len(arrays):
-            raise ValueError(f"{where}: sm90.source = {arg.source}, but there are {len(arrays)} tensors")
-        array = arrays[arg.source]
-        if arg.dims is not None:
-            try:
-                shape = arg.dims.evaluate(sizes)
-            except (KeyError, ValueError) as error:
-                raise ValueError(f"{where}: cannot evaluate tile.dims {arg.dims} with sizes {dict(sizes)}: "
-                                 f"{error}") from None
-            if tuple(array.shape) != tuple(shape):
-                raise ValueError(f"{where}: tensor {arg.source} has shape {array.shape}, but tile.dims {arg.dims} "
-                                 f"gives {shape}")
-        if arg.kind == "pointer":
-            try:
-                address = memory.pointer(arg.source)
-            except ValueError as error:
-                raise ValueError(f"{where}: {error}") from None
-            values.append(full(IntegerType(64), kernel.threads, address))
-        else:
-            try:
-                values.append(TensorMap.encode(arg.name, array, arg.box, arg.swizzle))
-            except ValueError as error:
-                raise ValueError(f"{where}: cuTensorMapEncodeTiled would refuse this map: {error}") from None
-    return values
 
 
 BATCH_CTAS = 16
@@ -216,7 +65,7 @@ class SimulatorOptions:
     seed: int = 0
     strict_proxy: bool = False
     register_sources: tuple = (frozenset(),) * 4
-    """`wgmma.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
+    """`wgmma_checks.wgmma_register_sources` of the kernel (filled in by `simulator_options`)."""
 
 
 def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = "round_robin",
@@ -404,8 +253,8 @@ def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traff
     program = kernel.program
     reduced, atomic = program.fact(("reduction targets", kernel.args), lambda: reduction_targets(kernel))
     memory = GlobalMemory(list(arguments), names, reduced, atomic, grid)
-    values = _argument_values(kernel, arguments, sizes, memory)
-    module = _module_of(func_op)
+    values = argument_values(kernel, arguments, sizes, memory)
+    module = module_of(func_op)
     declared = kernel_cluster(func_op) if CLUSTER_ATTR in func_op.attributes else None
     if declared is None and program.fact("cluster ops", lambda: any(isinstance(op, sm90.CLUSTER_OPS)
                                                                     for op in func_op.walk())):
@@ -536,7 +385,7 @@ def _run_group(task: _TargetGroup) -> GroupResult:
     grid = kernel.grid_size(task.sizes)
     memory = LoggedGlobalMemory(arrays, names, (), (), grid)
     values = [LoggedTensorMap.of(v, memory.log, arg.source) if isinstance(v, TensorMap) else v
-              for v, arg in zip(_argument_values(kernel, arrays, task.sizes, memory), kernel.args)]
+              for v, arg in zip(argument_values(kernel, arrays, task.sizes, memory), kernel.args)]
     traffic, error = {}, None
     gx, gy, _ = grid
     options = simulator_options(op, *task.simulation)
@@ -609,5 +458,4 @@ def _run_groups(parallel: Parallel, kernel: TargetKernel, module: ModuleOp, argu
 # endregion
 
 
-__all__ = ["run_target_kernel", "target_kernel", "TargetKernel", "TargetArg", "KernelHazardError", "SOURCE_ATTR",
-           "BOX_ATTR", "SWIZZLE_ATTR", "SIZE_ATTR"]
+__all__ = ["run_target_kernel", "KernelHazardError", "SOURCE_ATTR", "BOX_ATTR", "SWIZZLE_ATTR", "SIZE_ATTR"]

@@ -203,7 +203,10 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.WgmmaMmaAsyncOp)
     def run_wgmma(self, interpreter: Interpreter, op: sm90.WgmmaMmaAsyncOp, args: PythonValues):
         acc, a, b, *scale = args
-        return (self.cta.wgmma.mma(op, acc, a, b, scale[0] if scale else None),)
+        followers = getattr(interpreter, "followers", None)  # a batch's (`followers`): one product for all
+        if followers is None or followers.dropped is not None:
+            return (self.cta.wgmma.mma(op, acc, a, b, scale[0] if scale else None),)
+        return (self.cta.wgmma.mma(op, acc, a, b, scale[0] if scale else None, followers, interpreter.fargs),)
 
     # endregion
     # region warps and the CTA

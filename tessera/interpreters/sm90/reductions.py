@@ -244,7 +244,7 @@ class ReductionFunctions(InterpreterFunctions):
 
 
 def reduction_targets(kernel) -> tuple[frozenset[int], frozenset[int]]:
-    """(the tensors `kernel` (a `launch.TargetKernel`) adds into with red or bulk reductions, those and the
+    """(the tensors `kernel` (a `target_abi.TargetKernel`) adds into with red or bulk reductions, those and the
     tensors of atom): the `sm90.source` of each pointer argument from which the address operand of such an
     op is computed (through any chain of ops)."""
     def sources(value) -> set[int]:

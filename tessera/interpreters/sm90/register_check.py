@@ -145,7 +145,7 @@ class RegisterFileChecker(Interpreter.Listener):
         return before, after
 
     def in_pure_region(self, op: Operation) -> bool:
-        """Whether `op`, in a branch of pure ops that only batch followers take (`followers.pure_if`), needs only
+        """Whether `op`, in a branch of pure ops that only batch followers take (`follower_rules.pure_if`), needs only
         `check_pure_region`: it has no read to compare, no write to record or move, and no register access the
         fence rule notes; what is left is the check that it writes no register a pending wgmma holds, which
         depends on the wgmma groups alone (the same in every CTA of a batch)."""

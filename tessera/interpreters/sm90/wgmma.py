@@ -23,7 +23,7 @@ Happens-before (`happens_before`, `tessera.sm90.memory_model`): the time each gr
 must happen after that wait; and a wgmma's register operands (the accumulator, the A fragment) must have been
 written before the warpgroup's latest `wgmma_fence` (`RegisterWrites` records when each value feeding a wgmma
 was computed), except an accumulator chained from an earlier wgmma; a warpgroup's first wgmma needs a fence
-before it too.
+before it too. The listeners that keep those records and check operands before each op are in `wgmma_checks`.
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects import arith, scf, vector
-from xdsl.dialects.builtin import UnrealizedConversionCastOp
-from xdsl.interpreter import Interpreter
-from xdsl.ir import BlockArgument, Operation, OpResult
+from xdsl.dialects import arith, scf
+from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
@@ -91,6 +89,22 @@ def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
     return (np.asarray(warpgroups)[:, None] * size + np.arange(size)).reshape(-1)
 
 
+def _stacked(leader: np.ndarray, followers: np.ndarray) -> np.ndarray:
+    """The leader's [T, R] accumulator and the followers' [F, T, R] as one [1 + F, T, R] array: without a copy
+    where the followers' is a broadcast of the leader's (a zero accumulator) or both are the parts of one
+    such array (the result of the chain's previous wgmma, `WgmmaUnit.mma`)."""
+    shape = (1 + len(followers),) + leader.shape
+    if followers.strides[0] == 0 and followers.base is leader and followers.shape[1:] == leader.shape \
+            and followers.strides[1:] == leader.strides:
+        return np.broadcast_to(leader, shape)
+    base = leader.base
+    if base is not None and followers.base is base and base.shape == shape and base.flags.c_contiguous and \
+            leader.ctypes.data == base.ctypes.data and followers.ctypes.data == base.ctypes.data + leader.nbytes \
+            and leader.flags.c_contiguous and followers.flags.c_contiguous:
+        return base
+    return np.concatenate([leader[None], followers])
+
+
 @lru_cache(maxsize=None)
 def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
     """(row, k) of 8-bit A element i (register i / 4, byte i % 4) of each thread: [128, 16] each."""
@@ -123,7 +137,7 @@ class WgmmaUnit:
         self._completed_cluster = [np.full(16, -1, np.int64) for _ in range(groups)]
         self.wait_ops: dict[tuple[int, int], Operation] = {}
         # fenced_at[w]: the time of warpgroup w's latest wgmma_fence (-1: none); produced: id(value) -> (value,
-        # time, op) for values that feed wgmma register operands (see RegisterWrites)
+        # time, op) for values that feed wgmma register operands (see `wgmma_checks.RegisterWrites`)
         self.fenced_at = np.full(groups, -1, np.int64)
         self.produced: dict[int, tuple[np.ndarray, int, Operation]] = {}
         # _verified[w, line]: the shared-memory change at which warpgroup w found that line readable through the
@@ -132,18 +146,22 @@ class WgmmaUnit:
         self.register_fences = False
         """True when a register allocation is checked: `register_check` applies the fence rule to registers."""
         # without one: chain_read[id of a chain's first wgmma] = ([W] times a value of the chain was last read by
-        # an instruction, -1 none; the op), kept by `RegisterWrites`; heads: id of a wgmma -> id of its chain's first
+        # an instruction, -1 none; the op), kept by `wgmma_checks.RegisterWrites`; heads: id of a wgmma -> id of
+        # its chain's first
         self.chain_read: dict[int, tuple[np.ndarray, Operation]] = {}
         self.heads: dict[int, int] = {}
 
     # region mma_async
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
-            scale_d: np.ndarray | None) -> np.ndarray:
+            scale_d: np.ndarray | None, followers=None, fargs: tuple = ()) -> np.ndarray:
+        """D of `op` (pending on the warpgroups' open groups), after the checks. With `followers` (a batch's
+        `followers.Followers` that follow, `fargs` their operands), theirs too in the same product: their
+        tiles stacked after the leader's, one matrix product, one pass into the fragments
+        (`Followers.merged_wgmma` hands their result over)."""
         cta = self.cta
         n, ab = op.n.value.data, op.ab_type.data
         trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
         m, _, k = facts.wgmma_shape(n, ab, "f32")
-        result = acc.copy()
         a_in_registers = op.a_in_registers
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
@@ -163,21 +181,36 @@ class WgmmaUnit:
                                                 tiles))
             accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
         if not warpgroups:
-            return self._register(op, result, acc, a, warpgroups)
+            return self._register(op, acc.copy(), acc, a, warpgroups)
         rows = _warpgroup_rows(warpgroups)
-        if a_in_registers:
-            a_stack = self._register_tiles(a[rows], ab, m, k)
-        else:
-            a_stack = np.stack(a_tiles)
+        a_stack = self._register_tiles(a[rows], ab, m, k) if a_in_registers else np.stack(a_tiles)
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
-        # the products summed in float64 (one matrix product per warpgroup), gathered into the fragment (each
-        # thread's registers), plus D where the warpgroup's scale-d is on
-        fragments = (len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
-        out = result[rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
-        fragment_view.multiply_accumulate(a_stack, b_stack, acc[rows].reshape(fragments), out,
+        accs = acc[None]
+        if followers is not None:  # the followers' operands after the leader's: [1 + F, W, ...]
+            try:
+                f_a, f_b = followers.wgmma_operands(op, a, b, fargs[1], warpgroups, rows, m, k)
+                a_stack, b_stack = np.concatenate([a_stack[None], f_a]), np.concatenate([b_stack[None], f_b])
+                accs = _stacked(acc, fargs[0])
+            except Exception as error:  # noqa: BLE001 - the followers' failure, not the leader's: they run alone
+                followers.drop(f"{op.name}: {type(error).__name__}: {error}")
+                followers = None
+        # the products summed in float64 (one matrix product per warpgroup and CTA), gathered into the fragment
+        # (each thread's registers), plus D where the warpgroup's scale-d is on; the other rows keep D
+        results = np.empty(accs.shape, np.float32)
+        fragments = (len(accs), len(warpgroups), facts.WARPGROUP_SIZE, acc.shape[1])
+        if isinstance(rows, slice):
+            results[:, :rows.start], results[:, rows.stop:] = accs[:, :rows.start], accs[:, rows.stop:]
+            out = results[:, rows].reshape(fragments)
+        else:
+            results[...] = accs
+            out = np.empty(fragments, np.float32)
+        fragment_view.multiply_accumulate(a_stack, b_stack, accs[:, rows].reshape(fragments), out,
                                           np.asarray(accumulate), n)
         if not isinstance(rows, slice):
-            result[rows] = out.reshape(-1, acc.shape[1])
+            results[:, rows] = out.reshape(len(accs), -1, acc.shape[1])
+        result = results[0]
+        if followers is not None:
+            followers.merged_wgmma = (result, results[1:])
         return self._register(op, result, acc, a, warpgroups)
 
     def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
@@ -269,7 +302,7 @@ class WgmmaUnit:
         reads none: the printer folds it), so it accesses no register. The registers it writes are its chain's
         (the accumulator is tied through the chained wgmmas, and an SSA value keeps its registers in every loop
         trip): an instruction reading the chain's previous result after the fence is reported
-        (`wgmma_accumulator_chains`)."""
+        (`wgmma_checks.wgmma_accumulator_chains`)."""
         for w in warpgroups:
             fenced = int(self.fenced_at[w])
             if fenced < 0:
@@ -427,187 +460,3 @@ class WgmmaUnit:
                                   "and wgmma_wait_group cover it)", w * facts.WARPGROUP_SIZE)
 
     # endregion
-
-
-_RENAMES = (vector.ShuffleOp, UnrealizedConversionCastOp)
-"""Ops that only rename registers (no instruction in the PTX): a value through them keeps its write time."""
-
-
-def wgmma_register_sources(func_op: Operation) -> tuple[frozenset, ...]:
-    """(ids of the ops that compute values feeding a wgmma's accumulator or A-fragment operand, ids of the
-    renaming ops on the way, then `wgmma_accumulator_chains`), traced back through renames and scf.for/scf.if
-    values; a wgmma's own result (a chained accumulator) ends a trace."""
-    origins, renames, seen = set(), set(), set()
-    work = []
-    for op in func_op.walk():
-        if isinstance(op, sm90.WgmmaMmaAsyncOp):
-            work.append(op.operands[0])
-            if op.a_in_registers:
-                work.append(op.operands[1])
-    while work:
-        value = work.pop()
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, OpResult):
-            owner = value.op
-            if isinstance(owner, sm90.WgmmaMmaAsyncOp):
-                continue
-            if isinstance(owner, _RENAMES):
-                renames.add(id(owner))
-                work.extend(owner.operands)
-            elif isinstance(owner, scf.ForOp):
-                work.append(owner.iter_args[value.index])
-                work.append(owner.body.block.last_op.operands[value.index])
-            elif isinstance(owner, scf.IfOp):
-                work.extend(region.block.last_op.operands[value.index] for region in owner.regions
-                            if region.blocks and region.block.last_op.operands)
-            else:
-                origins.add(id(owner))
-        elif isinstance(value, BlockArgument):
-            parent = value.block.parent_op()
-            if isinstance(parent, scf.ForOp) and value.index > 0:
-                work.append(parent.iter_args[value.index - 1])
-                work.append(parent.body.block.last_op.operands[value.index - 1])
-    return (frozenset(origins), frozenset(renames), *wgmma_accumulator_chains(func_op))
-
-
-_PASSES = (scf.YieldOp, scf.ConditionOp, scf.ForOp, scf.WhileOp, scf.IfOp)
-"""Control flow that passes a value on without reading it (`wgmma_accumulator_chains` follows it)."""
-
-
-def wgmma_accumulator_chains(func_op: Operation) -> tuple[frozenset, frozenset]:
-    """(pairs (id of a wgmma, id of its chain's first wgmma), pairs (id of an op that reads a value of a chain,
-    id of the chain's first wgmma)). A chain is a wgmma and the wgmmas taking its result as their accumulator,
-    through renames: one set of registers in the PTX (the accumulator is both operand and result). Readers are
-    found through renames and through control flow passing the value on (an scf.yield to the loop's next trip
-    or results, an scf.if's result)."""
-    heads: dict[int, int] = {}
-
-    def head(op: sm90.WgmmaMmaAsyncOp) -> int:
-        found = heads.get(id(op))
-        if found is None:
-            value = op.operands[0]
-            while isinstance(value, OpResult) and isinstance(value.op, _RENAMES):
-                value = value.op.operands[0]
-            owner = value.op if isinstance(value, OpResult) else None
-            found = heads[id(op)] = head(owner) if isinstance(owner, sm90.WgmmaMmaAsyncOp) else id(op)
-        return found
-
-    readers, seen = set(), set()
-    work = [(op.results[0], head(op)) for op in func_op.walk() if isinstance(op, sm90.WgmmaMmaAsyncOp)]
-    while work:
-        value, chain = work.pop()
-        if (id(value), chain) in seen:
-            continue
-        seen.add((id(value), chain))
-        for use in value.uses:
-            user, index = use.operation, use.index
-            if isinstance(user, sm90.WgmmaMmaAsyncOp) and index == 0:
-                continue  # the next wgmma of the chain (its own chain, the same registers)
-            if isinstance(user, _RENAMES):
-                work.extend((result, chain) for result in user.results)
-            elif isinstance(user, _PASSES):
-                parent = user.parent_op() if isinstance(user, (scf.YieldOp, scf.ConditionOp)) else None
-                if isinstance(parent, scf.ForOp):
-                    work.append((parent.results[index], chain))
-                    work.append((parent.body.block.args[index + 1], chain))
-                elif isinstance(parent, scf.IfOp):
-                    work.append((parent.results[index], chain))
-                elif isinstance(user, scf.ForOp) and index >= 3:
-                    work.append((user.body.block.args[index - 2], chain))
-                    work.append((user.results[index - 3], chain))
-            else:
-                readers.add((id(user), chain))
-    return frozenset(heads.items()), frozenset(readers)
-
-
-class RegisterWrites(Interpreter.Listener):
-    """Records when each value feeding a wgmma register operand was computed (`WgmmaUnit.produced`), from the
-    sets `wgmma_register_sources` found: an origin's results now, a rename's results at its operand's time."""
-
-    @staticmethod
-    def in_pure_region(op: Operation) -> bool:
-        """A branch of pure ops (no wgmma_fence in it) that only batch followers take (`followers.pure_if`)
-        writes its values between the same fences as the branch its leader takes: the fence rule judges them
-        alike, and there is nothing to check (`check_pure_region`)."""
-        return True
-
-    def check_pure_region(self, op: Operation, args: tuple) -> None:
-        pass
-
-    def __init__(self, unit: WgmmaUnit, sources: tuple[frozenset, ...]):
-        self.unit = unit
-        self.origins, self.renames, heads, self.chain_pairs = sources
-        unit.heads = dict(heads)
-        self.chains: dict[int, list[int]] = {}
-        for reader, chain in self.chain_pairs:
-            self.chains.setdefault(reader, []).append(chain)
-        self._args: tuple = ()
-
-    @property
-    def observes_key(self) -> tuple:
-        """What decides `observes` (`program`): the same sources give the same answers."""
-        return ("RegisterWrites", self.origins, self.renames, self.chain_pairs)
-
-    def observes(self, op: Operation) -> tuple[bool, bool]:
-        """(before, after): only the renames' operands, the origins' and renames' results, and the readers of
-        wgmma results (`wgmma_accumulator_chains`) matter."""
-        key = id(op)
-        return key in self.renames, key in self.origins or key in self.renames or key in self.chains
-
-    def will_interpret_op(self, op: Operation, args: tuple) -> None:
-        if id(op) in self.renames:
-            self._args = args
-
-    def did_interpret_op(self, op: Operation, results: tuple) -> None:
-        key = id(op)
-        chains = self.chains.get(key)
-        if chains is not None:
-            unit = self.unit
-            now, warpgroups = unit.cta.tick(), unit.cta.active.reshape(-1, facts.WARPGROUP_SIZE).any(axis=1)
-            for chain in chains:
-                read = unit.chain_read.get(chain)
-                if read is None:
-                    read = (np.full(len(warpgroups), -1, np.int64), op)
-                read[0][warpgroups] = now
-                unit.chain_read[chain] = (read[0], op)
-        if key in self.origins:
-            produced, now = self.unit.produced, self.unit.cta.tick()
-            for value in results:
-                produced[id(value)] = (value, now, op)
-        elif key in self.renames:
-            produced = self.unit.produced
-            entries = [produced.get(id(arg)) for arg in self._args]
-            entries = [e for e, arg in zip(entries, self._args) if e is not None and e[0] is arg]
-            if entries:
-                latest = max(entries, key=lambda e: e[1])
-                for value in results:
-                    produced[id(value)] = (value, latest[1], latest[2])
-
-
-class PendingUseChecker(Interpreter.Listener):
-    """Checks every op's operands against the pending wgmma values before it runs."""
-
-    @staticmethod
-    def in_pure_region(op: Operation) -> bool:
-        """In a branch of pure ops that only batch followers take (`followers.pure_if`) each op is checked with
-        the leader's values of its operands defined outside the branch (which values are pending is the same in
-        every CTA of a batch: `check_pure_region`)."""
-        return True
-
-    def check_pure_region(self, op: Operation, args: tuple) -> None:
-        self.unit.check_uses(op, args)
-
-    def __init__(self, unit: WgmmaUnit):
-        self.unit = unit
-
-    observes_key = "PendingUseChecker"
-
-    @staticmethod
-    def observes(op: Operation) -> tuple[bool, bool]:
-        """(before, after) for `program`: only an op with operands can read a pending value."""
-        return bool(op.operands), False
-
-    def will_interpret_op(self, op: Operation, args: tuple) -> None:
-        self.unit.check_uses(op, args)
