@@ -45,7 +45,8 @@ stages however many loops refill it. A tile that loops refill otherwise gets one
 Loops without copies, and loops whose copies all go to ring stages already (pipelined loops), are left
 alone. A loop with a copy of a tensor whose rows TMA cannot read (`bulk_copyable`) is left single-stage and
 says so: it gets the `tile.unpipelined` remark (`tessera.ir.remarks`), located at the loop and naming the copy
-and the argument, which a later pass that needs the loop pipelined quotes in its refusal. Everything else that copies is refused with a `PipelineLoopsError` naming the op: a load section
+and the argument, which a later pass that needs the loop pipelined quotes in its refusal. Everything else
+that copies is refused with a `PipelineLoopsError` naming the op: a load section
 with other ops, copies after the commit or under control flow, a wait other than `cp_wait_group 0`, a missing
 barrier after the wait or at the end of the body, copy windows that depend on loop-carried values, copy
 destinations that are not unstaged `tile.alloc_shared` tiles or that are used outside the loops refilling

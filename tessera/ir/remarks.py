@@ -27,7 +27,8 @@ def unpipelined_remark(op: Operation) -> str:
     a refusal to append to its own message."""
     current: Operation | None = op
     while current is not None:
-        if isinstance(current, scf.ForOp) and isinstance(remark := current.attributes.get(UNPIPELINED_ATTR), StringAttr):
+        remark = current.attributes.get(UNPIPELINED_ATTR) if isinstance(current, scf.ForOp) else None
+        if isinstance(remark, StringAttr):
             return f"; {remark.data}"
         current = current.parent_op()
     return ""
