@@ -108,6 +108,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
+from tessera.ir.remarks import unpipelined_remark
 from tessera.ir.walk import walk_ops
 from tessera.analysis.loop_trips import (
     IndexBuilder,
@@ -259,7 +260,7 @@ def plan_rotation(loop: scf.ForOp) -> Rotation | None:
             if stages is None:
                 _refuse(op, f"reads {_name(buffer)}, which this loop refills every trip; the update of trip t-1 "
                             "can only run during trip t from a ring stage: run pipeline-loops{stages=N} with "
-                            "N >= 2 first")
+                            "N >= 2 first" + unpipelined_remark(op))
             if stages < 2:
                 _refuse(op, f"reads a stage of {_name(buffer)}, a {stages}-stage ring: trip t's copy would "
                             "overwrite it while the update of trip t-1 reads it; overlap-softmax needs "

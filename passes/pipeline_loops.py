@@ -43,7 +43,10 @@ the sum of the earlier loops' trip counts (`%ring_base`), so the sequence goes o
 stages however many loops refill it. A tile that loops refill otherwise gets one ring per loop.
 
 Loops without copies, and loops whose copies all go to ring stages already (pipelined loops), are left
-alone. Everything else that copies is refused with a `PipelineLoopsError` naming the op: a load section
+alone. A loop with a copy of a tensor whose rows TMA cannot read (`bulk_copyable`) is left single-stage and
+says so: it gets the `tile.unpipelined` remark (`tessera.ir.remarks`), located at the loop and naming the copy
+and the argument, which a later pass that needs the loop pipelined quotes in its refusal. Everything else
+that copies is refused with a `PipelineLoopsError` naming the op: a load section
 with other ops, copies after the commit or under control flow, a wait other than `cp_wait_group 0`, a missing
 barrier after the wait or at the end of the body, copy windows that depend on loop-carried values, copy
 destinations that are not unstaged `tile.alloc_shared` tiles or that are used outside the loops refilling
@@ -68,6 +71,7 @@ from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
+from tessera.ir.remarks import mark_unpipelined
 from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
@@ -104,16 +108,41 @@ def is_ring_stage(value: SSAValue) -> bool:
     return isinstance(value.owner, tile.StageOp)
 
 
-def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]]:
-    """The loops to pipeline, in program order, each with the copies it owns (those whose innermost
-    enclosing loop it is). A loop qualifies when it owns a copy into a tile that is not a ring stage; loops
-    whose copies all fill ring stages are pipelined already and are not listed."""
+def _copies_by_loop(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]]:
+    """Every loop that owns a copy (is its innermost enclosing loop), in program order, with those copies."""
     owned: dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]] = {}
     for op in walk_ops(module):
         if isinstance(op, tile.ASYNC_COPY_OPS) and (loop := enclosing_loop(op)) is not None:
             owned.setdefault(loop, []).append(op)
-    return {loop: copies for loop, copies in owned.items()
+    return owned
+
+
+def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp | tile.CpAsyncGatherOp]]:
+    """The loops to pipeline, in program order, each with the copies it owns (those whose innermost
+    enclosing loop it is). A loop qualifies when it owns a copy into a tile that is not a ring stage; loops
+    whose copies all fill ring stages are pipelined already and are not listed."""
+    return {loop: copies for loop, copies in _copies_by_loop(module).items()
             if not all(is_ring_stage(c.dest) for c in copies) and all(bulk_copyable(c) for c in copies)}
+
+
+def mark_loops_left_single_stage(module: Operation) -> None:
+    """Leave the `tile.unpipelined` remark (`tessera.ir.remarks`) on every loop that copies into a plain shared
+    tile but that `loops_with_copies` leaves out because a copy is not `bulk_copyable`: naming the loop, the
+    copy and the argument whose rows TMA cannot read, for a later pass that needs the loop pipelined to quote."""
+    for loop, copies in _copies_by_loop(module).items():
+        stuck = next((c for c in copies if not bulk_copyable(c)), None)
+        if stuck is None or all(is_ring_stage(c.dest) for c in copies):
+            continue
+        view = stuck.source.owner
+        fn = view.source.owner.parent_op()
+        arg = signature(fn).args[view.source.index]
+        hint = loop.body.block.args[0].name_hint
+        over = f"the loop over %{hint}" if hint else "this loop"
+        mark_unpipelined(loop, located(loop, f"pipeline-loops left {over} single-stage: its copy "
+                                             f"into %{stuck.dest.name_hint} reads argument %{arg.name}, whose rows "
+                                             f"may start anywhere (no tile.divisible promise puts them on "
+                                             f"{facts.TENSOR_MAP_GLOBAL_ALIGNMENT} bytes), and ring stages are filled "
+                                             "by bulk copies (TMA), which need rows on that alignment", name_op=False))
 
 
 def bulk_copyable(copy: tile.CpAsyncOp | tile.CpAsyncGatherOp) -> bool:
@@ -496,6 +525,7 @@ class PipelineLoopsPass(ModulePass):
         """Analyse every loop that copies (refusing nested ones and non-canonical ones), then rewrite each,
         then erase the tiles that became rings and have no use left."""
         owned = loops_with_copies(op)
+        mark_loops_left_single_stage(op)
         for loop in owned:
             inner = next((other for other in owned if other is not loop and loop.is_ancestor(other)), None)
             if inner is not None:

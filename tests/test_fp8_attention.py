@@ -37,16 +37,20 @@ def test_fp8_attention_through_the_public_api(batch, heads, heads_k, seq_q, seq_
     assert np.abs(lse[finite] - ref_lse[finite]).max() < R.LSE_TOLERANCE
 
 
-def test_v_transposed_gives_the_same_output():
-    """`v_transposed=True` takes V^T [batch, heads_k, head_dim, seq_k] and computes the same thing bit for bit
-    (the same products, summed in the same order by the interpreter)."""
-    q, k, v, descales = fp8_inputs(7, 1, 2, 2, 70, 130, 64)
-    plain = tessera.launch(flash_attention(head_dim=64, causal=True, dtype="e4m3"), q, k, v, *descales, level="tile")
-    vt = np.ascontiguousarray(np.swapaxes(v, -1, -2))
-    module = flash_attention(head_dim=64, causal=True, dtype="e4m3", v_transposed=True)
-    assert "vt_smem" in tessera.print_module(module)
-    transposed = tessera.launch(module, q, k, vt, *descales, level="tile")
-    np.testing.assert_array_equal(plain.view(np.uint16), transposed.view(np.uint16))
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal, return_lse", [(False, False), (True, False), (False, True), (True, True)])
+def test_v_transposed_true_is_refused_where_the_kernel_is_built(head_dim, causal, return_lse):
+    """V^T with its keys in their own order cannot be lowered (the packed P holds its keys in P8 key order, and
+    V^T's rows need not start on TMA's 16 bytes): refused by the builder, saying why and what to use instead,
+    at every head_dim, causal or not, with or without the LSE (before, it ran at Tile level and failed in
+    overlap-softmax)."""
+    with pytest.raises(ValueError) as refused:
+        flash_attention(head_dim=head_dim, causal=causal, return_lse=return_lse, dtype="e4m3", v_transposed=True)
+    message = str(refused.value)
+    assert message.startswith("v_transposed=True (V^T [batch, heads_k, head_dim, seq_k] with its keys in their own "
+                              "order) is not supported")
+    for why in ("P8 key order", "16 bytes TMA needs", "v_transposed=False", "v_transposed='p8'", "p8_key_positions"):
+        assert why in message
 
 
 def test_descales_are_exact_factors():

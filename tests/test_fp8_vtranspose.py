@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.dialects import scf
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr
 
 import tessera
 from tessera import reference as R
@@ -24,9 +25,11 @@ from tessera.interpreters.launch import prepare_arguments
 from tessera.interpreters.ptx import PtxHazardError
 from tessera.interpreters.ptx.printed import run_ptx
 from tessera.interpreters.sm90 import run_target_kernel
+from tessera.kernel_abi import KEY_ORDER_ATTR
 from tessera.kernels import flash_attention
 from tessera.passes import PIPELINED_PIPELINE, SPECIALIZED_PIPELINE, allocated
 from tessera.passes.convert_tile_to_sm90 import LoweringError
+from tessera.passes.overlap_softmax import OverlapSoftmaxError
 from tessera.sm90 import facts
 from text_edits import checked
 
@@ -243,6 +246,22 @@ def test_the_transposing_kernel_is_ptxas_clean_without_spill_at_every_head_dim(h
 
 # endregion
 # region refusals
+
+
+def test_a_natural_order_v_transpose_is_refused_with_the_reason_pipeline_loops_left():
+    """A kernel author's V^T with its keys in their own order and no seq_k promise (what v_transposed=True built
+    before flash_attention refused it): pipeline-loops leaves its loop single-stage (V^T's rows may start on any
+    byte) and overlap-softmax's refusal quotes why."""
+    module = flash_attention(head_dim=64, dtype="e4m3", v_transposed="p8")
+    fn = module.body.block.first_op
+    del fn.attributes["tile.divisible"]
+    fn.arg_attrs = ArrayAttr([DictionaryAttr({k: v for k, v in a.data.items() if k != KEY_ORDER_ATTR})
+                              for a in fn.arg_attrs.data])
+    with pytest.raises(OverlapSoftmaxError, match=r"reads %vt_smem, which this loop refills every trip; .* with N >= 2 "
+                                                  r"first; kernel @flash_attention_d64_e4m3_vtp8: pipeline-loops left "
+                                                  r"the loop over %j single-stage: its copy into %vt_smem reads "
+                                                  r"argument %V, whose rows may start anywhere"):
+        tessera.lower_to_target(module, tessera.find_kernel(module).name)
 
 
 def test_what_the_transpose_does_not_take_is_refused_by_name():

@@ -22,6 +22,8 @@ import tessera
 from tessera import reference
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
+from tessera.ir.remarks import UNPIPELINED_ATTR, unpipelined_remark
+from tessera.kernel_abi import specialized
 from tessera.kernels.attention import FLASH_BLOCK_N
 from tessera.numerics import BF16, dtype_from_name
 from tessera.passes import apply_pipeline
@@ -166,6 +168,24 @@ def test_a_second_run_leaves_pipelined_loops_alone():
     text = tessera.print_module(module)
     apply_pipeline(module, "pipeline-loops{stages=2}")
     assert tessera.print_module(module) == text
+
+
+def test_a_loop_left_single_stage_carries_a_remark_naming_it_the_copy_and_the_reason():
+    """A GEMM with K = 7 (A's rows may start on any byte) keeps its loop single-stage (convert-tile-to-sm90 copies A
+    with every thread): pipeline-loops says so on the loop (`tile.unpipelined`, tessera.ir.remarks) for a later pass
+    to quote; with K = 64 it pipelines the loop and leaves no remark."""
+    module = build_kernel("gemm")
+    sig = tessera.find_kernel(module)
+    for k, remark in ((7, True), (64, False)):
+        lowered = specialized(module, sig, {"M": 5, "N": 16, "K": k}).clone()
+        apply_pipeline(lowered, "pipeline-loops{stages=2}")
+        (loop,) = _ops(lowered, scf.ForOp)
+        assert (UNPIPELINED_ATTR in loop.attributes) == remark
+        if remark:
+            assert unpipelined_remark(loop) == (
+                "; kernel @gemm_bf16: pipeline-loops left the loop over %j single-stage: its copy into %a_smem reads "
+                "argument %A, whose rows may start anywhere (no tile.divisible promise puts them on 16 bytes), and "
+                "ring stages are filled by bulk copies (TMA), which need rows on that alignment")
 
 
 # endregion

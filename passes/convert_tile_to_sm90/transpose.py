@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import UnitAttr, VectorType, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
+from tessera.ir.remarks import unpipelined_remark
 from tessera.ir.walk import walk_ops
 from tessera.dialects.tile_types import MemSpace, is_fp8
 from tessera.lowering.emitter import Emitter
@@ -91,7 +92,8 @@ class TransposeLowering:
             if not isinstance(stage, tile.StageOp):
                 _refuse(op, "an 8-bit B given as V [keys, head_dim] (not V^T) is transposed in shared memory by the "
                             "producer of a pipelined ring: run pipeline-loops (the default pipeline does), or give V^T "
-                            "in P8 key order (flash_attention(dtype='e4m3', v_transposed='p8'))")
+                            "in P8 key order (flash_attention(dtype='e4m3', v_transposed='p8'))"
+                            + unpipelined_remark(op))
             ring = stage.source.owner
             if ring in self.transposed_rings:
                 continue

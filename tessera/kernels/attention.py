@@ -118,9 +118,10 @@ def flash_attention(
     `tessera.kernels.attention_fp8`): Q, K, V in f8E4M3FN with three f32 descale inputs [batch, heads_k] after
     V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
     64/128/256 as above; lowered, the producer warpgroup transposes each V tile in shared memory (the default
-    pipeline: passes/convert_tile_to_sm90/transpose.py). `v_transposed=True` takes V as V^T [batch, heads_k,
-    head_dim, seq_k]; `v_transposed="p8"` takes V^T with its keys in P8 key order
-    (`attention_fp8.V_TRANSPOSED_ORDERS`), lowered without a transpose (seq_k a multiple of 16); its default
+    pipeline: passes/convert_tile_to_sm90/transpose.py). `v_transposed="p8"` takes V as V^T [batch, heads_k,
+    head_dim, seq_k] with its keys in P8 key order (`attention_fp8.V_TRANSPOSED_ORDERS`), lowered without a
+    transpose (seq_k a multiple of 16); `v_transposed=True` (V^T with its keys in their own order, which no
+    level below Tile IR can lower) is refused by name (`attention_fp8.V_TRANSPOSED_NATURAL_REFUSAL`); its default
     block_n is `attention_fp8.FP8_BLOCK_N`. e5m2, and FP8
     with bias, split-KV, score_mod/mask_mod or clusters, are refused by name."""
     if block_n is None and isinstance(head_dim, int) and isinstance(dtype, str) and dtype in DTYPES \

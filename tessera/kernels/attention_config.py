@@ -65,8 +65,9 @@ class AttentionConfig:
     """Q, K, V in e4m3 with descale inputs, O in `dtype` (bf16): the FP8 kernel (`attention_fp8`), which only
     `flash_attention(dtype="e4m3")` builds."""
     v_transposed: bool | str = False
-    """With `fp8`: V is given as V^T [batch, heads_k, head_dim, seq_k] (True), its keys in P8 key order
-    ("p8", `attention_fp8.V_TRANSPOSED_ORDERS`)."""
+    """With `fp8`: V is given as V^T [batch, heads_k, head_dim, seq_k] (truthy), its keys in P8 key order
+    ("p8", `attention_fp8.V_TRANSPOSED_ORDERS`; `flash_attention` refuses True, keys in their own order, by name:
+    `attention_fp8.V_TRANSPOSED_NATURAL_REFUSAL`)."""
 
     @classmethod
     def checked(

@@ -17,8 +17,10 @@ and at the end O = acc / l * (descale_v 2^-8), rounded to bf16, with LSE = m + l
 so the 2^8 never reaches it). Each factor vector is loaded once per block ([BM] rows of one value:
 `tile.load_broadcast` of the descale element). V is given as it is ([batch, heads_k, seq_k, head_dim]); the
 lowering transposes each [BN, head_dim] tile in shared memory in the producer warpgroup (K-major for the P.V
-product, as FP8 wgmma needs: passes/convert_tile_to_sm90/transpose.py). With `v_transposed`, V is given as V^T
-[batch, heads_k, head_dim, seq_k] and the kernel multiplies P by its [head_dim, BN] tile transposed.
+product, as FP8 wgmma needs: passes/convert_tile_to_sm90/transpose.py). With `v_transposed="p8"`, V is given as
+V^T [batch, heads_k, head_dim, seq_k] with its keys in P8 key order and the kernel multiplies P by its
+[head_dim, BN] tile transposed; V^T with its keys in their own order (`v_transposed=True`) is refused
+(`V_TRANSPOSED_NATURAL_REFUSAL`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,20 @@ without a transpose in the kernel (by the single-stage pipeline too). The kernel
 on the 16 bytes TMA needs, and the order's groups are whole."""
 
 
+V_TRANSPOSED_NATURAL_REFUSAL = (
+    "v_transposed=True (V^T [batch, heads_k, head_dim, seq_k] with its keys in their own order) is not supported: "
+    "the kernel could not be lowered below Tile IR. The FP8 P.V wgmma reads P from registers with its keys in P8 "
+    "key order (sm90.cvt_pack_fp8, no shuffle), so a V^T operand must hold its keys in that order too, and V^T's "
+    "rows of seq_k bytes need not start on the 16 bytes TMA needs. Give V as it is (v_transposed=False, the "
+    "default: the producer warpgroup transposes it in shared memory, as FlashAttention-3 does) or V^T in P8 key "
+    "order (v_transposed='p8', keys permuted by tessera.sm90.fp8.p8_key_positions, seq_k a multiple of 16)")
+"""Why `flash_attention(dtype="e4m3", v_transposed=True)` is refused where the kernel is built, and what to use
+instead: every level below Tile IR would refuse it (pipeline-loops cannot ring V^T's unaligned rows, and
+convert-tile-to-sm90 takes an 8-bit B in registers' P8 key order only), and a kernel that runs at one level only
+is a trap. FlashAttention-3's own column-major V path shuffles P's registers instead (`permute_Aregs_fp8`), which
+this compiler does not do."""
+
+
 def order_v_keys(fn) -> None:
     """Mark kernel `fn`'s V^T input (argument 2) as given in P8 key order and promise seq_k % 16 == 0."""
     from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr
@@ -78,15 +94,18 @@ def fp8_element_type() -> Float8E4M3FNType:
 def check_fp8_options(dtype: object, *, bias: bool, num_splits: int, mods: bool, cluster: tuple[int, int, int],
                       v_transposed: object) -> bool:
     """Whether `dtype` names the FP8 kernel; ValueError naming what it does not combine with (e5m2, bias,
-    split-KV, score_mod/mask_mod, clusters) or a `v_transposed` without it."""
+    split-KV, score_mod/mask_mod, clusters), a `v_transposed` without it, or `v_transposed=True`
+    (`V_TRANSPOSED_NATURAL_REFUSAL`: it says why and what to use instead)."""
     if dtype == "e5m2":
         raise ValueError("dtype 'e5m2' is not supported by the attention kernels: the FP8 forward takes e4m3 inputs "
                          "(dtype='e4m3'), as FlashAttention-3 does")
     fp8 = dtype in FP8_DTYPES
     if not isinstance(v_transposed, bool) and v_transposed not in V_TRANSPOSED_ORDERS:
-        raise ValueError(f"v_transposed must be True, False or 'p8'; got {v_transposed!r}")
+        raise ValueError(f"v_transposed must be False or 'p8'; got {v_transposed!r}")
     if v_transposed and not fp8:
-        raise ValueError("v_transposed=True applies to the FP8 kernel (dtype='e4m3') only")
+        raise ValueError(f"v_transposed={v_transposed!r} applies to the FP8 kernel (dtype='e4m3') only")
+    if v_transposed is True:
+        raise ValueError(V_TRANSPOSED_NATURAL_REFUSAL)
     if fp8:
         refused = [name for name, on in (("bias", bias), ("num_splits > 1 (split-KV)", num_splits > 1),
                                          ("score_mod/mask_mod", mods), ("cluster > 1", cluster != (1, 1, 1))) if on]
