@@ -8,6 +8,8 @@ the exact value in the instruction's mode; .rn when none is given):
 - `.ftz` (f32 only) flushes subnormal inputs and results to signed zero; `.sat` clamps the result to [0, 1]
   (NaN -> 0); 16-bit and packed types compute each element exactly in float64 and round once;
 - `min/max`: a NaN operand yields the other (both NaN: NaN), `+0 > -0`; `.NaN` propagates NaN;
+- a NaN result of f32 arithmetic (add/sub/mul/div/fma/min/max) and of 16-bit min/max is the canonical NaN
+  (`tessera.sm90.nan`), not a NaN with an input's payload;
 - `div.rn`, `div.full` and `div.approx` all return the correctly rounded quotient (the approximate forms are
   within their documented error of it); `rcp.rn/sqrt.rn` are IEEE; `.approx` functions see `numerics`;
 - cvt: int->int truncates or extends (`.sat` clamps to the destination range); float->int needs an integer
@@ -27,8 +29,24 @@ from tessera.interpreters.ptx.decode import Operands, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 from tessera.sm90.fp8 import satfinite_f32
+from tessera.sm90.nan import CANONICAL_NAN_BITS
 
 _HALF = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+_CANONICAL_NAN = {np.dtype(np.float32): np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32),
+                  **{dtype: np.array(CANONICAL_NAN_BITS[name], np.uint16).view(dtype) for name, dtype in _HALF.items()}}
+"""The canonical NaN of f32, f16 and bf16 as a value of that type."""
+
+
+def _canonical(f, dtype: np.dtype):
+    """f with a NaN result given as `dtype`'s canonical NaN."""
+    nan = _CANONICAL_NAN[np.dtype(dtype)]
+
+    def canonical(*values):
+        out = np.asarray(f(*values), dtype)
+        where = np.isnan(out)
+        return np.where(where, nan, out) if where.any() else out
+
+    return canonical
 
 
 def _rounding(ops, inst, mods, default: str = "rn") -> str:
@@ -116,12 +134,9 @@ def decode_binary(ops: Operands, inst, mods):
     if inst.opcode == "mul" and mods.take("lo", "hi", "wide"):
         raise ops.refuse(inst, ".lo/.hi/.wide on a float mul")
     f = _binary_function(ops, inst, mods, inst.opcode, dtype, t.name == "f64")
+    if dtype == np.float32 or (dtype != np.float64 and inst.opcode in ("min", "max")):
+        f = _canonical(f, dtype)
     return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat))
-
-
-_CANONICAL_NAN = np.uint16(0x7FFF)
-"""The canonical NaN of .f16 and .bf16 that `.relu` gives for a NaN result [P#half-precision-floating-point-
-instructions-fma]."""
 
 
 def decode_fma(ops: Operands, inst, mods):
@@ -142,11 +157,10 @@ def decode_fma(ops: Operands, inst, mods):
 
     def fused(a, b, c):
         out = np.asarray(numerics.fma(a, b, c, dtype, mode), dtype)
-        if not relu:
-            return out
-        return np.where(np.isnan(out), _CANONICAL_NAN.view(dtype), np.where(out < 0, dtype.type(0), out))
+        return np.where(out < 0, dtype.type(0), out) if relu else out
 
-    return _elementwise(ops, inst, t, 3, fused, bool(ftz), bool(sat))
+    canonical = relu or dtype == np.float32  # .relu: the PTX ISA's canonical NaN for a NaN result
+    return _elementwise(ops, inst, t, 3, _canonical(fused, dtype) if canonical else fused, bool(ftz), bool(sat))
 
 
 opcode("fma")(decode_fma)

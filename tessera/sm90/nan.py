@@ -1,0 +1,19 @@
+"""The canonical NaN: the one NaN bit pattern the hardware's floating-point arithmetic produces, for the
+simulators (a NaN result carries no payload of its inputs). tests/test_sm90_nan.py checks the table against
+the sentences quoted here.
+
+f32: the CUDA C++ Programming Guide's section on the floating-point standard gives an operation with a NaN
+input the quiet NaN 0x7fffffff (single precision has one NaN, no payloads); math_constants.h (CUDA 13.5) defines
+`CUDART_NAN_F` as `__int_as_float(0x7fffffffU)`. f16 and bf16: cuda_fp16.h and cuda_bf16.h, on `__hmax`/`__hmin`
+and their bf16 forms: "If both inputs are NaNs, then canonical NaN is returned."; on `__hmax_nan`/`__hmin_nan`:
+"If either of inputs is NaN, then canonical NaN is returned."; cuda_fp16.hpp and cuda_bf16.hpp define
+`CUDART_NAN_FP16` as `__ushort_as_half((unsigned short)0x7FFFU)` and `CUDART_NAN_BF16` as
+`__ushort_as_bfloat16((unsigned short)0x7FFFU)`; `fma.relu` [P#half-precision-floating-point-instructions-fma]
+gives that canonical NaN for a NaN result. f64 arithmetic is not covered: the simulators keep NumPy's NaN there.
+"""
+
+from __future__ import annotations
+
+CANONICAL_NAN_BITS = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
+"""The bit pattern of a NaN result, by PTX float type: f32 arithmetic (add, sub, mul, div, fma, min, max) and
+the 16-bit min/max (`__hmax`, `__hmin_nan`, ...; packed types per half)."""

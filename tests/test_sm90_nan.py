@@ -1,0 +1,23 @@
+"""tessera.sm90.nan against NVIDIA's headers (CUDA 13.5): the canonical NaN of f32 (math_constants.h) and of
+f16/bf16 (cuda_fp16.hpp, cuda_bf16.hpp)."""
+
+from __future__ import annotations
+
+import re
+
+from tessera.sm90.nan import CANONICAL_NAN_BITS
+
+MATH_CONSTANTS_F32 = "#define CUDART_NAN_F            __int_as_float(0x7fffffffU)"
+CUDA_FP16_NAN = "#define CUDART_NAN_FP16            __ushort_as_half((unsigned short)0x7FFFU)"
+CUDA_BF16_NAN = "#define CUDART_NAN_BF16            __ushort_as_bfloat16((unsigned short)0x7FFFU)"
+
+
+def test_canonical_nans_are_nvidias_patterns():
+    pattern = r"0x([0-9a-fA-F]+)U"
+    assert int(re.search(pattern, MATH_CONSTANTS_F32)[1], 16) == CANONICAL_NAN_BITS["f32"]
+    assert int(re.search(pattern, CUDA_FP16_NAN)[1], 16) == CANONICAL_NAN_BITS["f16"]
+    assert int(re.search(pattern, CUDA_BF16_NAN)[1], 16) == CANONICAL_NAN_BITS["bf16"]
+    for bits, width, exponent in ((CANONICAL_NAN_BITS["f32"], 32, 8), (CANONICAL_NAN_BITS["f16"], 16, 5)):
+        assert bits >> (width - 1) == 0  # positive, all exponent bits set, quiet (top fraction bit set)
+        assert (bits >> (width - 1 - exponent)) & ((1 << exponent) - 1) == (1 << exponent) - 1
+        assert bits >> (width - 2 - exponent) & 1
