@@ -40,6 +40,13 @@ from tessera.interpreters.ptx.types import PtxType, ptx_type
 
 ALL = slice(None)
 
+CLOCK_TICKS_PER_READ = 1024
+"""How far a lane's clock moves at each read of `%clock`/`%clock64` (cycles; one counter, `%clock` its low 32
+bits) or of `%globaltimer` (ns, its own counter): the executor has no cycles, so each read is later than the
+lane's last one, by enough that nvcc's delay loops (`while (clock64() - t0 < wait)`) end within `max_steps`."""
+
+_CLOCK_COUNTERS = {"%clock": "%clock64", "%clock64": "%clock64", "%globaltimer": "%globaltimer"}
+
 
 @dataclass
 class Step:
@@ -151,9 +158,14 @@ class Operands:
         if isinstance(operand, Special):
             if operand.name not in self.specials:
                 raise self.refuse(inst, f"special register {operand.name}")
-            values = self.specials[operand.name]
+            values = self.specials[_CLOCK_COUNTERS.get(operand.name, operand.name)]
             if t.bits < 32 or t.kind in ("f", "pred"):
                 raise fail(self.m.source, inst, f"{operand.name} read as .{t.name}")
+            if operand.name in _CLOCK_COUNTERS:
+                def clock(sel):
+                    values[sel] += np.uint64(CLOCK_TICKS_PER_READ)
+                    return values[sel].astype(dtype)
+                return clock
             return lambda sel: values[sel].astype(dtype)
         if isinstance(operand, Symbol):
             if operand.name in self.m.local_params:
