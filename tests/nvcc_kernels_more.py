@@ -165,7 +165,8 @@ def rounding_case(rng):
                    (u * w) >> 32, (((s * t) >> 64) >> 7) % 2**32, (((s % 2**64) * ((s % 2**64) ^ 0x9E3779B97F4A7C15))
                                                                  >> 64) % 2**32,
                    (abs(_signed(u, 32) - _signed(w, 32)) + 7) % 2**32, (abs(u - w) + 11) % 2**32,
-                   _prmt(u, w, 0x7531) ^ _prmt(u, w, i & 0x7777),
+                   _prmt(u, w, 0x7531) ^ _prmt(u, w, i & 0x7777),  # nvcc masks __byte_perm's selector so
+                   # (and.b32 0x7777): no sign-replicating nibbles, unlike prmt's
                    ((((w << 32) | u) << (i & 31)) >> 32 & M32) ^ ((((w << 32) | u) << min(i, 32)) >> 32 & M32),
                    ((((w << 32) | u) >> ((i + 20) & 31)) & M32) ^ ((((w << 32) | u) >> min(i + 20, 32)) & M32),
                    _lanes(u, w, 8, lambda e, f: abs(e - f)),

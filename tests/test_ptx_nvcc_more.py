@@ -16,7 +16,7 @@ import pytest
 import nvcc_kernels_more
 from nvcc_kernels import delete_line, ptx
 from nvcc_kernels_more import CASES, check, message_case, message_debug_case, radix_case
-from tessera.interpreters.ptx import PtxHazardError, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -64,7 +64,7 @@ def test_radix_pass_without_its_second_syncwarp_is_a_race_and_without_its_first_
     assert _sides(message, text, "radix") == ("ld.shared.u32", "st.shared.u32"), message
     assert "thread (0, 0, 0)" in message and "no synchronisation orders the two" in message
     text, _ = delete_line(ptx("radix"), r"^\s*bar\.warp\.sync\s+-1;", 0)
-    got, want = radix_case(np.random.default_rng(7), text)
+    got, want = radix_case(np.random.default_rng(7), text)  # the same sort, and no report
     check("radix", got, want)
 
 
@@ -101,3 +101,15 @@ def test_nvcc_kernel_under_the_adversarial_schedule(name, seed, monkeypatch):
         ptx(name), f"k_{name}", grid, block, args, source=f"{name}.ptx", **options))
     got, want = CASES[name](np.random.default_rng(7))
     check(name, got, want)
+
+
+def test_grid3d_refuses_a_block_past_its_launch_bounds_and_stops_at_its_failed_assert():
+    """__launch_bounds__(64, 4) is `.maxntid 64, 1, 1`: a 128-thread block is refused as the driver refuses it;
+    an empty size fails the kernel's assert(), named as such."""
+    args = [np.zeros(600, np.int32), np.int32(6), np.int32(4), np.int32(4)]
+    with pytest.raises(ValueError, match=r"entry k_grid3d allows at most 64 threads \(.maxntid\), got 128"):
+        launch(ptx("grid3d"), "k_grid3d", 1, (8, 4, 4), args, source="grid3d.ptx")
+    args[2] = np.int32(0)
+    with pytest.raises(PtxExecutionError, match=r"grid3d.ptx:\d+: error: call.uni: the kernel called __assertfail "
+                                                r"\(a failed assert\(\)\)"):
+        launch(ptx("grid3d"), "k_grid3d", (2, 3, 2), (4, 4, 4), args, source="grid3d.ptx")
