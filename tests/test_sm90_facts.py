@@ -929,6 +929,9 @@ DOCUMENTED = {
                                   "cluster_ctaid.z", "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",
                                   "clusterid.x", "clusterid.y", "clusterid.z", "nclusterid.x", "nclusterid.y",
                                   "nclusterid.z"),
+    # The canonical NaN of f32 and f16/bf16 results: tests/test_sm90_nan.py derives each from CUDA 13.5's header
+    # defines (CUDART_NAN_F, CUDART_NAN_FP16, CUDART_NAN_BF16).
+    "CANONICAL_NAN_BITS": {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF},
     # The approximate instructions' bounds: PTX_ISA_APPROX_SENTENCES below quotes the PTX ISA and
     # test_approx_bounds_are_the_ptx_isa_sentences derives each value from its sentence.
     "LG2_APPROX_ERROR": 2.0**-22,
