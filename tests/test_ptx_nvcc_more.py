@@ -8,14 +8,13 @@ under the adversarial schedule."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
 import nvcc_kernels_more
 from nvcc_kernels import delete_line, ptx
 from nvcc_kernels_more import CASES, check, message_case, message_debug_case, radix_case
+from test_ptx_nvcc_races import _sides
 from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 
 
@@ -23,14 +22,6 @@ from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 def test_nvcc_kernel_against_numpy(name):
     got, want = CASES[name](np.random.default_rng(7))
     check(name, got, want)
-
-
-def _sides(message: str, text: str, name: str) -> tuple[str, str]:
-    """The opcodes of the two accesses a race report names: the reporting instruction's and the earlier one's."""
-    lines = text.split("\n")
-    here = int(re.match(rf"{name}.ptx:(\d+)", message)[1])
-    there = int(re.search(r"the instruction at line (\d+)", message)[1])
-    return lines[here - 1].split()[0], lines[there - 1].split()[0]
 
 
 SHARED = ("ld.shared.u32", "st.shared.u32")
