@@ -23,9 +23,10 @@ Rows:
   with nothing kept between calls and with the traces and kernels kept (`trace.trace_mod`, `runtime.flex`), and
   the share of tracing and of building the kernel in a call with nothing kept.
 - a 64-token call at levels "target" and "ptx" repeated (`--repeated-levels` alone): for a dense and a causal call
-  without modifiers and with a score_mod and a causal mask_mod, the first call's CPU seconds and a repeated
-  call's, and where the repeated call's go: building the kernel, lowering it (`tessera.passes.apply_pipeline`),
-  printing and parsing its PTX, the rest (checks, the interpreter's run).
+  without modifiers and with a score_mod and a causal mask_mod, the first call's CPU seconds, a repeated call's
+  with its lowering kept (`tessera.lowering.kept`) and one lowered afresh (`unkept_lowering()`, as every call
+  was before), and where the one lowered afresh goes: building the kernel, lowering it
+  (`tessera.passes.apply_pipeline`), printing and parsing its PTX, the rest (checks, the interpreter's run).
 
 Run: .venv/bin/python bench/attention_variants.py [--backward | --repeated | --repeated-levels]
 """
@@ -315,6 +316,7 @@ def repeated_calls(calls: int = 8) -> None:
 def repeated_levels() -> None:
     """`--repeated-levels` (module docstring): CPU seconds of this process (time.process_time), one run."""
     import time
+    from contextlib import nullcontext
 
     import ml_dtypes
 
@@ -322,6 +324,7 @@ def repeated_levels() -> None:
     import tessera.kernels
     import tessera.passes
     import tessera.ptx.module as ptx_module
+    from tessera.lowering.kept import unkept_lowering
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
@@ -351,16 +354,17 @@ def repeated_levels() -> None:
         for level in ("target", "ptx"):
             for label, kwargs in calls:
                 times = []
-                for _ in range(2):
+                for keep in (True, True, False):
                     for part in spent:
                         spent[part] = 0.0
                     start = time.process_time()
-                    tessera.attention(q, k, v, level=level, **kwargs)
+                    with nullcontext() if keep else unkept_lowering():
+                        tessera.attention(q, k, v, level=level, **kwargs)
                     times.append(time.process_time() - start)
-                first, again = times
+                first, again, afresh = times
                 shares = ", ".join(f"{part} {spent[part]:.2f}" for part in spent)
-                print(f"{level:6} {label:16} first {first:6.2f} s, repeated {again:6.2f} s ({again / first:.2f} of the "
-                      f"first): {shares}, rest {again - sum(spent.values()):.2f}", flush=True)
+                print(f"{level:6} {label:16} first {first:5.2f} s; repeated {again:5.2f} s kept, {afresh:5.2f} s lowered "
+                      f"afresh ({afresh / again:.1f}x): {shares}, rest {afresh - sum(spent.values()):.2f}", flush=True)
     finally:
         for name, (owner, attr) in parts.items():
             setattr(owner, attr, real[name])

@@ -3,7 +3,8 @@ and running them in an interpreter (`level=`).
 
 A plan is data: the `KernelConfig` of each kernel (builder name and options, compiled on the GPU path through
 `tessera.runtime.compiler`), and how the outputs of one feed the next. The interpreter path builds the same
-kernels from the same configurations (`tessera.kernels.<builder>(**options)`) and runs them with
+kernels from the same configurations (`tessera.kernels.<builder>(**options)`, once per configuration:
+`compiler.built_module`, whose lowerings the interpreters keep) and runs them with
 `tessera.launch(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
 kernel's answer.
 """
