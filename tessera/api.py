@@ -103,9 +103,10 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
 
     from tessera.passes import without_cyclic_gc
 
-    lowered = _lower(where, module, pipeline)
+    kept = _kept_lowering(where, module, pipeline)  # a builder's kept kernel: lowered once (a copy returned)
+    lowered = _lower(where, module, pipeline) if kept is None else kept.module
     if target == "target":
-        return lowered
+        return lowered if kept is None else lowered.clone()
     with without_cyclic_gc():  # ptxas reads no comments: a cubin is compiled from the PTX without them
         ptx = print_ptx(lowered, registers=allocated_registers, comments=target == "ptx")
     if target == "ptx":
@@ -164,7 +165,7 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 
     arguments, bound = prepare_arguments(sig, arrays, named)
-    kept = None if level == "tile" else _kept_lowering(where, module, sig, bound, pipeline)
+    kept = None if level == "tile" else _kept_lowering(where, module, pipeline, sig, bound)
     if kept is None and (level != "tile" or pipeline is not None):  # the variant for these sizes (`tile.specialize`)
         module = specialized(module, sig, bound)
     if level == "tile":
@@ -204,16 +205,21 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _kept_lowering(where: str, module: ModuleOp, sig: KernelSignature, bound, pipeline: str | None):
-    """The kept lowering (`tessera.lowering.kept`) of a kept module's variant for the sizes `bound`, made by
-    `_lower` where none is kept yet; None for a module no builder keeps (lowered by the caller, every call)."""
+def _kept_lowering(where: str, module: ModuleOp, pipeline: str | None, sig: KernelSignature | None = None,
+                   bound=None):
+    """The kept lowering (`tessera.lowering.kept`) of a kept module, as given (`sig` None) or its variant for the
+    sizes `bound` of kernel `sig`, made by `_lower` where none is kept yet; None for a module no builder keeps
+    (lowered by the caller, every call)."""
     from tessera.kernel_abi import specialization
     from tessera.lowering.kept import kept_lowering
     from tessera.passes import DEFAULT_PIPELINE
 
-    variant = tuple(sorted(specialization(sig, bound).items()))
+    if sig is None:  # as given: the variant of any launch where no kernel asks for a specialization
+        variant = None if any(signature(k).specialize for k in kernel_functions(module)) else ()
+    else:
+        variant = tuple(sorted(specialization(sig, bound).items()))
     return kept_lowering(module, DEFAULT_PIPELINE if pipeline is None else pipeline, variant,
-                         lambda: _lower(where, specialized(module, sig, bound), pipeline))
+                         lambda: _lower(where, module if sig is None else specialized(module, sig, bound), pipeline))
 
 
 def _printed_ptx(lowered: ModuleOp, kernel: str):
