@@ -1,6 +1,7 @@
 """A repeated interpreter-level call of a builder's kernel lowers nothing twice (`tessera.lowering.kept`): the
 lowering is taken from what was kept (the pass pipeline runs once, counted by a spy on
-`tessera.passes.apply_pipeline`), gives bitwise the output of a call that lowers afresh, warns the fallback's
+`tessera.passes.apply_pipeline`; the kept module is handed to the interpreters as it is, and they change
+nothing in it), gives bitwise the output of a call that lowers afresh, warns the fallback's
 warning again, and what the lowering reads changing (an option, the element type, a captured array, the shape
 class, spilling allowed) lowers again. 64 tokens, at levels "target" and "ptx".
 
@@ -17,6 +18,7 @@ import pytest
 
 import tessera
 import tessera.passes
+from tessera.ir import print_module
 from tessera.lowering import kept
 from tessera.lowering.fallback import without_spilling
 from tessera.runtime.compiler import KernelConfig, built_module
@@ -53,6 +55,8 @@ def test_a_repeated_call_lowers_once_and_gives_the_same_bits():
     kept.forget_kept()
     with pipeline_runs() as runs:
         first = tessera.attention(Q, K, V, causal=True, level="target")
+        (lowering,) = kept._KEPT.values()
+        text = print_module(lowering.module, True)
         again = tessera.attention(Q, K, V, causal=True, level="target")
         assert len(runs) == 1
         ptx = tessera.attention(Q, K, V, causal=True, level="ptx")  # the same lowering, printed once
@@ -62,6 +66,7 @@ def test_a_repeated_call_lowers_once_and_gives_the_same_bits():
         assert len(runs) == 2
     assert np.array_equal(bits(first), bits(again)) and np.array_equal(bits(first), bits(afresh))
     assert np.array_equal(bits(ptx), bits(first))
+    assert print_module(lowering.module, True) == text  # the simulator and the PTX printer read it, change nothing
 
 
 def test_a_kept_lowering_warns_its_fallback_again():
