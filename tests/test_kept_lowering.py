@@ -117,3 +117,16 @@ def test_a_module_no_builder_keeps_is_lowered_every_call():
         tessera.launch(module, a, b, level="target")
         tessera.launch(module, a, b, level="target")
     assert len(runs) == 2
+
+
+def test_a_refusal_for_registers_is_kept_and_raised_again():
+    from tessera.regalloc import RegisterBudgetError
+
+    gemm = built_module(KernelConfig.of("gemm", alpha=3.0))
+    a, b = (RNG.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    tight = tessera.passes.TARGET_PIPELINE + ",allocate-registers{budget=16}"
+    with pipeline_runs() as runs:
+        for _ in range(2):
+            with pytest.raises(RegisterBudgetError, match="budget"):
+                tessera.launch(gemm, a, b, level="target", pipeline=tight)
+    assert len(runs) == 1

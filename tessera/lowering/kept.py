@@ -22,8 +22,12 @@ fallback's: warned again, in order, on every call that takes it, as the memo doe
 it, made once (`derived`): the Target IR kernel and its register allocation (level "target": the CTA simulator
 reads them and writes nothing into them, and keeps its register layout on the allocation), the PTX text and the
 host description it is launched by (level "ptx": the PTX executor keeps the parsed text and its decoded program
-itself, by the text, `tessera.interpreters.ptx.launcher`). A lowering that raises is not kept: the next call
-lowers again and raises again. `CAPACITY` lowerings are kept, the least recently used dropped first.
+itself, by the text, `tessera.interpreters.ptx.launcher`). A lowering refused for registers
+(`tessera.regalloc.RegisterBudgetError`, the fallback's `NoConfigurationFitsError` among them) is kept as that
+refusal, raised again with its warnings, so that a caller that retries smaller configurations on it
+(`tessera.runtime.flex`: smaller key blocks, a head split) does not lower the refused one again on every call;
+any other error is not kept: the next call lowers again and raises again. `CAPACITY` lowerings are kept, the
+least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -42,11 +46,12 @@ CAPACITY = 16
 
 class KeptLowering:
     """One kept lowering: the lowered module (shared: not to be changed), the warnings its lowering gave, and
-    what the levels made of it (`derived`)."""
+    what the levels made of it (`derived`); or, `module` None, the register budget's refusal it raised."""
 
-    def __init__(self, module: ModuleOp, caught: tuple) -> None:
+    def __init__(self, module: ModuleOp | None, caught: tuple, refusal: Exception | None = None) -> None:
         self.module = module
         self.caught = caught
+        self.refusal = refusal
         self._derived: dict[Hashable, object] = {}
 
     def derived(self, key: Hashable, make: Callable[[], object]) -> object:
@@ -102,6 +107,7 @@ def kept_lowering(module: ModuleOp, spec: str, variant: Hashable,
     (module docstring), made by `lower()` (which returns the lowered module) where none is kept yet; None where
     `module` is not kept or keeping is off (`unkept_lowering`): the caller lowers it itself."""
     from tessera.lowering.memo import caught_warnings, warn_again
+    from tessera.regalloc import RegisterBudgetError
 
     key = kept_key(module)
     if key is None or not _ON.get():
@@ -112,13 +118,15 @@ def kept_lowering(module: ModuleOp, spec: str, variant: Hashable,
         counts["kept"] += 1
         _KEPT.move_to_end(key)
         warn_again(entry.caught)
-        return entry
-    lowered: list[ModuleOp] = []
-    caught = caught_warnings(lambda: lowered.append(lower()))
-    counts["lowered"] += 1
-    entry = _KEPT[key] = KeptLowering(lowered[0], caught)
-    while len(_KEPT) > CAPACITY:
-        _KEPT.popitem(last=False)
+    else:
+        lowered: list[ModuleOp] = []
+        caught, refusal = caught_warnings(lambda: lowered.append(lower()), (RegisterBudgetError,))
+        counts["lowered"] += 1
+        entry = _KEPT[key] = KeptLowering(lowered[0] if lowered else None, caught, refusal)
+        while len(_KEPT) > CAPACITY:
+            _KEPT.popitem(last=False)
+    if entry.refusal is not None:
+        raise entry.refusal.with_traceback(None)
     return entry
 
 

@@ -109,22 +109,27 @@ def lower_memoized(module: ModuleOp, spec: str, lower: Callable[[ModuleOp], None
         warn_again(caught)
         return
     memo.misses += 1
-    caught = caught_warnings(lambda: lower(module))
+    caught, _ = caught_warnings(lambda: lower(module))
     memo.put(key, module.clone(), caught)
 
 
-def caught_warnings(run: Callable[[], object]) -> tuple:
+def caught_warnings(run: Callable[[], object], kept: tuple[type[Exception], ...] = ()) -> tuple[tuple, Exception | None]:
     """`run()`, its warnings recorded (every one, whatever the filters) and then warned as the caller's filters
     say (an "error" filter raises there); returns them, to be warned again (`warn_again`) where its result is
-    reused."""
+    reused, and the exception of a type in `kept` that `run()` raised (None if it returned; any other
+    propagates)."""
     caught: list = []
+    error = None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            run()
+            try:
+                run()
+            except kept as refusal:
+                error = refusal
     finally:  # outside the block the caller's filters apply
         warn_again(tuple(caught))
-    return tuple(caught)
+    return tuple(caught), error
 
 
 def warn_again(caught: tuple) -> None:
