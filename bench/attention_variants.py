@@ -26,7 +26,8 @@ Rows:
   without modifiers and with a score_mod and a causal mask_mod, the first call's CPU seconds, a repeated call's
   with its lowering kept (`tessera.lowering.kept`) and one lowered afresh (`unkept_lowering()`, as every call
   was before), and where the one lowered afresh goes: building the kernel, lowering it
-  (`tessera.passes.apply_pipeline`), printing and parsing its PTX, the rest (checks, the interpreter's run).
+  (`tessera.passes.apply_pipeline`), printing and parsing its PTX, the rest (checks, register allocation, the
+  interpreter's run); then `tessera.attention_backward` dense and with the score_mod the same way.
 
 Run: .venv/bin/python bench/attention_variants.py [--backward | --repeated | --repeated-levels]
 """
@@ -327,7 +328,8 @@ def repeated_levels() -> None:
     from tessera.lowering.kept import unkept_lowering
 
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    q, k, v, do = (rng.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    o, lse = tessera.attention(q, k, v, return_lse=True, level="tile")  # the backward's inputs (no mods: any O)
 
     def causal_mask(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
@@ -352,18 +354,22 @@ def repeated_levels() -> None:
         for name, (owner, attr) in parts.items():
             setattr(owner, attr, timed(name, real[name]))
         for level in ("target", "ptx"):
-            for label, kwargs in calls:
+            rows = [(label, lambda kwargs=kwargs: tessera.attention(q, k, v, level=level, **kwargs))
+                    for label, kwargs in calls]
+            rows += [(f"backward {label}", lambda kwargs=kwargs: tessera.attention_backward(
+                q, k, v, o, lse, do, level=level, **kwargs)) for label, kwargs in calls[::2]]
+            for label, call in rows:
                 times = []
                 for keep in (True, True, False):
                     for part in spent:
                         spent[part] = 0.0
                     start = time.process_time()
                     with nullcontext() if keep else unkept_lowering():
-                        tessera.attention(q, k, v, level=level, **kwargs)
+                        call()
                     times.append(time.process_time() - start)
                 first, again, afresh = times
                 shares = ", ".join(f"{part} {spent[part]:.2f}" for part in spent)
-                print(f"{level:6} {label:16} first {first:5.2f} s; repeated {again:5.2f} s kept, {afresh:5.2f} s lowered "
+                print(f"{level:6} {label:25} first {first:5.2f} s; repeated {again:5.2f} s kept, {afresh:5.2f} s lowered "
                       f"afresh ({afresh / again:.1f}x): {shares}, rest {afresh - sum(spent.values()):.2f}", flush=True)
     finally:
         for name, (owner, attr) in parts.items():
