@@ -65,8 +65,6 @@ _KEPT: OrderedDict[Hashable, KeptLowering] = OrderedDict()
 _MARKS: dict[int, tuple[weakref.ref, Hashable]] = {}
 """id(kept module) -> (a weak reference to it, its key); an entry goes with its module."""
 _ON: ContextVar[bool] = ContextVar("tessera_kept_lowering", default=True)
-counts = {"lowered": 0, "kept": 0}
-"""Lowerings made and lowerings taken from what was kept in this process (for tests and benchmarks)."""
 
 
 def mark_kept(module: ModuleOp, key: Hashable) -> ModuleOp:
@@ -115,13 +113,11 @@ def kept_lowering(module: ModuleOp, spec: str, variant: Hashable,
     key = (key, spec, variant, *_lowering_inputs())
     entry = _KEPT.get(key)
     if entry is not None:
-        counts["kept"] += 1
         _KEPT.move_to_end(key)
         warn_again(entry.caught)
     else:
         lowered: list[ModuleOp] = []
         caught, refusal = caught_warnings(lambda: lowered.append(lower()), (RegisterBudgetError,))
-        counts["lowered"] += 1
         entry = _KEPT[key] = KeptLowering(lowered[0] if lowered else None, caught, refusal)
         while len(_KEPT) > CAPACITY:
             _KEPT.popitem(last=False)
