@@ -22,8 +22,14 @@ Rows:
 - a 64-token call at Tile level repeated (`--repeated` alone): the call with modifiers against one without,
   with nothing kept between calls and with the traces and kernels kept (`trace.trace_mod`, `runtime.flex`), and
   the share of tracing and of building the kernel in a call with nothing kept.
+- a 64-token call at levels "target" and "ptx" repeated (`--repeated-levels` alone): for a dense and a causal call
+  without modifiers and with a score_mod and a causal mask_mod, the first call's CPU seconds, a repeated call's
+  with its lowering kept (`tessera.lowering.kept`) and one lowered afresh (`unkept_lowering()`, as every call
+  was before), and where the one lowered afresh goes: building the kernel, lowering it
+  (`tessera.passes.apply_pipeline`), printing and parsing its PTX, the rest (checks, register allocation, the
+  interpreter's run); then `tessera.attention_backward` dense and with the score_mod the same way.
 
-Run: .venv/bin/python bench/attention_variants.py [--backward | --repeated]
+Run: .venv/bin/python bench/attention_variants.py [--backward | --repeated | --repeated-levels]
 """
 
 from __future__ import annotations
@@ -308,11 +314,75 @@ def repeated_calls(calls: int = 8) -> None:
           f"{1 - (tracing + building) / dropped:.0%}")
 
 
+def repeated_levels() -> None:
+    """`--repeated-levels` (module docstring): CPU seconds of this process (time.process_time), one run."""
+    import time
+    from contextlib import nullcontext
+
+    import ml_dtypes
+
+    import tessera.interpreters.ptx.parse as ptx_parse
+    import tessera.kernels
+    import tessera.passes
+    import tessera.ptx.module as ptx_module
+    from tessera.lowering.kept import unkept_lowering
+
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    o, lse = tessera.attention(q, k, v, return_lse=True, level="tile")  # the backward's inputs (no mods: any O)
+
+    def causal_mask(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    parts = {"build": (tessera.kernels, "flash_attention"), "lower": (tessera.passes, "apply_pipeline"),
+             "print PTX": (ptx_module, "print_ptx"), "parse PTX": (ptx_parse, "parse_ptx")}
+    spent = dict.fromkeys(parts, 0.0)
+
+    def timed(name, fn):
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - start
+        return call
+
+    real = {name: getattr(owner, attr) for name, (owner, attr) in parts.items()}
+    calls = (("dense", {}), ("causal", dict(causal=True)), ("score_mod", dict(score_mod=softcap)),
+             ("causal mask_mod", dict(mask_mod=causal_mask)))
+    try:
+        for name, (owner, attr) in parts.items():
+            setattr(owner, attr, timed(name, real[name]))
+        for level in ("target", "ptx"):
+            rows = [(label, lambda kwargs=kwargs: tessera.attention(q, k, v, level=level, **kwargs))
+                    for label, kwargs in calls]
+            rows += [(f"backward {label}", lambda kwargs=kwargs: tessera.attention_backward(
+                q, k, v, o, lse, do, level=level, **kwargs)) for label, kwargs in calls[::2]]
+            for label, call in rows:
+                times = []
+                for keep in (True, True, False):
+                    for part in spent:
+                        spent[part] = 0.0
+                    start = time.process_time()
+                    with nullcontext() if keep else unkept_lowering():
+                        call()
+                    times.append(time.process_time() - start)
+                first, again, afresh = times
+                shares = ", ".join(f"{part} {spent[part]:.2f}" for part in spent)
+                print(f"{level:6} {label:25} first {first:5.2f} s; repeated {again:5.2f} s kept, {afresh:5.2f} s lowered "
+                      f"afresh ({afresh / again:.1f}x): {shares}, rest {afresh - sum(spent.values()):.2f}", flush=True)
+    finally:
+        for name, (owner, attr) in parts.items():
+            setattr(owner, attr, real[name])
+
+
 if __name__ == "__main__":
     import sys
 
     if "--backward" in sys.argv:
         backward()
+    elif "--repeated-levels" in sys.argv:
+        repeated_levels()
     elif "--repeated" in sys.argv:
         repeated_calls()
     else:

@@ -103,9 +103,10 @@ def compile(module: ModuleOp, target: str = "ptx", pipeline: str | None = None):
 
     from tessera.passes import without_cyclic_gc
 
-    lowered = _lower(where, module, pipeline)
+    kept = _kept_lowering(where, module, pipeline)  # a builder's kept kernel: lowered once (a copy returned)
+    lowered = _lower(where, module, pipeline) if kept is None else kept.module
     if target == "target":
-        return lowered
+        return lowered if kept is None else lowered.clone()
     with without_cyclic_gc():  # ptxas reads no comments: a cubin is compiled from the PTX without them
         ptx = print_ptx(lowered, registers=allocated_registers, comments=target == "ptx")
     if target == "ptx":
@@ -164,7 +165,8 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 
     arguments, bound = prepare_arguments(sig, arrays, named)
-    if level != "tile" or pipeline is not None:  # the variant for these sizes (`tile.specialize`)
+    kept = None if level == "tile" else _kept_lowering(where, module, pipeline, sig, bound)
+    if kept is None and (level != "tile" or pipeline is not None):  # the variant for these sizes (`tile.specialize`)
         module = specialized(module, sig, bound)
     if level == "tile":
         if pipeline is not None:
@@ -184,14 +186,49 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
         from tessera.interpreters.sm90.launch import run_target_kernel
         from tessera.regalloc import allocate_registers
 
-        target = _target_kernel(where, _lower(where, module, pipeline), sig.name)
-        run_target_kernel(target, arguments, bound, allocate_registers(target), workers=workers, executor=executor)
+        def allocated():
+            target = _target_kernel(where, kept.module if kept else _lower(where, module, pipeline), sig.name)
+            return target, allocate_registers(target)
+        target, allocation = kept.derived(("target", sig.name), allocated) if kept else allocated()
+        run_target_kernel(target, arguments, bound, allocation, workers=workers, executor=executor)
+    elif kept is not None:  # its PTX printed once (the executor keeps the parsed text and its decoded program)
+        from tessera.interpreters.ptx.printed import ptx_launcher
+
+        text, host = kept.derived(("ptx", sig.name), lambda: _printed_ptx(kept.module, sig.name))
+        ptx_launcher()(text, host, arguments, dict(bound), source=f"<ptx of @{sig.name}>", workers=workers,
+                       executor=executor)
     else:
         from tessera.interpreters.ptx.printed import run_ptx
 
         run_ptx(_lower(where, module, pipeline), sig, arguments, bound, workers=workers, executor=executor)
     outputs = tuple(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _kept_lowering(where: str, module: ModuleOp, pipeline: str | None, sig: KernelSignature | None = None,
+                   bound=None):
+    """The kept lowering (`tessera.lowering.kept`) of a kept module, as given (`sig` None) or its variant for the
+    sizes `bound` of kernel `sig`, made by `_lower` where none is kept yet; None for a module no builder keeps
+    (lowered by the caller, every call)."""
+    from tessera.kernel_abi import specialization
+    from tessera.lowering.kept import kept_lowering
+    from tessera.passes import DEFAULT_PIPELINE
+
+    if sig is None:  # as given: the variant of any launch where no kernel asks for a specialization
+        variant = None if any(signature(k).specialize for k in kernel_functions(module)) else ()
+    else:
+        variant = tuple(sorted(specialization(sig, bound).items()))
+    return kept_lowering(module, DEFAULT_PIPELINE if pipeline is None else pipeline, variant,
+                         lambda: _lower(where, module if sig is None else specialized(module, sig, bound), pipeline))
+
+
+def _printed_ptx(lowered: ModuleOp, kernel: str):
+    """(the PTX text of `lowered`, the host description of its kernel `kernel`), as `run_ptx` launches them."""
+    from tessera.host import describe
+    from tessera.interpreters.ptx.printed import ptx_text
+
+    text, printed = ptx_text(lowered)
+    return text, next(h for h in describe(printed) if h.kernel == kernel)
 
 
 def _in_key_order(sig: KernelSignature, arguments: list[np.ndarray]) -> list[np.ndarray]:

@@ -291,7 +291,7 @@ def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, i
     for nothing more: the variant a launch with these sizes compiles."""
     if not kernel.specialize:
         return module
-    met = {name: multiple for name, multiple in kernel.specialize.items() if sizes[name] % multiple == 0}
+    met = specialization(kernel, sizes)
     copy = module.clone()
     fn = next(op for op in kernels(copy) if op.sym_name.data == kernel.name)
     promise = _merge_multiples(kernel.promised, met)
@@ -301,6 +301,12 @@ def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, i
     elif DIVISIBLE_ATTR in fn.attributes:
         del fn.attributes[DIVISIBLE_ATTR]
     return copy
+
+
+def specialization(kernel: KernelSignature, sizes: Mapping[str, int]) -> dict[str, int]:
+    """The entries of kernel `kernel`'s `tile.specialize` that `sizes` meet (name -> multiple): which variant
+    (`specialized`) a launch with these sizes compiles."""
+    return {name: multiple for name, multiple in kernel.specialize.items() if sizes[name] % multiple == 0}
 
 
 def bind_launch_sizes(kernel: str, names: Sequence[str], sizes: Mapping[str, int],

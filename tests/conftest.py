@@ -34,13 +34,18 @@ _LOWERED = None
 @pytest.fixture(autouse=True)
 def memoized_lowering(request):
     """Every test lowers through one memo per test process: a kernel several tests compile (to Target IR, to PTX,
-    run at both levels) is lowered once per worker. A test that takes `monkeypatch` lowers afresh every time
-    (what it patches may change the lowering, which the memo's key cannot see); TESSERA_TEST_MEMO=0 turns the
-    memo off for the run."""
+    run at both levels) is lowered once per worker. A test that takes `monkeypatch` lowers afresh every time,
+    the builders' kept lowerings (`tessera.lowering.kept`) not taken either (what it patches may change the
+    lowering, which neither key can see); TESSERA_TEST_MEMO=0 turns the memo off for the run."""
     global _LOWERED
+    from tessera.lowering.kept import unkept_lowering
     from tessera.lowering.memo import LoweringMemo, memoized_lowering as memoized
 
-    if "monkeypatch" in request.fixturenames or os.environ.get("TESSERA_TEST_MEMO") == "0":
+    if "monkeypatch" in request.fixturenames:
+        with unkept_lowering():
+            yield
+        return
+    if os.environ.get("TESSERA_TEST_MEMO") == "0":
         yield
         return
     if _LOWERED is None:

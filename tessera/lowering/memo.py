@@ -106,20 +106,34 @@ def lower_memoized(module: ModuleOp, spec: str, lower: Callable[[ModuleOp], None
         memo.hits += 1
         stored, caught = entry
         _replace(module, stored.clone())
-        _warn_again(caught)
+        warn_again(caught)
         return
     memo.misses += 1
+    caught, _ = caught_warnings(lambda: lower(module))
+    memo.put(key, module.clone(), caught)
+
+
+def caught_warnings(run: Callable[[], object], kept: tuple[type[Exception], ...] = ()) -> tuple[tuple, Exception | None]:
+    """`run()`, its warnings recorded (every one, whatever the filters) and then warned as the caller's filters
+    say (an "error" filter raises there); returns them, to be warned again (`warn_again`) where its result is
+    reused, and the exception of a type in `kept` that `run()` raised (None if it returned; any other
+    propagates)."""
     caught: list = []
+    error = None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            lower(module)
-    finally:  # outside the block the caller's filters apply (an "error" filter raises here)
-        _warn_again(tuple(caught))
-    memo.put(key, module.clone(), tuple(caught))
+            try:
+                run()
+            except kept as refusal:
+                error = refusal
+    finally:  # outside the block the caller's filters apply
+        warn_again(tuple(caught))
+    return tuple(caught), error
 
 
-def _warn_again(caught: tuple) -> None:
+def warn_again(caught: tuple) -> None:
+    """Warn each recorded warning of `caught` again, in order, as it was first warned."""
     for warning in caught:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 

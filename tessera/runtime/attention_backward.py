@@ -122,9 +122,9 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
     grid (seeded), as a GPU may schedule them."""
     from tessera import api
     from tessera.interpreters.launch import prepare_arguments, run_grid
-    from tessera.kernels import attention_backward as build
+    from tessera.runtime.compiler import KernelConfig, built_module
 
-    kernels = build(**_builder_options(config))
+    kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))  # lowered once a level
     lse = np.asarray(lse, np.float32)
     if level != "tile":
         return _run_lowered(kernels, q, k, v, o, lse, do, level)

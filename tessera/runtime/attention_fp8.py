@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 from tessera.runtime.attention_base import LAYOUT, UnsupportedKernel, check_tensor
-from tessera.runtime.compiler import KernelConfig, compile_kernel
+from tessera.runtime.compiler import KernelConfig, built_module, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, numpy_to_torch, torch_to_numpy
 
 FP8_INPUT = "float8_e4m3fn"
@@ -149,20 +149,13 @@ def fp8_config(head_dim: int, causal: bool, scale, grouped: bool, return_lse: bo
                            v_transposed=LOWERED_V_LAYOUT if level in LOWERED_LEVELS else False)
 
 
-def fp8_module(config: KernelConfig):
-    """A new Tile IR module of `config`'s kernel (its builder, `tessera.kernels.flash_attention`)."""
-    from tessera import kernels
-
-    return getattr(kernels, config.builder)(**dict(config.options))
-
-
 @functools.cache
 def fp8_signature(config: KernelConfig):
     """The Tile IR signature (`tessera.kernel_abi.KernelSignature`) of `config`'s kernel, built once per process:
     the ABI the runtime reads V's layout and seq_k's promise from (the Target IR keeps neither key order)."""
     from tessera import api
 
-    return api.find_kernel(fp8_module(config))
+    return api.find_kernel(built_module(config))
 
 
 def check_key_length(sig, seq_k: int, level: str | None) -> None:
@@ -260,7 +253,7 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
         outputs = entry.launch(compile_kernel(config), q, k, kernel_v(v, sig), *(_on_gpu_like(q, d) for d in descales))
     else:
         arrays = [_on_host(x) for x in (q, k, v, *descales)]
-        outputs = entry.launch(fp8_module(config), *arrays[:2], kernel_v(arrays[2], sig), *arrays[3:], level=level)
+        outputs = entry.launch(built_module(config), *arrays[:2], kernel_v(arrays[2], sig), *arrays[3:], level=level)
         if is_torch_tensor(q):
             outputs = tuple(map(numpy_to_torch, outputs)) if return_lse else numpy_to_torch(outputs)
     if not return_lse:

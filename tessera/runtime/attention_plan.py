@@ -3,7 +3,8 @@ and running them in an interpreter (`level=`).
 
 A plan is data: the `KernelConfig` of each kernel (builder name and options, compiled on the GPU path through
 `tessera.runtime.compiler`), and how the outputs of one feed the next. The interpreter path builds the same
-kernels from the same configurations (`tessera.kernels.<builder>(**options)`) and runs them with
+kernels from the same configurations (`tessera.kernels.<builder>(**options)`, once per configuration:
+`compiler.built_module`, whose lowerings the interpreters keep) and runs them with
 `tessera.launch(..., level=level)`, whose default pipeline is the GPU's, so a CPU answer is the GPU's
 kernel's answer.
 """
@@ -112,25 +113,20 @@ def combine_lowering():
         yield
 
 
-def _module(config: KernelConfig):
-    import tessera.kernels
-
-    return getattr(tessera.kernels, config.builder)(**dict(config.options))
-
-
 def run_in_interpreter(plan: AttentionPlan, q, k, v, *bias, level: str):
     """Run the plan's kernels in the interpreter `level` on NumPy arrays (PyTorch tensors go through NumPy and
     come back as CPU tensors), returning what the GPU path returns. `bias`: the forward kernel's Bias input,
     when it takes one."""
     from tessera.runtime import entry
+    from tessera.runtime.compiler import built_module
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
 
     torch_inputs = is_torch_tensor(q)
     arrays = [torch_to_numpy(x.cpu()) if torch_inputs else x for x in (q, k, v, *bias)]
-    outputs = entry.launch(_module(plan.forward), *arrays, level=level)
+    outputs = entry.launch(built_module(plan.forward), *arrays, level=level)
     if plan.combine is not None:
         with combine_lowering():
-            outputs = entry.launch(_module(plan.combine), *plan.partials(outputs), level=level)
+            outputs = entry.launch(built_module(plan.combine), *plan.partials(outputs), level=level)
     results = plan.results(outputs)
     if not torch_inputs:
         return results

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,32 @@ def compile_kernel(config: KernelConfig, cache: KernelCache | None = None) -> Co
         cache.store(key, files, components)
     _COMPILED[key] = kernel
     return kernel
+
+
+_BUILT: OrderedDict[KernelConfig, object] = OrderedDict()
+BUILT_KEPT = 32
+"""Tile IR modules kept by `built_module`: the last 32 configurations'."""
+
+
+def built_module(config: KernelConfig):
+    """What `config`'s builder gives (`tessera.kernels.<builder>(**options)`: a Tile IR module, or a backward's
+    kernels), built once and kept (the last `BUILT_KEPT`), its modules marked kept by the configuration
+    (`tessera.lowering.kept.mark_built`): the interpreters lower each once per pipeline and launch variant, as
+    the GPU path compiles `config` once (`compile_kernel`). Shared: not to be changed."""
+    from tessera import kernels
+    from tessera.lowering.kept import mark_built
+
+    try:
+        module = _BUILT.get(config)
+    except TypeError:  # an option that is no key (a list, say): built anew, and not kept
+        return getattr(kernels, config.builder)(**dict(config.options))
+    if module is None:
+        module = mark_built(getattr(kernels, config.builder)(**dict(config.options)), ("built_module", config))
+        _BUILT[config] = module
+        while len(_BUILT) > BUILT_KEPT:
+            _BUILT.popitem(last=False)
+    _BUILT.move_to_end(config)
+    return module
 
 
 MODULE_BUILDER = "<module>"

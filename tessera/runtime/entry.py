@@ -43,6 +43,8 @@ def launch(
       CTA simulator, checking the register allocation against a simulated register file;
     - "ptx": lower the same way, print the PTX and run the text in the PTX executor, launched from the same
       host description as on the GPU.
+    A module a builder's entry point keeps (`tessera.lowering.kept.mark_kept`) is lowered and printed once per
+    pipeline and launch variant, not on every call; any other module on every call.
 
     In the interpreters, inputs are NumPy arrays of real numbers (attention: Q, K, V as [batch, heads, seq,
     head_dim]; GEMM: A, B), converted to the kernel's element types (float inputs are rounded to bf16/f16 as

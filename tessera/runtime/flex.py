@@ -24,6 +24,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from tessera.lowering.kept import mark_built
 from tessera.variants.nodes import F32
 from tessera.variants.trace import trace_mod, tracer_settings
 from tessera.variants.block_mask import create_block_mask
@@ -105,7 +106,8 @@ def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
     """`build()`, kept in `_BUILT` by `builder`, `options`, the tracer's settings and the
     `tessera.variants.fingerprint` of each modifier (its code and the values it reads, arrays by their identity
     and contents), so that a repeated call neither traces nor builds; built anew where a modifier's fingerprint
-    cannot be told. What is kept is shared: not to be changed."""
+    cannot be told. What is kept is shared: not to be changed. The Tile IR modules built (the kernel, or a
+    backward's three) are marked kept (`tessera.lowering.kept.mark_kept`): the interpreters lower each once."""
     prints = tuple(None if fn is None else fingerprint(fn) for fn in (score_mod, mask_mod))
     if any(p is None and fn is not None for p, fn in zip(prints, (score_mod, mask_mod))):
         return build()
@@ -114,7 +116,7 @@ def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
     if key not in _BUILT:
         if len(_BUILT) >= 64:
             _BUILT.clear()
-        _BUILT[key] = build()
+        _BUILT[key] = mark_built(build(), key)  # lowered once per level (`tessera.lowering.kept`)
     return _BUILT[key]
 
 

@@ -19,7 +19,7 @@ single-stage). Both go through the same default pipeline; the host description
 from __future__ import annotations
 
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
-from tessera.runtime.compiler import CompiledKernel, KernelConfig, compile_kernel
+from tessera.runtime.compiler import CompiledKernel, KernelConfig, built_module, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
 from tessera.runtime.no_backward import no_backward
 
@@ -123,7 +123,6 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
     """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;
     "tile", "target" or "ptx" runs the very kernel the GPU would run in that interpreter (`tessera.launch`),
     returning NumPy arrays (CPU tensors for PyTorch inputs)."""
-    from tessera import kernels
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import LEVELS
 
@@ -139,6 +138,5 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
 
     torch_in = is_torch_tensor(a)
     arrays = [torch_to_numpy(x.cpu()) if torch_in else x for x in inputs]
-    module = getattr(kernels, config.builder)(**dict(config.options))
-    out = entry.launch(module, *arrays, level=level)
+    out = entry.launch(built_module(config), *arrays, level=level)
     return numpy_to_torch(out) if torch_in else out

@@ -179,14 +179,13 @@ def run_kernel(where: str, builder: str, options: dict, inputs: list, level, siz
 
         usable_device(inputs)  # no GPU, no compile
         return entry.launch(compile_kernel(KernelConfig.of(builder, **options)), *inputs, **(sizes or {}))
-    from tessera import kernels
     from tessera.runtime import entry
+    from tessera.runtime.compiler import KernelConfig, built_module
     from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     torch_in = any(is_torch(x) for x in inputs)
     arrays = [torch_to_numpy(x.cpu()) if is_torch(x) else np.asarray(x) for x in inputs]
-    module = getattr(kernels, builder)(**options)
-    out = entry.launch(module, *arrays, level=level, **(sizes or {}))
+    out = entry.launch(built_module(KernelConfig.of(builder, **options)), *arrays, level=level, **(sizes or {}))
     if not torch_in:
         return out
     return tuple(numpy_to_torch(o) for o in out) if isinstance(out, tuple) else numpy_to_torch(out)
