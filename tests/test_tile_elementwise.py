@@ -265,7 +265,8 @@ DIVISORS = (2.0, 0.25, -4.0, 2.0**126, 2.0**-126, 1.0, 3.0, 30.0)
 @pytest.mark.parametrize("level", ["tile", "target", pytest.param("ptx", marks=pytest.mark.slow)])
 def test_division_by_a_power_of_two_is_a_multiply_bit_for_bit(level):
     """x / 2^k lowers as x * 2^-k (`numerics.exact_reciprocal`): the same bits as NumPy's f32 division on
-    NaN, infinities, signed zeros, subnormal quotients and overflow; 3.0 and 30.0 stay divisions."""
+    infinities, signed zeros, subnormal quotients and overflow, NaN where it gives NaN; 3.0 and 30.0 stay
+    divisions."""
     body = []
     for k, d in enumerate(DIVISORS):
         body += [f"%d{k} = tile.fill {d!r} : {ROW}", f"%r{k} = tile.div %x, %d{k} : {T}, {ROW}",
@@ -283,7 +284,11 @@ def test_division_by_a_power_of_two_is_a_multiply_bit_for_bit(level):
     out = _interpret(module, x, p, w, level=level)
     with np.errstate(all="ignore"):
         expected = np.concatenate([x / np.float32(d) for d in DIVISORS], axis=1)
-    np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
+    # A NaN quotient is NumPy's quiet NaN at Tile and target level and the GPU's canonical NaN (0x7FFFFFFF,
+    # tessera.sm90.nan) in the PTX executor: NaN where NumPy's is, every other result the same bits.
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(out), nan)
+    np.testing.assert_array_equal(out.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
     if level == "target":
         lowered = parse_module(text)
         tessera.passes.apply_pipeline(lowered, "convert-tile-to-sm90")
