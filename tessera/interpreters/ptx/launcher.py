@@ -55,8 +55,8 @@ from tessera.interpreters.parallel import (
     serial_note, ship, split, unship,
 )
 from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
-    alu, atomics, bulk_copy, floats, ldmatrix, memory, reductions, schedule, sync, warp_collectives, warp_mma, wgmma,
-    wmma,
+    alu, atomics, bulk_copy, compare, floats, ldmatrix, logic, memory, reductions, schedule, simd, sync,
+    warp_collectives, warp_mma, wgmma, wmma,
 )
 from tessera.interpreters.ptx.bulk_copy import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
