@@ -32,7 +32,7 @@ import numpy as np
 from tessera.interpreters.ptx import atomics, memory, sync
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
-from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
+from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
@@ -80,7 +80,7 @@ def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
     lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
     form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
-    `global_order.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
+    `global_accesses.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
     copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
