@@ -91,7 +91,7 @@ class AsyncCopies:
         shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
         when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
         hold when the copy lands, not replaced by the staged ones."""
-        from tessera.interpreters.ptx.sync import _state, mbarrier_key
+        from tessera.interpreters.ptx.mbarrier import _state, mbarrier_key
 
         m = self.m
         key = mbarrier_key(m, lane, address)  # a multicast's copy completes on each member's own mbarrier
@@ -144,7 +144,7 @@ class AsyncCopies:
 
     def land(self, inst, key: tuple[int, int], lane: int) -> None:
         """Land the copies in flight on the mbarrier at `key`, in issue order; see the module docstring."""
-        from tessera.interpreters.ptx.sync import _changed
+        from tessera.interpreters.ptx.mbarrier import _changed
 
         m = self.m
         state = m.mbarriers[key]

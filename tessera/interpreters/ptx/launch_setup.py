@@ -17,7 +17,7 @@ import numpy as np
 
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
-    alu, atomics, bulk_copy, compare, floats, ldmatrix, logic, memory, reductions, schedule, simd, sync,
+    alu, atomics, bulk_copy, compare, floats, ldmatrix, logic, mbarrier, memory, reductions, schedule, simd, sync,
     warp_collectives, warp_mma, wgmma, wmma,
 )
 from tessera.interpreters.ptx.bulk_copy import TensorMapObject
