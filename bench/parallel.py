@@ -25,7 +25,7 @@ import numpy as np
 import tessera
 from tessera.host import describe
 from tessera.interpreters.launch import prepare_arguments
-import tessera.interpreters.ptx.launcher as ptx_launcher
+import tessera.interpreters.ptx.launch_groups as ptx_launch_groups
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.ptx.printed import ptx_text
 import tessera.interpreters.sm90.launch as sm90_launch
@@ -109,7 +109,7 @@ def main() -> None:
         return copies
 
     sm90_launch.merge = record_groups(sm90_launch.merge)
-    ptx_launcher.merge = record_groups(ptx_launcher.merge)
+    ptx_launch_groups.merge = record_groups(ptx_launch_groups.merge)
     print(f"{'simulator':<16}{'workers':>8}{'seconds':>10}{'speedup':>9}{'x NumPy':>10}{'CPU s':>9}"
           f"{'longest group':>15}{'free-core speedup':>19}")
     for name, run in (("CTA simulator", target), ("PTX executor", ptx)):

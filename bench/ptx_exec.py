@@ -25,7 +25,7 @@ that before and after are measured together (the checkout goes first on PYTHONPA
 executor, is what is timed; dialects/ and passes/ resolve through the installed editable mapping); with --races-cost, the
 same grid again with `races=False`, and the cost of the race checks as the ratio of the two; with
 --lanes-per-batch N [N ...], the same grid with CTAs vectorised together up to N threads a batch (the
-launcher's LANES_PER_BATCH), one row each.
+launch_setup's LANES_PER_BATCH), one row each.
 
     python bench/ptx_exec.py --lock 32 128 256 [--repeats 3]
 
@@ -345,14 +345,14 @@ def main() -> None:
         lock_rows(args)
         return
     if args.grid and args.lanes_per_batch:
-        from tessera.interpreters.ptx import launcher
+        from tessera.interpreters.ptx import launch_setup
 
-        default = launcher.LANES_PER_BATCH
+        default = launch_setup.LANES_PER_BATCH
         for lanes in args.lanes_per_batch:
-            launcher.LANES_PER_BATCH = lanes
+            launch_setup.LANES_PER_BATCH = lanes
             print(f"CTAs batched up to {lanes} threads:", end=" ")
             grid_row(args)
-        launcher.LANES_PER_BATCH = default
+        launch_setup.LANES_PER_BATCH = default
         return
     if args.grid and args.step_kinds:
         step_kind_rows(args)

@@ -243,11 +243,11 @@ def test_deterministic_backward_in_an_order_that_cannot_finish_is_a_deadlock():
 def test_deterministic_backward_at_ptx_in_an_order_that_cannot_finish_is_a_deadlock(monkeypatch):
     """The PTX executor runs CTAs in batches (here one CTA each) in the launch's order: key block 1 alone first
     spins (ld.acquire, nanosleep) on a count only key block 0 can make: a deadlock naming the spin wait."""
-    from tessera.interpreters.ptx import launcher
+    from tessera.interpreters.ptx import launch_setup, launcher
     from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
 
     launch = launcher.launch
-    monkeypatch.setattr(launcher, "LANES_PER_BATCH", 1)
+    monkeypatch.setattr(launch_setup, "LANES_PER_BATCH", 1)
     monkeypatch.setattr(launcher, "launch", lambda *args, **kwargs: launch(*args, **kwargs, cta_order=[1, 0, 2]))
     q, k, v, o, lse, do = _problem(64, 100, 300, False, heads=1)
     kernels = _deterministic_kernels(False)

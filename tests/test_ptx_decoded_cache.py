@@ -1,5 +1,5 @@
 """The PTX executor keeps a parsed text and its decoded program (machine, steps, closures) across launches
-(tessera/interpreters/ptx/launcher.py): a second launch of the same program gives the same results, takes its
+(tessera/interpreters/ptx/launch_setup.py): a second launch of the same program gives the same results, takes its
 own arguments, and a launch that failed leaves nothing behind."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxHazardError, launch
-from tessera.interpreters.ptx import launcher
+from tessera.interpreters.ptx import launch_setup
 
 VECTOR_ADD = (Path(__file__).parent / "ptx_kernels" / "vector_add.ptx").read_text()
 
@@ -26,8 +26,8 @@ def _add(n: int, offset: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
 def test_a_program_launched_again_reuses_its_decoded_machine_with_new_arguments():
     first, want = _add(1000)
     np.testing.assert_array_equal(first, want)
-    module = launcher._parse_cached(VECTOR_ADD, "<ptx>")
-    kept = launcher._decoded(module)
+    module = launch_setup._parse_cached(VECTOR_ADD, "<ptx>")
+    kept = launch_setup._decoded(module)
     assert any(kept.values()), "the decoded machine is handed back after the launch"
     again, want = _add(1000, offset=5.0)
     np.testing.assert_array_equal(again, want)

@@ -718,7 +718,7 @@ def _order_machine(keep_boxes: bool):
 
 
 def _replay(keep_boxes: bool, ops: list) -> tuple[list[str], object]:
-    from tessera.interpreters.ptx.global_order import ASYNC, WEAK
+    from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK
 
     m, order = _order_machine(keep_boxes)
     hb, outcomes = m.tracker.hb, []
@@ -752,7 +752,7 @@ def test_box_records_kept_as_one_equal_recording_each_read():
     tensor's edge clips), their `until`s, generic reads and writes (some into a box's hull between its rows),
     and synchronisation: every report, and every per-byte record once the boxes are written out, is the same
     with the records kept per box as with each read recorded per byte."""
-    from tessera.interpreters.ptx.global_order import StridedBox
+    from tessera.interpreters.ptx.global_accesses import StridedBox
 
     rng = np.random.default_rng(11)
     boxes = [StridedBox(512, (4, 32), (64, 1)), StridedBox(544, (4, 32), (64, 1)), StridedBox(600, (3, 40), (64, 1)),
@@ -801,7 +801,7 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
     the tensor's edge on any side), None when none is inside."""
     import ml_dtypes
 
-    from tessera.interpreters.ptx.global_order import StridedBox
+    from tessera.interpreters.ptx.global_accesses import StridedBox
     from tessera.interpreters.ptx.bulk_copy import _box_offsets
     from tessera.interpreters.sm90.tma import TensorMap
 
@@ -822,7 +822,7 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
 def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():
     """A lock handed over many times: the releases published at its word are one joined entry per releasing CTA
     and scope, and an acquire takes in what each release carried (the clock of every releasing thread)."""
-    from tessera.interpreters.ptx.global_order import STRONG_CTA, STRONG_GPU
+    from tessera.interpreters.ptx.global_accesses import STRONG_CTA, STRONG_GPU
 
     m, order = _order_machine(True)
     hb = m.tracker.hb

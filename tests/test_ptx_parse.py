@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tessera.interpreters.ptx.parse import parse_ptx, tokenize
+from tessera.interpreters.ptx.lexer import tokenize
+from tessera.interpreters.ptx.parse import parse_ptx
 from tessera.interpreters.ptx.syntax import (
     Address, Entry, FloatImm, Guard, Imm, Instruction, Label, Module, Negated, PtxSyntaxError, Reg, Sink,
     Special, Symbol, Variable, Vector,

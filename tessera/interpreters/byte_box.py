@@ -1,7 +1,7 @@
 """Byte sets that are regular boxes, so that per-byte records are read and written as strided views.
 
 Shared by both simulators: the CTA simulator's `ByteBox` below, and the PTX executor's
-`global_order.StridedBox`, which is built on `box_offsets` and `box_view`.
+`global_accesses.StridedBox`, which is built on `box_offsets` and `box_view`.
 
 The simulator keeps its records per byte (who wrote a shared byte and when, which CTA last read a global byte, ...)
 and addresses them with flat index arrays. A TMA copy touches its bytes as a box: in shared memory a contiguous

@@ -5,9 +5,9 @@ A `Rule` names the rule, its section anchor, the quoted sentence (verbatim, whit
 tests/test_memory_model.py compares it with the ISA text transcribed there), what a simulator does with it, and
 where the CTA simulator enforces it (`checked_by`, "module:qualified.name"; empty where only the PTX executor
 applies it). One rule, one constant: both simulators apply the same rule objects. The tables are data: the checks
-live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, asynchrony.py, wgmma_tracking.py, sync.py,
-cluster.py; the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, mbarrier.py,
-shared_memory.py) and name the rule they apply.
+live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, sync_edges.py,
+async_records.py, asynchrony.py, wgmma_tracking.py, sync.py, mbarrier.py, cluster.py; the CTA simulator:
+tessera/interpreters/sm90/happens_before.py, wgmma.py, mbarrier.py, shared_memory.py) and name the rule they apply.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, decode, elements, opcode
-from tessera.interpreters.ptx.global_order import strong_kind
+from tessera.interpreters.ptx.global_accesses import strong_kind
 from tessera.interpreters.ptx.memory import (
     IGNORED_QUALIFIERS,
     check_access,

@@ -29,14 +29,15 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import atomics, memory, sync
+from tessera.interpreters.ptx import atomics, mbarrier, memory
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
-from tessera.interpreters.ptx.global_order import ASYNC, ASYNC_REDUCE, StridedBox
+from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
+from tessera.interpreters.ptx.mbarrier import shared_addresses
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
-from tessera.interpreters.ptx.sync import U32, shared_addresses
+from tessera.interpreters.ptx.sync import U32
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
 from tessera.interpreters.ptx.types import ptx_type
@@ -80,7 +81,7 @@ def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
     lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
     form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
-    `global_order.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
+    `global_accesses.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
     copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
@@ -150,8 +151,8 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
             data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8).reshape(-1)
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
-            key = sync.mbarrier_key(m, lane, barrier)
-            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), sync._state(m, inst, lane, barrier).phase)
+            key = mbarrier.mbarrier_key(m, lane, barrier)
+            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), mbarrier._state(m, inst, lane, barrier).phase)
         m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
@@ -162,9 +163,9 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
             data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
-            key = sync.mbarrier_key(m, lane, barrier)
+            key = mbarrier.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
-                                      sync._state(m, inst, lane, barrier).phase)
+                                      mbarrier._state(m, inst, lane, barrier).phase)
         m.tracker.stage(shared_index, data.reshape(-1), span, None if chunks is None else (base, chunks))
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
@@ -494,5 +495,5 @@ def decode_cp(ops: Operands, inst, mods):
     if mods.take("bulk"):
         return decode_bulk(ops, inst, mods)
     if "mbarrier" in inst.modifiers:
-        return sync.decode_cp_async_mbarrier_arrive(ops, inst, mods)
+        return mbarrier.decode_cp_async_mbarrier_arrive(ops, inst, mods)
     return memory.decode_cp_async(ops, inst, mods)

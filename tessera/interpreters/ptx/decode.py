@@ -307,3 +307,16 @@ def label_index(ops: Operands, inst: Instruction, operand) -> int:
 def elements(operand) -> tuple:
     """The elements of a vector operand, or the operand alone."""
     return operand.elements if isinstance(operand, Vector) else (operand,)
+
+
+def sources(ops: Operands, inst: Instruction, t: PtxType, count: int, first: int = 1) -> list:
+    """Readers of the `count` source operands of `inst` from operand `first` on, as type `t`; any other operand
+    count is refused."""
+    if len(inst.operands) != first + count:
+        raise ops.refuse(inst, f"expected {first + count} operands, got {len(inst.operands)}")
+    return [ops.read(inst, o, t) for o in inst.operands[first:first + count]]
+
+
+def lane_count(ops: Operands, sel) -> int:
+    """How many lanes `sel` (an index array, or `ALL`) selects."""
+    return ops.m.lanes if isinstance(sel, slice) else len(sel)

@@ -31,7 +31,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
-from tessera.interpreters.ptx.global_order import WEAK, StridedBox, strong_kind
+from tessera.interpreters.ptx.global_accesses import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,

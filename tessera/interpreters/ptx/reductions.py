@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_order import ASYNC_REDUCE
+from tessera.interpreters.ptx.global_accesses import ASYNC_REDUCE
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.memory import access, lanes_of
 from tessera.interpreters.ptx.state import GLOBAL_BASE, Machine

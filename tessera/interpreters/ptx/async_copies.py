@@ -1,0 +1,238 @@
+"""Asynchronous copies into shared memory in the PTX executor (see `asynchrony`, whose docstring has the model): the
+byte tags (`PLAIN`, `FLIGHT`, `LANDED`), `Copy`, and `AsyncCopies`, a base class of `AsyncTracker`.
+
+A TMA or bulk load is staged at issue (its bytes `FLIGHT`, its data and transaction bytes waiting on its
+mbarrier) and lands at the latest legal point: when a thread waits on its mbarrier once every arrival of the
+phase is in, in issue order, each copy's complete-tx counting on the barrier; its bytes become `LANDED`, tagged
+with the barrier and the phase. A write into bytes an asynchronous access still uses (`check_writable`) is a
+hazard. cp.async bytes are `FLIGHT` from issue until the issuing thread's wait lands them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.interpreters.ptx.cluster import grid_rank
+from tessera.interpreters.ptx.state import PARK, RUN
+from tessera.interpreters.ptx.wgmma_tracking import _CHUNK
+
+
+PLAIN, FLIGHT, LANDED = 0, 1, 2
+"""A shared-memory byte's tag (`AsyncTracker.state`): no copy pending, a copy in flight, a copy landed."""
+
+
+@dataclass(eq=False)
+class Copy:
+    """An asynchronous copy into shared memory not yet landed (TMA/bulk load: `key` is its mbarrier) or, for
+    messages, one that has (`data` None). `acquired` is the mbarrier the issuing thread last waited on."""
+
+    kind: str
+    inst: object
+    lane: int
+    index: np.ndarray | None
+    data: np.ndarray | None
+    nbytes: int
+    key: tuple[int, int] | None
+    acquired: tuple[int, int] | None = None
+    span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
+    layout: object = None  # how `index` fills `span` (`AsyncTracker.stage`), for a landing without a gather
+    combine: object = None
+    """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
+
+
+class AsyncCopies:
+    """The asynchronous copies of `AsyncTracker` (its base class: the tags and state are `AsyncTracker`'s)."""
+
+    def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None,
+                       span: slice | None = None, atomic: bool = False) -> None:
+        """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
+        asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
+        reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
+        and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
+        the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
+        # a range with nothing in flight and no pending wgmma reading it is decided without a gather
+        clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
+            and not (self.reading and self._read_by_wgmma(span))
+        lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
+        if self.tagged and not clear:
+            flying = self.state[flat] == FLIGHT
+            if atomic and flying.any():
+                flying[flying] = [self.copies[int(c)].combine is None for c in self.tag[flat[flying]]]
+            if flying.any():
+                i = int(np.argmax(flying))
+                copy = self.copies[int(self.tag[flat[i]])]
+                raise self.hazard(inst, f"{what} writes {self.where(flat[i])} while {self.describe_copy(copy)} "
+                                        "into it is still in flight (write-after-write race with an asynchronous "
+                                        "copy)", lanes[i])
+        if self.reading and not clear:
+            self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
+        if self.bulk_reads:
+            for lane, group, index, store in self.bulk_reads:
+                hit = np.isin(flat, index)
+                if hit.any():
+                    i = int(np.argmax(hit))
+                    raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk store at line "
+                                            f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
+                                            "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
+
+    def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
+        """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
+        range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range.
+        `layout`: "ordered" when `index` is `span` in order, (base, chunks) when it is whole 16-byte chunks of
+        the CTA's shared memory at `base` (bytes base + 16c .. base + 16c + 15 for each c in `chunks`, in order:
+        a swizzled box), so that the bytes land a chunk at a time."""
+        self.staged.append((index, data, span, layout))
+
+    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
+        """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
+        shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
+        when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
+        hold when the copy lands, not replaced by the staged ones."""
+        from tessera.interpreters.ptx.mbarrier import _state, mbarrier_key
+
+        m = self.m
+        key = mbarrier_key(m, lane, address)  # a multicast's copy completes on each member's own mbarrier
+        state = _state(m, inst, lane, address)
+        if key[0] != int(m.lane_cta[lane]):
+            m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
+        if len(self.staged) == 1:
+            index, data, span, layout = self.staged[0]
+        else:
+            index = np.concatenate([i for i, *_ in self.staged]) if self.staged else np.zeros(0, np.int64)
+            data = np.concatenate([d for _, d, *_ in self.staged]) if self.staged else np.zeros(0, np.uint8)
+            span = layout = None
+        self.staged = []
+        acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
+        self.check_writable(inst, lane, index, f"the {kind}", acquired, span, atomic=combine is not None)
+        known = None
+        if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
+            known = self.hb.peer_known(lane, grid_rank(m, key[0]))
+        self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
+        copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
+        ident = len(self.copies)
+        self.copies[ident] = copy
+        self.in_flight.setdefault(key, []).append(copy)
+        self.tagged = True
+        where = index if span is None else span
+        self.state[where] = FLIGHT
+        self.tag[where] = ident
+        self._forget_ranges(where)
+        self.hb.async_written(where)
+        if state.pending == 0:
+            self.wake(key)
+
+    def wake(self, key: tuple[int, int]) -> None:
+        """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+        m = self.m
+        parked = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        if parked.any():
+            m.status[parked] = RUN
+            m.woken += 1
+            m.park_address[parked] = -1
+            m.park_test[parked] = False
+
+    def land_for_wait(self, inst, key: tuple[int, int], lane: int) -> bool:
+        """A thread's wait on the mbarrier at `key` fails: if every arrival of the phase is in, land the copies
+        in flight on it (the latest moment they could complete the phase) and return True (test again)."""
+        if key not in self.in_flight or self.m.mbarriers[key].pending != 0:
+            return False
+        self.land(inst, key, lane)
+        return True
+
+    def land(self, inst, key: tuple[int, int], lane: int) -> None:
+        """Land the copies in flight on the mbarrier at `key`, in issue order; see the module docstring."""
+        from tessera.interpreters.ptx.mbarrier import _changed
+
+        m = self.m
+        state = m.mbarriers[key]
+        b = self.barrier(key)
+        copies = self.in_flight.pop(key)
+        before = state.phase
+        for i, copy in enumerate(copies):
+            if state.phase != before:
+                left = sum(c.nbytes for c in copies[i:])
+                raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase {before} "
+                                             f"with {len(copies) - i} copies ({left} bytes) still in flight on it: "
+                                             f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
+                                             "the copies deliver", copy.lane)
+            phase = state.phase
+            if copy.combine is not None:
+                m.shared[copy.index] = copy.combine(m.shared[copy.index])
+            elif copy.layout == "ordered":
+                m.shared[copy.span] = copy.data
+            elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
+                base, chunks = copy.layout
+                m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks] = \
+                    copy.data.reshape(-1, _CHUNK)
+            else:
+                m.shared[copy.index] = copy.data
+            where = copy.index if copy.span is None else copy.span
+            self.state[where] = LANDED
+            self.tag[where] = b
+            self.phase[where] = phase
+            self._forget_ranges(where)
+            if copy.span is not None:
+                if copy.span.start not in self.landed_ranges:  # (its bytes' ranges were forgotten above)
+                    bisect.insort(self.landed_starts, copy.span.start)
+                self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
+            copy.data = None
+            try:
+                state.complete_tx(copy.nbytes)
+            except ValueError as error:
+                raise self.hazard(copy.inst, f"mbarrier at {key[1]:#x}: {error}", copy.lane) from None
+        if state.phase == before and state.pending == 0 and state.tx_count < 0:
+            raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} delivered "
+                                               f"{-state.tx_count} bytes more than its expect_tx announced for phase "
+                                               f"{state.phase}{self.last_arrival_at(key)} (tx-count {state.tx_count} "
+                                               "with every arrival in)", copies[-1].lane)
+        _changed(m, key, before, state, prefer=False)
+
+    def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
+        """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still
+        in flight on it disagree with its expect_tx."""
+        copies = self.in_flight.get(key)
+        if copies:
+            raise self.hazard(inst, f"completes phase {self.m.mbarriers[key].phase - 1} of the mbarrier at shared "
+                                    f"address {key[1]:#x} while {self.describe_copy(copies[0])} "
+                                    f"({sum(c.nbytes for c in copies)} bytes in {len(copies)} copies) is still in "
+                                    "flight on it: its expect_tx is missing or smaller than the bytes the copies "
+                                    "deliver", lane)
+
+    def arrivals_changed(self, key: tuple[int, int]) -> None:
+        """An arrive or expect_tx changed the mbarrier at `key` without completing its phase: parked waiters
+        retry if its arrivals are all in and copies are in flight on it."""
+        if key in self.in_flight and self.m.mbarriers[key].pending == 0:
+            self.wake(key)
+
+    def cp_async_issued(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """Ampere cp.async of `lanes` into `index` [lanes, size]: in flight until the issuing thread waits."""
+        flat = index.reshape(-1)
+        self.check_writable(inst, np.repeat(lanes, index.shape[1]), flat, "the cp.async")
+        ident = len(self.copies)
+        self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
+        self.state[flat] = FLIGHT
+        self.tag[flat] = ident
+        self._forget_ranges(flat)
+        self.hb.async_written(flat)
+        self.tagged = True
+
+    def cp_async_landed(self, index: np.ndarray, lanes: np.ndarray, through_mbarrier: bool) -> None:
+        """The cp.async copies of `lanes` into `index` [copies, bytes] completed at their wait: the issuing
+        thread wrote them now, and other threads see them only through synchronisation that follows this
+        point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive (`through_mbarrier`) that arrive and
+        every later release of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
+        lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
+        self.state[index.reshape(-1)] = PLAIN
+        self._forget_ranges(index)
+        self.hb.landed(lanes, index, lines, through_mbarrier)
+
+    def describe_flight(self, flat: int) -> str:
+        copy = self.copies[int(self.tag[flat])]
+        if copy.kind == "cp.async":
+            return (f"the cp.async at line {copy.inst.line} into it has not landed (no cp.async.wait_group or "
+                    "wait_all of the issuing thread covers it)")
+        return (f"{self.describe_copy(copy)} into it has not completed on the mbarrier at shared address "
+                f"{copy.key[1]:#x} (no completed mbarrier wait covers it: a missing wait, or one on the wrong parity)")

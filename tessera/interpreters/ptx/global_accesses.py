@@ -1,0 +1,88 @@
+"""What a global-memory access is, for the PTX executor's happens-before on global memory (`global_order`): its
+kind (`WEAK`, `STRONG_CTA`, `STRONG_GPU`, `ASYNC`, `ASYNC_REDUCE`; `strong_kind` from an instruction's
+modifiers) and the bytes it touches when they form a box (`StridedBox`, a TMA box or a strided bulk copy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from tessera.interpreters.byte_box import box_offsets, box_view
+
+WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
+"""How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
+the async proxy (TMA and bulk copies); a bulk reduction (async proxy, element-wise atomic)."""
+_STRONG = np.array([False, False, True, True, False, True])
+_WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
+_ASYNC = np.array([False, False, False, False, True, True])
+_PROXY = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
+          STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy",
+          ASYNC_REDUCE: "the async proxy (bulk reduction)"}
+_SCOPES = {"cta": STRONG_CTA}
+
+
+def strong_kind(modifiers) -> int:
+    """The kind of an ld/st/atom/red from its modifiers: strong when it has .relaxed/.acquire/.release/
+    .acq_rel/.volatile (atom and red always are), of scope .cta or wider (default .gpu)."""
+    return STRONG_CTA if "cta" in modifiers else STRONG_GPU
+
+
+@dataclass(frozen=True)
+class StridedBox:
+    """The global bytes start + sum_k i_k * strides[k] (0 <= i_k < shape[k]), in that row-major order: the
+    bytes of a TMA box that lies inside its tensor. Their records are read and written through strided views
+    (`view`), with no index array, and `index` lists them where a finding must name a byte."""
+
+    start: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def view(self, array: np.ndarray) -> np.ndarray:
+        """The box's elements of the per-byte `array` (a writable view)."""
+        return box_view(array, self.start, self.shape, self.strides)
+
+    def index(self) -> np.ndarray:
+        """[1, bytes]: the flat positions, in order."""
+        return box_offsets(self.start, self.shape, self.strides).reshape(1, -1)
+
+    def hull(self) -> tuple[int, int]:
+        """[low, high): the least range holding every byte of the box."""
+        reach = [(n - 1) * stride for n, stride in zip(self.shape, self.strides)]
+        return self.start + sum(min(r, 0) for r in reach), self.start + sum(max(r, 0) for r in reach) + 1
+
+    def meets(self, other: "StridedBox") -> bool:
+        """Whether the two boxes share a byte."""
+        (a, wa), (b, wb) = _runs(self), _runs(other)
+        if (len(a) > 1 and (np.diff(a) < wa).any()) or (len(b) > 1 and (np.diff(b) < wb).any()):
+            return bool(np.intersect1d(self.index(), other.index()).size)  # runs that overlap themselves
+        last = np.searchsorted(b, a + wa) - 1  # per run of `a`, the last run of `b` starting before its end
+        return bool(((last >= 0) & (b[np.maximum(last, 0)] + wb > a)).any())
+
+
+@lru_cache(maxsize=1024)
+def _runs(box: StridedBox) -> tuple[np.ndarray, int]:
+    """(first bytes, ascending; length): the box as runs of consecutive bytes, a row of its innermost dimension
+    each where that dimension's stride is 1, else a byte each (kept: a grid's boxes recur in every launch)."""
+    if box.strides and box.strides[-1] == 1:
+        starts, width = box_offsets(box.start, box.shape[:-1], box.strides[:-1]), box.shape[-1]
+    else:
+        starts, width = box_offsets(box.start, box.shape, box.strides), 1
+    starts = np.sort(starts)
+    starts.setflags(write=False)
+    return starts, width
+
+
+def _put(array: np.ndarray, where, value) -> None:
+    """array[where] = value, `where` an index or a `StridedBox`."""
+    if isinstance(where, StridedBox):
+        where.view(array)[...] = value
+    else:
+        array[where] = value
+
+
+def _uniform(values: np.ndarray) -> bool:
+    """Whether every element of `values` (not empty) is the same."""
+    return bool(values.min() == values.max())

@@ -1,0 +1,189 @@
+"""The race checks of the PTX executor's happens-before on global memory (`global_order`, whose docstring has the
+rules): `GlobalRaceChecks`, a base class of `GlobalOrder`, decides whether two accesses to a byte are ordered
+(by the CTA's clocks, or by what the accessing thread acquired of the other CTA) or morally strong, and reports
+the ones that are neither, naming both sides, their proxies and the missing synchronisation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ptx.global_accesses import _ASYNC, _PROXY, _STRONG, _uniform, _WIDE
+
+
+class GlobalRaceChecks:
+    """The race checks of `GlobalOrder` (its base class: the records are `GlobalOrder`'s)."""
+
+    def _next_set(self, s: int, prev_who: int, prev_epoch: int, prev_line: int, lanes: np.ndarray, who: np.ndarray,
+                  epochs: np.ndarray, line: int) -> int:
+        """The read set (0: one reader, `who[0]`, kept in the "read" table) of bytes whose readers were the set `s`
+        (or with s = 0 the one reader `prev_who` at `prev_epoch`, line `prev_line`) once `lanes` read them: the
+        readers that happen before none of `lanes`, and `lanes`. Bytes read alike share one set."""
+        key = (s, prev_who, prev_epoch, prev_line, tuple(who.tolist()), tuple(epochs.tolist()), line)
+        new = self._memo.get(key)
+        if new is None:
+            if s:
+                old_who, old_epoch, old_line = self.sets[s]
+            elif prev_who:
+                old_who, old_epoch = np.array([prev_who], np.int64), np.array([prev_epoch], np.int64)
+                old_line = np.array([prev_line], np.int64)
+            else:
+                old_who = old_epoch = old_line = np.zeros(0, np.int64)
+            keep = ~self._ordered_any(lanes, old_who, old_epoch)
+            if not keep.any() and len(lanes) == 1:
+                new = 0
+            else:
+                new = len(self.sets)
+                self.sets.append((np.concatenate([old_who[keep], who.astype(np.int64)]),
+                                  np.concatenate([old_epoch[keep], epochs.astype(np.int64)]),
+                                  np.concatenate([old_line[keep], np.full(len(who), line, np.int64)])))
+            if len(self._memo) > 1 << 16:
+                self._memo.clear()
+            self._memo[key] = new
+        return new
+
+    def _ordered(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether the accesses recorded as `who` at `epoch` [lanes, k] happen before each lane's present point:
+        by its CTA's clocks, or for another CTA's, by what the lane acquired of that CTA."""
+        hb = self.m.tracker.hb
+        rank = who >> 16
+        mine = (self.lane_rank[lanes] + 1)[:, None]
+        tid = (who >> 3) & 0x1FFF
+        same = rank == mine
+        ordered = np.zeros(who.shape, bool)
+        ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], who.shape)[same], tid[same]] >= epoch[same]
+        if hb.remote and (~same & (rank > 0)).any():
+            for i, lane in enumerate(lanes.tolist()):
+                known = hb.remote.get(lane)
+                if not known:
+                    continue
+                for r, row in known.items():
+                    hit = rank[i] == r + 1
+                    if hit.any():
+                        ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
+        return ordered
+
+    def _ordered_any(self, lanes: np.ndarray, who: np.ndarray, epoch: np.ndarray) -> np.ndarray:
+        """Whether each access recorded as `who` at `epoch` [k] happens before the present point of one of
+        `lanes` at least: per CTA, the join of its lanes' clocks decides for its own threads' accesses."""
+        hb = self.m.tracker.hb
+        rank, tid = who >> 16, (who >> 3) & 0x1FFF
+        ordered = np.zeros(len(who), bool)
+        ranks = self.lane_rank[lanes] + 1
+        for r in [int(ranks[0])] if ranks[0] == ranks[-1] and _uniform(ranks) else np.unique(ranks).tolist():
+            hit = rank == r
+            if hit.any():
+                ordered[hit] = hb.clock[lanes[ranks == r]].max(axis=0)[tid[hit]] >= epoch[hit]
+        rest = ~ordered & (rank > 0)
+        if hb.remote and rest.any():  # other CTAs' accesses: what each lane acquired of them
+            shape = (len(lanes), int(rest.sum()))
+            ordered[rest] = self._ordered(lanes, np.broadcast_to(who[rest], shape),
+                                          np.broadcast_to(epoch[rest], shape)).any(axis=0)
+        return ordered
+
+    def _check_sets(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """A write of `index` checked against every reader kept in the read sets of its bytes."""
+        ids = self.read_set[index]
+        if not ids.any():
+            return
+        for s in np.unique(ids[ids > 0]).tolist():
+            hit = ids == s
+            for who, epoch, line in zip(*(x.tolist() for x in self.sets[s])):
+                self._check(inst, lanes, index, np.where(hit, who, 0), np.full(index.shape, epoch),
+                            np.full(index.shape, line), True, kind, "read")
+
+    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
+        generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the write to the
+        read [memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write,
+        in what the reader acquired of that CTA (its fences before the release, or the reader's after the
+        acquire)."""
+        table = self.records["write"]
+        who = table["who"][index]
+        generic = (who != 0) & ~_ASYNC[who & 7]
+        if not generic.any():
+            return
+        hb = self.m.tracker.hb
+        tid, epoch = (who >> 3) & 0x1FFF, table["epoch"][index]
+        mine = (who >> 16) == (self.lane_rank[lanes] + 1)[:, None]
+        fenced = np.zeros(index.shape, bool)
+        fenced[mine] = hb.global_fenced(lanes, tid)[mine] >= epoch[mine]
+        if (generic & ~mine).any():  # another CTA's stores: the fences that came with its release (remote rows)
+            for i, lane in enumerate(lanes.tolist()):
+                for r, row in hb.remote.get(lane, {}).items():
+                    hit = (who[i] >> 16) == r + 1
+                    fenced[i, hit] = row[hb.threads + tid[i, hit]] >= epoch[i, hit]
+        unfenced = generic & ~fenced
+        if not unfenced.any():
+            return
+        i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
+        b = int(index[i, j])
+        raise self.m.tracker.hb.hazard(
+            inst, f"reads {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
+                  f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
+                  "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
+                  "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
+                  "orders no global memory)", int(lanes[i]))
+
+    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+        """Threads of one instruction writing one byte: nothing orders them either."""
+        flat = index.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        twice = np.flatnonzero(flat[order][1:] == flat[order][:-1])
+        if not len(twice):
+            return
+        k = index.shape[1]
+        first, second = order[twice[0]] // k, order[twice[0] + 1] // k
+        b = int(flat[order[twice[0]]])
+        lane, other = int(lanes[second]), int(lanes[first])
+        raise self.m.tracker.hb.hazard(
+            inst, f"writes {self.where(b)} through {_PROXY[kind]}, which the instruction at line {inst.line} "
+                  f"({self.describe(int(self.lane_rank[other]), other % self.m.threads)}) wrote through "
+                  f"{_PROXY[kind]} at once, and no synchronisation orders the two (race: two threads store to one "
+                  "location in one instruction)", lane)
+
+    def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
+        """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
+        who 0 for none) was a write (`side` "write") or a read: a race unless ordered or morally strong."""
+        if not who.any():
+            return
+        rank = who >> 16
+        mine = (self.lane_rank[lanes] + 1)[:, None]
+        other_kind = who & 7
+        same = rank == mine
+        ordered = self._ordered(lanes, who, epoch)
+        strong = _STRONG[kind] & _STRONG[other_kind] & (_ASYNC[kind] == _ASYNC[other_kind]) & \
+            (same | (_WIDE[kind] & _WIDE[other_kind]))
+        racing = (rank > 0) & ~ordered & ~strong
+        if not racing.any():
+            return
+        i, j = np.unravel_index(np.argmax(racing), racing.shape)
+        b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int((who[i, j] >> 3) & 0x1FFF)
+        did = "wrote" if side == "write" else "read"
+        does = "writes" if write else "reads"
+        if same[i, j]:
+            missing = "a bar.sync, an mbarrier wait or a release/acquire pair between them is missing"
+        else:
+            missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
+                       "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
+                       "strong read then fence.acq_rel) on one location, and there is none")
+        raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction "
+                                             f"at line {int(line[i, j])} ({self.describe(r, t)}) {did} through "
+                                             f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "
+                                             f"(race: {missing})", int(lanes[i]))
+
+    def where(self, flat: int) -> str:
+        """'global address 0x.. (argument k (name) at byte offset o)' of a flat position of global memory."""
+        from tessera.interpreters.ptx.state import GLOBAL_BASE
+
+        memory = self.m.memory
+        address = GLOBAL_BASE + flat
+        k = int(np.searchsorted(memory._starts, address, side="right") - 1)
+        segment = memory.segments[k]
+        return f"global address {address:#x} ({segment.name} at byte offset {address - segment.start})"
+
+    def describe(self, rank: int, tid: int) -> str:
+        gx, gy, _ = self.m.grid
+        bx, by, _ = self.m.block
+        return (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA ({rank % gx}, {rank // gx % gy}, "
+                f"{rank // (gx * gy)})")

@@ -1,0 +1,347 @@
+"""The mbarrier instructions: mbarrier.init/arrive (with count)/arrive.expect_tx/expect_tx/complete_tx/
+arrive_drop/inval/try_wait(.parity)/test_wait(.parity), and cp.async.mbarrier.arrive.
+
+mbarrier [P#...-mbarrier]: the `facts.MBarrierState` machine per (CTA, shared address); init/arrive (with
+count)/arrive.expect_tx/expect_tx/complete_tx/arrive_drop/inval, try_wait(.parity) (blocks the thread until
+the phase completes, see `schedule`) and test_wait(.parity) (returns at once). An arrive's 64-bit state is
+the phase number it arrived in. Generic addresses must fall in the shared window. Arrivals from many threads
+of one instruction are applied in lane order. `asynchrony` lands TMA copies when a wait finds every arrival of
+the phase in, records what each thread observed, and reports transaction counts that disagree with the copies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ptx.cluster import grid_rank, shared_offsets
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
+from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
+from tessera.interpreters.ptx.sync import PRED, U32
+from tessera.interpreters.ptx.types import ptx_type
+from tessera.sm90 import facts
+
+
+def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses) -> np.ndarray:
+    """Shared::cluster addresses of an mbarrier operand (generic ones must be in the shared window), checked
+    to be 8-byte aligned and inside the shared memory of a CTA of the cluster (`cluster.shared_offsets`)."""
+    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    if space == "generic":
+        inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
+        if not inside.all():
+            i = int(np.argmax(~inside))
+            raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is not a shared address", int(lanes[i]))
+        addresses = addresses - SHARED_WINDOW
+    elif space != "shared":
+        raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
+    offsets = shared_offsets(m, inst, lanes, addresses)
+    bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
+                            f"({m.shared_bytes} bytes)", int(lanes[i]))
+    return addresses
+
+
+def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
+    """(CTA slot, offset) of the mbarrier at shared::cluster `address` for `lane`."""
+    if 0 <= address < 1 << CLUSTER_RANK_SHIFT:  # the lane's own CTA
+        return int(m.lane_cta[lane]), int(address)
+    return m.shared_target_one(int(lane), int(address))
+
+
+def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
+    key = mbarrier_key(m, lane, address)
+    state = m.mbarriers.get(key)
+    if state is None:
+        raise m.error(inst, f"the mbarrier at shared address {address:#x} is used before mbarrier.init", lane)
+    return state
+
+
+def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
+             prefer: bool = True) -> None:
+    m.sync_epoch += 1
+    if state.phase != phase_before:
+        m.tracker.hb.phase_completed(key)
+        m.tracker.published(key)
+        wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
+        if prefer and wake.any():
+            m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
+        m.status[wake] = RUN
+        m.woken += 1
+        m.park_test[wake] = False
+        m.park_address[wake] = -1
+
+
+def apply(m: Machine, inst, lane: int, address: int, action) -> int:
+    """Run `action(state)` on the mbarrier of `lane` at `address`, waking waiters on a phase change; returns
+    the action's result. A ValueError of the state machine becomes an execution error."""
+    state = _state(m, inst, lane, address)
+    before = state.phase
+    key = mbarrier_key(m, lane, address)
+    try:
+        result = action(state)
+    except ValueError as error:
+        last = m.tracker.last_arrival.get(key)
+        if "pending arrivals" in str(error) and last is not None:  # an arrival the phase does not count
+            raise m.tracker.hazard(inst, f"arrives on the mbarrier at shared address {address:#x} in phase "
+                                         f"{state.phase}, whose arrivals are all in (the last at line {last[0]}, "
+                                         f"{m.describe_lane(last[1])}; the phase waits for {state.tx_count} "
+                                         "transaction bytes): this arrival belongs to a later phase, and no wait "
+                                         "orders it after this one completes (race: a missing or wrong-parity "
+                                         "wait before reusing the barrier)", lane) from None
+        raise m.error(inst, f"mbarrier at {address:#x}: {error}", lane) from None
+    if key[0] != int(m.lane_cta[lane]):
+        m.cluster_state.remote_mbarrier(inst, lane, key, before)
+    if state.phase != before:
+        m.tracker.phase_changed(inst, key, lane)
+    else:
+        m.tracker.arrivals_changed(key)
+    _changed(m, key, before, state)
+    return result
+
+
+def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: np.ndarray | None = None
+                  ) -> list[tuple[tuple[int, int], object]] | None:
+    """[((CTA slot, address), the positions in `lanes` arriving on it: a slice or a mask)] for arrivals of `lanes`
+    (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
+    is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
+    where each CTA's lanes hold one token (else None)."""
+    ctas = m.lane_cta[lanes]
+    step = np.diff(ctas)
+    if tokens is not None:
+        if not (len(lanes) and addresses.min() == addresses.max() and not (step < 0).any()
+                and not (np.diff(tokens)[step == 0]).any()):
+            return None
+    if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
+        starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
+        a = int(addresses[0])
+        return [((int(ctas[i]), a), slice(i, j)) for i, j in zip(starts[:-1], starts[1:])]
+    unique, which = unique_rows(np.stack([ctas, addresses], axis=1), return_inverse=True)
+    which = which.reshape(-1)
+    return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
+
+
+def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+    """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
+    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
+    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
+        for key, at in _own_barriers(m, lanes, addresses):
+            m.tracker.hb.arrive(inst, key, lanes[at])
+            m.tracker.arriving(key, lanes[at])
+        return
+    keys = [mbarrier_key(m, int(lane), int(a)) for lane, a in zip(lanes, addresses)]
+    for key in dict.fromkeys(keys):
+        arriving = lanes[[k == key for k in keys]]
+        m.tracker.arriving(key, arriving)
+        home = m.lane_cta[arriving] == key[0]
+        if home.all():
+            m.tracker.hb.arrive(inst, key, arriving)
+            continue
+        if home.any():
+            m.tracker.hb.arrive(inst, key, arriving[home])
+        for slot in np.unique(m.lane_cta[arriving[~home]]).tolist():  # a peer CTA's release (clusters)
+            m.tracker.hb.arrive_from_peer(key, arriving[m.lane_cta[arriving] == slot], grid_rank(m, slot),
+                                          grid_rank(m, key[0]))
+
+
+def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:
+    """Apply the arrivals of `lanes` one by one, in lane order (a phase may complete between two of them)."""
+    for i, (lane, a) in enumerate(zip(lanes.tolist(), addresses.tolist())):
+        count = 1 if expect or values is None else int(values[i])
+        tx = int(values[i]) if expect else 0
+        phases[i] = apply(m, inst, lane, a, action(count, tx))
+
+
+def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
+    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier, when each barrier
+    has that many pending (the phase can only complete with the last of them, as one by one); False (nothing
+    applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
+    if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
+        return False
+    groups = _own_barriers(m, lanes, addresses)
+    counts = [len(lanes[at]) for _, at in groups]
+    if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
+        return False
+    for (key, at), n in zip(groups, counts):
+        phases[at] = apply(m, inst, int(lanes[at][0]), key[1], lambda s, n=n: s.arrive(n))
+    return True
+
+
+def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addresses, count: int) -> np.ndarray:
+    """One arrive (with `count`) per lane, in lane order; returns each lane's state (phase)."""
+    addresses = shared_addresses(m, inst, space, lanes, addresses)
+    _released(m, inst, lanes, addresses)
+    return np.array([apply(m, inst, int(lane), int(a), lambda s: s.arrive(count)) for lane, a in zip(lanes, addresses)],
+                    np.uint64)
+
+
+def decode_cp_async_mbarrier_arrive(ops: Operands, inst, mods):
+    """`cp.async.mbarrier.arrive[.noinc]` (the decoder of `cp` sends it here): the lane's pending cp.async copies
+    land; with .noinc the mbarrier gets one arrive (without it the pending count it adds and the arrive cancel)."""
+    m = ops.m
+    mods.take("mbarrier")
+    mods.take("arrive")
+    noinc = bool(mods.take("noinc"))
+    space = take_space(mods, "generic")
+    mods.drop("b64")
+    address = ops.address(inst, inst.operands[0])
+
+    def run_arrive(sel):
+        lanes = lanes_of(m, sel)
+        land_copies(m, lanes, None, through_mbarrier=True)
+        if noinc:
+            mbarrier_arrive_lanes(m, inst, space, lanes, address(sel), 1)
+    return run_arrive
+
+
+@opcode("mbarrier")
+def decode_mbarrier(ops: Operands, inst, mods):
+    m = ops.m
+    action = mods.take("init", "arrive", "arrive_drop", "expect_tx", "complete_tx", "try_wait", "test_wait", "inval")
+    if action is None:
+        raise ops.refuse(inst, "mbarrier operation")
+    expect = bool(mods.take("expect_tx")) if action in ("arrive", "arrive_drop") else False
+    parity = bool(mods.take("parity"))
+    if mods.take("noComplete"):
+        raise ops.refuse(inst, "mbarrier .noComplete")
+    space = take_space(mods, "generic")
+    mods.drop("release", "acquire", "relaxed", "cta", "cluster", "b64")
+    operands = list(inst.operands)
+    if action in ("init", "expect_tx", "complete_tx", "inval"):
+        address = ops.address(inst, operands[0])
+        amount = ops.read(inst, operands[1], U32) if len(operands) > 1 else None
+
+        def run(sel):
+            lanes = lanes_of(m, sel)
+            addresses = shared_addresses(m, inst, space, lanes, address(sel))
+            values = np.broadcast_to(np.asarray(amount(sel)), lanes.shape) if amount is not None else None
+            for i, (lane, a) in enumerate(zip(lanes, addresses)):
+                key = mbarrier_key(m, int(lane), int(a))
+                if action == "init":
+                    state = facts.MBarrierState()
+                    try:
+                        state.init(int(values[i]))
+                    except ValueError as error:
+                        raise m.error(inst, str(error), int(lane)) from None
+                    m.mbarriers[key] = state
+                    m.tracker.hb.init(inst, key, int(lane))
+                    m.cluster_state.note_init(int(lane), key)
+                    _changed(m, key, -1, state)
+                elif action == "inval":
+                    m.mbarriers.pop(key, None)
+                elif action == "expect_tx":
+                    apply(m, inst, int(lane), int(a), lambda s, v=int(values[i]): s.expect_tx(v))
+                else:
+                    apply(m, inst, int(lane), int(a), lambda s, v=int(values[i]): s.complete_tx(v))
+        return run
+    if action in ("arrive", "arrive_drop"):
+        state_out = ops.write(inst, operands[0], ptx_type("b64"))
+        address = ops.address(inst, operands[1])
+        extra = ops.read(inst, operands[2], U32) if len(operands) > 2 else None
+
+        def arrive(s: facts.MBarrierState, count: int, tx: int):
+            if action == "arrive_drop":
+                s.expected -= count
+            if expect:
+                s.expect_tx(tx)
+            return s.arrive(count)
+
+        def run_arrive(sel):
+            lanes = lanes_of(m, sel)
+            addresses = shared_addresses(m, inst, space, lanes, address(sel))
+            values = np.broadcast_to(np.asarray(extra(sel)), lanes.shape) if extra is not None else None
+            phases = np.empty(len(lanes), np.uint64)
+            _released(m, inst, lanes, addresses)
+            together = not expect and values is None and action != "arrive_drop" and len(lanes) > 1
+            if not (together and _arrive_together(m, inst, lanes, addresses, phases)):
+                _arrive_each(m, inst, lanes, addresses, values, phases, lambda count, tx: lambda s: arrive(s, count, tx),
+                             expect)
+            for a in np.unique(addresses):
+                here = lanes[addresses == a]
+                for cta in np.unique(m.lane_cta[here]):
+                    m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
+            state_out(sel, phases)
+        return run_arrive
+    # try_wait / test_wait
+    dests = elements(operands[0])
+    write = ops.write(inst, dests[0], PRED)
+    address = ops.address(inst, operands[1])
+    token = ops.read(inst, operands[2], U32 if parity else ptx_type("b64"))
+    blocking = action == "try_wait"
+
+    def run_wait(lanes, active):
+        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
+        m.pc[inactive] += 1
+        if not len(active):
+            return
+        addresses = shared_addresses(m, inst, space, active, address(active))
+        tokens = np.broadcast_to(np.asarray(token(active)), active.shape)
+        done = np.empty(len(active), bool)
+        # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
+        local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
+        bits = tokens.astype(np.int64) & (1 if parity else -1)
+        runs = _own_barriers(m, active, addresses, bits) if local and len(active) > 1 else None
+        if runs is not None and _wait_by_barrier(m, inst, active, addresses, tokens, parity, runs):
+            write(active, np.ones(len(active), bool))  # each CTA's lanes on its barrier with one token: all passed
+            m.pc[active] += 1
+            return
+        if local and len(active) > 1:
+            groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
+            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
+            which = which.reshape(-1)
+        else:
+            first, which = np.arange(len(active)), np.arange(len(active))
+        for g, i in enumerate(first.tolist()):
+            lane, a = int(active[i]), int(addresses[i])
+            state = _state(m, inst, lane, a)
+            try:
+                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+                if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
+                    ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+            except ValueError as error:
+                raise m.error(inst, str(error), lane) from None
+            done[which == g] = ok
+            if ok:
+                m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
+        passed = active[done]
+        for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
+            here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
+            m.tracker.observe(key, here, m.mbarriers[key].phase)
+            m.tracker.hb.waited(inst, (int(key[0]), int(key[1])), here)
+        write(passed, np.ones(len(passed), bool))
+        m.pc[passed] += 1
+        failed = active[~done]
+        if not len(failed):
+            return
+        m.status[failed] = PARK
+        m.park_address[failed] = addresses[~done] & ((1 << CLUSTER_RANK_SHIFT) - 1)
+        if not blocking:  # test_wait returns false now and the thread goes on when woken
+            write(failed, np.zeros(len(failed), bool))
+            m.pc[failed] += 1
+            m.park_test[failed] = True
+
+    return Step(inst, run_wait, control=True)
+
+
+def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
+                     groups: list) -> bool:
+    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
+    group's barrier tested once, the lanes then see its phase complete; False (nothing done) where one would
+    fail, for the general path to park them."""
+    passes = []
+    for key, at in groups:
+        lane, token = int(active[at][0]), int(tokens[at][0])
+        state = _state(m, inst, lane, key[1])
+        try:
+            ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
+        except ValueError as error:
+            raise m.error(inst, str(error), lane) from None
+        if not ok:
+            return False
+        passes.append((key, active[at], lane, state))
+    for key, here, lane, state in passes:
+        m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
+        m.tracker.observe(key, here, state.phase)
+        m.tracker.hb.waited(inst, key, here)
+    return True

@@ -1,0 +1,216 @@
+"""The synchronisation edges of the PTX executor's happens-before (`happens_before`, whose docstring has the model):
+what each barrier, mbarrier, cluster barrier and proxy fence does to the lanes' vector clocks.
+
+- a release joins the releasing lanes' clocks (`clock`, `fenced`, and what they know of other CTAs, `remote`) and
+  advances their own epochs; an acquire joins a release into the acquiring lanes' clocks;
+- named and CTA barriers release at arrival and acquire at completion; mbarrier arrives release into the
+  pending phase, a completed phase publishes it, a successful wait acquires what was published;
+- a cluster barrier and an arrive on a peer's mbarrier carry clocks between CTAs (`peer_known` translates a
+  lane's clock into a peer's frame);
+- `fence.proxy.async` sets a lane's `fenced` row to its clock, in the state spaces it names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SyncEdges:
+    """The synchronisation edges of `HappensBefore` (its base class: the clocks and records are `HappensBefore`'s)."""
+
+    @staticmethod
+    def _rows(lanes: np.ndarray):
+        """`lanes` as a slice where they are consecutive (a view: no copy), else as they are."""
+        first, last = int(lanes[0]), int(lanes[-1])
+        return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
+            else lanes
+
+    def _release(self, lanes: np.ndarray) -> tuple:
+        """(clock, fenced, remote): the join of `lanes`' clocks, fenced clocks and knowledge of other CTAs
+        (None: none); their own epochs advance past it."""
+        rows = self._rows(lanes)
+        c = self.clock[rows].max(axis=0)
+        f = self.fenced[rows].max(axis=0) if self.fenced_rows[rows].any() else np.zeros(2 * self.threads, np.int32)
+        self.clock[lanes, lanes % self.threads] += 1
+        return c, f, self._remote_of(lanes)
+
+    def _remote_of(self, lanes: np.ndarray) -> dict | None:
+        if not self.remote:
+            return None
+        joined: dict[int, np.ndarray] = {}
+        for lane in np.asarray(lanes).tolist():
+            for rank, row in self.remote.get(lane, {}).items():
+                joined[rank] = row if rank not in joined else np.maximum(joined[rank], row)
+        return joined or None
+
+    def learn(self, lanes, known: dict | None) -> None:
+        """`lanes` acquire `known` ({CTA rank: [thread] epochs}) about other CTAs."""
+        if not known:
+            return
+        for lane in np.asarray(lanes).reshape(-1).tolist():
+            mine = self.remote.setdefault(lane, {})
+            for rank, row in known.items():
+                mine[rank] = row if rank not in mine else np.maximum(mine[rank], row)
+
+    @staticmethod
+    def join(a: tuple | None, b: tuple) -> tuple:
+        """The join of two released (clock, fenced, remote) triples."""
+        if a is None:
+            return b
+        remote = dict(a[2] or {})
+        for rank, row in (b[2] or {}).items():
+            remote[rank] = row if rank not in remote else np.maximum(remote[rank], row)
+        return np.maximum(a[0], b[0]), np.maximum(a[1], b[1]), remote or None
+
+    def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray, r: dict | None = None) -> None:
+        self.learn(lanes, r)
+        rows = self._rows(lanes)
+        fenced = bool(f.any())
+        if isinstance(rows, slice):
+            np.maximum(self.clock[rows], c, out=self.clock[rows])
+            if fenced:
+                np.maximum(self.fenced[rows], f, out=self.fenced[rows])
+        else:
+            self.clock[rows] = np.maximum(self.clock[rows], c)
+            if fenced:
+                self.fenced[rows] = np.maximum(self.fenced[rows], f)
+        if fenced:
+            self.fenced_rows[rows] = True
+
+    def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """A barrier completed: `participants` arrived (released), `waiters` leave it (acquire)."""
+        if len(participants):
+            released = self._release(participants)
+            if len(waiters):
+                self._acquire(waiters, *released)
+
+    def bar_arrived(self, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrive at named barrier `key` = (barrier, CTA slot) (bar.sync, bar.arrive, bar.red): a release
+        at this point of theirs. A `bar.arrive` thread runs on, so what it does after arriving is not released
+        to the waiters, whenever the barrier completes [memory_model.BARRIER_ORDERING]."""
+        if len(lanes):
+            self.bar_released[key] = self.join(self.bar_released.get(key), self._release(lanes))
+
+    def bar_completed(self, key: tuple[int, int], waiters: np.ndarray) -> None:
+        """Named barrier `key` completed: `waiters` acquire what its arrivals released."""
+        released = self.bar_released.pop(key, None)
+        if released is not None and len(waiters):
+            self._acquire(waiters, *released)
+
+    def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
+        self.check_init(inst, key, lanes)
+        self.pending[key] = self.join(self.pending.get(key), self._release(lanes))
+
+    def arrive_from_peer(self, key: tuple[int, int], lanes: np.ndarray, rank: int, home: int) -> None:
+        """`lanes` (all of the CTA of grid rank `rank`) arrive on the mbarrier at `key` of another CTA of their
+        cluster (grid rank `home`), through a shared::cluster address: a release into its pending phase, carried
+        in the barrier's CTA's frame. Clock columns are threads of one CTA, so the arrivals' clocks travel as what
+        the waiters learn of CTA `rank` (`remote`), and what the arrivals knew of CTA `home` as its columns: a
+        producer that waits on its own empty barrier, which its peer's consumers release remotely (CUTLASS's
+        cluster pipelines), is ordered after their reads of their own slots [memory_model.WRITE_ORDER]."""
+        c, f, r = self._release(lanes)
+        known = (r or {}).get(home)
+        t = self.threads
+        clock = known[:t].copy() if known is not None else np.zeros(t, np.int32)
+        fenced = np.zeros(2 * t, np.int32)
+        if known is not None:
+            fenced[t:] = known[t:]
+        remote = {k: v for k, v in (r or {}).items() if k != home}
+        remote[rank] = np.concatenate([c, f[t:]]) if rank not in remote else \
+            np.maximum(remote[rank], np.concatenate([c, f[t:]]))
+        self.pending[key] = self.join(self.pending.get(key), (clock, fenced, remote))
+
+    def cluster_barrier(self, members: list[tuple[np.ndarray, int]]) -> None:
+        """A cluster barrier phase completed over `members` ([(lanes of one CTA, its grid rank)]): each CTA's
+        threads acquire what the others' threads released, as what they know of those CTAs (`remote`); inside
+        each CTA the caller's `barrier` orders its own threads."""
+        if len(members) < 2:
+            return
+        t = self.threads
+        released = []
+        for lanes, rank in members:
+            rows = self._rows(lanes)
+            row = np.concatenate([self.clock[rows].max(axis=0), self.fenced[rows, t:].max(axis=0)])
+            released.append((rank, row, self._remote_of(lanes)))
+        for lanes, rank in members:
+            known: dict[int, np.ndarray] = {}
+            for other, row, remote in released:
+                for k, v in [(other, row)] + list((remote or {}).items()):
+                    if k != rank:
+                        known[k] = v if k not in known else np.maximum(known[k], v)
+            self.learn(lanes, known)
+
+    def peer_known(self, lane: int, rank: int) -> np.ndarray:
+        """[threads] epochs: what `lane` knows of the threads of the CTA of grid rank `rank` (another CTA)."""
+        row = self.remote.get(lane, {}).get(rank)
+        return row[:self.threads] if row is not None else np.zeros(self.threads, np.int32)
+
+    def cluster_rows(self, lanes: np.ndarray) -> np.ndarray:
+        """[lanes, cluster threads]: what each lane knows of every thread of its cluster, column = the thread's
+        position in the cluster (CTA rank x threads + thread): its own clock for its CTA's threads, `peer_known`
+        for the others'."""
+        t, size = self.threads, self.cluster_size
+        rows = np.zeros((len(lanes), size * t), np.int32)
+        rank_of = self.peer_frame[1]
+        for i, lane in enumerate(np.asarray(lanes).tolist()):
+            mine = lane // t
+            first = mine - mine % size
+            for slot in range(first, first + size):
+                columns = slice((slot - first) * t, (slot - first + 1) * t)
+                rows[i, columns] = self.clock[lane] if slot == mine else self.peer_known(lane, rank_of(slot))
+        return rows
+
+    def phase_completed(self, key: tuple[int, int]) -> None:
+        """The pending phase of the mbarrier at `key` completed: its releases are published to waiters."""
+        new = self.pending.pop(key, None)
+        if new is None:
+            return
+        self.published[key] = self.join(self.published.get(key), new)
+
+    def waited(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` waited successfully on the mbarrier at `key`: they acquire its completed phases."""
+        self.check_init(inst, key, lanes)
+        done = self.published.get(key)
+        if done is not None:
+            self._acquire(lanes, *done)
+
+    def init(self, inst, key: tuple[int, int], lane: int) -> None:
+        """`mbarrier.init` by `lane`: a write of the barrier that its later users must be ordered after."""
+        self.inits[key] = (lane, int(self.clock[lane, lane % self.threads]), inst.line)
+        self.pending.pop(key, None)
+        self.published.pop(key, None)
+
+    def check_init(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
+        record = self.inits.get(key)
+        if record is None or not self.races:
+            return
+        lane, epoch, line = record
+        unseen = self.clock[lanes, lane % self.threads] < epoch
+        if unseen.any():
+            i = int(np.argmax(unseen))
+            raise self.hazard(inst, f"uses the mbarrier at shared address {key[1]:#x}, which the mbarrier.init at line "
+                                    f"{line} ({self.describe_lane(lane)}) initialises, with no synchronisation "
+                                    "ordering the init before this use (race: missing bar.sync after mbarrier.init)",
+                              int(lanes[i]))
+
+    def fence(self, lanes: np.ndarray, shared: bool = True, global_: bool = True) -> None:
+        """fence.proxy.async by `lanes`: every generic write that happens before it is made visible to the
+        async proxy along any path through it, in the state spaces it names (`shared`, `global_`: both for a
+        fence.proxy.async without one)."""
+        t = self.threads
+        for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
+            if on:
+                self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
+                self.fenced_rows[lanes] = True
+        if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
+            for lane in np.asarray(lanes).reshape(-1).tolist():
+                known = self.remote.get(lane)
+                for rank, row in (known or {}).items():
+                    known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
+        self.clock[lanes, lanes % self.threads] += 1
+
+    def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
+        """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
+        fence.proxy.async on a path into each lane has made visible to the async proxy."""
+        return self.fenced[lanes[:, None], self.threads + threads]
