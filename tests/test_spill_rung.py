@@ -83,8 +83,9 @@ def test_heavy_backward_spills_at_ptx_level():
 
 
 def _forward(level, block_n):
-    """`near` with the document mask at head_dim 128 needs 276 registers single-stage at key blocks of 128: with
-    block_n given (no smaller key blocks to try) the spilling rung is taken."""
+    """`near` with the document mask at head_dim 128 needs more than 255 registers single-stage at key blocks of 128
+    (277 since the document mask's equality rewrite; 276 before): with block_n given (no smaller key blocks to try)
+    the spilling rung is taken."""
     q, k, v, _ = inputs(1, batch=2, seq_q=70, seq_k=170)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -102,7 +103,8 @@ def _forward(level, block_n):
 @pytest.mark.parametrize("level", ["ptx", "target"])
 def test_forward_with_a_key_block_given_spills(level):
     (message,) = spill_warnings(_forward(level, 128))
-    assert "276 registers per thread needed, 21 past the 255" in message
+    needed, past = map(int, re.search(r"(\d+) registers per thread needed, (\d+) past the 255", message).groups())
+    assert needed > 255 and past == needed - 255, message
 
 
 @pytest.mark.slow
@@ -132,15 +134,18 @@ def test_without_the_rung_or_with_a_named_pipeline_it_is_refused():
     from tessera.regalloc import RegisterBudgetError
 
     module = flash_attention(128, score_mod=near, mask_mod=document, block_sparse=True, block_n=128)
-    with pytest.raises(NoConfigurationFitsError, match=r"single-stage: 276 registers per thread"), without_spilling():
+    with pytest.raises(NoConfigurationFitsError, match=r"single-stage: 2[5-9][0-9] registers per thread"), \
+            without_spilling():
         tessera.compile(module, target="target")
-    with pytest.raises(RegisterBudgetError, match="276 registers per thread are live at once, over the budget of 255"):
+    with pytest.raises(RegisterBudgetError,
+                       match="2[5-9][0-9] registers per thread are live at once, over the budget of 255") as refused:
         tessera.compile(module, target="target", pipeline=passes.PTX_PIPELINE)
     with warnings.catch_warnings():
         warnings.simplefilter("error", TesseraWarning)  # asked for by name: spilled without a fallback warning
         lowered = tessera.compile(module, target="target", pipeline=passes.SPILL_PIPELINE)
     (fn,) = [op for op in lowered.walk() if SPILL_ATTR in op.attributes]
-    assert fn.attributes[SPILL_ATTR].value.data == 21 and PIPELINE_NOTE_ATTR not in fn.attributes
+    needed = max(int(n) for n in re.findall(r"(\d+) registers per thread are live", str(refused.value)))
+    assert fn.attributes[SPILL_ATTR].value.data == needed - 255 and PIPELINE_NOTE_ATTR not in fn.attributes
 
 
 @pytest.mark.slow
