@@ -6,12 +6,19 @@ Every package below those folders is found by setuptools' discovery and installe
 new subpackage is never left out of the wheel by a list that forgot it. Discovery is that of namespace packages
 (PEP 420): a folder of modules is a package even before it has an `__init__.py`, as it is when imported from a
 checkout. Nothing outside those folders (tests/, bench/, examples/) is a package of the distribution.
+
+Each build starts from an empty `build/lib/tessera` (`FreshBuildPy`): setuptools copies the checkout's modules over
+what an earlier build left there and keeps the rest, so a module deleted or split since that build went into the
+wheel beside its replacement (a wheel built in a checkout that had built one before held the old
+`interpreters/ptx/tensor.py`, which no longer imports).
 """
 
+import shutil
 import tomllib
 from pathlib import Path
 
 from setuptools import find_namespace_packages, setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 
@@ -26,4 +33,14 @@ def mapped_packages() -> list[str]:
     return sorted(found)
 
 
-setup(packages=mapped_packages())
+class FreshBuildPy(build_py):
+    """build_py that first removes the package an earlier build left in its build folder (module docstring)."""
+
+    def run(self):
+        stale = Path(self.build_lib) / "tessera"
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        super().run()
+
+
+setup(packages=mapped_packages(), cmdclass={"build_py": FreshBuildPy})

@@ -36,6 +36,9 @@ PROBES = {"tessera/_wheel_probe/nested/__init__.py": "tessera._wheel_probe.neste
           "passes/_wheel_probe/__init__.py": "tessera.passes._wheel_probe"}
 """New packages (source file: module) planted in the copy before building, one below a folder that has no __init__.py: package
 discovery must install them without anyone listing them."""
+STALE_BUILD_MODULE = "build/lib/tessera/interpreters/ptx/tensor.py"
+"""A module an earlier build left in the build folder and the checkout has since deleted (tensor.py was split),
+planted in the copy: the wheel must hold only the checkout's modules (setup.py's `FreshBuildPy`)."""
 
 
 def _run(args, cwd, what, timeout=120, env=None):
@@ -59,6 +62,9 @@ def _copy_checkout(dest: Path) -> None:
     for probe in PROBES:
         (dest / probe).parent.mkdir(parents=True)
         (dest / probe).write_text("PROBE = True\n")
+    stale = dest / STALE_BUILD_MODULE
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise ImportError('a module an earlier build left in build/lib was packaged')\n")
 
 
 def _build(backend_hook: str, source: Path, out: Path) -> Path:
@@ -177,6 +183,12 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         wheel_names = archive.namelist()
     distribution, version = wheel.name.split("-")[:2]
+    # The wheel `pip install .` builds in the checkout itself, over what an earlier build left in build/lib
+    # (STALE_BUILD_MODULE), holds the same files.
+    with zipfile.ZipFile(_build("build_wheel", source, tmp_path / "in-tree")) as archive:
+        in_tree = archive.namelist()
+    assert sorted(in_tree) == sorted(wheel_names), \
+        f"the in-tree wheel differs: {sorted(set(in_tree) ^ set(wheel_names))}"
     assert {n.split("/")[0] for n in wheel_names} == {"tessera", f"{distribution}-{version}.dist-info"}
     expected = _module_files(source)
     assert {m.replace(".", "/") + "/__init__.py" for m in PROBES.values()} <= expected
