@@ -335,6 +335,10 @@ _V_COVERED_BY_K = ("the consumers' wait for the loop's V slot: the next K slot's
 _V_FENCE_BY_K = ("the consumers' fence before the loop's P V: their fence after the next K slot's wait already lies "
                  "on the path from the V slot's cp.async copies (published by that K phase, "
                  "memory_model.CP_ASYNC_MBARRIER) to the P V wgmma (memory_model.PROXY_FENCE)")
+_CP_ASYNC_PROXY = ("the consumers' fence after a K/V slot's wait: the slot's cp.async copies completed through "
+                   "cp.async.mbarrier.arrive, whose phase makes them visible to the waiters' async proxy "
+                   "(memory_model.CP_ASYNC_PROXY, NVIDIA's practice; the ISA's letter, `strict_proxy=True`, asks "
+                   "for the fence)")
 _Q_EMPTY_COVERS = ("the producer refills a dO slot only after its wait on the same slot's Q empty barrier, released "
                    "after the wait_group 0 that completes every wgmma reading Q and dO of that trip")
 _KV_WAITED = "the consumers waited for the same phase of the K/V barrier before the loop: observed already"
@@ -450,6 +454,7 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
         (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
         (r"fence_proxy deleted: fence_proxy #2$", "CCCC", _V_FENCE_BY_K),
+        (r"fence_proxy deleted: fence_proxy #[013]$", "CCCC", _CP_ASYNC_PROXY),
         (r"(wgmma_fence|commit|wait_group|fence_proxy) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
          _ONE_BLOCK),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
