@@ -1,0 +1,237 @@
+"""Triton 3.9 as its users write it, through the PTX executor: the kernels of tests/ptx_triton/kernels.py
+(the tutorials' vector add, fused softmax, layer norm forward and backward, grouped and persistent TMA matmuls,
+and fp8, int8, scan/sort/histogram, NaN and math kernels), compiled for sm_90a by tests/ptx_triton/build.py
+into the small PTX goldens beside it, each run with the race checks on against float64 NumPy: bitwise where
+the arithmetic is exact or correctly rounded, else within the documented bounds of `tessera.sm90.approx`.
+
+Triton passes two hidden trailing pointers (global scratch, profile scratch); the header line of each PTX
+gives the launch (threads, dynamic shared bytes, global scratch bytes). `-m slow` recompiles the kernels with
+Triton where it is installed and checks the goldens are what Triton 3.9 writes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import launch
+from tessera.sm90 import approx
+from tessera.sm90.nan import CANONICAL_NAN_BITS
+
+HERE = Path(__file__).parent / "ptx_triton"
+
+
+def header(text: str) -> tuple[int, int, int]:
+    """(threads per block, dynamic shared bytes, global scratch bytes) from the PTX's header line."""
+    found = re.search(r"block \((\d+), 1, 1\); dynamic shared bytes (\d+); global scratch bytes (\d+)\.", text)
+    assert found, "the PTX's first line must state its launch"
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+def run(name: str, kernel: str, grid, args, text: str | None = None, **options) -> list:
+    """Launch golden `name` (or `text`) over `grid` with `args` and Triton's two hidden scratch pointers: the
+    global scratch sized per CTA as Triton's launcher allocates it."""
+    text = text or (HERE / f"{name}.ptx").read_text()
+    threads, shared, scratch = header(text)
+    ctas = int(np.prod(grid))
+    hidden = [np.zeros(scratch * ctas, np.uint8), np.zeros(0, np.uint8)]
+    return launch(text, kernel, grid, (threads, 1, 1), [*args, *hidden], shared_bytes=shared,
+                  source=f"{name}.ptx", **options)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def test_vector_add_masks_an_odd_length(rng):
+    n = 1001
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = run("vector_add", "add_kernel", 4, [x, y, np.full(n + 24, 7, np.float32)[:n], n])
+    np.testing.assert_array_equal(out[2], x + y)
+
+
+def test_fused_softmax_takes_rows_by_a_stride(rng):
+    rows, cols, stride = 7, 100, 104
+    x = rng.standard_normal((rows, stride)).astype(np.float32) * 4
+    out = run("softmax", "softmax_kernel", 3, [np.zeros_like(x), x, stride, stride, rows, cols])
+    xd = x[:, :cols].astype(np.float64)
+    e = np.exp(xd - xd.max(1, keepdims=True))
+    np.testing.assert_allclose(out[0][:, :cols], e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
+    assert not out[0][:, cols:].any()
+
+
+def test_layer_norm_forward(rng):
+    rows, n, stride = 5, 300, 304
+    x = (rng.standard_normal((rows, stride)) * 3 + 1).astype(np.float16)
+    w, b = rng.standard_normal(n).astype(np.float16), rng.standard_normal(n).astype(np.float16)
+    out = run("layer_norm_fwd", "layer_norm_fwd", rows,
+              [x, np.zeros_like(x), w, b, np.zeros(rows, np.float32), np.zeros(rows, np.float32), stride, n,
+               np.float32(1e-5)])
+    xd = x[:, :n].astype(np.float64)
+    mean, var = xd.mean(1), xd.var(1)
+    np.testing.assert_allclose(out[4], mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[5], 1 / np.sqrt(var + 1e-5), rtol=1e-5)
+    y = (xd - mean[:, None]) / np.sqrt(var + 1e-5)[:, None] * w + b
+    np.testing.assert_allclose(out[1][:, :n].astype(np.float64), y, rtol=2e-3, atol=4e-3)  # f16 out: half an ulp
+
+
+def layer_norm_bwd_inputs(rng, rows=9, n=100, groups=2):
+    x, dy = rng.standard_normal((rows, n)).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    mean, rstd = x.mean(1).astype(np.float32), (1 / np.sqrt(x.var(1) + 1e-5)).astype(np.float32)
+    args = [np.zeros_like(x), dy, np.zeros((groups, n), np.float32), np.zeros((groups, n), np.float32), x, w,
+            mean, rstd, np.zeros(3 * groups, np.int32), n, n]
+    return args, (x, dy, w, mean, rstd)
+
+
+def test_layer_norm_backward_sums_under_its_lock(rng):
+    """The lock (`tl.atomic_cas` acquire, `tl.atomic_xchg` release) orders each group's plain loads and stores
+    of its partial dW/dB; CTAs run last to first."""
+    rows, n, groups = 9, 100, 2
+    args, (x, dy, w, mean, rstd) = layer_norm_bwd_inputs(rng, rows, n, groups)
+    out = run("layer_norm_bwd", "layer_norm_bwd_dx", rows, args, cta_order=list(range(rows))[::-1])
+    xhat, wdy = (x - mean[:, None]) * rstd[:, None], w * dy
+    c1, c2 = (xhat * wdy).sum(1, keepdims=True) / n, wdy.sum(1, keepdims=True) / n
+    np.testing.assert_allclose(out[0], (wdy - (xhat * c1 + c2)) * rstd[:, None], rtol=1e-4, atol=1e-5)
+    for got, part in ((out[2], dy * xhat), (out[3], dy)):
+        np.testing.assert_allclose(got, [part[g::groups].sum(0) for g in range(groups)], rtol=1e-5, atol=1e-5)
+    counts = [len(range(g, rows, groups)) for g in range(groups)]
+    np.testing.assert_array_equal(out[8], [0] * groups + [1] * groups + counts)
+
+
+def matmul_case(rng, name, dtype, m=100, n=72, k=80):
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    programs = -(-m // 64) * -(-n // 64)  # BLOCK_SIZE_M = BLOCK_SIZE_N = 64
+    out = run(name, "matmul_kernel", programs, [a, b, np.zeros((m, n), dtype), m, n, k, k, n, n])
+    acc = a.astype(np.float64) @ b.astype(np.float64)
+    want = np.where(acc >= 0, acc, 0.01 * acc)
+    return out[2].astype(np.float64), want
+
+
+MATMULS = [("matmul_f16", np.float16, 2e-3), ("matmul_bf16", ml_dtypes.bfloat16, 8e-3)]
+
+
+@pytest.mark.parametrize("name, dtype, tolerance", MATMULS)
+def test_grouped_matmul_with_leaky_relu(rng, name, dtype, tolerance):
+    """Tutorial 03 (wgmma m64n64k16; two programs, grouped ids; the edge tile's rows or columns wrap, as the
+    tutorial's `% M` does, and are masked at the store): f16 with K divisible by 16 pipelines its loads through
+    cp.async; bf16 (K = 77) loads through registers under the K mask. The f32 accumulation's order is the
+    kernel's, its rounding to 16 bits half an ulp (`tolerance`, relative)."""
+    m, n, k = (100, 64, 48) if dtype == np.float16 else (64, 72, 77)
+    got, want = matmul_case(rng, name, dtype, m, n, k)
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dtype, tolerance", MATMULS)
+def test_grouped_matmul_over_a_grid_of_tiles(rng, name, dtype, tolerance):
+    """2 x 3 tiles in groups of two rows of tiles, both edges partial (1.5-3 s: every tile's reads overlap
+    another's, each recorded for the race checks)."""
+    got, want = matmul_case(rng, name, dtype, 100, 136, 80 if dtype == np.float16 else 77)
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
+
+
+def test_fp8_matmul_with_scales(rng):
+    """e4m3 x e4m3 (wgmma .e4m3, exact products, f32 sums), per-tensor scales, bf16 out (half an ulp)."""
+    m, n, k = 70, 48, 96
+    f8 = ml_dtypes.float8_e4m3fn
+    a = rng.standard_normal((m, k)).astype(f8)
+    b = rng.standard_normal((k, n)).astype(f8)
+    sa, sb = np.array([0.75], np.float32), np.array([1.5], np.float32)
+    out = run("matmul_fp8", "fp8_matmul", (2, 1, 1),
+              [a, b, np.zeros((m, n), ml_dtypes.bfloat16), sa, sb, m, n, k])
+    want = a.astype(np.float64) @ b.astype(np.float64) * (0.75 * 1.5)
+    np.testing.assert_allclose(out[2].astype(np.float64), want, rtol=2**-8, atol=1e-6 * np.abs(want).max())
+
+
+def test_int8_matmul_is_exact(rng):
+    m, n, k = 70, 48, 96
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    out = run("matmul_int8", "int8_matmul", (2, 1, 1), [a, b, np.zeros((m, n), np.int32), m, n, k])
+    np.testing.assert_array_equal(out[2], a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_cumsum_sort_and_histogram(rng):
+    rows, n, bins = 3, 117, 16
+    x = rng.integers(-1000, 1000, (rows, n)).astype(np.int32)
+    x[0, :4] = [2**31 - 1, 1, -5, 3]  # the scan wraps as int32 does
+    out = run("scan_sort_hist", "scan_sort_hist", rows,
+              [x, np.zeros_like(x), np.zeros((rows, 128), np.float32), np.zeros((rows, bins), np.int32), n])
+    np.testing.assert_array_equal(out[1], np.cumsum(x, 1, dtype=np.int64).astype(np.uint64).astype(np.uint32)
+                                  .view(np.int32).reshape(rows, n))
+    f = np.full((rows, 128), np.inf, np.float32)
+    f[:, :n] = x.astype(np.float32) * np.float32(0.5) - np.float32(3.0)
+    np.testing.assert_array_equal(out[2], np.sort(f, 1))
+    np.testing.assert_array_equal(out[3], [np.bincount(np.mod(np.fmod(r, bins), bins)[np.fmod(r, bins) >= 0],
+                                                       minlength=bins) for r in x])
+
+
+def f32_bits(values) -> np.ndarray:
+    return np.asarray(values, np.float32).view(np.uint32)
+
+
+def canonical(values) -> np.ndarray:
+    """`values` as f32 arithmetic gives them: a NaN is the canonical NaN (`tessera.sm90.nan`)."""
+    bits = f32_bits(values).copy()
+    bits[np.isnan(np.asarray(values, np.float32))] = CANONICAL_NAN_BITS["f32"]
+    return bits
+
+
+def test_where_and_min_max_on_nans(rng):
+    """`tl.where` (selp: a NaN passes with its payload), NaN tests (`x != x`: setp.num), `tl.maximum` (max.f32:
+    a NaN operand loses), `propagate_nan=ALL` (max.NaN/min.NaN: the canonical NaN) and a block max over NaNs,
+    bitwise."""
+    n = 777
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    payloads = np.array([0x7FC00001, 0xFFC00000, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)
+    x[:8] = [*payloads, np.inf, -np.inf, np.nan, 1.0]
+    y[:8] = [1.0, payloads[0], np.nan, -2.0, np.nan, 3.0, payloads[3], np.inf]
+    y[300:310] = np.nan
+    out = run("where_nan", "where_nan", 4, [x, y, np.zeros(7 * n, np.float32), n])[2].reshape(7, n)
+    xn, yn = np.isnan(x), np.isnan(y)
+    np.testing.assert_array_equal(f32_bits(out[0]), f32_bits(np.where(x > y, x, y)))
+    np.testing.assert_array_equal(f32_bits(out[1]), f32_bits(np.where(xn, np.float32(0), x)))
+    np.testing.assert_array_equal(f32_bits(out[2]), canonical(np.fmax(x, y)))
+    np.testing.assert_array_equal(f32_bits(out[3]), canonical(np.where(xn | yn, np.nan, np.maximum(x, y))))
+    np.testing.assert_array_equal(f32_bits(out[4]), canonical(np.where(xn | yn, np.nan, np.minimum(x, y))))
+    np.testing.assert_array_equal(out[5], np.where(x < y, 1, -1) * np.where(x >= y, 2, 3))
+    blocks = np.array([np.nanmax(x[i:i + 256]) for i in range(0, n, 256)], np.float32).repeat(256)[:n]
+    with np.errstate(invalid="ignore"):  # 0 * inf
+        np.testing.assert_array_equal(f32_bits(out[6]), canonical(blocks + np.float32(0) * x))
+
+
+def test_math_functions(rng):
+    """div_rn, sqrt_rn and fma are correctly rounded (bitwise); rsqrt and exp2 are rsqrt.approx/ex2.approx
+    (within the PTX ISA's bounds, `tessera.sm90.approx`); erf and log1p are libdevice's polynomials (within the
+    CUDA guide's ulps, `approx.STANDARD_FUNCTION_ULPS`)."""
+    n = 1000
+    x = rng.uniform(-6, 6, n).astype(np.float32)
+    y = (rng.uniform(0.01, 9, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    x[:4] = [0.0, -0.0, 1e-30, 5.5]
+    out = run("math_ops", "math_ops", 4, [x, y, np.zeros(7 * n, np.float32), n])[2].reshape(7, n)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    ax = np.abs(x) + np.float32(0.125)
+    axd = ax.astype(np.float64)
+
+    def within_ulps(got, exact, name):
+        ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+        assert (np.abs(got - exact) <= approx.STANDARD_FUNCTION_ULPS[name] * ulp).all(), name
+
+    def within_relative(got, exact, instruction):
+        assert (np.abs(got - exact) <= approx.approx_relative_error(instruction) * np.abs(exact)).all(), instruction
+
+    within_relative(out[0], 1 / np.sqrt(axd), "rsqrt")
+    within_ulps(out[1], np.array([math.erf(v) for v in xd]), "erff")
+    within_ulps(out[2], np.log1p(axd), "log1pf")
+    within_relative(out[3], np.exp2(xd), "ex2")
+    np.testing.assert_array_equal(out[4], x / y)
+    np.testing.assert_array_equal(out[5], np.sqrt(ax))
+    np.testing.assert_array_equal(out[6], (xd * yd + axd).astype(np.float32))  # one rounding of an exact sum
