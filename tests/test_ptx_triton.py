@@ -19,9 +19,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 from tessera.sm90 import approx
 from tessera.sm90.nan import CANONICAL_NAN_BITS
+from text_edits import checked, planted
 
 HERE = Path(__file__).parent / "ptx_triton"
 
@@ -235,3 +236,90 @@ def test_math_functions(rng):
     np.testing.assert_array_equal(out[4], x / y)
     np.testing.assert_array_equal(out[5], np.sqrt(ax))
     np.testing.assert_array_equal(out[6], (xd * yd + axd).astype(np.float32))  # one rounding of an exact sum
+
+
+def persistent_case(rng, text=None, m=192, n=128, k=128):
+    """Tutorial 09's persistent matmul on `tl.make_tensor_descriptor` maps: 3 programs over 3 x 2 tiles of 64,
+    two k-steps each. num_pid_m is odd: Triton's flattened loop computes the tile after a program's last one
+    ahead of time, and with an even count its `tile_id % group_size_m` divides by zero there (a value the
+    kernel never uses, which the executor refuses: the PTX ISA leaves it unspecified)."""
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    out = run("matmul_persistent_tma", "matmul_descriptor_persistent", 3,
+              [a, b, np.zeros((m, n), np.float16), m, n, k], text=text)
+    return out[2].astype(np.float64), a.astype(np.float64) @ b.T.astype(np.float64)
+
+
+def test_persistent_matmul_on_device_built_tensor_maps(rng):
+    """Each program zeroes a 128-byte map in shared memory, sets its fields with `tensormap.replace`, copies it
+    to its global scratch with `tensormap.cp_fenceproxy` and acquires it (`fence.proxy.tensormap`) before its
+    TMA loads and store use it; f16 out (half an ulp of f32 sums)."""
+    got, want = persistent_case(rng)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+def persistent_text() -> str:
+    return (HERE / "matmul_persistent_tma.ptx").read_text()
+
+
+def test_tensor_map_used_without_its_acquire_fence_is_reported(rng):
+    text = re.sub(r"^\s*@%p1 fence\.proxy\.tensormap::generic\.acquire\.gpu .*\n", "", persistent_text(), flags=re.M)
+    assert text.count("fence.proxy.tensormap") == 0
+    with pytest.raises(PtxHazardError, match=r"matmul_persistent_tma.ptx:\d+: error: cp\.async\.bulk\.tensor.*"
+                                             r"tensor map at global address 0x[0-9a-f]+ that tensormap\.cp_fenceproxy "
+                                             r"at line \d+ .* no fence\.proxy\.tensormap::generic\.acquire"):
+        persistent_case(rng, text)
+
+
+def test_tensor_map_fields_the_executor_does_not_implement_are_refused(rng):
+    text = checked(persistent_text()).replace(
+        "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [ %rd10 + 0 ], 0x3;",
+        "tensormap.replace.tile.swizzle_atomicity.shared::cta.b1024.b32 [ %rd10 + 0 ], 0x0;")
+    with pytest.raises(PtxExecutionError, match=r":112: error: tensormap\.replace.*swizzle_atomicity is sm_100's"):
+        persistent_case(rng, text)
+    text = checked(persistent_text()).replace(
+        "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [ %rd10 + 0 ], 0x6;",
+        "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [ %rd10 + 0 ], 0xd;")
+    with pytest.raises(PtxExecutionError, match=r"cp\.async\.bulk\.tensor.*has element type 13, which the PTX "
+                                                 r"executor does not support"):
+        persistent_case(rng, text)
+
+
+def race_sides(message: str, text: str) -> tuple[str, str]:
+    """The two instructions a race report names (the reporting one, the earlier one), as their lines' text."""
+    lines = text.split("\n")
+    here = int(re.search(r"\.ptx:(\d+): error", message)[1])
+    there = int(re.search(r"the instruction at line (\d+)", message)[1])
+    return lines[here - 1].strip(), lines[there - 1].strip()
+
+
+def test_layer_norm_backward_lock_release_made_relaxed_is_a_race(rng):
+    """The lock's release (`tl.atomic_xchg(Lock, 0)`, acq_rel) made relaxed: what the next holder reads under
+    the lock is no longer ordered after what the last holder wrote under it (its plain load of the count, the
+    first report, against the last holder's `tl.atomic_xchg(Count, 1)`)."""
+    text = planted((HERE / "layer_norm_bwd.ptx").read_text(),
+                   "@%p6 atom.global.gpu.acq_rel.exch.b32 %r73", "@%p6 atom.global.gpu.relaxed.exch.b32 %r73")
+    args, _ = layer_norm_bwd_inputs(rng)
+    with pytest.raises(PtxHazardError) as error:
+        run("layer_norm_bwd", "layer_norm_bwd_dx", 9, args, text=text)
+    message = str(error.value)
+    assert "no synchronisation orders the two" in message, message
+    here, there = race_sides(message, text)  # the next holder's read of the first-writer count, the last's write
+    assert here.startswith("ld.global.b32") and "atom.global.gpu.acq_rel.exch.b32 %r69" in there, message
+
+
+def test_softmax_without_a_barrier_between_its_reductions_is_a_race(rng):
+    """The third `bar.sync` deleted: between the row max's cross-warp read of its scratch word and the sum's
+    store into the same word."""
+    text = (HERE / "softmax.ptx").read_text()
+    lines = text.split("\n")
+    barriers = [i for i, line in enumerate(lines) if line.strip() == "bar.sync \t0;"]
+    del lines[barriers[2]]
+    text = "\n".join(lines)
+    x = rng.standard_normal((7, 104)).astype(np.float32)
+    with pytest.raises(PtxHazardError) as error:
+        run("softmax", "softmax_kernel", 3, [np.zeros_like(x), x, 104, 104, 7, 100], text=text)
+    message = str(error.value)
+    assert "no synchronisation orders the two" in message, message
+    here, there = race_sides(message, text)  # the sum's store into the scratch, the max's read of it
+    assert here.startswith("st.shared.b32") and there.startswith("ld.shared.b32"), message
