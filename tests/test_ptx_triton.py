@@ -133,8 +133,8 @@ def test_grouped_matmul_with_leaky_relu(rng, name, dtype, tolerance):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, dtype, tolerance", MATMULS)
 def test_grouped_matmul_over_a_grid_of_tiles(rng, name, dtype, tolerance):
-    """2 x 3 tiles in groups of two rows of tiles, both edges partial (1.5-3 s: every tile's reads overlap
-    another's, each recorded for the race checks)."""
+    """2 x 3 tiles in groups of two rows of tiles, both edges partial (6-8 s on the shared machine: every
+    tile's reads overlap another's, each recorded for the race checks)."""
     got, want = matmul_case(rng, name, dtype, 100, 136, 80 if dtype == np.float16 else 77)
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
 
@@ -323,3 +323,43 @@ def test_softmax_without_a_barrier_between_its_reductions_is_a_race(rng):
     assert "no synchronisation orders the two" in message, message
     here, there = race_sides(message, text)  # the sum's store into the scratch, the max's read of it
     assert here.startswith("st.shared.b32") and there.startswith("ld.shared.b32"), message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_lock_and_tensor_maps_under_the_adversarial_schedule(rng, seed):
+    """The lock-protected layer norm backward and the persistent matmul with the ready lanes picked at random
+    (`schedule="adversarial"`): the same results, no report."""
+    args, (x, dy, w, mean, rstd) = layer_norm_bwd_inputs(rng)
+    out = run("layer_norm_bwd", "layer_norm_bwd_dx", 9, args, schedule="adversarial", seed=seed)
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    np.testing.assert_allclose(out[3], [dy[g::2].sum(0) for g in range(2)], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[2], [(dy * xhat)[g::2].sum(0) for g in range(2)], rtol=1e-5, atol=1e-5)
+    a = rng.standard_normal((192, 128)).astype(np.float16)
+    b = rng.standard_normal((128, 128)).astype(np.float16)
+    got = run("matmul_persistent_tma", "matmul_descriptor_persistent", 3,
+              [a, b, np.zeros((192, 128), np.float16), 192, 128, 128], schedule="adversarial", seed=seed)[2]
+    want = a.astype(np.float64) @ b.T.astype(np.float64)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.stem for p in HERE.glob("*.ptx")))
+def test_goldens_are_what_triton_writes(name):
+    """Where Triton 3.9 is installed (`pip install 'triton==3.9.*'`), tests/ptx_triton/build.py writes each
+    golden again, the same text."""
+    triton = pytest.importorskip("triton")
+    if not triton.__version__.startswith("3.9"):
+        pytest.skip(f"the goldens are Triton 3.9's, this is {triton.__version__}")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ptx_triton_build", HERE / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert build.compile_ptx(name) == (HERE / f"{name}.ptx").read_text()
+
+
+def test_every_golden_is_run():
+    source = Path(__file__).read_text()
+    assert {p.stem for p in HERE.glob("*.ptx")} == {name for name in re.findall(r'"(\w+)"', source)
+                                                    if (HERE / f"{name}.ptx").exists()}
