@@ -1,6 +1,7 @@
-"""Triton 3.9 kernels as Triton's users write them (the tutorials' vector add, fused softmax, layer norm forward
-and backward, grouped matmul and persistent TMA matmul, and the common user kernels around them), compiled for
-sm_90a by build.py. Each `Spec` names its kernel, signature, constexprs and options; tests/test_ptx_triton.py
+"""Triton 3.9 kernels as Triton's users write them (on the tutorials: vector add, a log-softmax on the fused
+softmax's row loop, a residual layer norm forward and the backward's lock, a linear layer on the grouped
+matmul, the persistent matmul on device-built tensor maps; and the common user kernels around them: 8-bit
+dots, scans, sorts, histograms, NaN handling, math functions), compiled for sm_90a by build.py. Each `Spec` names its kernel, signature, constexprs and options; tests/test_ptx_triton.py
 runs their PTX against NumPy.
 
 Only build.py imports this module (it needs Triton); the tests read the PTX it writes.
@@ -27,64 +28,58 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit
-def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
-                   BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
-    """Tutorial 02: each program takes rows start, start + step, ... (`tl.range` with num_stages)."""
-    row_start = tl.program_id(0)
-    row_step = tl.num_programs(0)
-    for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
-        row_start_ptr = input_ptr + row_idx * input_row_stride
-        col_offsets = tl.arange(0, BLOCK_SIZE)
-        input_ptrs = row_start_ptr + col_offsets
-        mask = col_offsets < n_cols
-        row = tl.load(input_ptrs, mask=mask, other=-float("inf"))
-        row_minus_max = row - tl.max(row, axis=0)
-        numerator = tl.exp(row_minus_max)
-        denominator = tl.sum(numerator, axis=0)
-        softmax_output = numerator / denominator
-        output_row_start_ptr = output_ptr + row_idx * output_row_stride
-        tl.store(output_row_start_ptr + col_offsets, softmax_output, mask=mask)
+def log_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                       BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
+    """Tutorial 02's row loop (each program takes rows start, start + step, ...: `tl.range` with num_stages)
+    computing a log-softmax, x - max - log(sum(exp(x - max))), as a cross-entropy loss does."""
+    for row_idx in tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages=num_stages):
+        cols = tl.arange(0, BLOCK_SIZE)
+        row = tl.load(input_ptr + row_idx * input_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
+        shifted = row - tl.max(row, axis=0)
+        log_sum = tl.log(tl.sum(tl.exp(shifted), axis=0))
+        tl.store(output_ptr + row_idx * output_row_stride + cols, shifted - log_sum, mask=cols < n_cols)
 
 
 @triton.jit
-def layer_norm_fwd(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
-    """Tutorial 05's forward: mean, then variance of x - mean (no Welford), over blocks of a row."""
+def add_layer_norm_fwd(X, R, S, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    """A transformer block's residual add fused into tutorial 05's forward: s = x + r (stored, bf16), then
+    the mean and the variance of s - mean in two passes (no Welford) over blocks of the row, y in bf16."""
     row = tl.program_id(0)
-    Y += row * stride
-    X += row * stride
-    mean = 0
-    _mean = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    base = row * stride
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
     for off in range(0, N, BLOCK_SIZE):
         cols = off + tl.arange(0, BLOCK_SIZE)
-        a = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
-        _mean += a
-    mean = tl.sum(_mean, axis=0) / N
-    _var = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        s = tl.load(X + base + cols, mask=cols < N, other=0.).to(tl.float32) + \
+            tl.load(R + base + cols, mask=cols < N, other=0.).to(tl.float32)
+        tl.store(S + base + cols, s.to(tl.bfloat16), mask=cols < N)
+        acc += s
+    mean = tl.sum(acc, axis=0) / N
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
     for off in range(0, N, BLOCK_SIZE):
         cols = off + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
-        x = tl.where(cols < N, x - mean, 0.)
-        _var += x * x
-    var = tl.sum(_var, axis=0) / N
-    rstd = 1 / tl.sqrt(var + eps)
+        s = tl.load(X + base + cols, mask=cols < N, other=0.).to(tl.float32) + \
+            tl.load(R + base + cols, mask=cols < N, other=0.).to(tl.float32)
+        d = tl.where(cols < N, s - mean, 0.)
+        acc += d * d
+    rstd = tl.math.rsqrt(tl.sum(acc, axis=0) / N + eps)
     tl.store(Mean + row, mean)
     tl.store(Rstd + row, rstd)
     for off in range(0, N, BLOCK_SIZE):
         cols = off + tl.arange(0, BLOCK_SIZE)
         mask = cols < N
-        w = tl.load(W + cols, mask=mask)
-        b = tl.load(B + cols, mask=mask)
-        x = tl.load(X + cols, mask=mask, other=0.).to(tl.float32)
-        x_hat = (x - mean) * rstd
-        y = x_hat * w + b
-        tl.store(Y + cols, y, mask=mask)
+        s = tl.load(X + base + cols, mask=mask, other=0.).to(tl.float32) + \
+            tl.load(R + base + cols, mask=mask, other=0.).to(tl.float32)
+        y = (s - mean) * rstd * tl.load(W + cols, mask=mask) + tl.load(B + cols, mask=mask)
+        tl.store(Y + base + cols, y.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
 def layer_norm_bwd_dx(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP_SIZE_M: tl.constexpr,
                       BLOCK_SIZE_N: tl.constexpr):
-    """Tutorial 05's backward for dx, its partial dw/db summed per group of rows under a `tl.atomic_cas` spin
-    lock; here the partial sums go in with `tl.atomic_add` and the lock counts the rows of its group."""
+    """Tutorial 05's backward for dx, its partial dw/db summed per group of rows under its `tl.atomic_cas` spin
+    lock, here with `tl.atomic_add` (relaxed) into the group's buffer; the lock orders the plain load of the
+    group's first-writer flag (a plain `tl.store` of it would race: Triton loads a scalar in every thread and
+    stores it from one, with no barrier between)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_SIZE_N)
     mask = cols < N
@@ -113,53 +108,43 @@ def layer_norm_bwd_dx(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP_S
     partial_db = (dy).to(w.dtype)
     while tl.atomic_cas(Lock, 0, 1) == 1:
         pass
+    tl.atomic_add(DW, partial_dw, mask=mask, sem="relaxed")
+    tl.atomic_add(DB, partial_db, mask=mask, sem="relaxed")
     count = tl.load(Count)
     if count == 0:
         tl.atomic_xchg(Count, 1)
-    else:
-        partial_dw += tl.load(DW, mask=mask)
-        partial_db += tl.load(DB, mask=mask)
-    tl.store(DW, partial_dw, mask=mask)
-    tl.store(DB, partial_db, mask=mask)
-    tl.atomic_add(Count + GROUP_SIZE_M, 1)
-    tl.debug_barrier()
     tl.atomic_xchg(Lock, 0)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+def linear_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                  GROUP_SIZE_M: tl.constexpr, ACTIVATION: tl.constexpr):
-    """Tutorial 03: grouped program ids (L2 reuse), masked K loop, tl.dot, optional leaky_relu, f16 out."""
+                  GROUP_SIZE_M: tl.constexpr):
+    """A linear layer y = leaky_relu(x W^T + bias) as users write it on tutorial 03: grouped program ids, the
+    weight [N, K] row-major read as W^T through `tl.trans`, K tail masked, edge tiles clipped at the store."""
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_SIZE_M
+    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
     group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
     pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
-    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
-        accumulator = tl.dot(a, b, accumulator)
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        b_ptrs += BLOCK_SIZE_K * stride_bk
-    if ACTIVATION == "leaky_relu":
-        accumulator = tl.where(accumulator >= 0, accumulator, 0.01 * accumulator)
-    c = accumulator.to(c_ptr.dtype.element_ty)
-    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-    tl.store(c_ptrs, c, mask=c_mask)
+    rows = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    ks = tl.arange(0, BLOCK_SIZE_K)
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_SIZE_K):
+        kk = k0 + ks
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + kk[None, :], mask=(rows[:, None] < M) & (kk[None, :] < K),
+                    other=0.0)
+        w = tl.load(w_ptr + cols[:, None] * stride_wn + kk[None, :], mask=(cols[:, None] < N) & (kk[None, :] < K),
+                    other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+    acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    acc = tl.where(acc >= 0, acc, 0.01 * acc)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 @triton.jit
@@ -196,40 +181,23 @@ def matmul_descriptor_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_SIZE_M: tl.
 
 
 @triton.jit
-def fp8_matmul(a_ptr, b_ptr, c_ptr, scale_a, scale_b, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
-    """e4m3 x e4m3 with f32 accumulation, per-tensor scales, bf16 out (A row-major [M, K], B [K, N])."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def low_precision_matmul(a_ptr, b_ptr, c_ptr, scale_a, scale_b, M, N, K, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTEGER: tl.constexpr):
+    """A [M, K] x B [K, N] (row-major) in 8 bits: e4m3 with f32 accumulation, per-tensor scales and bf16 out, or
+    (`INTEGER`) int8 with int32 accumulation and out, exact."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INTEGER else tl.float32)
     for k in range(0, K, BLOCK_K):
+        zero = 0 if INTEGER else 0.0
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
-                    other=0.0)
+                    other=zero)
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
-                    other=0.0)
-        acc = tl.dot(a, b, acc)
-    acc = acc * (tl.load(scale_a) * tl.load(scale_b))
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-@triton.jit
-def int8_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """int8 x int8 -> int32 (A [M, K], B [K, N] row-major), exact."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
-                    other=0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
-                    other=0)
-        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+                    other=zero)
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32 if INTEGER else tl.float32)
+    if not INTEGER:
+        acc = (acc * (tl.load(scale_a) * tl.load(scale_b))).to(tl.bfloat16)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -301,49 +269,50 @@ def _sig(fn, types: dict) -> dict:
     return {name: types.get(name, "constexpr") for name in fn.arg_names}
 
 
-def _matmul(element: str, out: str, stages: int, divisible_k: bool) -> Spec:
-    """Tutorial 03's matmul; with K divisible by 16 (`divisible_k`) Triton pipelines its loads through
-    cp.async in `stages` buffers, else it loads through registers."""
-    types = {"a_ptr": element, "b_ptr": element, "c_ptr": out,
-             **dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "stride_cm"), "i32")}
-    return Spec(matmul_kernel, _sig(matmul_kernel, types),
-                {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 2,
-                 "ACTIVATION": "leaky_relu", "stride_ak": 1, "stride_bn": 1, "stride_cn": 1},
-                ("a_ptr", "b_ptr", "c_ptr", "stride_am", "stride_bk", "stride_cm", *(("K",) if divisible_k else ())),
+def _linear(element: str, stages: int, divisible_k: bool) -> Spec:
+    """The linear layer in `element`; with K and the strides divisible by 16 (`divisible_k`) Triton pipelines
+    its loads through cp.async in `stages` buffers, else it loads through registers."""
+    types = {"x_ptr": element, "w_ptr": element, "bias_ptr": "*fp32", "y_ptr": element,
+             **dict.fromkeys(("M", "N", "K", "stride_xm", "stride_wn", "stride_ym"), "i32")}
+    divisible = ("x_ptr", "w_ptr", "bias_ptr", "y_ptr", "stride_ym")
+    return Spec(linear_kernel, _sig(linear_kernel, types),
+                {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 2},
+                divisible + (("K", "stride_xm", "stride_wn") if divisible_k else ()),
                 {"num_warps": 4, "num_stages": stages})
+
+
+def _low_precision(element: str, out: str, integer: bool) -> Spec:
+    types = {"a_ptr": element, "b_ptr": element, "c_ptr": out, "scale_a": "*fp32", "scale_b": "*fp32",
+             "M": "i32", "N": "i32", "K": "i32"}
+    return Spec(low_precision_matmul, _sig(low_precision_matmul, types),
+                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "INTEGER": integer}, ("a_ptr", "b_ptr", "c_ptr", "K", "N"),
+                {"num_warps": 4, "num_stages": 2})
 
 
 SPECS = {
     "vector_add": Spec(add_kernel, _sig(add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32",
                                                       "n_elements": "i32"}),
                        {"BLOCK_SIZE": 256}, ("x_ptr", "y_ptr", "out_ptr"), {"num_warps": 4}),
-    "softmax": Spec(softmax_kernel, _sig(softmax_kernel, {"output_ptr": "*fp32", "input_ptr": "*fp32",
-                                                          "input_row_stride": "i32", "output_row_stride": "i32",
-                                                          "n_rows": "i32", "n_cols": "i32"}),
-                    {"BLOCK_SIZE": 128, "num_stages": 2}, ("output_ptr", "input_ptr"), {"num_warps": 4}),
-    "layer_norm_fwd": Spec(layer_norm_fwd, _sig(layer_norm_fwd, {"X": "*fp16", "Y": "*fp16", "W": "*fp16",
-                                                                 "B": "*fp16", "Mean": "*fp32", "Rstd": "*fp32",
-                                                                 "stride": "i32", "N": "i32", "eps": "fp32"}),
-                           {"BLOCK_SIZE": 128}, ("X", "Y", "W", "B", "Mean", "Rstd"), {"num_warps": 4}),
+    "log_softmax": Spec(log_softmax_kernel, _sig(log_softmax_kernel, {
+        "output_ptr": "*fp32", "input_ptr": "*fp32", "input_row_stride": "i32", "output_row_stride": "i32",
+        "n_rows": "i32", "n_cols": "i32"}), {"BLOCK_SIZE": 128, "num_stages": 2}, ("output_ptr", "input_ptr"),
+        {"num_warps": 4}),
+    "add_layer_norm_fwd": Spec(add_layer_norm_fwd, _sig(add_layer_norm_fwd, {
+        "X": "*bf16", "R": "*bf16", "S": "*bf16", "Y": "*bf16", "W": "*fp32", "B": "*fp32", "Mean": "*fp32",
+        "Rstd": "*fp32", "stride": "i32", "N": "i32", "eps": "fp32"}), {"BLOCK_SIZE": 128},
+        ("X", "R", "S", "Y", "W", "B", "Mean", "Rstd", "stride"), {"num_warps": 4}),
     "layer_norm_bwd": Spec(layer_norm_bwd_dx, _sig(layer_norm_bwd_dx, {
         "DX": "*fp32", "DY": "*fp32", "DW": "*fp32", "DB": "*fp32", "X": "*fp32", "W": "*fp32", "Mean": "*fp32",
         "Rstd": "*fp32", "Lock": "*i32", "stride": "i32", "N": "i32"}), {"GROUP_SIZE_M": 2, "BLOCK_SIZE_N": 128},
         ("DX", "DY", "DW", "DB", "X", "W", "Mean", "Rstd", "Lock"), {"num_warps": 4}),
-    "matmul_f16": _matmul("*fp16", "*fp16", 3, True),
-    "matmul_bf16": _matmul("*bf16", "*bf16", 3, False),
+    "linear_f16": _linear("*fp16", 3, True),
+    "linear_bf16": _linear("*bf16", 3, False),
     "matmul_persistent_tma": Spec(matmul_descriptor_persistent, _sig(matmul_descriptor_persistent, {
         "a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"}),
         {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 2, "NUM_SMS": 3},
         ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K"), {"num_warps": 4, "num_stages": 3, "ptx_version": 87}),
-    "matmul_fp8": Spec(fp8_matmul, _sig(fp8_matmul, {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": "*bf16",
-                                                     "scale_a": "*fp32", "scale_b": "*fp32", "M": "i32",
-                                                     "N": "i32", "K": "i32"}),
-                       {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, ("a_ptr", "b_ptr", "c_ptr", "K", "N"),
-                       {"num_warps": 4, "num_stages": 2}),
-    "matmul_int8": Spec(int8_matmul, _sig(int8_matmul, {"a_ptr": "*i8", "b_ptr": "*i8", "c_ptr": "*i32",
-                                                        "M": "i32", "N": "i32", "K": "i32"}),
-                        {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, ("a_ptr", "b_ptr", "c_ptr", "K", "N"),
-                        {"num_warps": 4, "num_stages": 2}),
+    "matmul_fp8": _low_precision("*fp8e4nv", "*bf16", False),
+    "matmul_int8": _low_precision("*i8", "*i32", True),
     "scan_sort_hist": Spec(scan_sort_hist, _sig(scan_sort_hist, {"X": "*i32", "Cum": "*i32", "Sorted": "*fp32",
                                                                  "Hist": "*i32", "n": "i32"}),
                            {"BLOCK": 128, "BINS": 16}, ("X", "Cum", "Sorted", "Hist"), {"num_warps": 4}),
