@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import ml_dtypes
@@ -23,6 +24,7 @@ import pytest
 from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, launch
 from tessera.sm90 import approx
 from tessera.sm90.nan import CANONICAL_NAN_BITS
+from tessera.toolchain import find_all_ptxas
 from text_edits import checked, planted
 
 HERE = Path(__file__).parent / "ptx_triton"
@@ -382,3 +384,13 @@ def test_every_golden_is_run():
     source = Path(__file__).read_text()
     assert {p.stem for p in HERE.glob("*.ptx")} == {name for name in re.findall(r'"(\w+)"', source)
                                                     if (HERE / f"{name}.ptx").exists()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.stem for p in HERE.glob("*.ptx")))
+def test_ptxas_accepts_each_golden(name, tmp_path):
+    """Under every ptxas found (the CUDA 12 and 13 ones of the test and ptx extras, a system one)."""
+    for ptxas in find_all_ptxas():
+        result = subprocess.run([ptxas.path, "-arch=sm_90a", str(HERE / f"{name}.ptx"), "-o", str(tmp_path / "k.cubin")],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, f"{ptxas}: {result.stderr}"
