@@ -18,7 +18,8 @@ write each, in the race checks), and the copy is a release of the map to the ten
 A TMA whose map operand is a global address (`bulk_copy`) reads the map there (a generic 128-byte read of the
 issuing thread, so a write no synchronisation orders before it is a race naming both sides) and needs the
 issuing thread's `fence.proxy.tensormap::generic.acquire` of that address after the map's last copy: without
-it, a `PtxHazardError` naming the TMA and the copy. `.swizzle_atomicity` and the sub-byte element types are
+it, a `PtxHazardError` naming the TMA and the copy (or the last `tensormap.replace` of a map changed in place
+in global memory, as CUTLASS's grouped GEMM does). `.swizzle_atomicity` and the sub-byte element types are
 sm_100's, refused by name.
 """
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import Operands, Step, opcode
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.state import PtxHazardError
+from tessera.interpreters.ptx.state import GLOBAL_BASE, PtxHazardError
 from tessera.interpreters.ptx.syntax import Imm
 from tessera.sm90 import facts
 
@@ -91,13 +92,19 @@ def _decode_replace(ops: Operands, inst, mods):
     value = ops.read(inst, inst.operands[-1], t)
     address = ops.address(inst, inst.operands[0])
     at = offset + index * size
+    copies, _ = _state(m)
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        where = address(sel)
+        where = np.broadcast_to(address(sel), lanes.shape)
         data = access(m, inst, space, lanes, where, MAP_BYTES, align=64).copy()
         data[:, at:at + size] = np.asarray(value(sel)).astype(t.dtype).reshape(-1, 1).view(np.uint8)
         access(m, inst, space, lanes, where, MAP_BYTES, data, align=64)
+        if space != "shared":  # a map changed in place in global memory needs the acquire fence too
+            serial = next(_SERIAL)
+            for lane, map_address in zip(lanes.tolist(), where.tolist()):
+                if map_address >= GLOBAL_BASE:
+                    copies[map_address] = (serial, inst.line, lane)
 
     return run
 
@@ -163,7 +170,7 @@ def read_map(m, inst, lane: int, address: int) -> facts.TensorMapSpec:
         where = f" ({m.describe_lane(lane)})"
         raise PtxHazardError(
             f"{m.source}:{inst.line}: error: {inst.name}: reads the tensor map at global address {address:#x} "
-            f"that tensormap.cp_fenceproxy at line {copied[1]} ({m.describe_lane(copied[2])}) wrote, with no "
+            f"that the tensormap instruction at line {copied[1]} ({m.describe_lane(copied[2])}) wrote, with no "
             f"fence.proxy.tensormap::generic.acquire of it by this thread since{where}")
     data = access(m, inst, "global", np.array([lane]), np.array([address], np.int64), MAP_BYTES, align=64)[0]
 
