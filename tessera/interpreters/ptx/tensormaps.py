@@ -133,7 +133,7 @@ def _decode_copy(ops: Operands, inst, mods):
         data = access(m, inst, "shared", lanes, frm + part, MAP_BYTES // 32, align=4)
         access(m, inst, "global", lanes, to + part, MAP_BYTES // 32, data, align=4)
         serial = next(_SERIAL)
-        for address, lane in zip(to[::32].tolist(), lanes[::32].tolist()):
+        for address, lane in zip(to[::32].tolist(), lanes[::32].tolist()):  # one copy a warp (checked above)
             copies[address] = (serial, inst.line, lane)
 
     return run
@@ -155,9 +155,9 @@ def decode_acquire_fence(ops: Operands, inst, mods):
     copies, acquires = _state(m)
 
     def run(sel):
-        for lane, where in zip(lanes_of(m, sel).tolist(), np.broadcast_to(address(sel), np.shape(lanes_of(m, sel)))
-                               .tolist()):
-            acquires[(lane, where)] = copies.get(where, (0,))[0]
+        lanes = lanes_of(m, sel)
+        for lane, where in zip(lanes.tolist(), np.broadcast_to(address(sel), lanes.shape).tolist()):
+            acquires[(lane, where)] = copies.get(where, (0,))[0]  # the map's last write it has seen
 
     return Step(inst, run)
 
