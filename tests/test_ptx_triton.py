@@ -359,6 +359,23 @@ def test_layer_norm_backward_lock_release_made_relaxed_is_a_race(rng):
     assert here.startswith("ld.global.b32") and "atom.global.gpu.acq_rel.exch.b32 %r70" in there, message
 
 
+def test_a_counter_stored_under_the_lock_races_inside_its_program():
+    """`count = tl.load(Count); tl.store(Count, count + 1)` under the lock, as users write it: Triton loads the
+    scalar in every thread and stores it from thread 0 with no barrier between, so thread 0's store and the
+    other threads' loads of its own program are unordered: a data race by the PTX memory model (the loaded
+    values go unused), reported naming both sides. The sum itself is right (races off)."""
+    text = (HERE / "locked_counter.ptx").read_text()
+    with pytest.raises(PtxHazardError) as error:
+        run("locked_counter", "locked_counter", 5, [np.zeros(1, np.int32), np.zeros(1, np.int32)])
+    message = str(error.value)
+    here, there = race_sides(message, text)
+    assert here.startswith("@%p2 st.global.b32") and there.startswith("ld.global.b32"), message
+    assert re.search(r"line 48 \(thread \(\d+, 0, 0\) of CTA \((\d), 0, 0\)\).*\(thread \(0, 0, 0\) of CTA \(\1, 0, 0\)\)$",
+                     message), message  # the same program
+    out = run("locked_counter", "locked_counter", 5, [np.zeros(1, np.int32), np.zeros(1, np.int32)], races=False)
+    assert out[0][0] == 0 and out[1][0] == 5
+
+
 def test_log_softmax_without_a_barrier_between_its_reductions_is_a_race(rng):
     """The third `bar.sync` deleted: between the row max's cross-warp read of its scratch word and the sum's
     store into the same word."""

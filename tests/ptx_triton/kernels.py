@@ -117,6 +117,17 @@ def layer_norm_bwd_dx(DX, DY, DW, DB, X, W, Mean, Rstd, Lock, stride, N, GROUP_S
 
 
 @triton.jit
+def locked_counter(Lock, Count):
+    """Every program adds one to a counter under a `tl.atomic_cas` spin lock with a plain load and store, as
+    users write it: Triton loads the scalar in every thread and stores it from one, with no barrier between."""
+    while tl.atomic_cas(Lock, 0, 1) == 1:
+        pass
+    count = tl.load(Count)
+    tl.store(Count, count + 1)
+    tl.atomic_xchg(Lock, 0)
+
+
+@triton.jit
 def linear_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
                   GROUP_SIZE_M: tl.constexpr):
@@ -305,6 +316,8 @@ SPECS = {
         "DX": "*fp32", "DY": "*fp32", "DW": "*fp32", "DB": "*fp32", "X": "*fp32", "W": "*fp32", "Mean": "*fp32",
         "Rstd": "*fp32", "Lock": "*i32", "stride": "i32", "N": "i32"}), {"GROUP_SIZE_M": 2, "BLOCK_SIZE_N": 128},
         ("DX", "DY", "DW", "DB", "X", "W", "Mean", "Rstd", "Lock"), {"num_warps": 4}),
+    "locked_counter": Spec(locked_counter, _sig(locked_counter, {"Lock": "*i32", "Count": "*i32"}), {},
+                           ("Lock", "Count"), {"num_warps": 4}),
     "linear_f16": _linear("*fp16", 3, True),
     "linear_bf16": _linear("*bf16", 3, False),
     "matmul_persistent_tma": Spec(matmul_descriptor_persistent, _sig(matmul_descriptor_persistent, {
