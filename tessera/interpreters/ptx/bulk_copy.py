@@ -64,8 +64,8 @@ def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
         spec = tensormaps.read_map(m, inst, lane, address)
         return TensorMapObject(f"the tensor map at {address:#x}", spec, spec.global_address)
     if found is None:
-        raise m.error(inst, f"address {address:#x} is neither the generic address of a tensor-map parameter nor a "
-                            "global address", lane)
+        raise m.error(inst, f"address {address:#x} is not the generic address of a tensor-map parameter, nor a "
+                            "global address (a map built on the device)", lane)
     return found
 
 
