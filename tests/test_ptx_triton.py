@@ -60,12 +60,13 @@ def test_vector_add_masks_an_odd_length(rng):
     np.testing.assert_array_equal(out[2], x + y)
 
 
-def test_log_softmax_takes_rows_by_a_stride(rng):
+@pytest.mark.parametrize("programs", [7, 3])
+def test_log_softmax_one_row_per_program_or_several(rng, programs):
     """exp and log are ex2.approx and lg2.approx after a multiply (Triton's tl.exp, tl.log): within their PTX
-    ISA bounds, a few 2^-22 of the values here."""
+    ISA bounds, a few 2^-22 of the values here. 7 programs take a row each, 3 take rows p, p + 3, ..."""
     rows, cols, stride = 7, 100, 104
     x = rng.standard_normal((rows, stride)).astype(np.float32) * 4
-    out = run("log_softmax", "log_softmax_kernel", 3, [np.zeros_like(x), x, stride, stride, rows, cols])
+    out = run("log_softmax", "log_softmax_kernel", programs, [np.zeros_like(x), x, stride, stride, rows, cols])
     xd = x[:, :cols].astype(np.float64)
     shifted = xd - xd.max(1, keepdims=True)
     want = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
@@ -334,6 +335,29 @@ def test_tensor_map_changed_in_place_without_the_acquire_is_reported(rng):
     with pytest.raises(PtxHazardError, match=r"global_map.ptx:59: error: cp\.async\.bulk\.tensor.*the tensormap "
                                              r"instruction at line 54 \(thread \(0, 0, 0\).*no fence\.proxy\.tensormap"):
         global_map_case(rng, 8, 16, text)
+
+
+def test_bad_device_tensor_maps_are_located_diagnostics(rng):
+    """An ord past the field's entries (refused before running), a rank past 5 and a box past 256 elements
+    (when a TMA uses the map: cuTensorMapEncodeTiled's rules), and a tensormap.cp_fenceproxy by half a warp."""
+    text = (HERE / "global_map.ptx").read_text()
+    edits = [("tensormap.replace.tile.box_dim.global.b1024.b32 [%rd4], 1, 16;",
+              "tensormap.replace.tile.box_dim.global.b1024.b32 [%rd4], 5, 16;",
+              r":50: error: tensormap\.replace.*box_dim's ord must be an immediate in \[0, 5\)"),
+             ("tensormap.replace.tile.rank.global.b1024.b32 [%rd4], 1;",
+              "tensormap.replace.tile.rank.global.b1024.b32 [%rd4], 7;",
+              r":60: error: cp\.async\.bulk\.tensor.*has rank 8 \(tensormap\.replace\.rank is the rank minus one\)"),
+             ("tensormap.replace.tile.box_dim.global.b1024.b32 [%rd4], 1, 16;",
+              "tensormap.replace.tile.box_dim.global.b1024.b32 [%rd4], 1, 512;",
+              r":60: error: cp\.async\.bulk\.tensor.*the tensor map at 0x[0-9a-f]+ \(built by tensormap\.replace\) is "
+              r"invalid: boxDim")]
+    for old, new, message in edits:
+        with pytest.raises(PtxExecutionError, match=message):
+            global_map_case(rng, 0, 0, planted(text, old, new))
+    half_warp = planted(persistent_text(), "setp.lt.u32 \t%p1, %r7, 32;", "setp.lt.u32 \t%p1, %r7, 16;")
+    with pytest.raises(PtxExecutionError, match=r":121: error: tensormap\.cp_fenceproxy.*\.sync\.aligned: every thread "
+                                                 r"of the warp"):
+        persistent_case(rng, half_warp)
 
 
 def race_sides(message: str, text: str) -> tuple[str, str]:
