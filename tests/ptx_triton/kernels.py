@@ -1,8 +1,8 @@
 """Triton 3.9 kernels as Triton's users write them (on the tutorials: vector add, a log-softmax on the fused
 softmax's row loop, a residual layer norm forward and the backward's lock, a linear layer on the grouped
 matmul, the persistent matmul on device-built tensor maps; and the common user kernels around them: 8-bit
-dots, scans, sorts, histograms, NaN handling, math functions), compiled for sm_90a by build.py. Each `Spec` names its kernel, signature, constexprs and options; tests/test_ptx_triton.py
-runs their PTX against NumPy.
+dots, scans, sorts, histograms, NaN handling, math functions), compiled for sm_90a by build.py. Each `Spec`
+names its kernel, signature, constexprs and options; tests/test_ptx_triton.py runs their PTX against NumPy.
 
 Only build.py imports this module (it needs Triton); the tests read the PTX it writes.
 """
@@ -296,7 +296,8 @@ def _low_precision(element: str, out: str, integer: bool) -> Spec:
     types = {"a_ptr": element, "b_ptr": element, "c_ptr": out, "scale_a": "*fp32", "scale_b": "*fp32",
              "M": "i32", "N": "i32", "K": "i32"}
     return Spec(low_precision_matmul, _sig(low_precision_matmul, types),
-                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "INTEGER": integer}, ("a_ptr", "b_ptr", "c_ptr", "K", "N"),
+                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "INTEGER": integer},
+                ("a_ptr", "b_ptr", "c_ptr", "K", "N"),
                 {"num_warps": 4, "num_stages": 2})
 
 
