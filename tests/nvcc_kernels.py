@@ -579,12 +579,6 @@ def check_convert(out: np.ndarray, inputs) -> None:
         np.testing.assert_array_equal(out[i], np.array(want, np.uint64).astype(np.uint32), err_msg=f"lane {i}")
 
 
-STANDARD_FUNCTION_ULPS = {"expf": 2, "logf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4, "exp": 1}
-"""The CUDA C++ Programming Guide's maximum ulp errors of the standard functions (its tables "Single-Precision
-Mathematical Standard Library Functions with Maximum ULP Error" and the double-precision one); x / y and sqrt
-are IEEE (0 ulp) as nvcc compiles them by default (-prec-div, -prec-sqrt)."""
-
-
 def mathlib_case(rng):
     n = 64
     a = (rng.standard_normal(n) * 3).astype(np.float32)
@@ -604,7 +598,7 @@ def check_mathlib(got, inputs) -> None:
                "erff": np.array([math.erf(v) for v in x]), "powf": y ** x}
     for column, (name, exact) in enumerate(library.items()):
         ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
-        assert (np.abs(out[:, column] - exact) <= STANDARD_FUNCTION_ULPS[name] * ulp).all(), name
+        assert (np.abs(out[:, column] - exact) <= approx.STANDARD_FUNCTION_ULPS[name] * ulp).all(), name
     np.testing.assert_array_equal(out[:, 6], a / b)
     np.testing.assert_array_equal(out[:, 7], np.sqrt(b))
     np.testing.assert_array_equal(out[:, 8], np.minimum(a, b) + a)  # fmaxf(a, NaN) = a
@@ -616,7 +610,7 @@ def check_mathlib(got, inputs) -> None:
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(dout[:, 0], np.sqrt(y) / x)
     exact = np.exp(x)
-    assert (np.abs(dout[:, 1] - exact) <= STANDARD_FUNCTION_ULPS["exp"] * np.spacing(exact)).all()
+    assert (np.abs(dout[:, 1] - exact) <= approx.STANDARD_FUNCTION_ULPS["exp"] * np.spacing(exact)).all()
 
 
 CASES = {name[:-5]: case for name, case in globals().items() if name.endswith("_case")}

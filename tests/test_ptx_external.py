@@ -12,7 +12,7 @@ launch (grid, block, dynamic shared bytes, argument order).
 
 These are small, reviewed golden files (generated once; `.loc` lines stripped from the attention kernel). What
 the executor refuses of Triton's output is asserted by name on the instructions themselves: `mma.sync` (sm_80
-tensor cores, Triton's pre-Hopper dot) and `tensormap.replace` (tensor maps built on the device).
+tensor cores, Triton's pre-Hopper dot) and sm_100's `tensormap.replace` fields.
 """
 
 from __future__ import annotations
@@ -200,8 +200,8 @@ REFUSED = {  # instruction: (body, what the refusal says)
            "TMA reductions other than cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.bulk_group"),
     "tensormap": ("""
     .reg .b64 %rd<2>; .reg .b32 %r<2>;
-    mov.u32 %r0, 64;
-    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd0], 1, %r0;""", "unknown instruction 'tensormap'"),
+    mov.u32 %r0, 0;
+    tensormap.replace.tile.swizzle_atomicity.global.b1024.b32 [%rd0], %r0;""", r"\.swizzle_atomicity is sm_100's"),
 }
 
 
@@ -209,7 +209,8 @@ REFUSED = {  # instruction: (body, what the refusal says)
 def test_unsupported_triton_instructions_are_refused_by_name(opcode):
     """Instructions Triton emits that the executor does not model fail with the line and the instruction: the
     m8n8k4 mma.sync of Triton's Volta dot (the m16n8k8/k16/k32 ones of sm_80 and small sm_90a dots run), TMA
-    reductions other than .add, and `tensormap.replace` (tensor maps built on the device)."""
+    reductions other than .add, and sm_100's `tensormap.replace` fields (tensor maps built on the device run:
+    tests/test_ptx_triton.py)."""
     body, message = REFUSED[opcode]
     text = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{" + body + "\n    ret;\n}\n"
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:\d+: error: {opcode}\..*{message}"):

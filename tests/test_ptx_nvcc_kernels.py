@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import nvcc_kernels
-from nvcc_kernels import CASES, STANDARD_FUNCTION_ULPS, check, mma_bf16_case, ptx, run
+from nvcc_kernels import CASES, check, mma_bf16_case, ptx, run
 from tessera.interpreters.ptx import PtxExecutionError, launch
 from tessera.interpreters.ptx.syntax import PtxSyntaxError
+from tessera.sm90 import approx
 from text_edits import checked, planted
 
 
@@ -30,7 +31,7 @@ def test_sinf_of_large_arguments_takes_the_payne_hanek_path_within_its_bound():
                                 np.int32(n)])[2].reshape(n, 12)[:, 2]
     exact = np.sin(a.astype(np.float64))
     ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
-    assert (np.abs(out - exact) <= STANDARD_FUNCTION_ULPS["sinf"] * ulp).all()
+    assert (np.abs(out - exact) <= approx.STANDARD_FUNCTION_ULPS["sinf"] * ulp).all()
 
 
 @pytest.mark.parametrize("edit,message", [

@@ -863,6 +863,15 @@ DOCUMENTED = {
     # CUDA C++ Programming Guide, "Tensor Memory Access": the shared-memory address of a bulk tensor copy must be
     # 128-byte aligned
     "TMA_SMEM_ALIGNMENT": 128,
+    # [P#data-movement-and-conversion-instructions-tensormap-replace], the tables of new_val for .elemtype
+    # (.u8 .u16 .u32 .s32 .u64 .s64 .f16 .f32 .f32.ftz .f64 .bf16 .tf32 .tf32.ftz from 0), .swizzle_mode (none,
+    # 32B, 64B, 128B), .interleave_layout (none, 16B, 32B) and .fill_mode (zero, OOB-NaN), as the CUtensorMap
+    # enums they name (UINT8=0 ... INT64=5, FLOAT16=6, FLOAT32=7, FLOAT64=8, BFLOAT16=9, FLOAT32_FTZ=10, TFLOAT32=11,
+    # TFLOAT32_FTZ=12); Triton 3.9's TMA_ELEMENT_TYPES numbers them the ISA's way
+    "TENSORMAP_REPLACE_ELEMTYPE": dict(zip(range(13), [0, 1, 2, 3, 4, 5, 6, 7, 10, 8, 9, 11, 12])),
+    "TENSORMAP_REPLACE_SWIZZLE": {0: 0, 1: 1, 2: 2, 3: 3},
+    "TENSORMAP_REPLACE_INTERLEAVE": {0: 0, 1: 1, 2: 2},
+    "TENSORMAP_REPLACE_FILL": {0: 0, 1: 1},
     # [P#special-registers-laneid] %laneid 0..31; [P#parallel-synchronization-and-communication-instructions-bar]
     # "barriers 0..15"; [P#data-movement-and-conversion-instructions-shfl-sync] .mode = {.up, .down, .bfly, .idx}
     "WARP_SIZE": 32,
@@ -942,6 +951,10 @@ DOCUMENTED = {
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
     # CUDA's fast-math intrinsics as wholes: CUDA_GUIDE_INTRINSIC_SENTENCES below quotes the CUDA C++ Programming
     # Guide's table and test_intrinsic_bounds_are_the_cuda_guide_sentences derives each value from its sentence.
+    # CUDA C++ Programming Guide, "Single-Precision Mathematical Standard Library Functions with Maximum ULP
+    # Error" (expf 2, logf 1, log1pf 1, sinf 2, tanhf 2, erff 2, powf 4) and the double-precision table (exp 1)
+    "STANDARD_FUNCTION_ULPS": {"expf": 2, "logf": 1, "log1pf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4,
+                               "exp": 1},
     "F32_ULP_RELATIVE": 2.0**-23,
     "FDIVIDEF_ULPS": 2,
     "FDIVIDEF_DIVISOR_RANGE": (2.0**-126, 2.0**126),

@@ -82,6 +82,13 @@ SINF_ABSOLUTE_ERROR, COSF_ABSOLUTE_ERROR, SINCOS_RANGE = 2.0**-21.41, 2.0**-21.1
 """__sinf(x), __cosf(x): absolute 2^-21.41 and 2^-21.19 for x in [-pi, pi]; unbounded ("larger") elsewhere."""
 
 
+STANDARD_FUNCTION_ULPS = {"expf": 2, "logf": 1, "log1pf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4, "exp": 1}
+"""The CUDA C++ Programming Guide's maximum ulp errors of the standard functions (its tables "Single-Precision
+Mathematical Standard Library Functions with Maximum ULP Error" and the double-precision one), which nvcc's
+math library and Triton's libdevice (`erf`, `log1p`) implement in full-precision arithmetic; x / y and sqrt are
+IEEE (0 ulp) as nvcc compiles them by default (-prec-div, -prec-sqrt)."""
+
+
 def intrinsic_error_bound(name: str, operand, exact) -> np.ndarray:
     """The largest |result - exact| the CUDA guide allows the fast-math intrinsic `name` (__expf, __logf,
     __sinf, __cosf, __fdividef, rsqrtf) per element: `operand` is the argument its range names (x; y, the

@@ -115,6 +115,27 @@ TENSOR_MAP_MAX_ELEMENT_STRIDE = 8
 TENSOR_MAP_GLOBAL_ALIGNMENT = 16
 """globalAddress and globalStrides: multiples of 16 bytes (32 with INTERLEAVE_32B) [DRV]."""
 
+TENSORMAP_REPLACE_ELEMTYPE = {
+    0: TensorMapDataType.UINT8, 1: TensorMapDataType.UINT16, 2: TensorMapDataType.UINT32,
+    3: TensorMapDataType.INT32, 4: TensorMapDataType.UINT64, 5: TensorMapDataType.INT64,
+    6: TensorMapDataType.FLOAT16, 7: TensorMapDataType.FLOAT32, 8: TensorMapDataType.FLOAT32_FTZ,
+    9: TensorMapDataType.FLOAT64, 10: TensorMapDataType.BFLOAT16, 11: TensorMapDataType.TFLOAT32,
+    12: TensorMapDataType.TFLOAT32_FTZ,
+}
+"""`tensormap.replace.tile.elemtype`'s new_val [P#data-movement-and-conversion-instructions-tensormap-replace,
+its table of .elemtype values: .u8, .u16, .u32, .s32, .u64, .s64, .f16, .f32, .f32.ftz, .f64, .bf16, .tf32,
+.tf32.ftz in order from 0] as the CUtensorMapDataType it names: not CUDA's numbering (there FLOAT64 is 8 and
+BFLOAT16 9). 13-15 (.b4x16, .b4x16_p64, .b6x16_p32) are sm_100's packed types. Triton 3.9 writes these
+(`TMA_ELEMENT_TYPES` in its TMAUtilities)."""
+TENSORMAP_REPLACE_SWIZZLE = {0: TensorMapSwizzle.NONE, 1: TensorMapSwizzle.B32, 2: TensorMapSwizzle.B64,
+                             3: TensorMapSwizzle.B128}
+"""`.swizzle_mode`: no swizzle, 32B, 64B, 128B [P, same section]; 4 (96B) and the atom modes are sm_100's."""
+TENSORMAP_REPLACE_INTERLEAVE = {0: TensorMapInterleave.NONE, 1: TensorMapInterleave.B16,
+                                2: TensorMapInterleave.B32}
+"""`.interleave_layout`: no interleave, 16B, 32B [P, same section]."""
+TENSORMAP_REPLACE_FILL = {0: TensorMapFloatOOBFill.NONE, 1: TensorMapFloatOOBFill.NAN_REQUEST_ZERO_FMA}
+"""`.fill_mode`: zero fill, OOB-NaN fill [P, same section]."""
+
 TMA_SMEM_ALIGNMENT = 128
 """Shared-memory address of a TMA copy: 128-byte aligned (CUDA C++ Programming Guide, TMA section; the PTX ISA
 itself states 16 bytes for a bounding box [P#tensor-tiled-mode-bounding-box]). A swizzled destination also

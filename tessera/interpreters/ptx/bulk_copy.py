@@ -7,8 +7,8 @@ TMA [P#data-movement-and-conversion-instructions-cp-async-bulk-tensor; facts.tma
 reads the box at element coordinates c (innermost first) of the tensor the map describes, elements outside
 the tensor reading as zero (FLOAT_OOB_FILL_NONE), writes it row-major from `dst` with the map's swizzle applied
 to the absolute shared addresses (`facts.swizzle_address`), and completes `spec.box_bytes` of transaction on
-the mbarrier. `[map]` must be the generic address of a tensor-map parameter (`mov` + `cvta.param`); anything
-else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c..}], [src]`
+the mbarrier. `[map]` is the generic address of a tensor-map parameter (`mov` + `cvta.param`) or the global
+address of a map built on the device (`tensormaps`); anything else is an error. The store form `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c..}], [src]`
 writes the box back, skipping out-of-bounds elements. Non-tensor `cp.async.bulk` copies bytes the same way.
 Every executing thread issues its own copy. A load reads global memory at issue and is handed to `asynchrony`,
 which lands its bytes and transaction count when a thread waits on the mbarrier (and reports reads before);
@@ -29,7 +29,7 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import atomics, mbarrier, memory
+from tessera.interpreters.ptx import atomics, mbarrier, memory, tensormaps
 from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
@@ -60,8 +60,12 @@ class TensorMapObject:
 def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
     offset = address - PARAM_WINDOW
     found = m.tensor_maps.get(offset) if 0 <= offset < WINDOW_SIZE else None
+    if found is None and GLOBAL_BASE <= address:  # built on the device (`tensormaps`)
+        spec = tensormaps.read_map(m, inst, lane, address)
+        return TensorMapObject(f"the tensor map at {address:#x}", spec, spec.global_address)
     if found is None:
-        raise m.error(inst, f"address {address:#x} is not the generic address of a tensor-map parameter", lane)
+        raise m.error(inst, f"address {address:#x} is not the generic address of a tensor-map parameter, nor a "
+                            "global address (a map built on the device)", lane)
     return found
 
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import decode_barrier_cluster
-from tessera.interpreters.ptx.decode import Operands, Step, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, opcode
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm
@@ -246,6 +246,8 @@ def decode_setmaxnreg(ops: Operands, inst, mods):
 
 @opcode("fence", "membar", "griddepcontrol", "pmevent")
 def decode_no_effect(ops: Operands, inst, mods):
+    if "proxy" in mods.left and "tensormap::generic" in mods.left:  # device-built tensor maps (`tensormaps`)
+        return DECODERS["fence.proxy.tensormap"](ops, inst, mods)
     mods.left = []  # ordering only: no effect in a sequentially consistent executor
     return lambda sel: None
 
