@@ -11,15 +11,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, VectorType, i32
-from xdsl.ir import Attribute, Operation, ParametrizedAttribute, TypeAttribute
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import EqAttrConstraint, IRDLOperation, base, irdl_attr_definition, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
-
-
-def _require(condition: bool, op: Operation, message: str) -> None:
-    if not condition:
-        raise VerifyException(f"'{op.name}' op {message}")
 
 
 @lru_cache(maxsize=4096)

@@ -13,8 +13,9 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr, i32
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _int, _NoOperandSyncOp, _i64
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Thread-block clusters [P#cluster], facts in tessera/sm90/cluster.py
 
@@ -59,10 +60,10 @@ class TmaLoadMulticastOp(IRDLOperation):
         super().__init__(operands=[tensor_map, list(coords), dest, mbarrier], properties={"mask": _i64(mask)})
 
     def verify_(self) -> None:
-        _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
+        require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
         mask = _int(self.mask)
-        _require(0 < mask < 1 << facts.MULTICAST_MASK_BITS, self,
-                 f"the CTA mask must be non-zero and fit {facts.MULTICAST_MASK_BITS} bits, got {mask:#x}")
+        require(0 < mask < 1 << facts.MULTICAST_MASK_BITS, self,
+                f"the CTA mask must be non-zero and fit {facts.MULTICAST_MASK_BITS} bits, got {mask:#x}")
 
 
 @irdl_op_definition

@@ -25,8 +25,9 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.sm90_base import _require, _i64
+from tessera.dialects.sm90_base import _i64
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 
 @irdl_op_definition
@@ -52,8 +53,8 @@ class CpAsyncOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = self.bytes.value.data
-        _require(n == facts.CP_ASYNC_CG_BYTES, self,
-                 f"cp.async.cg copies {facts.CP_ASYNC_CG_BYTES} bytes, got {n}")
+        require(n == facts.CP_ASYNC_CG_BYTES, self,
+                f"cp.async.cg copies {facts.CP_ASYNC_CG_BYTES} bytes, got {n}")
 
 
 @irdl_op_definition
@@ -85,7 +86,7 @@ class CpAsyncWaitGroupOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = self.pending.value.data
-        _require(n >= 0, self, f"the number of groups left pending must be >= 0, got {n}")
+        require(n >= 0, self, f"the number of groups left pending must be >= 0, got {n}")
 
 
 @irdl_op_definition

@@ -39,8 +39,9 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _i64
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Shared memory [P#state-spaces-shared]
 
@@ -73,13 +74,13 @@ class SharedBufferOp(IRDLOperation):
 
     def verify_(self) -> None:
         offset, size, align, swizzle = (_int(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
-        _require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
-        _require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
-                 f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
-        _require(align >= facts.swizzle_period_bytes(swizzle), self,
-                 f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
-        _require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")
-        _require(size > 0, self, f"size must be positive, got {size}")
+        require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
+        require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
+                f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
+        require(align >= facts.swizzle_period_bytes(swizzle), self,
+                f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
+        require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")
+        require(size > 0, self, f"size must be positive, got {size}")
 
 
 # endregion
@@ -108,7 +109,7 @@ class TmaLoadOp(IRDLOperation):
         super().__init__(operands=[tensor_map, list(coords), dest, mbarrier])
 
     def verify_(self) -> None:
-        _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
+        require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
 
 
 # endregion
@@ -136,16 +137,16 @@ def _verify_column_bytes(op: Operation, n: int) -> None:
     columns = op.column_bytes
     if columns is None:
         return
-    _require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
-             f"column_bytes must be {n} i32 values (one per register), got {columns}")
+    require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
+            f"column_bytes must be {n} i32 values (one per register), got {columns}")
 
 
 def _verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
     """A per-register global access's address and predicate operands: one offset (i64, or i32 sign-extended) and
     one mask bit per register."""
-    _require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
-             f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {op.offsets.type}")
-    _require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
+    require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
+            f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {op.offsets.type}")
+    require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
 
 
 class _StGlobalBase(IRDLOperation):
@@ -170,8 +171,8 @@ class _StGlobalBase(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.values.type)
         _verify_column_bytes(self, n)
-        _require(_element(self.values.type) in self.STORED_ELEMENTS, self,
-                 f"{self.STORED_WHAT}, got {self.values.type}")
+        require(_element(self.values.type) in self.STORED_ELEMENTS, self,
+                f"{self.STORED_WHAT}, got {self.values.type}")
         _verify_offsets_and_mask(self, n)
 
 
@@ -203,7 +204,6 @@ class StGlobalB16Op(_StGlobalBase):
     STORED_WHAT: ClassVar[str] = "stores from 32-bit integer registers"
 
 
-
 @irdl_op_definition
 class LdGlobalOp(IRDLOperation):
     """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
@@ -228,7 +228,7 @@ class LdGlobalOp(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.result.type)
         _verify_column_bytes(self, n)
-        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         _verify_offsets_and_mask(self, n)
 
 
@@ -261,7 +261,7 @@ class LdGlobalU16Op(IRDLOperation):
     def verify_(self) -> None:
         n = _lanes(self.result.type)
         _verify_column_bytes(self, n)
-        _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
+        require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
         _verify_offsets_and_mask(self, n)
 
 
@@ -270,7 +270,6 @@ class LdGlobalU16Op(IRDLOperation):
 SHARED_PAIR_BYTES = 8
 """Bytes of `ld.shared.v2.b32`, to which its address must be aligned (PTX ISA, ld: a vector access is aligned to
 the size of the whole vector)."""
-
 
 
 @irdl_op_definition
@@ -290,9 +289,9 @@ class StSharedOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = _lanes(self.values.type)
-        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
-        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
-                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+        require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+                f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
 @irdl_op_definition
@@ -314,9 +313,9 @@ class StSharedB16Op(IRDLOperation):
 
     def verify_(self) -> None:
         n = _lanes(self.values.type)
-        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
-        _require(self.addresses.type == VectorType(i32, [n]), self,
-                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+        require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
+        require(self.addresses.type == VectorType(i32, [n]), self,
+                f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
 @irdl_op_definition
@@ -352,11 +351,11 @@ class LdSharedOp(IRDLOperation):
         _verify_column_bytes(self, n)
         if self.aligned is not None:
             a = _int(self.aligned)
-            _require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
-        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+            require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
+        require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         scalar = self.column_bytes is not None and self.addresses.type == i32
-        _require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,
-                 f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
+        require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,
+                f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
 
 
 # endregion

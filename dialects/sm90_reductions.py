@@ -55,9 +55,10 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import _lanes, _require, _i64
+from tessera.dialects.sm90_base import _lanes, _i64
 from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
 from tessera.sm90 import matrix as matrix_facts
+from tessera.ir.diagnostics import require
 
 # region Atomic adds into global memory [P#parallel-synchronization-and-communication-instructions-red, -atom]
 
@@ -65,11 +66,11 @@ from tessera.sm90 import matrix as matrix_facts
 def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
     n = _lanes(values_or_result.type)
     _verify_column_bytes(op, n)
-    _require(values_or_result.type == VectorType(Float32Type(), [n]), op,
-             f"adds f32 registers, got {values_or_result.type}")
-    _require(offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
-             f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {offsets.type}")
-    _require(mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {mask.type}")
+    require(values_or_result.type == VectorType(Float32Type(), [n]), op,
+            f"adds f32 registers, got {values_or_result.type}")
+    require(offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
+            f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {offsets.type}")
+    require(mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {mask.type}")
     return n
 
 
@@ -127,8 +128,8 @@ class AtomGlobalAddOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_global_vectors(self, self.offsets, self.mask, self.values)
-        _require(self.result.type == self.values.type, self,
-                 f"result must be {self.values.type} (the old values), got {self.result.type}")
+        require(self.result.type == self.values.type, self,
+                f"result must be {self.values.type} (the old values), got {self.result.type}")
 
 
 # endregion
@@ -163,7 +164,7 @@ class BulkReduceAddOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = self.bytes.value.data
-        _require(n > 0 and n % BULK_ALIGNMENT == 0, self, f"bytes must be a positive multiple of {BULK_ALIGNMENT}, got {n}")
+        require(n > 0 and n % BULK_ALIGNMENT == 0, self, f"bytes must be a positive multiple of {BULK_ALIGNMENT}, got {n}")
 
 
 @irdl_op_definition
@@ -204,7 +205,7 @@ class BulkWaitGroupOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = self.pending.value.data
-        _require(0 <= n <= BULK_WAIT_GROUP_MAX, self, f"pending group count must be in [0, {BULK_WAIT_GROUP_MAX}], got {n}")
+        require(0 <= n <= BULK_WAIT_GROUP_MAX, self, f"pending group count must be in [0, {BULK_WAIT_GROUP_MAX}], got {n}")
 
 
 # endregion
@@ -234,9 +235,9 @@ class StMatrixOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = _lanes(self.values.type)
-        _require(n in matrix_facts.STMATRIX_COUNTS and self.values.type == VectorType(i32, [n]), self,
-                 f"values must be vector<Nxi32> with N in {matrix_facts.STMATRIX_COUNTS} (one register per matrix), "
-                 f"got {self.values.type}")
+        require(n in matrix_facts.STMATRIX_COUNTS and self.values.type == VectorType(i32, [n]), self,
+                f"values must be vector<Nxi32> with N in {matrix_facts.STMATRIX_COUNTS} (one register per matrix), "
+                f"got {self.values.type}")
 
 
 # endregion
@@ -265,10 +266,10 @@ class CvtUnpackOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = _lanes(self.source.type)
-        _require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
-        _require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
-        _require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
-                 f"result must be vector<{2 * n}xf32>, got {self.result.type}")
+        require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
+        require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
+                f"result must be vector<{2 * n}xf32>, got {self.result.type}")
 
 
 # endregion

@@ -25,8 +25,9 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, _element, _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, _element, _int, _NoOperandSyncOp, _i64
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region mbarrier [P#parallel-synchronization-and-communication-instructions-mbarrier]
 
@@ -47,8 +48,8 @@ class MBarrierInitOp(IRDLOperation):
 
     def verify_(self) -> None:
         count = _int(self.count)
-        _require(1 <= count <= facts.MBARRIER_MAX_COUNT, self,
-                 f"expected arrival count must be in [1, {facts.MBARRIER_MAX_COUNT}], got {count}")
+        require(1 <= count <= facts.MBARRIER_MAX_COUNT, self,
+                f"expected arrival count must be in [1, {facts.MBARRIER_MAX_COUNT}], got {count}")
 
 
 @irdl_op_definition
@@ -67,7 +68,7 @@ class MBarrierArriveExpectTxOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = _int(self.bytes)
-        _require(0 < n <= facts.MBARRIER_TX_LIMIT, self, f"transaction bytes must be in [1, {facts.MBARRIER_TX_LIMIT}], got {n}")
+        require(0 < n <= facts.MBARRIER_TX_LIMIT, self, f"transaction bytes must be in [1, {facts.MBARRIER_TX_LIMIT}], got {n}")
 
 
 @irdl_op_definition
@@ -158,11 +159,11 @@ class ShflSyncOp(IRDLOperation):
         super().__init__(operands=[source], properties=props, result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        _require(self.mode.data in self.MODES, self, f"mode must be one of {', '.join(self.MODES)}, got '{self.mode.data}'")
-        _require(0 <= _int(self.offset) < facts.WARP_SIZE, self, f"lane offset must be in [0, 32), got {_int(self.offset)}")
-        _require(0 <= _int(self.clamp) < 1 << 13, self, f"clamp/segment mask must fit 13 bits, got {_int(self.clamp)}")
+        require(self.mode.data in self.MODES, self, f"mode must be one of {', '.join(self.MODES)}, got '{self.mode.data}'")
+        require(0 <= _int(self.offset) < facts.WARP_SIZE, self, f"lane offset must be in [0, 32), got {_int(self.offset)}")
+        require(0 <= _int(self.clamp) < 1 << 13, self, f"clamp/segment mask must fit 13 bits, got {_int(self.clamp)}")
         elt = _element(self.source.type)
-        _require(isinstance(elt, Float32Type) or elt == i32, self, f"shuffles move 32-bit registers, got {elt}")
+        require(isinstance(elt, Float32Type) or elt == i32, self, f"shuffles move 32-bit registers, got {elt}")
 
 
 class _NamedBarrierOp(IRDLOperation):
@@ -176,9 +177,9 @@ class _NamedBarrierOp(IRDLOperation):
 
     def verify_(self) -> None:
         barrier, threads = _int(self.barrier), _int(self.threads)
-        _require(0 <= barrier < facts.NAMED_BARRIERS, self, f"barrier id must be in [0, {facts.NAMED_BARRIERS}), got {barrier}")
-        _require(threads > 0 and threads % facts.WARP_SIZE == 0, self,
-                 f"thread count must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
+        require(0 <= barrier < facts.NAMED_BARRIERS, self, f"barrier id must be in [0, {facts.NAMED_BARRIERS}), got {barrier}")
+        require(threads > 0 and threads % facts.WARP_SIZE == 0, self,
+                f"thread count must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
 
 
 @irdl_op_definition
@@ -225,7 +226,7 @@ class SetMaxNRegOp(IRDLOperation):
         super().__init__(properties={"action": StringAttr(action), "count": _i64(count)})
 
     def verify_(self) -> None:
-        _require(self.action.data in ("inc", "dec"), self, f"action must be inc or dec, got '{self.action.data}'")
+        require(self.action.data in ("inc", "dec"), self, f"action must be inc or dec, got '{self.action.data}'")
         try:
             facts.check_setmaxnreg(self.action.data, _int(self.count))
         except ValueError as e:

@@ -27,8 +27,9 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _i64
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Warpgroup matrix multiply [P#asynchronous-warpgroup-level-matrix-instructions]
 
@@ -63,7 +64,7 @@ class WgmmaWaitGroupOp(IRDLOperation):
         super().__init__(properties={"pending": _i64(pending)})
 
     def verify_(self) -> None:
-        _require(0 <= _int(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {_int(self.pending)}")
+        require(0 <= _int(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {_int(self.pending)}")
 
 
 @irdl_op_definition
@@ -207,7 +208,7 @@ class WgmmaMmaAsyncOp(IRDLOperation):
 
     def verify_(self) -> None:
         n, ab = _int(self.n), self.ab_type.data
-        _require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
+        require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
         try:
             facts.wgmma_shape(n, ab, "f32")
             for operand, flag in (("A", self.trans_a), ("B", self.trans_b)):
@@ -216,16 +217,16 @@ class WgmmaMmaAsyncOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' op {e}") from None
         regs = facts.accumulator_registers(n, "f32")
         acc = self.acc.type
-        _require(isinstance(acc.element_type, Float32Type) and acc.get_shape() == (regs,), self,
-                 f"accumulator must be vector<{regs}xf32> for n = {n}, got {acc}")
+        require(isinstance(acc.element_type, Float32Type) and acc.get_shape() == (regs,), self,
+                f"accumulator must be vector<{regs}xf32> for n = {n}, got {acc}")
         for flag in ("trans_a", "trans_b"):
-            _require(_int(getattr(self, flag)) in (0, 1), self, f"{flag} must be 0 or 1")
+            require(_int(getattr(self, flag)) in (0, 1), self, f"{flag} must be 0 or 1")
         if self.a_in_registers:
-            _require(self.a.type == VectorType(i32, [facts.A_FRAGMENT_REGISTERS]), self,
-                     f"a register A operand must be vector<{facts.A_FRAGMENT_REGISTERS}xi32>, got {self.a.type}")
-            _require(_int(self.trans_a) == 0, self, "trans_a applies only to an A descriptor")
+            require(self.a.type == VectorType(i32, [facts.A_FRAGMENT_REGISTERS]), self,
+                    f"a register A operand must be vector<{facts.A_FRAGMENT_REGISTERS}xi32>, got {self.a.type}")
+            require(_int(self.trans_a) == 0, self, "trans_a applies only to an A descriptor")
         else:
-            _require(self.a.type == i64, self, f"a descriptor A operand must be i64, got {self.a.type}")
+            require(self.a.type == i64, self, f"a descriptor A operand must be i64, got {self.a.type}")
 
 
 # endregion

@@ -19,8 +19,9 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_base import TILE, _require_space, _tile
 from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.ir.diagnostics import require
 
 
 # region Stores into shared memory and reducing stores into global memory
@@ -50,10 +51,10 @@ class StoreSharedOp(IRDLOperation):
         val, dst = _tile(self.value), _tile(self.dest)
         _require_space(self, "value", val, MemSpace.REGISTER)
         _require_space(self, "destination", dst, MemSpace.SHARED)
-        _require(val.get_shape() == dst.get_shape(), self,
-                 f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
-        _require(val.element_type == dst.element_type, self,
-                 f"value element type {val.element_type} must match the destination's {dst.element_type} (insert a tile.cast)")
+        require(val.get_shape() == dst.get_shape(), self,
+                f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
+        require(val.element_type == dst.element_type, self,
+                f"value element type {val.element_type} must match the destination's {dst.element_type} (insert a tile.cast)")
 
 
 @irdl_op_definition
@@ -86,14 +87,14 @@ class AtomicAddOp(IRDLOperation):
         _require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
         _require_space(self, "destination", dst, MemSpace.GLOBAL)
         if self.transpose:
-            _require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
-                     f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
-                     f"window {list(dst.get_shape())}")
-            _require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
-        _require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
-                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
+            require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
+                    f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
+                    f"window {list(dst.get_shape())}")
+            require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
+        require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
+                f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
-            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
 
 
 # endregion
@@ -102,9 +103,9 @@ class AtomicAddOp(IRDLOperation):
 
 def _require_semaphore(op: Operation, ty: TileType) -> None:
     _require_space(op, "semaphore", ty, MemSpace.GLOBAL)
-    _require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
-             f"semaphore must be an i32 window, got {ty.element_type}")
-    _require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
+    require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
+            f"semaphore must be an i32 window, got {ty.element_type}")
+    require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
 
 
 @irdl_op_definition

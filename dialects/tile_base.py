@@ -2,7 +2,7 @@
 
 The ops themselves sit in `tile.py` (identity and sizes), `tile_memory.py`, `tile_compute.py` and
 `tile_backward.py`; `tile.py` registers them all as the `tile` dialect and re-exports each as `tile.X`. Every
-verifier message has the form `'tile.op' op <rule>` (`_require`).
+verifier message has the form `'tile.op' op <rule>` (`require`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import base
-from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8
+from tessera.ir.diagnostics import require
 
 TILE = base(TileType)
 
@@ -39,29 +39,24 @@ def _as_f32(value: float) -> float:
     return float(np.float32(value))
 
 
-def _require(condition: bool, op: Operation, message: str) -> None:
-    if not condition:
-        raise VerifyException(f"'{op.name}' op {message}")
-
-
 def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
     names = " or ".join(s.value for s in spaces)
-    _require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
+    require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
 
 
 def _require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
     _require_space(op, what, ty, MemSpace.REGISTER)
     fp8 = is_fp8(ty.element_type)
     why = " (an 8-bit float's only arithmetic is tile.mma; tile.cast it to f32 first)" if fp8 else ""
-    _require(is_float(ty.element_type), op, f"{what} must have a float element type{why}, got {ty.element_type}")
+    require(is_float(ty.element_type), op, f"{what} must have a float element type{why}, got {ty.element_type}")
     if rank is not None:
-        _require(ty.rank == rank, op, f"{what} must have rank {rank}, got rank {ty.rank}")
+        require(ty.rank == rank, op, f"{what} must have rank {rank}, got rank {ty.rank}")
 
 
 def _require_row_vector(op: Operation, what: str, rows: TileType, matrix: TileType) -> None:
     """`rows` is the f32 register row vector that matches the rows of the 2-D `matrix`."""
     _require_register_float(op, what, rows, rank=1)
-    _require(
+    require(
         rows.get_shape()[0] == matrix.get_shape()[0],
         op,
         f"{what} must have one entry per row ({matrix.get_shape()[0]}), got {rows.get_shape()[0]}",

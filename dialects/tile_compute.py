@@ -33,7 +33,6 @@ from tessera.dialects.tile_base import (
     TILE,
     F32_OVERFLOW,
     _as_f32,
-    _require,
     _require_register_float,
     _require_row_vector,
     _require_space,
@@ -41,6 +40,7 @@ from tessera.dialects.tile_base import (
 )
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8, is_half
 from tessera.ir.hex_floats import parse_optional_hex_float
+from tessera.ir.diagnostics import require
 
 # region Tensor-core matrix multiply
 
@@ -81,23 +81,23 @@ class MmaOp(IRDLOperation):
         a, b, acc = _tile(self.a), _tile(self.b), _tile(self.acc)
         for what, ty in (("A", a), ("B", b)):
             _require_space(self, f"operand {what}", ty, MemSpace.SHARED, MemSpace.REGISTER)
-            _require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
-            _require(is_half(ty.element_type) or is_fp8(ty.element_type), self,
-                     f"operand {what} must be bf16, f16, f8E4M3FN or f8E5M2, got {ty.element_type}")
+            require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
+            require(is_half(ty.element_type) or is_fp8(ty.element_type), self,
+                    f"operand {what} must be bf16, f16, f8E4M3FN or f8E5M2, got {ty.element_type}")
         same = a.element_type == b.element_type or (is_fp8(a.element_type) and is_fp8(b.element_type))
-        _require(same, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type "
+        require(same, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type "
                              "(or both be 8-bit floats)")
         _require_space(self, "accumulator", acc, MemSpace.REGISTER)
-        _require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
-        _require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
+        require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
+        require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
         m, k = reversed(a.get_shape()) if self.transpose_a else a.get_shape()
         n, kb = b.get_shape() if self.transpose_b else reversed(b.get_shape())
         a_text = "[K, M]" if self.transpose_a else "[M, K]"
         b_text = "[N, K]" if self.transpose_b else "[K, N]"
-        _require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
-                 "a transposed operand A must be in shared memory (registers hold A as [M, K])")
-        _require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
-        _require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
+        require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
+                "a transposed operand A must be in shared memory (registers hold A as [M, K])")
+        require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
+        require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
 
 
 # endregion
@@ -120,7 +120,7 @@ class _RowReductionOp(IRDLOperation):
         src, res = _tile(self.source), _tile(self.result)
         _require_register_float(self, "source", src, rank=2)
         _require_row_vector(self, "result", res, src)
-        _require(res.element_type == src.element_type, self, "result element type must match the source's")
+        require(res.element_type == src.element_type, self, "result element type must match the source's")
 
 
 @irdl_op_definition
@@ -236,10 +236,10 @@ class SaturatingScaleOp(_ElementwiseOp):
     def verify_(self) -> None:
         super().verify_()
         ty = _tile(self.result)
-        _require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
+        require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
         for what in ("factor", "bound"):
             value = getattr(self, what).value.data
-            _require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
+            require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
 
 
 @irdl_op_definition
@@ -260,7 +260,7 @@ class LogOp(_ElementwiseOp):
     def verify_(self) -> None:
         super().verify_()
         ty = _tile(self.result)
-        _require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
+        require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
 
 
 class _RowBroadcastOp(IRDLOperation):
@@ -328,7 +328,7 @@ class _F32RowBroadcastOp(_RowBroadcastOp):
     def verify_(self) -> None:
         for what, value in (("source", self.source), ("row vector", self.rows)):
             ty = _tile(value)
-            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
+            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
         super().verify_()
 
 
@@ -380,11 +380,11 @@ class CastOp(IRDLOperation):
         src, res = _tile(self.source), _tile(self.result)
         _require_space(self, "source", src, MemSpace.REGISTER)
         _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
+        require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
         s, r = src.element_type, res.element_type
         if (is_fp8(s) or is_fp8(r)) and s != r:
             other = r if is_fp8(s) else s
-            _require(is_float(other), self, f"an 8-bit float converts only to and from f32, bf16 or f16, got {s} -> {r}")
+            require(is_float(other), self, f"an 8-bit float converts only to and from f32, bf16 or f16, got {s} -> {r}")
 
 
 @irdl_op_definition
@@ -404,8 +404,8 @@ class ReshapeOp(IRDLOperation):
         src, res = _tile(self.source), _tile(self.result)
         _require_space(self, "source", src, MemSpace.REGISTER)
         _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.element_type == res.element_type, self, "reshape keeps the element type")
-        _require(src.num_elements == res.num_elements, self, f"reshape keeps the element count: {src.num_elements} vs {res.num_elements}")
+        require(src.element_type == res.element_type, self, "reshape keeps the element type")
+        require(src.num_elements == res.num_elements, self, f"reshape keeps the element count: {src.num_elements} vs {res.num_elements}")
 
 
 @irdl_op_definition
@@ -426,13 +426,13 @@ class FillOp(IRDLOperation):
     def verify_(self) -> None:
         _require_space(self, "result", _tile(self.result), MemSpace.REGISTER)
         value = self.value.value.data
-        _require(value == value, self, "fill value must not be NaN")
+        require(value == value, self, "fill value must not be NaN")
         element = _tile(self.result).element_type
         if isinstance(element, IntegerType | IndexType):
             width = element.width.data if isinstance(element, IntegerType) else 64
             low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
-            _require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
-                     f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")
+            require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
+                    f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")
 
     def print(self, printer: Printer) -> None:
         value = self.value.value.data
