@@ -18,17 +18,17 @@ from xdsl.utils.exceptions import VerifyException
 
 
 @lru_cache(maxsize=4096)
-def _i64(value: int) -> IntegerAttr:
+def i64_attr(value: int) -> IntegerAttr:
     """The i64 attribute of a property (an offset, a count, a mode number), built and verified once per value:
     attributes are immutable, and a lowering gives the same few numbers to hundreds of ops."""
     return IntegerAttr(value, 64)
 
 
-def _int(attr: IntegerAttr) -> int:
+def int_value(attr: IntegerAttr) -> int:
     return attr.value.data
 
 
-def _lanes(ty: Attribute) -> int:
+def lanes(ty: Attribute) -> int:
     """Registers per thread of a value: N for vector<N x T>, else 1. Fragments are 1-D."""
     if isinstance(ty, VectorType):
         if ty.get_num_dims() != 1:
@@ -37,7 +37,7 @@ def _lanes(ty: Attribute) -> int:
     return 1
 
 
-def _element(ty: Attribute) -> Attribute:
+def element_type(ty: Attribute) -> Attribute:
     return ty.element_type if isinstance(ty, VectorType) else ty
 
 
@@ -55,7 +55,11 @@ class TensorMapType(ParametrizedAttribute, TypeAttribute):
     name = "sm90.tensormap"
 
 
-class _NoOperandSyncOp(IRDLOperation):
+class NoOperandSyncOp(IRDLOperation):
+    """The base of the operand-less synchronisation ops (`sm90.barrier`, the fences, the cluster barrier's arrive
+    and wait): no operand, no result, printed as its name alone, reading and writing memory (so that no pass moves
+    memory accesses across it or removes it)."""
+
     assembly_format = "attr-dict"
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 

@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.sm90_base import _i64
+from tessera.dialects.sm90_base import i64_attr
 from tessera.sm90 import facts
 from tessera.ir.diagnostics import require
 
@@ -49,7 +49,7 @@ class CpAsyncOp(IRDLOperation):
 
     def __init__(self, dest, source, src_size):
         super().__init__(operands=[dest, source, src_size],
-                         properties={"bytes": _i64(facts.CP_ASYNC_CG_BYTES)})
+                         properties={"bytes": i64_attr(facts.CP_ASYNC_CG_BYTES)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
@@ -82,7 +82,7 @@ class CpAsyncWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int):
-        super().__init__(properties={"pending": _i64(pending)})
+        super().__init__(properties={"pending": i64_attr(pending)})
 
     def verify_(self) -> None:
         n = self.pending.value.data

@@ -39,7 +39,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, element_type, int_value, lanes, i64_attr
 from tessera.sm90 import facts
 from tessera.ir.diagnostics import require
 
@@ -68,12 +68,12 @@ class SharedBufferOp(IRDLOperation):
     )
 
     def __init__(self, sym: str, offset: int, size: int, alignment: int, swizzle: int = 0):
-        props = {"sym": StringAttr(sym), "offset": _i64(offset), "size": _i64(size),
-                 "alignment": _i64(alignment), "swizzle": _i64(swizzle)}
+        props = {"sym": StringAttr(sym), "offset": i64_attr(offset), "size": i64_attr(size),
+                 "alignment": i64_attr(alignment), "swizzle": i64_attr(swizzle)}
         super().__init__(properties=props, result_types=[i32])
 
     def verify_(self) -> None:
-        offset, size, align, swizzle = (_int(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
+        offset, size, align, swizzle = (int_value(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
         require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
         require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
                 f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
@@ -169,9 +169,9 @@ class _StGlobalBase(IRDLOperation):
         super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
+        n = lanes(self.values.type)
         _verify_column_bytes(self, n)
-        require(_element(self.values.type) in self.STORED_ELEMENTS, self,
+        require(element_type(self.values.type) in self.STORED_ELEMENTS, self,
                 f"{self.STORED_WHAT}, got {self.values.type}")
         _verify_offsets_and_mask(self, n)
 
@@ -226,9 +226,9 @@ class LdGlobalOp(IRDLOperation):
                          properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
-        n = _lanes(self.result.type)
+        n = lanes(self.result.type)
         _verify_column_bytes(self, n)
-        require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        require(element_type(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         _verify_offsets_and_mask(self, n)
 
 
@@ -259,9 +259,9 @@ class LdGlobalU16Op(IRDLOperation):
                          properties=_column_bytes(column_bytes))
 
     def verify_(self) -> None:
-        n = _lanes(self.result.type)
+        n = lanes(self.result.type)
         _verify_column_bytes(self, n)
-        require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
+        require(element_type(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
         _verify_offsets_and_mask(self, n)
 
 
@@ -288,9 +288,9 @@ class StSharedOp(IRDLOperation):
         super().__init__(operands=[addresses, values])
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
-        require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
+        n = lanes(self.values.type)
+        require(element_type(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        require(lanes(self.addresses.type) == n and element_type(self.addresses.type) == i32, self,
                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
@@ -312,8 +312,8 @@ class StSharedB16Op(IRDLOperation):
         super().__init__(operands=[addresses, values])
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
+        n = lanes(self.values.type)
+        require(element_type(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
         require(self.addresses.type == VectorType(i32, [n]), self,
                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
@@ -347,14 +347,14 @@ class LdSharedOp(IRDLOperation):
         super().__init__(operands=[addresses], result_types=[result_type], properties=properties)
 
     def verify_(self) -> None:
-        n = _lanes(self.result.type)
+        n = lanes(self.result.type)
         _verify_column_bytes(self, n)
         if self.aligned is not None:
-            a = _int(self.aligned)
+            a = int_value(self.aligned)
             require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
-        require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        require(element_type(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         scalar = self.column_bytes is not None and self.addresses.type == i32
-        require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,
+        require(scalar or (lanes(self.addresses.type) == n and element_type(self.addresses.type) == i32), self,
                 f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
 
 

@@ -55,7 +55,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import _lanes, _i64
+from tessera.dialects.sm90_base import lanes, i64_attr
 from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
 from tessera.sm90 import matrix as matrix_facts
 from tessera.ir.diagnostics import require
@@ -64,7 +64,7 @@ from tessera.ir.diagnostics import require
 
 
 def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
-    n = _lanes(values_or_result.type)
+    n = lanes(values_or_result.type)
     _verify_column_bytes(op, n)
     require(values_or_result.type == VectorType(Float32Type(), [n]), op,
             f"adds f32 registers, got {values_or_result.type}")
@@ -160,7 +160,7 @@ class BulkReduceAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, dest, source, nbytes: int):
-        super().__init__(operands=[dest, source], properties={"bytes": _i64(nbytes)})
+        super().__init__(operands=[dest, source], properties={"bytes": i64_attr(nbytes)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
@@ -198,7 +198,7 @@ class BulkWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int, read: bool = True):
-        props = {"pending": _i64(pending)}
+        props = {"pending": i64_attr(pending)}
         if read:
             props["read"] = UnitAttr()
         super().__init__(properties=props)
@@ -234,7 +234,7 @@ class StMatrixOp(IRDLOperation):
         super().__init__(operands=[address, values], properties={"trans": UnitAttr()} if trans else {})
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
+        n = lanes(self.values.type)
         require(n in matrix_facts.STMATRIX_COUNTS and self.values.type == VectorType(i32, [n]), self,
                 f"values must be vector<Nxi32> with N in {matrix_facts.STMATRIX_COUNTS} (one register per matrix), "
                 f"got {self.values.type}")
@@ -260,12 +260,12 @@ class CvtUnpackOp(IRDLOperation):
     assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, half_type: str):
-        n = _lanes(SSAValue.get(source).type)
+        n = lanes(SSAValue.get(source).type)
         super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
                          result_types=[VectorType(Float32Type(), [2 * n])])
 
     def verify_(self) -> None:
-        n = _lanes(self.source.type)
+        n = lanes(self.source.type)
         require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
         require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
         require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
