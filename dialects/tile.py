@@ -41,7 +41,7 @@ from tessera.dialects.tile_backward import (
     SemWaitOp,
     StoreSharedOp,
 )
-from tessera.dialects.tile_base import TILE, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_compute import (
     CastOp,
     DivRowsOp,
@@ -171,8 +171,8 @@ class DimOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        ty = _tile(self.source)
-        _require_space(self, "source", ty, MemSpace.GLOBAL)
+        ty = tile_type(self.source)
+        require_space(self, "source", ty, MemSpace.GLOBAL)
         i = self.index.value.data
         require(0 <= i < ty.rank, self, f"dimension {i} is out of range for a rank-{ty.rank} tile")
 

@@ -19,7 +19,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
 
@@ -48,9 +48,9 @@ class StoreSharedOp(IRDLOperation):
         super().__init__(operands=[value, dest])
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
+        val, dst = tile_type(self.value), tile_type(self.dest)
+        require_space(self, "value", val, MemSpace.REGISTER)
+        require_space(self, "destination", dst, MemSpace.SHARED)
         require(val.get_shape() == dst.get_shape(), self,
                 f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
         require(val.element_type == dst.element_type, self,
@@ -83,9 +83,9 @@ class AtomicAddOp(IRDLOperation):
         super().__init__(operands=[value, dest], properties={"transpose": UnitAttr()} if transpose else {})
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        val, dst = tile_type(self.value), tile_type(self.dest)
+        require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
+        require_space(self, "destination", dst, MemSpace.GLOBAL)
         if self.transpose:
             require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
                     f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
@@ -102,7 +102,7 @@ class AtomicAddOp(IRDLOperation):
 
 
 def _require_semaphore(op: Operation, ty: TileType) -> None:
-    _require_space(op, "semaphore", ty, MemSpace.GLOBAL)
+    require_space(op, "semaphore", ty, MemSpace.GLOBAL)
     require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
             f"semaphore must be an i32 window, got {ty.element_type}")
     require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
@@ -130,7 +130,7 @@ class SemWaitOp(IRDLOperation):
         super().__init__(operands=[sem, expected])
 
     def verify_(self) -> None:
-        _require_semaphore(self, _tile(self.sem))
+        _require_semaphore(self, tile_type(self.sem))
 
 
 @irdl_op_definition
@@ -149,7 +149,7 @@ class SemSignalOp(IRDLOperation):
         super().__init__(operands=[sem])
 
     def verify_(self) -> None:
-        _require_semaphore(self, _tile(self.sem))
+        _require_semaphore(self, tile_type(self.sem))
 
 
 # endregion

@@ -20,7 +20,8 @@ from tessera.ir.diagnostics import require
 TILE = base(TileType)
 
 
-def _tile(value: SSAValue | Operation) -> TileType:
+def tile_type(value: SSAValue | Operation) -> TileType:
+    """The tile type of a value (or of an op's one result) that the op's constraints already made a tile."""
     value = SSAValue.get(value)
     assert isinstance(value.type, TileType)
     return value.type
@@ -30,7 +31,7 @@ F32_OVERFLOW = 2.0**128 - 2.0**103
 """The smallest magnitude that rounds to infinity in f32 (the largest finite f32 plus half its ulp)."""
 
 
-def _as_f32(value: float) -> float:
+def as_f32(value: float) -> float:
     """The f32 nearest to `value`, so that an f32 property prints and parses back to the same number; a finite
     value past f32's range is a ValueError (it would silently become an infinity)."""
     if math.isfinite(value) and abs(value) >= F32_OVERFLOW:
@@ -39,13 +40,13 @@ def _as_f32(value: float) -> float:
     return float(np.float32(value))
 
 
-def _require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
+def require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> None:
     names = " or ".join(s.value for s in spaces)
     require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
 
 
-def _require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
-    _require_space(op, what, ty, MemSpace.REGISTER)
+def require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
+    require_space(op, what, ty, MemSpace.REGISTER)
     fp8 = is_fp8(ty.element_type)
     why = " (an 8-bit float's only arithmetic is tile.mma; tile.cast it to f32 first)" if fp8 else ""
     require(is_float(ty.element_type), op, f"{what} must have a float element type{why}, got {ty.element_type}")
@@ -53,9 +54,9 @@ def _require_register_float(op: Operation, what: str, ty: TileType, rank: int | 
         require(ty.rank == rank, op, f"{what} must have rank {rank}, got rank {ty.rank}")
 
 
-def _require_row_vector(op: Operation, what: str, rows: TileType, matrix: TileType) -> None:
+def require_row_vector(op: Operation, what: str, rows: TileType, matrix: TileType) -> None:
     """`rows` is the f32 register row vector that matches the rows of the 2-D `matrix`."""
-    _require_register_float(op, what, rows, rank=1)
+    require_register_float(op, what, rows, rank=1)
     require(
         rows.get_shape()[0] == matrix.get_shape()[0],
         op,

@@ -41,7 +41,7 @@ from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 
-from tessera.dialects.tile_base import TILE, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType, is_float
 from tessera.ir.diagnostics import require
 
@@ -144,10 +144,10 @@ class _BroadcastOp(IRDLOperation):
         return self.operands
 
     def verify_(self) -> None:
-        types = [_tile(o) for o in self.operands]
+        types = [tile_type(o) for o in self.operands]
         for i, ty in enumerate(types):
-            _require_space(self, f"operand {i}", ty, MemSpace.REGISTER)
-        values = [_tile(o) for o in self._value_operands()]
+            require_space(self, f"operand {i}", ty, MemSpace.REGISTER)
+        values = [tile_type(o) for o in self._value_operands()]
         elements = {t.element_type for t in values}
         require(len(elements) == 1, self, f"operands must share one element type, got {', '.join(map(str, elements))}")
         self._check_element("operand", values[0].element_type)
@@ -156,7 +156,7 @@ class _BroadcastOp(IRDLOperation):
                 f"operand shapes {[list(t.get_shape()) for t in types]} do not broadcast: each operand must be "
                 "[M, N], a row vector [M], a column [M, 1] or a column vector [1, N] of the result")
         expected = self.result_type(types)
-        require(_tile(self.result) == expected, self, f"result must be {expected}, got {self.result.type}")
+        require(tile_type(self.result) == expected, self, f"result must be {expected}, got {self.result.type}")
 
 
 # region Binary arithmetic
@@ -310,7 +310,7 @@ class SelectOp(_BroadcastOp):
         return (self.lhs, self.rhs)
 
     def verify_(self) -> None:
-        cond = _tile(self.condition).element_type
+        cond = tile_type(self.condition).element_type
         require(is_i1(cond), self, f"condition must be an i1 tile, got {cond}")
         super().verify_()
 
@@ -362,8 +362,8 @@ class _UnaryOp(IRDLOperation):
         super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "operand", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "operand", ty, MemSpace.REGISTER)
         allowed = isinstance(ty.element_type, Float32Type) or (self.INTEGER and is_i32(ty.element_type))
         kinds = "f32 or i32" if self.INTEGER else "f32"
         require(allowed, self, f"computes on {kinds} tiles, got {ty.element_type}")
@@ -473,8 +473,8 @@ class _RoundingOp(_UnaryOp):
     FUNCTION: ClassVar[str] = ""
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "operand", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "operand", ty, MemSpace.REGISTER)
         if is_i32(ty.element_type):
             require(False, self, f"an i32 tile is integral already: {self.FUNCTION} of an integer is the integer "
                                   "itself (use the operand)")
@@ -549,8 +549,8 @@ class IotaOp(IRDLOperation):
 
     def verify_(self) -> None:
         require(self.axis.data in self.AXES, self, f"axis must be rows or cols, got '{self.axis.data}'")
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.REGISTER)
         require(is_i32(ty.element_type), self, f"result must be an i32 tile, got {ty.element_type}")
         require(ty.rank in (1, 2), self, f"result must have rank 1 or 2, got rank {ty.rank}")
         require(ty.rank == 2 or self.axis.data == "rows", self, "a row vector [M] has row coordinates only (use rows)")
@@ -596,8 +596,8 @@ class SplatOp(IRDLOperation):
         super().__init__(operands=[value], result_types=[ty])
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.REGISTER)
         scalar = self.value.type
         if isinstance(ty.element_type, Float32Type):
             ok = isinstance(scalar, Float32Type)

@@ -27,7 +27,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.tile_base import TILE, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
@@ -54,8 +54,8 @@ class AllocSharedOp(IRDLOperation):
         super().__init__(result_types=[ty], properties=properties)
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.SHARED)
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.SHARED)
         if self.alignment is not None:
             align = self.alignment.value.data
             require(align >= 16 and align & (align - 1) == 0, self, f"alignment must be a power of two >= 16 bytes, got {align}")
@@ -75,12 +75,12 @@ class StageOp(IRDLOperation):
     assembly_format = "$source `[` $index `]` attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, index: SSAValue | Operation):
-        ty = _tile(source)
+        ty = tile_type(source)
         super().__init__(operands=[source, index], result_types=[ty.with_(shape=ty.get_shape()[1:])])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.SHARED)
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.SHARED)
         require(src.rank >= 3, self, f"source must have a leading stage dimension (rank >= 3), got rank {src.rank}")
         require(
             res == src.with_(shape=src.get_shape()[1:]),
@@ -115,14 +115,14 @@ class ViewOp(IRDLOperation):
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], shape: Sequence[int],
                  in_bounds: bool = False):
-        ty = _tile(source)
+        ty = tile_type(source)
         super().__init__(operands=[source, list(indices)], result_types=[ty.with_(shape=tuple(shape))],
                          properties={"in_bounds": UnitAttr()} if in_bounds else {})
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "result", res, MemSpace.GLOBAL)
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "result", res, MemSpace.GLOBAL)
         require(res.is_static, self, "the window must have a static shape")
         require(len(self.indices) == src.rank, self, f"needs {src.rank} indices (one per source dimension), got {len(self.indices)}")
         require(res.rank <= src.rank, self, f"window rank {res.rank} exceeds source rank {src.rank}")
@@ -156,9 +156,9 @@ class CpAsyncOp(IRDLOperation):
                          properties={"cluster_shared": UnitAttr()} if cluster_shared else {})
 
     def verify_(self) -> None:
-        src, dst = _tile(self.source), _tile(self.dest)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
+        src, dst = tile_type(self.source), tile_type(self.dest)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "destination", dst, MemSpace.SHARED)
         require(src.get_shape() == dst.get_shape(), self, f"source shape {list(src.get_shape())} and destination shape {list(dst.get_shape())} must match")
         require(src.element_type == dst.element_type, self, "source and destination element types must match")
         if self.cluster_shared is not None:
@@ -210,10 +210,10 @@ class CpAsyncGatherOp(IRDLOperation):
         super().__init__(operands=[source, list(indices), table, list(table_indices), start, end, dest])
 
     def verify_(self) -> None:
-        src, table, dst = _tile(self.source), _tile(self.table), _tile(self.dest)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "table", table, MemSpace.GLOBAL)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
+        src, table, dst = tile_type(self.source), tile_type(self.table), tile_type(self.dest)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "table", table, MemSpace.GLOBAL)
+        require_space(self, "destination", dst, MemSpace.SHARED)
         require(src.rank >= 3, self, f"the source must have rank >= 3 ([pages, page rows, ..., columns]), got rank {src.rank}")
         require(len(self.indices) == src.rank - 2, self,
                 f"needs {src.rank - 2} source indices (one per dimension after the page and row dimensions), got {len(self.indices)}")
@@ -291,7 +291,7 @@ class ReleaseOp(IRDLOperation):
         super().__init__(operands=[stage])
 
     def verify_(self) -> None:
-        _require_space(self, "operand", _tile(self.stage), MemSpace.SHARED)
+        require_space(self, "operand", tile_type(self.stage), MemSpace.SHARED)
         require(isinstance(self.stage.owner, StageOp), self, "operand must be a stage of a ring (the result of tile.stage)")
 
 
@@ -307,12 +307,12 @@ class LoadOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation):
-        super().__init__(operands=[source], result_types=[_tile(source).with_(space=MemSpace.REGISTER, swizzle=0)])
+        super().__init__(operands=[source], result_types=[tile_type(source).with_(space=MemSpace.REGISTER, swizzle=0)])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
-        _require_space(self, "result", res, MemSpace.REGISTER)
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
+        require_space(self, "result", res, MemSpace.REGISTER)
         require(src.get_shape() == res.get_shape(), self, "source and result shapes must match")
         require(src.element_type == res.element_type, self, "source and result element types must match")
 
@@ -335,14 +335,14 @@ class LoadBroadcastOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, rows: int):
-        ty = _tile(source)
+        ty = tile_type(source)
         row = ty.get_shape()[-1:]
         super().__init__(operands=[source], result_types=[ty.with_(shape=(rows,) + row, space=MemSpace.REGISTER, swizzle=0)])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
-        _require_space(self, "result", res, MemSpace.REGISTER)
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
+        require_space(self, "result", res, MemSpace.REGISTER)
         if src.memory_space == MemSpace.SHARED:
             require(src.rank == 2 and src.get_shape()[0] == 1, self,
                     f"a shared source must be a one-row tile [1, N], got {list(src.get_shape())}")
@@ -369,9 +369,9 @@ class StoreGlobalOp(IRDLOperation):
         super().__init__(operands=[value, dest])
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        val, dst = tile_type(self.value), tile_type(self.dest)
+        require_space(self, "value", val, MemSpace.REGISTER)
+        require_space(self, "destination", dst, MemSpace.GLOBAL)
         require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
 
@@ -395,9 +395,9 @@ class StoreGlobalRowsOp(IRDLOperation):
         super().__init__(operands=[value, dest, rows])
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)  # the rules of tile.store_global
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        val, dst = tile_type(self.value), tile_type(self.dest)  # the rules of tile.store_global
+        require_space(self, "value", val, MemSpace.REGISTER)
+        require_space(self, "destination", dst, MemSpace.GLOBAL)
         require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
 
@@ -420,8 +420,8 @@ class LoadIndexOp(IRDLOperation):
         super().__init__(operands=[source, list(indices)], result_types=[IndexType()])
 
     def verify_(self) -> None:
-        ty = _tile(self.source)
-        _require_space(self, "source", ty, MemSpace.GLOBAL)
+        ty = tile_type(self.source)
+        require_space(self, "source", ty, MemSpace.GLOBAL)
         require(ty.element_type == IntegerType(32), self, f"the table must hold i32 elements, got {ty.element_type}")
         require(len(self.indices) == ty.rank, self, f"needs {ty.rank} indices (one per dimension), got {len(self.indices)}")
 
@@ -454,28 +454,28 @@ class GatherOp(IRDLOperation):
     assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `,` type($indices) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
-        table = _tile(source)
-        shapes = [_tile(i).get_shape() for i in indices]
+        table = tile_type(source)
+        shapes = [tile_type(i).get_shape() for i in indices]
         shape = broadcast_shape(shapes) or shapes[0]
         ty = TileType(list(shape), table.element_type, MemSpace.REGISTER)
         super().__init__(operands=[source, list(indices)], result_types=[ty])
 
     def verify_(self) -> None:
-        table = _tile(self.source)
-        _require_space(self, "source", table, MemSpace.GLOBAL)
+        table = tile_type(self.source)
+        require_space(self, "source", table, MemSpace.GLOBAL)
         require(table.element_type == IntegerType(32) or table.element_type == Float32Type(), self,
                 f"the table must hold f32 or i32 elements, got {table.element_type}")
         require(len(self.indices) == table.rank, self,
                 f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
         for k, index in enumerate(self.indices):
-            ty = _tile(index)
-            _require_space(self, f"index {k}", ty, MemSpace.REGISTER)
+            ty = tile_type(index)
+            require_space(self, f"index {k}", ty, MemSpace.REGISTER)
             require(is_i32(ty.element_type), self, f"index {k} must be an i32 tile, got {ty.element_type}")
-        shape = broadcast_shape([_tile(i).get_shape() for i in self.indices])
-        require(shape is not None, self, f"index shapes {[list(_tile(i).get_shape()) for i in self.indices]} do "
+        shape = broadcast_shape([tile_type(i).get_shape() for i in self.indices])
+        require(shape is not None, self, f"index shapes {[list(tile_type(i).get_shape()) for i in self.indices]} do "
                                           "not broadcast")
-        result = _tile(self.result)
-        _require_space(self, "result", result, MemSpace.REGISTER)
+        result = tile_type(self.result)
+        require_space(self, "result", result, MemSpace.REGISTER)
         require(result.get_shape() == shape and result.element_type == table.element_type, self,
                 f"result must be a register tile {list(shape)} of {table.element_type}, got {result}")
 
