@@ -126,14 +126,15 @@ register (64) that stays live from a load to a store of the same window (the sec
 attention spilled under ptxas 13.3 with them). Invariant: one i32 entry per register."""
 
 
-def _column_bytes(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
+def column_bytes_properties(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
     """The properties of a global access with these per-register immediates (none when all are 0)."""
     if column_bytes is None or not any(column_bytes):
         return {}
     return {"column_bytes": DenseArrayBase.from_list(i32, list(column_bytes))}
 
 
-def _verify_column_bytes(op: Operation, n: int) -> None:
+def verify_column_bytes(op: Operation, n: int) -> None:
+    """A global access's optional `column_bytes`: one i32 immediate per register of its `n`."""
     columns = op.column_bytes
     if columns is None:
         return
@@ -141,7 +142,7 @@ def _verify_column_bytes(op: Operation, n: int) -> None:
             f"column_bytes must be {n} i32 values (one per register), got {columns}")
 
 
-def _verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
+def verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
     """A per-register global access's address and predicate operands: one offset (i64, or i32 sign-extended) and
     one mask bit per register."""
     require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
@@ -166,14 +167,14 @@ class _StGlobalBase(IRDLOperation):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
         n = lanes(self.values.type)
-        _verify_column_bytes(self, n)
+        verify_column_bytes(self, n)
         require(element_type(self.values.type) in self.STORED_ELEMENTS, self,
                 f"{self.STORED_WHAT}, got {self.values.type}")
-        _verify_offsets_and_mask(self, n)
+        verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -223,13 +224,13 @@ class LdGlobalOp(IRDLOperation):
 
     def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
         super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
-                         properties=_column_bytes(column_bytes))
+                         properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
         n = lanes(self.result.type)
-        _verify_column_bytes(self, n)
+        verify_column_bytes(self, n)
         require(element_type(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
-        _verify_offsets_and_mask(self, n)
+        verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -256,13 +257,13 @@ class LdGlobalU16Op(IRDLOperation):
 
     def __init__(self, base_ptr, offsets, mask, lanes: int, column_bytes: Sequence[int] | None = None):
         super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])],
-                         properties=_column_bytes(column_bytes))
+                         properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
         n = lanes(self.result.type)
-        _verify_column_bytes(self, n)
+        verify_column_bytes(self, n)
         require(element_type(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
-        _verify_offsets_and_mask(self, n)
+        verify_offsets_and_mask(self, n)
 
 
 # endregion
@@ -341,14 +342,14 @@ class LdSharedOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())
 
     def __init__(self, addresses, result_type, column_bytes: Sequence[int] | None = None, aligned: int | None = None):
-        properties = _column_bytes(column_bytes)
+        properties = column_bytes_properties(column_bytes)
         if aligned is not None:
             properties["aligned"] = IntegerAttr(aligned, i64)
         super().__init__(operands=[addresses], result_types=[result_type], properties=properties)
 
     def verify_(self) -> None:
         n = lanes(self.result.type)
-        _verify_column_bytes(self, n)
+        verify_column_bytes(self, n)
         if self.aligned is not None:
             a = int_value(self.aligned)
             require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")

@@ -39,7 +39,6 @@ from xdsl.dialects.builtin import (
     VectorType,
     i1,
     i32,
-    i64,
 )
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
@@ -56,22 +55,20 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
 from tessera.dialects.sm90_base import lanes, i64_attr
-from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
+from tessera.dialects.sm90_memory import column_bytes_properties, verify_column_bytes, verify_offsets_and_mask
 from tessera.sm90 import matrix as matrix_facts
 from tessera.ir.diagnostics import require
 
 # region Atomic adds into global memory [P#parallel-synchronization-and-communication-instructions-red, -atom]
 
 
-def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
-    n = lanes(values_or_result.type)
-    _verify_column_bytes(op, n)
-    require(values_or_result.type == VectorType(Float32Type(), [n]), op,
-            f"adds f32 registers, got {values_or_result.type}")
-    require(offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
-            f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {offsets.type}")
-    require(mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {mask.type}")
-    return n
+def _verify_global_adds(op: IRDLOperation) -> None:
+    """An atomic add's operands: f32 values, and as for every per-register global access, one offset, mask bit
+    and column immediate per register."""
+    n = lanes(op.values.type)
+    verify_column_bytes(op, n)
+    require(op.values.type == VectorType(Float32Type(), [n]), op, f"adds f32 registers, got {op.values.type}")
+    verify_offsets_and_mask(op, n)
 
 
 @irdl_op_definition
@@ -96,10 +93,10 @@ class RedGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
-        _verify_global_vectors(self, self.offsets, self.mask, self.values)
+        _verify_global_adds(self)
 
 
 @irdl_op_definition
@@ -123,11 +120,11 @@ class AtomGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes),
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes),
                          result_types=[SSAValue.get(values).type])
 
     def verify_(self) -> None:
-        _verify_global_vectors(self, self.offsets, self.mask, self.values)
+        _verify_global_adds(self)
         require(self.result.type == self.values.type, self,
                 f"result must be {self.values.type} (the old values), got {self.result.type}")
 
