@@ -205,14 +205,13 @@ class StGlobalB16Op(_StGlobalBase):
     STORED_WHAT: ClassVar[str] = "stores from 32-bit integer registers"
 
 
-@irdl_op_definition
-class LdGlobalOp(IRDLOperation):
-    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
-    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
-    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
-    per register. See `COLUMN_BYTES`."""
+class _LdGlobalBase(IRDLOperation):
+    """What sm90.ld_global and sm90.ld_global_u16 share: `%base[%offsets], %mask -> result`, one offset and mask
+    bit per register, the optional column_bytes, and their verifier; a subclass names the op, its builder, the
+    register element types it loads into (`LOADED_ELEMENTS`) and how its verifier says so (`LOADED_WHAT`)."""
 
-    name = "sm90.ld_global"
+    LOADED_ELEMENTS: ClassVar[tuple] = ()
+    LOADED_WHAT: ClassVar[str] = ""
     irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
@@ -222,19 +221,31 @@ class LdGlobalOp(IRDLOperation):
     assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
-                         properties=column_bytes_properties(column_bytes))
-
     def verify_(self) -> None:
         n = lanes(self.result.type)
         verify_column_bytes(self, n)
-        require(element_type(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+        require(element_type(self.result.type) in self.LOADED_ELEMENTS, self, f"{self.LOADED_WHAT}, got {self.result.type}")
         verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
-class LdGlobalU16Op(IRDLOperation):
+class LdGlobalOp(_LdGlobalBase):
+    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
+    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
+    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
+    per register. See `COLUMN_BYTES`."""
+
+    name = "sm90.ld_global"
+    LOADED_ELEMENTS: ClassVar[tuple] = (i32, Float32Type())
+    LOADED_WHAT: ClassVar[str] = "loads 32-bit registers"
+
+    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
+                         properties=column_bytes_properties(column_bytes))
+
+
+@irdl_op_definition
+class LdGlobalU16Op(_LdGlobalBase):
     """`%v = sm90.ld_global_u16 %base[%offsets], %mask : vector<32xi32>, vector<32xi1> -> vector<32xi32>`: for
     each register i whose mask bit is set, load the 16 bits at global byte address base + offsets[i], zero-
     extended into the 32-bit register; other registers are 0. For 16-bit tensors whose rows need not start on
@@ -246,24 +257,12 @@ class LdGlobalU16Op(IRDLOperation):
     element per register with its column in the address immediate."""
 
     name = "sm90.ld_global_u16"
-    irdl_options = (ParsePropInAttrDict(),)
-    base_ptr = operand_def(I64)
-    offsets = operand_def(base(VectorType))
-    mask = operand_def(base(VectorType))
-    column_bytes = opt_prop_def(DenseArrayBase)
-    result = result_def(base(VectorType))
-    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
-    traits = traits_def(MemoryReadEffect())
+    LOADED_ELEMENTS: ClassVar[tuple] = (i32,)
+    LOADED_WHAT: ClassVar[str] = "loads into 32-bit integer registers"
 
     def __init__(self, base_ptr, offsets, mask, lanes: int, column_bytes: Sequence[int] | None = None):
         super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])],
                          properties=column_bytes_properties(column_bytes))
-
-    def verify_(self) -> None:
-        n = lanes(self.result.type)
-        verify_column_bytes(self, n)
-        require(element_type(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
-        verify_offsets_and_mask(self, n)
 
 
 # endregion
