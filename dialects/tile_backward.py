@@ -19,7 +19,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, require_space, tile_type
+from tessera.dialects.tile_base import TILE, require_register_store, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
 
@@ -48,13 +48,7 @@ class StoreSharedOp(IRDLOperation):
         super().__init__(operands=[value, dest])
 
     def verify_(self) -> None:
-        val, dst = tile_type(self.value), tile_type(self.dest)
-        require_space(self, "value", val, MemSpace.REGISTER)
-        require_space(self, "destination", dst, MemSpace.SHARED)
-        require(val.get_shape() == dst.get_shape(), self,
-                f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
-        require(val.element_type == dst.element_type, self,
-                f"value element type {val.element_type} must match the destination's {dst.element_type} (insert a tile.cast)")
+        require_register_store(self, MemSpace.SHARED, "destination")
 
 
 @irdl_op_definition

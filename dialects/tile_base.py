@@ -45,6 +45,18 @@ def require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> 
     require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
 
 
+def require_register_store(op: Operation, space: MemSpace, dest_name: str) -> None:
+    """A store of the register tile `op.value` into `op.dest`, a tile of `space` (`dest_name` in messages): the
+    same shape and element type (a store does not round: `tile.cast` first)."""
+    val, dst = tile_type(op.value), tile_type(op.dest)
+    require_space(op, "value", val, MemSpace.REGISTER)
+    require_space(op, "destination", dst, space)
+    require(val.get_shape() == dst.get_shape(), op,
+            f"value shape {list(val.get_shape())} and {dest_name} shape {list(dst.get_shape())} must match")
+    require(val.element_type == dst.element_type, op,
+            f"value element type {val.element_type} must match the {dest_name}'s {dst.element_type} (insert a tile.cast)")
+
+
 def require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:
     require_space(op, what, ty, MemSpace.REGISTER)
     fp8 = is_fp8(ty.element_type)

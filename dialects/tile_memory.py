@@ -27,7 +27,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.tile_base import TILE, require_space, tile_type
+from tessera.dialects.tile_base import TILE, require_register_store, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
@@ -369,11 +369,7 @@ class StoreGlobalOp(IRDLOperation):
         super().__init__(operands=[value, dest])
 
     def verify_(self) -> None:
-        val, dst = tile_type(self.value), tile_type(self.dest)
-        require_space(self, "value", val, MemSpace.REGISTER)
-        require_space(self, "destination", dst, MemSpace.GLOBAL)
-        require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
-        require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
+        require_register_store(self, MemSpace.GLOBAL, "window")
 
 
 @irdl_op_definition
@@ -395,11 +391,7 @@ class StoreGlobalRowsOp(IRDLOperation):
         super().__init__(operands=[value, dest, rows])
 
     def verify_(self) -> None:
-        val, dst = tile_type(self.value), tile_type(self.dest)  # the rules of tile.store_global
-        require_space(self, "value", val, MemSpace.REGISTER)
-        require_space(self, "destination", dst, MemSpace.GLOBAL)
-        require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
-        require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
+        require_register_store(self, MemSpace.GLOBAL, "window")  # the rules of tile.store_global
 
 
 @irdl_op_definition
