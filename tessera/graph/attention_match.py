@@ -44,6 +44,9 @@ FORWARD_TARGET = "__tessera$attention"
 BACKWARD_TARGET = "__tessera$attention_bwd"
 """The custom_call targets a rewritten forward and backward call (the `custom_call` form of the rewrite)."""
 
+DOT = "stablehlo.dot_general"
+"""The batched matrix product both matchers start from (BMM1, BMM2 and the backward's products)."""
+
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
 
