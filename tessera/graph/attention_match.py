@@ -126,7 +126,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
     for "maximum", `maximum(-inf, r)` around the reduce are allowed. With `source`, the reduce must take
     `source` itself or the tensor `source` transposes (`transposed_from`: the reduced axis and the broadcast
     back are then read in `source`'s frame), else None. Ops are recorded in `ops`."""
-    from tessera.graph.stablehlo_interpreter import _reduce_kind
+    from tessera.graph.stablehlo_interpreter import reduce_kind
 
     seen: list[Operation] = []
     current = value
@@ -151,7 +151,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         seen.append(op)
     reduce = op
     try:
-        if _reduce_kind(reduce) != kind or len(reduce.operands) != 2:
+        if reduce_kind(reduce) != kind or len(reduce.operands) != 2:
             return None
     except Exception:
         return None
