@@ -133,6 +133,11 @@ def column_bytes_properties(column_bytes: Sequence[int] | None) -> dict[str, Att
     return {"column_bytes": DenseArrayBase.from_list(i32, list(column_bytes))}
 
 
+def column_bytes_of(op: Operation, n: int) -> list[int]:
+    """The `column_bytes` immediate of each of the `n` registers of an access (0 for each where it has none)."""
+    return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
+
+
 def verify_column_bytes(op: Operation, n: int) -> None:
     """A global access's optional `column_bytes`: one i32 immediate per register of its `n`."""
     columns = op.column_bytes
