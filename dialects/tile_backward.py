@@ -14,12 +14,14 @@ they share with them come from `tile_base.py`. The backward's row-broadcast ops 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, require_register_store, require_space, tile_type
+from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
 
@@ -28,7 +30,7 @@ from tessera.ir.diagnostics import require
 
 
 @irdl_op_definition
-class StoreSharedOp(IRDLOperation):
+class StoreSharedOp(RegisterStoreOp):
     """`tile.store_shared %value, %dest : register_type, shared_type`: write a register tile into a shared tile.
 
     Each thread writes the elements it holds; the whole tile is visible to every thread of the block only after
@@ -39,16 +41,8 @@ class StoreSharedOp(IRDLOperation):
     element types must match (round with `tile.cast` first)."""
 
     name = "tile.store_shared"
-    value = operand_def(TILE)
-    dest = operand_def(TILE)
-    traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
-
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[value, dest])
-
-    def verify_(self) -> None:
-        require_register_store(self, MemSpace.SHARED, "destination")
+    DEST_SPACE: ClassVar[MemSpace] = MemSpace.SHARED
+    DEST_NAME: ClassVar[str] = "destination"
 
 
 @irdl_op_definition

@@ -8,11 +8,13 @@ verifier message has the form `'tile.op' op <rule>` (`require`).
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
 from xdsl.ir import Operation, SSAValue
-from xdsl.irdl import base
+from xdsl.irdl import IRDLOperation, base, operand_def, traits_def
+from xdsl.traits import MemoryWriteEffect
 
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8
 from tessera.ir.diagnostics import require
@@ -55,6 +57,25 @@ def require_register_store(op: Operation, space: MemSpace, dest_name: str) -> No
             f"value shape {list(val.get_shape())} and {dest_name} shape {list(dst.get_shape())} must match")
     require(val.element_type == dst.element_type, op,
             f"value element type {val.element_type} must match the {dest_name}'s {dst.element_type} (insert a tile.cast)")
+
+
+class RegisterStoreOp(IRDLOperation):
+    """What `tile.store_global` and `tile.store_shared` share: `%value, %dest : value_type, dest_type`, a register
+    tile stored whole, and its verifier (`require_register_store`); a subclass names the op, the destination's
+    memory space (`DEST_SPACE`) and what its messages call the destination (`DEST_NAME`)."""
+
+    DEST_SPACE: ClassVar[MemSpace] = MemSpace.GLOBAL
+    DEST_NAME: ClassVar[str] = ""
+    value = operand_def(TILE)
+    dest = operand_def(TILE)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
+
+    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
+        super().__init__(operands=[value, dest])
+
+    def verify_(self) -> None:
+        require_register_store(self, self.DEST_SPACE, self.DEST_NAME)
 
 
 def require_register_float(op: Operation, what: str, ty: TileType, rank: int | None = None) -> None:

@@ -11,6 +11,7 @@ atomics and semaphores are in `tile_backward.py`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
@@ -27,7 +28,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.tile_base import TILE, require_register_store, require_space, tile_type
+from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_register_store, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
@@ -355,21 +356,13 @@ class LoadBroadcastOp(IRDLOperation):
 
 
 @irdl_op_definition
-class StoreGlobalOp(IRDLOperation):
+class StoreGlobalOp(RegisterStoreOp):
     """`tile.store_global %value, %window : value_type, window_type`: write a register tile to a global
     window. Elements that fall outside the tensor are not written."""
 
     name = "tile.store_global"
-    value = operand_def(TILE)
-    dest = operand_def(TILE)
-    traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
-
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[value, dest])
-
-    def verify_(self) -> None:
-        require_register_store(self, MemSpace.GLOBAL, "window")
+    DEST_SPACE: ClassVar[MemSpace] = MemSpace.GLOBAL
+    DEST_NAME: ClassVar[str] = "window"
 
 
 @irdl_op_definition
