@@ -161,14 +161,11 @@ def backward_configs(head_dim: int, causal: bool) -> list:
     head_dim the backward refuses."""
     from tessera.kernels import BackwardConfig
     from tessera.kernels.attention_backward_config import HEAD_DIMS as BACKWARD_HEAD_DIMS
-    from tessera.runtime.attention_backward import _builder_options, _pipeline
-    from tessera.runtime.compiler import KernelConfig
+    from tessera.runtime.attention_backward import kernel_configs
 
     if head_dim not in BACKWARD_HEAD_DIMS:
         return []
-    options = _builder_options(BackwardConfig.checked(head_dim, causal, "bf16", None))
-    return [KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options)
-            for part in ("preprocess", "main", "postprocess")]
+    return kernel_configs(BackwardConfig.checked(head_dim, causal, "bf16", None))
 
 
 def gemm_config(aligned: bool = True):

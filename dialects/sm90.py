@@ -45,7 +45,7 @@ from tessera.dialects.sm90_arithmetic import (
     SetpOp,
     TanhApproxOp,
 )
-from tessera.dialects.sm90_base import F32_LIKE, I32_OR_INDEX, TensorMapType, _require
+from tessera.dialects.sm90_base import F32_LIKE, I32_OR_INDEX, TensorMapType
 from tessera.dialects.sm90_cluster import (
     CLUSTER_OPS,
     ClusterArriveOp,
@@ -99,6 +99,7 @@ from tessera.dialects.sm90_wgmma import (
     WgmmaWaitGroupOp,
 )
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 
 # region Special registers [P#special-registers]
@@ -123,8 +124,8 @@ class SpecialRegOp(IRDLOperation):
         super().__init__(properties={"register": StringAttr(register)}, result_types=[IndexType()])
 
     def verify_(self) -> None:
-        _require(self.register.data in self.REGISTERS, self,
-                 f"unknown special register '{self.register.data}' (known: {', '.join(self.REGISTERS)})")
+        require(self.register.data in self.REGISTERS, self,
+                f"unknown special register '{self.register.data}' (known: {', '.join(self.REGISTERS)})")
 
 
 # endregion

@@ -23,8 +23,9 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
-from tessera.dialects.sm90_base import F32_LIKE, _element, _lanes, _require, _i64
+from tessera.dialects.sm90_base import F32_LIKE, element_type, lanes, i64_attr
 from tessera.sm90.fp8 import FP8_FORMATS
+from tessera.ir.diagnostics import require
 
 # region Arithmetic the machine does differently [P#floating-point-instructions-ex2, -rcp; P#...-cvt]
 
@@ -40,7 +41,7 @@ class _ApproxUnaryOp(IRDLOperation):
         super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        _require(isinstance(_element(self.source.type), Float32Type), self, f"operates on f32 registers, got {self.source.type}")
+        require(isinstance(element_type(self.source.type), Float32Type), self, f"operates on f32 registers, got {self.source.type}")
 
 
 @irdl_op_definition
@@ -101,16 +102,16 @@ class CvtPackOp(IRDLOperation):
     assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, half_type: str):
-        n = _lanes(SSAValue.get(source).type)
+        n = lanes(SSAValue.get(source).type)
         super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
                          result_types=[VectorType(i32, [n // 2])])
 
     def verify_(self) -> None:
-        n = _lanes(self.source.type)
-        _require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
-        _require(isinstance(_element(self.source.type), Float32Type) and n % 2 == 0, self,
-                 f"source must be an even number of f32 registers, got {self.source.type}")
-        _require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
+        n = lanes(self.source.type)
+        require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        require(isinstance(element_type(self.source.type), Float32Type) and n % 2 == 0, self,
+                f"source must be an even number of f32 registers, got {self.source.type}")
+        require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")
 
 
 @irdl_op_definition
@@ -134,16 +135,16 @@ class CvtPackFp8Op(IRDLOperation):
     assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, fp8_type: str):
-        n = _lanes(SSAValue.get(source).type)
+        n = lanes(SSAValue.get(source).type)
         super().__init__(operands=[source], properties={"type": StringAttr(fp8_type)},
                          result_types=[VectorType(i32, [n // 4])])
 
     def verify_(self) -> None:
-        n = _lanes(self.source.type)
-        _require(self.fp8_type.data in FP8_FORMATS, self, f"type must be e4m3 or e5m2, got '{self.fp8_type.data}'")
-        _require(isinstance(_element(self.source.type), Float32Type) and n % 16 == 0, self,
-                 f"source must be a multiple of 16 f32 registers (whole 32-key slices), got {self.source.type}")
-        _require(self.result.type == VectorType(i32, [n // 4]), self, f"result must be vector<{n // 4}xi32>, got {self.result.type}")
+        n = lanes(self.source.type)
+        require(self.fp8_type.data in FP8_FORMATS, self, f"type must be e4m3 or e5m2, got '{self.fp8_type.data}'")
+        require(isinstance(element_type(self.source.type), Float32Type) and n % 16 == 0, self,
+                f"source must be a multiple of 16 f32 registers (whole 32-key slices), got {self.source.type}")
+        require(self.result.type == VectorType(i32, [n // 4]), self, f"result must be vector<{n // 4}xi32>, got {self.result.type}")
 
 
 @irdl_op_definition
@@ -164,13 +165,13 @@ class PrmtOp(IRDLOperation):
     assembly_format = "$a `,` $b `selector` $selector attr-dict `:` type($result)"
 
     def __init__(self, a, b, selector: int):
-        super().__init__(operands=[a, b], properties={"selector": _i64(selector)},
+        super().__init__(operands=[a, b], properties={"selector": i64_attr(selector)},
                          result_types=[SSAValue.get(a).type])
 
     def verify_(self) -> None:
-        _require(_element(self.result.type) == i32, self, f"permutes the bytes of i32 registers, got {self.result.type}")
+        require(element_type(self.result.type) == i32, self, f"permutes the bytes of i32 registers, got {self.result.type}")
         selector = self.selector.value.data
-        _require(0 <= selector <= 0xFFFF, self, f"selector must be four 4-bit fields (0 .. 0xFFFF), got {selector}")
+        require(0 <= selector <= 0xFFFF, self, f"selector must be four 4-bit fields (0 .. 0xFFFF), got {selector}")
 
 
 @irdl_op_definition
@@ -190,11 +191,11 @@ class CvtOp(IRDLOperation):
         super().__init__(operands=[source], result_types=[result_type])
 
     def verify_(self) -> None:
-        src, dst = _element(self.source.type), _element(self.result.type)
-        _require({src, dst} == {i32, Float32Type()}, self, f"converts between i32 and f32, got {src} -> {dst}")
-        _require(_lanes(self.source.type) == _lanes(self.result.type) and
-                 isinstance(self.source.type, VectorType) == isinstance(self.result.type, VectorType), self,
-                 f"keeps the register count: {self.source.type} -> {self.result.type}")
+        src, dst = element_type(self.source.type), element_type(self.result.type)
+        require({src, dst} == {i32, Float32Type()}, self, f"converts between i32 and f32, got {src} -> {dst}")
+        require(lanes(self.source.type) == lanes(self.result.type) and
+                isinstance(self.source.type, VectorType) == isinstance(self.result.type, VectorType), self,
+                f"keeps the register count: {self.source.type} -> {self.result.type}")
 
 
 @irdl_op_definition
@@ -215,15 +216,15 @@ class SetpOp(IRDLOperation):
 
     def __init__(self, predicate: str, lhs, rhs):
         ty = SSAValue.get(lhs).type
-        result = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
+        result = VectorType(i1, [lanes(ty)]) if isinstance(ty, VectorType) else i1
         super().__init__(operands=[lhs, rhs], properties={"predicate": StringAttr(predicate)}, result_types=[result])
 
     def verify_(self) -> None:
-        _require(self.predicate.data in self.PREDICATES, self,
-                 f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
+        require(self.predicate.data in self.PREDICATES, self,
+                f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
         ty = self.lhs.type
-        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
-        _require(self.result.type == expected, self, f"result must be {expected}, got {self.result.type}")
+        expected = VectorType(i1, [lanes(ty)]) if isinstance(ty, VectorType) else i1
+        require(self.result.type == expected, self, f"result must be {expected}, got {self.result.type}")
 
 
 @irdl_op_definition
@@ -245,8 +246,8 @@ class SelpOp(IRDLOperation):
 
     def verify_(self) -> None:
         ty = self.lhs.type
-        expected = VectorType(i1, [_lanes(ty)]) if isinstance(ty, VectorType) else i1
-        _require(self.condition.type == expected, self, f"condition must be {expected}, got {self.condition.type}")
+        expected = VectorType(i1, [lanes(ty)]) if isinstance(ty, VectorType) else i1
+        require(self.condition.type == expected, self, f"condition must be {expected}, got {self.condition.type}")
 
 
 # endregion

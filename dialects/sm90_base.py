@@ -11,29 +11,24 @@ from __future__ import annotations
 from functools import lru_cache
 
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, VectorType, i32
-from xdsl.ir import Attribute, Operation, ParametrizedAttribute, TypeAttribute
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import EqAttrConstraint, IRDLOperation, base, irdl_attr_definition, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
 
-def _require(condition: bool, op: Operation, message: str) -> None:
-    if not condition:
-        raise VerifyException(f"'{op.name}' op {message}")
-
-
 @lru_cache(maxsize=4096)
-def _i64(value: int) -> IntegerAttr:
+def i64_attr(value: int) -> IntegerAttr:
     """The i64 attribute of a property (an offset, a count, a mode number), built and verified once per value:
     attributes are immutable, and a lowering gives the same few numbers to hundreds of ops."""
     return IntegerAttr(value, 64)
 
 
-def _int(attr: IntegerAttr) -> int:
+def int_value(attr: IntegerAttr) -> int:
     return attr.value.data
 
 
-def _lanes(ty: Attribute) -> int:
+def lanes(ty: Attribute) -> int:
     """Registers per thread of a value: N for vector<N x T>, else 1. Fragments are 1-D."""
     if isinstance(ty, VectorType):
         if ty.get_num_dims() != 1:
@@ -42,7 +37,7 @@ def _lanes(ty: Attribute) -> int:
     return 1
 
 
-def _element(ty: Attribute) -> Attribute:
+def element_type(ty: Attribute) -> Attribute:
     return ty.element_type if isinstance(ty, VectorType) else ty
 
 
@@ -60,7 +55,11 @@ class TensorMapType(ParametrizedAttribute, TypeAttribute):
     name = "sm90.tensormap"
 
 
-class _NoOperandSyncOp(IRDLOperation):
+class NoOperandSyncOp(IRDLOperation):
+    """The base of the operand-less synchronisation ops (`sm90.barrier`, the fences, the cluster barrier's arrive
+    and wait): no operand, no result, printed as its name alone, reading and writing memory (so that no pass moves
+    memory accesses across it or removes it)."""
+
     assembly_format = "attr-dict"
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 

@@ -13,8 +13,9 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr, i32
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, int_value, NoOperandSyncOp, i64_attr
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Thread-block clusters [P#cluster], facts in tessera/sm90/cluster.py
 
@@ -56,13 +57,13 @@ class TmaLoadMulticastOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, tensor_map, coords: Sequence, dest, mbarrier, mask: int):
-        super().__init__(operands=[tensor_map, list(coords), dest, mbarrier], properties={"mask": _i64(mask)})
+        super().__init__(operands=[tensor_map, list(coords), dest, mbarrier], properties={"mask": i64_attr(mask)})
 
     def verify_(self) -> None:
-        _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
-        mask = _int(self.mask)
-        _require(0 < mask < 1 << facts.MULTICAST_MASK_BITS, self,
-                 f"the CTA mask must be non-zero and fit {facts.MULTICAST_MASK_BITS} bits, got {mask:#x}")
+        require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
+        mask = int_value(self.mask)
+        require(0 < mask < 1 << facts.MULTICAST_MASK_BITS, self,
+                f"the CTA mask must be non-zero and fit {facts.MULTICAST_MASK_BITS} bits, got {mask:#x}")
 
 
 @irdl_op_definition
@@ -81,7 +82,7 @@ class MBarrierArriveClusterOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ClusterArriveOp(_NoOperandSyncOp):
+class ClusterArriveOp(NoOperandSyncOp):
     """`sm90.cluster_arrive`: this thread arrives at the cluster barrier, releasing its prior memory accesses
     at cluster scope. Prints as `barrier.cluster.arrive.release;`."""
 
@@ -89,7 +90,7 @@ class ClusterArriveOp(_NoOperandSyncOp):
 
 
 @irdl_op_definition
-class ClusterWaitOp(_NoOperandSyncOp):
+class ClusterWaitOp(NoOperandSyncOp):
     """`sm90.cluster_wait`: wait until every non-exited thread of every CTA of the cluster has arrived at the
     cluster barrier's current phase, acquiring their released accesses. Prints as
     `barrier.cluster.wait.acquire;`."""

@@ -25,8 +25,9 @@ from xdsl.dialects.builtin import I32, I64, IntegerAttr
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.sm90_base import _require, _i64
+from tessera.dialects.sm90_base import i64_attr
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 
 @irdl_op_definition
@@ -48,12 +49,12 @@ class CpAsyncOp(IRDLOperation):
 
     def __init__(self, dest, source, src_size):
         super().__init__(operands=[dest, source, src_size],
-                         properties={"bytes": _i64(facts.CP_ASYNC_CG_BYTES)})
+                         properties={"bytes": i64_attr(facts.CP_ASYNC_CG_BYTES)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
-        _require(n == facts.CP_ASYNC_CG_BYTES, self,
-                 f"cp.async.cg copies {facts.CP_ASYNC_CG_BYTES} bytes, got {n}")
+        require(n == facts.CP_ASYNC_CG_BYTES, self,
+                f"cp.async.cg copies {facts.CP_ASYNC_CG_BYTES} bytes, got {n}")
 
 
 @irdl_op_definition
@@ -81,11 +82,11 @@ class CpAsyncWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int):
-        super().__init__(properties={"pending": _i64(pending)})
+        super().__init__(properties={"pending": i64_attr(pending)})
 
     def verify_(self) -> None:
         n = self.pending.value.data
-        _require(n >= 0, self, f"the number of groups left pending must be >= 0, got {n}")
+        require(n >= 0, self, f"the number of groups left pending must be >= 0, got {n}")
 
 
 @irdl_op_definition

@@ -39,8 +39,9 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, _element, _int, _lanes, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, TensorMapType, element_type, int_value, lanes, i64_attr
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Shared memory [P#state-spaces-shared]
 
@@ -67,19 +68,19 @@ class SharedBufferOp(IRDLOperation):
     )
 
     def __init__(self, sym: str, offset: int, size: int, alignment: int, swizzle: int = 0):
-        props = {"sym": StringAttr(sym), "offset": _i64(offset), "size": _i64(size),
-                 "alignment": _i64(alignment), "swizzle": _i64(swizzle)}
+        props = {"sym": StringAttr(sym), "offset": i64_attr(offset), "size": i64_attr(size),
+                 "alignment": i64_attr(alignment), "swizzle": i64_attr(swizzle)}
         super().__init__(properties=props, result_types=[i32])
 
     def verify_(self) -> None:
-        offset, size, align, swizzle = (_int(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
-        _require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
-        _require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
-                 f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
-        _require(align >= facts.swizzle_period_bytes(swizzle), self,
-                 f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
-        _require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")
-        _require(size > 0, self, f"size must be positive, got {size}")
+        offset, size, align, swizzle = (int_value(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
+        require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
+        require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
+                f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
+        require(align >= facts.swizzle_period_bytes(swizzle), self,
+                f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
+        require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")
+        require(size > 0, self, f"size must be positive, got {size}")
 
 
 # endregion
@@ -108,7 +109,7 @@ class TmaLoadOp(IRDLOperation):
         super().__init__(operands=[tensor_map, list(coords), dest, mbarrier])
 
     def verify_(self) -> None:
-        _require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
+        require(1 <= len(self.coords) <= 5, self, f"a tensor copy has 1 to 5 coordinates, got {len(self.coords)}")
 
 
 # endregion
@@ -125,27 +126,33 @@ register (64) that stays live from a load to a store of the same window (the sec
 attention spilled under ptxas 13.3 with them). Invariant: one i32 entry per register."""
 
 
-def _column_bytes(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
+def column_bytes_properties(column_bytes: Sequence[int] | None) -> dict[str, Attribute]:
     """The properties of a global access with these per-register immediates (none when all are 0)."""
     if column_bytes is None or not any(column_bytes):
         return {}
     return {"column_bytes": DenseArrayBase.from_list(i32, list(column_bytes))}
 
 
-def _verify_column_bytes(op: Operation, n: int) -> None:
+def column_bytes_of(op: Operation, n: int) -> list[int]:
+    """The `column_bytes` immediate of each of the `n` registers of an access (0 for each where it has none)."""
+    return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
+
+
+def verify_column_bytes(op: Operation, n: int) -> None:
+    """A global access's optional `column_bytes`: one i32 immediate per register of its `n`."""
     columns = op.column_bytes
     if columns is None:
         return
-    _require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
-             f"column_bytes must be {n} i32 values (one per register), got {columns}")
+    require(columns.elt_type == i32 and len(columns.get_values()) == n, op,
+            f"column_bytes must be {n} i32 values (one per register), got {columns}")
 
 
-def _verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
+def verify_offsets_and_mask(op: IRDLOperation, n: int) -> None:
     """A per-register global access's address and predicate operands: one offset (i64, or i32 sign-extended) and
     one mask bit per register."""
-    _require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
-             f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {op.offsets.type}")
-    _require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
+    require(op.offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
+            f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {op.offsets.type}")
+    require(op.mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {op.mask.type}")
 
 
 class _StGlobalBase(IRDLOperation):
@@ -165,14 +172,14 @@ class _StGlobalBase(IRDLOperation):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        _verify_column_bytes(self, n)
-        _require(_element(self.values.type) in self.STORED_ELEMENTS, self,
-                 f"{self.STORED_WHAT}, got {self.values.type}")
-        _verify_offsets_and_mask(self, n)
+        n = lanes(self.values.type)
+        verify_column_bytes(self, n)
+        require(element_type(self.values.type) in self.STORED_ELEMENTS, self,
+                f"{self.STORED_WHAT}, got {self.values.type}")
+        verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
@@ -203,15 +210,13 @@ class StGlobalB16Op(_StGlobalBase):
     STORED_WHAT: ClassVar[str] = "stores from 32-bit integer registers"
 
 
+class _LdGlobalBase(IRDLOperation):
+    """What sm90.ld_global and sm90.ld_global_u16 share: `%base[%offsets], %mask -> result`, one offset and mask
+    bit per register, the optional column_bytes, and their verifier; a subclass names the op, its builder, the
+    register element types it loads into (`LOADED_ELEMENTS`) and how its verifier says so (`LOADED_WHAT`)."""
 
-@irdl_op_definition
-class LdGlobalOp(IRDLOperation):
-    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
-    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
-    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
-    per register. See `COLUMN_BYTES`."""
-
-    name = "sm90.ld_global"
+    LOADED_ELEMENTS: ClassVar[tuple] = ()
+    LOADED_WHAT: ClassVar[str] = ""
     irdl_options = (ParsePropInAttrDict(),)
     base_ptr = operand_def(I64)
     offsets = operand_def(base(VectorType))
@@ -221,19 +226,31 @@ class LdGlobalOp(IRDLOperation):
     assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
-                         properties=_column_bytes(column_bytes))
-
     def verify_(self) -> None:
-        n = _lanes(self.result.type)
-        _verify_column_bytes(self, n)
-        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
-        _verify_offsets_and_mask(self, n)
+        n = lanes(self.result.type)
+        verify_column_bytes(self, n)
+        require(element_type(self.result.type) in self.LOADED_ELEMENTS, self, f"{self.LOADED_WHAT}, got {self.result.type}")
+        verify_offsets_and_mask(self, n)
 
 
 @irdl_op_definition
-class LdGlobalU16Op(IRDLOperation):
+class LdGlobalOp(_LdGlobalBase):
+    """`%v = sm90.ld_global %base[%offsets], %mask : vector<32xi64>, vector<32xi1> -> vector<32xf32>`: for
+    each register i whose mask bit is set, load 32 bits from global byte address base + offsets[i] +
+    column_bytes[i]; other registers are 0. Prints as one predicated `ld.global.b32` (after a `mov.b32 r, 0`)
+    per register. See `COLUMN_BYTES`."""
+
+    name = "sm90.ld_global"
+    LOADED_ELEMENTS: ClassVar[tuple] = (i32, Float32Type())
+    LOADED_WHAT: ClassVar[str] = "loads 32-bit registers"
+
+    def __init__(self, base_ptr, offsets, mask, result_type, column_bytes: Sequence[int] | None = None):
+        super().__init__(operands=[base_ptr, offsets, mask], result_types=[result_type],
+                         properties=column_bytes_properties(column_bytes))
+
+
+@irdl_op_definition
+class LdGlobalU16Op(_LdGlobalBase):
     """`%v = sm90.ld_global_u16 %base[%offsets], %mask : vector<32xi32>, vector<32xi1> -> vector<32xi32>`: for
     each register i whose mask bit is set, load the 16 bits at global byte address base + offsets[i], zero-
     extended into the 32-bit register; other registers are 0. For 16-bit tensors whose rows need not start on
@@ -245,24 +262,12 @@ class LdGlobalU16Op(IRDLOperation):
     element per register with its column in the address immediate."""
 
     name = "sm90.ld_global_u16"
-    irdl_options = (ParsePropInAttrDict(),)
-    base_ptr = operand_def(I64)
-    offsets = operand_def(base(VectorType))
-    mask = operand_def(base(VectorType))
-    column_bytes = opt_prop_def(DenseArrayBase)
-    result = result_def(base(VectorType))
-    assembly_format = "$base_ptr `[` $offsets `]` `,` $mask attr-dict `:` type($offsets) `,` type($mask) `->` type($result)"
-    traits = traits_def(MemoryReadEffect())
+    LOADED_ELEMENTS: ClassVar[tuple] = (i32,)
+    LOADED_WHAT: ClassVar[str] = "loads into 32-bit integer registers"
 
     def __init__(self, base_ptr, offsets, mask, lanes: int, column_bytes: Sequence[int] | None = None):
         super().__init__(operands=[base_ptr, offsets, mask], result_types=[VectorType(i32, [lanes])],
-                         properties=_column_bytes(column_bytes))
-
-    def verify_(self) -> None:
-        n = _lanes(self.result.type)
-        _verify_column_bytes(self, n)
-        _require(_element(self.result.type) == i32, self, f"loads into 32-bit integer registers, got {self.result.type}")
-        _verify_offsets_and_mask(self, n)
+                         properties=column_bytes_properties(column_bytes))
 
 
 # endregion
@@ -270,7 +275,6 @@ class LdGlobalU16Op(IRDLOperation):
 SHARED_PAIR_BYTES = 8
 """Bytes of `ld.shared.v2.b32`, to which its address must be aligned (PTX ISA, ld: a vector access is aligned to
 the size of the whole vector)."""
-
 
 
 @irdl_op_definition
@@ -289,10 +293,10 @@ class StSharedOp(IRDLOperation):
         super().__init__(operands=[addresses, values])
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        _require(_element(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
-        _require(_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32, self,
-                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+        n = lanes(self.values.type)
+        require(element_type(self.values.type) in (i32, Float32Type()), self, f"stores 32-bit registers, got {self.values.type}")
+        require(lanes(self.addresses.type) == n and element_type(self.addresses.type) == i32, self,
+                f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
 @irdl_op_definition
@@ -313,10 +317,10 @@ class StSharedB16Op(IRDLOperation):
         super().__init__(operands=[addresses, values])
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        _require(_element(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
-        _require(self.addresses.type == VectorType(i32, [n]), self,
-                 f"one i32 shared address per register ({n}), got {self.addresses.type}")
+        n = lanes(self.values.type)
+        require(element_type(self.values.type) == i32, self, f"stores from 32-bit integer registers, got {self.values.type}")
+        require(self.addresses.type == VectorType(i32, [n]), self,
+                f"one i32 shared address per register ({n}), got {self.addresses.type}")
 
 
 @irdl_op_definition
@@ -342,21 +346,21 @@ class LdSharedOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())
 
     def __init__(self, addresses, result_type, column_bytes: Sequence[int] | None = None, aligned: int | None = None):
-        properties = _column_bytes(column_bytes)
+        properties = column_bytes_properties(column_bytes)
         if aligned is not None:
             properties["aligned"] = IntegerAttr(aligned, i64)
         super().__init__(operands=[addresses], result_types=[result_type], properties=properties)
 
     def verify_(self) -> None:
-        n = _lanes(self.result.type)
-        _verify_column_bytes(self, n)
+        n = lanes(self.result.type)
+        verify_column_bytes(self, n)
         if self.aligned is not None:
-            a = _int(self.aligned)
-            _require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
-        _require(_element(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
+            a = int_value(self.aligned)
+            require(a >= 4 and a & (a - 1) == 0, self, f"aligned must be a power of two of at least 4 bytes, got {a}")
+        require(element_type(self.result.type) in (i32, Float32Type()), self, f"loads 32-bit registers, got {self.result.type}")
         scalar = self.column_bytes is not None and self.addresses.type == i32
-        _require(scalar or (_lanes(self.addresses.type) == n and _element(self.addresses.type) == i32), self,
-                 f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
+        require(scalar or (lanes(self.addresses.type) == n and element_type(self.addresses.type) == i32), self,
+                f"one i32 shared address per register ({n}), or one with column_bytes, got {self.addresses.type}")
 
 
 # endregion

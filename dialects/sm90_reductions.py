@@ -39,7 +39,6 @@ from xdsl.dialects.builtin import (
     VectorType,
     i1,
     i32,
-    i64,
 )
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
@@ -55,22 +54,21 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.sm90_base import _lanes, _require, _i64
-from tessera.dialects.sm90_memory import _column_bytes, _verify_column_bytes
+from tessera.dialects.sm90_base import lanes, i64_attr
+from tessera.dialects.sm90_memory import column_bytes_properties, verify_column_bytes, verify_offsets_and_mask
 from tessera.sm90 import matrix as matrix_facts
+from tessera.ir.diagnostics import require
 
 # region Atomic adds into global memory [P#parallel-synchronization-and-communication-instructions-red, -atom]
 
 
-def _verify_global_vectors(op, offsets, mask, values_or_result) -> int:
-    n = _lanes(values_or_result.type)
-    _verify_column_bytes(op, n)
-    _require(values_or_result.type == VectorType(Float32Type(), [n]), op,
-             f"adds f32 registers, got {values_or_result.type}")
-    _require(offsets.type in (VectorType(i64, [n]), VectorType(i32, [n])), op,
-             f"offsets must be vector<{n}xi64> or vector<{n}xi32> (sign-extended), got {offsets.type}")
-    _require(mask.type == VectorType(i1, [n]), op, f"mask must be vector<{n}xi1>, got {mask.type}")
-    return n
+def _verify_global_adds(op: IRDLOperation) -> None:
+    """An atomic add's operands: f32 values, and as for every per-register global access, one offset, mask bit
+    and column immediate per register."""
+    n = lanes(op.values.type)
+    verify_column_bytes(op, n)
+    require(op.values.type == VectorType(Float32Type(), [n]), op, f"adds f32 registers, got {op.values.type}")
+    verify_offsets_and_mask(op, n)
 
 
 @irdl_op_definition
@@ -95,10 +93,10 @@ class RedGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes))
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes))
 
     def verify_(self) -> None:
-        _verify_global_vectors(self, self.offsets, self.mask, self.values)
+        _verify_global_adds(self)
 
 
 @irdl_op_definition
@@ -122,13 +120,13 @@ class AtomGlobalAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, base_ptr, offsets, values, mask, column_bytes: Sequence[int] | None = None):
-        super().__init__(operands=[base_ptr, offsets, values, mask], properties=_column_bytes(column_bytes),
+        super().__init__(operands=[base_ptr, offsets, values, mask], properties=column_bytes_properties(column_bytes),
                          result_types=[SSAValue.get(values).type])
 
     def verify_(self) -> None:
-        _verify_global_vectors(self, self.offsets, self.mask, self.values)
-        _require(self.result.type == self.values.type, self,
-                 f"result must be {self.values.type} (the old values), got {self.result.type}")
+        _verify_global_adds(self)
+        require(self.result.type == self.values.type, self,
+                f"result must be {self.values.type} (the old values), got {self.result.type}")
 
 
 # endregion
@@ -159,11 +157,11 @@ class BulkReduceAddOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, dest, source, nbytes: int):
-        super().__init__(operands=[dest, source], properties={"bytes": _i64(nbytes)})
+        super().__init__(operands=[dest, source], properties={"bytes": i64_attr(nbytes)})
 
     def verify_(self) -> None:
         n = self.bytes.value.data
-        _require(n > 0 and n % BULK_ALIGNMENT == 0, self, f"bytes must be a positive multiple of {BULK_ALIGNMENT}, got {n}")
+        require(n > 0 and n % BULK_ALIGNMENT == 0, self, f"bytes must be a positive multiple of {BULK_ALIGNMENT}, got {n}")
 
 
 @irdl_op_definition
@@ -197,14 +195,14 @@ class BulkWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int, read: bool = True):
-        props = {"pending": _i64(pending)}
+        props = {"pending": i64_attr(pending)}
         if read:
             props["read"] = UnitAttr()
         super().__init__(properties=props)
 
     def verify_(self) -> None:
         n = self.pending.value.data
-        _require(0 <= n <= BULK_WAIT_GROUP_MAX, self, f"pending group count must be in [0, {BULK_WAIT_GROUP_MAX}], got {n}")
+        require(0 <= n <= BULK_WAIT_GROUP_MAX, self, f"pending group count must be in [0, {BULK_WAIT_GROUP_MAX}], got {n}")
 
 
 # endregion
@@ -233,10 +231,10 @@ class StMatrixOp(IRDLOperation):
         super().__init__(operands=[address, values], properties={"trans": UnitAttr()} if trans else {})
 
     def verify_(self) -> None:
-        n = _lanes(self.values.type)
-        _require(n in matrix_facts.STMATRIX_COUNTS and self.values.type == VectorType(i32, [n]), self,
-                 f"values must be vector<Nxi32> with N in {matrix_facts.STMATRIX_COUNTS} (one register per matrix), "
-                 f"got {self.values.type}")
+        n = lanes(self.values.type)
+        require(n in matrix_facts.STMATRIX_COUNTS and self.values.type == VectorType(i32, [n]), self,
+                f"values must be vector<Nxi32> with N in {matrix_facts.STMATRIX_COUNTS} (one register per matrix), "
+                f"got {self.values.type}")
 
 
 # endregion
@@ -259,16 +257,16 @@ class CvtUnpackOp(IRDLOperation):
     assembly_format = "$source `type` $type attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, half_type: str):
-        n = _lanes(SSAValue.get(source).type)
+        n = lanes(SSAValue.get(source).type)
         super().__init__(operands=[source], properties={"type": StringAttr(half_type)},
                          result_types=[VectorType(Float32Type(), [2 * n])])
 
     def verify_(self) -> None:
-        n = _lanes(self.source.type)
-        _require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
-        _require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
-        _require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
-                 f"result must be vector<{2 * n}xf32>, got {self.result.type}")
+        n = lanes(self.source.type)
+        require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        require(self.source.type == VectorType(i32, [n]), self, f"source must be i32 registers, got {self.source.type}")
+        require(self.result.type == VectorType(Float32Type(), [2 * n]), self,
+                f"result must be vector<{2 * n}xf32>, got {self.result.type}")
 
 
 # endregion

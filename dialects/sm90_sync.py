@@ -25,8 +25,9 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import I32_OR_INDEX, _element, _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import I32_OR_INDEX, element_type, int_value, NoOperandSyncOp, i64_attr
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region mbarrier [P#parallel-synchronization-and-communication-instructions-mbarrier]
 
@@ -43,12 +44,12 @@ class MBarrierInitOp(IRDLOperation):
     traits = traits_def(MemoryWriteEffect())
 
     def __init__(self, mbarrier, count: int):
-        super().__init__(operands=[mbarrier], properties={"count": _i64(count)})
+        super().__init__(operands=[mbarrier], properties={"count": i64_attr(count)})
 
     def verify_(self) -> None:
-        count = _int(self.count)
-        _require(1 <= count <= facts.MBARRIER_MAX_COUNT, self,
-                 f"expected arrival count must be in [1, {facts.MBARRIER_MAX_COUNT}], got {count}")
+        count = int_value(self.count)
+        require(1 <= count <= facts.MBARRIER_MAX_COUNT, self,
+                f"expected arrival count must be in [1, {facts.MBARRIER_MAX_COUNT}], got {count}")
 
 
 @irdl_op_definition
@@ -63,11 +64,11 @@ class MBarrierArriveExpectTxOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, mbarrier, nbytes: int):
-        super().__init__(operands=[mbarrier], properties={"bytes": _i64(nbytes)})
+        super().__init__(operands=[mbarrier], properties={"bytes": i64_attr(nbytes)})
 
     def verify_(self) -> None:
-        n = _int(self.bytes)
-        _require(0 < n <= facts.MBARRIER_TX_LIMIT, self, f"transaction bytes must be in [1, {facts.MBARRIER_TX_LIMIT}], got {n}")
+        n = int_value(self.bytes)
+        require(0 < n <= facts.MBARRIER_TX_LIMIT, self, f"transaction bytes must be in [1, {facts.MBARRIER_TX_LIMIT}], got {n}")
 
 
 @irdl_op_definition
@@ -117,7 +118,7 @@ class MBarrierInvalOp(IRDLOperation):
 
 
 @irdl_op_definition
-class FenceMBarrierInitOp(_NoOperandSyncOp):
+class FenceMBarrierInitOp(NoOperandSyncOp):
     """`sm90.fence_mbarrier_init`: order this thread's mbarrier inits before later uses by other threads and
     the async proxy. Prints as `fence.mbarrier_init.release.cluster;`."""
 
@@ -125,7 +126,7 @@ class FenceMBarrierInitOp(_NoOperandSyncOp):
 
 
 @irdl_op_definition
-class FenceProxyAsyncOp(_NoOperandSyncOp):
+class FenceProxyAsyncOp(NoOperandSyncOp):
     """`sm90.fence_proxy_async`: make this thread's generic-proxy shared-memory writes visible to the async
     proxy (wgmma operands, TMA stores). Prints as `fence.proxy.async.shared::cta;`."""
 
@@ -154,15 +155,15 @@ class ShflSyncOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())  # not Pure: it synchronises the warp
 
     def __init__(self, mode: str, source, offset: int, clamp: int = 0x1F):
-        props = {"mode": StringAttr(mode), "offset": _i64(offset), "clamp": _i64(clamp)}
+        props = {"mode": StringAttr(mode), "offset": i64_attr(offset), "clamp": i64_attr(clamp)}
         super().__init__(operands=[source], properties=props, result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        _require(self.mode.data in self.MODES, self, f"mode must be one of {', '.join(self.MODES)}, got '{self.mode.data}'")
-        _require(0 <= _int(self.offset) < facts.WARP_SIZE, self, f"lane offset must be in [0, 32), got {_int(self.offset)}")
-        _require(0 <= _int(self.clamp) < 1 << 13, self, f"clamp/segment mask must fit 13 bits, got {_int(self.clamp)}")
-        elt = _element(self.source.type)
-        _require(isinstance(elt, Float32Type) or elt == i32, self, f"shuffles move 32-bit registers, got {elt}")
+        require(self.mode.data in self.MODES, self, f"mode must be one of {', '.join(self.MODES)}, got '{self.mode.data}'")
+        require(0 <= int_value(self.offset) < facts.WARP_SIZE, self, f"lane offset must be in [0, 32), got {int_value(self.offset)}")
+        require(0 <= int_value(self.clamp) < 1 << 13, self, f"clamp/segment mask must fit 13 bits, got {int_value(self.clamp)}")
+        elt = element_type(self.source.type)
+        require(isinstance(elt, Float32Type) or elt == i32, self, f"shuffles move 32-bit registers, got {elt}")
 
 
 class _NamedBarrierOp(IRDLOperation):
@@ -172,13 +173,13 @@ class _NamedBarrierOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, barrier: int, threads: int):
-        super().__init__(properties={"barrier": _i64(barrier), "threads": _i64(threads)})
+        super().__init__(properties={"barrier": i64_attr(barrier), "threads": i64_attr(threads)})
 
     def verify_(self) -> None:
-        barrier, threads = _int(self.barrier), _int(self.threads)
-        _require(0 <= barrier < facts.NAMED_BARRIERS, self, f"barrier id must be in [0, {facts.NAMED_BARRIERS}), got {barrier}")
-        _require(threads > 0 and threads % facts.WARP_SIZE == 0, self,
-                 f"thread count must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
+        barrier, threads = int_value(self.barrier), int_value(self.threads)
+        require(0 <= barrier < facts.NAMED_BARRIERS, self, f"barrier id must be in [0, {facts.NAMED_BARRIERS}), got {barrier}")
+        require(threads > 0 and threads % facts.WARP_SIZE == 0, self,
+                f"thread count must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
 
 
 @irdl_op_definition
@@ -222,12 +223,12 @@ class SetMaxNRegOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, action: str, count: int):
-        super().__init__(properties={"action": StringAttr(action), "count": _i64(count)})
+        super().__init__(properties={"action": StringAttr(action), "count": i64_attr(count)})
 
     def verify_(self) -> None:
-        _require(self.action.data in ("inc", "dec"), self, f"action must be inc or dec, got '{self.action.data}'")
+        require(self.action.data in ("inc", "dec"), self, f"action must be inc or dec, got '{self.action.data}'")
         try:
-            facts.check_setmaxnreg(self.action.data, _int(self.count))
+            facts.check_setmaxnreg(self.action.data, int_value(self.count))
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
 

@@ -27,14 +27,15 @@ from xdsl.irdl import (
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_base import _int, _NoOperandSyncOp, _require, _i64
+from tessera.dialects.sm90_base import int_value, NoOperandSyncOp, i64_attr
 from tessera.sm90 import facts
+from tessera.ir.diagnostics import require
 
 # region Warpgroup matrix multiply [P#asynchronous-warpgroup-level-matrix-instructions]
 
 
 @irdl_op_definition
-class WgmmaFenceOp(_NoOperandSyncOp):
+class WgmmaFenceOp(NoOperandSyncOp):
     """`sm90.wgmma_fence`: order register accesses before the next wgmma.mma_async that reads them as
     accumulator or A. Prints as `wgmma.fence.sync.aligned;`."""
 
@@ -42,7 +43,7 @@ class WgmmaFenceOp(_NoOperandSyncOp):
 
 
 @irdl_op_definition
-class WgmmaCommitGroupOp(_NoOperandSyncOp):
+class WgmmaCommitGroupOp(NoOperandSyncOp):
     """`sm90.wgmma_commit_group`: close the group of this warpgroup's uncommitted wgmma.mma_async.
     Prints as `wgmma.commit_group.sync.aligned;`."""
 
@@ -60,10 +61,10 @@ class WgmmaWaitGroupOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
 
     def __init__(self, pending: int):
-        super().__init__(properties={"pending": _i64(pending)})
+        super().__init__(properties={"pending": i64_attr(pending)})
 
     def verify_(self) -> None:
-        _require(0 <= _int(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {_int(self.pending)}")
+        require(0 <= int_value(self.pending) <= 7, self, f"pending group count must be in [0, 7], got {int_value(self.pending)}")
 
 
 @irdl_op_definition
@@ -82,12 +83,12 @@ class MakeDescriptorOp(IRDLOperation):
     assembly_format = "$address `lbo` $lbo `sbo` $sbo `swizzle` $swizzle attr-dict `:` type($result)"
 
     def __init__(self, address, lbo: int, sbo: int, swizzle: int):
-        props = {"lbo": _i64(lbo), "sbo": _i64(sbo), "swizzle": _i64(swizzle)}
+        props = {"lbo": i64_attr(lbo), "sbo": i64_attr(sbo), "swizzle": i64_attr(swizzle)}
         super().__init__(operands=[address], properties=props, result_types=[i64])
 
     def verify_(self) -> None:
         try:
-            facts.encode_descriptor(0, _int(self.lbo), _int(self.sbo), _int(self.swizzle))
+            facts.encode_descriptor(0, int_value(self.lbo), int_value(self.sbo), int_value(self.swizzle))
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
 
@@ -107,11 +108,11 @@ class DescriptorAdvanceOp(IRDLOperation):
     assembly_format = "$descriptor `,` $bytes attr-dict `:` type($result)"
 
     def __init__(self, descriptor, nbytes: int):
-        super().__init__(operands=[descriptor], properties={"bytes": _i64(nbytes)}, result_types=[i64])
+        super().__init__(operands=[descriptor], properties={"bytes": i64_attr(nbytes)}, result_types=[i64])
 
     def verify_(self) -> None:
         try:
-            facts.descriptor_start_delta(_int(self.bytes))
+            facts.descriptor_start_delta(int_value(self.bytes))
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
 
@@ -187,8 +188,8 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect())
 
     def __init__(self, acc, a, b, n: int, ab_type: str, trans_a: int = 0, trans_b: int = 0, scale_d=None):
-        props = {"n": _i64(n), "type": StringAttr(ab_type), "trans_a": _i64(trans_a),
-                 "trans_b": _i64(trans_b)}
+        props = {"n": i64_attr(n), "type": StringAttr(ab_type), "trans_a": i64_attr(trans_a),
+                 "trans_b": i64_attr(trans_b)}
         super().__init__(operands=[acc, a, b, [scale_d] if scale_d is not None else []], properties=props,
                          result_types=[SSAValue.get(acc).type])
 
@@ -206,26 +207,26 @@ class WgmmaMmaAsyncOp(IRDLOperation):
         return bool(scale.owner.value.value.data)
 
     def verify_(self) -> None:
-        n, ab = _int(self.n), self.ab_type.data
-        _require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
+        n, ab = int_value(self.n), self.ab_type.data
+        require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
         try:
             facts.wgmma_shape(n, ab, "f32")
             for operand, flag in (("A", self.trans_a), ("B", self.trans_b)):
-                facts.wgmma_transpose_immediate("MN" if _int(flag) == 1 else "K", ab, operand)
+                facts.wgmma_transpose_immediate("MN" if int_value(flag) == 1 else "K", ab, operand)
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
         regs = facts.accumulator_registers(n, "f32")
         acc = self.acc.type
-        _require(isinstance(acc.element_type, Float32Type) and acc.get_shape() == (regs,), self,
-                 f"accumulator must be vector<{regs}xf32> for n = {n}, got {acc}")
+        require(isinstance(acc.element_type, Float32Type) and acc.get_shape() == (regs,), self,
+                f"accumulator must be vector<{regs}xf32> for n = {n}, got {acc}")
         for flag in ("trans_a", "trans_b"):
-            _require(_int(getattr(self, flag)) in (0, 1), self, f"{flag} must be 0 or 1")
+            require(int_value(getattr(self, flag)) in (0, 1), self, f"{flag} must be 0 or 1")
         if self.a_in_registers:
-            _require(self.a.type == VectorType(i32, [facts.A_FRAGMENT_REGISTERS]), self,
-                     f"a register A operand must be vector<{facts.A_FRAGMENT_REGISTERS}xi32>, got {self.a.type}")
-            _require(_int(self.trans_a) == 0, self, "trans_a applies only to an A descriptor")
+            require(self.a.type == VectorType(i32, [facts.A_FRAGMENT_REGISTERS]), self,
+                    f"a register A operand must be vector<{facts.A_FRAGMENT_REGISTERS}xi32>, got {self.a.type}")
+            require(int_value(self.trans_a) == 0, self, "trans_a applies only to an A descriptor")
         else:
-            _require(self.a.type == i64, self, f"a descriptor A operand must be i64, got {self.a.type}")
+            require(self.a.type == i64, self, f"a descriptor A operand must be i64, got {self.a.type}")
 
 
 # endregion

@@ -50,7 +50,8 @@ from xdsl.irdl import (
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import IsTerminator
-from xdsl.utils.exceptions import VerifyException
+
+from tessera.ir.diagnostics import require
 
 # region Attributes
 
@@ -165,11 +166,6 @@ def _tensor(value) -> TensorType:
     return value.type
 
 
-def _require(condition: bool, op: IRDLOperation, message: str) -> None:
-    if not condition:
-        raise VerifyException(f"'{op.name}' op {message}")
-
-
 def _i64s(attr: DenseArrayBase | None) -> list[int]:
     return [] if attr is None else [int(x) for x in attr.get_values()]
 
@@ -180,7 +176,7 @@ class _Elementwise(IRDLOperation):
     def verify_(self) -> None:
         shapes = {tuple(_tensor(v).get_shape()) for v in (*self.operands, *self.results)
                   if isinstance(v.type, TensorType)}
-        _require(len(shapes) <= 1, self, f"operands and result must have one shape, got {sorted(shapes)}")
+        require(len(shapes) <= 1, self, f"operands and result must have one shape, got {sorted(shapes)}")
 
 
 def _unary(op_name: str, doc: str) -> type[IRDLOperation]:
@@ -227,8 +223,8 @@ class ConvertOp(IRDLOperation):
     result = result_def(TensorType)
 
     def verify_(self) -> None:
-        _require(_tensor(self.operand).get_shape() == _tensor(self.result).get_shape(), self,
-                 "operand and result must have one shape")
+        require(_tensor(self.operand).get_shape() == _tensor(self.result).get_shape(), self,
+                "operand and result must have one shape")
 
 
 @irdl_op_definition
@@ -243,9 +239,9 @@ class SelectOp(IRDLOperation):
 
     def verify_(self) -> None:
         shape = _tensor(self.result).get_shape()
-        _require(_tensor(self.on_true).get_shape() == shape == _tensor(self.on_false).get_shape(), self,
-                 "on_true, on_false and the result must have one shape")
-        _require(_tensor(self.pred).get_shape() in (shape, ()), self, "pred must be a scalar or of the result's shape")
+        require(_tensor(self.on_true).get_shape() == shape == _tensor(self.on_false).get_shape(), self,
+                "on_true, on_false and the result must have one shape")
+        require(_tensor(self.pred).get_shape() in (shape, ()), self, "pred must be a scalar or of the result's shape")
 
 
 @irdl_op_definition
@@ -269,7 +265,7 @@ class ConstantOp(IRDLOperation):
     output = result_def(TensorType)
 
     def verify_(self) -> None:
-        _require(self.value.type == self.output.type, self, f"value's type {self.value.type} is not the "
+        require(self.value.type == self.output.type, self, f"value's type {self.value.type} is not the "
                                                             f"result's {self.output.type}")
 
 
@@ -283,7 +279,7 @@ class IotaOp(IRDLOperation):
 
     def verify_(self) -> None:
         rank = len(_tensor(self.output).get_shape())
-        _require(0 <= self.iota_dimension.value.data < rank, self, f"iota_dimension must be below the rank {rank}")
+        require(0 <= self.iota_dimension.value.data < rank, self, f"iota_dimension must be below the rank {rank}")
 
 
 @irdl_op_definition
@@ -299,11 +295,11 @@ class BroadcastInDimOp(IRDLOperation):
     def verify_(self) -> None:
         dims = _i64s(self.broadcast_dimensions)
         source, shape = _tensor(self.operand).get_shape(), _tensor(self.result).get_shape()
-        _require(len(dims) == len(source), self, "broadcast_dimensions must name one result dimension per "
+        require(len(dims) == len(source), self, "broadcast_dimensions must name one result dimension per "
                                                   "operand dimension")
         for i, d in enumerate(dims):
-            _require(0 <= d < len(shape) and source[i] in (1, shape[d]), self,
-                     f"operand dimension {i} (size {source[i]}) cannot broadcast to result dimension {d}")
+            require(0 <= d < len(shape) and source[i] in (1, shape[d]), self,
+                    f"operand dimension {i} (size {source[i]}) cannot broadcast to result dimension {d}")
 
 
 @irdl_op_definition
@@ -327,9 +323,9 @@ class TransposeOp(IRDLOperation):
     def verify_(self) -> None:
         perm = _i64s(self.permutation)
         source = _tensor(self.operand).get_shape()
-        _require(sorted(perm) == list(range(len(source))), self, f"permutation {perm} is not one of rank {len(source)}")
-        _require(tuple(source[p] for p in perm) == tuple(_tensor(self.result).get_shape()), self,
-                 "result shape is not the permuted operand shape")
+        require(sorted(perm) == list(range(len(source))), self, f"permutation {perm} is not one of rank {len(source)}")
+        require(tuple(source[p] for p in perm) == tuple(_tensor(self.result).get_shape()), self,
+                "result shape is not the permuted operand shape")
 
 
 @irdl_op_definition
@@ -346,10 +342,10 @@ class SliceOp(IRDLOperation):
     def verify_(self) -> None:
         start, limit, strides = (_i64s(a) for a in (self.start_indices, self.limit_indices, self.strides))
         source = _tensor(self.operand).get_shape()
-        _require(len(start) == len(limit) == len(strides) == len(source), self,
-                 "start_indices, limit_indices and strides must have one entry per dimension")
+        require(len(start) == len(limit) == len(strides) == len(source), self,
+                "start_indices, limit_indices and strides must have one entry per dimension")
         for i, (a, b, c) in enumerate(zip(start, limit, strides)):
-            _require(0 <= a <= b <= source[i] and c > 0, self, f"dimension {i}: need 0 <= start <= limit <= "
+            require(0 <= a <= b <= source[i] and c > 0, self, f"dimension {i}: need 0 <= start <= limit <= "
                                                               f"{source[i]} and a positive stride")
 
 
@@ -373,17 +369,17 @@ class DotGeneralOp(IRDLOperation):
         lb, rb = d.dims("lhs_batching_dimensions"), d.dims("rhs_batching_dimensions")
         lc, rc = d.dims("lhs_contracting_dimensions"), d.dims("rhs_contracting_dimensions")
         for side, shape, dims in (("lhs", lhs, lb + lc), ("rhs", rhs, rb + rc)):
-            _require(len(set(dims)) == len(dims) and all(0 <= x < len(shape) for x in dims), self,
-                     f"{side} batching and contracting dimensions must be distinct dimensions of {side}")
-        _require(len(lb) == len(rb) and len(lc) == len(rc), self, "lhs and rhs must name as many batching and "
+            require(len(set(dims)) == len(dims) and all(0 <= x < len(shape) for x in dims), self,
+                    f"{side} batching and contracting dimensions must be distinct dimensions of {side}")
+        require(len(lb) == len(rb) and len(lc) == len(rc), self, "lhs and rhs must name as many batching and "
                                                                   "contracting dimensions")
-        _require(all(lhs[a] == rhs[b] for a, b in zip(lb + lc, rb + rc)), self,
-                 "paired batching and contracting dimensions must have the same size")
+        require(all(lhs[a] == rhs[b] for a, b in zip(lb + lc, rb + rc)), self,
+                "paired batching and contracting dimensions must have the same size")
         free_l = [lhs[i] for i in range(len(lhs)) if i not in lb + lc]
         free_r = [rhs[i] for i in range(len(rhs)) if i not in rb + rc]
         expected = tuple([lhs[i] for i in lb] + free_l + free_r)
-        _require(tuple(_tensor(self.result).get_shape()) == expected, self,
-                 f"result shape must be {list(expected)} (batch, lhs free, rhs free)")
+        require(tuple(_tensor(self.result).get_shape()) == expected, self,
+                f"result shape must be {list(expected)} (batch, lhs free, rhs free)")
 
 
 @irdl_op_definition

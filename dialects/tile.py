@@ -41,7 +41,7 @@ from tessera.dialects.tile_backward import (
     SemWaitOp,
     StoreSharedOp,
 )
-from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_compute import (
     CastOp,
     DivRowsOp,
@@ -111,6 +111,7 @@ from tessera.dialects.tile_memory import (
     ViewOp,
 )
 from tessera.dialects.tile_types import DimExprAttr, DimsAttr, MemSpace, MemSpaceAttr, TileType
+from tessera.ir.diagnostics import require
 
 # region Identity and sizes
 
@@ -131,7 +132,7 @@ class ProgramIdOp(IRDLOperation):
         super().__init__(properties={"axis": StringAttr(axis)}, result_types=[IndexType()])
 
     def verify_(self) -> None:
-        _require(self.axis.data in self.AXES, self, f"axis must be x, y or z, got '{self.axis.data}'")
+        require(self.axis.data in self.AXES, self, f"axis must be x, y or z, got '{self.axis.data}'")
 
     @property
     def axis_index(self) -> int:
@@ -170,10 +171,10 @@ class DimOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        ty = _tile(self.source)
-        _require_space(self, "source", ty, MemSpace.GLOBAL)
+        ty = tile_type(self.source)
+        require_space(self, "source", ty, MemSpace.GLOBAL)
         i = self.index.value.data
-        _require(0 <= i < ty.rank, self, f"dimension {i} is out of range for a rank-{ty.rank} tile")
+        require(0 <= i < ty.rank, self, f"dimension {i} is out of range for a rank-{ty.rank} tile")
 
 
 # endregion

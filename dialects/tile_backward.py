@@ -14,20 +14,23 @@ they share with them come from `tile_base.py`. The backward's row-broadcast ops 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.ir.diagnostics import require
 
 
 # region Stores into shared memory and reducing stores into global memory
 
 
 @irdl_op_definition
-class StoreSharedOp(IRDLOperation):
+class StoreSharedOp(RegisterStoreOp):
     """`tile.store_shared %value, %dest : register_type, shared_type`: write a register tile into a shared tile.
 
     Each thread writes the elements it holds; the whole tile is visible to every thread of the block only after
@@ -38,22 +41,8 @@ class StoreSharedOp(IRDLOperation):
     element types must match (round with `tile.cast` first)."""
 
     name = "tile.store_shared"
-    value = operand_def(TILE)
-    dest = operand_def(TILE)
-    traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
-
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[value, dest])
-
-    def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
-        _require(val.get_shape() == dst.get_shape(), self,
-                 f"value shape {list(val.get_shape())} and destination shape {list(dst.get_shape())} must match")
-        _require(val.element_type == dst.element_type, self,
-                 f"value element type {val.element_type} must match the destination's {dst.element_type} (insert a tile.cast)")
+    DEST_SPACE: ClassVar[MemSpace] = MemSpace.SHARED
+    DEST_NAME: ClassVar[str] = "destination"
 
 
 @irdl_op_definition
@@ -82,18 +71,18 @@ class AtomicAddOp(IRDLOperation):
         super().__init__(operands=[value, dest], properties={"transpose": UnitAttr()} if transpose else {})
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
+        val, dst = tile_type(self.value), tile_type(self.dest)
+        require_space(self, "value", val, MemSpace.REGISTER, MemSpace.SHARED)
+        require_space(self, "destination", dst, MemSpace.GLOBAL)
         if self.transpose:
-            _require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
-                     f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
-                     f"window {list(dst.get_shape())}")
-            _require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
-        _require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
-                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
+            require(val.rank == 2 and dst.rank == 2 and val.get_shape() == dst.get_shape()[::-1], self,
+                    f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
+                    f"window {list(dst.get_shape())}")
+            require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
+        require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
+                f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
-            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
 
 
 # endregion
@@ -101,10 +90,10 @@ class AtomicAddOp(IRDLOperation):
 
 
 def _require_semaphore(op: Operation, ty: TileType) -> None:
-    _require_space(op, "semaphore", ty, MemSpace.GLOBAL)
-    _require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
-             f"semaphore must be an i32 window, got {ty.element_type}")
-    _require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
+    require_space(op, "semaphore", ty, MemSpace.GLOBAL)
+    require(isinstance(ty.element_type, IntegerType) and ty.element_type.width.data == 32, op,
+            f"semaphore must be an i32 window, got {ty.element_type}")
+    require(ty.get_shape() == (1,), op, f"semaphore must be a window of one element ([1]), got {list(ty.get_shape())}")
 
 
 @irdl_op_definition
@@ -129,7 +118,7 @@ class SemWaitOp(IRDLOperation):
         super().__init__(operands=[sem, expected])
 
     def verify_(self) -> None:
-        _require_semaphore(self, _tile(self.sem))
+        _require_semaphore(self, tile_type(self.sem))
 
 
 @irdl_op_definition
@@ -148,7 +137,7 @@ class SemSignalOp(IRDLOperation):
         super().__init__(operands=[sem])
 
     def verify_(self) -> None:
-        _require_semaphore(self, _tile(self.sem))
+        _require_semaphore(self, tile_type(self.sem))
 
 
 # endregion

@@ -32,15 +32,15 @@ from xdsl.traits import Pure
 from tessera.dialects.tile_base import (
     TILE,
     F32_OVERFLOW,
-    _as_f32,
-    _require,
-    _require_register_float,
-    _require_row_vector,
-    _require_space,
-    _tile,
+    as_f32,
+    require_register_float,
+    require_row_vector,
+    require_space,
+    tile_type,
 )
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8, is_half
 from tessera.ir.hex_floats import parse_optional_hex_float
+from tessera.ir.diagnostics import require
 
 # region Tensor-core matrix multiply
 
@@ -78,26 +78,26 @@ class MmaOp(IRDLOperation):
         super().__init__(operands=[a, b, acc], result_types=[SSAValue.get(acc).type], properties=flags)
 
     def verify_(self) -> None:
-        a, b, acc = _tile(self.a), _tile(self.b), _tile(self.acc)
+        a, b, acc = tile_type(self.a), tile_type(self.b), tile_type(self.acc)
         for what, ty in (("A", a), ("B", b)):
-            _require_space(self, f"operand {what}", ty, MemSpace.SHARED, MemSpace.REGISTER)
-            _require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
-            _require(is_half(ty.element_type) or is_fp8(ty.element_type), self,
-                     f"operand {what} must be bf16, f16, f8E4M3FN or f8E5M2, got {ty.element_type}")
+            require_space(self, f"operand {what}", ty, MemSpace.SHARED, MemSpace.REGISTER)
+            require(ty.rank == 2, self, f"operand {what} must have rank 2, got rank {ty.rank}")
+            require(is_half(ty.element_type) or is_fp8(ty.element_type), self,
+                    f"operand {what} must be bf16, f16, f8E4M3FN or f8E5M2, got {ty.element_type}")
         same = a.element_type == b.element_type or (is_fp8(a.element_type) and is_fp8(b.element_type))
-        _require(same, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type "
+        require(same, self, f"A ({a.element_type}) and B ({b.element_type}) must have the same element type "
                              "(or both be 8-bit floats)")
-        _require_space(self, "accumulator", acc, MemSpace.REGISTER)
-        _require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
-        _require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
+        require_space(self, "accumulator", acc, MemSpace.REGISTER)
+        require(isinstance(acc.element_type, Float32Type), self, f"accumulator must be f32, got {acc.element_type}")
+        require(acc.rank == 2, self, f"accumulator must have rank 2, got rank {acc.rank}")
         m, k = reversed(a.get_shape()) if self.transpose_a else a.get_shape()
         n, kb = b.get_shape() if self.transpose_b else reversed(b.get_shape())
         a_text = "[K, M]" if self.transpose_a else "[M, K]"
         b_text = "[N, K]" if self.transpose_b else "[K, N]"
-        _require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
-                 "a transposed operand A must be in shared memory (registers hold A as [M, K])")
-        _require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
-        _require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
+        require(not (self.transpose_a and a.memory_space == MemSpace.REGISTER), self,
+                "a transposed operand A must be in shared memory (registers hold A as [M, K])")
+        require(k == kb, self, f"contraction sizes differ: A is {a_text} = {list(a.get_shape())}, B is {b_text} = {list(b.get_shape())}")
+        require(acc.get_shape() == (m, n), self, f"accumulator must be [M, N] = {[m, n]}, got {list(acc.get_shape())}")
 
 
 # endregion
@@ -113,14 +113,14 @@ class _RowReductionOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation):
-        ty = _tile(source)
+        ty = tile_type(source)
         super().__init__(operands=[source], result_types=[ty.with_(shape=ty.get_shape()[:1])])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_register_float(self, "source", src, rank=2)
-        _require_row_vector(self, "result", res, src)
-        _require(res.element_type == src.element_type, self, "result element type must match the source's")
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_register_float(self, "source", src, rank=2)
+        require_row_vector(self, "result", res, src)
+        require(res.element_type == src.element_type, self, "result element type must match the source's")
 
 
 @irdl_op_definition
@@ -145,7 +145,7 @@ class _ElementwiseOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
-        _require_register_float(self, "result", _tile(self.result))
+        require_register_float(self, "result", tile_type(self.result))
 
 
 class _BinaryOp(_ElementwiseOp):
@@ -202,7 +202,7 @@ class ScaleOp(_ElementwiseOp):
     def __init__(self, source: SSAValue | Operation, factor: float):
         super().__init__(
             operands=[source],
-            properties={"factor": FloatAttr(_as_f32(factor), Float32Type())},
+            properties={"factor": FloatAttr(as_f32(factor), Float32Type())},
             result_types=[SSAValue.get(source).type],
         )
 
@@ -228,18 +228,18 @@ class SaturatingScaleOp(_ElementwiseOp):
     def __init__(self, source: SSAValue | Operation, factor: float, bound: float):
         super().__init__(
             operands=[source],
-            properties={"factor": FloatAttr(_as_f32(factor), Float32Type()),
-                        "bound": FloatAttr(_as_f32(bound), Float32Type())},
+            properties={"factor": FloatAttr(as_f32(factor), Float32Type()),
+                        "bound": FloatAttr(as_f32(bound), Float32Type())},
             result_types=[SSAValue.get(source).type],
         )
 
     def verify_(self) -> None:
         super().verify_()
-        ty = _tile(self.result)
-        _require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
+        ty = tile_type(self.result)
+        require(isinstance(ty.element_type, Float32Type), self, f"saturates f32 values, got {ty.element_type}")
         for what in ("factor", "bound"):
             value = getattr(self, what).value.data
-            _require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
+            require(0 < value < float("inf"), self, f"{what} must be a positive finite f32, got {value}")
 
 
 @irdl_op_definition
@@ -259,8 +259,8 @@ class LogOp(_ElementwiseOp):
 
     def verify_(self) -> None:
         super().verify_()
-        ty = _tile(self.result)
-        _require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
+        ty = tile_type(self.result)
+        require(isinstance(ty.element_type, Float32Type), self, f"the logarithm is computed in f32, got {ty.element_type}")
 
 
 class _RowBroadcastOp(IRDLOperation):
@@ -277,9 +277,9 @@ class _RowBroadcastOp(IRDLOperation):
         super().__init__(operands=[source, rows], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        src = _tile(self.source)
-        _require_register_float(self, "source", src, rank=2)
-        _require_row_vector(self, "row vector", _tile(self.rows), src)
+        src = tile_type(self.source)
+        require_register_float(self, "source", src, rank=2)
+        require_row_vector(self, "row vector", tile_type(self.rows), src)
 
 
 @irdl_op_definition
@@ -327,8 +327,8 @@ class _F32RowBroadcastOp(_RowBroadcastOp):
 
     def verify_(self) -> None:
         for what, value in (("source", self.source), ("row vector", self.rows)):
-            ty = _tile(value)
-            _require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
+            ty = tile_type(value)
+            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32, got {ty.element_type}")
         super().verify_()
 
 
@@ -374,17 +374,17 @@ class CastOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, element_type: Attribute):
-        super().__init__(operands=[source], result_types=[_tile(source).with_(element_type=element_type)])
+        super().__init__(operands=[source], result_types=[tile_type(source).with_(element_type=element_type)])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.REGISTER)
-        _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.REGISTER)
+        require_space(self, "result", res, MemSpace.REGISTER)
+        require(src.get_shape() == res.get_shape(), self, f"cast keeps the shape: {list(src.get_shape())} vs {list(res.get_shape())}")
         s, r = src.element_type, res.element_type
         if (is_fp8(s) or is_fp8(r)) and s != r:
             other = r if is_fp8(s) else s
-            _require(is_float(other), self, f"an 8-bit float converts only to and from f32, bf16 or f16, got {s} -> {r}")
+            require(is_float(other), self, f"an 8-bit float converts only to and from f32, bf16 or f16, got {s} -> {r}")
 
 
 @irdl_op_definition
@@ -398,14 +398,14 @@ class ReshapeOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, shape: Sequence[int]):
-        super().__init__(operands=[source], result_types=[_tile(source).with_(shape=tuple(shape))])
+        super().__init__(operands=[source], result_types=[tile_type(source).with_(shape=tuple(shape))])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.REGISTER)
-        _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.element_type == res.element_type, self, "reshape keeps the element type")
-        _require(src.num_elements == res.num_elements, self, f"reshape keeps the element count: {src.num_elements} vs {res.num_elements}")
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.REGISTER)
+        require_space(self, "result", res, MemSpace.REGISTER)
+        require(src.element_type == res.element_type, self, "reshape keeps the element type")
+        require(src.num_elements == res.num_elements, self, f"reshape keeps the element count: {src.num_elements} vs {res.num_elements}")
 
 
 @irdl_op_definition
@@ -421,18 +421,18 @@ class FillOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def __init__(self, value: float, ty: TileType):
-        super().__init__(properties={"value": FloatAttr(_as_f32(value), Float32Type())}, result_types=[ty])
+        super().__init__(properties={"value": FloatAttr(as_f32(value), Float32Type())}, result_types=[ty])
 
     def verify_(self) -> None:
-        _require_space(self, "result", _tile(self.result), MemSpace.REGISTER)
+        require_space(self, "result", tile_type(self.result), MemSpace.REGISTER)
         value = self.value.value.data
-        _require(value == value, self, "fill value must not be NaN")
-        element = _tile(self.result).element_type
+        require(value == value, self, "fill value must not be NaN")
+        element = tile_type(self.result).element_type
         if isinstance(element, IntegerType | IndexType):
             width = element.width.data if isinstance(element, IntegerType) else 64
             low, high = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
-            _require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
-                     f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")
+            require(math.isfinite(value) and value == int(value) and low <= value <= high, self,
+                    f"a fill of {element} takes a whole number from {low} to {high}, got {value!r}")
 
     def print(self, printer: Printer) -> None:
         value = self.value.value.data
@@ -492,7 +492,7 @@ class MaskCausalOp(IRDLOperation):
         super().__init__(operands=[source, q_start, k_start, seq_q, seq_k], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        _require_register_float(self, "source", _tile(self.source), rank=2)
+        require_register_float(self, "source", tile_type(self.source), rank=2)
 
 
 @irdl_op_definition
@@ -515,7 +515,7 @@ class MaskBoundsOp(IRDLOperation):
         super().__init__(operands=[source, k_start, seq_k], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        _require_register_float(self, "source", _tile(self.source), rank=2)
+        require_register_float(self, "source", tile_type(self.source), rank=2)
 
 
 # endregion

@@ -41,8 +41,9 @@ from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 
-from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_base import TILE, require_space, tile_type
 from tessera.dialects.tile_types import MemSpace, TileType, is_float
+from tessera.ir.diagnostics import require
 
 
 def is_i32(element_type: Attribute) -> bool:
@@ -137,25 +138,25 @@ class _BroadcastOp(IRDLOperation):
     # -- verification ------------------------------------------------------------------------------------
     def _check_element(self, what: str, element: Attribute) -> None:
         """Refuse an element type this op does not compute with (subclasses narrow it)."""
-        _require(is_float(element) or is_i32(element), self, f"{what} must be a float or i32 tile, got {element}")
+        require(is_float(element) or is_i32(element), self, f"{what} must be a float or i32 tile, got {element}")
 
     def _value_operands(self) -> Sequence[SSAValue]:
         return self.operands
 
     def verify_(self) -> None:
-        types = [_tile(o) for o in self.operands]
+        types = [tile_type(o) for o in self.operands]
         for i, ty in enumerate(types):
-            _require_space(self, f"operand {i}", ty, MemSpace.REGISTER)
-        values = [_tile(o) for o in self._value_operands()]
+            require_space(self, f"operand {i}", ty, MemSpace.REGISTER)
+        values = [tile_type(o) for o in self._value_operands()]
         elements = {t.element_type for t in values}
-        _require(len(elements) == 1, self, f"operands must share one element type, got {', '.join(map(str, elements))}")
+        require(len(elements) == 1, self, f"operands must share one element type, got {', '.join(map(str, elements))}")
         self._check_element("operand", values[0].element_type)
         shape = broadcast_shape([t.get_shape() for t in types])
-        _require(shape is not None, self,
-                 f"operand shapes {[list(t.get_shape()) for t in types]} do not broadcast: each operand must be "
-                 "[M, N], a row vector [M], a column [M, 1] or a column vector [1, N] of the result")
+        require(shape is not None, self,
+                f"operand shapes {[list(t.get_shape()) for t in types]} do not broadcast: each operand must be "
+                "[M, N], a row vector [M], a column [M, 1] or a column vector [1, N] of the result")
         expected = self.result_type(types)
-        _require(_tile(self.result) == expected, self, f"result must be {expected}, got {self.result.type}")
+        require(tile_type(self.result) == expected, self, f"result must be {expected}, got {self.result.type}")
 
 
 # region Binary arithmetic
@@ -201,7 +202,7 @@ class DivOp(_BinaryArithOp):
     name = "tile.div"
 
     def _check_element(self, what: str, element: Attribute) -> None:
-        _require(isinstance(element, Float32Type), self, f"divides f32 tiles, got {element}")
+        require(isinstance(element, Float32Type), self, f"divides f32 tiles, got {element}")
 
 
 @irdl_op_definition
@@ -232,7 +233,7 @@ class FloorDivOp(_BinaryArithOp):
     name = "tile.floordiv"
 
     def _check_element(self, what: str, element: Attribute) -> None:
-        _require(is_i32(element), self, f"{what} must be an i32 tile (integer floor division), got {element}")
+        require(is_i32(element), self, f"{what} must be an i32 tile (integer floor division), got {element}")
 
 
 @irdl_op_definition
@@ -247,7 +248,7 @@ class ModOp(_BinaryArithOp):
     name = "tile.mod"
 
     def _check_element(self, what: str, element: Attribute) -> None:
-        _require(is_i32(element), self, f"{what} must be an i32 tile (Python's %), got {element}")
+        require(is_i32(element), self, f"{what} must be an i32 tile (Python's %), got {element}")
 
 
 # endregion
@@ -275,11 +276,11 @@ class CmpOp(_BroadcastOp):
         return super().result_type(types).with_(element_type=i1)
 
     def _check_element(self, what: str, element: Attribute) -> None:
-        _require(isinstance(element, Float32Type) or is_i32(element), self, f"compares f32 or i32 tiles, got {element}")
+        require(isinstance(element, Float32Type) or is_i32(element), self, f"compares f32 or i32 tiles, got {element}")
 
     def verify_(self) -> None:
-        _require(self.predicate.data in self.PREDICATES, self,
-                 f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
+        require(self.predicate.data in self.PREDICATES, self,
+                f"predicate must be one of {', '.join(self.PREDICATES)}, got '{self.predicate.data}'")
         super().verify_()
 
     def _print_prefix(self, printer: Printer) -> None:
@@ -309,8 +310,8 @@ class SelectOp(_BroadcastOp):
         return (self.lhs, self.rhs)
 
     def verify_(self) -> None:
-        cond = _tile(self.condition).element_type
-        _require(is_i1(cond), self, f"condition must be an i1 tile, got {cond}")
+        cond = tile_type(self.condition).element_type
+        require(is_i1(cond), self, f"condition must be an i1 tile, got {cond}")
         super().verify_()
 
     def print(self, printer: Printer) -> None:
@@ -361,11 +362,11 @@ class _UnaryOp(IRDLOperation):
         super().__init__(operands=[source], result_types=[SSAValue.get(source).type])
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "operand", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "operand", ty, MemSpace.REGISTER)
         allowed = isinstance(ty.element_type, Float32Type) or (self.INTEGER and is_i32(ty.element_type))
         kinds = "f32 or i32" if self.INTEGER else "f32"
-        _require(allowed, self, f"computes on {kinds} tiles, got {ty.element_type}")
+        require(allowed, self, f"computes on {kinds} tiles, got {ty.element_type}")
 
 
 @irdl_op_definition
@@ -472,12 +473,12 @@ class _RoundingOp(_UnaryOp):
     FUNCTION: ClassVar[str] = ""
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "operand", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "operand", ty, MemSpace.REGISTER)
         if is_i32(ty.element_type):
-            _require(False, self, f"an i32 tile is integral already: {self.FUNCTION} of an integer is the integer "
+            require(False, self, f"an i32 tile is integral already: {self.FUNCTION} of an integer is the integer "
                                   "itself (use the operand)")
-        _require(isinstance(ty.element_type, Float32Type), self, f"rounds f32 tiles, got {ty.element_type}")
+        require(isinstance(ty.element_type, Float32Type), self, f"rounds f32 tiles, got {ty.element_type}")
 
 
 @irdl_op_definition
@@ -547,12 +548,12 @@ class IotaOp(IRDLOperation):
         return self.AXES.index(self.axis.data)
 
     def verify_(self) -> None:
-        _require(self.axis.data in self.AXES, self, f"axis must be rows or cols, got '{self.axis.data}'")
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.REGISTER)
-        _require(is_i32(ty.element_type), self, f"result must be an i32 tile, got {ty.element_type}")
-        _require(ty.rank in (1, 2), self, f"result must have rank 1 or 2, got rank {ty.rank}")
-        _require(ty.rank == 2 or self.axis.data == "rows", self, "a row vector [M] has row coordinates only (use rows)")
+        require(self.axis.data in self.AXES, self, f"axis must be rows or cols, got '{self.axis.data}'")
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.REGISTER)
+        require(is_i32(ty.element_type), self, f"result must be an i32 tile, got {ty.element_type}")
+        require(ty.rank in (1, 2), self, f"result must have rank 1 or 2, got rank {ty.rank}")
+        require(ty.rank == 2 or self.axis.data == "rows", self, "a row vector [M] has row coordinates only (use rows)")
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" {self.axis.data}")
@@ -595,8 +596,8 @@ class SplatOp(IRDLOperation):
         super().__init__(operands=[value], result_types=[ty])
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.REGISTER)
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.REGISTER)
         scalar = self.value.type
         if isinstance(ty.element_type, Float32Type):
             ok = isinstance(scalar, Float32Type)
@@ -604,7 +605,7 @@ class SplatOp(IRDLOperation):
             ok = isinstance(scalar, IndexType) or scalar == i32
         else:
             ok = False
-        _require(ok, self, f"splats an f32 scalar into an f32 tile or an i32/index scalar into an i32 tile, got "
+        require(ok, self, f"splats an f32 scalar into an f32 tile or an i32/index scalar into an i32 tile, got "
                            f"{scalar} into {ty.element_type}")
 
 

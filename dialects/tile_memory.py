@@ -11,6 +11,7 @@ atomics and semaphores are in `tile_backward.py`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
@@ -27,9 +28,10 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.tile_base import TILE, _require, _require_space, _tile
+from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_register_store, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.ir.diagnostics import require
 
 # region Memory: allocation, views and copies
 
@@ -53,11 +55,11 @@ class AllocSharedOp(IRDLOperation):
         super().__init__(result_types=[ty], properties=properties)
 
     def verify_(self) -> None:
-        ty = _tile(self.result)
-        _require_space(self, "result", ty, MemSpace.SHARED)
+        ty = tile_type(self.result)
+        require_space(self, "result", ty, MemSpace.SHARED)
         if self.alignment is not None:
             align = self.alignment.value.data
-            _require(align >= 16 and align & (align - 1) == 0, self, f"alignment must be a power of two >= 16 bytes, got {align}")
+            require(align >= 16 and align & (align - 1) == 0, self, f"alignment must be a power of two >= 16 bytes, got {align}")
 
 
 @irdl_op_definition
@@ -74,14 +76,14 @@ class StageOp(IRDLOperation):
     assembly_format = "$source `[` $index `]` attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, index: SSAValue | Operation):
-        ty = _tile(source)
+        ty = tile_type(source)
         super().__init__(operands=[source, index], result_types=[ty.with_(shape=ty.get_shape()[1:])])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.SHARED)
-        _require(src.rank >= 3, self, f"source must have a leading stage dimension (rank >= 3), got rank {src.rank}")
-        _require(
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.SHARED)
+        require(src.rank >= 3, self, f"source must have a leading stage dimension (rank >= 3), got rank {src.rank}")
+        require(
             res == src.with_(shape=src.get_shape()[1:]),
             self,
             f"result must be the source without its stage dimension, {src.with_(shape=src.get_shape()[1:])}",
@@ -114,18 +116,18 @@ class ViewOp(IRDLOperation):
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation], shape: Sequence[int],
                  in_bounds: bool = False):
-        ty = _tile(source)
+        ty = tile_type(source)
         super().__init__(operands=[source, list(indices)], result_types=[ty.with_(shape=tuple(shape))],
                          properties={"in_bounds": UnitAttr()} if in_bounds else {})
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "result", res, MemSpace.GLOBAL)
-        _require(res.is_static, self, "the window must have a static shape")
-        _require(len(self.indices) == src.rank, self, f"needs {src.rank} indices (one per source dimension), got {len(self.indices)}")
-        _require(res.rank <= src.rank, self, f"window rank {res.rank} exceeds source rank {src.rank}")
-        _require(res.element_type == src.element_type, self, "window and source element types must match")
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "result", res, MemSpace.GLOBAL)
+        require(res.is_static, self, "the window must have a static shape")
+        require(len(self.indices) == src.rank, self, f"needs {src.rank} indices (one per source dimension), got {len(self.indices)}")
+        require(res.rank <= src.rank, self, f"window rank {res.rank} exceeds source rank {src.rank}")
+        require(res.element_type == src.element_type, self, "window and source element types must match")
 
 
 @irdl_op_definition
@@ -155,17 +157,17 @@ class CpAsyncOp(IRDLOperation):
                          properties={"cluster_shared": UnitAttr()} if cluster_shared else {})
 
     def verify_(self) -> None:
-        src, dst = _tile(self.source), _tile(self.dest)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
-        _require(src.get_shape() == dst.get_shape(), self, f"source shape {list(src.get_shape())} and destination shape {list(dst.get_shape())} must match")
-        _require(src.element_type == dst.element_type, self, "source and destination element types must match")
+        src, dst = tile_type(self.source), tile_type(self.dest)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "destination", dst, MemSpace.SHARED)
+        require(src.get_shape() == dst.get_shape(), self, f"source shape {list(src.get_shape())} and destination shape {list(dst.get_shape())} must match")
+        require(src.element_type == dst.element_type, self, "source and destination element types must match")
         if self.cluster_shared is not None:
             fn = self.parent_op()
             while fn is not None and fn.name != "func.func":
                 fn = fn.parent_op()
-            _require(fn is None or "tile.cluster" in fn.attributes, self,
-                     "is cluster_shared, but its kernel declares no 'tile.cluster' shape")
+            require(fn is None or "tile.cluster" in fn.attributes, self,
+                    "is cluster_shared, but its kernel declares no 'tile.cluster' shape")
 
 
 @irdl_op_definition
@@ -209,18 +211,18 @@ class CpAsyncGatherOp(IRDLOperation):
         super().__init__(operands=[source, list(indices), table, list(table_indices), start, end, dest])
 
     def verify_(self) -> None:
-        src, table, dst = _tile(self.source), _tile(self.table), _tile(self.dest)
-        _require_space(self, "source", src, MemSpace.GLOBAL)
-        _require_space(self, "table", table, MemSpace.GLOBAL)
-        _require_space(self, "destination", dst, MemSpace.SHARED)
-        _require(src.rank >= 3, self, f"the source must have rank >= 3 ([pages, page rows, ..., columns]), got rank {src.rank}")
-        _require(len(self.indices) == src.rank - 2, self,
-                 f"needs {src.rank - 2} source indices (one per dimension after the page and row dimensions), got {len(self.indices)}")
-        _require(table.element_type == IntegerType(32), self, f"the table must hold i32 page numbers, got {table.element_type}")
-        _require(len(self.table_indices) == table.rank - 1, self,
-                 f"needs {table.rank - 1} table indices (one per dimension before the page slots), got {len(self.table_indices)}")
-        _require(dst.rank == 2, self, f"the destination must be a [rows, columns] tile, got rank {dst.rank}")
-        _require(dst.element_type == src.element_type, self, "source and destination element types must match")
+        src, table, dst = tile_type(self.source), tile_type(self.table), tile_type(self.dest)
+        require_space(self, "source", src, MemSpace.GLOBAL)
+        require_space(self, "table", table, MemSpace.GLOBAL)
+        require_space(self, "destination", dst, MemSpace.SHARED)
+        require(src.rank >= 3, self, f"the source must have rank >= 3 ([pages, page rows, ..., columns]), got rank {src.rank}")
+        require(len(self.indices) == src.rank - 2, self,
+                f"needs {src.rank - 2} source indices (one per dimension after the page and row dimensions), got {len(self.indices)}")
+        require(table.element_type == IntegerType(32), self, f"the table must hold i32 page numbers, got {table.element_type}")
+        require(len(self.table_indices) == table.rank - 1, self,
+                f"needs {table.rank - 1} table indices (one per dimension before the page slots), got {len(self.table_indices)}")
+        require(dst.rank == 2, self, f"the destination must be a [rows, columns] tile, got rank {dst.rank}")
+        require(dst.element_type == src.element_type, self, "source and destination element types must match")
 
 
 ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncGatherOp)
@@ -254,7 +256,7 @@ class CpWaitGroupOp(IRDLOperation):
         super().__init__(properties={"pending": IntegerAttr(pending, 64)})
 
     def verify_(self) -> None:
-        _require(self.pending.value.data >= 0, self, f"pending group count must be >= 0, got {self.pending.value.data}")
+        require(self.pending.value.data >= 0, self, f"pending group count must be >= 0, got {self.pending.value.data}")
 
 
 @irdl_op_definition
@@ -290,8 +292,8 @@ class ReleaseOp(IRDLOperation):
         super().__init__(operands=[stage])
 
     def verify_(self) -> None:
-        _require_space(self, "operand", _tile(self.stage), MemSpace.SHARED)
-        _require(isinstance(self.stage.owner, StageOp), self, "operand must be a stage of a ring (the result of tile.stage)")
+        require_space(self, "operand", tile_type(self.stage), MemSpace.SHARED)
+        require(isinstance(self.stage.owner, StageOp), self, "operand must be a stage of a ring (the result of tile.stage)")
 
 
 @irdl_op_definition
@@ -306,14 +308,14 @@ class LoadOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation):
-        super().__init__(operands=[source], result_types=[_tile(source).with_(space=MemSpace.REGISTER, swizzle=0)])
+        super().__init__(operands=[source], result_types=[tile_type(source).with_(space=MemSpace.REGISTER, swizzle=0)])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
-        _require_space(self, "result", res, MemSpace.REGISTER)
-        _require(src.get_shape() == res.get_shape(), self, "source and result shapes must match")
-        _require(src.element_type == res.element_type, self, "source and result element types must match")
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
+        require_space(self, "result", res, MemSpace.REGISTER)
+        require(src.get_shape() == res.get_shape(), self, "source and result shapes must match")
+        require(src.element_type == res.element_type, self, "source and result element types must match")
 
 
 @irdl_op_definition
@@ -334,45 +336,33 @@ class LoadBroadcastOp(IRDLOperation):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, rows: int):
-        ty = _tile(source)
+        ty = tile_type(source)
         row = ty.get_shape()[-1:]
         super().__init__(operands=[source], result_types=[ty.with_(shape=(rows,) + row, space=MemSpace.REGISTER, swizzle=0)])
 
     def verify_(self) -> None:
-        src, res = _tile(self.source), _tile(self.result)
-        _require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
-        _require_space(self, "result", res, MemSpace.REGISTER)
+        src, res = tile_type(self.source), tile_type(self.result)
+        require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
+        require_space(self, "result", res, MemSpace.REGISTER)
         if src.memory_space == MemSpace.SHARED:
-            _require(src.rank == 2 and src.get_shape()[0] == 1, self,
-                     f"a shared source must be a one-row tile [1, N], got {list(src.get_shape())}")
+            require(src.rank == 2 and src.get_shape()[0] == 1, self,
+                    f"a shared source must be a one-row tile [1, N], got {list(src.get_shape())}")
         else:
-            _require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
+            require(src.rank == 1 and src.is_static, self, f"the source must be a static 1-D window, got rank {src.rank}")
         row = src.get_shape()[-1:]
-        _require(res.rank == 2 and res.get_shape()[1:] == row, self,
-                 f"the result must be [M, {row[0] if row else '?'}] (the window on every row), got {list(res.get_shape())}")
-        _require(src.element_type == res.element_type, self, "source and result element types must match")
+        require(res.rank == 2 and res.get_shape()[1:] == row, self,
+                f"the result must be [M, {row[0] if row else '?'}] (the window on every row), got {list(res.get_shape())}")
+        require(src.element_type == res.element_type, self, "source and result element types must match")
 
 
 @irdl_op_definition
-class StoreGlobalOp(IRDLOperation):
+class StoreGlobalOp(RegisterStoreOp):
     """`tile.store_global %value, %window : value_type, window_type`: write a register tile to a global
     window. Elements that fall outside the tensor are not written."""
 
     name = "tile.store_global"
-    value = operand_def(TILE)
-    dest = operand_def(TILE)
-    traits = traits_def(MemoryWriteEffect())
-    assembly_format = "$value `,` $dest attr-dict `:` type($value) `,` type($dest)"
-
-    def __init__(self, value: SSAValue | Operation, dest: SSAValue | Operation):
-        super().__init__(operands=[value, dest])
-
-    def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
-        _require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
-        _require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
+    DEST_SPACE: ClassVar[MemSpace] = MemSpace.GLOBAL
+    DEST_NAME: ClassVar[str] = "window"
 
 
 @irdl_op_definition
@@ -394,11 +384,7 @@ class StoreGlobalRowsOp(IRDLOperation):
         super().__init__(operands=[value, dest, rows])
 
     def verify_(self) -> None:
-        val, dst = _tile(self.value), _tile(self.dest)  # the rules of tile.store_global
-        _require_space(self, "value", val, MemSpace.REGISTER)
-        _require_space(self, "destination", dst, MemSpace.GLOBAL)
-        _require(val.get_shape() == dst.get_shape(), self, f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
-        _require(val.element_type == dst.element_type, self, f"value element type {val.element_type} must match the window's {dst.element_type} (insert a tile.cast)")
+        require_register_store(self, MemSpace.GLOBAL, "window")  # the rules of tile.store_global
 
 
 @irdl_op_definition
@@ -419,10 +405,10 @@ class LoadIndexOp(IRDLOperation):
         super().__init__(operands=[source, list(indices)], result_types=[IndexType()])
 
     def verify_(self) -> None:
-        ty = _tile(self.source)
-        _require_space(self, "source", ty, MemSpace.GLOBAL)
-        _require(ty.element_type == IntegerType(32), self, f"the table must hold i32 elements, got {ty.element_type}")
-        _require(len(self.indices) == ty.rank, self, f"needs {ty.rank} indices (one per dimension), got {len(self.indices)}")
+        ty = tile_type(self.source)
+        require_space(self, "source", ty, MemSpace.GLOBAL)
+        require(ty.element_type == IntegerType(32), self, f"the table must hold i32 elements, got {ty.element_type}")
+        require(len(self.indices) == ty.rank, self, f"needs {ty.rank} indices (one per dimension), got {len(self.indices)}")
 
 
 # endregion
@@ -453,30 +439,30 @@ class GatherOp(IRDLOperation):
     assembly_format = "$source `[` $indices `]` attr-dict `:` type($source) `,` type($indices) `->` type($result)"
 
     def __init__(self, source: SSAValue | Operation, indices: Sequence[SSAValue | Operation]):
-        table = _tile(source)
-        shapes = [_tile(i).get_shape() for i in indices]
+        table = tile_type(source)
+        shapes = [tile_type(i).get_shape() for i in indices]
         shape = broadcast_shape(shapes) or shapes[0]
         ty = TileType(list(shape), table.element_type, MemSpace.REGISTER)
         super().__init__(operands=[source, list(indices)], result_types=[ty])
 
     def verify_(self) -> None:
-        table = _tile(self.source)
-        _require_space(self, "source", table, MemSpace.GLOBAL)
-        _require(table.element_type == IntegerType(32) or table.element_type == Float32Type(), self,
-                 f"the table must hold f32 or i32 elements, got {table.element_type}")
-        _require(len(self.indices) == table.rank, self,
-                 f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
+        table = tile_type(self.source)
+        require_space(self, "source", table, MemSpace.GLOBAL)
+        require(table.element_type == IntegerType(32) or table.element_type == Float32Type(), self,
+                f"the table must hold f32 or i32 elements, got {table.element_type}")
+        require(len(self.indices) == table.rank, self,
+                f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
         for k, index in enumerate(self.indices):
-            ty = _tile(index)
-            _require_space(self, f"index {k}", ty, MemSpace.REGISTER)
-            _require(is_i32(ty.element_type), self, f"index {k} must be an i32 tile, got {ty.element_type}")
-        shape = broadcast_shape([_tile(i).get_shape() for i in self.indices])
-        _require(shape is not None, self, f"index shapes {[list(_tile(i).get_shape()) for i in self.indices]} do "
+            ty = tile_type(index)
+            require_space(self, f"index {k}", ty, MemSpace.REGISTER)
+            require(is_i32(ty.element_type), self, f"index {k} must be an i32 tile, got {ty.element_type}")
+        shape = broadcast_shape([tile_type(i).get_shape() for i in self.indices])
+        require(shape is not None, self, f"index shapes {[list(tile_type(i).get_shape()) for i in self.indices]} do "
                                           "not broadcast")
-        result = _tile(self.result)
-        _require_space(self, "result", result, MemSpace.REGISTER)
-        _require(result.get_shape() == shape and result.element_type == table.element_type, self,
-                 f"result must be a register tile {list(shape)} of {table.element_type}, got {result}")
+        result = tile_type(self.result)
+        require_space(self, "result", result, MemSpace.REGISTER)
+        require(result.get_shape() == shape and result.element_type == table.element_type, self,
+                f"result must be a register tile {list(shape)} of {table.element_type}, got {result}")
 
 
 # endregion

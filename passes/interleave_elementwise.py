@@ -42,6 +42,7 @@ from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 
 from tessera.ir.kernel_marks import target_kernels_in
+from tessera.ir.walk import blocks_in
 from tessera.lowering.lane_slabs import (SLAB, emit_in_slabs, is_constant, is_lane_wise, is_predicate, is_view,
                                          lanes_of)
 
@@ -126,7 +127,6 @@ class InterleaveElementwisePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in target_kernels_in(op):
-            blocks = [b for o in fn.walk() for r in o.regions for b in r.blocks]
-            for block in blocks:
+            for block in blocks_in(fn):
                 for tree in _trees(block):
                     _interleave(tree)

@@ -377,16 +377,21 @@ def _close(plan: Rotation, b: IndexBuilder, trips: SSAValue, any_trip: SSAValue,
     return if_op
 
 
-def rotate(plan: Rotation) -> scf.IfOp:
-    """Replace the loop of `plan` by its rotated form (see the module docstring)."""
+def _loop_entry(plan: Rotation) -> tuple:
+    """What both rotations start from: the loop body, its induction variable, iter_args and yielded values, the
+    accumulators' positions, and, built before the loop, an `IndexBuilder`, the trip count and `trips > 0`."""
     loop = plan.loop
     body = loop.body.block
-    iv, args = body.args[0], body.args[1:]
-    results = body.last_op.operands
-    acc = set(plan.accumulators)
     b = IndexBuilder(loop)
     trips = b.trip_count(loop)
     any_trip = b.cmp("sgt", trips, b.const(0), "any_trip")
+    return body, body.args[0], body.args[1:], body.last_op.operands, set(plan.accumulators), b, trips, any_trip
+
+
+def rotate(plan: Rotation) -> scf.IfOp:
+    """Replace the loop of `plan` by its rotated form (see the module docstring)."""
+    loop = plan.loop
+    body, iv, args, results, acc, b, trips, any_trip = _loop_entry(plan)
 
     peeled = Block()
     first = {iv: loop.lb, **dict(zip(args, loop.iter_args))}
@@ -426,13 +431,7 @@ def rotate_folded(plan: Rotation) -> scf.IfOp:
     """Replace the loop of `plan` by its rotated form with trip 0 run by the loop itself (module docstring,
     `fold=true`): B_mma and B_rel of the previous trip run under `scf.if iv != lb`."""
     loop = plan.loop
-    body = loop.body.block
-    iv, args = body.args[0], body.args[1:]
-    results = body.last_op.operands
-    acc = set(plan.accumulators)
-    b = IndexBuilder(loop)
-    trips = b.trip_count(loop)
-    any_trip = b.cmp("sgt", trips, b.const(0), "any_trip")
+    body, iv, args, results, acc, b, trips, any_trip = _loop_entry(plan)
 
     peeled = Block()
     carried_inits = [tile.FillOp(0.0, v.type) for v in plan.carried]

@@ -47,6 +47,7 @@ from xdsl.passes import ModulePass
 
 from tessera.ir.class_tests import subclass_test
 from tessera.ir.kernel_marks import target_kernels_in
+from tessera.ir.walk import blocks_in
 from tessera.lowering.lane_slabs import (LANE_WISE, SLAB, emit_in_slabs, is_constant, is_lane_wise, is_predicate,
                                          is_view, lanes_of)
 
@@ -188,8 +189,7 @@ class SlabElementwiseChainsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in target_kernels_in(op):
-            blocks = [b for o in fn.walk() for r in o.regions for b in r.blocks]
-            for block in blocks:
+            for block in blocks_in(fn):
                 for chain in chains(block):
                     # an earlier chain's results are new values now (its slabs joined): read the leaves again
                     chain = _chain_of(chain.ops)

@@ -71,6 +71,12 @@ PTX_HEADER = """.version 8.0
 """
 """The first lines of every hand-written test kernel: PTX 8.0 (the lowest the sm_90a features need), 64-bit."""
 
+
+def ptx_entry(body: str, regs: str, params: str = ".param .u64 out", extra: str = "", directives: str = "") -> str:
+    """A module of one entry, `k(params)` with `directives`, declaring the registers `regs` and running `body`:
+    `PTX_HEADER`, then `extra` (module-scope declarations) and a line before the entry."""
+    return f"{PTX_HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{regs}{body}\n}}\n"
+
 STORE_TID_TO_TILE = """    mov.u32 %r0, %tid.x;
     mov.u32 %r1, tile;
     shl.b32 %r2, %r0, 2;

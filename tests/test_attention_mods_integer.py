@@ -94,12 +94,12 @@ def test_floordiv_and_mod_against_numpy(level):
 
 def test_tile_interpreter_edges():
     """-2^31 // -1 wraps to -2^31 and -2^31 % -1 = 0 (as the hardware's div.s32 / rem.s32); x // 0 = x % 0 = 0."""
-    from tessera.interpreters.tile_elementwise import _integer_division
+    from tessera.interpreters.tile_elementwise import integer_division
 
     a = np.array([-2**31, -2**31, 7, -7, 5], np.int32)
     b = np.array([-1, 1, 0, 0, -2], np.int32)
-    assert _integer_division(a, b, False).tolist() == [-2**31, -2**31, 0, 0, -3]
-    assert _integer_division(a, b, True).tolist() == [0, 0, 0, 0, -1]
+    assert integer_division(a, b, False).tolist() == [-2**31, -2**31, 0, 0, -3]
+    assert integer_division(a, b, True).tolist() == [0, 0, 0, 0, -1]
 
 
 @pytest.mark.usefixtures("ptxas")

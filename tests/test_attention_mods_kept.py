@@ -177,3 +177,41 @@ def test_a_librarys_closure_is_keyed_by_what_it_closes_over():
         assert fingerprint(composed) != before
     finally:
         WINDOW = 16
+
+
+def test_a_repeated_backward_with_modifiers_neither_lowers_nor_prints_its_kernels_again(monkeypatch):
+    """`tessera.attention_backward` with modifiers asks, on every call below Tile level, whether the main kernels
+    of `flex.WARP_SPECIALIZED_FIRST` lower warp-specialized (`flex.warp_specialized_refusal`); the answer is
+    remembered by the key the kept kernels were built under, so that a repeated call lowers nothing and prints no
+    module (a module's text is the key only of one no one kept). The pipeline is a stub here: what is counted
+    is how often it runs and how often a module is printed."""
+    from xdsl.printer import Printer
+
+    import tessera.passes
+
+    lowered, printed = [], []
+
+    class Lowering:
+        def apply(self, ctx, module):
+            lowered.append(module)
+
+    real_print = Printer.print_op
+
+    def print_op(self, op, *args, **kwargs):
+        if op.name == "builtin.module":
+            printed.append(op)
+        return real_print(self, op, *args, **kwargs)
+    monkeypatch.setattr(tessera.passes, "parse_pipeline", lambda spec: Lowering())
+    monkeypatch.setattr(Printer, "print_op", print_op)
+    monkeypatch.setattr(flex, "_FITS", {})
+    options = dict(score_mod=relative, mask_mod=None, causal=False, scale=None, level="target", head_dim=64,
+                   dtype="bf16")
+    kernels, sparse = flex.backward_kernels(None, **options)
+    first = flex.warp_specialized_first(None, kernels, sparse, **options)
+    assert (len(lowered), printed, first[2:]) == (1, [], ([], "with 128 x 128 blocks"))
+    again = flex.warp_specialized_first(None, kernels, sparse, **options)
+    assert (len(lowered), printed, again[0]) == (1, [], first[0])
+    unkept = first[0].main.clone()
+    assert flex.warp_specialized_refusal(unkept) is None and flex.warp_specialized_refusal(unkept) is None
+    assert (len(lowered), len(printed)) == (2, 2)  # by its text: printed on each call, lowered once
+

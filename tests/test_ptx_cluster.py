@@ -12,7 +12,7 @@ import pytest
 from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
 from tessera.sm90 import facts
 
-from race_templates import INIT_LOCAL_BARRIER, PTX_HEADER, REMOTE_ARRIVE_THEN_WAIT, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
+from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT, SYNC_CLUSTER, WAIT_LOCAL_BARRIER, ptx_entry
 from text_edits import checked, filled
 
 REGS = """
@@ -23,7 +23,7 @@ REGS = """
 
 
 def kernel(body: str, params: str = ".param .u64 out", extra: str = "", directives: str = "") -> str:
-    return f"{PTX_HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{REGS}{body}\n}}\n"
+    return ptx_entry(body, REGS, params, extra, directives)
 
 
 STORE_R9 = """

@@ -14,9 +14,9 @@ import pytest
 import tessera.ptx
 from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
+from race_templates import ptx_entry
 from text_edits import checked, filled
 
-HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 REGS = """
     .reg .b32 %r<16>;
     .reg .b64 %rd<16>;
@@ -27,7 +27,7 @@ REGS = """
 
 
 def kernel(body: str, params: str = ".param .u64 out", extra: str = "", directives: str = "") -> str:
-    return f"{HEADER}{extra}\n.visible .entry k({params}){directives}\n{{{REGS}{body}\n}}\n"
+    return ptx_entry(body, REGS, params, extra, directives)
 
 
 ELEMENTWISE = """

@@ -18,24 +18,24 @@ from tessera.interpreters.ptx.syntax import (
     Address, Entry, FloatImm, Guard, Imm, Instruction, Label, Module, Negated, PtxSyntaxError, Reg, Sink,
     Special, Symbol, Variable, Vector,
 )
+from race_templates import PTX_HEADER
 from text_edits import checked
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "tests" / "ptx_samples").glob("*.ptx"))
 KERNELS = sorted((ROOT / "tests" / "ptx_kernels").glob("*.ptx"))
-HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 DECLS = ".reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.reg .f32 %f<8>;\n.reg .pred %p<4>;\n.reg .b16 %h<2>;\n"
 BODY_LINE = 11
 """The line of the first body statement in `entry(body)`."""
 
 
 def entry(body: str, params: str = ".param .u64 out", before: str = "", directives: str = "") -> Entry:
-    """The entry `k` of a module with HEADER, `before`, and the registers of DECLS declared."""
+    """The entry `k` of a module with PTX_HEADER, `before`, and the registers of DECLS declared."""
     return parse_ptx(module_text(body, params, before, directives)).entries["k"]
 
 
 def module_text(body: str, params: str = ".param .u64 out", before: str = "", directives: str = "") -> str:
-    return f"{HEADER}{before}.visible .entry k({params}){directives}\n{{\n{DECLS}{body}\n}}\n"
+    return f"{PTX_HEADER}{before}.visible .entry k({params}){directives}\n{{\n{DECLS}{body}\n}}\n"
 
 
 def instruction(text: str) -> Instruction:
@@ -71,7 +71,7 @@ def test_tokens_carry_line_and_column():
 
 
 def test_module_variables():
-    module = parse_ptx(HEADER + """
+    module = parse_ptx(PTX_HEADER + """
 .global .align 4 .b8 data[6] = {1, 2, 0x10, 255, -1};
 .visible .global .f32 x = 0f3F800000;
 .weak .global .f32 y[2] = {1.5, -2.0};
@@ -95,7 +95,7 @@ def test_module_variables():
 
 
 def test_entry_params_directives_and_pragmas():
-    module = parse_ptx(HEADER + """.pragma "nounroll";
+    module = parse_ptx(PTX_HEADER + """.pragma "nounroll";
 .visible .entry k(
     .param .align 64 .b8 tmap[128],
     .param .u64 .ptr .global .align 16 out,
@@ -252,7 +252,7 @@ WAIT:
 
 
 def test_debug_directives_are_ignored():
-    module = parse_ptx(HEADER + """	.file	1 "/tmp/k.py"
+    module = parse_ptx(PTX_HEADER + """	.file	1 "/tmp/k.py"
 .file 2 "b.cu", 1700000000, 42
 .entry k()
 {
@@ -344,27 +344,27 @@ ERRORS = [
     (".target sm_90a\n", "a PTX module starts with .version, found '.target'", 1, 1),
     (".version 8\n", "expected a version such as 8.0, found '8'", 1, 10),
     (".version 8.0\n.address_size 64\n", "expected .target, found '.address_size'", 2, 1),
-    (HEADER + ".address_size 16", "unsupported module-scope directive '.address_size'", 4, 1),
-    (HEADER + ".version 8.0\n", "unsupported module-scope directive '.version'", 4, 1),
-    (HEADER + ".func f()\n{\n}\n.func f()\n{\n}\n", "function 'f' is defined twice (line 4)", 7, 7),
-    (HEADER + ".global .b8 a[];\n", "the unsized array 'a' needs .extern or an initialiser", 4, 13),
-    (HEADER + ".global .b8 a[2] = {1, 2, 3};\n", "3 initial values for 2 elements of 'a'", 4, 13),
-    (HEADER + ".global .b8 a = 256;\n", "256 does not fit in .b8", 4, 17),
-    (HEADER + ".global .u32 a = 1.5;\n", "a floating-point value cannot initialise .u32 'a'", 4, 18),
-    (HEADER + ".global .f32 a[2] = {1.0, 2};\n", "an integer cannot initialise .f32 'a' (write a float literal)", 4,
+    (PTX_HEADER + ".address_size 16", "unsupported module-scope directive '.address_size'", 4, 1),
+    (PTX_HEADER + ".version 8.0\n", "unsupported module-scope directive '.version'", 4, 1),
+    (PTX_HEADER + ".func f()\n{\n}\n.func f()\n{\n}\n", "function 'f' is defined twice (line 4)", 7, 7),
+    (PTX_HEADER + ".global .b8 a[];\n", "the unsized array 'a' needs .extern or an initialiser", 4, 13),
+    (PTX_HEADER + ".global .b8 a[2] = {1, 2, 3};\n", "3 initial values for 2 elements of 'a'", 4, 13),
+    (PTX_HEADER + ".global .b8 a = 256;\n", "256 does not fit in .b8", 4, 17),
+    (PTX_HEADER + ".global .u32 a = 1.5;\n", "a floating-point value cannot initialise .u32 'a'", 4, 18),
+    (PTX_HEADER + ".global .f32 a[2] = {1.0, 2};\n", "an integer cannot initialise .f32 'a' (write a float literal)", 4,
      27),
-    (HEADER + ".shared .b32 a = 1;\n", "a .shared variable cannot be initialised", 4, 14),
-    (HEADER + ".global .align 3 .b32 a;\n", "alignment 3 is not a power of two", 4, 16),
-    (HEADER + ".global .v4 .f32 a;\n", "vector variables (.v4) are not supported", 4, 9),
-    (HEADER + ".global .b32 a;\n.global .b32 a;\n", "symbol 'a' is already declared (line 4)", 5, 14),
-    (HEADER + ".extern .entry k()\n", "an .extern .entry (a declaration without body) is not supported", 4, 9),
-    (HEADER + ".entry k(.param .u64 p) .maxntid 1 .maxntid 2 {\n}", ".maxntid is given twice", 4, 36),
-    (HEADER + ".entry k() .blocksareclusters {\n}", "unsupported entry directive '.blocksareclusters'", 4, 12),
-    (HEADER + ".entry k(.reg .u64 p) {\n}", "expected .param, found '.reg'", 4, 10),
-    (HEADER + ".entry k() {\n}\n.entry k() {\n}", "entry 'k' is already declared (line 4)", 6, 8),
-    (HEADER + ".entry k() {\n{\nret;\n}", "missing '}' closing the block opened at line 4", 7, 2),
-    (HEADER + ".entry k() {\n/* open", "unterminated comment", 5, 1),
-    (HEADER + ".entry k() {\nret; #", "unexpected character '#'", 5, 6),
+    (PTX_HEADER + ".shared .b32 a = 1;\n", "a .shared variable cannot be initialised", 4, 14),
+    (PTX_HEADER + ".global .align 3 .b32 a;\n", "alignment 3 is not a power of two", 4, 16),
+    (PTX_HEADER + ".global .v4 .f32 a;\n", "vector variables (.v4) are not supported", 4, 9),
+    (PTX_HEADER + ".global .b32 a;\n.global .b32 a;\n", "symbol 'a' is already declared (line 4)", 5, 14),
+    (PTX_HEADER + ".extern .entry k()\n", "an .extern .entry (a declaration without body) is not supported", 4, 9),
+    (PTX_HEADER + ".entry k(.param .u64 p) .maxntid 1 .maxntid 2 {\n}", ".maxntid is given twice", 4, 36),
+    (PTX_HEADER + ".entry k() .blocksareclusters {\n}", "unsupported entry directive '.blocksareclusters'", 4, 12),
+    (PTX_HEADER + ".entry k(.reg .u64 p) {\n}", "expected .param, found '.reg'", 4, 10),
+    (PTX_HEADER + ".entry k() {\n}\n.entry k() {\n}", "entry 'k' is already declared (line 4)", 6, 8),
+    (PTX_HEADER + ".entry k() {\n{\nret;\n}", "missing '}' closing the block opened at line 4", 7, 2),
+    (PTX_HEADER + ".entry k() {\n/* open", "unterminated comment", 5, 1),
+    (PTX_HEADER + ".entry k() {\nret; #", "unexpected character '#'", 5, 6),
     (module_text("add.u32 %r1, %r0, %r9;"), "register %r9 is not declared", 11, 19),
     (module_text("bogus.op.b32 %r1, %r0;"), "unknown instruction 'bogus'", 11, 1),
     (module_text("call f, (%r1);"), "call target 'f' is not a function: indirect calls are not supported", 11, 6),
@@ -387,8 +387,8 @@ ERRORS = [
     (module_text(".reg .b32 %r.x;"), "'%r.x' is not a register name (an identifier such as %r)", 11, 11),
     (module_text(".maxnreg 4;"), "unsupported directive '.maxnreg' in an entry body", 11, 1),
     (module_text(".reg .b32 %big<65537>;"), "more than 65536 registers in one declaration", 11, 16),
-    (HEADER + ".global .b8 a[1000000000] = {1};", "initialised data over 268435456 bytes: 'a'", 4, 13),
-    (HEADER + ".global .f32 a = -1e39;", "the value does not fit in .f32", 4, 18),
+    (PTX_HEADER + ".global .b8 a[1000000000] = {1};", "initialised data over 268435456 bytes: 'a'", 4, 13),
+    (PTX_HEADER + ".global .f32 a = -1e39;", "the value does not fit in .f32", 4, 18),
 ]
 
 

@@ -73,15 +73,22 @@ def _varlen(rng, lengths_q, lengths_k):
     return [q, k, v, start_q, end_q, starts_k[:-1], np.asarray(lengths_k, np.int32)], {"max_seqlen_q": max(lengths_q)}
 
 
+def _shuffled_pages(rng, lengths_k, page_size: int) -> tuple[np.ndarray, int]:
+    """(page table, pages): a cache of twice the pages the sequences need, each sequence's pages drawn in a random
+    order."""
+    need = [-(-n // page_size) for n in lengths_k]
+    order = iter(rng.permutation(2 * sum(need)))
+    table = np.zeros((len(lengths_k), max(need)), np.int32)
+    for b, n in enumerate(need):
+        table[b, :n] = [next(order) for _ in range(n)]
+    return table, 2 * sum(need)
+
+
 def _paged(page_size: int):
     def make(rng, lengths_q, lengths_k):
         """A cache of twice the pages the sequences need, in a random order."""
-        need = [-(-n // page_size) for n in lengths_k]
-        order = iter(rng.permutation(2 * sum(need)))
-        table = np.zeros((len(lengths_k), max(need)), np.int32)
-        for b, n in enumerate(need):
-            table[b, :n] = [next(order) for _ in range(n)]
-        k, v = (_bf16(rng, 2 * sum(need), page_size, 1, 64) for _ in range(2))
+        table, pages = _shuffled_pages(rng, lengths_k, page_size)
+        k, v = (_bf16(rng, pages, page_size, 1, 64) for _ in range(2))
         q, start_q, end_q = _packed(rng, lengths_q)
         return [q, k, v, start_q, end_q, table, np.asarray(lengths_k, np.int32)], {"max_seqlen_q": max(lengths_q)}
     return make
@@ -90,12 +97,8 @@ def _paged(page_size: int):
 def _paged_tma(rng, lengths_q, lengths_k):
     """Decoding over a TMA-paged cache: pages of 128 rows in the kernel's layout [num_pages, heads_k, 128, 64],
     twice the pages the sequences need in a random order, two key heads for four query heads (GQA)."""
-    need = [-(-n // 128) for n in lengths_k]
-    order = iter(rng.permutation(2 * sum(need)))
-    table = np.zeros((len(lengths_k), max(need)), np.int32)
-    for b, n in enumerate(need):
-        table[b, :n] = [next(order) for _ in range(n)]
-    k, v = (_bf16(rng, 2 * sum(need), 2, 128, 64) for _ in range(2))
+    table, pages = _shuffled_pages(rng, lengths_k, 128)
+    k, v = (_bf16(rng, pages, 2, 128, 64) for _ in range(2))
     starts = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
     q = _bf16(rng, 4, int(starts[-1]), 64)
     return [q, k, v, starts[:-1], starts[1:], table, np.asarray(lengths_k, np.int32)], {"max_seqlen_q": max(lengths_q)}

@@ -44,6 +44,9 @@ FORWARD_TARGET = "__tessera$attention"
 BACKWARD_TARGET = "__tessera$attention_bwd"
 """The custom_call targets a rewritten forward and backward call (the `custom_call` form of the rewrite)."""
 
+DOT = "stablehlo.dot_general"
+"""The batched matrix product both matchers start from (BMM1, BMM2 and the backward's products)."""
+
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
 
@@ -123,7 +126,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
     for "maximum", `maximum(-inf, r)` around the reduce are allowed. With `source`, the reduce must take
     `source` itself or the tensor `source` transposes (`transposed_from`: the reduced axis and the broadcast
     back are then read in `source`'s frame), else None. Ops are recorded in `ops`."""
-    from tessera.graph.stablehlo_interpreter import _reduce_kind
+    from tessera.graph.stablehlo_interpreter import reduce_kind
 
     seen: list[Operation] = []
     current = value
@@ -148,7 +151,7 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         seen.append(op)
     reduce = op
     try:
-        if _reduce_kind(reduce) != kind or len(reduce.operands) != 2:
+        if reduce_kind(reduce) != kind or len(reduce.operands) != 2:
             return None
     except Exception:
         return None

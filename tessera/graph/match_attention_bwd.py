@@ -24,6 +24,7 @@ import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.graph.attention_match import (
+    DOT,
     MASK_OPS,
     ForwardMatch,
     Refusal,
@@ -40,7 +41,6 @@ from tessera.graph.attention_match import (
     where,
 )
 
-DOT = "stablehlo.dot_general"
 GRADIENT_OPS = {"stablehlo.multiply", "stablehlo.divide", "stablehlo.add", "stablehlo.subtract",
                 "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
                 "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum"}

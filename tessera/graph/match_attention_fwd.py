@@ -13,6 +13,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from tessera.graph.attention_match import (
+    DOT,
     MASK_OPS,
     NEGATIVE_FILL,
     ForwardMatch,
@@ -34,7 +35,6 @@ from tessera.graph.attention_match import (
     where,
 )
 
-DOT = "stablehlo.dot_general"
 ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""

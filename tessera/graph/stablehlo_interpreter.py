@@ -94,7 +94,7 @@ def constant_value(op: Operation, exact: bool = False) -> np.ndarray:
     return round_value(array, attr.get_type(), exact)
 
 
-def _reduce_kind(op: Operation) -> str:
+def reduce_kind(op: Operation) -> str:
     """The binary function a `reduce` body applies: add, maximum, minimum, multiply, and, or."""
     body = list(op.regions[0].block.ops)
     args = list(op.regions[0].block.args)
@@ -288,7 +288,7 @@ class Interpreter:
     def _reduce(self, op: Operation, x: list[np.ndarray]) -> list[np.ndarray]:
         if len(x) != 2:
             raise GraphInterpretationError(located(op, "the interpreter runs reduce with one input and one init"))
-        kind = _reduce_kind(op)
+        kind = reduce_kind(op)
         axes = tuple(int(d) for d in op.dimensions.get_values())
         data, init = x
         if kind == "add":

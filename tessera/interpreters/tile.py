@@ -23,7 +23,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
-from tessera.interpreters.tile_elementwise import ElementwiseFunctions, _aligned
+from tessera.interpreters.tile_elementwise import ElementwiseFunctions, aligned_operand
 from tessera.interpreters.tile_memory import ROW_GROUP, AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to, widened_dtype
@@ -296,7 +296,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         if not isinstance(table, np.ndarray):
             self.batch.fail(op, "gathers from a kernel argument (not a tile.view)")
         shape = (self.batch.size,) + op.result.type.get_shape()
-        coords = [np.broadcast_to(_aligned(i, v.type, op.result.type), shape).astype(np.int64)
+        coords = [np.broadcast_to(aligned_operand(i, v.type, op.result.type), shape).astype(np.int64)
                   for i, v in zip(indices, op.indices)]
         inside = np.ones(shape, bool)
         for i, n in zip(coords, table.shape):

@@ -19,7 +19,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.numerics import numpy_dtype
 
 
-def _aligned(value: np.ndarray, ty: TileType, result: TileType) -> np.ndarray:
+def aligned_operand(value: np.ndarray, ty: TileType, result: TileType) -> np.ndarray:
     """A [B, *shape] operand shaped to broadcast against the [B, *result shape] result."""
     if ty.rank == 1 and result.rank == 2:
         return value[..., None]
@@ -39,7 +39,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _integer_division(a: np.ndarray, b: np.ndarray, modulus: bool) -> np.ndarray:
+def integer_division(a: np.ndarray, b: np.ndarray, modulus: bool) -> np.ndarray:
     """Python's a // b (floor) or a % b (the divisor's sign) on i32, through int64; a zero divisor gives 0
     (NumPy's integer convention) and -2^31 // -1 wraps to -2^31."""
     a64, b64 = np.asarray(a, np.int64), np.asarray(b, np.int64)
@@ -53,8 +53,8 @@ _BINARY = {
     tile.SubOp: lambda a, b: a - b,
     tile.MulOp: lambda a, b: a * b,
     tile.DivOp: lambda a, b: a / b,
-    tile.FloorDivOp: lambda a, b: _integer_division(a, b, False),
-    tile.ModOp: lambda a, b: _integer_division(a, b, True),
+    tile.FloorDivOp: lambda a, b: integer_division(a, b, False),
+    tile.ModOp: lambda a, b: integer_division(a, b, True),
     tile.ElementMaxOp: lambda a, b: _signed_zero(np.maximum(a, b), a, b, True),
     tile.ElementMinOp: lambda a, b: _signed_zero(np.minimum(a, b), a, b, False),
 }
@@ -89,7 +89,7 @@ class ElementwiseFunctions:
 
     def _binary(self, interpreter: Interpreter, op, args: PythonValues):
         result, types = self._operands(op)
-        a, b = (_aligned(v, t, result) for v, t in zip(args, types))
+        a, b = (aligned_operand(v, t, result) for v, t in zip(args, types))
         with np.errstate(all="ignore"):  # IEEE infinities and NaNs, and i32 wrap-around, as the hardware
             return self._register_tile(op, _BINARY[type(op)](a, b))
 
@@ -116,14 +116,14 @@ class ElementwiseFunctions:
     @impl(tile.CmpOp)
     def run_cmp(self, interpreter: Interpreter, op: tile.CmpOp, args: PythonValues):
         result, types = self._operands(op)
-        a, b = (_aligned(v, t, result) for v, t in zip(args, types))
+        a, b = (aligned_operand(v, t, result) for v, t in zip(args, types))
         with np.errstate(invalid="ignore"):
             return self._register_tile(op, _COMPARE[op.predicate.data](a, b))
 
     @impl(tile.SelectOp)
     def run_select(self, interpreter: Interpreter, op: tile.SelectOp, args: PythonValues):
         result, types = self._operands(op)
-        c, a, b = (_aligned(v, t, result) for v, t in zip(args, types))
+        c, a, b = (aligned_operand(v, t, result) for v, t in zip(args, types))
         return self._register_tile(op, np.where(c, a, b))
 
     @impl(tile.IotaOp)

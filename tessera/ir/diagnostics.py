@@ -37,6 +37,13 @@ class LocatedVerifyException(VerifyException):
     """A VerifyException whose message already says where (see `located`)."""
 
 
+def require(condition: bool, op: Operation, message: str) -> None:
+    """A verifier's check: unless `condition`, a VerifyException `'dialect.op' op <message>`, the form of every
+    verifier message of Tessera's dialects (the diagnostics locate it at the op, `verify_module`)."""
+    if not condition:
+        raise VerifyException(f"'{op.name}' op {message}")
+
+
 def warn(message: str) -> None:
     """Warn through Python's `warnings` (the tools print it as one line)."""
     warnings.warn(message, TesseraWarning, stacklevel=2)

@@ -13,7 +13,7 @@ IR, or collects the ops it then changes, as a list comprehension over `walk()` d
 
 from __future__ import annotations
 
-from xdsl.ir import Operation, Region
+from xdsl.ir import Block, Operation, Region
 
 
 def walk_ops(root: Operation | Region) -> list[Operation]:
@@ -35,3 +35,9 @@ def walk_ops(root: Operation | Region) -> list[Operation]:
         append(root)
         visit(root.regions)
     return found
+
+
+def blocks_in(root: Operation) -> list[Block]:
+    """Every block nested in `root` (its own regions' first), in `root.walk()`'s order of the ops that hold them:
+    a snapshot a pass takes before it rewrites the blocks one by one."""
+    return [block for op in walk_ops(root) for region in op.regions for block in region.blocks]

@@ -22,6 +22,7 @@ from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90
+from tessera.dialects.sm90_memory import column_bytes_of
 from tessera.ptx.arith import (
     UNGUARDED_WHEN_TRUE,
     compare_integers,
@@ -413,7 +414,7 @@ def print_selp(p: KernelPrinter, op: sm90.SelpOp) -> None:
 # region global and shared memory ------------------------------------------------------------------------------
 
 
-def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column: int = 0) -> tuple[list[str], str]:
+def global_address_operand(p: KernelPrinter, base: str, offset: str, offset_cls, column: int = 0) -> tuple[list[str], str]:
     """Instructions computing base + offset (an i32 offset sign-extended) and the address operand, with
     `column` (a constant, `sm90.COLUMN_BYTES`) as its immediate."""
     immediate = f"+{column}" if column else ""
@@ -427,11 +428,6 @@ def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column
     address = p.temp(B64)
     lines.append(f"add.s64 {address}, {base}, {offset}")
     return lines, f"[{address}{immediate}]"
-
-
-def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op, n: int) -> list[int]:
-    """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`)."""
-    return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
 
 
 @handles(sm90.StGlobalOp)
@@ -462,12 +458,12 @@ def _print_predicated_stores(p: KernelPrinter, op: sm90.StGlobalOp | sm90.StGlob
 
     def store(offset: str, value: str, predicate: str, column: int):
         def lines(_: str | None) -> list[str]:
-            address_lines, address = _global_address(p, base, offset, offset_cls, column)
+            address_lines, address = global_address_operand(p, base, offset, offset_cls, column)
             return address_lines + [f"{prefix(predicate)}{instruction} {address}, {value}"]
         return lines
 
     prefix = guard(op.mask)
-    columns = _columns(op, n)
+    columns = column_bytes_of(op, n)
     p.run([Job(None, None, (base, o, v, m), store(o, v, m, c)) for o, v, m, c in zip(offsets, values, mask, columns)])
 
 
@@ -502,7 +498,7 @@ def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGloba
 
     def load(offset: str, predicate: str, column: int):
         def lines(d: str | None) -> list[str]:
-            address_lines, address = _global_address(p, base, offset, offset_cls, column)
+            address_lines, address = global_address_operand(p, base, offset, offset_cls, column)
             # The address is computed first: d may be the register of the offset (a job reads before it writes).
             if always:
                 return address_lines + [f"{instruction} {d}, {address}"]
@@ -511,7 +507,7 @@ def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGloba
 
     always = is_true_constant(op.mask)  # no predicate, and so no zero first, under an all-true mask
     dsts = p.define(op.result)
-    columns = _columns(op, n)
+    columns = column_bytes_of(op, n)
     p.run([Job(d, cls, (base, o, m), load(o, m, c)) for d, o, m, c in zip(dsts, offsets, mask, columns)])
 
 
@@ -539,7 +535,7 @@ def print_ld_shared(p: KernelPrinter, op: sm90.LdSharedOp) -> None:
     consecutive registers of columns c and c + 4 of one address as one `ld.shared.v2.b32 {d, e}` (`_shared_pairs`)."""
     n = lanes(op.result.type)
     (addresses,) = element_lists(p, [op.addresses], n)
-    columns = [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
+    columns = column_bytes_of(op, n)
     dsts = p.define(op.result)
 
     def at(address: str, column: int) -> str:

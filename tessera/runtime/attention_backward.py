@@ -201,15 +201,23 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
     return _run_gpu(config, q, k, v, o, lse, do)
 
 
+def kernel_configs(config) -> list:
+    """The `KernelConfig`s of the three kernels (preprocess, main, postprocess) that the GPU runs for `config` (a
+    `BackwardConfig`), with the backward's pipeline: the kernel cache's keys."""
+    from tessera.runtime.compiler import KernelConfig
+
+    options = _builder_options(config)
+    return [KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options)
+            for part in ("preprocess", "main", "postprocess")]
+
+
 def _run_gpu(config, q, k, v, o, lse, do):
     """The three kernels on the GPU, compiled (or fetched from the cache) with the default pipeline."""
-    from tessera.runtime.compiler import KernelConfig, compile_kernel
+    from tessera.runtime.compiler import compile_kernel
     from tessera.runtime.launch import is_torch_tensor, usable_device
 
     usable_device((q, k, v, o, lse, do))  # no GPU, no compile
-    options = _builder_options(config)
-    pre, main, post = (compile_kernel(KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options))
-                       for part in ("preprocess", "main", "postprocess"))
+    pre, main, post = (compile_kernel(kernel_config) for kernel_config in kernel_configs(config))
     if is_torch_tensor(q) and q.is_cuda:
         return _run_torch(pre, main, post, q, k, v, o, lse.float(), do)
     lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)

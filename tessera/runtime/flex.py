@@ -44,19 +44,23 @@ consumer warpgroup at 64 x 64 blocks, two at 128 x 128 and 64 x 128, `WARP_SPECI
 registers do not fit (`tessera.lowering.fallback`)."""
 
 
-_FITS: dict[str, str | None] = {}
+_FITS: dict[Hashable, str | None] = {}
 
 
 def warp_specialized_refusal(module) -> str | None:
     """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
     stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
-    that configuration, such as its shared memory). Remembered by the module's text."""
+    that configuration, such as its shared memory). Remembered by the key the module was kept under (`_kept`,
+    `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not print its kernels again
+    (the main kernel's text: about 40 ms at head_dim 64); by the module's text where no one kept it."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera.ir import make_context
+    from tessera.lowering.kept import kept_key
     from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
 
-    key = str(module)
+    kept = kept_key(module)
+    key = str(module) if kept is None else ("kept", kept)
     if key not in _FITS:
         if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
             _FITS.clear()

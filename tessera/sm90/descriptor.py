@@ -16,7 +16,7 @@ import numpy as np
 
 from tessera.sm90.swizzle import (
     SWIZZLE_CHUNK_BYTES,
-    _check_mode,
+    check_swizzle_mode,
     swizzle_address,
     swizzle_period_bytes,
 )
@@ -45,7 +45,7 @@ _DEFINED_BITS = (
 
 def descriptor_swizzle_code(mode: int) -> int:
     """The descriptor's 2-bit swizzle code (bits 63-62) for a swizzle of `mode` bytes (0/32/64/128)."""
-    _check_mode(mode)
+    check_swizzle_mode(mode)
     return _SWIZZLE_CODE[mode]
 
 
@@ -127,7 +127,7 @@ def canonical_layout_offset(major: Major, swizzle: int, elem_bytes: int, lbo: in
       MN-major, none:    (mn/T)*SBO + (mn%T)*e  + (k/8)*LBO + (k%8)*16  ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
       MN-major, swizzled:(mn/(W/e))*LBO + (mn%(W/e))*e + (k/8)*SBO + (k%8)*W
                                                                         ((T,W/16,m),(8,k)):((1,T,LBO),(W/e,SBO))"""
-    _check_mode(swizzle)
+    check_swizzle_mode(swizzle)
     if elem_bytes not in (1, 2, 4):
         raise ValueError(f"wgmma operands in shared memory have 1-, 2- or 4-byte elements, got {elem_bytes}")
     mn = np.asarray(mn, dtype=np.int64)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from tessera.sm90.wgmma import _thread_parts
+from tessera.sm90.wgmma import thread_parts
 
 FP8_FORMATS = ("e4m3", "e5m2")
 """The PTX names of the 8-bit float types sm_90a's cvt and wgmma take."""
@@ -87,7 +87,7 @@ def a8_fragment_coords(i, thread):
     i = np.asarray(i, dtype=np.int64)
     if np.any((i < 0) | (i >= FP8_A_ELEMENTS)):
         raise ValueError(f"8-bit A element must be in [0, {FP8_A_ELEMENTS})")
-    w, g, c = _thread_parts(thread)
+    w, g, c = thread_parts(thread)
     return 16 * w + g + 8 * ((i >> 2) & 1), 4 * c + (i & 3) + 16 * (i >> 3)
 
 

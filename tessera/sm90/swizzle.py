@@ -29,14 +29,14 @@ def swizzle_period_bytes(mode: int) -> int:
     """Bytes after which a swizzle pattern repeats: 8 lines of 128 B for 128B, 512 for 64B, 256 for 32B.
     A swizzled buffer must start on this boundary for the pattern (and a descriptor base offset of 0) to
     line up with the buffer."""
-    _check_mode(mode)
+    check_swizzle_mode(mode)
     return 1 if mode == 0 else 8 * mode
 
 
 def swizzle_bits(mode: int) -> tuple[int, int, int]:
     """(mask, line shift, chunk shift) of the swizzle of `mode` (> 0) bytes: the physical address is
     A ^ (((A >> line shift) & mask) << chunk shift), the form an emitter computes at run time."""
-    _check_mode(mode)
+    check_swizzle_mode(mode)
     if mode == 0:
         raise ValueError("the swizzle of 0 bytes is the identity; it has no bits")
     return (mode // SWIZZLE_CHUNK_BYTES - 1, SWIZZLE_LINE_BYTES.bit_length() - 1,
@@ -49,7 +49,7 @@ def swizzle_address(address, mode: int):
 
     128B: A ^ (((A >> 7) & 7) << 4); 64B: A ^ (((A >> 7) & 3) << 4); 32B: A ^ (((A >> 7) & 1) << 4).
     The pattern follows the absolute shared address; the function is its own inverse."""
-    _check_mode(mode)
+    check_swizzle_mode(mode)
     if mode == 0:
         return address
     mask, line_shift, chunk_shift = swizzle_bits(mode)
@@ -61,7 +61,8 @@ def bank_of(address):
     return (address // BANK_BYTES) % SHARED_BANKS
 
 
-def _check_mode(mode: int) -> None:
+def check_swizzle_mode(mode: int) -> None:
+    """A ValueError unless `mode` is one of `SWIZZLE_MODES` (bytes)."""
     if mode not in SWIZZLE_MODES:
         raise ValueError(f"swizzle mode must be one of {SWIZZLE_MODES} bytes, got {mode}")
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from tessera.sm90.swizzle import SWIZZLE_CHUNK_BYTES, _check_mode
+from tessera.sm90.swizzle import SWIZZLE_CHUNK_BYTES, check_swizzle_mode
 
 # region Enumerations [DRV]
 
@@ -90,7 +90,7 @@ _SWIZZLE_BY_BYTES = {0: TensorMapSwizzle.NONE, 32: TensorMapSwizzle.B32, 64: Ten
 
 def tensor_map_swizzle(mode: int) -> TensorMapSwizzle:
     """The CUtensorMapSwizzle for a swizzle of `mode` bytes (0/32/64/128)."""
-    _check_mode(mode)
+    check_swizzle_mode(mode)
     return _SWIZZLE_BY_BYTES[mode]
 
 

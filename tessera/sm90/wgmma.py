@@ -120,7 +120,9 @@ def _check_atype(atype: str) -> None:
 # region Register fragments [P#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16]
 
 
-def _thread_parts(thread):
+def thread_parts(thread):
+    """(warp, group, lane in group) of each warpgroup thread index: the warp of four, the 4-lane group of eight
+    in its warp, the lane of four in its group (a ValueError for an index outside [0, 128))."""
     thread = np.asarray(thread, dtype=np.int64)
     if np.any((thread < 0) | (thread >= WARPGROUP_SIZE)):
         raise ValueError(f"thread must be in [0, {WARPGROUP_SIZE}) (the index inside the warpgroup)")
@@ -138,7 +140,7 @@ def accumulator_coords(v, thread):
     v = np.asarray(v, dtype=np.int64)
     if np.any(v < 0):
         raise ValueError("accumulator element index must be >= 0")
-    w, g, c = _thread_parts(thread)
+    w, g, c = thread_parts(thread)
     return 16 * w + g + 8 * ((v >> 1) & 1), 8 * (v >> 2) + 2 * c + (v & 1)
 
 
@@ -184,7 +186,7 @@ def a_fragment_coords(i, half, thread):
     half = np.asarray(half, dtype=np.int64)
     if np.any((i < 0) | (i >= A_FRAGMENT_REGISTERS)) or np.any((half < 0) | (half > 1)):
         raise ValueError(f"A register must be in [0, {A_FRAGMENT_REGISTERS}) and half 0 or 1")
-    w, g, c = _thread_parts(thread)
+    w, g, c = thread_parts(thread)
     return 16 * w + g + 8 * (i & 1), 2 * c + 8 * (i >> 1) + half
 
 
