@@ -1,0 +1,123 @@
+"""Kernels a user writes next, round 6 (`tests/user_kernels/*.mlir`, not rounds 1 to 5's): RMSNorm over rows
+longer than one tile (bf16 read, f32 written, a learned weight, rsqrt), rotary embedding in the interleaved
+even/odd form applied to Q and K at once (GQA: fewer key heads; partner columns and table columns from i32
+coordinate tiles, read with `tile.gather`), the attention-output projection fused with its epilogue (the heads
+merged by the K loop, + bias + residual) and an int8-style quantize epilogue on a GEMM whose A is given
+transposed (per-row and per-column scales, `tile.rint`, a clamp to [-128, 127], i32 out; an infinite scale
+times 0 is NaN and converts to 0). Each runs through `tessera.launch` at the Tile, target and PTX levels on
+shapes no tile divides (1, 7, 33, 257, 1000) against a float64 NumPy reference; `tessera.validate` names a
+lowering seeded wrong.
+
+The default run takes each kernel at one level (about 3 s of CPU); `-m slow` runs every kernel at every level on
+every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
+--check`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera.sm90 import approx
+from unseen_rounds import KERNELS, Case, f64, round_tests
+
+BF16 = ml_dtypes.bfloat16
+F32_U = 2.0**-24  # f32's unit roundoff: one rounding moves a value by at most this much of it
+RSQRT = approx.approx_relative_error("rsqrt")
+
+
+# region inputs and references
+
+def _rms_inputs(shape, rng):
+    m, n = shape
+    return [(rng.standard_normal((m, n)) * 3).astype(BF16), rng.standard_normal(n).astype(np.float32)], {}
+
+
+def _rms_ref(x, w):
+    x, w = f64(x, w)
+    rstd = 1 / np.sqrt((x**2).mean(1) + 1e-6)
+    return x * rstd[:, None] * w, rstd
+
+
+def _rope_inputs(shape, rng):
+    hq, hk, t = shape
+    angles = np.arange(t)[:, None] * 10000.0 ** (-np.arange(32) / 32)
+    return [rng.uniform(-4, 4, (hq, t, 64)).astype(np.float32), rng.uniform(-4, 4, (hk, t, 64)).astype(np.float32),
+            np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)], {}
+
+
+def _rope_ref(q, k, cos, sin):
+    cos, sin = f64(cos, sin)
+
+    def rotate(x):
+        x, = f64(x)
+        y = np.empty_like(x)
+        y[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+        y[..., 1::2] = x[..., 1::2] * cos + x[..., 0::2] * sin
+        return y
+
+    return rotate(q), rotate(k)
+
+
+def _proj_inputs(shape, rng):
+    b, h, s, n = shape
+    return [rng.integers(-3, 4, (b, h, s, 64)).astype(BF16), rng.integers(-3, 4, (64 * h, n)).astype(BF16),
+            (rng.integers(-40, 40, n) / 4).astype(np.float32),
+            (rng.integers(-400, 400, (b, s, n)) / 4).astype(np.float32)], {}
+
+
+def _proj_ref(o, w, bias, r):
+    o, w, bias, r = f64(o, w, bias, r)
+    heads = o.shape[1]
+    return (np.einsum("bhsd,hdn->bsn", o, w.reshape(heads, 64, -1)) + bias + r,)
+
+
+def _quant_inputs(shape, rng):
+    m, n, k = shape
+    srow = (2.0 ** rng.integers(-6, 0, m)).astype(np.float32)
+    scol = (2.0 ** rng.integers(-3, 2, (1, n))).astype(np.float32)
+    srow[m // 2] = np.inf  # a row whose zero products become NaN (inf 0): 0 after the cast, as cvt.rzi
+    scol[0, n // 3] = 0.0
+    return [rng.integers(-4, 5, (k, m)).astype(BF16), rng.integers(-4, 5, (k, n)).astype(BF16), srow, scol], {}
+
+
+def _quant_ref(at, b, srow, scol):
+    at, b, srow, scol = f64(at, b, srow, scol)
+    with np.errstate(invalid="ignore"):
+        x = np.rint((at.T @ b) * srow[:, None] * scol)
+        return (np.nan_to_num(np.clip(x, -128, 127), nan=0.0),)
+
+
+# endregion
+
+CASES = {
+    # RSTD: the f32 sum of N bf16 squares (exact in f32): each term passes at most 63 adds in its chunk's row sum
+    # and one per chunk after it (N <= 1000: 16), then the division by N, the eps add and rsqrt.approx: below
+    # RSQRT + 90 U; Y two more products
+    "rmsnorm_long": Case("rmsnorm_long", _rms_inputs, _rms_ref, (RSQRT + 92 * F32_U, RSQRT + 90 * F32_U), 0.0,
+                         ((70, 257), (1, 1), (129, 1000), (33, 7))),
+    # the product x' s rounded once, the fma once (|x'| s <= 4.1: below 2^-21 absolute), then bf16 (half an ulp: 2^-8 of the value)
+    "rope_interleaved": Case("rope_interleaved", _rope_inputs, _rope_ref, 2.0**-8 + 2.0**-22, 2.0**-21,
+                             ((4, 2, 70), (1, 1, 1), (8, 1, 257), (3, 3, 33))),
+    # integer products summed below 2^24, bias and residual in quarters: every value exact in f32
+    "attn_out_proj": Case("attn_out_proj", _proj_inputs, _proj_ref, 0.0, 0.0,
+                          ((2, 3, 70, 100), (1, 1, 1, 1), (1, 4, 257, 33), (3, 1, 7, 257))),
+    # exact: integer sums below 2^24, power-of-two scales; rint ties (x.5) go to even
+    "gemm_quant_i8": Case("gemm_quant_i8", _quant_inputs, _quant_ref, 0.0, 0.0,
+                          ((70, 33, 257), (1, 1, 1), (257, 7, 33), (7, 257, 1))),
+}
+
+FAST = {"rmsnorm_long": ("target",), "rope_interleaved": ("target",), "attn_out_proj": ("tile",),
+        "gemm_quant_i8": ("tile",)}
+
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "rmsnorm_long": ["M=70", "N=257"], "rope_interleaved": ["HQ=4", "HK=2", "T=70"],
+    "attn_out_proj": ["B=2", "H=3", "S=70", "N=100"], "gemm_quant_i8": ["M=70", "N=33", "K=257"],
+}
+
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
