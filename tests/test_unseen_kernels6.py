@@ -15,6 +15,7 @@ every shape, and checks each with every ptxas found (no warning, no spill) and w
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import ml_dtypes
@@ -121,3 +122,53 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
+
+
+# region the verdict on integer outputs
+
+def _quant_module():
+    return tessera.parse_module((KERNELS / "gemm_quant_i8.mlir").read_text(), "gemm_quant_i8.mlir")
+
+
+def test_a_lowering_that_truncates_instead_of_rounding_is_named(monkeypatch):
+    """Regression: convert-tile-to-sm90 seeded to lower `tile.rint` as `math.trunc` (cvt.rzi) made every
+    quantized value with a fraction of at least 1/2 one too small toward 0, and `tessera.validate` passed it:
+    its tolerance was 4, the largest move of any element (the float outputs' rule), since tile.element_min,
+    missing from the table of exact ops, moved the clamped integral values by half an ulp and the truncating
+    cast to i32 dropped them by 1. Integer outputs are now held element by element, the clamp moves nothing."""
+    from xdsl.dialects import math
+
+    from tessera.dialects import tile
+    from tessera.passes import PTX_PIPELINE
+    from tessera.validate import validate
+
+    lowering = importlib.import_module("tessera.passes.convert_tile_to_sm90.elementwise")
+    monkeypatch.setitem(lowering._ROUNDING, tile.RintOp, math.TruncOp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = validate(_quant_module(), PTX_PIPELINE, sizes={"M": 64, "N": 64, "K": 64}, ptx=False)
+    mismatch = report.mismatch
+    assert mismatch is not None, report.table()
+    assert (mismatch.pass_name, mismatch.level, mismatch.kind) == ("convert-tile-to-sm90", "target", "result")
+    assert "max error vs reference 1.000e+00 > tolerance 0.000e+00" in str(mismatch), str(mismatch)
+
+
+def test_integer_outputs_are_held_element_by_element():
+    """The quantize kernel's tolerance is 0 on every element but those a straightforward run moves across a
+    rounding boundary (2 of 4096 here), and a count off by one is a mismatch however large the counts."""
+    from tessera.validation import rounding
+    from tessera.validation.levels import generate_inputs
+
+    module = _quant_module()
+    sig = tessera.find_kernel(module)
+    sizes = {"M": 64, "N": 64, "K": 64}
+    reference = rounding.kernel_reference(module, sig, generate_inputs(sig, sizes, seed=0), sizes)
+    (tolerance,) = reference.tolerances
+    assert isinstance(tolerance, np.ndarray) and np.count_nonzero(tolerance) <= 8
+    counts = np.full((4, 4), 2**21, np.int32)
+    held = rounding.KernelReference((counts,), (np.zeros(counts.shape),))
+    assert held.judge([counts]) == (0.0, 0.0)
+    error, bound = held.judge([counts + np.eye(4, dtype=np.int32)])
+    assert error == 1.0 and bound == 0.0
+
+# endregion
