@@ -107,3 +107,46 @@ def test_inf_and_nan_inputs_warn_of_nothing(level):
         warnings.simplefilter("error")
         got = tessera.gemm(a, b, level=level, alpha=0.0, **options)
     assert np.isnan(got[0, 0]) and np.isnan(got[3, 3]) and got[4, 4] == np.inf  # 0 inf; NaN c; -2 (-inf)
+
+
+# region attention_with_kvcache: a refused append leaves the caches as they were
+
+def _decoding(rng):
+    q = rng.standard_normal((2, 1, 4, 64)).astype(BF16)
+    caches = [rng.standard_normal((2, 40, 2, 64)).astype(BF16) for _ in range(2)]
+    new = [rng.standard_normal((2, 1, 2, 64)).astype(BF16) for _ in range(2)]
+    return q, caches, new, np.array([10, 20], np.int32)
+
+
+def test_a_call_refused_for_want_of_a_gpu_appends_nothing():
+    """Regression: with level=None and no usable GPU, k_new and v_new were written into the caches and then
+    CudaUnavailable was raised, so a caller that retried at a CPU level (as the message suggests) found its
+    cache already changed by a call that had failed."""
+    from tessera.runtime import CudaUnavailable
+    from tessera.runtime.launch import usable_device
+
+    try:
+        usable_device([])
+        pytest.skip("a GPU is usable here: level=None runs")
+    except CudaUnavailable:
+        pass
+    q, (k_cache, v_cache), (k_new, v_new), lengths = _decoding(np.random.default_rng(3))
+    before = k_cache.copy(), v_cache.copy()
+    with pytest.raises(CudaUnavailable, match="pass level='tile', 'target' or 'ptx'"):
+        tessera.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, k_new=k_new, v_new=v_new)
+    assert np.array_equal(k_cache, before[0]) and np.array_equal(v_cache, before[1])
+
+
+def test_a_read_only_cache_is_refused_by_name_before_either_is_written():
+    """Regression: a read-only v_cache (a `np.broadcast_to` view) raised NumPy's bare "assignment destination is
+    read-only" after k_new had been written into k_cache."""
+    q, (k_cache, v_cache), (k_new, v_new), lengths = _decoding(np.random.default_rng(4))
+    before = k_cache.copy()
+    frozen = np.broadcast_to(v_cache[:1], v_cache.shape)
+    with pytest.raises(ValueError, match=r"attention_with_kvcache: k_new and v_new are appended to the caches in "
+                                         r"place, but v_cache is read-only"):
+        tessera.attention_with_kvcache(q, k_cache, frozen, cache_seqlens=lengths, k_new=k_new, v_new=v_new,
+                                       level="tile")
+    assert np.array_equal(k_cache, before)
+
+# endregion
