@@ -1,5 +1,6 @@
 """Kernels a user writes next, round 6 (`tests/user_kernels/*.mlir`, not rounds 1 to 5's): RMSNorm over rows
-longer than one tile (bf16 read, f32 written, a learned weight, rsqrt), rotary embedding in the interleaved
+longer than one tile (bf16 read, f32 written, a learned weight, rsqrt) and its input gradient (row sums
+carried over the chunks, bf16 out), rotary embedding in the interleaved
 even/odd form applied to Q and K at once (GQA: fewer key heads; partner columns and table columns from i32
 coordinate tiles, read with `tile.gather`), the attention-output projection fused with its epilogue (the heads
 merged by the K loop, + bias + residual) and an int8-style quantize epilogue on a GEMM whose A is given
@@ -42,6 +43,18 @@ def _rms_ref(x, w):
     x, w = f64(x, w)
     rstd = 1 / np.sqrt((x**2).mean(1) + 1e-6)
     return x * rstd[:, None] * w, rstd
+
+
+def _rms_bwd_inputs(shape, rng):
+    x, w = _rms_inputs(shape, rng)[0]
+    rstd = _rms_ref(x, w)[1].astype(np.float32)
+    return [rng.standard_normal(shape).astype(np.float32), x, w, rstd], {}
+
+
+def _rms_bwd_ref(dy, x, w, rstd):
+    dy, x, w, rstd = f64(dy, x, w, rstd)
+    xhat, g = x * rstd[:, None], dy * w
+    return (rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdims=True)),)
 
 
 def _rope_inputs(shape, rng):
@@ -101,6 +114,10 @@ CASES = {
     # RSQRT + 90 U; Y two more products
     "rmsnorm_long": Case("rmsnorm_long", _rms_inputs, _rms_ref, (RSQRT + 92 * F32_U, RSQRT + 90 * F32_U), 0.0,
                          ((70, 257), (1, 1), (129, 1000), (33, 7))),
+    # bf16 out (half an ulp: 2^-8 of the value) of an f32 computation whose error stays below 2^-16 (|DX| < 4:
+    # the row sums of N <= 1000 products carry at most 80 roundings each, then five f32 operations)
+    "rmsnorm_long_bwd": Case("rmsnorm_long_bwd", _rms_bwd_inputs, _rms_bwd_ref, 2.0**-8 + 2.0**-20, 2.0**-16,
+                             ((70, 257), (1, 1), (129, 1000), (33, 7))),
     # the product x' s rounded once, the fma once (|x'| s <= 4.1: below 2^-21 absolute), then bf16 (half an ulp: 2^-8 of the value)
     "rope_interleaved": Case("rope_interleaved", _rope_inputs, _rope_ref, 2.0**-8 + 2.0**-22, 2.0**-21,
                              ((4, 2, 70), (1, 1, 1), (8, 1, 257), (3, 3, 33))),
@@ -112,11 +129,11 @@ CASES = {
                           ((70, 33, 257), (1, 1, 1), (257, 7, 33), (7, 257, 1))),
 }
 
-FAST = {"rmsnorm_long": ("target",), "rope_interleaved": ("target",), "attn_out_proj": ("tile",),
+FAST = {"rmsnorm_long": ("target",), "rmsnorm_long_bwd": ("tile",), "rope_interleaved": ("target",), "attn_out_proj": ("tile",),
         "gemm_quant_i8": ("tile",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
-    "rmsnorm_long": ["M=70", "N=257"], "rope_interleaved": ["HQ=4", "HK=2", "T=70"],
+    "rmsnorm_long": ["M=70", "N=257"], "rmsnorm_long_bwd": ["M=70", "N=257"], "rope_interleaved": ["HQ=4", "HK=2", "T=70"],
     "attn_out_proj": ["B=2", "H=3", "S=70", "N=100"], "gemm_quant_i8": ["M=70", "N=33", "K=257"],
 }
 
