@@ -258,6 +258,7 @@ class KernelReference:
 
 
 def _judge_output(output, reference: np.ndarray, tolerance: np.ndarray) -> tuple[float, float]:
+    """(error, tolerance) of one output held element by element (`KernelReference.judge`)."""
     largest = float(tolerance.max(initial=0.0))
     if np.shape(output) != reference.shape:
         return float("inf"), largest
