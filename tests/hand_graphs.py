@@ -96,8 +96,8 @@ def attend(body: _Body, q: str, k: str, v: str, q_shape, kv_shape, dtype="bf16",
     """Attention over the values q, k, v [batch, heads, seq, head_dim] written into `body`; returns the output
     value and its shape. scale: where the factor goes ("multiply", "multiply_lhs", "divide" (by 1/factor:
     `factor` must then be a power of two), "q", "k"); mask: None, "select" (select(tril, s, fill)) or "add"
-    (s + select(tril, 0, fill)), bottom-right causal, fill -inf by default; bias: a value added to the scores; after_mask: a factor
-    multiplying the scores after the mask and bias; softmax: "divide" or "reciprocal"; sum_plus: a constant
+    (s + select(tril, 0, fill)), bottom-right causal, fill -inf by default; bias: a value added to the scores;
+    after_mask: a factor multiplying the scores after the mask and bias; softmax: "divide" or "reciprocal"; sum_plus: a constant
     added to the softmax's sum; sum_axis: the axis the sum is taken over (2, the queries, with its result
     broadcast along the keys: not a softmax; seq_q must be seq_k)."""
     batch, heads, seq_q, head_dim = q_shape
@@ -110,8 +110,8 @@ def attend(body: _Body, q: str, k: str, v: str, q_shape, kv_shape, dtype="bf16",
         k = body.binary("multiply", k, body.splat(factor, kv_shape, dtype), kv_shape, dtype)
     s = body.emit(f'"stablehlo.dot_general"({q}, {k}) <{{dot_dimension_numbers = #stablehlo.dot<'
                   'lhs_batching_dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = '
-                  f'[3], rhs_contracting_dimensions = [3]>}}> : ({tensor(q_shape, dtype)}, {tensor(kv_shape, dtype)}) -> '
-                  f'{tensor(s_shape, dtype)}')
+                  f'[3], rhs_contracting_dimensions = [3]>}}> : ({tensor(q_shape, dtype)}, '
+                  f'{tensor(kv_shape, dtype)}) -> {tensor(s_shape, dtype)}')
     if scale == "multiply":
         s = body.binary("multiply", s, body.splat(factor, s_shape, dtype), s_shape, dtype)
     elif scale == "multiply_lhs":
@@ -153,14 +153,14 @@ def attend(body: _Body, q: str, k: str, v: str, q_shape, kv_shape, dtype="bf16",
         out_shape = q_shape
         o = body.emit(f'"stablehlo.dot_general"({p}, {v}) <{{dot_dimension_numbers = #stablehlo.dot<lhs_batching_'
                       'dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [3], '
-                      f'rhs_contracting_dimensions = [2]>}}> : ({tensor(s_shape, dtype)}, {tensor(kv_shape, dtype)}) -> '
-                      f'{tensor(out_shape, dtype)}')
+                      f'rhs_contracting_dimensions = [2]>}}> : ({tensor(s_shape, dtype)}, '
+                      f'{tensor(kv_shape, dtype)}) -> {tensor(out_shape, dtype)}')
     else:
         out_shape = (batch, heads, head_dim, seq_q)
         o = body.emit(f'"stablehlo.dot_general"({v}, {p}) <{{dot_dimension_numbers = #stablehlo.dot<lhs_batching_'
                       'dimensions = [0, 1], rhs_batching_dimensions = [0, 1], lhs_contracting_dimensions = [2], '
-                      f'rhs_contracting_dimensions = [3]>}}> : ({tensor(kv_shape, dtype)}, {tensor(s_shape, dtype)}) -> '
-                      f'{tensor(out_shape, dtype)}')
+                      f'rhs_contracting_dimensions = [3]>}}> : ({tensor(kv_shape, dtype)}, '
+                      f'{tensor(s_shape, dtype)}) -> {tensor(out_shape, dtype)}')
     return o, out_shape
 
 

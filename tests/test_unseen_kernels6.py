@@ -121,7 +121,8 @@ CASES = {
     # the row sums of N <= 1000 products carry at most 80 roundings each, then five f32 operations)
     "rmsnorm_long_bwd": Case("rmsnorm_long_bwd", _rms_bwd_inputs, _rms_bwd_ref, 2.0**-8 + 2.0**-20, 2.0**-16,
                              ((70, 257), (1, 1), (129, 1000), (33, 7))),
-    # the product x' s rounded once, the fma once (|x'| s <= 4.1: below 2^-21 absolute), then bf16 (half an ulp: 2^-8 of the value)
+    # the product x' s rounded once, the fma once (|x'| s <= 4.1: below 2^-21 absolute), then bf16 (half an ulp:
+    # 2^-8 of the value)
     "rope_interleaved": Case("rope_interleaved", _rope_inputs, _rope_ref, 2.0**-8 + 2.0**-22, 2.0**-21,
                              ((4, 2, 70), (1, 1, 1), (8, 1, 257), (3, 3, 33))),
     # integer products summed below 2^24, bias and residual in quarters: every value exact in f32
@@ -132,11 +133,13 @@ CASES = {
                           ((70, 33, 257), (1, 1, 1), (257, 7, 33), (7, 257, 1))),
 }
 
-FAST = {"rmsnorm_long": ("target",), "rmsnorm_long_bwd": ("tile",), "rope_interleaved": ("target",), "attn_out_proj": ("tile",),
+FAST = {"rmsnorm_long": ("target",), "rmsnorm_long_bwd": ("tile",), "rope_interleaved": ("target",),
+        "attn_out_proj": ("tile",),
         "gemm_quant_i8": ("tile",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
-    "rmsnorm_long": ["M=70", "N=257"], "rmsnorm_long_bwd": ["M=70", "N=257"], "rope_interleaved": ["HQ=4", "HK=2", "T=70"],
+    "rmsnorm_long": ["M=70", "N=257"], "rmsnorm_long_bwd": ["M=70", "N=257"],
+    "rope_interleaved": ["HQ=4", "HK=2", "T=70"],
     "attn_out_proj": ["B=2", "H=3", "S=70", "N=100"], "gemm_quant_i8": ["M=70", "N=33", "K=257"],
 }
 
