@@ -97,9 +97,9 @@ def attend(body: _Body, q: str, k: str, v: str, q_shape, kv_shape, dtype="bf16",
     value and its shape. scale: where the factor goes ("multiply", "multiply_lhs", "divide" (by 1/factor:
     `factor` must then be a power of two), "q", "k"); mask: None, "select" (select(tril, s, fill)) or "add"
     (s + select(tril, 0, fill)), bottom-right causal, fill -inf by default; bias: a value added to the scores;
-    after_mask: a factor multiplying the scores after the mask and bias; softmax: "divide" or "reciprocal"; sum_plus: a constant
-    added to the softmax's sum; sum_axis: the axis the sum is taken over (2, the queries, with its result
-    broadcast along the keys: not a softmax; seq_q must be seq_k)."""
+    after_mask: a factor multiplying the scores after the mask and bias; softmax: "divide" or "reciprocal";
+    sum_plus: a constant added to the softmax's sum; sum_axis: the axis the sum is taken over (2, the queries,
+    with its result broadcast along the keys: not a softmax; seq_q must be seq_k)."""
     batch, heads, seq_q, head_dim = q_shape
     seq_k = kv_shape[2]
     fill = NEG_INF[dtype] if fill is None else fill
