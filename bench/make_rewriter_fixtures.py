@@ -226,6 +226,21 @@ def gqa_groups(q, k, v):
     return jnp.einsum("bkgts,bskd->btkgd", jax.nn.softmax(s, axis=-1), v).reshape(b, t, n, d)
 
 
+def chained_bhqd(q, k, v, k2, v2):
+    """Two causal attentions in 'bhqd' einsums, the second's Q the first's output as it is (no transpose between
+    the first's P.V and the second's Q.K^T)."""
+    def attention_bhqd(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        s = jnp.where(causal_mask(s), s, -jnp.inf)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+    return attention_bhqd(attention_bhqd(q, k, v), k2, v2)
+
+
+def grad_of_chained_bhqd(q, k, v, k2, v2):
+    loss = lambda *values: jnp.sum(chained_bhqd(*values).astype(jnp.float32) ** 2)
+    return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, k2, v2)
+
+
 def project(x, wqkv):
     b, s, dm = x.shape
     return (t.reshape(b, s, H, dm // H) for t in jnp.split(x @ wqkv, 3, axis=-1))
@@ -313,6 +328,12 @@ UNSEEN = {
                              "layers under jax.lax.scan: a near miss inside the while body"),
     "bwd_grad_added_mask_s128_d64": (grad_of_loss(), qkv(S, 64),
                                      "jax.grad through an added causal mask: tessera.attention and attention_bwd"),
+    "fwd_chained_bhqd_s128_d64": (chained_bhqd, (bf16(B, H, S, 64),) * 5,
+                                  "two causal attentions chained in 'bhqd' einsums (the second's Q the first's "
+                                  "output): two tessera.attention, the second reading the first"),
+    "bwd_grad_chained_bhqd_s128_d64": (grad_of_chained_bhqd, (bf16(B, H, S, 64),) * 5,
+                                       "jax.grad through the two chained attentions: two tessera.attention and two "
+                                       "attention_bwd"),
 }
 FIXTURES.update({f"unseen/{name}": entry for name, entry in UNSEEN.items()})
 

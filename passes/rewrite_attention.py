@@ -225,10 +225,24 @@ def _heads(value: SSAValue, labels: list, seq: str, groups: int, at: Operation) 
     return reshaped(value, [b, h * g, n, d], at)
 
 
-def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operation, dict]:
+def current(value: SSAValue, replaced: dict[SSAValue, SSAValue]) -> SSAValue:
+    """`value`, or the value an earlier rewrite of the function replaced it by: the matches are all made before
+    the first rewrite, so a match reads what the graph computed then (the second of two chained attentions
+    reads the first's BMM2, which the first's rewrite replaces by the kernel's output)."""
+    while value in replaced:
+        value = replaced[value]
+    return value
+
+
+def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str,
+                    replaced: dict[SSAValue, SSAValue] | None = None) -> tuple[Operation, dict]:
     """Replace the forward `m` (its BMM2's result, or the composite's) by Tessera's attention between
     transposes (and, for query groups, reshapes), with its bias as a fourth operand; returns the new op and
-    its configuration."""
+    its configuration. `replaced` maps the values earlier rewrites replaced to their replacements (`current`);
+    this one's are added."""
+    replaced = {} if replaced is None else replaced
+    m.q, m.k, m.v = (current(x, replaced) for x in (m.q, m.k, m.v))
+    m.bias = None if m.bias is None else current(m.bias, replaced)
     at = m.bmm2
     groups = group_count(m)
     q = _heads(m.q, m.q_labels, "q", groups, at)
@@ -250,20 +264,23 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str) -> tuple[Operati
         out, order = reshaped(out, [b, h // groups, groups, n, d], at), ("b0", "b1", "g", "q", "d")
     out = transposed(out, [order.index(label) for label in m.out_labels], at)
     out = converted(out, m.bmm2.results[0].type.element_type, at)
+    replaced[m.bmm2.results[0]] = out
     m.bmm2.results[0].replace_all_uses_with(out)
     if m.bmm2.name == "stablehlo.composite":
         at.parent_block().erase_op(at)
     return op, config
 
 
-def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str) -> Operation:
+def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form: str,
+                     replaced: dict[SSAValue, SSAValue] | None = None) -> Operation:
     """Replace dQ, dK, dV of `b` by Tessera's backward op, taking the forward op's O and LSE; it is inserted
     before the first of the three products (which `match_backward` checked comes after the forward)."""
     block = forward_op.parent_block()
     at = min((b.dq, b.dk, b.dv), key=block.get_operation_index)
     q, k, v = forward_op.operands
     o, lse = forward_op.results
-    do = transposed(b.do, perm_to(b.do_labels, CANONICAL), at)
+    replaced = {} if replaced is None else replaced
+    do = transposed(current(b.do, replaced), perm_to(b.do_labels, CANONICAL), at)
     op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
                config, at)
     for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
@@ -272,6 +289,7 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
         order = ("b0", "b1", seq, "d")
         out = transposed(result, [order.index(label) for label in labels], at)
         out = converted(out, product.results[0].type.element_type, at)
+        replaced[product.results[0]] = out
         product.results[0].replace_all_uses_with(out)
     return op
 
@@ -325,7 +343,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
         backwards = match_backwards(forwards, block)
         forwards = resolve(forwards, backwards)
         report.entries += nested_near_misses(block, module)
-    rewritten = 0
+    rewritten, replaced = 0, {}
     for m in forwards:
         kind = "composite" if m.bmm1 is None and m.bmm2.name == "stablehlo.composite" else "forward"
         entry = Entry(kind, where(m.bmm2), list(m.found))
@@ -333,13 +351,13 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
             entry.rule, entry.matched = m.refusal.rule, m.refusal.matched
         else:
             backward = m.backward if m.backward is not None and m.backward.refusal is None else None
-            op, config = rewrite_forward(m, backward is not None, form)
+            op, config = rewrite_forward(m, backward is not None, form, replaced)
             entry.became = f"{op.name if form == 'tessera' else 'custom_call @' + FORWARD_TARGET} ({_config_text(config)})"
             rewritten += 1
             if backward is not None:
 
                 bwd_config = backward_config(m.head_dim, m.causal, m.dtype, config["scale"])
-                bwd_op = rewrite_backward(backward, op, bwd_config, form)
+                bwd_op = rewrite_backward(backward, op, bwd_config, form, replaced)
                 backward.became = (f"{bwd_op.name if form == 'tessera' else 'custom_call @' + BACKWARD_TARGET} "
                                    f"({_config_text(bwd_config)})")
         report.entries.append(entry)

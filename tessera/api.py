@@ -134,11 +134,14 @@ def _target_kernel(where: str, lowered: ModuleOp, kernel: str):
     return found
 
 
+@np.errstate(all="ignore")  # IEEE arithmetic on inf and NaN warns of nothing on the GPU, nor in the interpreters
 def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, workers=None, executor=None):
     """`tessera.launch` at an interpreter `level` (and `interpret`): check the call, run the kernel, return its
-    outputs (`where` names the entry point in errors). `workers`/`executor`: run the CTAs in parallel at levels
-    "target" and "ptx" (`tessera.interpreters.parallel`); the Tile IR interpreter runs serially, with a
-    `SerialFallback` warning when they ask otherwise."""
+    outputs (`where` names the entry point in errors). NumPy's floating-point warnings are off while it runs:
+    an inf or NaN input is a value the kernel computes with, not an error (under -W error a RuntimeWarning from
+    the interpreters' own arithmetic was an exception far from the call). `workers`/`executor`: run the CTAs in
+    parallel at levels "target" and "ptx" (`tessera.interpreters.parallel`); the Tile IR interpreter runs
+    serially, with a `SerialFallback` warning when they ask otherwise."""
     from tessera.interpreters.parallel import parallel_options, serial_note
 
     parallel = parallel_options(where, workers, executor)

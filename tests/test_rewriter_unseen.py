@@ -29,6 +29,9 @@ REWRITTEN = {
     "fwd_gqa_repeat_s128_d64": (1, 0, False, False),
     "two_layers_s128_d64": (2, 0, True, False),
     "bwd_grad_added_mask_s128_d64": (1, 1, True, False),
+    # regression: the second's Q was the first's P.V as matched, kept alive beside the first's kernel, which died
+    "fwd_chained_bhqd_s128_d64": (2, 0, True, False),
+    "bwd_grad_chained_bhqd_s128_d64": (2, 2, True, False),
     "fwd_dpa_s128_d64": (1, 0, False, False),            # jax.nn.dot_product_attention: rank 5, transposed scores
     "fwd_dpa_causal_s128_d64": (1, 0, True, False),
     "fwd_dpa_bias_s128_d64": (1, 0, False, True),

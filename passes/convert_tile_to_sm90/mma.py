@@ -52,6 +52,9 @@ class MmaLowering:
         released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
         ab = _wgmma_type(op.a.type.element_type)
+        if _wgmma_type(op.b.type.element_type) != ab:  # sm90.wgmma_mma_async has one type for A and B
+            _refuse(op, f"A is {ab} and B is {_wgmma_type(op.b.type.element_type)}: a wgmma of mixed 8-bit types is "
+                        "not lowered (Target IR's wgmma takes one type for both operands); give both one type")
         k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]
         k_step = facts.WGMMA_K_BYTES * 8 // facts.WGMMA_ELEMENT_BITS[ab]  # 32 bytes of K: k16 for 16-bit types, k32 for e4m3/e5m2

@@ -30,7 +30,9 @@ products) and the bounded store drops rows and columns past M and N.
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
@@ -57,10 +59,11 @@ from tessera.sm90 import facts
 
 
 def check_factor(name: str, value: object) -> float:
-    """alpha or beta: a finite number that f32 holds exactly as given (ValueError otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    """alpha or beta: a finite real number (a Python or NumPy one, such as `np.float32(0.5)`, never a bool) within
+    f32's range (ValueError otherwise)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number; got {value!r}")
-    if abs(value) > 3.4e38:
+    if abs(float(value)) > 3.4e38:
         raise ValueError(f"{name} must fit in f32; got {value!r}")
     return float(value)
 

@@ -110,6 +110,15 @@ def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -
         v_cache[pages, pos % page_size] = v_new
 
 
+def check_writable(where: str, k_cache, v_cache) -> None:
+    """ValueError unless both caches take k_new/v_new in place (NumPy arrays that are writable: not a
+    `np.broadcast_to` view or a read-only buffer), checked before either is written."""
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if isinstance(cache, np.ndarray) and not cache.flags.writeable:
+            raise ValueError(f"{where}: k_new and v_new are appended to the caches in place, but {name} is "
+                             "read-only (pass a writable array, e.g. np.array(...) of it)")
+
+
 @no_backward("attention_with_kvcache")
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=None, k_new=None, v_new=None,
                            causal: bool = False, scale: float | None = None, num_splits: int | str = 1,
@@ -199,6 +208,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
 
     if k_new is not None:
+        check_writable(where, k_cache, v_cache)
+        if level is None:  # a call refused for want of a GPU leaves the caches as they were
+            from tessera.runtime.launch import usable_device
+
+            usable_device(list(arrays.values()))
         append_to_cache(pages_k, pages_v, k_new, v_new, table, cache_seqlens)
         cache_seqlens = cache_seqlens + seq_new
 
@@ -250,4 +264,4 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     return o, (np.ascontiguousarray(lse) if lib is np else lse.contiguous())
 
 
-__all__ = ["attention_with_kvcache", "append_to_cache", "pack_gqa"]
+__all__ = ["attention_with_kvcache", "append_to_cache", "check_writable", "pack_gqa"]

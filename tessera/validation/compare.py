@@ -42,17 +42,21 @@ def as_float(value) -> np.ndarray:
     return array.astype(np.float64)
 
 
-def max_difference(new, old) -> float:
-    """The largest |new - old| (inf where only one is NaN or infinite, or the shapes differ)."""
+def differences(new, old) -> np.ndarray:
+    """|new - old| element by element: 0 where both are the same (NaN and NaN, one infinity), inf where only one
+    is NaN or infinite (the shapes must agree)."""
     a, b = as_float(new), as_float(old)
-    if a.shape != b.shape:
-        return float("inf")
-    if a.size == 0:
-        return 0.0
     same = (a == b) | (np.isnan(a) & np.isnan(b))
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(a - b))
-    return float(np.nan_to_num(diff, nan=np.inf).max())
+    return np.nan_to_num(diff, nan=np.inf)
+
+
+def max_difference(new, old) -> float:
+    """The largest of `differences` (inf where the shapes differ)."""
+    if np.shape(new) != np.shape(old):
+        return float("inf")
+    return float(differences(new, old).max(initial=0.0))
 
 
 def differing(new, old, expectation: Expectation) -> np.ndarray:

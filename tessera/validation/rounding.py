@@ -21,8 +21,16 @@ signs. The rules:
   rounding;
 - the sums whose order the levels below choose (`tile.mma`'s K, `tile.row_sum`'s row): the bound of any
   f32 summation order, n 2^-24 sum |terms|;
-- exact ops (maxima, masks, loads, fills, reshapes) move nothing; any other op with a float result is one
-  rounding to its type.
+- exact ops (maxima and minima, abs, neg, select, masks, loads, gathers, fills, splats, reshapes, the roundings
+  to integers) move nothing; any other op with a float result is one rounding to its type.
+
+Every output is held element by element: each element may differ from the reference by twice the most the
+straightforward runs moved that element, plus the absolute term (none for an integer output). A value that
+jumps where a float computed before it crosses a rounding boundary (`tile.rint`, `tile.floor`, a cast to i32,
+a compare and select) moves by the jump in the few elements a straightforward run rounds across, and the
+largest move over all elements, the rule before, let every element be off by it: a quantize kernel lowered
+with rint as trunc, one off on every value with a fraction of 1/2 or more, was within its tolerance of 4 (2 as
+an f32 output); any count off by one where counts pass 2^20 was within the absolute term.
 
 A new op plugs in with `ROUNDING[OpClass] = bound`, a function of the op, its operands and its float64
 result (both as the interpreter holds them, [blocks, *shape]) that returns the largest absolute move of
@@ -44,7 +52,7 @@ from tessera.dialects.tile_types import TileType
 from tessera.interpreters.launch import prepare_arguments, run_grid
 from tessera.interpreters.tile_memory import SharedRef
 from tessera.kernel_abi import KernelSignature
-from tessera.validation.compare import max_difference
+from tessera.validation.compare import differences, max_difference
 from tessera.numerics import BF16, F8E4M3, F8E5M2, F16, F32, numpy_dtype
 from tessera.sm90.approx import (
     EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
@@ -168,6 +176,12 @@ ROUNDING: dict[type[Operation], Bound] = {
     tile.RowSumOp: _row_sum,
     tile.RowMaxOp: _exact,
     tile.ElementMaxOp: _exact,
+    tile.ElementMinOp: _exact,
+    tile.AbsOp: _exact,
+    tile.NegOp: _exact,
+    tile.SelectOp: _exact,
+    tile.SplatOp: _exact,
+    tile.GatherOp: _exact,
     tile.FloorOp: _exact,
     tile.CeilOp: _exact,
     tile.RintOp: _exact,
@@ -226,19 +240,34 @@ def run_widened(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[s
 
 @dataclass(frozen=True)
 class KernelReference:
-    """A kernel's own float64 outputs and, per output, its tolerance (module docstring)."""
+    """A kernel's own float64 outputs and, per output, the tolerance of each of its elements (module
+    docstring)."""
 
     outputs: tuple[np.ndarray, ...]
-    tolerances: tuple[float, ...]
+    tolerances: tuple[np.ndarray, ...]
 
     def errors(self, outputs: Sequence[np.ndarray]) -> list[float]:
         return [max_difference(o, r) for o, r in zip(outputs, self.outputs)]
 
     def judge(self, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
-        """(max error, tolerance) of the output whose error is the largest fraction of its tolerance ((0, 0) for
-        a kernel without outputs: nothing to be wrong)."""
-        pairs = list(zip(self.errors(outputs), self.tolerances)) or [(0.0, 0.0)]
+        """(error, tolerance) of the output whose error is the largest fraction of its tolerance ((0, 0) for a
+        kernel without outputs: nothing to be wrong): an output's worst element's where one exceeds its own
+        tolerance, else its largest error and largest tolerance."""
+        pairs = [_judge_output(o, r, t) for o, r, t in zip(outputs, self.outputs, self.tolerances)] or [(0.0, 0.0)]
         return max(pairs, key=lambda p: (p[0] / p[1]) if p[1] > 0 else (np.inf if p[0] > 0 else 0.0))
+
+
+def _judge_output(output, reference: np.ndarray, tolerance: np.ndarray) -> tuple[float, float]:
+    """(error, tolerance) of one output held element by element (`KernelReference.judge`)."""
+    largest = float(tolerance.max(initial=0.0))
+    if np.shape(output) != reference.shape:
+        return float("inf"), largest
+    error = differences(output, reference)
+    over = error > tolerance
+    if over.any():
+        worst = int(np.argmax(np.where(over, error - tolerance, -1.0)))
+        return float(error.flat[worst]), float(tolerance.flat[worst])
+    return float(error.max(initial=0.0)), largest
 
 
 def kernel_reference(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[str, int],
@@ -254,8 +283,9 @@ def kernel_reference(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapp
     moved = [run_widened(module, sig, inputs, sizes, sign, rng) for sign in (1, -1, 0)]
     tolerances = []
     for i, ref in enumerate(exact):
-        baseline = max([max_difference(native[i], ref)] + [max_difference(m[i], ref) for m in moved])
+        moves = np.max([differences(run[i], ref) for run in [native, *moved]], axis=0)
         finite = np.isfinite(ref)
         scale = max(1.0, float(np.abs(ref[finite]).max())) if finite.any() else 1.0
-        tolerances.append(2 * baseline + ABSOLUTE_TOLERANCE * scale)
+        absolute = 0.0 if ref.dtype.kind in "iub" else ABSOLUTE_TOLERANCE * scale  # integers: exact but the moves
+        tolerances.append(2 * moves + absolute)
     return KernelReference(tuple(exact), tuple(tolerances))

@@ -136,6 +136,10 @@ def _array(spec: str, rng: np.random.Generator, budget: int | None = None) -> np
         values = np.load(init)
         if values.shape != shape:
             raise ValueError(f"--arg {spec}: {init} has shape {values.shape}")
+        if values.dtype.kind not in "biuf" and values.dtype not in _ML_FLOATS or \
+                values.dtype.kind == "f" and dtype.kind in "iu" and not np.all(np.mod(values, 1) == 0):
+            raise ValueError(f"--arg {spec}: {init} holds {values.dtype} values, which {type_name} does not hold "
+                             "(real numbers; integers for an integer type)")
     else:
         raise ValueError(f"--arg {spec}: INIT must be random, zeros, ones, arange or a .npy file")
     return np.ascontiguousarray(np.asarray(values).astype(dtype))
@@ -246,12 +250,15 @@ def run(args: argparse.Namespace) -> int:
               "schedule": args.schedule, "seed": args.schedule_seed, "strict_proxy": args.strict_proxy}
     if args.max_steps is not None:
         limits["max_steps"] = args.max_steps
+    if args.save:  # before the run, which may take minutes: an unwritable DIR is refused first
+        try:
+            os.makedirs(args.save, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"--save {args.save}: cannot make the directory ({error.strerror})") from None
     results = launch(module, args.kernel, grid, block, values, shared_bytes, args.file, cluster=cluster, **limits)
     elapsed = time.perf_counter() - start
     print(f"{args.kernel}: grid {grid}, block {block}" + (f", cluster {cluster}" if cluster else "") +
           f", {shared_bytes} B dynamic shared memory, {elapsed:.2f} s")
-    if args.save:
-        os.makedirs(args.save, exist_ok=True)
     if described is not None:  # the struct's tensors, updated in place by the run
         for name, array in described.tensors.items():
             wide = array.astype(np.float64)
