@@ -17,9 +17,10 @@ from tessera.ir.class_tests import subclass_test
 from tessera.ir.walk import walk_ops
 from tessera.sm90 import facts
 
-from tessera.regalloc.groups import register_groups
+from tessera.regalloc.groups import group_intervals, register_groups
 from tessera.regalloc.liveness import Liveness, is_if, is_wgmma, merge_ranges
 from tessera.regalloc.pressure import PressurePeak, PressureMap, peak_pressure
+from tessera.regalloc.regroup import kernel_changes, regroup
 from tessera.regalloc.uniform import DESCRIPTOR_OPS, UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
     CLASS_PREFIX, CLASS_WIDTH, element_count, immediates, register_class,
@@ -172,24 +173,37 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
 def _allocate(fn: func.FuncOp) -> Allocation:
     fingerprint = _fingerprint(fn)
     entry = _MEMO.get(id(fn))
-    if entry is not None and entry[0] is fn and entry[1] == fingerprint:
-        _MEMO.move_to_end(id(fn))
-        return entry[2]
-    allocation = _allocate_fresh(fn)
+    previous = None
+    if entry is not None and entry[0] is fn:
+        if entry[1] == fingerprint:
+            _MEMO.move_to_end(id(fn))
+            return entry[2]
+        # The same kernel, changed by a pass (hoist-invariant-descriptors): its groups may carry over.
+        changes = kernel_changes(entry[1], fingerprint)
+        if changes is not None and entry[2]._pressure_map is not None:  # noqa: SLF001
+            previous = (entry[2]._pressure_map.live, entry[2]._pressure_map.roots, changes)  # noqa: SLF001
+    allocation = _allocate_fresh(fn, previous)
     _MEMO[id(fn)] = (fn, fingerprint, allocation)
     while len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
     return allocation
 
 
-def _allocate_fresh(fn: func.FuncOp) -> Allocation:
+def _allocate_fresh(fn: func.FuncOp, previous: tuple | None = None) -> Allocation:
+    """An allocation of `fn` worked out from its liveness; its register groups decided afresh, or carried
+    over from `previous` ((liveness, roots, `KernelChanges`) of the allocation of `fn` before a pass changed
+    it) where `tessera.regalloc.regroup` shows that the change leaves every decision as it was."""
     constants = immediates(fn)
     live = Liveness(fn, skip=constants)
     live.run()
-    groups, intervals, lowest = register_groups(fn, live, constants)
+    groups = regroup(fn, live, constants, *previous) if previous is not None else None
+    if groups is not None:
+        intervals, lowest = group_intervals(live, groups.roots(len(live.value_of)))
+    else:
+        groups, intervals, lowest = register_groups(fn, live, constants)
     root_list = groups.roots(len(live.value_of))  # the groups are final: each element's root
     root_of = root_list.__getitem__
-    # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
+    # The merged intervals are those of the final groups; in the order group_intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}

@@ -1,5 +1,5 @@
 """Register groups: which values of a kernel share PTX registers (package docstring), as disjoint sets of
-elements (`_UnionFind`), with each group's live interval and the reads the in-place decisions need."""
+elements (`UnionFind`), with each group's live interval and the reads the in-place decisions need."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tessera.ir.class_tests import subclass_test
 from tessera.regalloc.registers import is_vector, element_count, register_class
 
 
-def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[_UnionFind, dict, dict]:
+def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[UnionFind, dict, dict]:
     """The register groups of `fn` (package docstring: the values that share registers), with the live
     interval and the lowest element of each group's root: views alias their sources, a loop's results its
     carried arguments, then the in-place decisions in program order (an elementwise op's result takes the
@@ -23,7 +23,7 @@ def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[_
     an initial value that dies at the loop), a loop body's yielded value its block argument's where those
     are free (`_coalesce_yields`) and an `scf.if` result its branches' yields (`_coalesce_branch_results`).
     `live` has run; `constants` are the values printed as immediates (no registers)."""
-    groups = _UnionFind()
+    groups = UnionFind()
     union, element = groups.union, live.element
     for op in live.ops:
         pairs = alias_sources(op)
@@ -41,10 +41,10 @@ def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[_
 
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
     snapshot = groups.roots(len(live.value_of))
-    intervals, lowest = _intervals(live, snapshot)
+    intervals, lowest = group_intervals(live, snapshot)
     reads = _GroupReads(live, snapshot)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
-        for operand, result in _in_place_candidates(op):
+        for operand, result in in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
@@ -75,7 +75,7 @@ def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[_
     return groups, intervals, lowest
 
 
-class _UnionFind:
+class UnionFind:
     """Disjoint sets of element numbers (`Liveness.element`); `union(a, b)` makes a's root the root of both."""
 
     def __init__(self):
@@ -128,14 +128,14 @@ ELEMENTWISE = (
 result may take the registers of an operand that dies there."""
 _is_elementwise = subclass_test(ELEMENTWISE)
 _is_for = subclass_test(scf.ForOp)
-_may_compute_in_place = subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
+may_compute_in_place = subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
 
 
-def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
+def in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
     the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
     of an elementwise op, and the initial values of a loop's carried registers."""
-    if not _may_compute_in_place(op):
+    if not may_compute_in_place(op):
         return []
     if isinstance(op, sm90.WgmmaMmaAsyncOp):
         return [(op.acc, op.result)]
@@ -146,7 +146,7 @@ def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     return []
 
 
-def _coalesce_yields(live: Liveness, groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads,
+def _coalesce_yields(live: Liveness, groups: UnionFind, intervals: dict, lowest: dict, reads: _GroupReads,
                      constants: dict, fn: func.FuncOp) -> None:
     """A value a loop body yields takes the registers of the block argument it becomes, where the argument's
     registers are free by then: every value of the argument's group is last read (and last held by an
@@ -189,7 +189,7 @@ def _coalesce_yields(live: Liveness, groups: _UnionFind, intervals: dict, lowest
                 held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
 
 
-def _coalesce_branch_results(live: Liveness, groups: _UnionFind, intervals: dict, lowest: dict,
+def _coalesce_branch_results(live: Liveness, groups: UnionFind, intervals: dict, lowest: dict,
                              reads: _GroupReads, constants: dict) -> None:
     """A result of an `scf.if` takes the registers its branches yield where every branch yields (register by
     register) the same register group and that group is dead where the branches join: then no branch moves
@@ -229,7 +229,7 @@ class _FreeAfterJoin:
     is the result's own, as are those of the wgmma chain in the branch that makes it: the registers are the
     same. What does not depend on the group is worked out once per result."""
 
-    def __init__(self, live: Liveness, groups: _UnionFind, branch: scf.IfOp, yielded: list, result: SSAValue):
+    def __init__(self, live: Liveness, groups: UnionFind, branch: scf.IfOp, yielded: list, result: SSAValue):
         self.join = join = live.defs[result]
         self.end = end = live.read_end(result) or join
         self.dead = all((live.read_end(v) or 0) <= join for v in yielded)
@@ -249,7 +249,7 @@ class _FreeAfterJoin:
         return not any(d < self.end and r > self.join and (d, r) not in self.mine for d, r in reads.reads.get(root, ()))
 
 
-def _merge_groups(groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
+def _merge_groups(groups: UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
     """Make register groups `a` and `b` (roots) one: their live intervals and lowest registers joined, their
     reads merged; returns the new root."""
     merged = (min(intervals[a][0], intervals[b][0]), max(intervals[a][1], intervals[b][1]))
@@ -324,7 +324,7 @@ def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
     return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
 
 
-def _intervals(live: Liveness, roots: list[int]) -> tuple[dict, dict]:
+def group_intervals(live: Liveness, roots: list[int]) -> tuple[dict, dict]:
     """(first, last) position of each register group, and its lowest element; loop-carried block arguments
     stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
     element (elements are numbered in definition order). `roots`: each element's root."""

@@ -197,7 +197,7 @@ def aliases_operand_registers(op: Operation) -> bool:
 
 is_loop = subclass_test((scf.ForOp, scf.WhileOp))
 is_if = subclass_test(scf.IfOp)
-_is_register_move = subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
+is_register_move = subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
 _is_commit = subclass_test(sm90.WgmmaCommitGroupOp)
 _is_wait = subclass_test(sm90.WgmmaWaitGroupOp)
 is_wgmma = subclass_test(sm90.WgmmaMmaAsyncOp)
@@ -220,7 +220,7 @@ def _mask_values(mask) -> tuple[int, ...]:
 
 def alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
-    if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
+    if not is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
         return None
     if isinstance(op, vector.ShuffleOp):
         n1 = element_count(op.v1.type)
