@@ -56,8 +56,11 @@ def test_a_change_to_a_register_sharing_op_is_allocated_afresh():
     live, roots = allocation._pressure_map.live, allocation._pressure_map.roots  # noqa: SLF001
     mma = next(op for op in kernel.walk() if isinstance(op, sm90.WgmmaMmaAsyncOp))
     constants = allocate.immediates(kernel)
-    # A wgmma moved (its accumulator's in-place decision is about its place), or rewired at its accumulator.
-    assert regroup(kernel, live, constants, live, roots, KernelChanges([mma], [], [], [])) is None
+    # A wgmma moved (its accumulator's in-place decision is about its place), a commit moved (it ends holds),
+    # or a wgmma rewired at its accumulator.
+    commit = next(op for op in kernel.walk() if isinstance(op, sm90.WgmmaCommitGroupOp))
+    for moved in (mma, commit):
+        assert regroup(kernel, live, constants, live, roots, KernelChanges([moved], [], [], [])) is None
     rewired = KernelChanges([], [], [], [(mma, (object(), *mma.operands[1:]), tuple(mma.operands))])
     assert regroup(kernel, live, constants, live, roots, rewired) is None
     # Nothing changed: the same groups.

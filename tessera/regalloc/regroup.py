@@ -21,10 +21,10 @@ this module takes (None: allocate afresh).
 The touched values are the results and operands of the moved, added and removed ops and the old and new
 operands a rewired op changed. The groups carry over when:
 - moved, added and removed ops are plain: no regions, not a terminator, not a view (`vector.shuffle`,
-  `extract`, `broadcast`), and no in-place decision of their own (a wgmma, a loop, an elementwise op with a
-  vector result); a rewired op changed no operand it shares registers with or holds (a wgmma's accumulator or
-  register A, an operand an elementwise op may compute in place over) and is not a view, terminator or op
-  with regions;
+  `extract`, `broadcast`), no in-place decision of their own (a wgmma, a loop, an elementwise op with a
+  vector result), and not a wgmma commit or wait (which end the holds of in-flight operands);
+- a rewired op changed no operand it shares registers with or holds (a wgmma's accumulator or register A, an
+  operand an elementwise op may compute in place over) and is not a view, a terminator or an op with regions;
 - every touched value with registers is read only by such plain uses, was in a group of its own in the
   previous allocation, and is an op result, a kernel argument or a loop's induction variable (not a
   loop-carried or branch argument);
@@ -109,12 +109,12 @@ def _longest_increasing(sequence: list[int]) -> set[int]:
 
 
 def _decides(op: Operation) -> bool:
-    """Whether the groups depend on where `op` is: regions, a terminator, a view or an in-place decision (read
-    off its class and result types: a removed op has lost its operands)."""
+    """Whether the groups depend on where `op` is: regions, a terminator, a view, an in-place decision, or a
+    wgmma commit or wait (read off its class and result types: a removed op has lost its operands)."""
     if op.regions or is_register_move(op) or op.has_trait(IsTerminator):
         return True
-    if isinstance(op, sm90.WgmmaMmaAsyncOp | scf.ForOp):
-        return True
+    if isinstance(op, sm90.WgmmaMmaAsyncOp | sm90.WgmmaCommitGroupOp | sm90.WgmmaWaitGroupOp | scf.ForOp):
+        return True  # (commits and waits end the holds of the wgmma operands: `Liveness.in_flight`)
     return isinstance(op, ELEMENTWISE) and len(op.results) == 1 and is_vector(op.results[0].type)
 
 
