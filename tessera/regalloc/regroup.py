@@ -164,6 +164,9 @@ def regroup(fn: func.FuncOp, live: Liveness, constants: dict, previous: Liveness
                     return None
                 touched.update((old, new))
 
+    numbered = previous.elements()
+    if len(previous.value_of) != (numbered[-1][1].stop if numbered else 0):
+        return None  # elements numbered outside the definitions (`Liveness.element` on first sight): not mapped
     added = {result for op in changes.added for result in op.results}
     removed = {result for entry in changes.removed for result in entry[0].results}
     if any(value not in previous.first and value not in added for value in live.defined):
@@ -186,23 +189,24 @@ def regroup(fn: func.FuncOp, live: Liveness, constants: dict, previous: Liveness
             if any(sizes[previous_roots[e]] != 1 for e in range(first, first + element_count(value.type))):
                 return None
 
-    groups = UnionFind()
-    if live.value_of:
-        groups.find(len(live.value_of) - 1)  # numbers every element
-    old_first, new_first, value_of = previous.first, live.first, previous.value_of
+    # Each element points at its group's root, as the previous roots map onto the new numbers: a root stays a
+    # root (the decisions, made in the same order, make the same unions), an added op's result is its own.
+    old_to_new = [-1] * len(previous.value_of)
+    new_first = live.first
+    for value, elements in previous.elements():
+        first = new_first.get(value)
+        if first is not None:
+            old_to_new[elements.start:elements.stop] = range(first, first + len(elements))
+    parent = list(range(len(live.value_of)))
     for value, elements in live.elements():
-        first = old_first.get(value)
-        if first is None:
-            continue  # an added op's result: a group of its own
-        for i, element in enumerate(elements):
-            root = previous_roots[first + i]
-            if root == first + i:
-                continue  # the group's root: the others join it
-            source = value_of[root]
-            mapped = new_first.get(source)
-            if mapped is None:
-                return None
-            groups.union(mapped + root - old_first[source], element)
+        first = previous.first.get(value)
+        if first is not None:
+            roots = previous_roots[first:first + len(elements)]
+            parent[elements.start:elements.stop] = [old_to_new[r] for r in roots]
+    if -1 in parent:
+        return None  # (a group whose root's value is gone: not a change the checks above let through)
+    groups = UnionFind()
+    groups.parent = parent
     return groups
 
 
