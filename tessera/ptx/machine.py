@@ -413,7 +413,7 @@ def print_selp(p: KernelPrinter, op: sm90.SelpOp) -> None:
 # region global and shared memory ------------------------------------------------------------------------------
 
 
-def global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column: int = 0) -> tuple[list[str], str]:
+def _global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column: int = 0) -> tuple[list[str], str]:
     """Instructions computing base + offset (an i32 offset sign-extended) and the address operand, with
     `column` (a constant, `sm90.COLUMN_BYTES`) as its immediate."""
     immediate = f"+{column}" if column else ""
@@ -429,8 +429,7 @@ def global_address(p: KernelPrinter, base: str, offset: str, offset_cls, column:
     return lines, f"[{address}{immediate}]"
 
 
-def column_offsets(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op,
-                   n: int) -> list[int]:
+def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op, n: int) -> list[int]:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`)."""
     return [0] * n if op.column_bytes is None else list(op.column_bytes.get_values())
 
@@ -463,12 +462,12 @@ def _print_predicated_stores(p: KernelPrinter, op: sm90.StGlobalOp | sm90.StGlob
 
     def store(offset: str, value: str, predicate: str, column: int):
         def lines(_: str | None) -> list[str]:
-            address_lines, address = global_address(p, base, offset, offset_cls, column)
+            address_lines, address = _global_address(p, base, offset, offset_cls, column)
             return address_lines + [f"{prefix(predicate)}{instruction} {address}, {value}"]
         return lines
 
     prefix = guard(op.mask)
-    columns = column_offsets(op, n)
+    columns = _columns(op, n)
     p.run([Job(None, None, (base, o, v, m), store(o, v, m, c)) for o, v, m, c in zip(offsets, values, mask, columns)])
 
 
@@ -503,7 +502,7 @@ def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGloba
 
     def load(offset: str, predicate: str, column: int):
         def lines(d: str | None) -> list[str]:
-            address_lines, address = global_address(p, base, offset, offset_cls, column)
+            address_lines, address = _global_address(p, base, offset, offset_cls, column)
             # The address is computed first: d may be the register of the offset (a job reads before it writes).
             if always:
                 return address_lines + [f"{instruction} {d}, {address}"]
@@ -512,7 +511,7 @@ def _print_predicated_loads(p: KernelPrinter, op: sm90.LdGlobalOp | sm90.LdGloba
 
     always = is_true_constant(op.mask)  # no predicate, and so no zero first, under an all-true mask
     dsts = p.define(op.result)
-    columns = column_offsets(op, n)
+    columns = _columns(op, n)
     p.run([Job(d, cls, (base, o, m), load(o, m, c)) for d, o, m, c in zip(dsts, offsets, mask, columns)])
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tessera.dialects import sm90_reductions as ops
 from tessera.ptx.kernel import Job, KernelPrinter, element_lists, handles
 from tessera.ptx.arith import UNGUARDED_WHEN_TRUE
-from tessera.ptx.machine import column_offsets, global_address, guard
+from tessera.ptx.machine import _columns, _global_address, guard
 from tessera.ptx.registers import B32, F32, lanes
 
 
@@ -19,14 +19,14 @@ def _per_register_atomic(p: KernelPrinter, op, returns: bool) -> None:
 
     def add(offset: str, value: str, predicate: str, column: int):
         def lines(d: str | None) -> list[str]:
-            address_lines, address = global_address(p, base, offset, offset_cls, column)
+            address_lines, address = _global_address(p, base, offset, offset_cls, column)
             if d is None:
                 return address_lines + [f"{prefix(predicate)}red.global.add.f32 {address}, {value}"]
             return address_lines + [f"mov.f32 {d}, 0f00000000", f"@{predicate} atom.global.add.f32 {d}, {address}, {value}"]
         return lines
 
     prefix = guard(op.mask)
-    columns = column_offsets(op, n)
+    columns = _columns(op, n)
     dsts = p.define(op.result) if returns else [None] * n
     p.run([Job(d, F32 if returns else None, (base, o, v, m), add(o, v, m, c))
            for d, o, v, m, c in zip(dsts, offsets, values, mask, columns)])
