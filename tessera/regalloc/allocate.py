@@ -144,7 +144,9 @@ def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
 _MEMO: OrderedDict[int, tuple[func.FuncOp, tuple, Allocation]] = OrderedDict()
 _MEMO_SIZE = 4
 """The last allocations, by kernel: warp-specialize's budgets, allocate-registers and the PTX printer each
-allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
+allocate the same kernel; the memo hands back the allocation while the kernel is unchanged, and where a pass
+changed it (hoist-invariant-descriptors) the new allocation takes the previous one's register groups when the
+change leaves them as they were (`tessera.regalloc.regroup`)."""
 
 
 _NOT_READ = (sm90.SetMaxNRegOp,)
