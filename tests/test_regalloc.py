@@ -325,7 +325,7 @@ def test_the_full_pipeline_allocates_each_kernel_once(monkeypatch):
 
     fresh = []
     allocate_fresh = regalloc._allocate_fresh
-    monkeypatch.setattr(regalloc, "_allocate_fresh", lambda fn: fresh.append(fn) or allocate_fresh(fn))
+    monkeypatch.setattr(regalloc, "_allocate_fresh", lambda fn, *rest: fresh.append(fn) or allocate_fresh(fn, *rest))
     module = tessera.kernels.gemm()
     apply_pipeline(module, SPECIALIZED_PIPELINE + ",allocate-registers")
     (kernel,) = [op for op in module.walk() if is_target_kernel(op)]

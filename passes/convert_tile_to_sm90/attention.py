@@ -28,7 +28,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     LOG2E,
     RoundOnStore,
     Scaled,
-    _refuse,
+    refuse,
 )
 
 
@@ -220,7 +220,7 @@ class AttentionLowering:
         if self._vector_type(op, op.source.type) != self._vector_type(op, op.result.type) or not (
             op.source.type.rank == 1 or self._is_column(op.source.type)
         ):
-            _refuse(op, "only reshapes between a row vector [BM] and a column [BM, 1] are supported")
+            refuse(op, "only reshapes between a row vector [BM] and a column [BM, 1] are supported")
         self._set(op.result, self._get(op.source))
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
@@ -234,13 +234,13 @@ class AttentionLowering:
             # the A operand of an 8-bit P.V wgmma, in each thread's registers (keys in facts.P8_KEY_ORDER)
             fmt = "e4m3" if isinstance(dst.element_type, Float8E4M3FNType) else "e5m2"
             if not _feeds_mma_a_only(op.result):
-                _refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma only (its "
+                refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma only (its "
                             "registers hold the keys in the order facts.P8_KEY_ORDER), directly or through "
                             "the loop-carried values of scf.for/scf.if")
             self._set(op.result, e.op(sm90.CvtPackFp8Op(self._get(op.source), fmt)))
             return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
-            _refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
+            refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
         users = [use.operation for use in op.result.uses]
         if len(users) == 1 and isinstance(users[0], tile.StoreSharedOp) and users[0].value is op.result \

@@ -45,7 +45,7 @@ from tessera.dialects.tile_types import is_half
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import (
-    CORE_ROWS, LINE, RoundOnStore, Scaled, SharedTile, Window, _refuse,
+    CORE_ROWS, LINE, RoundOnStore, Scaled, SharedTile, Window, refuse,
 )
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
@@ -92,13 +92,13 @@ class BackwardLowering:
         its mask: 17 SASS instructions of the d128 keys-on-rows trip)."""
         rows, cols = self._thread_offsets(op, ty, pairs=True)
         if any(r % CORE_ROWS for r in rows):
-            _refuse(op, "the rows of a thread's registers must be a multiple of the swizzle atom apart")
+            refuse(op, "the rows of a thread's registers must be a multiple of the swizzle atom apart")
         chunk_bytes = facts.SWIZZLE_CHUNK_BYTES
         placed = []
         for r, c in zip(rows, cols):
             byte = (c % t.box_cols) * t.elt_bytes
             if byte % chunk_bytes:
-                _refuse(op, "packed pairs must start 16-byte chunks apart")
+                refuse(op, "packed pairs must start 16-byte chunks apart")
             placed.append((byte // chunk_bytes, (c // t.box_cols) * t.box_bytes + r * LINE))
         row_in_atom = e.op(arith.IndexCastOp(e.op(arith.RemUIOp(self.row_base, e.index(CORE_ROWS))), i32))
         row_bytes = e.op(arith.MuliOp(e.op(arith.IndexCastOp(self.row_base, i32)), self._i32(e, LINE)))
@@ -156,12 +156,12 @@ class BackwardLowering:
         t = self._get(op.dest)
         ty = op.value.type
         if not isinstance(t, SharedTile) or t.stage is not None:
-            _refuse(op, "the destination must be a whole shared tile (not a ring stage)")
+            refuse(op, "the destination must be a whole shared tile (not a ring stage)")
         if t.swizzle != LINE:
-            _refuse(op, f"register tiles are stored into 128B-swizzled shared tiles only (rows of a multiple of "
+            refuse(op, f"register tiles are stored into 128B-swizzled shared tiles only (rows of a multiple of "
                         f"{LINE} bytes), got a {t.swizzle}B swizzle")
         if isinstance(ty.element_type, Float32Type):
-            _refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
+            refuse(op, "only 16-bit register tiles are stored to shared memory (round with tile.cast first)")
         self._retire_readers(t.address, e)  # a wgmma of the previous trip may still read the tile
         if self.store_shared_mode == "stmatrix" and ty.get_shape()[1] % STMATRIX_COLUMNS == 0:
             self._stmatrix_slabs(op, t, e)
@@ -188,7 +188,7 @@ class BackwardLowering:
         half_chunks = [matrix_facts.accumulator_stmatrix_block(j, 0)[1] * t.elt_bytes // facts.SWIZZLE_CHUNK_BYTES
                        for j in range(matrices)]
         if first_rows != [matrix_facts.MATRIX_ROWS * (j % 2) for j in range(matrices)] or half_chunks != [0, 0, 1, 1]:
-            _refuse(op, "stmatrix slabs need the accumulator's 8-row, 8-column matrices (16-bit elements)")
+            refuse(op, "stmatrix slabs need the accumulator's 8-row, 8-column matrices (16-bit elements)")
         row = e.addi(e.addi(warp_row, e.muli(e.op(arith.RemUIOp(matrix, e.index(2))), e.index(matrix_facts.MATRIX_ROWS))),
                      row_in_matrix)
         x = e.op(arith.IndexCastOp(e.op(arith.XOrIOp(e.op(arith.DivUIOp(matrix, e.index(2))), row_in_matrix)), i32))
@@ -217,7 +217,7 @@ class BackwardLowering:
             e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask))
             return
         if not isinstance(window, Window) or len(window.shape) != 2 or ty.memory_space.value != "register":
-            _refuse(op, "only f32 register tiles are added into a global window (a row vector into a 1-D one)")
+            refuse(op, "only f32 register tiles are added into a global window (a row vector into a 1-D one)")
         if self._is_column_vector(ty) and op.transpose is None:
             base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
             e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
@@ -243,7 +243,7 @@ class BackwardLowering:
         width = list(self.sig.args[window.arg].dims)[-1]
         value_rows = ty.get_shape()[0]
         if not (self._constant_index(col0) == 0 and width.is_constant and width.value.data >= value_rows):
-            _refuse(op, "a transposed add needs a window from column 0 of a tensor whose constant row length is at "
+            refuse(op, "a transposed add needs a window from column 0 of a tensor whose constant row length is at "
                         f"least the value's {value_rows} rows")
         w = width.value.data
         row_offsets, col_offsets = self._thread_offsets(op, ty)
@@ -286,9 +286,9 @@ class BackwardLowering:
         rows, cols = window.shape
         row_bytes = cols * F32_BYTES
         if row_bytes % reductions.BULK_ALIGNMENT:
-            _refuse(op, f"a bulk reduction adds rows of a multiple of {reductions.BULK_ALIGNMENT} bytes, got {row_bytes}")
+            refuse(op, f"a bulk reduction adds rows of a multiple of {reductions.BULK_ALIGNMENT} bytes, got {row_bytes}")
         if rows > self.threads:
-            _refuse(op, f"one thread per row issues the bulk reductions: {rows} rows need more than {self.threads} threads")
+            refuse(op, f"one thread per row issues the bulk reductions: {rows} rows need more than {self.threads} threads")
         if op in self.reduction_slots:  # the producer reduces it (reduction_slots.py)
             self._reduce_by_producer(op, window, e)
             return
@@ -359,7 +359,7 @@ class BackwardLowering:
             return
         element = op.result.type.element_type
         if not (isinstance(element, Float32Type) or element == i32):
-            _refuse(op, f"1-D windows load into f32 or i32 row vectors, got {element}")
+            refuse(op, f"1-D windows load into f32 or i32 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
         self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(element, [ROWS_PER_THREAD]))))
 
@@ -370,7 +370,7 @@ class BackwardLowering:
             return
         element = op.value.type.element_type
         if not (isinstance(element, Float32Type) or element == i32):
-            _refuse(op, f"1-D windows store f32 or i32 row vectors, got {element}")
+            refuse(op, f"1-D windows store f32 or i32 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))
@@ -390,7 +390,7 @@ class BackwardLowering:
         """The global address of the i32 word of a one-element semaphore window [lead..., i]."""
         window = self._get(op.sem)
         if not (isinstance(window, Window) and window.shape == (1,)):
-            _refuse(op, "the semaphore must be a one-element view of a global i32 tensor")
+            refuse(op, "the semaphore must be a one-element view of a global i32 tensor")
         dims = [e.to_i64(self._dim_value(window.arg, d, e)) for d in range(len(window.indices))]
         return self._element_address(e, window.arg, window.indices, dims, SEMAPHORE_BYTES)
 

@@ -40,7 +40,7 @@ CLUSTER_SHARED_ATTR = "sm90.cluster_shared"
 """On a `sm90.tma_load` of a ring refill: the box of a `cluster_shared` copy (multicast-cluster-copies)."""
 
 
-def _constant(value: SSAValue) -> int | None:
+def constant_int(value: SSAValue) -> int | None:
     owner = value.owner
     if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
         return owner.value.value.data
@@ -56,7 +56,7 @@ class SharedMemoryError(LoweringError):
     lowers it with the configurations without a second stage (`tessera.lowering.fallback`)."""
 
 
-def _refuse(op: Operation, message: str, error: type[LoweringError] = LoweringError) -> None:
+def refuse(op: Operation, message: str, error: type[LoweringError] = LoweringError) -> None:
     """Raise the LoweringError (or `error`) `message` about `op` (the kernel itself for what concerns it as a
     whole), located in the input (`tessera.ir.diagnostics.located`)."""
     where = f"{tile_text(op)}: " if not isinstance(op, func.FuncOp) else ""

@@ -37,7 +37,7 @@ from tessera.lowering.emitter import Emitter
 from tessera.passes.convert_tile_to_sm90.attention import combine_across_quad
 from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
-    _refuse,
+    refuse,
     LoopInfo,
     PendingMma,
     Scaled,
@@ -120,7 +120,7 @@ class ControlFlowLowering:
         self.loops.pop()
         left = [c for c in self.outstanding if c in self.committed_this_trip and c not in self.ring_commits]
         if left:
-            _refuse(left[0], "copies committed in a loop trip must be waited for in the same trip "
+            refuse(left[0], "copies committed in a loop trip must be waited for in the same trip "
                              "(overlapping trips is pipeline-loops' job)")
         self.committed_this_trip = saved_trip
         # Groups outstanding before the loop stay so: the loop may run no trip.
@@ -173,7 +173,7 @@ class ControlFlowLowering:
         be committed inside it unless they fill ring stages (their count would depend on the branch)."""
         for inner in op.walk():
             if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
-                _refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
+                refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
         in_flight = op in self.branches_in_flight
         update = update_branch_mma(op) if in_flight else None
         before = list(self.pending)
@@ -193,11 +193,11 @@ class ControlFlowLowering:
                 self._retire_all(be)
             elif update is not None and update.parent_region() is region:
                 if self.pending[:-1] != before or self.pending[-1].tile_value is not update.result:
-                    _refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group "
+                    refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group "
                                 "other than its one tile.mma's")
                 issued = self.pending.pop()
             elif self.pending != before:
-                _refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
+                refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
             elif update is not None:  # the other path commits an empty group: as many groups on both
                 be.op(sm90.WgmmaFenceOp())
                 be.op(sm90.WgmmaCommitGroupOp())

@@ -36,7 +36,7 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exact_reciprocal, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
-                                                        _refuse, constant_f32, constant_i32)
+                                                        refuse, constant_f32, constant_i32)
 from tessera.passes.convert_tile_to_sm90.index_diagonals import ROW_VECTOR_ROWS, IndexDiagonalLowering
 
 _FLOAT_BINARY = {
@@ -92,12 +92,12 @@ class ElementwiseLowering(IndexDiagonalLowering):
             return e.shuffle(lowered, self._layout(op, result).distinct_columns[1])
         if source == "row" and target == "full":
             return e.shuffle(lowered, self._layout(op, result).row_of_element)
-        _refuse(op, f"cannot broadcast {value.type} to {result}")
+        refuse(op, f"cannot broadcast {value.type} to {result}")
 
     def _f32_only(self, op: Operation) -> None:
         element = op.result.type.element_type
         if not isinstance(element, Float32Type):
-            _refuse(op, f"only f32 register tiles are lowered, got {element}")
+            refuse(op, f"only f32 register tiles are lowered, got {element}")
 
     # -- arithmetic ------------------------------------------------------------------------------------------
     def _lower_binary(self, op, e: Emitter) -> None:
@@ -119,7 +119,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
         a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
         table = _FLOAT_BINARY if isinstance(element, Float32Type) else _INTEGER_BINARY
         if type(op) not in table or self._vector_type(op, op.result.type).element_type != element:
-            _refuse(op, f"no lowering of {op.name} on {element} register tiles")
+            refuse(op, f"no lowering of {op.name} on {element} register tiles")
         self._set(op.result, e.op(table[type(op)](a, b)))
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
@@ -238,7 +238,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
         """`arith.select %c, %a, %b` of two register tiles by one i1 scalar (the same choice for every element):
         sm90.selp register by register, the condition broadcast to each register."""
         if op.result.type.memory_space != MemSpace.REGISTER:
-            _refuse(op, f"arith.select chooses between register tiles only, got {op.result.type.memory_space.value} "
+            refuse(op, f"arith.select chooses between register tiles only, got {op.result.type.memory_space.value} "
                         "tiles (select the indices of a view instead)")
         a, b = self._get(op.lhs), self._get(op.rhs)
         self._set(op.result, e.select(e.broadcast(self._get(op.cond), a.type.get_shape()[0]), a, b))
@@ -295,7 +295,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
         predicate 0 <= index_k < size_k for every dimension k; a register whose coordinates fall outside the
         table is 0 (the op's semantics), as `sm90.ld_global` leaves an unpredicated register."""
         if not isinstance(op.source.owner, Block):
-            _refuse(op, "tile.gather must read a kernel argument")
+            refuse(op, "tile.gather must read a kernel argument")
         arg = op.source.index
         result = op.result.type
         vector_type = self._vector_type(op, result)

@@ -52,7 +52,7 @@ from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.row_sums import partial_row_sums
 from tessera.passes.convert_tile_to_sm90.common import (
     LINE,
-    _refuse,
+    refuse,
     ColumnIota,
     Scaled,
     PendingMma,
@@ -127,10 +127,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not self._is_column_vector(ty):
                     rows.add(ty.get_shape()[0])
         if len(rows) != 1:
-            _refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
+            refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
         (bm,) = rows
         if bm % facts.WGMMA_M:
-            _refuse(self.fn, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
+            refuse(self.fn, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
         return bm
 
     def _plan_groups(self) -> None:
@@ -153,7 +153,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                         break
                     parent = anchor.parent_op()
                     if not isinstance(parent, scf.IfOp):
-                        _refuse(op, "a copy must be followed by a tile.cp_commit_group in its block (or after its scf.if)")
+                        refuse(op, "a copy must be followed by a tile.cp_commit_group in its block (or after its scf.if)")
                     anchor = parent
                 self.copy_group[op] = nxt
                 staged = isinstance(op.dest.owner, tile.StageOp)
@@ -167,17 +167,17 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 if all(kinds):
                     self.ring_commits.add(op)
                 elif any(kinds):
-                    _refuse(op, "a copy group must fill either ring stages only or unstaged tiles only")
+                    refuse(op, "a copy group must fill either ring stages only or unstaged tiles only")
                 elif all(gathers[op]):
                     self.gather_commits.add(op)
                 elif any(gathers[op]):
-                    _refuse(op, "a copy group of plain tiles must be all TMA copies or all gathers (their "
+                    refuse(op, "a copy group of plain tiles must be all TMA copies or all gathers (their "
                                 "completions differ: an mbarrier, or cp.async.wait_group)")
         for ring in self.gather_rings:
             fills = [use.operation for stage in ring.result.uses for use in stage.operation.result.uses
                      if isinstance(use.operation, tile.ASYNC_COPY_OPS) and use.operation.dest is stage.operation.result]
             if not all(isinstance(f, tile.CpAsyncGatherOp) for f in fills):
-                _refuse(ring, "a ring must be refilled by TMA copies only or by gathers only (its full barrier "
+                refuse(ring, "a ring must be refilled by TMA copies only or by gathers only (its full barrier "
                               "counts one arrival, or the producer warpgroup's)")
 
     def _tensor_maps(self) -> dict[tuple[int, int, int], int]:
@@ -189,14 +189,14 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             if isinstance(op, tile.CpAsyncOp):
                 view = op.source.owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
-                    _refuse(op, "copies must read a tile.view of a kernel argument")
+                    refuse(op, "copies must read a tile.view of a kernel argument")
                 arg = view.source.index
                 if self._tma_allowed(arg):
                     shape = view.result.type.get_shape()
                     rows, cols = shape[0], shape[-1]
                     key = (arg, rows, op.dest.type.swizzle_bytes)
                     if not key[2] and self.row_box_cols.setdefault(key, cols) != cols:
-                        _refuse(op, f"unswizzled copies of one argument share a tensor map, so one box width: got "
+                        refuse(op, f"unswizzled copies of one argument share a tensor map, so one box width: got "
                                     f"{cols} and {self.row_box_cols[key]} columns")
                     keys.setdefault(key, len(keys))
         return keys
@@ -211,7 +211,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             if isinstance(op, tile.CpAsyncGatherOp):
                 for value in (op.source, op.table):
                     if not isinstance(value.owner, Block):
-                        _refuse(op, "a gather reads a kernel argument through a table argument")
+                        refuse(op, "a gather reads a kernel argument through a table argument")
                     if value.index not in args:
                         args.append(value.index)
                 self.gathered.add(op.source.index)
@@ -225,13 +225,13 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
             if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
                 continue  # a row of shared memory (a one-row tile)
             if isinstance(op, tile.LoadOp) and op.source.type.memory_space == MemSpace.SHARED:
-                _refuse(op, "tile.load of a shared tile into registers is not supported (the Tile interpreter runs "
+                refuse(op, "tile.load of a shared tile into registers is not supported (the Tile interpreter runs "
                             "it; a shared tile is read by tile.mma, or one row by tile.load_broadcast)")
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner
                 if not isinstance(view, tile.ViewOp) or not isinstance(view.source.owner, Block):
-                    _refuse(op, "global loads and stores must access a tile.view of a kernel argument")
+                    refuse(op, "global loads and stores must access a tile.view of a kernel argument")
                 if view.source.index not in args:
                     args.append(view.source.index)
         return args
@@ -295,7 +295,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         if self.smem_offset + 1023 > facts.MAX_SHARED_MEMORY_PER_BLOCK:
             if self.atomic_add_mode == "auto" and self.reduction_slots:
                 raise StagingDoesNotFit(self.fn)
-            _refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
+            refuse(self.fn, f"the kernel needs {self.smem_offset} bytes of shared memory (+1023 to align the base), more "
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles", SharedMemoryError)
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
@@ -426,7 +426,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
         elif op.dialect_name() == "arith":
             self._clone(op, e)
         else:
-            _refuse(op, f"no lowering for '{op.name}'")
+            refuse(op, f"no lowering for '{op.name}'")
         _locate(last.next_op if last is not None else e.block.first_op, op.location)
 
     def _get(self, value: SSAValue):

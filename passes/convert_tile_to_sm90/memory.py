@@ -29,8 +29,8 @@ from tessera.passes.convert_tile_to_sm90.common import (
     ROW_TILE_ROWS,
     SWIZZLES,
     PRODUCER_ATTR,
-    _constant,
-    _refuse,
+    constant_int,
+    refuse,
     SharedTile,
     Ring,
     Stage,
@@ -55,7 +55,7 @@ class MemoryLowering:
         ty = op.result.type
         elt = element_type_bytes(ty.element_type)
         if ty.rank not in (2, 3):
-            _refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
+            refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
         if rows == ROW_TILE_ROWS:
@@ -64,12 +64,12 @@ class MemoryLowering:
         if swizzle not in SWIZZLES or (cols * elt) % swizzle:
             widths = "/".join(map(str, SWIZZLES))
             if (cols * elt) % SWIZZLES[0]:
-                _refuse(op, f"shared tiles need rows of a multiple of {SWIZZLES[0]} bytes (the narrowest swizzle, of "
+                refuse(op, f"shared tiles need rows of a multiple of {SWIZZLES[0]} bytes (the narrowest swizzle, of "
                             f"{widths} bytes), got rows of {cols} x {elt} = {cols * elt} bytes: widen the tile")
-            _refuse(op, f"shared tiles need a {widths}-byte swizzle that divides their rows of {cols * elt} bytes, "
+            refuse(op, f"shared tiles need a {widths}-byte swizzle that divides their rows of {cols * elt} bytes, "
                         f"got swizzle {swizzle} (run assign-swizzle: it gives every tile the widest one)")
         if rows % CORE_ROWS:
-            _refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
+            refuse(op, f"shared tiles must have a multiple of {CORE_ROWS} rows")
         if op in self.transposed_rings:  # V's ring: a staging ring and the V^T ring (transpose.py)
             self._alloc_transposed_ring(op, e)
             return
@@ -90,10 +90,10 @@ class MemoryLowering:
         *stages, rows, cols = ty.get_shape()
         size = cols * element_type_bytes(ty.element_type)
         if ty.swizzle_bytes:
-            _refuse(op, f"a one-row shared tile is unswizzled (its rows are not a swizzle period), got swizzle "
+            refuse(op, f"a one-row shared tile is unswizzled (its rows are not a swizzle period), got swizzle "
                         f"{ty.swizzle_bytes} (run assign-swizzle)")
         if size % facts.TMA_SMEM_ALIGNMENT:
-            _refuse(op, f"a one-row shared tile holds a multiple of {facts.TMA_SMEM_ALIGNMENT} bytes (each is a TMA "
+            refuse(op, f"a one-row shared tile holds a multiple of {facts.TMA_SMEM_ALIGNMENT} bytes (each is a TMA "
                         f"destination on that alignment), got {cols} x {element_type_bytes(ty.element_type)} = {size}")
         slots = stages[0] if stages else 1
         address = self._alloc(e, op.result.name_hint or "smem", slots * size, facts.TMA_SMEM_ALIGNMENT, 0)
@@ -107,8 +107,8 @@ class MemoryLowering:
     def _lower_StageOp(self, op: tile.StageOp, e: Emitter) -> None:
         ring = self._get(op.source)
         index = op.index.owner
-        if not (isinstance(index, arith.RemUIOp) and _constant(index.rhs) == ring.slots):
-            _refuse(op, f"a stage index must be `arith.remui %use, {ring.slots}` (the use number modulo the ring "
+        if not (isinstance(index, arith.RemUIOp) and constant_int(index.rhs) == ring.slots):
+            refuse(op, f"a stage index must be `arith.remui %use, {ring.slots}` (the use number modulo the ring "
                         "size, as pipeline-loops writes it): the mbarrier parities come from the use number")
         slot, use = self._get(op.index), self._get(index.lhs)
         offset = e.op(arith.IndexCastOp(e.muli(slot, e.index(ring.slot_bytes)), i32))
@@ -155,7 +155,7 @@ class MemoryLowering:
         for bound, value in (("lower bound", loop.lb), ("upper bound", loop.ub), ("step", loop.step)):
             owner = value.owner if isinstance(value.owner, Operation) else value.owner.parent_op()
             if outermost.is_ancestor(owner):
-                _refuse(op, f"{what} {bound} defined outside the nest (the barriers' phases count the trips of "
+                refuse(op, f"{what} {bound} defined outside the nest (the barriers' phases count the trips of "
                             "every loop of it)")
         lb, ub, step = (self._get(v) for v in (loop.lb, loop.ub, loop.step))
         return e.op(arith.CeilDivSIOp(e.op(arith.SubiOp(ub, lb)), step))
@@ -207,9 +207,9 @@ class MemoryLowering:
     def _lower_ViewOp(self, op: tile.ViewOp, e: Emitter) -> None:
         source = self._get(op.source)
         if not (isinstance(source, tuple) and source[0] == "arg"):
-            _refuse(op, "views must be of kernel arguments")
+            refuse(op, "views must be of kernel arguments")
         if op.result.type.rank not in (1, 2):
-            _refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
+            refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
         self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
                                         is_even(op.indices[-1]), op.in_bounds is not None)
 
@@ -217,7 +217,7 @@ class MemoryLowering:
         window, dest = self._get(op.source), self._get(op.dest)
         if not self._tma_allowed(window.arg):
             if dest.stage is not None:
-                _refuse(op, f"ring stages are filled by TMA, but the rows of %{self.sig.args[window.arg].name} need not "
+                refuse(op, f"ring stages are filled by TMA, but the rows of %{self.sig.args[window.arg].name} need not "
                             "start on 16 bytes (its innermost size is not promised a multiple of 16 bytes by "
                             "tile.divisible): lower the kernel without pipeline-loops, or promise the sizes")
             self._retire_readers(dest.address, e)
@@ -253,7 +253,7 @@ class MemoryLowering:
         line = dest.swizzle  # the bytes of a row of a box
         period = facts.swizzle_period_bytes(line) // line
         if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
-            _refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
+            refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
                         f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
         per_thread = rows * cols // threads
         *lead, row0, col0 = window.indices
@@ -361,9 +361,9 @@ class MemoryLowering:
             return e.index(0)
         info = next((l for l in self.loops if l.op is group.loop), None)
         if info is None:
-            _refuse(wait, "waiting after a loop for copies committed inside it is not supported")
+            refuse(wait, "waiting after a loop for copies committed inside it is not supported")
         if commit not in self.committed_this_trip:
-            _refuse(wait, "waits for copies committed in an earlier loop trip need pipeline-loops (not supported yet)")
+            refuse(wait, "waits for copies committed in an earlier loop trip need pipeline-loops (not supported yet)")
         return e.op(arith.AndIOp(info.trip, e.index(1)))
 
     def _lower_BarrierOp(self, op: tile.BarrierOp, e: Emitter) -> None:
@@ -388,7 +388,7 @@ class MemoryLowering:
         `in_bounds` (without `row_end`) takes an all-true mask: no compare, and unpredicated accesses."""
         half = element_type_bytes(ty.element_type) == 2  # f32 and i32 tiles hold one element per register
         if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
-            _refuse(op, "16-bit tiles in registers need an even number of columns")
+            refuse(op, "16-bit tiles in registers need an even number of columns")
         packed = half and not per_element
         *lead, row0, col0 = window.indices
         row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
@@ -441,7 +441,7 @@ class MemoryLowering:
         window's one row, from the threads of the tile's first row (`_column_vector_access`)."""
         if self._is_column_vector(ty):
             if row_end is not None:
-                _refuse(op, "a [1, N] register tile is stored with tile.store_global")
+                refuse(op, "a [1, N] register tile is stored with tile.store_global")
             base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
             e.op(sm90.StGlobalOp(base, offsets, value, mask, columns))
             return
@@ -479,7 +479,7 @@ class MemoryLowering:
         window = self._get(op.source)
         ty = op.result.type
         if not (isinstance(ty.element_type, Float32Type) or ty.element_type == i32):
-            _refuse(op, f"only f32 and i32 rows can be broadcast, got {ty.element_type}")
+            refuse(op, f"only f32 and i32 rows can be broadcast, got {ty.element_type}")
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
@@ -529,7 +529,7 @@ class MemoryLowering:
         the thread's rows. `writers`: only the threads of the tile's first row write (the lanes of one quad
         hold every column once; the other rows hold the same values again)."""
         if len(window.shape) != 2 or window.shape[0] != 1:
-            _refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
+            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
         columns = self._layout(op, ty).distinct_columns[0]
         base, mask, column_bytes = self._one_row_access(window, ty, columns, e)
         if writers:
@@ -543,7 +543,7 @@ class MemoryLowering:
         unswizzled): one `ld.shared.b32` each at the thread's first column, the offsets immediates; a ring stage
         is waited for first (its full barrier), like every first read of a stage."""
         if row.rows != ROW_TILE_ROWS or row.swizzle:
-            _refuse(op, "a shared row is broadcast from an unswizzled one-row tile [1, N]")
+            refuse(op, "a shared row is broadcast from an unswizzled one-row tile [1, N]")
         self._await_stage(op.source, row, e)
         first = e.op(arith.IndexCastOp(e.muli(self.col_base, e.index(row.elt_bytes)), i32))
         first = e.op(arith.AddiOp(row.address, first))
@@ -561,7 +561,7 @@ class MemoryLowering:
         into the registers a word load gives: a pair at an odd element of a row is not 4-byte aligned."""
         window = self._get(op.source)
         if not isinstance(window, Window):
-            _refuse(op, "loads from shared memory are not supported")
+            refuse(op, "loads from shared memory are not supported")
         ty = op.result.type
         if self._is_column_vector(ty):  # the window's one row: load_broadcast's access
             base, offsets, mask, columns = self._column_vector_access(op, window, ty, e)

@@ -22,7 +22,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     LINE,
     CORE_ROWS,
     K_STEP,
-    _refuse,
+    refuse,
     SharedTile,
     PendingMma,
 )
@@ -59,12 +59,12 @@ class MmaLowering:
         n = op.acc.type.get_shape()[1]
         k_step = facts.WGMMA_K_BYTES * 8 // facts.WGMMA_ELEMENT_BITS[ab]  # 32 bytes of K: k16 for 16-bit types, k32 for e4m3/e5m2
         if k % k_step:
-            _refuse(op, f"the contraction size must be a multiple of {k_step}, got {k}")
+            refuse(op, f"the contraction size must be a multiple of {k_step}, got {k}")
         if not isinstance(b, SharedTile):
-            _refuse(op, "operand B must be in shared memory")
+            refuse(op, "operand B must be in shared memory")
         transposed = self._is_transposed_stage(op.b)  # V^T written by the producer's transpose (transpose.py)
         if ab in FP8_WGMMA_TYPES and (op.transpose_a or not (op.transpose_b or transposed)):
-            _refuse(op, f"8-bit ({ab}) operands must both be K-major (A [M, K], B given as B^T [N, K] with "
+            refuse(op, f"8-bit ({ab}) operands must both be K-major (A [M, K], B given as B^T [N, K] with "
                         "transpose_b): wgmma's MN-major (transposed) forms take 16-bit types only")
         if ab in FP8_WGMMA_TYPES and not isinstance(a, SharedTile) and not transposed:
             self._check_p8_key_order(op)
@@ -79,7 +79,7 @@ class MmaLowering:
                 self._await_stage(value, t, e)
         if isinstance(a, SharedTile) and trans_a:
             if a.box_cols != facts.WGMMA_M:
-                _refuse(op, f"an MN-major A needs boxes of {facts.WGMMA_M} columns, got {a.box_cols}")
+                refuse(op, f"an MN-major A needs boxes of {facts.WGMMA_M} columns, got {a.box_cols}")
             box_offset = e.op(arith.MuliOp(self.warpgroup, e.op(arith.ConstantOp(IntegerAttr(a.box_bytes, i32)))))
             a_base = self._descriptor(e, e.op(arith.AddiOp(a.address, box_offset)), a, True)
         elif isinstance(a, SharedTile):
@@ -119,7 +119,7 @@ class MmaLowering:
                     sources.add(view.source.index if isinstance(view, tile.ViewOp)
                                 and isinstance(view.source.owner, Block) else None)
         if not sources or any(s is None or self.sig.args[s].key_order != "p8" for s in sources):
-            _refuse(op, "an 8-bit P in registers (sm90.cvt_pack_fp8) holds its keys in P8 key order, so the B "
+            refuse(op, "an 8-bit P in registers (sm90.cvt_pack_fp8) holds its keys in P8 key order, so the B "
                         "operand must be copied by TMA from an input in that order (tile.key_order = \"p8\": "
                         "flash_attention(dtype='e4m3', v_transposed='p8'))")
 

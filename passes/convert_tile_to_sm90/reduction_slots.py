@@ -51,7 +51,7 @@ from tessera.dialects import sm90, tile
 from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90_reductions as reductions
 from tessera.lowering.emitter import Emitter
-from tessera.passes.convert_tile_to_sm90.common import PRODUCER_ATTR, Window, _constant
+from tessera.passes.convert_tile_to_sm90.common import PRODUCER_ATTR, Window, constant_int
 from tessera.sm90 import facts
 
 REDUCTION_SLOTS = 2
@@ -91,7 +91,7 @@ class ReductionSlotsLowering:
                 continue
             view = op.dest.owner
             if not (isinstance(view, tile.ViewOp) and view.in_bounds is not None and op.value.type.memory_space.value
-                    == "register" and len(view.result.type.get_shape()) == 2 and _constant(view.indices[-1]) == 0):
+                    == "register" and len(view.result.type.get_shape()) == 2 and constant_int(view.indices[-1]) == 0):
                 continue
             if self._is_column(op.value.type) or self._is_column_vector(op.value.type):
                 continue  # one value per row or per column: `red` from one lane of each (backward.py)

@@ -24,7 +24,7 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROW_VECTOR_TYPE, AccumulatorLayout
 from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
-    _refuse,
+    refuse,
 )
 
 
@@ -35,12 +35,12 @@ class RegisterTileLowering:
     def _layout(self, op: Operation, ty: TileType) -> AccumulatorLayout:
         shape = ty.get_shape()
         if len(shape) != 2:
-            _refuse(op, f"expected a 2-D register tile, got {ty}")
+            refuse(op, f"expected a 2-D register tile, got {ty}")
         n = shape[1]
         try:
             facts.wgmma_shape(n, "bf16", "f32")
         except ValueError:
-            _refuse(op, f"register tiles need a column count that is a legal wgmma N (8..256 step 8), got {n}")
+            refuse(op, f"register tiles need a column count that is a legal wgmma N (8..256 step 8), got {n}")
         return AccumulatorLayout(n)
 
     @staticmethod
@@ -63,12 +63,12 @@ class RegisterTileLowering:
             if small:
                 return VectorType(element, ROW_VECTOR_TYPE.get_shape())
             if not isinstance(element, Float32Type):
-                _refuse(op, "row vectors must be f32, i32 or i1")
+                refuse(op, "row vectors must be f32, i32 or i1")
             return ROW_VECTOR_TYPE
         layout = self._layout(op, ty)
         if self._is_column_vector(ty):
             if not (small or isinstance(element, Float32Type)):
-                _refuse(op, f"column vectors [1, N] must be f32, i32 or i1, got {element}")
+                refuse(op, f"column vectors [1, N] must be f32, i32 or i1, got {element}")
             return VectorType(element, [len(layout.distinct_columns[0])])
         if isinstance(element, Float32Type):
             return layout.vector_type()
@@ -76,7 +76,7 @@ class RegisterTileLowering:
             return VectorType(element, [layout.lanes])
         if isinstance(element, BFloat16Type | Float16Type):
             return layout.vector_type(packed=True)
-        _refuse(op, f"register tiles of {element} are not supported")
+        refuse(op, f"register tiles of {element} are not supported")
 
     def _lower_FillOp(self, op: tile.FillOp, e: Emitter) -> None:
         """An f32 (or i32, i1) tile is one register per element; a 16-bit or 8-bit one (the first, never-read value of a
@@ -95,7 +95,7 @@ class RegisterTileLowering:
                 self._set(op.result, e.splat(vt.element_type, int(op.value.value.data), vt.get_shape()[0]))
                 return
             if not isinstance(element, Float32Type):
-                _refuse(op, f"fills of {element} register tiles are not supported (fill f32, then tile.cast)")
+                refuse(op, f"fills of {element} register tiles are not supported (fill f32, then tile.cast)")
             self._set(op.result, e.splat(f32, op.value.value.data, vt.get_shape()[0]))
             return
         width = 32 // per_register

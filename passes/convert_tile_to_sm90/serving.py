@@ -43,8 +43,8 @@ from tessera.passes.convert_tile_to_sm90.common import (
     PRODUCER_ATTR,
     PRODUCER_WARPGROUP_ATTR,
     SharedTile,
-    _constant,
-    _refuse,
+    constant_int,
+    refuse,
 )
 from tessera.sm90 import facts
 
@@ -62,7 +62,7 @@ class ServingLowering:
         """Every thread loads the same 4 bytes (a broadcast the L1 cache serves once per warp) with
         `ld.global.b32`: address = table + 4 x (row-major flat index), then converts it to an index."""
         if not isinstance(op.source.owner, Block):
-            _refuse(op, "tile.load_index must read a kernel argument")
+            refuse(op, "tile.load_index must read a kernel argument")
         arg = op.source.index
         indices = [self._get(i) for i in op.indices]
         dims = [self._dim_value(arg, d, e) for d in range(len(indices))]
@@ -108,19 +108,19 @@ class ServingLowering:
                      lane: SSAValue) -> None:
         """The cp.asyncs of `threads` threads (this one is `lane`) copying the rows of `op` into `dest`."""
         if not all(isinstance(v.owner, Block) for v in (op.source, op.table)):
-            _refuse(op, "a gather reads a kernel argument through a table argument")
+            refuse(op, "a gather reads a kernel argument through a table argument")
         if dest.swizzle != LINE:
-            _refuse(op, f"a gather fills 128B-swizzled shared tiles only (rows of a multiple of {LINE} bytes), got "
+            refuse(op, f"a gather fills 128B-swizzled shared tiles only (rows of a multiple of {LINE} bytes), got "
                         f"a {dest.swizzle}B swizzle")
         source, table = op.source.index, op.table.index
         shape = self._arg_tile(source).get_shape()
         elt = element_type_bytes(self._arg_tile(source).element_type)
-        if _constant(op.indices[-1]) != 0 or dest.cols != shape[-1]:
-            _refuse(op, f"a gather copies whole rows: the window must start at column 0 and take all "
+        if constant_int(op.indices[-1]) != 0 or dest.cols != shape[-1]:
+            refuse(op, f"a gather copies whole rows: the window must start at column 0 and take all "
                         f"{shape[-1]} columns of the source, got {dest.cols}")
         per_row = dest.cols * elt // CHUNK
         if (dest.cols * elt) % CHUNK or threads % per_row or dest.rows % (threads // per_row):
-            _refuse(op, f"a gather of [{dest.rows}, {dest.cols}] x {elt} bytes in {CHUNK}-byte chunks needs rows of "
+            refuse(op, f"a gather of [{dest.rows}, {dest.cols}] x {elt} bytes in {CHUNK}-byte chunks needs rows of "
                         f"whole chunks that divide {threads} threads into groups dividing {dest.rows} rows")
         stride = threads // per_row
         dims = [self._dim_value(source, d, e) for d in range(len(shape))]

@@ -53,7 +53,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     SharedTile,
     Stage,
     Window,
-    _refuse,
+    refuse,
 )
 from tessera.sm90 import facts
 
@@ -90,7 +90,7 @@ class TransposeLowering:
                 continue
             stage = op.b.owner
             if not isinstance(stage, tile.StageOp):
-                _refuse(op, "an 8-bit B given as V [keys, head_dim] (not V^T) is transposed in shared memory by the "
+                refuse(op, "an 8-bit B given as V [keys, head_dim] (not V^T) is transposed in shared memory by the "
                             "producer of a pipelined ring: run pipeline-loops (the default pipeline does), or give V^T "
                             "in P8 key order (flash_attention(dtype='e4m3', v_transposed='p8'))"
                             + unpipelined_remark(op))
@@ -99,7 +99,7 @@ class TransposeLowering:
                 continue
             _, keys, cols = ring.result.type.get_shape()
             if keys not in TRANSPOSE_KEYS or (keys * cols) % (facts.WARPGROUP_SIZE * BLOCK_BYTES) or cols % 16:
-                _refuse(op, f"the in-kernel V transpose takes key blocks of {'/'.join(map(str, TRANSPOSE_KEYS))} keys "
+                refuse(op, f"the in-kernel V transpose takes key blocks of {'/'.join(map(str, TRANSPOSE_KEYS))} keys "
                             f"of a multiple of 16 columns, [keys x columns] a multiple of 2048 bytes; got [{keys}, {cols}]")
             for use in ring.result.uses:
                 if not isinstance(use.operation, tile.StageOp):
@@ -107,9 +107,9 @@ class TransposeLowering:
                 for user in use.operation.result.uses:
                     other = user.operation
                     if isinstance(other, tile.CpAsyncGatherOp):
-                        _refuse(other, "a ring the producer transposes is refilled by TMA only")
+                        refuse(other, "a ring the producer transposes is refilled by TMA only")
                     if isinstance(other, tile.MmaOp) and not (_reads_v_rows(other) and user.index == 1):
-                        _refuse(other, "a ring the producer transposes is read as the B operand of an 8-bit P.V "
+                        refuse(other, "a ring the producer transposes is read as the B operand of an 8-bit P.V "
                                        "product (P in registers, no transpose_b) only")
             self.transposed_rings[ring] = None
 

@@ -13,15 +13,17 @@ from xdsl.ir import BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.dialects import sm90
+from tessera.ir.class_tests import subclass_test
 from tessera.ir.walk import walk_ops
 from tessera.sm90 import facts
 
-from tessera.regalloc.groups import register_groups
-from tessera.regalloc.liveness import _Liveness, _is_if, _is_wgmma, _merge_ranges
-from tessera.regalloc.pressure import PressurePeak, _PressureMap, _peak
+from tessera.regalloc.groups import group_intervals, register_groups
+from tessera.regalloc.liveness import Liveness, is_if, is_wgmma, merge_ranges
+from tessera.regalloc.pressure import PressurePeak, PressureMap, peak_pressure
+from tessera.regalloc.regroup import kernel_changes, regroup
 from tessera.regalloc.uniform import DESCRIPTOR_OPS, UNIFORM_DESCRIPTOR_REGISTERS, uniform_descriptors
 from tessera.regalloc.registers import (
-    CLASS_PREFIX, CLASS_WIDTH, _subclass_test, element_count, immediates, register_class,
+    CLASS_PREFIX, CLASS_WIDTH, element_count, immediates, register_class,
 )
 
 
@@ -46,7 +48,7 @@ class Allocation:
 
     def __init__(self, names: dict[SSAValue, list[str]] | None = None, counts: dict[str, int] | None = None,
                  peak: int = 0, peak_position: int = 0, at_peak: PressurePeak | None = None,
-                 _pressure_map: _PressureMap | None = None, *,
+                 _pressure_map: PressureMap | None = None, *,
                  assign: Callable[[], tuple[dict, dict]] | None = None):
         self._names, self._counts, self._assign = names, counts, assign
         self.peak = peak
@@ -142,16 +144,18 @@ def region_pressure(fn: func.FuncOp, op: Operation) -> list[int]:
 _MEMO: OrderedDict[int, tuple[func.FuncOp, tuple, Allocation]] = OrderedDict()
 _MEMO_SIZE = 4
 """The last allocations, by kernel: warp-specialize's budgets, allocate-registers and the PTX printer each
-allocate the same kernel; the memo hands back the allocation while the kernel is unchanged."""
+allocate the same kernel; the memo hands back the allocation while the kernel is unchanged, and where a pass
+changed it (hoist-invariant-descriptors) the new allocation takes the previous one's register groups when the
+change leaves them as they were (`tessera.regalloc.regroup`)."""
 
 
 _NOT_READ = (sm90.SetMaxNRegOp,)
 """Ops whose attributes and properties the allocator never reads: a setmaxnreg's budget does not change the
 allocation, so that warp-specialize can size its budgets from the allocation of the kernel holding the
 setmaxnreg ops and then set them, and allocate-registers finds that allocation in the memo."""
-_is_not_read = _subclass_test(_NOT_READ)
-_is_setmaxnreg = _subclass_test(sm90.SetMaxNRegOp)
-_is_descriptor_op = _subclass_test(DESCRIPTOR_OPS)
+_is_not_read = subclass_test(_NOT_READ)
+_is_setmaxnreg = subclass_test(sm90.SetMaxNRegOp)
+_is_descriptor_op = subclass_test(DESCRIPTOR_OPS)
 
 
 def _fingerprint(fn: func.FuncOp) -> tuple:
@@ -171,33 +175,47 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
 def _allocate(fn: func.FuncOp) -> Allocation:
     fingerprint = _fingerprint(fn)
     entry = _MEMO.get(id(fn))
-    if entry is not None and entry[0] is fn and entry[1] == fingerprint:
-        _MEMO.move_to_end(id(fn))
-        return entry[2]
-    allocation = _allocate_fresh(fn)
+    previous = None
+    if entry is not None and entry[0] is fn:
+        if entry[1] == fingerprint:
+            _MEMO.move_to_end(id(fn))
+            return entry[2]
+        # The same kernel, changed by a pass (hoist-invariant-descriptors): its groups may carry over.
+        changes = kernel_changes(entry[1], fingerprint)
+        if changes is not None and entry[2]._pressure_map is not None:  # noqa: SLF001
+            previous = (entry[2]._pressure_map.live, entry[2]._pressure_map.roots, changes)  # noqa: SLF001
+    allocation = _allocate_fresh(fn, previous)
     _MEMO[id(fn)] = (fn, fingerprint, allocation)
     while len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
     return allocation
 
 
-def _allocate_fresh(fn: func.FuncOp) -> Allocation:
+def _allocate_fresh(fn: func.FuncOp, previous: tuple | None = None) -> Allocation:
+    """An allocation of `fn` worked out from its liveness; its register groups decided afresh, or carried
+    over from `previous` ((liveness, roots, `KernelChanges`) of the allocation of `fn` before a pass changed
+    it) where `tessera.regalloc.regroup` shows that the change leaves every decision as it was."""
     constants = immediates(fn)
-    live = _Liveness(fn, skip=constants)
+    live = Liveness(fn, skip=constants)
     live.run()
-    groups, intervals, lowest = register_groups(fn, live, constants)
+    groups = regroup(fn, live, constants, *previous) if previous is not None else None
+    if groups is not None:
+        intervals, lowest = group_intervals(live, groups.roots(len(live.value_of)))
+    else:
+        groups, intervals, lowest = register_groups(fn, live, constants)
     root_list = groups.roots(len(live.value_of))  # the groups are final: each element's root
     root_of = root_list.__getitem__
-    # The merged intervals are those of the final groups; in the order _intervals gives (by lowest element).
+    # The merged intervals are those of the final groups; in the order group_intervals gives (by lowest element).
     intervals = dict(sorted(intervals.items(), key=lambda item: lowest[item[0]]))
     ranges = _live_ranges(live, root_of, intervals)
     widths = {root: CLASS_WIDTH[register_class(live.value_of[root].type)] for root in ranges}
     uniform_roots = _roots_made_of(live, root_list, ranges, uniform_descriptors(fn))
-    if uniform_roots and _peak({r: ranges[r] for r in uniform_roots}, widths)[0] <= UNIFORM_DESCRIPTOR_REGISTERS:
+    uniform_peak = peak_pressure({r: ranges[r] for r in uniform_roots}, widths)[0] if uniform_roots else 0
+    if uniform_peak <= UNIFORM_DESCRIPTOR_REGISTERS:
         widths.update({root: 0 for root in uniform_roots})  # in URx, not per-thread
     parameters = set(fn.body.block.args)
     widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
-    pressure = _PressureMap(live, root_list, ranges, widths)
+    pressure = PressureMap(live, root_list, ranges, widths)
     at_peak = pressure.kernel_peak()
 
     def assign() -> tuple[dict, dict]:
@@ -214,7 +232,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
         used: dict[tuple[str, int, bool], int] = defaultdict(int)  # registers each pool needs
         units = []  # (start, end, roots, ranges) in allocation order: a block is one unit
         for block in blocks:
-            spans = _merge_ranges(r for root in block for r in ranges[root])
+            spans = merge_ranges(r for root in block for r in ranges[root])
             units.append((spans[0][0], spans[-1][1], block, spans))
         for root, spans in ranges.items():
             if root not in block_of:
@@ -272,7 +290,7 @@ def _allocate_fresh(fn: func.FuncOp) -> Allocation:
                       assign=assign)
 
 
-def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
+def _descriptor_roots(live: Liveness, roots: list[int]) -> set[int]:
     """The register groups holding a wgmma descriptor (`sm90.make_descriptor`, `descriptor_advance`,
     `descriptor_offset`): each gets PTX registers no other group is given. ptxas 13.3 and later treat a virtual
     register as one allocation unit across the kernel (module docstring), and HGMMA reads its descriptors from
@@ -288,7 +306,7 @@ def _descriptor_roots(live: _Liveness, roots: list[int]) -> set[int]:
     return held
 
 
-def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set) -> set[int]:
+def _roots_made_of(live: Liveness, roots: list[int], ranges: dict, values: set) -> set[int]:
     """The register groups that hold only `values` (a group that shares its registers with any other value is
     not one): those made of uniform descriptors (`tessera.regalloc.uniform`), which ptxas keeps in uniform
     registers, or of kernel parameters, which ptxas reads from the constant bank where they are used.
@@ -304,11 +322,11 @@ def _roots_made_of(live: _Liveness, roots: list[int], ranges: dict, values: set)
 def budget_regions(fn: func.FuncOp) -> list[Region]:
     """The regions of `fn` that run under a register budget of their own, in program order: the branches of
     an `scf.if` whose block holds an `sm90.setmaxnreg` (warp-specialize's producer and consumer branches)."""
-    return [region for op in walk_ops(fn) if _is_if(op) for region in op.regions
+    return [region for op in walk_ops(fn) if is_if(op) for region in op.regions
             if region.blocks and any(_is_setmaxnreg(inner) for inner in region.block.ops)]
 
 
-def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict:
+def _register_spaces(fn: func.FuncOp, live: Liveness, roots: list[int]) -> dict:
     """The register space of each register group (module docstring): 0 for the kernel's, k for the k-th
     budget region; a group takes the space of its earliest-defined value (of those defined at one position,
     the first in definition order). `roots`: each element's root; a value's elements are a slice of it."""
@@ -332,12 +350,12 @@ def _register_spaces(fn: func.FuncOp, live: _Liveness, roots: list[int]) -> dict
     return spaces
 
 
-def _accumulator_blocks(live: _Liveness, root: Callable[[int], int]) -> list[tuple]:
+def _accumulator_blocks(live: Liveness, root: Callable[[int], int]) -> list[tuple]:
     """The register groups of each wgmma accumulator, in element order, one block per distinct chain;
     a group that would sit at two different positions (or in two blocks) is left to ordinary allocation."""
     blocks: dict[tuple, None] = {}
     for op in live.ops:
-        if _is_wgmma(op):
+        if is_wgmma(op):
             first = live.element(op.result)
             blocks[tuple(root(first + i) for i in range(element_count(op.result.type)))] = None
     position: dict = {}
@@ -370,15 +388,15 @@ def _overlap(ranges_a, ranges_b) -> bool:
     return any(a <= d and c <= b for a, b in ranges_a for c, d in ranges_b)
 
 
-def _stable_key(live: _Liveness, element: int) -> tuple:
+def _stable_key(live: Liveness, element: int) -> tuple:
     """(name hint, index) of an element: an order of groups that does not depend on object identities."""
     value = live.value_of[element]
     return (value.name_hint or "", element - live.first[value])
 
 
-def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -> dict:
+def _live_ranges(live: Liveness, root: Callable[[int], int], intervals: dict) -> dict:
     """The positions each register group is live at, as merged ranges: its interval, and the ranges its
-    elements are held by in-flight wgmma groups (`_Liveness.in_flight`)."""
+    elements are held by in-flight wgmma groups (`Liveness.in_flight`)."""
     ranges = {root: [interval] for root, interval in intervals.items()}
     held_roots = set()  # only these have more than their interval to merge
     for value, held in live.holds.items():
@@ -387,5 +405,5 @@ def _live_ranges(live: _Liveness, root: Callable[[int], int], intervals: dict) -
             ranges[root(first + i)].extend(held)
             held_roots.add(root(first + i))
     for group in held_roots:
-        ranges[group] = _merge_ranges(ranges[group])
+        ranges[group] = merge_ranges(ranges[group])
     return ranges

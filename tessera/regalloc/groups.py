@@ -1,5 +1,5 @@
 """Register groups: which values of a kernel share PTX registers (package docstring), as disjoint sets of
-elements (`_UnionFind`), with each group's live interval and the reads the in-place decisions need."""
+elements (`UnionFind`), with each group's live interval and the reads the in-place decisions need."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from tessera.dialects import sm90
 
-from tessera.regalloc.liveness import _Liveness, _alias_sources, _is_if, _is_loop, _is_wgmma
-from tessera.regalloc.registers import _is_vector, _subclass_test, element_count, register_class
+from tessera.regalloc.liveness import Liveness, alias_sources, is_if, is_loop, is_wgmma
+from tessera.ir.class_tests import subclass_test
+from tessera.regalloc.registers import is_vector, element_count, register_class
 
 
-def register_groups(fn: func.FuncOp, live: _Liveness, constants: dict) -> tuple[_UnionFind, dict, dict]:
+def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[UnionFind, dict, dict]:
     """The register groups of `fn` (package docstring: the values that share registers), with the live
     interval and the lowest element of each group's root: views alias their sources, a loop's results its
     carried arguments, then the in-place decisions in program order (an elementwise op's result takes the
@@ -22,10 +23,10 @@ def register_groups(fn: func.FuncOp, live: _Liveness, constants: dict) -> tuple[
     an initial value that dies at the loop), a loop body's yielded value its block argument's where those
     are free (`_coalesce_yields`) and an `scf.if` result its branches' yields (`_coalesce_branch_results`).
     `live` has run; `constants` are the values printed as immediates (no registers)."""
-    groups = _UnionFind()
+    groups = UnionFind()
     union, element = groups.union, live.element
     for op in live.ops:
-        pairs = _alias_sources(op)
+        pairs = alias_sources(op)
         if pairs is not None:
             result_first, source, source_first = element(op.results[0]), None, 0
             for i, (value, j) in pairs:
@@ -40,10 +41,10 @@ def register_groups(fn: func.FuncOp, live: _Liveness, constants: dict) -> tuple[
 
     # The groups do not change until the in-place decisions below: both read one snapshot of the roots.
     snapshot = groups.roots(len(live.value_of))
-    intervals, lowest = _intervals(live, snapshot)
+    intervals, lowest = group_intervals(live, snapshot)
     reads = _GroupReads(live, snapshot)
     for op in live.ops:  # in program order, so a chain of in-place ops shares one set of registers
-        for operand, result in _in_place_candidates(op):
+        for operand, result in in_place_candidates(op):
             if register_class(operand.type) is None or operand in constants or _is_function_argument(operand, fn):
                 continue
             pos = live.position[op]
@@ -74,8 +75,8 @@ def register_groups(fn: func.FuncOp, live: _Liveness, constants: dict) -> tuple[
     return groups, intervals, lowest
 
 
-class _UnionFind:
-    """Disjoint sets of element numbers (`_Liveness.element`); `union(a, b)` makes a's root the root of both."""
+class UnionFind:
+    """Disjoint sets of element numbers (`Liveness.element`); `union(a, b)` makes a's root the root of both."""
 
     def __init__(self):
         self.parent: list[int] = []
@@ -125,27 +126,27 @@ ELEMENTWISE = (
 )
 """Ops whose register i of the result depends only on register i of each operand: computed in place, the
 result may take the registers of an operand that dies there."""
-_is_elementwise = _subclass_test(ELEMENTWISE)
-_is_for = _subclass_test(scf.ForOp)
-_may_compute_in_place = _subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
+_is_elementwise = subclass_test(ELEMENTWISE)
+_is_for = subclass_test(scf.ForOp)
+may_compute_in_place = subclass_test((sm90.WgmmaMmaAsyncOp, scf.ForOp, *ELEMENTWISE))
 
 
-def _in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
+def in_place_candidates(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
     """(operand, result) pairs where the result may take the operand's registers if the operand dies there:
     the accumulator of a wgmma (the instruction reads and writes the same list), a same-typed vector operand
     of an elementwise op, and the initial values of a loop's carried registers."""
-    if not _may_compute_in_place(op):
+    if not may_compute_in_place(op):
         return []
     if isinstance(op, sm90.WgmmaMmaAsyncOp):
         return [(op.acc, op.result)]
     if isinstance(op, scf.ForOp):
         return list(zip(op.iter_args, op.results))
-    if _is_elementwise(op) and len(op.results) == 1 and _is_vector(op.results[0].type):
+    if _is_elementwise(op) and len(op.results) == 1 and is_vector(op.results[0].type):
         return [(v, op.results[0]) for v in op.operands if v.type == op.results[0].type]
     return []
 
 
-def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads,
+def _coalesce_yields(live: Liveness, groups: UnionFind, intervals: dict, lowest: dict, reads: _GroupReads,
                      constants: dict, fn: func.FuncOp) -> None:
     """A value a loop body yields takes the registers of the block argument it becomes, where the argument's
     registers are free by then: every value of the argument's group is last read (and last held by an
@@ -153,7 +154,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
     group lives only inside the body. The latch then moves nothing for it, and the two are not counted at
     once (overlap-softmax's converted P, made at the end of a trip after the previous P.V mma retired, is
     what the next trip's mma reads). Accumulator chains are left alone (`_accumulator_blocks` places them)."""
-    accumulators = {root for op in live.ops if _is_wgmma(op)
+    accumulators = {root for op in live.ops if is_wgmma(op)
                     for root in groups.run_roots(live.element(op.result), element_count(op.result.type))}
     held_by_root: dict[int, set] = defaultdict(set)  # root -> the values of its group that wgmma holds
     for value in live.holds:
@@ -188,7 +189,7 @@ def _coalesce_yields(live: _Liveness, groups: _UnionFind, intervals: dict, lowes
                 held_by_root[root] = held_by_root.pop(a, set()) | held_by_root.pop(v, set())
 
 
-def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dict, lowest: dict,
+def _coalesce_branch_results(live: Liveness, groups: UnionFind, intervals: dict, lowest: dict,
                              reads: _GroupReads, constants: dict) -> None:
     """A result of an `scf.if` takes the registers its branches yield where every branch yields (register by
     register) the same register group and that group is dead where the branches join: then no branch moves
@@ -196,7 +197,7 @@ def _coalesce_branch_results(live: _Liveness, groups: _UnionFind, intervals: dic
     score tile, the other its masked form, computed in place (the masking select is the tile's last read), so
     both are one group, read last by the yields."""
     for op in live.ops:
-        if not (_is_if(op) and op.results and op.false_region.blocks):
+        if not (is_if(op) and op.results and op.false_region.blocks):
             continue
         branches = [_terminator_operands(region.block) for region in op.regions]
         for n, result in enumerate(op.results):
@@ -228,7 +229,7 @@ class _FreeAfterJoin:
     is the result's own, as are those of the wgmma chain in the branch that makes it: the registers are the
     same. What does not depend on the group is worked out once per result."""
 
-    def __init__(self, live: _Liveness, groups: _UnionFind, branch: scf.IfOp, yielded: list, result: SSAValue):
+    def __init__(self, live: Liveness, groups: UnionFind, branch: scf.IfOp, yielded: list, result: SSAValue):
         self.join = join = live.defs[result]
         self.end = end = live.read_end(result) or join
         self.dead = all((live.read_end(v) or 0) <= join for v in yielded)
@@ -248,7 +249,7 @@ class _FreeAfterJoin:
         return not any(d < self.end and r > self.join and (d, r) not in self.mine for d, r in reads.reads.get(root, ()))
 
 
-def _merge_groups(groups: _UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
+def _merge_groups(groups: UnionFind, intervals: dict, lowest: dict, reads: _GroupReads, a, b):
     """Make register groups `a` and `b` (roots) one: their live intervals and lowest registers joined, their
     reads merged; returns the new root."""
     merged = (min(intervals[a][0], intervals[b][0]), max(intervals[a][1], intervals[b][1]))
@@ -270,7 +271,7 @@ class _GroupReads:
     whose carried value the group holds, and the definition and last read of its values other than loop
     results."""
 
-    def __init__(self, live: _Liveness, roots: list[int]):
+    def __init__(self, live: Liveness, roots: list[int]):
         """`roots`: each element's root (a value's elements are a slice of it)."""
         self.loops: dict[int, set] = defaultdict(set)  # root -> (start, end) of the loops it is carried by
         self.reads: dict[int, list] = defaultdict(list)  # root -> (definition, last read) of its read values
@@ -323,7 +324,7 @@ def _is_function_argument(value: SSAValue, fn: func.FuncOp) -> bool:
     return isinstance(value, BlockArgument) and value.owner is fn.body.blocks.first
 
 
-def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
+def group_intervals(live: Liveness, roots: list[int]) -> tuple[dict, dict]:
     """(first, last) position of each register group, and its lowest element; loop-carried block arguments
     stay live to the end of their loop (the latch writes them). Groups come in the order of their lowest
     element (elements are numbered in definition order). `roots`: each element's root."""
@@ -333,7 +334,7 @@ def _intervals(live: _Liveness, roots: list[int]) -> tuple[dict, dict]:
         start = live.defs[value]
         read = live.read_end(value)
         end = start if read is None else max(read, start)
-        if isinstance(value, BlockArgument) and _is_loop(value.owner.parent_op()):
+        if isinstance(value, BlockArgument) and is_loop(value.owner.parent_op()):
             loop = value.owner.parent_op()
             end = max(end, next(stop for op, _, stop in live.loops if op is loop))
         groups = roots[elements.start:elements.stop]

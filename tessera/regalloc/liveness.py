@@ -12,11 +12,12 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90
 
-from tessera.regalloc.registers import _subclass_test, element_count, register_class
+from tessera.ir.class_tests import subclass_test
+from tessera.regalloc.registers import element_count, register_class
 
 
 @dataclass
-class _Liveness:
+class Liveness:
     """Positions of ops and the definitions, uses and holds of values. Every element of a value is defined,
     read and held at the same positions, so those are kept per value; an element is a number (`element`),
     element i of a value being its first element's number + i, so that the allocator's sets and maps of
@@ -60,7 +61,7 @@ class _Liveness:
         self.counter = 0
         self._block(self.fn.body.blocks.first, 0)
         for op in self.ops:
-            if _is_wgmma(op):
+            if is_wgmma(op):
                 ranges = self.in_flight(op)
                 held = [op.result] + ([op.a] if op.a_in_registers else [])
                 for value in held:
@@ -93,7 +94,7 @@ class _Liveness:
             else:
                 ranges.append((start, self.end[block.last_op]))
             op, start = parent, self.end[parent] + 1
-        return _merge_ranges(ranges)
+        return merge_ranges(ranges)
 
     def _define(self, value: SSAValue, pos: int) -> None:
         if register_class(value.type) is None or value in self.skip:
@@ -119,7 +120,7 @@ class _Liveness:
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)
-        if _is_loop(op):
+        if is_loop(op):
             self.counter += 1
             self.loops.append((op, start, self.counter))
             if isinstance(op, scf.ForOp):
@@ -130,7 +131,7 @@ class _Liveness:
                         self.uses[bound].append(self.counter)
             for result in op.results:
                 self._define(result, start)  # tied to the carried registers, live from the loop's start
-        elif op.results and _is_if(op):
+        elif op.results and is_if(op):
             # The results come into being where the branches join (each branch's yield moves its values
             # into them), not at the branch: defining them there would keep them live over both branches.
             self.counter += 1
@@ -175,7 +176,7 @@ def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple
     return None, (committed, after)
 
 
-def _merge_ranges(ranges) -> list[tuple[int, int]]:
+def merge_ranges(ranges) -> list[tuple[int, int]]:
     """Sorted, disjoint, non-adjacent ranges covering the same positions."""
     if type(ranges) is list and len(ranges) == 1:  # most values: one range, already merged
         return list(ranges)
@@ -191,15 +192,15 @@ def _merge_ranges(ranges) -> list[tuple[int, int]]:
 def aliases_operand_registers(op: Operation) -> bool:
     """Whether `op`'s result is a view of its operands' registers (a permutation, selection or repetition
     that prints no instruction)."""
-    return _alias_sources(op) is not None
+    return alias_sources(op) is not None
 
 
-_is_loop = _subclass_test((scf.ForOp, scf.WhileOp))
-_is_if = _subclass_test(scf.IfOp)
-_is_register_move = _subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
-_is_commit = _subclass_test(sm90.WgmmaCommitGroupOp)
-_is_wait = _subclass_test(sm90.WgmmaWaitGroupOp)
-_is_wgmma = _subclass_test(sm90.WgmmaMmaAsyncOp)
+is_loop = subclass_test((scf.ForOp, scf.WhileOp))
+is_if = subclass_test(scf.IfOp)
+is_register_move = subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
+_is_commit = subclass_test(sm90.WgmmaCommitGroupOp)
+_is_wait = subclass_test(sm90.WgmmaWaitGroupOp)
+is_wgmma = subclass_test(sm90.WgmmaMmaAsyncOp)
 
 
 _MASKS: dict[int, tuple] = {}
@@ -217,9 +218,9 @@ def _mask_values(mask) -> tuple[int, ...]:
     return entry[1]
 
 
-def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
+def alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
-    if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
+    if not is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
         return None
     if isinstance(op, vector.ShuffleOp):
         n1 = element_count(op.v1.type)

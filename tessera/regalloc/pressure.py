@@ -13,7 +13,7 @@ from xdsl.dialects import func, scf
 from xdsl.ir import BlockArgument, Operation, Region, SSAValue
 
 from tessera.ir.diagnostics import source_location
-from tessera.regalloc.liveness import _Liveness, _merge_ranges
+from tessera.regalloc.liveness import Liveness, merge_ranges
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class PressurePeak:
         return f"at {where}, live: {listing}{more}"
 
 
-def _peak(ranges: dict, widths: dict, first: int | None = None, last: int | None = None) -> tuple[int, int]:
+def peak_pressure(ranges: dict, widths: dict, first: int | None = None, last: int | None = None) -> tuple[int, int]:
     """The largest number of 32-bit registers live at one position (within [first, last] if given), and the
     first position where it is reached, given the registers each group costs (`widths`)."""
     events = defaultdict(int)
@@ -99,11 +99,11 @@ def _peak(ranges: dict, widths: dict, first: int | None = None, last: int | None
 
 
 @dataclass
-class _PressureMap:
+class PressureMap:
     """The liveness behind an allocation, kept to answer `Allocation.region_pressure`. Pressure per region is
     measured on a branch-aware liveness (module docstring), computed on the first question."""
 
-    live: _Liveness
+    live: Liveness
     roots: list[int]  # element -> the root of its group (a value's elements are a slice of it)
     ranges: dict
     widths: dict
@@ -125,13 +125,13 @@ class _PressureMap:
             if span is None:
                 peaks.append(PressurePeak(0, self.live.position[op], op.name, None, ()))
                 continue
-            peak, position = _peak(self._branch_aware, self.widths, *span)
+            peak, position = peak_pressure(self._branch_aware, self.widths, *span)
             peaks.append(self.describe(peak, position, self._branch_aware))
         return peaks
 
     def kernel_peak(self) -> PressurePeak:
         """The pressure peak of the whole kernel (program-order liveness, as allocated)."""
-        return self.describe(*_peak(self.ranges, self.widths), self.ranges)
+        return self.describe(*peak_pressure(self.ranges, self.widths), self.ranges)
 
     def describe(self, peak: int, position: int, ranges: dict) -> PressurePeak:
         """The `PressurePeak` of `peak` registers at `position`: each register group live there is counted
@@ -223,7 +223,7 @@ class _PressureMap:
                         for other in others:
                             reach = _subtract(reach, other)
                 spans += reach
-            spans = _merge_ranges(spans + live.holds.get(value, []))  # once per value, not per element
+            spans = merge_ranges(spans + live.holds.get(value, []))  # once per value, not per element
             for group in roots[elements.start:elements.stop]:
                 if group in ranges:
                     several[group] += spans
@@ -231,7 +231,7 @@ class _PressureMap:
                     ranges[group] = spans
         # A group of several values (registers reused in place) merges their spans; most groups have one.
         for group, spans in several.items():
-            ranges[group] = _merge_ranges(ranges[group] + spans)
+            ranges[group] = merge_ranges(ranges[group] + spans)
         return ranges
 
     def _alternatives(self, op: Operation) -> list[tuple[list, tuple[int, int] | None]]:

@@ -38,14 +38,11 @@ CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 """32-bit registers each class costs (predicates live in their own file)."""
 
 
-_subclass_test = subclass_test
-"""(`tessera.ir.class_tests`: the allocator asks it of every value and op.)"""
-
-_is_vector = _subclass_test(VectorType)
-_is_constant = _subclass_test(arith.ConstantOp)
-_is_f32 = _subclass_test(Float32Type)
-_is_index = _subclass_test(IndexType)
-_is_integer = _subclass_test(IntegerType)
+is_vector = subclass_test(VectorType)
+_is_constant = subclass_test(arith.ConstantOp)
+_is_f32 = subclass_test(Float32Type)
+_is_index = subclass_test(IndexType)
+_is_integer = subclass_test(IntegerType)
 
 
 def _per_type(compute: Callable[[Attribute], object]) -> Callable[[Attribute], object]:
@@ -70,7 +67,7 @@ def _per_type(compute: Callable[[Attribute], object]) -> Callable[[Attribute], o
 def register_class(ty: Attribute) -> str | None:
     """The PTX register class of a value of type `ty` (`CLASS_PREFIX`'s keys but "acc"); None for a type that
     takes no register (tensor maps and other parameters)."""
-    element = ty.element_type if _is_vector(ty) else ty
+    element = ty.element_type if is_vector(ty) else ty
     if _is_f32(element):
         return "f32"
     if _is_index(element):
@@ -83,7 +80,7 @@ def register_class(ty: Attribute) -> str | None:
 @_per_type
 def element_count(ty: Attribute) -> int:
     """The registers of a class a value of type `ty` takes: a vector's length, else 1."""
-    return ty.get_shape()[0] if _is_vector(ty) else 1
+    return ty.get_shape()[0] if is_vector(ty) else 1
 
 
 def immediate_text(value: float | int, ty: Attribute) -> str:
