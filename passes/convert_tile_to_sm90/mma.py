@@ -53,7 +53,7 @@ class MmaLowering:
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
         ab = _wgmma_type(op.a.type.element_type)
         if _wgmma_type(op.b.type.element_type) != ab:  # sm90.wgmma_mma_async has one type for A and B
-            _refuse(op, f"A is {ab} and B is {_wgmma_type(op.b.type.element_type)}: a wgmma of mixed 8-bit types is "
+            refuse(op, f"A is {ab} and B is {_wgmma_type(op.b.type.element_type)}: a wgmma of mixed 8-bit types is "
                         "not lowered (Target IR's wgmma takes one type for both operands); give both one type")
         k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]
