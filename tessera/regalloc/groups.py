@@ -10,7 +10,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from tessera.dialects import sm90
 
-from tessera.regalloc.liveness import _Liveness, _alias_sources, _is_if, _is_loop, _is_wgmma
+from tessera.regalloc.liveness import _Liveness, alias_sources, _is_if, _is_loop, _is_wgmma
 from tessera.regalloc.registers import _is_vector, _subclass_test, element_count, register_class
 
 
@@ -25,7 +25,7 @@ def register_groups(fn: func.FuncOp, live: _Liveness, constants: dict) -> tuple[
     groups = _UnionFind()
     union, element = groups.union, live.element
     for op in live.ops:
-        pairs = _alias_sources(op)
+        pairs = alias_sources(op)
         if pairs is not None:
             result_first, source, source_first = element(op.results[0]), None, 0
             for i, (value, j) in pairs:

@@ -191,7 +191,7 @@ def _merge_ranges(ranges) -> list[tuple[int, int]]:
 def aliases_operand_registers(op: Operation) -> bool:
     """Whether `op`'s result is a view of its operands' registers (a permutation, selection or repetition
     that prints no instruction)."""
-    return _alias_sources(op) is not None
+    return alias_sources(op) is not None
 
 
 _is_loop = _subclass_test((scf.ForOp, scf.WhileOp))
@@ -217,7 +217,7 @@ def _mask_values(mask) -> tuple[int, ...]:
     return entry[1]
 
 
-def _alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
+def alias_sources(op: Operation) -> list[tuple[int, tuple[SSAValue, int]]] | None:
     """For a register-moving op, (result element, source element) pairs; None for other ops."""
     if not _is_register_move(op):  # most ops: one lookup, not three ABC isinstance checks that fail
         return None

@@ -21,7 +21,7 @@ import numpy as np
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.interpreters import serving_checks
-from tessera.interpreters.sm90.global_races import GlobalAccesses
+from tessera.interpreters.sm90.global_races import GlobalAccesses, grid_rank
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
@@ -38,12 +38,6 @@ _F32_MIN_NORMAL = np.finfo(np.float32).tiny
 
 def _flush(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
-
-
-def _rank(cta: CtaView) -> int:
-    """The linear index of the CTA in its grid (x fastest)."""
-    (x, y, z), (gx, gy, _) = cta.cta_id, cta.grid
-    return x + gx * (y + gy * z)
 
 
 class GlobalMemory:
@@ -252,7 +246,7 @@ class GlobalMemory:
         return f"tensor {self.names[tensor]} at byte offset {word * WORD_BYTES}"
 
     def _check_store(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
             i, who = hit
@@ -261,7 +255,7 @@ class GlobalMemory:
         self._mark(self._marks(self._stored, tensor), words, rank)
 
     def _check_read(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
             i, who = hit
@@ -271,7 +265,7 @@ class GlobalMemory:
         self._mark(self._marks(self._read, tensor), words, rank)
 
     def _check_add(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         for table, what in ((self._stored, "stored plainly to"), (self._read, "read")):
             hit = self._other(table, tensor, words, rank)
             if hit is not None:

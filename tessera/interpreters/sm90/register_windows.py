@@ -33,7 +33,7 @@ from xdsl.dialects import func, scf
 from xdsl.ir import Block, BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
-from tessera.regalloc.liveness import _alias_sources
+from tessera.regalloc.liveness import alias_sources
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def view_in_place(view: Operation, layout) -> bool:
 
 def _in_place(view: Operation, layout) -> bool:
     names = layout.names.get(view.results[0], ())
-    for i, (source, j) in _alias_sources(view):
+    for i, (source, j) in alias_sources(view):
         mine = names[i] if i < len(names) else None
         if mine is not None and mine.startswith("%"):
             theirs = layout.names.get(source, ())
