@@ -381,8 +381,8 @@ class Followers:
         element_bytes = facts.WGMMA_K_BYTES // k
 
         def tile(descriptor, major: str, extent: int) -> np.ndarray:
-            _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
-                as_unsigned64(descriptor), major, extent, k, element_bytes)
+            operand = wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
+            addresses, byte_addresses = operand.addresses, operand.byte_addresses
             if ab in facts.FP8_FORMATS:
                 return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), ab)
             bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")

@@ -67,18 +67,46 @@ class Pending:
     op: Operation
 
 
+_CHUNK_BYTES = 16
+"""The unit of a swizzled operand's bytes: a wgmma reads whole aligned 16-byte chunks (`facts.swizzle` permutes
+them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`)."""
+
+
+@dataclass(frozen=True, eq=False)
+class OperandBytes:
+    """What a wgmma operand read through one descriptor touches (`operand_addresses`): its descriptor fields, the
+    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, and the aligned
+    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part)."""
+
+    fields: object
+    addresses: np.ndarray
+    byte_addresses: np.ndarray
+    span: tuple[int, int]
+    chunks: np.ndarray | None
+
+    def mark(self, records: np.ndarray, value) -> None:
+        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can."""
+        if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
+            records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
+        else:
+            records[self.byte_addresses] = value
+
+
 @lru_cache(maxsize=4096)
-def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int):
-    """(descriptor fields, the [extent, k] element addresses, their bytes flattened) of a wgmma operand read
-    through `descriptor` (read-only arrays; a ring's few descriptors repeat every trip). ValueError: a bad
-    descriptor."""
+def operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int) -> OperandBytes:
+    """The `OperandBytes` of a wgmma operand read through `descriptor` (read-only arrays; a ring's few descriptors
+    repeat every trip). ValueError: a bad descriptor."""
     fields = facts.decode_descriptor(descriptor)
     addresses = np.asarray(facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
                                                             np.arange(k)[None, :]), np.int64)
     byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
-    addresses.flags.writeable = False
-    byte_addresses.flags.writeable = False
-    return fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes)
+    distinct = np.unique(byte_addresses)
+    chunks = np.unique(distinct // _CHUNK_BYTES)
+    whole = len(distinct) == _CHUNK_BYTES * len(chunks)
+    for array in (addresses, byte_addresses, chunks):
+        array.flags.writeable = False
+    return OperandBytes(fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes),
+                        chunks if whole else None)
 
 
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
@@ -242,10 +270,11 @@ class WgmmaUnit:
         cta, smem = self.cta, self.cta.smem
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
-            fields, addresses, byte_addresses, (low, high) = _operand_addresses(
-                int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
+            operand = operand_addresses(int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
         except ValueError as error:
             cta.fail(op, f"operand {what}: {error}", threads[0])
+        fields, addresses, byte_addresses, (low, high) = (operand.fields, operand.addresses, operand.byte_addresses,
+                                                          operand.span)
         if low < 0 or high > smem.size:
             smem.check_bounds(op, addresses, np.full(addresses.shape, threads[0]), element_bytes,
                               f"reads operand {what}:")
@@ -255,7 +284,7 @@ class WgmmaUnit:
                          f"declared with swizzle {buffer.swizzle}", threads[0])
         self._check_read(op, warpgroup, byte_addresses, low, high, threads, what)
         group = int(self.open[warpgroup])
-        self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
+        operand.mark(self.read_group[warpgroup], group)  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
         key = (int(descriptor), major, extent, k, ab)
