@@ -80,8 +80,11 @@ class FragmentPlan:
 
     def accumulate(self, products: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray) -> None:
         """out = f32(products + acc) where `on`, f32(products) elsewhere, per group: `products` [..., 64, n] float64
-        from the permuted operands (C-contiguous), `acc` and `out` [..., 128, n / 2] f32 with the same leading
-        dims (`out` written in place, through a view where its registers are contiguous), `on` a bool per group."""
+        from the permuted operands (C-contiguous; overwritten), `acc` and `out` [..., 128, n / 2] f32 with the
+        same leading dims (`out` written in place, through a view where its registers are contiguous), `on` a bool
+        per group. Three passes, each with one long inner loop: D widened into the product's order, the float64
+        sum in place, the round to f32 into the fragments (one pass that adds and narrows at once runs NumPy's
+        buffered casting loop, about twice as slow)."""
         lead = products.shape[:-2]
         rest = tuple(self.pairs_shape[a] for a in self.pairs_axes[len(self.split):])
         product = products.view(np.complex128).reshape(lead + self.split + rest)
@@ -91,20 +94,23 @@ class FragmentPlan:
         if target is None:  # registers that are no view of pairs: through a temporary
             temporary = np.empty(out.shape, np.float32)
             target = self._arranged(temporary.view(np.complex64), lead)
-        addend = _pairs(acc)
-        addend = None if addend is None else self._arranged(addend, lead)
-        if addend is None:
-            addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
-        every = bool(np.all(on))
         on = np.broadcast_to(on, lead)
         everywhere = (slice(None),) * len(lead)
-        for g in [everywhere] if every else itertools.product(*map(range, lead)):  # per split digit (and group)
+        if on.any():
+            addend = _pairs(acc)
+            addend = None if addend is None else self._arranged(addend, lead)
+            if addend is None:
+                addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
+            widened = np.empty(product.shape, np.complex128)
             for s in self.split_values:
-                at = g + s
-                if every or on[g]:
-                    np.add(product[at], addend[at], out=target[at], dtype=np.complex128, casting="unsafe")
-                else:
-                    np.copyto(target[at], product[at], casting="unsafe")
+                np.copyto(widened[everywhere + s], addend[everywhere + s])
+            if on.all():
+                np.add(product, widened, out=product)
+            else:
+                for g in zip(*np.nonzero(on)):
+                    np.add(product[g], widened[g], out=product[g])
+        for s in self.split_values:
+            np.copyto(target[everywhere + s], product[everywhere + s], casting="unsafe")
         if temporary is not None:
             out[...] = temporary
 
@@ -184,7 +190,7 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
         a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
     products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
     if products.shape[:-2] != out.shape[:-2]:
-        products = np.ascontiguousarray(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))
+        products = np.array(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))  # its own, writable
     if plan is not None:
         plan.accumulate(products, acc, out, on)
         return
