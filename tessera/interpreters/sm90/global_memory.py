@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.interpreters import serving_checks
+from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.sm90.global_races import GlobalAccesses, grid_rank
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
@@ -32,13 +33,6 @@ TENSOR_SPACING_BITS = 40
 
 NO_CTA, MANY_CTAS = -1, -2
 """Marks of a word in the reduction checks: no CTA, more than one CTA."""
-
-_F32_MIN_NORMAL = np.finfo(np.float32).tiny
-
-
-def _flush(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
-
 
 class GlobalMemory:
     def __init__(self, arrays: list[np.ndarray], names: list[str], reduction_targets=(), atomic_targets=(),
@@ -198,7 +192,7 @@ class GlobalMemory:
         (the async proxy writes)."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "adds to")
         old = np.zeros(len(addresses), np.float32)
-        values = _flush(np.asarray(values, np.float32))
+        values = flush_f32(np.asarray(values, np.float32))
         for k in np.unique(tensor):
             sel = np.flatnonzero(tensor == k)
             words = offset[sel] // WORD_BYTES
@@ -217,7 +211,7 @@ class GlobalMemory:
                 pick = rank == r
                 current = memory[words[pick]]
                 old[sel[pick]] = current
-                memory[words[pick]] = _flush(current + values[sel[pick]])
+                memory[words[pick]] = flush_f32(current + values[sel[pick]])
         return old
 
     def _marks(self, table: dict[int, np.ndarray], tensor: int) -> np.ndarray:
