@@ -6,7 +6,7 @@ running strand, and leaves the checks of asynchrony to the units of the CTA (`sh
 `tma`, `wgmma`). Numerics: `ex2_approx` and `rcp_approx` are computed as the correctly rounded f32 of 2^x and
 1/x with flush-to-zero (`.ftz`): the hardware's results are within the documented error of these (ex2: 2 ulp,
 relative 2^-22 for |x| < 126; rcp: relative 2^-23), so compare with that tolerance. `cvt_pack` rounds to nearest
-even (`facts.cvt_rn_x2`, element 2i in the low half).
+even (`facts.cvt_rn_pairs`: `cvt_rn_x2` of each pair, element 2i in the low half).
 """
 
 from __future__ import annotations
@@ -290,8 +290,7 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args
-        packed = facts.cvt_rn_x2(x[:, 1::2], x[:, 0::2], op.half_type.data)
-        return (packed.astype(np.uint32).view(np.int32),)
+        return (facts.cvt_rn_pairs(x, op.half_type.data).view(np.int32),)
 
     @impl(sm90.PrmtOp)
     def run_prmt(self, interpreter: Interpreter, op: sm90.PrmtOp, args: PythonValues):
