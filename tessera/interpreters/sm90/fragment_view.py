@@ -179,14 +179,26 @@ def fragment_plan(n: int) -> FragmentPlan | None:
     return plan
 
 
+def operand_order(what: str, n: int) -> np.ndarray | None:
+    """The order in which `multiply_accumulate(..., ordered=True)` takes the rows of operand `what` ("A": its 64
+    rows, "B": its n rows, the tile's columns) of an m64n`n` product: the `FragmentPlan`'s; None where n has
+    none (rows as they are). A reader that gathers a tile through its rows' addresses takes them in this order
+    and so saves the permutation."""
+    plan = fragment_plan(n)
+    if plan is None:
+        return None
+    return plan.row_order if what == "A" else plan.col_order
+
+
 def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray,
-                        n: int) -> None:
+                        n: int, ordered: bool = False) -> None:
     """A wgmma's D for groups of warpgroups: `a` [..., 64, k] and `b` [..., n, k] f32 (bf16/f16/fp8 values, so
     products are exact), `acc` and `out` [..., 128, n / 2] f32 fragments with the same leading dims (`a`, `b`
     broadcast against them), `on` a bool per group (its scale-d): out = f32(sum_k a b in float64 + acc where
-    `on`), through the `FragmentPlan` of n, else the flat gather."""
+    `on`), through the `FragmentPlan` of n, else the flat gather. `ordered`: the rows of `a` and `b` are already
+    in `operand_order`."""
     plan = fragment_plan(n)
-    if plan is not None:
+    if plan is not None and not ordered:
         a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
     products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
     if products.shape[:-2] != out.shape[:-2]:
@@ -202,4 +214,4 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
     out[...] = gathered.astype(np.float32)
 
 
-__all__ = ["FragmentPlan", "accumulator_index", "fragment_plan", "multiply_accumulate"]
+__all__ = ["FragmentPlan", "accumulator_index", "fragment_plan", "multiply_accumulate", "operand_order"]
