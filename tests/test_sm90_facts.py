@@ -783,6 +783,20 @@ def test_cvt_rn_is_round_to_nearest_even(dtype, value, bits):
     assert F.half_bits_to_f32(np.uint16(0x3F80), "bf16") == np.float32(1.0)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_cvt_rn_pairs_is_cvt_rn_x2_of_each_pair(dtype):
+    """`cvt_rn_pairs` (a fragment's pairs packed by one conversion and a view) is `cvt.rn.x2 d, e1, e0` of each
+    pair (e0, e1): e0 in the low half. Random values with ties, infinities, NaNs, signed zeros, subnormals."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((96, 88)).astype(np.float32)
+    x.reshape(-1)[:16] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -1e-40, 3.4e38, 65520.0, 1 + 2.0**-8,
+                          1 + 3 * 2.0**-8, -(1 + 2.0**-11), 2.0**-24, np.float32(np.nan) * -1, 1.0, -1.0]
+    with np.errstate(invalid="ignore"):  # the NaNs' cast
+        assert np.array_equal(F.cvt_rn_pairs(x, dtype), F.cvt_rn_x2(x[:, 1::2], x[:, 0::2], dtype))
+        assert np.array_equal(F.cvt_rn_pairs(x[::2, 2:12], dtype),
+                              F.cvt_rn_x2(x[::2, 3:12:2], x[::2, 2:12:2], dtype))
+
+
 # endregion
 
 

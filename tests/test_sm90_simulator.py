@@ -1288,3 +1288,21 @@ def test_a_register_split_over_the_register_file_is_reported():
 
 
 # endregion
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_wgmma_operand_records_marked_by_chunk_are_those_marked_by_byte(swizzle):
+    """A wgmma operand's per-byte read records are written by 16-byte chunk where its bytes fill whole chunks
+    (`wgmma.OperandBytes.mark`): the same records as byte by byte, for both majors, bf16 and 8-bit k-steps."""
+    from tessera.interpreters.sm90.wgmma import operand_addresses
+    from tessera.sm90.descriptor import encode_descriptor
+
+    descriptor = encode_descriptor(1024, 2048 if swizzle else 128, 1024 if swizzle else 256, swizzle)
+    for major in ("K", "MN"):
+        for extent, k, element_bytes in ((64, 16, 2), (176, 16, 2), (128, 32, 1)):
+            operand = operand_addresses(descriptor, major, extent, k, element_bytes)
+            by_chunk, by_byte = np.full(1 << 16, -1, np.int64), np.full(1 << 16, -1, np.int64)
+            operand.mark(by_chunk, 7)
+            by_byte[operand.byte_addresses] = 7
+            assert np.array_equal(by_chunk, by_byte)
+            assert swizzle == 0 or operand.chunks is not None  # swizzled k-steps read whole chunks

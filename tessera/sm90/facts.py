@@ -84,7 +84,8 @@ from tessera.sm90.mma import (
     mma_a_fragment_coords,
     mma_b_fragment_coords,
 )
-from tessera.sm90.packing import cvt_rn_bits, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32, prmt_b32
+from tessera.sm90.packing import (cvt_rn_bits, cvt_rn_pairs, cvt_rn_x2, half_bits_to_f32, mov_pack_b32, mov_unpack_b32,
+                                  prmt_b32)
 from tessera.sm90.swizzle import (
     BANK_BYTES,
     SHARED_BANKS,

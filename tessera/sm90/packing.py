@@ -54,6 +54,14 @@ def cvt_rn_x2(a, b, dtype: Half = "bf16"):
     return mov_pack_b32(cvt_rn_bits(b, dtype), cvt_rn_bits(a, dtype))
 
 
+def cvt_rn_pairs(x, dtype: Half = "bf16"):
+    """`cvt_rn_x2(e1, e0)` of each consecutive pair (e0, e1) along the last axis of f32 value(s) x (an even
+    count), as uint32 [..., n / 2]: e0 rounds into bits 15:0 and e1 into bits 31:16, so the rounded halves in
+    order are the packed registers' little-endian bytes (one conversion and a view, no gather of the halves)."""
+    bits = cvt_rn_bits(np.ascontiguousarray(x, dtype=np.float32), dtype)
+    return bits.astype("<u2", copy=False).view("<u4").astype(np.uint32, copy=False)
+
+
 def prmt_b32(a, b, selector: int):
     """`prmt.b32 d, a, b, c` in the generic form (no mode), c = `selector` [P#data-movement-and-conversion-
     instructions-prmt]: the source bytes are {b, a} = {{b7, b6, b5, b4}, {b3, b2, b1, b0}}; byte i of d is

@@ -93,10 +93,11 @@ _DIVISIONS = (arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.
 
 
 def _signed_zero_order(result, a, b, larger: bool):
-    """max/min of +0 and -0: +0 is the larger."""
-    zeros = (a == 0) & (b == 0)
-    if not zeros.any():
+    """max/min of +0 and -0: +0 is the larger. Only where `result` is a zero can both operands be (one pass over
+    the result tells that none is, the usual)."""
+    if not (result == 0).any():
         return result
+    zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
     return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
 

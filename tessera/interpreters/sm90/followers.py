@@ -375,14 +375,16 @@ class Followers:
         """The followers' A tiles [F, W, m, k] and B tiles [F, 1 or W, n, k] of wgmma `op` for `warpgroups`
         (threads `rows`), read through the leader's descriptors `a` and `b` (a descriptor the followers must
         share: `_wgmma` checks it) from their shared memory, or from their A registers `fa`; B is [F, 1, n, k]
-        where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`)."""
+        where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`). Their rows are in
+        `fragment_view.operand_order`, as the leader's."""
         n, ab = op.n.value.data, op.ab_type.data
         size, count = facts.WARPGROUP_SIZE, self.count
         element_bytes = facts.WGMMA_K_BYTES // k
+        orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
 
-        def tile(descriptor, major: str, extent: int) -> np.ndarray:
-            _, addresses, byte_addresses, _ = wgmma_unit._operand_addresses(  # noqa: SLF001
-                as_unsigned64(descriptor), major, extent, k, element_bytes)
+        def tile(descriptor, major: str, extent: int, what: str) -> np.ndarray:
+            operand = wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
+            addresses, byte_addresses = operand.ordered(orders[what])
             if ab in facts.FP8_FORMATS:
                 return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), ab)
             bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
@@ -395,12 +397,12 @@ class Followers:
             first = w * size
             b_desc = int(b[first])
             if b_desc not in b_tiles:
-                b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n)
+                b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n, "B")
             if not a_in_registers:
-                a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m))
+                a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m, "A"))
         if a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
-            a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k).reshape(  # noqa: SLF001
+            a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k, orders["A"]).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
         else:
             a_stack = np.stack(a_tiles, axis=1)
@@ -439,7 +441,7 @@ class Followers:
         fragments = (count, len(warpgroups), size, facc.shape[2])
         out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)
         fragment_view.multiply_accumulate(a_stack, b_stack, facc[:, rows].reshape(fragments), out,
-                                          np.asarray(accumulate), n)
+                                          np.asarray(accumulate), n, ordered=True)
         if not isinstance(rows, slice):
             result[:, rows] = out.reshape(count, -1, facc.shape[2])
         return result

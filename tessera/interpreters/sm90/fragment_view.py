@@ -80,8 +80,11 @@ class FragmentPlan:
 
     def accumulate(self, products: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray) -> None:
         """out = f32(products + acc) where `on`, f32(products) elsewhere, per group: `products` [..., 64, n] float64
-        from the permuted operands (C-contiguous), `acc` and `out` [..., 128, n / 2] f32 with the same leading
-        dims (`out` written in place, through a view where its registers are contiguous), `on` a bool per group."""
+        from the permuted operands (C-contiguous; overwritten), `acc` and `out` [..., 128, n / 2] f32 with the
+        same leading dims (`out` written in place, through a view where its registers are contiguous), `on` a bool
+        per group. Three passes, each with one long inner loop: D widened into the product's order, the float64
+        sum in place, the round to f32 into the fragments (one pass that adds and narrows at once runs NumPy's
+        buffered casting loop, about twice as slow)."""
         lead = products.shape[:-2]
         rest = tuple(self.pairs_shape[a] for a in self.pairs_axes[len(self.split):])
         product = products.view(np.complex128).reshape(lead + self.split + rest)
@@ -91,20 +94,23 @@ class FragmentPlan:
         if target is None:  # registers that are no view of pairs: through a temporary
             temporary = np.empty(out.shape, np.float32)
             target = self._arranged(temporary.view(np.complex64), lead)
-        addend = _pairs(acc)
-        addend = None if addend is None else self._arranged(addend, lead)
-        if addend is None:
-            addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
-        every = bool(np.all(on))
         on = np.broadcast_to(on, lead)
         everywhere = (slice(None),) * len(lead)
-        for g in [everywhere] if every else itertools.product(*map(range, lead)):  # per split digit (and group)
+        if on.any():
+            addend = _pairs(acc)
+            addend = None if addend is None else self._arranged(addend, lead)
+            if addend is None:
+                addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
+            widened = np.empty(product.shape, np.complex128)
             for s in self.split_values:
-                at = g + s
-                if every or on[g]:
-                    np.add(product[at], addend[at], out=target[at], dtype=np.complex128, casting="unsafe")
-                else:
-                    np.copyto(target[at], product[at], casting="unsafe")
+                np.copyto(widened[everywhere + s], addend[everywhere + s])
+            if on.all():
+                np.add(product, widened, out=product)
+            else:
+                for g in zip(*np.nonzero(on)):
+                    np.add(product[g], widened[g], out=product[g])
+        for s in self.split_values:
+            np.copyto(target[everywhere + s], product[everywhere + s], casting="unsafe")
         if temporary is not None:
             out[...] = temporary
 
@@ -173,18 +179,30 @@ def fragment_plan(n: int) -> FragmentPlan | None:
     return plan
 
 
+def operand_order(what: str, n: int) -> np.ndarray | None:
+    """The order in which `multiply_accumulate(..., ordered=True)` takes the rows of operand `what` ("A": its 64
+    rows, "B": its n rows, the tile's columns) of an m64n`n` product: the `FragmentPlan`'s; None where n has
+    none (rows as they are). A reader that gathers a tile through its rows' addresses takes them in this order
+    and so saves the permutation."""
+    plan = fragment_plan(n)
+    if plan is None:
+        return None
+    return plan.row_order if what == "A" else plan.col_order
+
+
 def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray,
-                        n: int) -> None:
+                        n: int, ordered: bool = False) -> None:
     """A wgmma's D for groups of warpgroups: `a` [..., 64, k] and `b` [..., n, k] f32 (bf16/f16/fp8 values, so
     products are exact), `acc` and `out` [..., 128, n / 2] f32 fragments with the same leading dims (`a`, `b`
     broadcast against them), `on` a bool per group (its scale-d): out = f32(sum_k a b in float64 + acc where
-    `on`), through the `FragmentPlan` of n, else the flat gather."""
+    `on`), through the `FragmentPlan` of n, else the flat gather. `ordered`: the rows of `a` and `b` are already
+    in `operand_order`."""
     plan = fragment_plan(n)
-    if plan is not None:
+    if plan is not None and not ordered:
         a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
     products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
     if products.shape[:-2] != out.shape[:-2]:
-        products = np.ascontiguousarray(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))
+        products = np.array(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))  # its own, writable
     if plan is not None:
         plan.accumulate(products, acc, out, on)
         return
@@ -196,4 +214,4 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
     out[...] = gathered.astype(np.float32)
 
 
-__all__ = ["FragmentPlan", "accumulator_index", "fragment_plan", "multiply_accumulate"]
+__all__ = ["FragmentPlan", "accumulator_index", "fragment_plan", "multiply_accumulate", "operand_order"]

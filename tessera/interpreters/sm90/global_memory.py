@@ -21,7 +21,8 @@ import numpy as np
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.interpreters import serving_checks
-from tessera.interpreters.sm90.global_races import GlobalAccesses
+from tessera.interpreters.ptx.numerics import flush_f32
+from tessera.interpreters.sm90.global_races import GlobalAccesses, grid_rank
 from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
@@ -32,19 +33,6 @@ TENSOR_SPACING_BITS = 40
 
 NO_CTA, MANY_CTAS = -1, -2
 """Marks of a word in the reduction checks: no CTA, more than one CTA."""
-
-_F32_MIN_NORMAL = np.finfo(np.float32).tiny
-
-
-def _flush(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
-
-
-def _rank(cta: CtaView) -> int:
-    """The linear index of the CTA in its grid (x fastest)."""
-    (x, y, z), (gx, gy, _) = cta.cta_id, cta.grid
-    return x + gx * (y + gy * z)
-
 
 class GlobalMemory:
     def __init__(self, arrays: list[np.ndarray], names: list[str], reduction_targets=(), atomic_targets=(),
@@ -204,7 +192,7 @@ class GlobalMemory:
         (the async proxy writes)."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "adds to")
         old = np.zeros(len(addresses), np.float32)
-        values = _flush(np.asarray(values, np.float32))
+        values = flush_f32(np.asarray(values, np.float32))
         for k in np.unique(tensor):
             sel = np.flatnonzero(tensor == k)
             words = offset[sel] // WORD_BYTES
@@ -223,7 +211,7 @@ class GlobalMemory:
                 pick = rank == r
                 current = memory[words[pick]]
                 old[sel[pick]] = current
-                memory[words[pick]] = _flush(current + values[sel[pick]])
+                memory[words[pick]] = flush_f32(current + values[sel[pick]])
         return old
 
     def _marks(self, table: dict[int, np.ndarray], tensor: int) -> np.ndarray:
@@ -252,7 +240,7 @@ class GlobalMemory:
         return f"tensor {self.names[tensor]} at byte offset {word * WORD_BYTES}"
 
     def _check_store(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
             i, who = hit
@@ -261,7 +249,7 @@ class GlobalMemory:
         self._mark(self._marks(self._stored, tensor), words, rank)
 
     def _check_read(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
             i, who = hit
@@ -271,7 +259,7 @@ class GlobalMemory:
         self._mark(self._marks(self._read, tensor), words, rank)
 
     def _check_add(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
-        rank = _rank(cta)
+        rank = grid_rank(cta)
         for table, what in ((self._stored, "stored plainly to"), (self._read, "read")):
             hit = self._other(table, tensor, words, rank)
             if hit is not None:

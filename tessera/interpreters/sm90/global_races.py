@@ -402,7 +402,12 @@ class GlobalAccesses:
 
     def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
                         threads: np.ndarray) -> None:
-        """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads)."""
+        """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads).
+        A store whose bytes are all distinct (the usual) is told by one unstable sort; only one with a byte written
+        twice takes the stable sort that finds the first pair from two threads."""
+        ordered_offsets = np.sort(offsets)
+        if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
+            return
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])

@@ -13,7 +13,8 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.parallel import AccessLog
-from tessera.interpreters.sm90.global_memory import TENSOR_SPACING_BITS, GlobalMemory, _rank
+from tessera.interpreters.sm90.global_memory import TENSOR_SPACING_BITS, GlobalMemory
+from tessera.interpreters.sm90.global_races import grid_rank
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.interpreters.sm90.tma import TensorMap
 
@@ -34,7 +35,7 @@ class LoggedGlobalMemory(GlobalMemory):
         tensor = (addresses >> TENSOR_SPACING_BITS) - 1
         offset = addresses & ((1 << TENSOR_SPACING_BITS) - 1)
         for k in np.unique(tensor):
-            self.log.note(int(k), offset[tensor == k][:, None] + np.arange(nbytes), _rank(cta), write)
+            self.log.note(int(k), offset[tensor == k][:, None] + np.arange(nbytes), grid_rank(cta), write)
 
     def load_words(self, cta, op: Operation, addresses, threads, nbytes: int = WORD_BYTES, atomic: bool = False):
         words = super().load_words(cta, op, addresses, threads, nbytes, atomic)

@@ -6,7 +6,7 @@ running strand, and leaves the checks of asynchrony to the units of the CTA (`sh
 `tma`, `wgmma`). Numerics: `ex2_approx` and `rcp_approx` are computed as the correctly rounded f32 of 2^x and
 1/x with flush-to-zero (`.ftz`): the hardware's results are within the documented error of these (ex2: 2 ulp,
 relative 2^-22 for |x| < 126; rcp: relative 2^-23), so compare with that tolerance. `cvt_pack` rounds to nearest
-even (`facts.cvt_rn_x2`, element 2i in the low half).
+even (`facts.cvt_rn_pairs`: `cvt_rn_x2` of each pair, element 2i in the low half).
 """
 
 from __future__ import annotations
@@ -17,19 +17,12 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.sm90.cta import CtaState
+from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.registers import as_signed64, dtype_of, full, row_mask, unsigned
 from tessera.interpreters.sm90.shared_memory import Buffer
 from tessera.numerics import round_to
 from tessera.sm90 import facts
-
-_F32_MIN_NORMAL = np.finfo(np.float32).tiny
-"""`.ftz` flushes values below the smallest normal f32 to zero."""
-
-
-def _flush_subnormal(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
-
 
 def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.StGlobalB16Op) -> np.ndarray | int:
     """The constant byte offset of each register's address (`sm90.COLUMN_BYTES`), or 0."""
@@ -258,19 +251,19 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.Ex2ApproxOp)
     def run_ex2(self, interpreter: Interpreter, op: sm90.Ex2ApproxOp, args: PythonValues):
         with np.errstate(over="ignore"):
-            return (_flush_subnormal(np.exp2(_flush_subnormal(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (flush_f32(np.exp2(flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.RcpApproxOp)
     def run_rcp(self, interpreter: Interpreter, op: sm90.RcpApproxOp, args: PythonValues):
         with np.errstate(divide="ignore", over="ignore"):
-            return (_flush_subnormal((1.0 / _flush_subnormal(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (flush_f32((1.0 / flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.Lg2ApproxOp)
     def run_lg2(self, interpreter: Interpreter, op: sm90.Lg2ApproxOp, args: PythonValues):
         """`lg2.approx.ftz.f32`: the correctly rounded log2 of the flushed input (within
         `facts.LG2_APPROX_ERROR` of the hardware's); lg2(+-0) = -inf, lg2(x < 0) = NaN."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            return (np.log2(_flush_subnormal(args[0]).astype(np.float64)).astype(np.float32),)
+            return (np.log2(flush_f32(args[0]).astype(np.float64)).astype(np.float32),)
 
     @impl(sm90.TanhApproxOp)
     def run_tanh(self, interpreter: Interpreter, op: sm90.TanhApproxOp, args: PythonValues):
@@ -283,8 +276,8 @@ class Sm90Functions(InterpreterFunctions):
         """`rsqrt.approx.ftz.f32`: the correctly rounded 1/sqrt of the flushed input (within
         `approx.RSQRT_APPROX_RELATIVE_ERROR`); rsqrt(+-0) = +-inf, NaN for x < 0."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            x = _flush_subnormal(args[0]).astype(np.float64)
-            return (_flush_subnormal((1.0 / np.sqrt(x)).astype(np.float32)),)
+            x = flush_f32(args[0]).astype(np.float64)
+            return (flush_f32((1.0 / np.sqrt(x)).astype(np.float32)),)
 
     @impl(sm90.CvtOp)
     def run_cvt(self, interpreter: Interpreter, op: sm90.CvtOp, args: PythonValues):
@@ -297,8 +290,7 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args
-        packed = facts.cvt_rn_x2(x[:, 1::2], x[:, 0::2], op.half_type.data)
-        return (packed.astype(np.uint32).view(np.int32),)
+        return (facts.cvt_rn_pairs(x, op.half_type.data).view(np.int32),)
 
     @impl(sm90.PrmtOp)
     def run_prmt(self, interpreter: Interpreter, op: sm90.PrmtOp, args: PythonValues):

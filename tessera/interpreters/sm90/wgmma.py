@@ -28,7 +28,7 @@ before it too. The listeners that keep those records and check operands before e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -67,18 +67,61 @@ class Pending:
     op: Operation
 
 
+_CHUNK_BYTES = 16
+"""The unit of a swizzled operand's bytes: a wgmma reads whole aligned 16-byte chunks (`facts.swizzle` permutes
+them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`)."""
+
+
+@dataclass(frozen=True, eq=False)
+class OperandBytes:
+    """What a wgmma operand read through one descriptor touches (`operand_addresses`): its descriptor fields, the
+    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, and the aligned
+    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part)."""
+
+    fields: object
+    addresses: np.ndarray
+    byte_addresses: np.ndarray
+    span: tuple[int, int]
+    chunks: np.ndarray | None
+    _orders: dict = field(default_factory=dict, repr=False)
+
+    def ordered(self, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(element addresses, their bytes flattened) with the rows (the extent axis) taken in `order` (None: as
+        they are), so that a gather reads the tile already in that order (`fragment_view.operand_order`); kept
+        per order (the plans' orders are kept arrays)."""
+        if order is None:
+            return self.addresses, self.byte_addresses
+        cached = self._orders.get(id(order))
+        if cached is None or cached[0] is not order:
+            addresses = self.addresses[order]
+            byte_addresses = self.byte_addresses.reshape(len(self.addresses), -1)[order].reshape(-1)
+            addresses.flags.writeable = byte_addresses.flags.writeable = False
+            cached = self._orders[id(order)] = (order, addresses, byte_addresses)
+        return cached[1], cached[2]
+
+    def mark(self, records: np.ndarray, value) -> None:
+        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can."""
+        if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
+            records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
+        else:
+            records[self.byte_addresses] = value
+
+
 @lru_cache(maxsize=4096)
-def _operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int):
-    """(descriptor fields, the [extent, k] element addresses, their bytes flattened) of a wgmma operand read
-    through `descriptor` (read-only arrays; a ring's few descriptors repeat every trip). ValueError: a bad
-    descriptor."""
+def operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int) -> OperandBytes:
+    """The `OperandBytes` of a wgmma operand read through `descriptor` (read-only arrays; a ring's few descriptors
+    repeat every trip). ValueError: a bad descriptor."""
     fields = facts.decode_descriptor(descriptor)
     addresses = np.asarray(facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
                                                             np.arange(k)[None, :]), np.int64)
     byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
-    addresses.flags.writeable = False
-    byte_addresses.flags.writeable = False
-    return fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes)
+    distinct = np.unique(byte_addresses)
+    chunks = np.unique(distinct // _CHUNK_BYTES)
+    whole = len(distinct) == _CHUNK_BYTES * len(chunks)
+    for array in (addresses, byte_addresses, chunks):
+        array.flags.writeable = False
+    return OperandBytes(fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes),
+                        chunks if whole else None)
 
 
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
@@ -103,6 +146,20 @@ def _stacked(leader: np.ndarray, followers: np.ndarray) -> np.ndarray:
             and leader.flags.c_contiguous and followers.flags.c_contiguous:
         return base
     return np.concatenate([leader[None], followers])
+
+
+_ROW_PLACES: dict[int, tuple[np.ndarray | None, np.ndarray]] = {}
+
+
+def _row_places(order: np.ndarray | None) -> np.ndarray:
+    """Where row r of a tile goes when its rows are taken in `order` (the inverse permutation; the identity for
+    None), kept per order."""
+    entry = _ROW_PLACES.get(id(order))
+    if entry is None or entry[0] is not order:
+        places = np.arange(facts.WGMMA_M) if order is None else np.argsort(order)
+        places.flags.writeable = False
+        entry = _ROW_PLACES[id(order)] = (order, places)
+    return entry[1]
 
 
 @lru_cache(maxsize=None)
@@ -170,20 +227,21 @@ class WgmmaUnit:
         # for all warpgroups at once (a tile read through the same descriptor is converted once)
         tiles: dict[tuple, np.ndarray] = {}
         a_tiles, b_tiles, accumulate = [], [], []
+        a_order, b_order = fragment_view.operand_order("A", n), fragment_view.operand_order("B", n)
         for w in warpgroups:
             threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
             if not a_in_registers:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
                 a_tiles.append(self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A",
-                                                    tiles))
+                                                    tiles, a_order))
             b_desc = self._uniform(op, b, threads, "B descriptor")
             b_tiles.append(self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B",
-                                                tiles))
+                                                tiles, b_order))
             accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
         if not warpgroups:
             return self._register(op, acc.copy(), acc, a, warpgroups)
         rows = _warpgroup_rows(warpgroups)
-        a_stack = self._register_tiles(a[rows], ab, m, k) if a_in_registers else np.stack(a_tiles)
+        a_stack = (self._register_tiles(a[rows], ab, m, k, a_order) if a_in_registers else np.stack(a_tiles))
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
         accs = acc[None]
         if followers is not None:  # the followers' operands after the leader's: [1 + F, W, ...]
@@ -205,7 +263,7 @@ class WgmmaUnit:
             results[...] = accs
             out = np.empty(fragments, np.float32)
         fragment_view.multiply_accumulate(a_stack, b_stack, accs[:, rows].reshape(fragments), out,
-                                          np.asarray(accumulate), n)
+                                          np.asarray(accumulate), n, ordered=True)
         if not isinstance(rows, slice):
             results[:, rows] = out.reshape(len(accs), -1, acc.shape[1])
         result = results[0]
@@ -236,16 +294,18 @@ class WgmmaUnit:
         return mine[0]
 
     def _shared_operand(self, op: Operation, warpgroup: int, descriptor, major: str, extent: int, k: int, ab: str,
-                        threads: np.ndarray, what: str, tiles: dict) -> np.ndarray:
-        """The [extent, k] operand (rows = M of A or N of B) read through `descriptor`, after the checks (made
-        and recorded for each warpgroup); `tiles` keeps the tiles one wgmma has converted, by what they read."""
+                        threads: np.ndarray, what: str, tiles: dict, order: np.ndarray | None = None) -> np.ndarray:
+        """The [extent, k] operand (rows = M of A or N of B, taken in `order`: `fragment_view.operand_order`) read
+        through `descriptor`, after the checks (made and recorded for each warpgroup); `tiles` keeps the tiles one
+        wgmma has converted, by what they read."""
         cta, smem = self.cta, self.cta.smem
         element_bytes = facts.WGMMA_K_BYTES // k
         try:
-            fields, addresses, byte_addresses, (low, high) = _operand_addresses(
-                int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
+            operand = operand_addresses(int(as_unsigned64(descriptor)), major, extent, k, element_bytes)
         except ValueError as error:
             cta.fail(op, f"operand {what}: {error}", threads[0])
+        fields, addresses, byte_addresses, (low, high) = (operand.fields, operand.addresses, operand.byte_addresses,
+                                                          operand.span)
         if low < 0 or high > smem.size:
             smem.check_bounds(op, addresses, np.full(addresses.shape, threads[0]), element_bytes,
                               f"reads operand {what}:")
@@ -255,12 +315,13 @@ class WgmmaUnit:
                          f"declared with swizzle {buffer.swizzle}", threads[0])
         self._check_read(op, warpgroup, byte_addresses, low, high, threads, what)
         group = int(self.open[warpgroup])
-        self.read_group[warpgroup][byte_addresses] = group  # a row, then 1-D indexing: half the time
+        operand.mark(self.read_group[warpgroup], group)  # a row, then 1-D indexing: half the time
         self.newest_read[warpgroup] = group
         self.group_ops.setdefault((warpgroup, group), op)
         key = (int(descriptor), major, extent, k, ab)
         tile = tiles.get(key)
         if tile is None:
+            addresses, byte_addresses = operand.ordered(order)
             if ab in facts.FP8_FORMATS:
                 tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
             else:
@@ -274,21 +335,24 @@ class WgmmaUnit:
         return cls._register_tiles(registers, ab, m, k)[0]
 
     @staticmethod
-    def _register_tiles(registers: np.ndarray, ab: str, m: int, k: int) -> np.ndarray:
+    def _register_tiles(registers: np.ndarray, ab: str, m: int, k: int, order: np.ndarray | None = None) -> np.ndarray:
         """The m x k A tiles, [W, m, k], from the [W * 128, 4] packed registers of W warpgroups (each register
-        two halves, or four bytes for the 8-bit types, the low byte first)."""
+        two halves, or four bytes for the 8-bit types, the low byte first), their rows taken in `order` (None: in
+        order; `fragment_view.operand_order`): each element is placed straight into its row there."""
         count = len(registers) // facts.WARPGROUP_SIZE
         tile = np.zeros((count, m, k), np.float32)
+        place = _row_places(order)
         if ab in facts.FP8_FORMATS:
             rows, ks = _a8_coords()
-            tile[:, rows, ks] = facts.fp8_bits_to_f32(np.ascontiguousarray(registers.view(np.uint32)).view(np.uint8)
-                                                      .reshape(count, facts.WARPGROUP_SIZE, facts.FP8_A_ELEMENTS), ab)
+            data = np.ascontiguousarray(registers.view(np.uint32)).view(np.uint8)
+            tile[:, place[rows], ks] = facts.fp8_bits_to_f32(
+                data.reshape(count, facts.WARPGROUP_SIZE, facts.FP8_A_ELEMENTS), ab)
             return tile
         lo, hi = facts.mov_unpack_b32(registers.view(np.uint32))
         (row_lo, k_lo), (row_hi, k_hi) = _a_coords()
         shape = (count, facts.WARPGROUP_SIZE, -1)
-        tile[:, row_lo, k_lo] = facts.half_bits_to_f32(lo, ab).reshape(shape)
-        tile[:, row_hi, k_hi] = facts.half_bits_to_f32(hi, ab).reshape(shape)
+        tile[:, place[row_lo], k_lo] = facts.half_bits_to_f32(lo, ab).reshape(shape)
+        tile[:, place[row_hi], k_hi] = facts.half_bits_to_f32(hi, ab).reshape(shape)
         return tile
 
     def _check_fenced(self, op: Operation, warpgroups: list[int], acc: np.ndarray, a: np.ndarray | None,
