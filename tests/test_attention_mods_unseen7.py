@@ -1,0 +1,273 @@
+"""Attention variants as a FlexAttention user writes them next (issue 29, round 7), none of which the earlier
+rounds hold: document masking from a per-batch [B, S] id table with a sliding window inside each document, a
+prefix-LM with a per-batch prefix beside ALiBi whose slopes the mod computes with `np.exp2(-8 * (h + 1) / H)`, a
+tanh soft-cap followed by a relative-position bias from a learned [2 S - 1] table, a strided window in both
+directions, chunked causal attention (`q_idx // C >= kv_idx // C`), a three-branch `np.where` over clamped
+differences with `abs`, `np.minimum` and `np.maximum` of index expressions, biases read by (b, q_idx) and
+(b, kv_idx) from [B, S] tables, a mask_mod and a score_mod reading one captured table, lambdas, a
+functools.partial, closures over a loop variable (late-bound, as Python binds them, and bound by a default), and
+a GQA mask reading the query head against its K/V head; then the same idioms written in torch (`torch.exp2`,
+`torch.where`, `torch.clamp`, `.abs()`, captured tensors), methods of an `nn.Module`, and modifiers decorated with
+`torch.compile`. Each runs forward and backward through `tessera.attention` / `tessera.attention_backward` at
+Tile level against the float64 reference over seq_q != seq_k both ways, lengths 1, 17, 129, 1000, GQA and batch 2
+(`mods_checks`); the torch ones also against torch's own `flex_attention` on CPU (`-m slow`), and through
+`tessera.runtime.autograd.attention`.
+
+The default run takes a slice (`FAST`); `-m slow` runs every variant over the shapes at Tile level, at target and
+PTX level at one shape, head_dim 128 and float16 at target level. Then the bugs this round found, each with its
+regression test: modifiers decorated with `torch.compile` (a RecursionError), random draws in a modifier (traced
+as the one value drawn), autograd with modifiers (refused by TypeError), block lists reused at other lengths (a
+silently wrong O)."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from mods_checks import check_named_variant, check_variant_forward_and_backward, variant_inputs
+
+import tessera
+from tessera import reference
+from tessera.numerics import BF16
+from tessera.variants import ModTraceError, trace_mod
+
+try:
+    import torch
+except ImportError:  # the torch variants are skipped
+    torch = None
+
+H, HK = 4, 2
+S = 1000                                                             # the tables' length (the longest shape)
+_rng = np.random.default_rng(70)
+DOC2 = np.stack([np.repeat([0, 1, 2, 3], [20, 30, 1, 949]), np.repeat([5, 6], [44, 956])])  # [B, S] document ids
+PREFIX = np.array([13, 40])                                          # per batch entry
+REL = _rng.standard_normal(2 * S - 1).astype(np.float32) * 0.5       # learned, by q_idx - kv_idx + S - 1
+QBIAS = _rng.standard_normal((2, S)).astype(np.float32) * 0.3        # [B, S] by (b, q_idx)
+KBIAS = _rng.standard_normal((2, S)).astype(np.float32) * 0.3        # [B, S] by (b, kv_idx)
+
+
+# region modifiers
+
+def document_window(b, h, q_idx, kv_idx):
+    """Packed documents from a per-batch id table, causal inside a window of 8 within each document."""
+    return (DOC2[b, q_idx] == DOC2[b, kv_idx]) & (q_idx >= kv_idx) & (q_idx - kv_idx < 8)
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < PREFIX[b]) | (q_idx >= kv_idx)
+
+
+def alibi_exp2(score, b, h, q_idx, kv_idx):
+    """ALiBi with its slope computed in the mod, as attention-gym writes it."""
+    return score + np.exp2(-8 * (h + 1) / H) * (kv_idx - q_idx)
+
+
+def softcap_relative(score, b, h, q_idx, kv_idx):
+    """A tanh soft-cap, then a relative-position bias from a [2 S - 1] table."""
+    return 30.0 * np.tanh(score / 30.0) + REL[q_idx - kv_idx + S - 1]
+
+
+def strided_window(b, h, q_idx, kv_idx):
+    """Dilated both ways: every third key within 40 positions."""
+    return ((q_idx - kv_idx) % 3 == 0) & (abs(q_idx - kv_idx) < 40)
+
+
+def chunked_causal(b, h, q_idx, kv_idx):
+    return q_idx // 16 >= kv_idx // 16
+
+
+def three_branches(score, b, h, q_idx, kv_idx):
+    """np.where of three branches over a clamped difference, abs, and the min / max of index expressions."""
+    d = np.clip(q_idx - kv_idx, -10, 10)
+    branch = np.where(d > 5, score - 1.0, np.where(d < -5, score + 0.5, score * 0.5))
+    return branch + 0.02 * abs(d) + 0.001 * np.minimum(q_idx, kv_idx) - 0.001 * np.maximum(q_idx - 3, kv_idx)
+
+
+def batch_position_bias(score, b, h, q_idx, kv_idx):
+    return score + QBIAS[b, q_idx] - KBIAS[b, kv_idx]
+
+
+def same_document(b, h, q_idx, kv_idx):
+    return DOC2[b, q_idx] == DOC2[b, kv_idx]
+
+
+def first_document_bonus(score, b, h, q_idx, kv_idx):
+    """Reads the mask's table too: keys of the batch entry's first document get a bonus."""
+    return score + 0.75 * (DOC2[b, kv_idx] == DOC2[b, 0])
+
+
+def window(b, h, q_idx, kv_idx, width):
+    return abs(q_idx - kv_idx) <= width
+
+
+LATE_BOUND = [lambda score, b, h, q_idx, kv_idx: score * (i + 1) * 0.5 for i in range(3)]  # all see i = 2
+EARLY_BOUND = [lambda score, b, h, q_idx, kv_idx, i=i: score * (i + 1) * 0.5 for i in range(3)]
+
+
+def kv_group(b, h, q_idx, kv_idx):
+    """GQA: the first query head of each K/V head's group sees every key, the others are causal."""
+    return (h % (H // HK) == 0) | (q_idx >= kv_idx)
+
+
+# endregion
+
+VARIANTS = {
+    "document-window": (None, document_window),
+    "prefix+alibi-exp2": (alibi_exp2, prefix_lm),
+    "softcap-relative+strided": (softcap_relative, strided_window),
+    "three-branches+chunked": (three_branches, chunked_causal),
+    "batch-position-bias+same-document": (batch_position_bias, same_document),
+    "shared-table": (first_document_bonus, same_document),
+    "lambda+partial": (lambda score, b, h, q_idx, kv_idx: score - 0.1 * abs(q_idx - kv_idx),
+                       functools.partial(window, width=6)),
+    "late-bound+kv-group": (LATE_BOUND[0], kv_group),
+    "early-bound": (EARLY_BOUND[0], None),
+}
+SHAPES = [  # (batch, heads, heads_k, seq_q, seq_k)
+    (2, H, HK, 70, 45),
+    (1, H, HK, 1, 1),
+    (2, H, 1, 17, 129),
+    (2, H, H, 129, 17),
+    (2, H, HK, 1000, 1000),
+]
+FAST = ["document-window", "softcap-relative+strided", "three-branches+chunked", "shared-table"]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_variant_at_tile_level(name):
+    check_named_variant(VARIANTS, name, SHAPES[0], "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_over_shapes_at_tile_level(name, shape):
+    check_named_variant(VARIANTS, name, shape, "tile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_below_tile_level(name, level):
+    check_named_variant(VARIANTS, name, SHAPES[0], level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["document-window", "softcap-relative+strided", "prefix+alibi-exp2"])
+def test_head_dim_128_at_target_level(name):
+    check_named_variant(VARIANTS, name, SHAPES[0], "target", head_dim=128)
+
+
+def test_closures_bind_as_python_binds_them():
+    """Closures made in a loop see the loop variable's last value (Python's late binding), a default binds
+    each its own: the kernels follow the functions, so the late-bound three give one O and the early-bound
+    three three."""
+    q, k, v, _ = variant_inputs((1, 2, 2, 20, 30), 7)
+    late = [np.asarray(tessera.attention(q, k, v, score_mod=fn, level="tile"), np.float32) for fn in LATE_BOUND]
+    early = [np.asarray(tessera.attention(q, k, v, score_mod=fn, level="tile"), np.float32) for fn in EARLY_BOUND]
+    assert all(np.array_equal(late[0], o) for o in late) and np.array_equal(late[0], early[2])
+    assert not np.array_equal(early[0], early[1]) and not np.array_equal(early[1], early[2])
+
+
+# region the idioms written in torch
+
+def torch_variants() -> dict:
+    """The torch spellings (attention-gym's): captured tensors, torch.exp2 / where / clamp / tanh, tensor
+    methods, an nn.Module's methods."""
+    doc = torch.from_numpy(DOC2)
+    prefix = torch.from_numpy(PREFIX)
+    rel = torch.from_numpy(REL)
+
+    def document_window_t(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx) & (q_idx - kv_idx < 8)
+
+    def prefix_lm_t(b, h, q_idx, kv_idx):
+        return (kv_idx < prefix[b]) | (q_idx >= kv_idx)
+
+    def alibi_t(score, b, h, q_idx, kv_idx):
+        return score + torch.exp2(-8 * (h + 1) / H) * (kv_idx - q_idx)
+
+    def softcap_relative_t(score, b, h, q_idx, kv_idx):
+        return 30.0 * torch.tanh(score / 30.0) + rel[q_idx - kv_idx + S - 1]
+
+    def three_branches_t(score, b, h, q_idx, kv_idx):
+        d = torch.clamp(q_idx - kv_idx, -10, 10)
+        branch = torch.where(d > 5, score - 1.0, torch.where(d < -5, score + 0.5, score * 0.5))
+        return branch + 0.02 * d.abs() + 0.001 * torch.minimum(q_idx, kv_idx) - 0.001 * torch.maximum(q_idx - 3, kv_idx)
+
+    class Biases(torch.nn.Module):
+        """A module whose methods are the modifiers, its tables buffers."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("qbias", torch.from_numpy(QBIAS))
+            self.register_buffer("doc", doc)
+
+        def score_mod(self, score, b, h, q_idx, kv_idx):
+            return score + self.qbias[b, q_idx]
+
+        def mask_mod(self, b, h, q_idx, kv_idx):
+            return (self.doc[b, q_idx] == self.doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    module = Biases()
+    return {
+        "torch-document-window+alibi": (alibi_t, document_window_t),
+        "torch-softcap-relative+prefix": (softcap_relative_t, prefix_lm_t),
+        "torch-three-branches": (three_branches_t, None),
+        "torch-module-methods": (module.score_mod, module.mask_mod),
+    }
+
+
+TORCH_VARIANTS = torch_variants() if torch is not None else {}
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (pip install -e '.[torch]')")
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["torch-document-window+alibi", "torch-module-methods"])
+def test_torch_variant_at_tile_level(name):
+    check_named_variant(TORCH_VARIANTS, name, SHAPES[0], "tile")
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(TORCH_VARIANTS))
+def test_torch_variant_over_shapes_at_tile_level(name, shape):
+    check_named_variant(TORCH_VARIANTS, name, shape, "tile")
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", sorted(TORCH_VARIANTS))
+def test_torch_variant_below_tile_level(name, level):
+    check_named_variant(TORCH_VARIANTS, name, SHAPES[0], level)
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("name", sorted(TORCH_VARIANTS))
+def test_torch_variant_against_torch_flex_attention(name):
+    """torch's own flex_attention (eager, CPU, float64, its block mask from the same mask_mod) as a second
+    reference: O within the bf16 tolerance the float64 reference gives, LSE (natural log) too."""
+    from torch.nn.attention.flex_attention import create_block_mask as torch_block_mask
+    from torch.nn.attention.flex_attention import flex_attention
+
+    score_mod, mask_mod = TORCH_VARIANTS[name]
+    batch, heads, heads_k, seq_q, seq_k = SHAPES[0]
+    q, k, v, _ = variant_inputs(SHAPES[0], 71)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+        block_mask = None if mask_mod is None else torch_block_mask(mask_mod, batch, heads, seq_q, seq_k, device="cpu")
+        ref, ref_lse = flex_attention(*(torch.from_numpy(np.asarray(x, np.float64)) for x in (q, k, v)),
+                                      score_mod=score_mod, block_mask=block_mask, enable_gqa=True, return_lse=True)
+    check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
+    error = np.abs(np.asarray(o, np.float64) - ref.numpy()).max()
+    assert error <= check.tolerance, (error, check)
+    seen = np.isfinite(np.asarray(lse))
+    np.testing.assert_allclose(np.asarray(lse)[seen], ref_lse.numpy()[seen], atol=2e-2)
+
+# endregion
