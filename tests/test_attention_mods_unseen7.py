@@ -271,3 +271,45 @@ def test_torch_variant_against_torch_flex_attention(name):
     np.testing.assert_allclose(np.asarray(lse)[seen], ref_lse.numpy()[seen], atol=2e-2)
 
 # endregion
+
+
+
+
+# region bugs found by this round, each with its regression test
+
+def test_a_compile_wrapper_is_traced_as_what_it_wraps():
+    """What `@torch.compile` makes, as the tracer sees it: a wrapper that cannot run on the tracer's values,
+    holding the original as `_torchdynamo_orig_callable`. The tracer, the reference and the block mask call
+    the original (the real decorator: `test_torch_compiled_modifiers_are_traced_as_what_they_wrap`)."""
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < 9)
+
+    def compiled(*args):
+        raise RuntimeError("compiled code runs on tensors only")
+
+    compiled._torchdynamo_orig_callable = window
+    q, k, v, do = variant_inputs((1, 2, 2, 33, 40), 73)
+    check_variant_forward_and_backward(q, k, v, do, None, compiled, "tile")
+
+
+@pytest.mark.slow
+@needs_torch
+def test_torch_compiled_modifiers_are_traced_as_what_they_wrap():
+    """A modifier decorated with `@torch.compile` (and a `torch.compile`d nn.Module) raised a RecursionError, a
+    traceback: the tracer walked the wrapper's closure (torch's dynamo machinery) for captured arrays. It is
+    traced, and the reference and the block mask call it, as the function or module it wraps."""
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+
+    @torch.compile
+    def causal_window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < 9)
+
+    class Alibi(torch.nn.Module):
+        def forward(self, score, b, h, q_idx, kv_idx):
+            return score + slopes[h] * (kv_idx - q_idx)
+
+    alibi = torch.compile(Alibi())
+    assert trace_mod(causal_window, "mask_mod").name.endswith("causal_window")
+    assert [a.name for a in trace_mod(alibi, "score_mod").arrays] == ["score_mod_slopes"]
+    q, k, v, do = variant_inputs((2, H, HK, 45, 70), 72)
+    check_variant_forward_and_backward(q, k, v, do, alibi, causal_window, "tile")

@@ -60,7 +60,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from tessera.variants import searches, torch_mods
-from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, function_name, underlying
+from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, compiled_original, function_name, underlying
 from tessera.variants.captured import ArrayProxy, Capture
 from tessera.variants.fingerprint import fingerprint
 from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Count, Node, Read
@@ -121,6 +121,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
         raise ValueError(f"kind must be score_mod or mask_mod; got {kind!r}")
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
+    fn = compiled_original(fn)  # @torch.compile: the function the user wrote
     key = fingerprint(fn)
     if key is None:
         return _trace(fn, kind)
