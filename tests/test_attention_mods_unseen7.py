@@ -313,3 +313,62 @@ def test_torch_compiled_modifiers_are_traced_as_what_they_wrap():
     assert [a.name for a in trace_mod(alibi, "score_mod").arrays] == ["score_mod_slopes"]
     q, k, v, do = variant_inputs((2, H, HK, 45, 70), 72)
     check_variant_forward_and_backward(q, k, v, do, alibi, causal_window, "tile")
+
+
+RNG = np.random.default_rng(74)
+
+
+def numpy_noise(score, b, h, q_idx, kv_idx):
+    return score + np.random.rand()
+
+
+def generator_noise(score, b, h, q_idx, kv_idx):
+    scaled = score * 0.5
+    return scaled + RNG.normal()
+
+
+def default_noise(score, b, h, q_idx, kv_idx, rng=np.random.default_rng(75)):
+    return score + rng.random()
+
+
+def python_noise(score, b, h, q_idx, kv_idx):
+    import random
+    return score + random.uniform(0.0, 1.0)
+
+
+def seeded(score, b, h, q_idx, kv_idx):
+    """A generator made and seeded in the modifier draws the same each call: a constant, traced."""
+    return score + np.random.default_rng(0).random()
+
+
+@pytest.mark.parametrize("fn,source,line", [
+    (numpy_noise, "NumPy's np.random, whose state it changed", "return score + np.random.rand()"),
+    (generator_noise, "RNG, whose state it changed", "return scaled + RNG.normal()"),
+    (default_noise, "rng, whose state it changed", "return score + rng.random()"),
+    (python_noise, "random's Random.random", "return score + random.uniform(0.0, 1.0)"),
+])
+def test_random_draws_are_refused_naming_the_source_and_line(fn, source, line):
+    """A draw in a modifier was the one value drawn while tracing, a constant of the kernel, while the
+    reference drew anew (a silently wrong O: max error inf against it). Refused naming the source and the
+    modifier's line; a generator seeded in the modifier is a constant and traced."""
+    import inspect
+    import linecache
+
+    q, k, v, _ = variant_inputs((1, 2, 2, 20, 30), 76)
+    with pytest.raises(ModTraceError, match=rf"score_mod '{fn.__name__}' at .*unseen7.py:(\d+): cannot trace a "
+                                            rf"random draw \({source}\)") as caught:
+        tessera.attention(q, k, v, score_mod=fn, level="tile")
+    at = int(str(caught.value).split("unseen7.py:")[1].split(":")[0])
+    assert linecache.getline(inspect.getsourcefile(fn), at).strip() == line
+    o = tessera.attention(q, k, v, score_mod=seeded, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, seeded).ok
+
+
+@needs_torch
+def test_torch_draws_are_refused():
+    gen = torch.Generator().manual_seed(0)
+    for fn, name in ((lambda s, b, h, q_idx, kv_idx: s + torch.rand(()), "torch.rand"),
+                     (lambda s, b, h, q_idx, kv_idx: s + torch.randn((), generator=gen), "torch.randn"),
+                     (lambda s, b, h, q_idx, kv_idx: s + torch.rand_like(s), "torch.rand_like")):
+        with pytest.raises(ModTraceError, match=rf"at .*unseen7.py:\d+: cannot trace a random draw \({name}\)"):
+            trace_mod(fn, "score_mod")
