@@ -372,3 +372,30 @@ def test_torch_draws_are_refused():
                      (lambda s, b, h, q_idx, kv_idx: s + torch.rand_like(s), "torch.rand_like")):
         with pytest.raises(ModTraceError, match=rf"at .*unseen7.py:\d+: cannot trace a random draw \({name}\)"):
             trace_mod(fn, "score_mod")
+
+
+@needs_torch
+def test_autograd_takes_the_modifiers():
+    """`tessera.runtime.autograd.attention(..., score_mod=, mask_mod=)` was a TypeError (FlexAttention's users
+    train through autograd): its forward and backward take them, q.grad, k.grad and v.grad against the float64
+    reference. A captured tensor that requires grad is refused by name (the backward gives it no gradient)."""
+    from tessera.runtime import autograd
+
+    score_mod, mask_mod = TORCH_VARIANTS["torch-document-window+alibi"]
+    arrays = variant_inputs((2, H, HK, 45, 70), 77)
+    q, k, v = (torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).requires_grad_(True)
+               for x in arrays[:3])
+    do = torch.from_numpy(np.asarray(arrays[3], np.float32)).to(torch.bfloat16)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore")
+        o = autograd.attention(q, k, v, level="tile", score_mod=score_mod, mask_mod=mask_mod)
+        (o.float() * do.float()).sum().backward()
+        checks = reference.check_attention_mods_backward(
+            [x.grad.float().numpy() for x in (q, k, v)], *arrays[:3], o.detach().float().numpy(), arrays[3], BF16,
+            score_mod, mask_mod)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    table = torch.nn.Parameter(torch.zeros(H))
+    with pytest.raises(ValueError, match="the score_mod reads table, which requires grad"):
+        autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
+    with torch.no_grad():  # no graph: nothing is missing
+        autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])

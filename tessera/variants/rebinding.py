@@ -138,3 +138,17 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
     copy.__qualname__ = fn.__qualname__
     return copy
 
+
+
+def captured_tensors_requiring_grad(fn: Callable) -> list[str]:
+    """The names of the torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad: a
+    learned table the backward gives no gradient for (`tessera.runtime.autograd.attention` refuses them)."""
+    names: list[str] = []
+
+    def note(name: str, array):
+        if torch_mods.is_tensor(array) and array.requires_grad and name not in names:
+            names.append(name)
+        return array
+
+    rebind_arrays(fn, note)
+    return names
