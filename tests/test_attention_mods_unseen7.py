@@ -14,7 +14,7 @@ Tile level against the float64 reference over seq_q != seq_k both ways, lengths 
 `tessera.runtime.autograd.attention`.
 
 The default run takes a slice (`FAST`); `-m slow` runs every variant over the shapes at Tile level, at target and
-PTX level at one shape, head_dim 128 and float16 at target level. Then the bugs this round found, each with its
+PTX level at one shape, head_dim 128 at target level. Then the bugs this round found, each with its
 regression test: modifiers decorated with `torch.compile` (a RecursionError), random draws in a modifier (traced
 as the one value drawn), autograd with modifiers (refused by TypeError), block lists reused at other lengths (a
 silently wrong O)."""
@@ -261,7 +261,8 @@ def test_torch_variant_against_torch_flex_attention(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
-        block_mask = None if mask_mod is None else torch_block_mask(mask_mod, batch, heads, seq_q, seq_k, device="cpu")
+        block_mask = None if mask_mod is None else torch_block_mask(  # torch's takes functions, not methods
+            lambda b, h, q_idx, kv_idx: mask_mod(b, h, q_idx, kv_idx), batch, heads, seq_q, seq_k, device="cpu")
         ref, ref_lse = flex_attention(*(torch.from_numpy(np.asarray(x, np.float64)) for x in (q, k, v)),
                                       score_mod=score_mod, block_mask=block_mask, enable_gqa=True, return_lse=True)
     check = reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse)
@@ -399,3 +400,69 @@ def test_autograd_takes_the_modifiers():
         autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
     with torch.no_grad():  # no graph: nothing is missing
         autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
+
+
+def everything(b, h, q_idx, kv_idx):
+    return q_idx >= 0
+
+
+def after_100(b, h, q_idx, kv_idx):
+    return kv_idx >= 100
+
+
+@pytest.mark.parametrize("mask_mod,made,launch,refusal", [
+    (everything, (128, 128), (100, 100), "lists key block 1 of query block 0 .* as full"),
+    (everything, (100, 128), (100, 70), "lists key block 1 of query block 0 .* as full"),
+    (after_100, (100, 100), (100, 128), "leaves out key block 1 of query block 0 .*, which the mask_mod makes "
+                                        "visible"),
+    (None, (128, 128), (100, 100), None),  # a causal mask's lists at another length: all partial, right
+])
+def test_block_lists_for_other_lengths_are_refused(mask_mod, made, launch, refusal):
+    """Block lists made for other lengths with the same block counts were run: a key block listed full at 128
+    keys reaches past 100 and was visited unmasked (its missing keys scoring 0: max error 0.1 against the
+    reference), a block empty at 100 keys was skipped at 128. Refused naming the block; lists that are right
+    for the launch pass, copies and hand-built ones checked against the mask_mod."""
+    from tessera.kernels import flash_attention
+    from tessera.variants import create_block_mask
+
+    mask_mod = mask_mod or (lambda b, h, q_idx, kv_idx: q_idx >= kv_idx)
+    module = flash_attention(64, mask_mod=mask_mod, block_n=64, block_sparse=True)
+    q, k, v, _ = variant_inputs((1, 2, 2, *launch), 78)
+    lists = create_block_mask(mask_mod, 1, 2, *made, 128, 64).inputs()
+    for given, origin in ((lists, f", made by create_block_mask for seq_q {made[0]}, seq_k {made[1]}, "),
+                          ([np.array(x) for x in lists], ", ")):  # made by the mask, and a copy
+        if refusal is None:
+            o = tessera.interpret(module, q, k, v, *given, level="tile")
+            assert reference.check_attention_mods(o, q, k, v, BF16, None, mask_mod).ok
+            continue
+        with pytest.raises(ValueError, match=f"tessera.interpret: the block lists{origin}{refusal}"):
+            tessera.interpret(module, q, k, v, *given, level="tile")
+    right = create_block_mask(mask_mod, 1, 2, *launch, 128, 64).inputs()
+    o = tessera.interpret(module, q, k, v, *right, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, None, mask_mod).ok
+    right[0][...], right[1][...] = 2, [0, 1]  # changed in place to every block full: checked again, not trusted
+    with pytest.raises(ValueError, match=r"tessera.interpret: the block lists, lists key block \d of query block 0 "
+                                         r".* as full"):
+        tessera.interpret(module, q, k, v, *right, level="tile")
+
+
+def test_backward_work_lists_for_other_lengths_are_refused():
+    """The backward's main kernel reads its work lists (`BlockMask.backward_inputs`) the same way: lists made
+    for 128 keys at a launch of 100 are refused at launch naming the block, the launch's own pass."""
+    from tessera.kernels import attention_backward
+    from tessera.variants import create_block_mask
+    from tessera.variants.launch_lists import check_lists_at_launch
+
+    kernels = attention_backward(64, mask_mod=everything, block_sparse=True)
+    main, c = kernels.main, kernels.config.attention
+    sizes = dict(batch=1, heads=4, heads_k=2, seq_q=100, seq_k=100)
+    bm, bn = c.block_m, c.block_n
+    for seq_k, refused in ((128, True), (100, False)):
+        lists = create_block_mask(everything, 1, 4, 100, seq_k, bm, bn).backward_inputs(2)
+        for given in (lists, [np.array(x) for x in lists]):
+            inputs = dict(zip(("Q_NUM_VISITS", "Q_VISITS"), given))
+            if refused:
+                with pytest.raises(ValueError, match="where: the block lists.* as full, where the mask_mod makes"):
+                    check_lists_at_launch("where", main, sizes, inputs)
+            else:
+                check_lists_at_launch("where", main, sizes, inputs)
