@@ -174,14 +174,15 @@ def test_closures_bind_as_python_binds_them():
 # region the idioms written in torch
 
 def torch_variants() -> dict:
-    """The torch spellings (attention-gym's): captured tensors, torch.exp2 / where / clamp / tanh, tensor
-    methods, an nn.Module's methods."""
+    """The torch spellings (attention-gym's): captured tensors (one moved with `.to(q_idx.device)`),
+    torch.exp2 / where / clamp / tanh, tensor methods, an nn.Module's methods."""
     doc = torch.from_numpy(DOC2)
     prefix = torch.from_numpy(PREFIX)
     rel = torch.from_numpy(REL)
 
     def document_window_t(b, h, q_idx, kv_idx):
-        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx) & (q_idx - kv_idx < 8)
+        ids = doc.to(q_idx.device)  # the table moved to the indices' device, as users write for the GPU
+        return (ids[b, q_idx] == ids[b, kv_idx]) & (q_idx >= kv_idx) & (q_idx - kv_idx < 8)
 
     def prefix_lm_t(b, h, q_idx, kv_idx):
         return (kv_idx < prefix[b]) | (q_idx >= kv_idx)
@@ -444,6 +445,17 @@ def test_block_lists_for_other_lengths_are_refused(mask_mod, made, launch, refus
     with pytest.raises(ValueError, match=r"tessera.interpret: the block lists, lists key block \d of query block 0 "
                                          r".* as full"):
         tessera.interpret(module, q, k, v, *right, level="tile")
+
+
+@needs_torch
+def test_a_captured_tensor_moved_to_a_device_is_the_same_input():
+    """`table.to(q_idx.device)` (and `.cuda()`, `.cpu()`) was refused ("the attribute .to of the captured
+    array"): it reads the same kernel input; a dtype conversion is refused by name."""
+    doc = torch.from_numpy(DOC2)
+    trace = trace_mod(lambda b, h, q_idx, kv_idx: doc.cuda()[b, q_idx] == doc.to("cuda")[b, kv_idx], "mask_mod")
+    assert [a.name for a in trace.arrays] == ["mask_mod_doc"]
+    with pytest.raises(ModTraceError, match=r"cannot trace .to\(torch.float32\) of the captured array doc"):
+        trace_mod(lambda s, b, h, q_idx, kv_idx: s + doc.to(torch.float32)[b, q_idx], "score_mod")
 
 
 def test_backward_work_lists_for_other_lengths_are_refused():
