@@ -478,3 +478,65 @@ def test_backward_work_lists_for_other_lengths_are_refused():
                     check_lists_at_launch("where", main, sizes, inputs)
             else:
                 check_lists_at_launch("where", main, sizes, inputs)
+
+
+def branches(b, h, q_idx, kv_idx):
+    if q_idx - kv_idx > 4:
+        return False
+    return q_idx >= kv_idx
+
+
+def loops(b, h, q_idx, kv_idx):
+    steps = 0
+    while q_idx - steps > kv_idx:
+        steps += 1
+    return steps < 3
+
+
+def python_max(score, b, h, q_idx, kv_idx):
+    return score - 0.1 * max(q_idx - kv_idx, 0)
+
+
+def masked_write(score, b, h, q_idx, kv_idx):
+    score[q_idx < kv_idx] = -np.inf
+    return score
+
+
+def table_write(b, h, q_idx, kv_idx):
+    DOC2[0, 0] = 7
+    return DOC2[b, q_idx] == DOC2[b, kv_idx]
+
+
+@pytest.mark.parametrize("fn,kind,construct,line", [
+    (branches, "mask_mod", "Python control flow on a traced value", "if q_idx - kv_idx > 4:"),
+    (loops, "mask_mod", "Python control flow on a traced value", "while q_idx - steps > kv_idx:"),
+    (python_max, "score_mod", "Python control flow on a traced value", "return score - 0.1 * max(q_idx - kv_idx, 0)"),
+    (masked_write, "score_mod", "an assignment into a traced value", "score[q_idx < kv_idx] = -np.inf"),
+    (table_write, "mask_mod", "an assignment into the captured array DOC2", "DOC2[0, 0] = 7"),
+])
+def test_untraceable_modifiers_are_refused_at_their_line(fn, kind, construct, line):
+    """What the tracer cannot take is refused naming the modifier, the construct and the line that does it
+    (an assignment into the score was refused as "indexing with a traced value an array that is not
+    captured", which named no assignment)."""
+    import inspect
+    import linecache
+
+    q, k, v, _ = variant_inputs((1, 2, 2, 20, 30), 79)
+    with pytest.raises(ModTraceError, match=rf"{kind} '{fn.__name__}' at .*unseen7.py:\d+: cannot trace "
+                                            rf"{construct}") as caught:
+        tessera.attention(q, k, v, **{kind: fn}, level="tile")
+    at = int(str(caught.value).split("unseen7.py:")[1].split(":")[0])
+    assert linecache.getline(inspect.getsourcefile(fn), at).strip() == line
+    assert DOC2[0, 0] == 0
+
+
+@needs_torch
+def test_untraceable_torch_modifiers_are_refused_at_their_line():
+    doc = torch.from_numpy(DOC2)
+    for fn, construct in ((lambda b, h, q_idx, kv_idx: q_idx >= doc[b, kv_idx].item(), "the attribute .item"),
+                          (lambda s, b, h, q_idx, kv_idx: s.add_(1.0), "the attribute .add_"),
+                          (lambda s, b, h, q_idx, kv_idx: s.masked_fill_(q_idx < kv_idx, 0.0), "the attribute "
+                                                                                                 ".masked_fill_")):
+        kind = "score_mod" if fn.__code__.co_argcount == 5 else "mask_mod"
+        with pytest.raises(ModTraceError, match=rf"{kind} '.*<lambda>' at .*unseen7.py:\d+: cannot trace {construct}"):
+            trace_mod(fn, kind)
