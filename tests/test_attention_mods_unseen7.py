@@ -540,3 +540,49 @@ def test_untraceable_torch_modifiers_are_refused_at_their_line():
         kind = "score_mod" if fn.__code__.co_argcount == 5 else "mask_mod"
         with pytest.raises(ModTraceError, match=rf"{kind} '.*<lambda>' at .*unseen7.py:\d+: cannot trace {construct}"):
             trace_mod(fn, kind)
+
+
+def test_block_mask_keyword_as_flex_attention_takes_it():
+    """FlexAttention's call `flex_attention(q, k, v, score_mod=, block_mask=)` ported as `tessera.attention(q, k,
+    v, score_mod=, block_mask=)` was a TypeError: the block mask (of another BLOCK_SIZE than the kernel's: its
+    blocks are made again at the kernel's) stands for its mask_mod, forward and backward. One made for other
+    lengths is refused naming both (FlexAttention refuses it too), and so is one of another mask than mask_mod=."""
+    from tessera.variants import create_block_mask
+
+    q, k, v, do = variant_inputs((2, H, HK, 70, 45), 80)
+    block_mask = create_block_mask(document_window, 2, None, 70, 45, BLOCK_SIZE=64)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore")
+        o, lse = tessera.attention(q, k, v, score_mod=alibi_exp2, block_mask=block_mask, return_lse=True,
+                                   level="tile")
+        assert reference.check_attention_mods(o, q, k, v, BF16, alibi_exp2, document_window, lse=lse).ok
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi_exp2, block_mask=block_mask,
+                                           level="tile")
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, alibi_exp2, document_window)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    with pytest.raises(ValueError, match="attention: block_mask was made for seq_q 70, seq_k 45; the call has "
+                                         "seq_q 70, seq_k 50"):
+        tessera.attention(q, *(np.concatenate([x, x[:, :, :5]], axis=2) for x in (k, v)), block_mask=block_mask,
+                          level="tile")
+    with pytest.raises(ValueError, match="block_mask was made from another mask_mod than mask_mod="):
+        tessera.attention(q, k, v, mask_mod=prefix_lm, block_mask=block_mask, level="tile")
+
+
+@needs_torch
+def test_torch_block_mask_keyword():
+    """torch's own BlockMask (its `mask_mod` and `seq_lengths`) as `block_mask=`, through autograd too."""
+    from torch.nn.attention.flex_attention import create_block_mask as torch_block_mask
+
+    from tessera.runtime import autograd
+
+    score_mod, mask_mod = TORCH_VARIANTS["torch-document-window+alibi"]
+    arrays = variant_inputs((2, H, HK, 70, 45), 81)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        block_mask = torch_block_mask(mask_mod, 2, None, 70, 45, device="cpu", BLOCK_SIZE=64)
+        o = tessera.attention(*arrays[:3], score_mod=score_mod, block_mask=block_mask, level="tile")
+        assert reference.check_attention_mods(o, *arrays[:3], BF16, score_mod, mask_mod).ok
+        q = torch.from_numpy(np.asarray(arrays[0], np.float32)).to(torch.bfloat16).requires_grad_(True)
+        k, v = (torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16) for x in arrays[1:3])
+        autograd.attention(q, k, v, level="tile", score_mod=score_mod, block_mask=block_mask).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()

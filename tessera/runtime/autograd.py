@@ -44,14 +44,20 @@ class AttentionFunction(torch.autograd.Function):
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
-              level: str | None = None, bias=None, score_mod=None, mask_mod=None):
+              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none), and so is a tensor that requires grad read by `score_mod` or
     `mask_mod` (a learned bias table: the backward gives no gradient for captured tensors; FlexAttention's
-    Triton backend does), naming it, rather than leave its gradient silently unset."""
+    Triton backend does), naming it, rather than leave its gradient silently unset. `block_mask`:
+    FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
+
+    if block_mask is not None:  # FlexAttention's block mask stands for its mask_mod
+        from tessera.runtime.flex import block_mask_mod
+
+        mask_mod = block_mask_mod("attention", block_mask, mask_mod, q.shape[-2], k.shape[-2])
 
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         names = captured_tensors_requiring_grad(fn) if fn is not None and torch.is_grad_enabled() else []
