@@ -14,7 +14,7 @@ Tile level against the float64 reference over seq_q != seq_k both ways, lengths 
 `tessera.runtime.autograd.attention`.
 
 The default run takes a slice (`FAST`); `-m slow` runs every variant over the shapes at Tile level, at target and
-PTX level at one shape, head_dim 128 at target level. Then the bugs this round found, each with its
+PTX level at one shape, head_dim 128 and float16 at target level. Then the bugs this round found, each with its
 regression test: modifiers decorated with `torch.compile` (a RecursionError), random draws in a modifier (traced
 as the one value drawn), autograd with modifiers (refused by TypeError), block lists reused at other lengths (a
 silently wrong O)."""
@@ -586,3 +586,34 @@ def test_torch_block_mask_keyword():
         k, v = (torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16) for x in arrays[1:3])
         autograd.attention(q, k, v, level="tile", score_mod=score_mod, block_mask=block_mask).sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def _float16_variant(level):
+    q, k, v, do = (x.astype(np.float16) for x in variant_inputs((2, H, HK, 33, 40), 82))
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore")
+        o, lse = tessera.attention(q, k, v, score_mod=softcap_relative, mask_mod=document_window, return_lse=True,
+                                   level=level)
+        assert o.dtype == np.float16
+        assert reference.check_attention_mods(o, q, k, v, np.float16, softcap_relative, document_window, lse=lse).ok
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_relative, mask_mod=document_window,
+                                           level=level)
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, np.float16, softcap_relative,
+                                                         document_window)
+    assert all(c.ok for c in checks), [str(c) for c in checks]
+    return q, k, v
+
+
+def test_float16_runs_and_float32_is_refused_by_name():
+    """The documented element types with modifiers: float16 forward and backward as bf16 (at Tile level here,
+    target level under -m slow), float32 refused naming the types taken."""
+    from tessera.runtime.attention_base import UnsupportedKernel
+
+    q, k, v = _float16_variant("tile")
+    with pytest.raises(UnsupportedKernel, match="element type float32 is not supported .*bfloat16, float16"):
+        tessera.attention(*(x.astype(np.float32) for x in (q, k, v)), mask_mod=document_window, level="tile")
+
+
+@pytest.mark.slow
+def test_float16_at_target_level():
+    _float16_variant("target")
