@@ -160,6 +160,19 @@ def test_head_dim_128_at_target_level(name):
     check_named_variant(VARIANTS, name, SHAPES[0], "target", head_dim=128)
 
 
+@pytest.mark.slow
+def test_head_dim_256_forward_and_its_backward_refused():
+    """At head_dim 256 the forward runs (Tile level) and the backward is refused by name, as documented."""
+    from tessera.runtime.attention_base import UnsupportedKernel
+
+    score_mod, mask_mod = VARIANTS["softcap-relative+strided"]
+    q, k, v, do = variant_inputs(SHAPES[0], 83, 256)
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+    assert reference.check_attention_mods(o, q, k, v, BF16, score_mod, mask_mod, lse=lse).ok
+    with pytest.raises(UnsupportedKernel, match="head_dim 256 is not supported by the backward kernels"):
+        tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
+
+
 def test_closures_bind_as_python_binds_them():
     """Closures made in a loop see the loop variable's last value (Python's late binding), a default binds
     each its own: the kernels follow the functions, so the late-bound three give one O and the early-bound
