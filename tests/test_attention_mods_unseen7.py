@@ -239,7 +239,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["torch-document-window+alibi", "torch-module-methods"])
+@pytest.mark.parametrize("name", ["torch-module-methods"])  # the other torch variants: autograd's test, -m slow
 def test_torch_variant_at_tile_level(name):
     check_named_variant(TORCH_VARIANTS, name, SHAPES[0], "tile")
 
@@ -581,6 +581,7 @@ def test_block_mask_keyword_as_flex_attention_takes_it():
         tessera.attention(q, k, v, mask_mod=prefix_lm, block_mask=block_mask, level="tile")
 
 
+@pytest.mark.slow  # torch's create_block_mask: 3.8 s a first call
 @needs_torch
 def test_torch_block_mask_keyword():
     """torch's own BlockMask (its `mask_mod` and `seq_lengths`) as `block_mask=`, through autograd too."""
