@@ -48,6 +48,7 @@ Where each part lives (all in `tessera.variants`):
 - `captured`: the proxies of captured arrays (gathers and their reads);
 - `callables`: what a modifier may be and its name; `rebinding`: a copy of it reading its arrays through a
   wrapper (the proxies when traced);
+- `randomness`: the random draws a modifier makes while traced, which the tracer refuses;
 - `bounds_checks`: a modifier whose array reads are bounds-checked (the reference and the block mask call it so);
 - `fingerprint`: the key of what a modifier reads, by which `trace_mod` keeps its traces.
 """
