@@ -173,6 +173,20 @@ def test_head_dim_256_forward_and_its_backward_refused():
         tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, level="tile")
 
 
+@pytest.mark.parametrize("name", ["document-window", "prefix+alibi-exp2", "three-branches+chunked",
+                                  "late-bound+kv-group", "lambda+partial"])
+def test_block_classes_at_other_block_sizes_match_a_brute_force(name):
+    """FlexAttention's `create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE=)` with sizes other than the
+    default (a pair: 64 queries, 32 keys) against a brute-force classification."""
+    from mods_checks import brute_block_kinds
+
+    from tessera.variants import create_block_mask
+
+    mask_mod = VARIANTS[name][1]
+    mask = create_block_mask(mask_mod, 2, H, 200, 150, device="cpu", BLOCK_SIZE=(64, 32))
+    np.testing.assert_array_equal(mask.kinds, brute_block_kinds(mask_mod, 2, H, 200, 150, 64, 32))
+
+
 def test_closures_bind_as_python_binds_them():
     """Closures made in a loop see the loop variable's last value (Python's late binding), a default binds
     each its own: the kernels follow the functions, so the late-bound three give one O and the early-bound
