@@ -202,7 +202,8 @@ def test_closures_bind_as_python_binds_them():
 
 def torch_variants() -> dict:
     """The torch spellings (attention-gym's): captured tensors (one moved with `.to(q_idx.device)`),
-    torch.exp2 / where / clamp / tanh, tensor methods, an nn.Module's methods."""
+    torch.exp2 / where / clamp / tanh / sigmoid / rsqrt, F.relu, tensor methods (`.mul`, `.lt`, `.masked_fill`),
+    an nn.Module's methods."""
     doc = torch.from_numpy(DOC2)
     prefix = torch.from_numpy(PREFIX)
     rel = torch.from_numpy(REL)
@@ -239,8 +240,17 @@ def torch_variants() -> dict:
         def mask_mod(self, b, h, q_idx, kv_idx):
             return (self.doc[b, q_idx] == self.doc[b, kv_idx]) & (q_idx >= kv_idx)
 
+    gate = torch.from_numpy(np.linspace(-2.0, 2.0, H).astype(np.float32))
+
+    def gated(score, b, h, q_idx, kv_idx):
+        """A per-head sigmoid gate, a relu'd distance penalty, rsqrt decay and method spellings of operators."""
+        distance = (q_idx - kv_idx).abs()
+        decayed = score.mul(torch.sigmoid(gate[h]) + 0.5).sub(0.05 * torch.nn.functional.relu(distance - 4))
+        return decayed.add(torch.rsqrt(distance.float() + 1.0)).masked_fill(q_idx.lt(kv_idx - 20), -float("inf"))
+
     module = Biases()
     return {
+        "torch-gated": (gated, None),
         "torch-document-window+alibi": (alibi_t, document_window_t),
         "torch-softcap-relative+prefix": (softcap_relative_t, prefix_lm_t),
         "torch-three-branches": (three_branches_t, None),
@@ -253,7 +263,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["torch-module-methods"])  # the other torch variants: autograd's test, -m slow
+@pytest.mark.parametrize("name", ["torch-module-methods", "torch-gated"])  # the others: autograd's test, -m slow
 def test_torch_variant_at_tile_level(name):
     check_named_variant(TORCH_VARIANTS, name, SHAPES[0], "tile")
 
