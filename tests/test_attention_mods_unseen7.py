@@ -14,7 +14,8 @@ Tile level against the float64 reference over seq_q != seq_k both ways, lengths 
 `tessera.runtime.autograd.attention`.
 
 The default run takes a slice (`FAST`); `-m slow` runs every variant over the shapes at Tile level, at target and
-PTX level at one shape, head_dim 128 and float16 at target level. Then the bugs this round found, each with its
+PTX level at one shape, head_dim 128 and float16 at target level, and ptxas on each variant's forward and
+backward kernels (no spill). Then the bugs this round found, each with its
 regression test: modifiers decorated with `torch.compile` (a RecursionError), random draws in a modifier (traced
 as the one value drawn), autograd with modifiers (refused by TypeError), block lists reused at other lengths (a
 silently wrong O)."""
@@ -26,7 +27,8 @@ import warnings
 
 import numpy as np
 import pytest
-from mods_checks import check_named_variant, check_variant_forward_and_backward, variant_inputs
+from mods_checks import (assert_variant_kernels_assemble, check_named_variant, check_variant_forward_and_backward,
+                         variant_inputs)
 
 import tessera
 from tessera import reference
@@ -161,6 +163,13 @@ def test_head_dim_128_at_target_level(name):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_kernels_assemble_without_spills(name):
+    assert_variant_kernels_assemble(*VARIANTS[name])
+
+
+@pytest.mark.slow
 def test_head_dim_256_forward_and_its_backward_refused():
     """At head_dim 256 the forward runs (Tile level) and the backward is refused by name, as documented."""
     from tessera.runtime.attention_base import UnsupportedKernel
@@ -282,6 +291,14 @@ def test_torch_variant_over_shapes_at_tile_level(name, shape):
 @pytest.mark.parametrize("name", sorted(TORCH_VARIANTS))
 def test_torch_variant_below_tile_level(name, level):
     check_named_variant(TORCH_VARIANTS, name, SHAPES[0], level)
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", sorted(TORCH_VARIANTS))
+def test_torch_variant_kernels_assemble_without_spills(name):
+    assert_variant_kernels_assemble(*TORCH_VARIANTS[name])
 
 
 @pytest.mark.slow
