@@ -420,6 +420,20 @@ def test_random_draws_are_refused_naming_the_source_and_line(fn, source, line):
     assert reference.check_attention_mods(o, q, k, v, BF16, seeded).ok
 
 
+def test_an_empty_closure_cell_is_no_generator():
+    """The draw watch read every closure cell: one the enclosing function never assigned (legal Python, read on
+    no path the modifier takes) made the trace fail with "ValueError: Cell is empty"."""
+    def make():
+        def mod(b, h, q_idx, kv_idx):
+            if False:
+                return never_assigned  # noqa: F821
+            return q_idx >= kv_idx
+        return mod
+        never_assigned = 1  # noqa: F841
+
+    assert trace_mod(make(), "mask_mod").result.op == "ge"
+
+
 @needs_torch
 def test_torch_draws_are_refused():
     gen = torch.Generator().manual_seed(0)

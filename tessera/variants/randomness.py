@@ -67,14 +67,20 @@ def _held_generators(fn: Callable) -> dict[str, object]:
     if not isinstance(inner, types.FunctionType):
         return held
     code = inner.__code__
-    values = [(n, c.cell_contents) for n, c in zip(code.co_freevars, inner.__closure__ or ())
-              if c.cell_contents is not None] if inner.__closure__ else []
+    values = [(n, _contents(c)) for n, c in zip(code.co_freevars, inner.__closure__ or ())]
     values += [(n, inner.__globals__[n]) for n in global_names(code) if n in inner.__globals__]
     values += list(zip(code.co_varnames[code.co_argcount - len(inner.__defaults__ or ()):code.co_argcount],
                        inner.__defaults__ or ()))
     kinds = _SOURCES + ((torch.Generator,) if torch is not None else ())
     held.update({name: value for name, value in values if isinstance(value, kinds)})
     return held
+
+
+def _contents(cell) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell (a variable the enclosing function never assigned): no generator
+        return None
 
 
 def _state(generator: object) -> bytes:
