@@ -392,6 +392,20 @@ def python_noise(score, b, h, q_idx, kv_idx):
     return score + random.uniform(0.0, 1.0)
 
 
+class Jitter:
+    """A callable object holding its generator."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(84)
+
+    def __call__(self, score, b, h, q_idx, kv_idx):
+        return score + self.rng.random()
+
+
+def keyword_noise(score, b, h, q_idx, kv_idx, *, rng):
+    return score + rng.standard_normal()
+
+
 def seeded(score, b, h, q_idx, kv_idx):
     """A generator made and seeded in the modifier draws the same each call: a constant, traced."""
     return score + np.random.default_rng(0).random()
@@ -402,6 +416,9 @@ def seeded(score, b, h, q_idx, kv_idx):
     (generator_noise, "RNG, whose state it changed", "return scaled + RNG.normal()"),
     (default_noise, "rng, whose state it changed", "return score + rng.random()"),
     (python_noise, "random's Random.random", "return score + random.uniform(0.0, 1.0)"),
+    (Jitter(), "self.rng, whose state it changed", "return score + self.rng.random()"),
+    (functools.partial(keyword_noise, rng=np.random.default_rng(85)), "rng, whose state it changed",
+     "return score + rng.standard_normal()"),
 ])
 def test_random_draws_are_refused_naming_the_source_and_line(fn, source, line):
     """A draw in a modifier was the one value drawn while tracing, a constant of the kernel, while the
@@ -409,13 +426,17 @@ def test_random_draws_are_refused_naming_the_source_and_line(fn, source, line):
     modifier's line; a generator seeded in the modifier is a constant and traced."""
     import inspect
     import linecache
+    import re
+
+    from tessera.variants.callables import underlying
 
     q, k, v, _ = variant_inputs((1, 2, 2, 20, 30), 76)
-    with pytest.raises(ModTraceError, match=rf"score_mod '{fn.__name__}' at .*unseen7.py:(\d+): cannot trace a "
-                                            rf"random draw \({source}\)") as caught:
+    with pytest.raises(ModTraceError, match=rf"score_mod '.*' at .*unseen7.py:(\d+): cannot trace a "
+                                            rf"random draw \({re.escape(source)}\)") as caught:
         tessera.attention(q, k, v, score_mod=fn, level="tile")
     at = int(str(caught.value).split("unseen7.py:")[1].split(":")[0])
-    assert linecache.getline(inspect.getsourcefile(fn), at).strip() == line
+    assert linecache.getline(inspect.getsourcefile(type(fn) if isinstance(fn, Jitter) else underlying(fn)),
+                             at).strip() == line
     o = tessera.attention(q, k, v, score_mod=seeded, level="tile")
     assert reference.check_attention_mods(o, q, k, v, BF16, seeded).ok
 

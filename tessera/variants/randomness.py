@@ -17,6 +17,7 @@ A table drawn outside the modifier and captured is a kernel input like any.
 from __future__ import annotations
 
 import dis
+import functools
 import pickle
 import random
 import sys
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from tessera.variants import torch_mods
-from tessera.variants.callables import underlying
+from tessera.variants.callables import instance_attributes, method_parts, underlying
 from tessera.variants.rebinding import global_names
 
 TORCH_SAMPLERS = frozenset({
@@ -57,21 +58,29 @@ _SOURCES = (random.Random, np.random.RandomState, np.random.Generator, np.random
 
 
 def _held_generators(fn: Callable) -> dict[str, object]:
-    """The random generators `fn` (its underlying function) holds by name: in closure cells, argument defaults
-    and the globals its code names, besides the global ones of Python, NumPy and torch."""
+    """The random generators `fn` holds by name: its underlying function's closure cells, argument defaults and
+    the globals its code names, a partial's bound arguments, a method's or callable object's instance
+    attributes (`self.rng`), besides the global ones of Python, NumPy and torch."""
     inner = underlying(fn)
+    values: list[tuple[str, object]] = []
+    while isinstance(fn, functools.partial):
+        values += [(f"argument {i}", v) for i, v in enumerate(fn.args)] + list(fn.keywords.items())
+        fn = fn.func
+    parts = method_parts(fn)
+    if parts is not None:
+        values += [(f"self.{name}", v) for name, v in instance_attributes(parts[1]).items()]
     held: dict[str, object] = {"Python's random": random._inst, "NumPy's np.random": np.random.mtrand._rand}
     torch = torch_mods.torch_module()
     if torch is not None:
         held["torch's default generator"] = torch.random.default_generator
+    kinds = _SOURCES + ((torch.Generator,) if torch is not None else ())
     if not isinstance(inner, types.FunctionType):
         return held
     code = inner.__code__
-    values = [(n, _contents(c)) for n, c in zip(code.co_freevars, inner.__closure__ or ())]
+    values += [(n, _contents(c)) for n, c in zip(code.co_freevars, inner.__closure__ or ())]
     values += [(n, inner.__globals__[n]) for n in global_names(code) if n in inner.__globals__]
     values += list(zip(code.co_varnames[code.co_argcount - len(inner.__defaults__ or ()):code.co_argcount],
                        inner.__defaults__ or ()))
-    kinds = _SOURCES + ((torch.Generator,) if torch is not None else ())
     held.update({name: value for name, value in values if isinstance(value, kinds)})
     return held
 
