@@ -9,8 +9,8 @@ NumPy's `RandomState` (`np.random.*`), `Generator` or `BitGenerator`, a `torch.G
 sampling functions and in-place samplers (`TORCH_SAMPLERS`), and the tracer refuses the modifier naming it and the
 line of the modifier that drew it. NumPy's samplers are Cython methods, which Python's profiler does not see
 called: a draw from NumPy's global state, Python's or torch's default generator, or a generator the modifier holds
-(a closure variable, an argument default or a global it names) is also told by that generator's state having
-changed, located at the first line of the modifier naming a random source (its first line if none).
+(a closure variable, an argument default, a global it names, a partial's argument, its instance's attribute) is
+also told by that generator's state having changed, located at the first line of the modifier naming a random source (its first line if none).
 A table drawn outside the modifier and captured is a kernel input like any.
 """
 
@@ -37,13 +37,15 @@ TORCH_SAMPLERS = frozenset({
     "geometric_", "cauchy_", "log_normal_", "dropout", "manual_seed", "seed"})
 """torch's functions and tensor methods that draw from its random generators (by name)."""
 
+_SOURCES = (random.Random, np.random.RandomState, np.random.Generator, np.random.BitGenerator)
+"""Python's and NumPy's generators (their methods draw)."""
+
 
 def _random_source(function: object) -> str | None:
     """How a refusal names `function` (a C function being called) where it draws random numbers; else None."""
     owner = getattr(function, "__self__", None)
     name = getattr(function, "__name__", "?")
-    sources = (random.Random, np.random.RandomState, np.random.Generator, np.random.BitGenerator)
-    if isinstance(owner, sources):
+    if isinstance(owner, _SOURCES):
         return f"{type(owner).__module__.split('.')[0]}'s {type(owner).__name__}.{name}"
     torch = torch_mods.torch_module()
     if torch is None or name not in TORCH_SAMPLERS:
@@ -52,9 +54,6 @@ def _random_source(function: object) -> str | None:
             or owner is None and "torch" in (getattr(function, "__qualname__", "") + str(function)):
         return f"torch.{name}"
     return None
-
-
-_SOURCES = (random.Random, np.random.RandomState, np.random.Generator, np.random.BitGenerator)
 
 
 def _held_generators(fn: Callable) -> dict[str, object]:
