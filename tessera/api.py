@@ -14,6 +14,7 @@ from tessera.arguments import check_array, check_choice, check_module, check_siz
 from tessera.kernel_abi import KernelSignature, is_target_kernel, signature, specialized
 from tessera.kernel_abi import kernels as kernel_functions
 from tessera.variants.index_ranges import check_launch
+from tessera.variants.launch_lists import check_lists_at_launch
 
 LEVELS = ("tile", "target", "ptx")
 """Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
@@ -164,6 +165,7 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
     for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
         check_size(where, name, value)
     check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
+    check_lists_at_launch(where, module, bound, dict(zip((a.name for a in sig.inputs), arrays)))  # and its lists
 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 

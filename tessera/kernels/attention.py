@@ -29,6 +29,7 @@ from tessera.kernels.common import (
     register_tile,
 )
 from tessera.variants.index_ranges import check_at_launch
+from tessera.variants.launch_lists import lists_at_launch
 from tessera.variants.trace import trace_mod
 
 PARTIAL_LOOP_OVERLAP = False
@@ -155,6 +156,8 @@ def flash_attention(
     module = apply_cluster(finish_kernel(fn, b), shape)
     if mods is not None:  # a launch proves the modifiers' reads in bounds for its shapes
         check_at_launch(module, mods.traced())
+    if mods is not None and mods.block_sparse:  # and its block lists made for its lengths
+        lists_at_launch(module, mods.mask_mod.function, c.block_m, c.block_n)
     return module
 
 

@@ -68,6 +68,7 @@ from tessera.kernels.attention_mods import AttentionMods
 from tessera.kernels.common import check_choice, check_flag
 from tessera.variants.derivative import score_derivative
 from tessera.variants.index_ranges import check_at_launch
+from tessera.variants.launch_lists import lists_at_launch
 from tessera.variants.trace import trace_mod
 
 
@@ -167,6 +168,8 @@ def attention_backward(
         main = build_main_query_rows(cfg, mods, head_split)
     if mods is not None:  # a launch proves the modifiers' reads in bounds for its shapes
         check_at_launch(main, mods.traced())
+    if mods is not None and mods.block_sparse:  # and its work lists made for its lengths
+        lists_at_launch(main, mods.mask_mod.function, cfg.attention.block_m, cfg.attention.block_n, backward=True)
     return AttentionBackward(cfg, build_preprocess(cfg), main, build_postprocess(cfg), head_split)
 
 

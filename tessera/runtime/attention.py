@@ -117,7 +117,7 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,
-              mask_mod=None, descale_q=None, descale_k=None, descale_v=None):
+              mask_mod=None, descale_q=None, descale_k=None, descale_v=None, block_mask=None):
     """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
@@ -130,7 +130,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     broadcast) of q's element type, added to the scaled scores before the softmax (and the causal mask), as
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
     name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
-    (`tessera.runtime.flex`; not with bias, packed sequences, split-KV or clusters).
+    (`tessera.runtime.flex`; not with bias, packed sequences, split-KV or clusters); `block_mask`, FlexAttention's
+    (Tessera's or torch's `create_block_mask` for these lengths), stands for its mask_mod.
     FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays or `torch.float8_e4m3fn` tensors, with `descale_q`,
     `descale_k`, `descale_v` f32 [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; on
     the GPU and every interpreter level, seq_k a multiple of 16 below Tile level; not with bias,
@@ -151,6 +152,10 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
         return attention_fp8(q, k, v, causal=causal, scale=scale, return_lse=return_lse, level=level,
                              descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
 
+    if block_mask is not None:
+        from tessera.runtime.flex import block_mask_mod
+
+        mask_mod = block_mask_mod("attention", block_mask, mask_mod, q.shape[-2], k.shape[-2])
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_mods
 

@@ -173,10 +173,14 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
 
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
                        deterministic: bool = False, level: str | None = None, bias=None, score_mod=None,
-                       mask_mod=None):
+                       mask_mod=None, block_mask=None):
     """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
     here yet: `bias` other than None is refused by name (the kernels would recompute P without it).
-    `score_mod`/`mask_mod`: those of the forward (`tessera.runtime.flex`)."""
+    `score_mod`/`mask_mod`/`block_mask`: those of the forward (`tessera.runtime.flex`)."""
+    if block_mask is not None:
+        from tessera.runtime.flex import block_mask_mod
+
+        mask_mod = block_mask_mod("attention_backward", block_mask, mask_mod, q.shape[-2], k.shape[-2])
     if score_mod is not None or mask_mod is not None:
         from tessera.runtime.flex import attention_backward_mods
 

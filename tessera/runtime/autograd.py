@@ -1,11 +1,13 @@
 """Differentiable attention for PyTorch: `tessera.runtime.autograd.attention(q, k, v, ...)`.
 
-    o = attention(q, k, v, causal=False, scale=None, deterministic=False, level=None)
+    o = attention(q, k, v, causal=False, scale=None, deterministic=False, level=None, score_mod=None,
+                  mask_mod=None)
     o.sum().backward()        # q.grad, k.grad, v.grad from tessera.attention_backward
 
 `AttentionFunction` is a `torch.autograd.Function`: its forward runs `tessera.attention(..., return_lse=True)`
 and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `tessera.attention_backward` on
-them and the incoming gradient of O. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
+them and the incoming gradient of O (with FlexAttention's `score_mod` / `mask_mod`, both take them:
+`tessera.runtime.flex`). Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
 in an interpreter on CPU tensors (the same kernels, on NumPy). The forward's `return_lse` is the forward's
 own option (issue 14's LSE output): where `tessera.attention` does not take it, calling this raises the
 TypeError that says so.
@@ -22,13 +24,14 @@ class AttentionFunction(torch.autograd.Function):
     """softmax(q k^T * scale [+ bottom-right causal mask]) v with Tessera's forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level):
+    def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level, score_mod=None, mask_mod=None):
         from tessera.runtime.attention import attention
 
         options = {} if level is None else {"level": level}
-        o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options)
+        mods = {name: fn for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)) if fn is not None}
+        o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options, **mods)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level)
+        ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level, **mods)
         return o
 
     @staticmethod
@@ -37,13 +40,29 @@ class AttentionFunction(torch.autograd.Function):
 
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, o, lse, do.contiguous().to(q.dtype), **ctx.options)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
-              level: str | None = None, bias=None):
+              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
-    (`tessera.attention_backward` takes none)."""
+    (`tessera.attention_backward` takes none), and so is a tensor that requires grad read by `score_mod` or
+    `mask_mod` (a learned bias table: the backward gives no gradient for captured tensors; FlexAttention's
+    Triton backend does), naming it, rather than leave its gradient silently unset. `block_mask`:
+    FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
-    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level)
+    from tessera.variants.rebinding import captured_tensors_requiring_grad
+
+    if block_mask is not None:  # FlexAttention's block mask stands for its mask_mod
+        from tessera.runtime.flex import block_mask_mod
+
+        mask_mod = block_mask_mod("attention", block_mask, mask_mod, q.shape[-2], k.shape[-2])
+
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        names = captured_tensors_requiring_grad(fn) if fn is not None and torch.is_grad_enabled() else []
+        if names:
+            raise ValueError(f"attention: the {kind} reads {', '.join(names)}, which requires grad: the backward gives "
+                             "no gradient for tensors a modifier reads (pass it detached, .detach(), or under "
+                             "torch.no_grad())")
+    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod)

@@ -20,6 +20,7 @@ from tessera.runtime.driver import CudaUnavailable
 from tessera.runtime.launch import run, usable_device
 from tessera.runtime.no_backward import no_backward
 from tessera.variants.index_ranges import check_launch
+from tessera.variants.launch_lists import check_lists_at_launch
 
 
 @no_backward("launch")
@@ -84,6 +85,7 @@ def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipelin
     if sig is not None:  # a wrong call fails before the GPU is asked
         bound = sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
         check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
+        check_lists_at_launch(where, module, bound, dict(zip((a.name for a in sig.inputs), arrays)))
     try:
         usable_device(arrays)  # no GPU, no compile; the message names level= as the CPU alternative
     except CudaUnavailable as error:

@@ -73,6 +73,26 @@ def warp_specialized_refusal(module) -> str | None:
     return _FITS[key]
 
 
+def block_mask_mod(where: str, block_mask, mask_mod, seq_q: int, seq_k: int):
+    """The mask_mod of a call given FlexAttention's `block_mask=` (a `BlockMask` of
+    `tessera.variants.create_block_mask`, or of torch's `create_block_mask`: both remember their mask_mod and
+    lengths) and perhaps `mask_mod=`: the block mask's, whose blocks are made again at the kernel's (kept, as for
+    a mask_mod); a ValueError naming what is wrong where the block mask has no mask_mod, another than `mask_mod`,
+    or lengths other than the call's (its blocks would be another mask's: FlexAttention refuses those too)."""
+    fn = getattr(block_mask, "mask_mod", None)
+    if fn is None or not callable(fn):
+        raise ValueError(f"{where}: block_mask must be a BlockMask made by create_block_mask (it names its "
+                         f"mask_mod); got {type(block_mask).__name__} without one")
+    if mask_mod is not None and mask_mod is not fn:
+        raise ValueError(f"{where}: block_mask was made from another mask_mod than mask_mod=; give one of them")
+    lengths = getattr(block_mask, "seq_lengths", None) or (getattr(block_mask, "seq_q", None),
+                                                             getattr(block_mask, "seq_k", None))
+    if tuple(lengths) != (seq_q, seq_k):
+        raise ValueError(f"{where}: block_mask was made for seq_q {lengths[0]}, seq_k {lengths[1]}; the call has "
+                         f"seq_q {seq_q}, seq_k {seq_k}: make it with create_block_mask for these lengths")
+    return fn
+
+
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     """The arrays the modifiers read, in the kernels' argument order (each once)."""
     arrays: dict[str, np.ndarray] = {}

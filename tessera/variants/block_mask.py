@@ -19,6 +19,8 @@ kernel takes them, in `attention_mods.BLOCK_LISTS` order, as `BlockMask.inputs()
 from __future__ import annotations
 
 from collections.abc import Callable
+import hashlib
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,14 +38,19 @@ VISIT_HEAD = 1 << 16
 shift and a mask."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BlockMask:
     """The classified blocks, `kinds` [batch, heads, ceildiv(seq_q, BM), ceildiv(seq_k, BN)] of EMPTY, PARTIAL,
-    FULL, and the block sizes."""
+    FULL, and the block sizes; from `create_block_mask` also the lengths and the mask_mod they were made for,
+    which the lists `inputs()` and `backward_inputs()` give remember (`made_for`: a launch compares them with
+    its own, `tessera.variants.launch_lists`)."""
 
     kinds: np.ndarray
     block_m: int
     block_n: int
+    seq_q: int | None = None
+    seq_k: int | None = None
+    mask_mod: Callable | None = None
 
     def _lists(self, kind: int) -> tuple[np.ndarray, np.ndarray]:
         chosen = self.kinds == kind
@@ -54,8 +61,18 @@ class BlockMask:
         return counts, indices
 
     def inputs(self) -> list[np.ndarray]:
-        """FULL_KV_NUM_BLOCKS, FULL_KV_INDICES, KV_NUM_BLOCKS, KV_INDICES (int32), the kernel's block-list inputs."""
-        return [*self._lists(FULL), *self._lists(PARTIAL)]
+        """FULL_KV_NUM_BLOCKS, FULL_KV_INDICES, KV_NUM_BLOCKS, KV_INDICES (int32), the kernel's block-list inputs
+        (each remembered as made by this mask, `made_for`, where it knows its lengths)."""
+        return self._made([*self._lists(FULL), *self._lists(PARTIAL)])
+
+    def _made(self, lists: list[np.ndarray]) -> list[np.ndarray]:
+        """`lists`, remembered as made by this mask (`made_for`) where it knows its lengths, with their contents'
+        digest: a list changed in place is no longer what the mask made."""
+        if self.mask_mod is not None:
+            for array in lists:
+                _MADE[id(array)] = (self, _digest(array))
+                weakref.finalize(array, _MADE.pop, id(array), None)
+        return lists
 
     def transposed_inputs(self) -> list[np.ndarray]:
         """The backward's lists (`attention_backward(block_sparse=True)`): per (batch, head, key block) the
@@ -109,7 +126,7 @@ class BlockMask:
         used = np.arange(kinds.shape[-1]) < counts.sum(axis=-1)[..., None]
         first_head = (np.arange(heads_k) * group).reshape(1, -1, 1, 1)  # the absolute head: no add in the kernel
         packed = np.where(used, (first_head + order // n_q) * VISIT_HEAD + order % n_q, 0).astype(np.int32)
-        out = [counts, packed]
+        out = self._made([counts, packed])
         if ranks:
             out.append(np.where(used, np.take_along_axis(rank, order, axis=-1), 0).astype(np.int32))
         return out
@@ -173,4 +190,23 @@ def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, 
         # A block reaching past seq_k is at most partial: a full block is visited with no mask at all.
         all_visible = per_block.all(axis=(2, 4)) & inside.all(axis=1)
         kinds[:, :, i] = np.where(all_visible, FULL, np.where(any_visible, PARTIAL, EMPTY))
-    return BlockMask(kinds, block_m, block_n)
+    return BlockMask(kinds, block_m, block_n, seq_q, seq_k, mask_mod)
+
+
+_MADE: dict[int, tuple[BlockMask, bytes]] = {}
+"""The mask each list array `BlockMask.inputs()` / `backward_inputs()` gave was made by, and the digest of its
+contents then, by the array's id while it lives."""
+
+
+def _digest(array: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(array).view(np.uint8), digest_size=16).digest()
+
+
+def made_for(array: object) -> BlockMask | None:
+    """The `BlockMask` (its lengths and mask_mod) that made `array`, one of its lists, where the array still
+    holds what it made; None for any other array (changed in place, a copy, a list built by hand, a tensor made
+    from one)."""
+    made = _MADE.get(id(array))
+    if made is None or not isinstance(array, np.ndarray) or _digest(array) != made[1]:
+        return None
+    return made[0]

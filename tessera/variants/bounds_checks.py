@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.variants import torch_mods
-from tessera.variants.callables import function_name, method_parts, underlying
+from tessera.variants.callables import compiled_original, function_name, method_parts, underlying
 from tessera.variants.rebinding import rebind_arrays
 from tessera.variants.tracing import ModTraceError
 
@@ -22,7 +22,9 @@ from tessera.variants.tracing import ModTraceError
 def bounds_checked(fn: Callable, kind: str) -> Callable:
     """`fn` with its captured arrays bounds-checked: an integer index outside an array (negative ones too,
     which NumPy would wrap) raises ModTraceError naming the function and the array, as the kernel's gathers
-    would read 0 there. The reference and the host-side block mask call modifiers through this."""
+    would read 0 there. The reference and the host-side block mask call modifiers through this (a
+    `torch.compile`d modifier as the function it wraps, as the tracer reads it)."""
+    fn = compiled_original(fn)
 
     def wrap(name: str, array):
         check = _index_check(fn, kind, name)

@@ -4,7 +4,8 @@ method, a callable object whose class defines `__call__` in Python, or a torch m
 `underlying` finds the Python function such a modifier calls (its code is what the tracer's messages locate),
 `method_parts` splits a method or callable object into that function and its instance (whose arrays
 `tessera.variants.rebinding` captures by attribute name), `function_name` is the name messages use and
-`is_user_function` tells a user's helper (rebound and traced through) from a library's function."""
+`is_user_function` tells a user's helper (rebound and traced through) from a library's function;
+`compiled_original` sees through `torch.compile`."""
 
 from __future__ import annotations
 
@@ -20,10 +21,26 @@ MASK_MOD_ARGS = ("b", "h", "q_idx", "kv_idx")
 """A mask_mod's arguments, in order."""
 
 
-def underlying(fn: Callable) -> Callable:
-    """The function a functools.partial (of a partial ...), a bound method or a callable object calls; `fn`
-    itself otherwise."""
+def compiled_original(fn: object) -> object:
+    """What `torch.compile` wrapped (`@torch.compile` keeps the function as `_torchdynamo_orig_callable`,
+    `torch.compile(module)` the module as `_orig_mod`), through nested compiles; `fn` itself otherwise. A
+    modifier is traced, and the reference calls it, as the function the user wrote: FlexAttention compiles
+    the modifiers inside its own kernel, and the wrapper's machinery is no helper to trace through (walking
+    it for arrays overflowed the stack)."""
     while True:
+        original = getattr(fn, "_torchdynamo_orig_callable", None)
+        if original is None and torch_mods.torch_module() is not None:
+            original = getattr(fn, "_orig_mod", None) if isinstance(fn, torch_mods.torch_module().nn.Module) else None
+        if original is None or not callable(original):
+            return fn
+        fn = original
+
+
+def underlying(fn: Callable) -> Callable:
+    """The function a functools.partial (of a partial ...), a bound method, a callable object or a
+    `torch.compile` wrapper (`compiled_original`) calls; `fn` itself otherwise."""
+    while True:
+        fn = compiled_original(fn)
         if isinstance(fn, functools.partial):
             fn = fn.func
         elif method_parts(fn) is not None:

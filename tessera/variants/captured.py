@@ -99,6 +99,23 @@ class ArrayProxy(ArrayOperand):
             return self._capture.array.searchsorted(v, side, sorter)
         return v._search("np.searchsorted", self, v, side, sorter)
 
+    def to(self, *args, **kwargs) -> ArrayProxy:
+        """`table.to(q_idx.device)` (a device: a torch.device, a string, an index): the same array, which the
+        kernel reads where the launch puts it; a dtype (`.to(torch.float32)`) is refused by name."""
+        torch = torch_mods.torch_module()
+        for arg in (*args, *kwargs.values()):
+            if not (isinstance(arg, (str, int)) or torch is not None and isinstance(arg, torch.device)) \
+                    or isinstance(arg, bool):
+                raise self._tracing.refuse(f".to({arg!r}) of the captured array {self._capture.name} (a device "
+                                           "move reads the same array; convert its type outside the modifier)")
+        return self
+
+    def cpu(self) -> ArrayProxy:
+        return self
+
+    def cuda(self, *args, **kwargs) -> ArrayProxy:
+        return self
+
     def __getattr__(self, name: str):
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.variants import torch_mods
-from tessera.variants.callables import function_name, instance_attributes, is_user_function, method_parts, underlying
+from tessera.variants.callables import (compiled_original, function_name, instance_attributes, is_user_function,
+                                        method_parts, underlying)
 from tessera.variants.tracing import ModTraceError
 
 
@@ -86,7 +87,9 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
     Python functions it captures (a helper, the parts of a composed mask, also in a tuple or list) are rebound
     the same way, so compositions trace; a functools.partial is rebound as its function and the arguments it
     binds; a callable object (a class with a Python `__call__`) or a bound method as its function given a copy
-    of the instance whose arrays are wrapped (`_rebound_instance`). Everything else is unchanged."""
+    of the instance whose arrays are wrapped (`_rebound_instance`); a `torch.compile` wrapper as what it wraps.
+    Everything else is unchanged."""
+    fn = compiled_original(fn)
     if not isinstance(underlying(fn), types.FunctionType):
         raise ModTraceError(f"a score_mod or mask_mod must be a Python function (def, lambda, functools.partial "
                             f"of one, or an object whose class defines __call__ in Python); got "
@@ -135,3 +138,17 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
     copy.__qualname__ = fn.__qualname__
     return copy
 
+
+
+def captured_tensors_requiring_grad(fn: Callable) -> list[str]:
+    """The names of the torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad: a
+    learned table the backward gives no gradient for (`tessera.runtime.autograd.attention` refuses them)."""
+    names: list[str] = []
+
+    def note(name: str, array):
+        if torch_mods.is_tensor(array) and array.requires_grad and name not in names:
+            names.append(name)
+        return array
+
+    rebind_arrays(fn, note)
+    return names

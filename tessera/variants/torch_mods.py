@@ -264,9 +264,19 @@ TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "r
                   "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square", "fmod",
                   "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
                   "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
-                  "new_zeros", "new_full")
+                  "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt", "ge", "eq",
+                  "ne", "sigmoid", "relu", "rsqrt", "masked_fill")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
-`b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts)."""
+`b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts, `score.mul(0.5)`, `q_idx.ge(kv_idx)`,
+`score.masked_fill(q_idx < kv_idx, -inf)`)."""
+
+_COMPOSED_FUNCTIONS = {
+    "sigmoid": lambda x: 0.5 * np.tanh(0.5 * x) + 0.5,  # tanh's form: no exp(-x) overflowing, no inf / inf in d/dx
+    "relu": lambda x: np.maximum(x, 0),
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+}
+"""torch functions (and tensor methods) traced as a few NumPy operations of the tracer's: torch.sigmoid
+(also `torch.nn.functional.sigmoid`), torch.relu (`F.relu`), torch.rsqrt."""
 
 TRACED_ATTRIBUTES = {
     "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
@@ -401,6 +411,14 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
         x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)
         return traced._round(rounding, x, decimals or 0)
+    composed = _COMPOSED_FUNCTIONS.get(name)
+    functional = getattr(torch.nn.functional, name, None)  # F.relu(x, inplace=False) comes here as itself
+    if composed is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None), functional) \
+            and kwargs in ({}, {"inplace": False}) and len(args) == 1:
+        return composed(args[0])
+    if func in (torch.masked_fill, torch.Tensor.masked_fill):  # not in place: torch.where(mask, value, x)
+        x, mask, value = _positional(traced, name, args, kwargs, ("input", "mask", "value"))
+        return traced._where(mask, value, x)
     expanded = _EXPANDED_FUNCTIONS.get(name)
     if expanded is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) \
             and not kwargs and len(args) == 1:

@@ -34,7 +34,7 @@ arithmetic on booleans (`==`, `!=` and `^` of two booleans are their logic), `//
 indexed by a traced value that is not a captured array of the modifier itself, `math.sqrt`, `math.floor` and
 the other math functions of a traced value and `round()` (they take Python numbers, and fail on the
 reference's NumPy grids too: write np.floor, np.round, ...), a generator or async function, an assignment into a
-captured array.
+captured array, a random draw (`tessera.variants.randomness`).
 
 A modifier may be a function, a functools.partial of one, a bound method, a callable object whose class defines
 `__call__` in Python, or a torch module (its `forward`): an instance's arrays are captured by attribute name.
@@ -48,6 +48,7 @@ Where each part lives (all in `tessera.variants`):
 - `captured`: the proxies of captured arrays (gathers and their reads);
 - `callables`: what a modifier may be and its name; `rebinding`: a copy of it reading its arrays through a
   wrapper (the proxies when traced);
+- `randomness`: the random draws a modifier makes while traced, which the tracer refuses;
 - `bounds_checks`: a modifier whose array reads are bounds-checked (the reference and the block mask call it so);
 - `fingerprint`: the key of what a modifier reads, by which `trace_mod` keeps its traces.
 """
@@ -60,10 +61,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from tessera.variants import searches, torch_mods
-from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, function_name, underlying
+from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, compiled_original, function_name, underlying
 from tessera.variants.captured import ArrayProxy, Capture
 from tessera.variants.fingerprint import fingerprint
 from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Count, Node, Read
+from tessera.variants.randomness import watching_draws
 from tessera.variants.rebinding import rebind_arrays
 from tessera.variants.traced import Traced
 from tessera.variants.tracing import UNCAPTURED, ModTraceError, Tracing
@@ -121,6 +123,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
         raise ValueError(f"kind must be score_mod or mask_mod; got {kind!r}")
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
+    fn = compiled_original(fn)  # @torch.compile: the function the user wrote
     key = fingerprint(fn)
     if key is None:
         return _trace(fn, kind)
@@ -163,14 +166,19 @@ def _trace(fn: Callable, kind: str) -> Trace:
     except TypeError as error:
         raise ModTraceError(f"{kind} '{function_name(fn)}' cannot be called with a {kind}'s {len(names)} arguments "
                             f"({', '.join(names)}): {error}") from None
+    draws: list[tuple[str, str]] = []
     try:
-        result = traced_fn(*args)
+        with watching_draws(fn, tracing.where) as draws:
+            result = traced_fn(*args)
     except ModTraceError:
+        _refuse_draws(kind, fn, draws)  # refused first: what follows a draw may fail on its value
         raise
     except Exception as error:  # e.g. NumPy refusing a traced index: name where it happened
+        _refuse_draws(kind, fn, draws)
         what = (UNCAPTURED if isinstance(error, IndexError) and "valid indices" in str(error)
                 else f"it: {type(error).__name__}: {error}")
         raise ModTraceError(f"{kind} '{function_name(fn)}' at {_user_line(error)}: cannot trace {what}") from None
+    _refuse_draws(kind, fn, draws)
     node = args[0]._lift(result) if not isinstance(result, Traced) else result.node
     if kind == "mask_mod" and node.dtype != BOOL:
         raise ModTraceError(f"mask_mod '{function_name(fn)}' returns a {node.dtype} value; a mask_mod returns a "
@@ -180,6 +188,15 @@ def _trace(fn: Callable, kind: str) -> Trace:
             raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
     return Trace(fn, node, list(tracing.arrays.values()), tracing.reads, tracing.counts)
+
+
+def _refuse_draws(kind: str, fn: Callable, draws: list[tuple[str, str]]) -> None:
+    """The ModTraceError refusing the first random draw the modifier made while traced, if it made one."""
+    if draws:
+        source, where = draws[0]
+        raise ModTraceError(f"{kind} '{function_name(fn)}' at {where}: cannot trace a random draw ({source}): the "
+                            "kernel would hold the one value drawn while tracing; draw a table outside the "
+                            "modifier and read it")
 
 
 def _user_line(error: BaseException) -> str:

@@ -313,6 +313,10 @@ class Traced:
     def __index__(self):
         raise self._tracing.refuse(UNCAPTURED)
 
+    def __setitem__(self, index, value):
+        raise self._tracing.refuse("an assignment into a traced value (score[...] = ...: in-place writes; "
+                                   "return np.where(condition, value, score) or torch.where)")
+
     def __int__(self):
         raise self._tracing.refuse("int() of a traced value (write x.astype(int))")
 
