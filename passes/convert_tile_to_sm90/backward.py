@@ -36,8 +36,8 @@ Register tiles must all have the block's rows (`_block_rows`), so the main kerne
 from __future__ import annotations
 
 from xdsl.dialects import arith, vector
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr, VectorType, f32, i1, i32
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr, VectorType, f32, i32
+from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects import sm90_reductions as reductions

@@ -11,7 +11,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
-from tessera.dialects import sm90, tile
+from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from here)
 from tessera.sm90 import facts

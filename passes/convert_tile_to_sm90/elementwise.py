@@ -27,13 +27,12 @@ truncated to i32). The error bounds of the approximate instructions are in `tess
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, vector
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, UnitAttr, f32, i32
+from xdsl.dialects.builtin import Float32Type, IndexType, UnitAttr, f32, i32
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.lowering.emitter import Emitter
-from tessera.lowering.fragments import AccumulatorLayout
 from tessera.numerics import exact_reciprocal, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
                                                         refuse, constant_f32, constant_i32)

@@ -55,9 +55,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     refuse,
     ColumnIota,
     Scaled,
-    PendingMma,
     Group,
-    LoopInfo,
     SharedMemoryError,
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering

@@ -13,7 +13,6 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     VectorType,
     i32,
-    i64,
 )
 from xdsl.ir import Operation, SSAValue
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerType, IndexType
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import sm90
 from tessera.ir.walk import walk_ops

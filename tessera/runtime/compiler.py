@@ -21,7 +21,6 @@ import hashlib
 import importlib.util
 import json
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
