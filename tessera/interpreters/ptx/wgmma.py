@@ -33,10 +33,19 @@ _PLANS_KEPT = 64
 
 
 @lru_cache(maxsize=None)
-def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
+def _fragment_pairs(n: int) -> np.ndarray:
+    """For m64nNk*: thread t's accumulator elements 2p and 2p + 1 (p < N/4) are the pair of D elements at
+    position `pairs[t * N / 4 + p]` of D's elements taken two at a time (row-major): every element pair of a
+    thread is two adjacent columns starting at an even one (`facts.accumulator_coords`: col = 8(v >> 2) + 2c +
+    (v & 1)), so the fragment order is a gather of 16-byte pairs, half the elements of a gather by element."""
     v = np.arange(n // 2)
-    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
-
+    rows, cols = facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+    element = (rows * n + cols).reshape(-1)
+    first, second = element[0::2], element[1::2]
+    assert (first % 2 == 0).all() and (second == first + 1).all(), "a thread's element pairs are column pairs"
+    pairs = first // 2
+    pairs.setflags(write=False)
+    return pairs
 
 
 def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
@@ -114,8 +123,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
-    rows, cols = _accumulator_coords(n)
-    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
+    pairs = _fragment_pairs(n)  # thread t's elements 2p, 2p + 1: pair pairs[t * n / 4 + p] of D
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
@@ -175,14 +183,18 @@ def _wgmma_async(ops: Operands, inst, mods):
         else:
             a_stack = descriptor_tiles(m, plan.a_tiles, a_name)
         b_stack = descriptor_tiles(m, plan.b_tiles, b_name)
-        if plan.b_index is not None:
+        if plan.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
+            a_stack = a_stack.reshape(len(b_stack), -1, a_stack.shape[2])
+        elif plan.b_index is not None:
             b_stack = b_stack[plan.b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
-        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
-        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
+        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))  # [warpgroups (or their runs), rows, N]
+        # [lanes, elements] in fragment order: the float64 pairs moved as one 16-byte item each (bits kept)
+        product = np.take(d.reshape(len(starts), -1).view(np.complex128), pairs, axis=1).view(np.float64)
+        product = product.reshape(len(lanes), -1)
         if in_place and (accumulate.all() or not accumulate.any()):
             if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
                 viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma

@@ -96,7 +96,8 @@ class ReadPlan(NamedTuple):
     descriptor, then A per warpgroup); `checks` and `records`, the same reads for
     `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
     `a_tiles` and `b_tiles`, `tile_gathers` of the A and B reads; `b_index`, each warpgroup's B read (None
-    when each warpgroup has its own)."""
+    when each warpgroup has its own); `b_run`, r > 1 when each B read is that of r consecutive warpgroups (the
+    consumers of a CTA sharing its K tile: their A tiles stacked are one product with it), else 1."""
 
     requests: list[tuple]
     checks: list[tuple] | None
@@ -104,6 +105,7 @@ class ReadPlan(NamedTuple):
     a_tiles: tuple | None
     b_tiles: tuple | None
     b_index: np.ndarray | None
+    b_run: int = 1
 
 
 def plan_reads(m: Machine, requests: list[tuple], b_index: list[int]) -> ReadPlan:
@@ -123,8 +125,11 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int]) -> ReadPla
     records = landed_records(m, [(q[0], read[2][6], read[0]) for q, read in zip(requests, reads)])
     a_reads = [read for q, read in zip(requests, reads) if q[5] == "A"]
     b_reads = [read for q, read in zip(requests, reads) if q[5] == "B"]
+    b_run = len(b_index) // max(len(b_reads), 1)
+    if b_run < 2 or b_index != [i // b_run for i in range(len(b_index))]:
+        b_run = 1
     return ReadPlan(requests, checks, records, tile_gathers(m, a_reads) if a_reads else None,
-                    tile_gathers(m, b_reads), np.array(b_index) if len(b_reads) != len(b_index) else None)
+                    tile_gathers(m, b_reads), np.array(b_index) if len(b_reads) != len(b_index) else None, b_run)
 
 
 def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
