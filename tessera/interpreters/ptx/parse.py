@@ -72,8 +72,8 @@ def parse_ptx(text: str, source: str = "<ptx>") -> Module:
     if (bad := _NOT_PTX_TEXT.search(text)) is not None:
         line = text.count("\n", 0, bad.start()) + 1
         column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise syntax_error(text, source, f"character U+{ord(bad.group()):04X} is not ASCII (ptxas refuses it anywhere, "
-                                   "comments included)", line, column)
+        raise syntax_error(text, source, f"character U+{ord(bad.group()):04X} is not ASCII (ptxas refuses it "
+                                         "anywhere, comments included)", line, column)
     return _Parser(text, source).module()
 
 
