@@ -181,11 +181,11 @@ def step_kind_rows(args, top: int = 25) -> None:
     `args.repeats` launches after two untimed ones (decode and planning excluded), against the launch's total."""
     from collections import Counter, defaultdict
 
-    from tessera.interpreters.ptx import launcher
+    from tessera.interpreters.ptx import launch_setup
 
     seconds: dict[str, float] = defaultdict(float)
     steps: Counter = Counter()
-    install = launcher.async_checks.install
+    install = launch_setup.async_checks.install
 
     def timed_install(machine, decoded):
         result = install(machine, decoded)
@@ -214,7 +214,7 @@ def step_kind_rows(args, top: int = 25) -> None:
             seconds["fused blocks"] += time.process_time() - start
             steps["fused blocks"] += 1
 
-    launcher.async_checks.install = timed_install
+    launch_setup.async_checks.install = timed_install
     fuse.Block.run = timed_block
     best = None
     try:
@@ -225,7 +225,7 @@ def step_kind_rows(args, top: int = 25) -> None:
                 best = (total, dict(seconds), dict(steps))
         args.repeats = repeats
     finally:
-        launcher.async_checks.install = install
+        launch_setup.async_checks.install = install
         fuse.Block.run = block_run
     total, times, counts = best
     print(f"flash d{args.head_dim}, grid of {args.seq_q // 128} CTAs (seq_q {args.seq_q}, seq_k {args.seq_k}): "

@@ -142,8 +142,8 @@ def test_blocks_stop_at_branch_targets_and_special_registers():
     module = parse_ptx(text)
     entry = module.entries["k"]
     mid = next(i for i, inst in enumerate(entry.instructions) if inst.opcode == "bra") + 1
-    from tessera.interpreters.ptx.launch_setup import _setup
-    run = _setup(module, "k", 1, 32, [np.zeros((32, 32), np.uint32)] * 2 + [np.uint32(1)], 0, "<ptx>",
+    from tessera.interpreters.ptx.launch_setup import setup_launch
+    run = setup_launch(module, "k", 1, 32, [np.zeros((32, 32), np.uint32)] * 2 + [np.uint32(1)], 0, "<ptx>",
                  1000, None, None, None, False, True)
     blocks = run.scheduler.fusion.blocks
     assert blocks and any(b.start == mid for b in blocks)

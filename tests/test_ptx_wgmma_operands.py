@@ -1,7 +1,8 @@
 """How the PTX executor's wgmma moves its data: operands gathered for every CTA of a batch at once, a 16-byte
 chunk at a time (`wgmma_operands.descriptor_tiles`), and the accumulators updated where they lie
 (`wgmma._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
-float64, rounding and scatter, special values included."""
+float64, rounding and scatter, special values included; the product taken with its rows and columns in thread
+order (`wgmma.thread_order`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
-from tessera.interpreters.ptx.wgmma import _accumulate_fragments
-from tessera.interpreters.ptx.wgmma_operands import descriptor_bytes, descriptor_tiles, tile_gathers
+from tessera.interpreters.ptx.wgmma import _accumulate_fragments, fragment_order, thread_order
+from tessera.interpreters.ptx.wgmma_operands import (descriptor_bytes, descriptor_tiles, register_operands,
+                                                     tile_gathers)
 from tessera.sm90 import facts
 
 
@@ -33,18 +35,38 @@ def test_lane_rows_refuses_irregular_runs(lanes):
     assert lane_rows(np.zeros((12, 2)), np.array(lanes)) is None
 
 
+@pytest.mark.parametrize("n", [8, 64, 176, 256])
+def test_product_in_thread_order_is_the_fragments(n):
+    """A x B with A's rows and B's rows (D's columns) gathered in `thread_order`, then `fragment_order`: thread t's
+    element v is D[row, col] of `facts.accumulator_coords`; the register A tile gathered in that order too."""
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal((2, 64, 16)), rng.standard_normal((2, n, 16))
+    rows, columns = thread_order(n)
+    fragments = fragment_order(np.matmul(a[:, rows], b[:, columns].transpose(0, 2, 1)))
+    d = np.matmul(a, b.transpose(0, 2, 1))
+    row, col = facts.accumulator_coords(np.arange(n // 2)[None, :], np.arange(128)[:, None])
+    assert np.array_equal(fragments.reshape(2, 128, n // 2), d[:, row, col])
+    words = rng.integers(0, 1 << 32, (2, 128, 4), dtype=np.uint64).astype(np.uint32)
+    with np.errstate(invalid="ignore"):  # some words are NaN patterns
+        tiles, ordered = register_operands(words, "bf16"), register_operands(words, "bf16", tuple(rows.tolist()))
+    assert np.array_equal(ordered, tiles[:, rows], equal_nan=True)
+
+
 @pytest.mark.parametrize("accumulate", [True, False])
 def test_accumulate_in_place_is_the_gathered_update(accumulate):
-    registers, ctas, threads = 32, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
+    n, ctas, threads = 64, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
+    registers = n // 2
     lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
     rng = np.random.default_rng(1)
-    product = rng.standard_normal((len(lanes), registers)) * np.exp2(rng.integers(-160, 130, (1, registers)))
-    product[0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    columns = np.exp2(rng.integers(-160, 130, (1, 1, n)))
+    product = rng.standard_normal((len(lanes) // 128, 64, n)) * columns  # D' of each warpgroup (`thread_order`)
+    product[0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
     block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
     block[lanes[1], :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
     expected = block.copy()
+    fragments = fragment_order(product)
     with np.errstate(over="ignore", invalid="ignore"):  # values past f32 round to inf in both
-        expected[lanes] = (product + block[lanes].astype(np.float64) if accumulate else product).astype(np.float32)
+        expected[lanes] = (fragments + block[lanes].astype(np.float64) if accumulate else fragments).astype(np.float32)
         _accumulate_fragments(product, lane_rows(block.view(np.uint32), lanes).view(np.float32), accumulate)
     assert np.array_equal(block.view(np.uint32), expected.view(np.uint32))
 

@@ -10,7 +10,7 @@ import numpy as np
 from tessera.interpreters.ptx.asynchrony import AsyncTracker
 from tessera.interpreters.ptx.decode import Step
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ptx.wgmma_tracking import WgmmaRoles, _registers, _wgmma_roles
+from tessera.interpreters.ptx.wgmma_tracking import WgmmaRoles, named_registers, wgmma_roles
 
 _NO_ROLES = WgmmaRoles({}, (), (), "")  # an instruction that is no wgmma.mma_async
 
@@ -59,12 +59,12 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
     watched: set[str] = set()
     for step in steps:
         if step.inst.opcode == "wgmma":
-            watched.update((_wgmma_roles(step.inst) or _NO_ROLES).kinds)
+            watched.update((wgmma_roles(step.inst) or _NO_ROLES).kinds)
     result = []
     for step in steps:
         inst = step.inst
-        roles = _wgmma_roles(inst) if inst.opcode == "wgmma" else None
-        names = tuple(sorted(_registers(inst) & watched)) if watched else ()
+        roles = wgmma_roles(inst) if inst.opcode == "wgmma" else None
+        names = tuple(sorted(named_registers(inst) & watched)) if watched else ()
         before = after = None
         if names and inst.opcode != "wgmma":
             def before(sel, inst=inst, names=names, touched=frozenset(names)):

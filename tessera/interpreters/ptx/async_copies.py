@@ -119,8 +119,7 @@ class AsyncCopies:
         where = index if span is None else span
         self.state[where] = FLIGHT
         self.tag[where] = ident
-        self._forget_ranges(where)
-        self.hb.async_written(where)
+        self._forget_ranges(where)  # (`async_write` cleared the bytes' generic records)
         if state.pending == 0:
             self.wake(key)
 

@@ -92,16 +92,35 @@ class AsyncRecords:
         path as on the byte path, judges by it."""
         clocks = self.clock[lanes].max(axis=0)[None] if known is None else known[None]
         self._after_async_reads(inst, lanes[:1], flat[None, :], what, clocks, span)
+        if not (self.races and flat.size and span is not None):
+            self._async_write_checks(inst, lanes, flat, what, known, clocks)
+            self.async_written(flat if span is None else span)
+            return
+        # a range: its records read as a range, and cleared only where some are (a refill of a slot whose bytes no
+        # generic access touched since the last copy, the main loop's, clears nothing)
+        index, rows = flat[None, :], None if known is None else clocks
+        read, written = self.reads.any_in(span), self.w_clock[span].any()
+        if read:
+            self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
+        if written:
+            self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes", rows)
+        self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
+        if read:
+            self.reads.clear(span)
+        if written:
+            self.w_clock[span] = 0
+        if self.peer_read_any:
+            self.peer_reads.clear(span)
+
+    def _async_write_checks(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, known, clocks) -> None:
+        """`async_write`'s generic checks of the bytes `flat`, byte by byte."""
         if self.races and flat.size:
             index = flat[None, :]
             rows = None if known is None else clocks
-            if span is None or self.reads.any_in(span):
-                self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
-            if span is None or self.w_clock[span].any():
-                self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
-                            rows)
+            self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
+            self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes",
+                        rows)
             self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
-        self.async_written(flat if span is None else span)
 
     def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
                            span: slice | None = None) -> None:

@@ -121,12 +121,35 @@ def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np
     return offsets, valid, layout if np.array_equal(box, offsets[valid]) else None
 
 
+def _box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.ndarray, box) -> np.ndarray:
+    """The bytes a load of the box reads (row-major; elements outside the tensor filled, `_oob_fill`), a copy
+    of global memory as it is now: the `StridedBox` `box` of the elements inside read as a strided view, else
+    (`box` None) gathered by `offsets`. Read-only: the copies of one box by several CTAs of a step share it."""
+    e = tmap.spec.element_bytes
+    if box is not None and valid.all():  # the whole box lies in the tensor (mostly)
+        data = box.view(m.memory.buffer).flatten()
+    elif box is not None:  # the tensor's edge clips the box: the elements inside are the box's rows of `valid`
+        data = np.empty((len(offsets), e), np.uint8)
+        data[:] = _oob_fill(tmap.spec)
+        data[valid] = box.view(m.memory.buffer).reshape(-1, e)
+        data = data.reshape(-1)
+    else:
+        data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
+        if not valid.all():
+            data = np.where(valid[:, None], data, _oob_fill(tmap.spec)).astype(np.uint8)
+        data = data.reshape(-1)
+    data.setflags(write=False)
+    return data
+
+
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
-              slot: int | None = None, barrier: int | None = None, combine=None):
+              slot: int | None = None, barrier: int | None = None, combine=None, loaded: dict | None = None):
     """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
     thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
     shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
-    `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor."""
+    `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor.
+    `loaded`: the boxes' data read by the step so far ((map, coords) -> `_box_data`): the CTAs of a batch
+    loading the same K or V tile read global memory once (nothing writes it between their copies)."""
     slot = int(m.lane_cta[lane]) if slot is None else slot
     tmap = _tensor_map(m, inst, lane, map_address)
     spec = tmap.spec
@@ -134,7 +157,8 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         raise m.error(inst, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", lane)
     if smem % facts.TMA_SMEM_ALIGNMENT:
         raise m.error(inst, f"shared address {smem:#x} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned", lane)
-    if load and (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
+    if load and serving_checks.active() and \
+            (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
         raise m.error(inst, problem, lane)
     e = spec.element_bytes
     offsets, valid, layout = _box_offsets(spec, tuple(coords))
@@ -148,11 +172,12 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
-        if valid.all():  # the whole box lies in the tensor (mostly)
-            data = box.view(m.memory.buffer).flatten()  # a copy: the data as it is at issue
-        else:
-            data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
-            data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8).reshape(-1)
+        key = (map_address, tuple(coords))
+        data = None if loaded is None else loaded.get(key)
+        if data is None:
+            data = _box_data(m, tmap, offsets, valid, box)  # a copy: the data as it is at issue
+            if loaded is not None:
+                loaded[key] = data
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
@@ -162,15 +187,13 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
-        data = m.memory.buffer[global_index]
-        if inside is not global_index:
-            data = np.where(valid[:, None], data, _oob_fill(spec)).astype(np.uint8)
+        data = _box_data(m, tmap, offsets, valid, None)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
                                       mbarrier._state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data.reshape(-1), span, None if chunks is None else (base, chunks))
+        m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
@@ -273,6 +296,7 @@ def decode_bulk(ops: Operands, inst, mods):
         else:
             sources = np.broadcast_to(np.asarray(global_address(sel), np.int64), lanes.shape)
             sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
+        loaded: dict = {}  # the boxes this step read (`_tma_lane`)
         issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
                                   *([np.broadcast_to(np.asarray(barriers, np.int64), lanes.shape)] if load else []),
                                   *([masks] if mask is not None else []))
@@ -295,7 +319,8 @@ def decode_bulk(ops: Operands, inst, mods):
                 for slot, destination, target_barrier in targets if load else ():
                     own = barrier is not None and slot == int(m.lane_cta[lane])  # where the issuer sees it end
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
-                                       destination & _OFFSET_MASK, load, slot, target_barrier if own else None)
+                                       destination & _OFFSET_MASK, load, slot, target_barrier if own else None,
+                                       loaded=loaded)
                     if barrier is not None:
                         m.tracker.issue(inst, lane, target_barrier, nbytes, "TMA load")
             else:

@@ -15,10 +15,10 @@ from tessera.interpreters.byte_box import box_offsets, box_view
 WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
 """How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
 the async proxy (TMA and bulk copies); a bulk reduction (async proxy, element-wise atomic)."""
-_STRONG = np.array([False, False, True, True, False, True])
-_WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
-_ASYNC = np.array([False, False, False, False, True, True])
-_PROXY = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
+IS_STRONG = np.array([False, False, True, True, False, True])
+IS_WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
+IS_ASYNC = np.array([False, False, False, False, True, True])
+PROXY_NAMES = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
           STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy",
           ASYNC_REDUCE: "the async proxy (bulk reduction)"}
 _SCOPES = {"cta": STRONG_CTA}
@@ -75,7 +75,7 @@ def _runs(box: StridedBox) -> tuple[np.ndarray, int]:
     return starts, width
 
 
-def _put(array: np.ndarray, where, value) -> None:
+def put_at(array: np.ndarray, where, value) -> None:
     """array[where] = value, `where` an index or a `StridedBox`."""
     if isinstance(where, StridedBox):
         where.view(array)[...] = value
@@ -83,6 +83,6 @@ def _put(array: np.ndarray, where, value) -> None:
         array[where] = value
 
 
-def _uniform(values: np.ndarray) -> bool:
+def is_uniform(values: np.ndarray) -> bool:
     """Whether every element of `values` (not empty) is the same."""
     return bool(values.min() == values.max())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import _ASYNC, _PROXY, _STRONG, _uniform, _WIDE
+from tessera.interpreters.ptx.global_accesses import IS_ASYNC, PROXY_NAMES, IS_STRONG, is_uniform, IS_WIDE
 
 
 class GlobalRaceChecks:
@@ -70,7 +70,7 @@ class GlobalRaceChecks:
         rank, tid = who >> 16, (who >> 3) & 0x1FFF
         ordered = np.zeros(len(who), bool)
         ranks = self.lane_rank[lanes] + 1
-        for r in [int(ranks[0])] if ranks[0] == ranks[-1] and _uniform(ranks) else np.unique(ranks).tolist():
+        for r in [int(ranks[0])] if ranks[0] == ranks[-1] and is_uniform(ranks) else np.unique(ranks).tolist():
             hit = rank == r
             if hit.any():
                 ordered[hit] = hb.clock[lanes[ranks == r]].max(axis=0)[tid[hit]] >= epoch[hit]
@@ -100,7 +100,7 @@ class GlobalRaceChecks:
         acquire)."""
         table = self.records["write"]
         who = table["who"][index]
-        generic = (who != 0) & ~_ASYNC[who & 7]
+        generic = (who != 0) & ~IS_ASYNC[who & 7]
         if not generic.any():
             return
         hb = self.m.tracker.hb
@@ -119,7 +119,7 @@ class GlobalRaceChecks:
         i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
         b = int(index[i, j])
         raise self.m.tracker.hb.hazard(
-            inst, f"reads {self.where(b)} through {_PROXY[kind]}, which the instruction at line "
+            inst, f"reads {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line "
                   f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
                   "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
                   "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
@@ -137,10 +137,10 @@ class GlobalRaceChecks:
         b = int(flat[order[twice[0]]])
         lane, other = int(lanes[second]), int(lanes[first])
         raise self.m.tracker.hb.hazard(
-            inst, f"writes {self.where(b)} through {_PROXY[kind]}, which the instruction at line {inst.line} "
+            inst, f"writes {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line {inst.line} "
                   f"({self.describe(int(self.lane_rank[other]), other % self.m.threads)}) wrote through "
-                  f"{_PROXY[kind]} at once, and no synchronisation orders the two (race: two threads store to one "
-                  "location in one instruction)", lane)
+                  f"{PROXY_NAMES[kind]} at once, and no synchronisation orders the two (race: two threads store to "
+                  "one location in one instruction)", lane)
 
     def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
         """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
@@ -152,8 +152,8 @@ class GlobalRaceChecks:
         other_kind = who & 7
         same = rank == mine
         ordered = self._ordered(lanes, who, epoch)
-        strong = _STRONG[kind] & _STRONG[other_kind] & (_ASYNC[kind] == _ASYNC[other_kind]) & \
-            (same | (_WIDE[kind] & _WIDE[other_kind]))
+        strong = IS_STRONG[kind] & IS_STRONG[other_kind] & (IS_ASYNC[kind] == IS_ASYNC[other_kind]) & \
+            (same | (IS_WIDE[kind] & IS_WIDE[other_kind]))
         racing = (rank > 0) & ~ordered & ~strong
         if not racing.any():
             return
@@ -167,10 +167,10 @@ class GlobalRaceChecks:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
                        "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
                        "strong read then fence.acq_rel) on one location, and there is none")
-        raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {_PROXY[kind]}, which the instruction "
-                                             f"at line {int(line[i, j])} ({self.describe(r, t)}) {did} through "
-                                             f"{_PROXY[int(other_kind[i, j])]}, and no synchronisation orders the two "
-                                             f"(race: {missing})", int(lanes[i]))
+        raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {PROXY_NAMES[kind]}, which the "
+                                             f"instruction at line {int(line[i, j])} ({self.describe(r, t)}) {did} "
+                                             f"through {PROXY_NAMES[int(other_kind[i, j])]}, and no synchronisation "
+                                             f"orders the two (race: {missing})", int(lanes[i]))
 
     def where(self, flat: int) -> str:
         """'global address 0x.. (argument k (name) at byte offset o)' of a flat position of global memory."""

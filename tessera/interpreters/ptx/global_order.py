@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox, _ASYNC, _put, _STRONG, _uniform
+from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, IS_ASYNC, IS_STRONG, StridedBox, is_uniform,
+                                                      put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 
@@ -118,9 +119,9 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind, side)
         if write and self.read_set is not None:
             self._check_sets(inst, lanes, index, kind)
-        if write and not _STRONG[kind] and len(lanes) > 1:
+        if write and not IS_STRONG[kind] and len(lanes) > 1:
             self._check_together(inst, lanes, index, kind)
-        if _ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
+        if IS_ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
             self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
@@ -161,7 +162,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         read = self._table("read")
         who, epoch, line = (box.view(read[f]) for f in self.FIELDS)
         ids = None if self.read_set is None else box.view(self.read_set)
-        if not (_uniform(who) and _uniform(epoch) and _uniform(line) and (ids is None or _uniform(ids))):
+        if not (is_uniform(who) and is_uniform(epoch) and is_uniform(line) and (ids is None or is_uniform(ids))):
             self.access(inst, lanes, box.index(), False, kind)
             return
         mine = int(self.lane_who[lane]) | kind
@@ -222,11 +223,11 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             if s or self.read_set is not None:
                 if self.read_set is None:
                     self.read_set = np.zeros(self.size, np.int32)
-                _put(self.read_set, box, s)
+                put_at(self.read_set, box, s)
             if not s:
                 read = self._table("read")
                 for field, value in zip(self.FIELDS, (who, epoch, line)):
-                    _put(read[field], box, value)
+                    put_at(read[field], box, value)
             if until is not None:
                 self._put_until(box, *until)
 
@@ -252,7 +253,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                           "phase": np.zeros(self.size, np.int64), "line": np.zeros(self.size, np.int32)}
         # phase + 1 (0: no load reads the byte): zeroed pages cost nothing until touched
         for field, value in (("who", who), ("barrier", barrier), ("phase", phase + 1), ("line", line)):
-            _put(self.until[field], flat, value)
+            put_at(self.until[field], flat, value)
 
     def _check_until(self, inst, lanes: np.ndarray, index: np.ndarray) -> np.ndarray | None:
         """A write of `index` [lanes, bytes] by threads of the CTA whose TMA load reads them: the writer must have
@@ -294,21 +295,21 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             if self.read_set is None:
                 self.read_set = np.zeros(self.size, np.int32)
             s0, pw, pe, pl = self.read_set[row], read["who"][row], read["epoch"][row], read["line"][row]
-            if _uniform(s0) and _uniform(pw) and _uniform(pe) and _uniform(pl):
+            if is_uniform(s0) and is_uniform(pw) and is_uniform(pe) and is_uniform(pl):
                 s = int(s0[0])
                 self._read_into(row, s, 0 if s else int(pw[0]), 0 if s else int(pe[0]), int(pl[0]), lanes,
                                 who[:, 0], epochs[:, 0], inst.line)
                 return
         prev_who, prev_epoch = read["who"][index], read["epoch"][index]
         ids = self.read_set[index] if self.read_set is not None else None
-        if len(lanes) == 1 and _uniform(prev_who) and _uniform(prev_epoch) and (ids is None or _uniform(ids)):
+        if len(lanes) == 1 and is_uniform(prev_who) and is_uniform(prev_epoch) and (ids is None or is_uniform(ids)):
             # one thread's bytes (a TMA box, a bulk copy) all read by the same readers before: one decision
             s, pw, pe = (0 if ids is None else int(ids[0, 0])), int(prev_who[0, 0]), int(prev_epoch[0, 0])
             if not s and (not pw or self._ordered(lanes, prev_who[:, :1], prev_epoch[:, :1])[0, 0]):
                 read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
                 return
             lines = read["line"][index]
-            if _uniform(lines):
+            if is_uniform(lines):
                 if self.read_set is None:
                     self.read_set = np.zeros(self.size, np.int32)
                 self._read_into(index.reshape(-1), s, 0 if s else pw, 0 if s else pe, int(lines[0, 0]), lanes,
@@ -365,10 +366,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         `prev_who` at `prev_epoch`, line `prev_line`), are read by `lanes` (as `who` at `epochs`) at `line`."""
         read = self.records["read"]
         new = self._next_set(s, prev_who, prev_epoch, prev_line, lanes, who, epochs, line)
-        _put(self.read_set, where, new)
+        put_at(self.read_set, where, new)
         if not new:
             for field, value in (("who", int(who[0])), ("epoch", int(epochs[0])), ("line", line)):
-                _put(read[field], where, value)
+                put_at(read[field], where, value)
 
 
 __all__ = ["GlobalOrder"]

@@ -1,5 +1,5 @@
 """A launch's batches run in parallel groups (`tessera.interpreters.parallel`, whose docstring has the protocol):
-`_run_groups` splits the batches into groups, ships each group's task (`_PtxGroup`) to a worker (forked workers
+`run_groups` splits the batches into groups, ships each group's task (`_PtxGroup`) to a worker (forked workers
 inherit the parsed program and arguments), and merges what the groups wrote into the launch's global memory;
 `_run_group` is a worker's run of one group.
 """
@@ -18,7 +18,7 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.parallel import (
     AccessLog, GroupResult, Parallel, cached_program, merge, program_key, running_groups, ship, split, unship,
 )
-from tessera.interpreters.ptx.launch_setup import _Launch, _run_batches, _setup
+from tessera.interpreters.ptx.launch_setup import PreparedLaunch, run_batches, setup_launch
 from tessera.interpreters.ptx.params import ParamStruct
 from tessera.interpreters.ptx.state import GLOBAL_BASE, fail
 from tessera.interpreters.ptx.syntax import Module
@@ -59,16 +59,17 @@ def _run_group(task: _PtxGroup) -> GroupResult:
         run.memory.buffer[...] = program["pristine"]
     else:
         options = dict(task.options)
-        run = _setup(program["ptx"], task.kernel, options.pop("grid"), options.pop("block"),
-                     [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
-                     options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
-                     options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"),
-                     options.pop("schedule"), options.pop("seed"), options.pop("fuse"), options.pop("strict_proxy"))
+        run = setup_launch(program["ptx"], task.kernel, options.pop("grid"), options.pop("block"),
+                           [unship(a) for a in task.args], options.pop("shared_bytes"), options.pop("source"),
+                           options.pop("max_steps"), options.pop("memory_budget"), options.pop("cta_order"),
+                           options.pop("cluster"), options.pop("non_portable_cluster_size"), options.pop("races"),
+                           options.pop("schedule"), options.pop("seed"), options.pop("fuse"),
+                           options.pop("strict_proxy"))
     log = run.memory.log = AccessLog([run.memory.buffer.size])
     counts, error = {}, None
     with serving_checks.checking(*task.checks):
         try:
-            counts = _run_batches(run, task.starts, task.counting)
+            counts = run_batches(run, task.starts, task.counting)
         except Exception as failure:  # noqa: BLE001 - raised by the parent in the serial order (`merge`)
             error = failure
             counts = {}
@@ -76,8 +77,8 @@ def _run_group(task: _PtxGroup) -> GroupResult:
     return GroupResult(written, data, read, error, {"counts": counts, "cpu_seconds": time.process_time() - cpu})
 
 
-def _run_groups(parallel: Parallel, run: _Launch, starts: range, stats: dict | None, ptx, kernel: str,
-                options: dict) -> None:
+def run_groups(parallel: Parallel, run: PreparedLaunch, starts: range, stats: dict | None, ptx, kernel: str,
+               options: dict) -> None:
     """Run the batches `starts` in `parallel.groups` groups and merge what they wrote into `run`'s global memory."""
     if parallel.forks:  # the workers inherit the parsed program and the arguments
         shipped_ptx, shipped_args = None, None

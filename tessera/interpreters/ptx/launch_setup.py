@@ -1,8 +1,8 @@
-"""A launch set up and run (see `launcher`): `_setup` parses (`_parse_cached`) and checks the entry, places the
+"""A launch set up and run (see `launcher`): `setup_launch` parses (`_parse_cached`) and checks the entry, places the
 arguments in global memory, plans the batches (CTAs vectorised together up to `LANES_PER_BATCH` threads, whole
 clusters in a batch, x fastest, in `cta_order`), decodes the entry once per module (`_decoded`, machines and
-schedulers recycled between launches) and installs the checks; `_run_batches` runs batches, setting each
-batch's special registers (`_specials`, `_set_cta_specials`); `_results` copies the arguments back.
+schedulers recycled between launches) and installs the checks; `run_batches` runs batches, setting each
+batch's special registers (`_specials`, `_set_cta_specials`); `launch_results` copies the arguments back.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _cta_id(index: int, grid, cluster) -> tuple[int, int, int]:
 
 
 @dataclass
-class _Launch:
+class PreparedLaunch:
     """A launch checked and set up: the machine and scheduler with the entry decoded, global memory with
     the arguments placed (`buffers`: id of an array -> (address, array)), the CTA order (None: x fastest, by
     cluster) and the batching."""
@@ -132,7 +132,7 @@ def _decoded(ptx: Module) -> dict:
     return entry[1]
 
 
-def _recycle(run: "_Launch") -> None:
+def recycle_launch(run: "PreparedLaunch") -> None:
     """Give the launch's decoded machine back for the next launch of the same program (one at a time: a
     concurrent launch decodes its own)."""
     ptx, key, decoded = getattr(run.machine, "recycle", (None, None, None))
@@ -154,9 +154,9 @@ def _parse_cached(text: str, source: str) -> Module:
     return module
 
 
-def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-           non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True,
-           strict_proxy=False) -> _Launch:
+def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order,
+                 cluster, non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True,
+                 strict_proxy=False) -> PreparedLaunch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
     _check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
@@ -313,10 +313,10 @@ def _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memo
             raise ValueError(f"{source}: cta_order permutes single CTAs; a launch with clusters of {tuple(cluster)} "
                              "runs each cluster's CTAs together")
         order = [(i % gx, i // gx % gy, i // (gx * gy)) for i in linear]
-    return _Launch(args, machine, scheduler, specials, memory_, buffers, order, per_batch, total, grid, cluster)
+    return PreparedLaunch(args, machine, scheduler, specials, memory_, buffers, order, per_batch, total, grid, cluster)
 
 
-def _run_batches(run: _Launch, starts, counting: bool) -> dict:
+def run_batches(run: PreparedLaunch, starts, counting: bool) -> dict:
     """Run the batches of CTAs that start at `starts` (indices into the run order) one after another; the
     counts of `launch`'s `stats` when `counting`."""
     machine, scheduler = run.machine, run.scheduler
@@ -335,7 +335,7 @@ def _run_batches(run: _Launch, starts, counting: bool) -> dict:
     return dict(scheduler.counts, steps=scheduler.executed - executed) if counting else {}
 
 
-def _results(run: _Launch) -> list:
+def launch_results(run: PreparedLaunch) -> list:
     """`launch`'s results: the arrays read back from global memory (see `launch`)."""
     args, memory_, buffers = run.args, run.memory, run.buffers
 

@@ -46,8 +46,8 @@ import numpy as np
 from tessera.interpreters.blas_threads import single_threaded_blas
 from tessera.interpreters.parallel import parallel_options, serial_note
 from tessera.interpreters.ptx import schedule
-from tessera.interpreters.ptx.launch_groups import _run_groups
-from tessera.interpreters.ptx.launch_setup import _recycle, _results, _run_batches, _setup
+from tessera.interpreters.ptx.launch_groups import run_groups
+from tessera.interpreters.ptx.launch_setup import recycle_launch, launch_results, run_batches, setup_launch
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import PtxExecutionError
 from tessera.interpreters.ptx.syntax import Module
@@ -86,25 +86,25 @@ def launch(ptx: str | Module, kernel: str, grid, block, args, shared_bytes: int 
     races between CTAs of different groups reported (`tessera.interpreters.parallel`); an entry with red,
     atom or cp.reduce runs serially with a `SerialFallback` warning."""
     parallel = parallel_options(f"{source}: launch of {kernel}", workers, executor)
-    run = _setup(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order, cluster,
-                 non_portable_cluster_size, races, schedule, seed, fuse, strict_proxy)
+    run = setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps, memory_budget, cta_order,
+                       cluster, non_portable_cluster_size, races, schedule, seed, fuse, strict_proxy)
     starts = range(0, run.total, run.per_batch)
     if parallel is not None and run.machine.watch is not None:
         serial_note(f"{source}: launch of {kernel}", "the entry has red, atom or cp.reduce, whose races between "
                                                       "CTAs are checked in one process")
         parallel = None
     if parallel is not None and len(starts) > 1:
-        _run_groups(parallel, run, starts, stats, ptx, kernel, dict(
+        run_groups(parallel, run, starts, stats, ptx, kernel, dict(
             grid=grid, block=block, shared_bytes=shared_bytes, source=source, max_steps=max_steps,
             memory_budget=memory_budget, cta_order=cta_order, cluster=cluster,
             non_portable_cluster_size=non_portable_cluster_size, races=races, schedule=schedule, seed=seed,
             fuse=fuse, strict_proxy=strict_proxy))
     else:
-        counts = _run_batches(run, starts, stats is not None)
+        counts = run_batches(run, starts, stats is not None)
         if stats is not None:
             stats.update(counts)
-    results = _results(run)
-    _recycle(run)
+    results = launch_results(run)
+    recycle_launch(run)
     return results
 
 

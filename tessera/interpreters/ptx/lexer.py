@@ -1,5 +1,5 @@
 """The PTX lexer: `tokenize(text, source)` cuts PTX text into `Token`s (one regular expression per token class,
-linear in the text), comments and white space dropped, each token with its line and column; `_error` builds
+linear in the text), comments and white space dropped, each token with its line and column; `syntax_error` builds
 the located `PtxSyntaxError` the parser (`parse`) raises.
 """
 
@@ -44,7 +44,7 @@ def tokenize(text: str, source: str = "<ptx>") -> list[Token]:
         m = match(text, pos)
         if m is None:
             what = "unterminated comment" if text.startswith("/*", pos) else f"unexpected character {text[pos]!r}"
-            raise _error(text, source, what, line, pos - line_start + 1)
+            raise syntax_error(text, source, what, line, pos - line_start + 1)
         kind, word = m.lastgroup, m.group()
         if kind == "newline":
             line, line_start = line + 1, pos + 1
@@ -59,11 +59,11 @@ def tokenize(text: str, source: str = "<ptx>") -> list[Token]:
     return tokens
 
 
-def _error(text: str, source: str, message: str, line: int, column: int) -> PtxSyntaxError:
+def syntax_error(text: str, source: str, message: str, line: int, column: int) -> PtxSyntaxError:
     lines = text.split("\n")
     text_line = lines[line - 1].rstrip("\r") if line <= len(lines) else ""
     return PtxSyntaxError(message, source, line, column, text_line)
 
 
-def _describe(token: Token) -> str:
+def describe_token(token: Token) -> str:
     return "end of file" if token.kind == "eof" else f"'{token.text}'"

@@ -46,7 +46,7 @@ import re
 from dataclasses import replace
 
 from tessera.interpreters.ptx.isa_names import OPCODES, PERFORMANCE_DIRECTIVES
-from tessera.interpreters.ptx.lexer import Token, _describe, _error, tokenize
+from tessera.interpreters.ptx.lexer import Token, describe_token, syntax_error, tokenize
 from tessera.interpreters.ptx.parse_declarations import _DeclarationParser
 from tessera.interpreters.ptx.parse_functions import _FunctionParser
 from tessera.interpreters.ptx.parse_operands import _OperandParser, _Scope
@@ -72,8 +72,8 @@ def parse_ptx(text: str, source: str = "<ptx>") -> Module:
     if (bad := _NOT_PTX_TEXT.search(text)) is not None:
         line = text.count("\n", 0, bad.start()) + 1
         column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise _error(text, source, f"character U+{ord(bad.group()):04X} is not ASCII (ptxas refuses it anywhere, "
-                                   "comments included)", line, column)
+        raise syntax_error(text, source, f"character U+{ord(bad.group()):04X} is not ASCII (ptxas refuses it "
+                                         "anywhere, comments included)", line, column)
     return _Parser(text, source).module()
 
 
@@ -113,11 +113,11 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
     def expect(self, kind: str, what: str) -> Token:
         token = self.tokens[self.pos]
         if token.kind != kind:
-            raise self.error(f"expected {what}, found {_describe(token)}", token)
+            raise self.error(f"expected {what}, found {describe_token(token)}", token)
         return self.next()
 
     def error(self, message: str, token: Token) -> PtxSyntaxError:
-        return _error(self.text, self.source, message, token.line, token.column)
+        return syntax_error(self.text, self.source, message, token.line, token.column)
 
     # endregion
     # region module scope

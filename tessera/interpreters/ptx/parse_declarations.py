@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import struct
 
-from tessera.interpreters.ptx.lexer import Token, _describe
+from tessera.interpreters.ptx.lexer import Token, describe_token
 from tessera.interpreters.ptx.syntax import TYPE_BYTES, Imm, Operand, Variable
 
 
@@ -26,13 +26,13 @@ class _DeclarationParser:
     def header(self) -> tuple[tuple[int, int], list[str], int]:
         token = self.accept("directive", ".version")
         if token is None:
-            raise self.error(f"a PTX module starts with .version, found {_describe(self.peek())}", self.peek())
+            raise self.error(f"a PTX module starts with .version, found {describe_token(self.peek())}", self.peek())
         number = self.next()
         if number.kind != "float" or not re.fullmatch(r"\d+\.\d+", number.text):
-            raise self.error(f"expected a version such as 8.0, found {_describe(number)}", number)
+            raise self.error(f"expected a version such as 8.0, found {describe_token(number)}", number)
         major, minor = number.text.split(".")
         if self.accept("directive", ".target") is None:
-            raise self.error(f"expected .target, found {_describe(self.peek())}", self.peek())
+            raise self.error(f"expected .target, found {describe_token(self.peek())}", self.peek())
         targets = [self.expect("name", "a target name such as sm_90a").text]
         while self.accept(","):
             targets.append(self.expect("name", "a target name").text)
@@ -170,7 +170,7 @@ class _DeclarationParser:
             raise self.error(f"the address of '{token.text}' as an initial value (a table of function or variable "
                              "pointers) is not supported by the PTX executor", token)
         if token.kind not in ("int", "float", "-"):
-            raise self.error(f"expected a constant, found {_describe(token)}", token)
+            raise self.error(f"expected a constant, found {describe_token(token)}", token)
         return token, self.number()
 
     def encode(self, value: tuple[Token, Operand], type_: str, name: Token) -> bytes:

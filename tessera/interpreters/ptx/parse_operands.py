@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 
 from tessera.interpreters.ptx.isa_names import SPECIAL_REGISTERS
-from tessera.interpreters.ptx.lexer import Token, _describe
+from tessera.interpreters.ptx.lexer import Token, describe_token
 from tessera.interpreters.ptx.syntax import Address, FloatImm, Imm, Negated, Operand, Reg, Sink, Special, Symbol, Vector
 
 
@@ -51,7 +51,7 @@ class _OperandParser:
         if token.kind in ("int", "float", "-"):
             return self.number()
         if token.kind != "name":
-            raise self.error(f"expected an operand, found {_describe(token)}", token)
+            raise self.error(f"expected an operand, found {describe_token(token)}", token)
         self.next()
         if token.text == "_":
             return Sink()
@@ -118,7 +118,7 @@ class _OperandParser:
         elif token.kind in ("int", "-"):
             offset = self.signed_integer()
         else:
-            raise self.error(f"expected a register, symbol or integer address, found {_describe(token)}", token)
+            raise self.error(f"expected a register, symbol or integer address, found {describe_token(token)}", token)
         self.expect("]", "']' closing the address (an offset is written '+N' or '+-N')")
         return Address(base, offset, coords)
 
@@ -143,7 +143,7 @@ class _OperandParser:
             value = self.integer(token)
             return Imm(-value if negative else value)
         if token.kind != "float":
-            raise self.error(f"expected a number, found {_describe(token)}", token)
+            raise self.error(f"expected a number, found {describe_token(token)}", token)
         text = token.text
         if text[:2] in ("0f", "0F", "0d", "0D"):
             width = 32 if text[1] in "fF" else 64

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import _WIDE
+from tessera.interpreters.ptx.global_accesses import IS_WIDE
 
 
 class ReleaseAcquire:
@@ -28,7 +28,7 @@ class ReleaseAcquire:
                 released = hb._release(np.array([lane]))
             c, f, remote = released
             joined = self.releases.setdefault(location, {})
-            key = (int(self.lane_rank[lane]), bool(_WIDE[kind]))
+            key = (int(self.lane_rank[lane]), bool(IS_WIDE[kind]))
             entry = joined.get(key)
             if entry is None:
                 joined[key] = [kind, c.copy(), remote, f.copy()]
@@ -47,7 +47,7 @@ class ReleaseAcquire:
                 continue
             rank = int(self.lane_rank[lane])
             usable = [(source, *entry) for (source, wide), entry in published.items()
-                      if source == rank or (_WIDE[kind] and wide)]
+                      if source == rank or (IS_WIDE[kind] and wide)]
             if now:
                 self._take(lane, usable)
             else:

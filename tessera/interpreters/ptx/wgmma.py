@@ -33,10 +33,36 @@ _PLANS_KEPT = 64
 
 
 @lru_cache(maxsize=None)
-def _accumulator_coords(n: int) -> tuple[np.ndarray, np.ndarray]:
-    v = np.arange(n // 2)
-    return facts.accumulator_coords(v[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
+def thread_order(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows [64], columns [N]): the order of the rows and columns of m64nNk*'s D = A x B in which the product is
+    taken (its A tiles' rows and B tiles' rows gathered so), so that D' = D[rows][:, columns], viewed as
+    [warp w, row group g, half m, lane quad q, column block h, pair l] (4 x 8 x 2 x 4 x N/8 x 2), holds thread
+    32w + 4g + q's accumulator element 4h + 2m + l there [facts.accumulator_coords: row 16w + g + 8m, column
+    8h + 2q + l]: the fragment order is D' with its axes m and (q, h) swapped, whole pairs l moving together
+    (`fragment_order`, `_accumulate_fragments`), no gather by element."""
+    h = n // 8
+    v, t = np.arange(n // 2), np.arange(facts.WARPGROUP_SIZE)
+    row, col = facts.accumulator_coords(v[None, :], t[:, None])  # [thread, element]
+    row6, col6 = row.reshape(4, 8, 4, h, 2, 2), col.reshape(4, 8, 4, h, 2, 2)  # [w, g, q | h, m, l]
+    rows, columns = row6[:, :, 0, 0, :, 0].reshape(-1), col6[0, 0, :, :, 0, :].reshape(-1)
+    w, g, q, hh, m, l = np.indices((4, 8, 4, h, 2, 2))
+    at = ((w * 8 + g) * 2 + m) * n + (q * h + hh) * 2 + l  # each element's place in D'
+    place = np.argsort(rows)[row6] * n + np.argsort(columns)[col6]
+    assert np.array_equal(place, at), "the accumulator layout is D' with m after (q, h)"
+    rows.setflags(write=False)
+    columns.setflags(write=False)
+    return rows, columns
 
+
+def fragment_order(d: np.ndarray) -> np.ndarray:
+    """[warpgroups x 128 threads, N/2 elements] float64 in fragment order from the products D' [warpgroups, 64, N]
+    (`thread_order`), the pairs moved as one 16-byte item each (bits kept)."""
+    groups, _, n = d.shape
+    out = np.empty((groups * 32, 4, n // 8, 2, 2))  # [(w, g), q, h, m, l]
+    pairs, source = out.view(np.complex128), d.reshape(groups * 32, 2, 4, n // 8, 2).view(np.complex128)
+    for half in (0, 1):
+        pairs[:, :, :, half] = source[:, half]
+    return out.reshape(groups * facts.WARPGROUP_SIZE, n // 2)
 
 
 def _wgmma_types(ops: Operands, inst, mods) -> tuple[str, str, str, bool]:
@@ -114,8 +140,8 @@ def _wgmma_async(ops: Operands, inst, mods):
     trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
-    rows, cols = _accumulator_coords(n)
-    fragment = (rows * n + cols).reshape(-1)  # thread t's register v: element fragment[t * n / 2 + v] of D
+    a_rows, b_rows = thread_order(n)  # the product taken in thread order: D' (`fragment_order`)
+    a_row_tuple = tuple(a_rows.tolist())
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
@@ -167,29 +193,32 @@ def _wgmma_async(ops: Operands, inst, mods):
         if plan is None:
             if len(plans) >= _PLANS_KEPT:
                 plans.clear()
-            plan = plans[key] = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs))
+            plan = plans[key] = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows, b_rows)
         descriptor_reads(m, inst, plan)  # checked and recorded in warpgroup order, then gathered across CTAs
         if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
             words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
-            a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name)
+            a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name, a_row_tuple)
         else:
             a_stack = descriptor_tiles(m, plan.a_tiles, a_name)
         b_stack = descriptor_tiles(m, plan.b_tiles, b_name)
-        if plan.b_index is not None:
+        if plan.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
+            a_stack = a_stack.reshape(len(b_stack), -1, a_stack.shape[2])
+        elif plan.b_index is not None:
             b_stack = b_stack[plan.b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
-        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1))
-        product = np.take(d.reshape(len(starts), -1), fragment, axis=1).reshape(len(lanes), -1)  # [lanes, registers]
+        # D' [warpgroups, 64, N] (`thread_order`)
+        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1)).reshape(len(starts), facts.WGMMA_M, n)
         if in_place and (accumulate.all() or not accumulate.any()):
             if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
                 viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
             rows = viewed[1]
             if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
-                _accumulate_fragments(product, rows.view(np.float32), bool(accumulate[0]))
+                _accumulate_fragments(d, rows.view(np.float32), bool(accumulate[0]))
                 return
+        product = fragment_order(d)  # [lanes, elements]
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
         acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
         if f16_acc:
@@ -226,16 +255,23 @@ def _wgmma_async(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-def _accumulate_fragments(product: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
+def _accumulate_fragments(d: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
     """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
-    block) = product (+ target when `accumulate`), `product` the float64 fragments [lanes, registers] in the
-    same order: the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, in one
-    pass over the registers where they lie (each run's rows are contiguous)."""
-    product = product.reshape(target.shape)
-    if accumulate:
-        np.add(product, target, out=target, dtype=np.float64, casting="unsafe")
-    else:
-        np.copyto(target, product, casting="unsafe")
+    block) = the products D' [warpgroups, 64, N] in fragment order (`thread_order`) (+ target when `accumulate`):
+    the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, where the registers lie
+    (each run's rows are contiguous). A thread's element pair l is one complex item (two f32, two float64: a
+    complex sum adds the parts apart, bit for bit the float sums), so each half m of D' is one pass over
+    [runs, (w, g), q, h] pairs."""
+    runs, lanes, _ = target.shape
+    h = d.shape[2] // 8
+    pairs = target.reshape(runs, lanes // 4, 4, h, 2, 2).view(np.complex64)  # [runs, (w, g), q, h, m, 1]
+    source = d.reshape(runs, lanes // 4, 2, 4, h, 2).view(np.complex128)  # [runs, (w, g), m, q, h, 1]
+    for half in (0, 1):
+        into, products = pairs[:, :, :, :, half], source[:, :, half]
+        if accumulate:
+            np.add(products, into, out=into, dtype=np.complex128, casting="unsafe")
+        else:
+            np.copyto(into, products, casting="unsafe")
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

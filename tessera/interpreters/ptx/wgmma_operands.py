@@ -96,7 +96,8 @@ class ReadPlan(NamedTuple):
     descriptor, then A per warpgroup); `checks` and `records`, the same reads for
     `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
     `a_tiles` and `b_tiles`, `tile_gathers` of the A and B reads; `b_index`, each warpgroup's B read (None
-    when each warpgroup has its own)."""
+    when each warpgroup has its own); `b_run`, r > 1 when each B read is that of r consecutive warpgroups (the
+    consumers of a CTA sharing its K tile: their A tiles stacked are one product with it), else 1."""
 
     requests: list[tuple]
     checks: list[tuple] | None
@@ -104,11 +105,14 @@ class ReadPlan(NamedTuple):
     a_tiles: tuple | None
     b_tiles: tuple | None
     b_index: np.ndarray | None
+    b_run: int = 1
 
 
-def plan_reads(m: Machine, requests: list[tuple], b_index: list[int]) -> ReadPlan:
+def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None,
+               b_rows: np.ndarray | None = None) -> ReadPlan:
     """The `ReadPlan` of `requests` ((lanes, descriptor, major, extent, name, "A" or "B") each; `b_index`: each
-    warpgroup's B request, its position among the B requests)."""
+    warpgroup's B request, its position among the B requests); `a_rows`, `b_rows`: the order the A and B
+    tiles' rows are gathered in (`tile_gathers`)."""
     size = m.shared_bytes
     reads, checks = [], []
     for lanes, descriptor, major, extent, name, _ in requests:
@@ -123,8 +127,12 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int]) -> ReadPla
     records = landed_records(m, [(q[0], read[2][6], read[0]) for q, read in zip(requests, reads)])
     a_reads = [read for q, read in zip(requests, reads) if q[5] == "A"]
     b_reads = [read for q, read in zip(requests, reads) if q[5] == "B"]
-    return ReadPlan(requests, checks, records, tile_gathers(m, a_reads) if a_reads else None,
-                    tile_gathers(m, b_reads), np.array(b_index) if len(b_reads) != len(b_index) else None)
+    b_run = len(b_index) // max(len(b_reads), 1)
+    if b_run < 2 or b_index != [i // b_run for i in range(len(b_index))]:
+        b_run = 1
+    return ReadPlan(requests, checks, records, tile_gathers(m, a_reads, a_rows) if a_reads else None,
+                    tile_gathers(m, b_reads, b_rows), np.array(b_index) if len(b_reads) != len(b_index) else None,
+                    b_run)
 
 
 def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
@@ -137,12 +145,13 @@ def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
             descriptor_read(m, inst, *request)
 
 
-def tile_gathers(m: Machine, reads: list[tuple]) -> tuple:
+def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None) -> tuple:
     """How `descriptor_tiles` gathers the operands `reads` (`descriptor_read`'s, one per CTA and descriptor, all of
     one operand of one wgmma): once per descriptor value for every CTA reading through it (the CTAs of a batch run
     the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole chunks
-    in order. ([(positions in `reads`, index into shared memory's chunks or bytes, whether by chunk)], the
-    operands' shape [len(reads), extent, K])."""
+    in order; `rows`: the tiles' rows (of `extent`) in this order (the gather puts them there at no cost). ([(positions
+    in `reads`, index into shared memory's chunks or bytes, whether by chunk)], the operands' shape [len(reads),
+    extent, K])."""
     size = m.shared_bytes
     by_value: dict[tuple, list[int]] = {}
     for i, (_, key, _) in enumerate(reads):
@@ -153,9 +162,12 @@ def tile_gathers(m: Machine, reads: list[tuple]) -> tuple:
         ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
         chunks = decoded[7]
         if chunks is not None and size % CHUNK == 0:
-            parts.append((positions, ctas * (size // CHUNK) + chunks, True))
+            index, by_chunk = ctas * (size // CHUNK) + chunks, True
         else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
-            parts.append((positions, ctas * size + decoded[1], False))
+            index, by_chunk = ctas * size + decoded[1], False
+        if rows is not None:  # each row of the tile is a run of the index (its K bytes, or their chunks)
+            index = index.reshape(len(positions), len(rows), -1)[:, rows].reshape(len(positions), -1)
+        parts.append((positions, index, by_chunk))
     return parts, (len(reads), *reads[0][2][0].shape)
 
 
@@ -190,10 +202,21 @@ def _a_tile_bytes() -> np.ndarray:
     return source.reshape(-1)
 
 
-def register_operands(words: np.ndarray, name: str) -> np.ndarray:
+@lru_cache(maxsize=None)
+def _a_tile_bytes_in(rows: tuple[int, ...] | None) -> np.ndarray:
+    """`_a_tile_bytes` with the tile's rows in the order `rows` (None: as they are)."""
+    if rows is None:
+        return _a_tile_bytes()
+    index = _a_tile_bytes().reshape(facts.WGMMA_M, -1)[list(rows)].reshape(-1)
+    index.setflags(write=False)
+    return index
+
+
+def register_operands(words: np.ndarray, name: str, rows: tuple[int, ...] | None = None) -> np.ndarray:
     """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
-    (`words` [warpgroups, 128, 4]), in one gather."""
-    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes(), axis=1)
+    (`words` [warpgroups, 128, 4]), in one gather; `rows`: the tiles' rows in this order."""
+    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes_in(rows),
+                  axis=1)
     return multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
                                 .view(MULTIPLICANDS[name]), name)
 

@@ -31,7 +31,7 @@ _CHUNK = facts.SWIZZLE_CHUNK_BYTES
 """The bytes of a wgmma operand's chunk (`WgmmaTracking.wgmma_reads`), which every swizzle keeps together."""
 
 
-def _registers(inst) -> set[str]:
+def named_registers(inst) -> set[str]:
     """Names of the registers an instruction names (operands, vector elements, address bases, guard)."""
     names: set[str] = set()
     for operand in inst.operands:
@@ -61,7 +61,7 @@ class WgmmaRoles(NamedTuple):
     shape: str
 
 
-def _wgmma_roles(inst) -> WgmmaRoles | None:
+def wgmma_roles(inst) -> WgmmaRoles | None:
     """The `WgmmaRoles` of a wgmma.mma_async instruction (None for anything else, or one naming no register)."""
     if inst.opcode != "wgmma" or "mma_async" not in inst.modifiers or len(inst.operands) < 2:
         return None
