@@ -17,7 +17,9 @@ import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.state import PARK, RUN
-from tessera.interpreters.ptx.wgmma_tracking import _CHUNK
+from tessera.sm90 import facts
+
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
 
 
 PLAIN, FLIGHT, LANDED = 0, 1, 2
@@ -91,11 +93,11 @@ class AsyncCopies:
         shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
         when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
         hold when the copy lands, not replaced by the staged ones."""
-        from tessera.interpreters.ptx.mbarrier import _state, mbarrier_key
+        from tessera.interpreters.ptx.mbarrier import barrier_state, mbarrier_key
 
         m = self.m
         key = mbarrier_key(m, lane, address)  # a multicast's copy completes on each member's own mbarrier
-        state = _state(m, inst, lane, address)
+        state = barrier_state(m, inst, lane, address)
         if key[0] != int(m.lane_cta[lane]):
             m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
         if len(self.staged) == 1:
@@ -143,7 +145,7 @@ class AsyncCopies:
 
     def land(self, inst, key: tuple[int, int], lane: int) -> None:
         """Land the copies in flight on the mbarrier at `key`, in issue order; see the module docstring."""
-        from tessera.interpreters.ptx.mbarrier import _changed
+        from tessera.interpreters.ptx.mbarrier import barrier_changed
 
         m = self.m
         state = m.mbarriers[key]
@@ -187,7 +189,7 @@ class AsyncCopies:
                                                f"{-state.tx_count} bytes more than its expect_tx announced for phase "
                                                f"{state.phase}{self.last_arrival_at(key)} (tx-count {state.tx_count} "
                                                "with every arrival in)", copies[-1].lane)
-        _changed(m, key, before, state, prefer=False)
+        barrier_changed(m, key, before, state, prefer=False)
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
         """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still

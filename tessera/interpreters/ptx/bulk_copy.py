@@ -30,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx import atomics, mbarrier, memory, tensormaps
-from tessera.interpreters.ptx.cluster import _OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
+from tessera.interpreters.ptx.cluster import OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.mbarrier import shared_addresses
@@ -181,7 +181,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
-            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), mbarrier._state(m, inst, lane, barrier).phase)
+            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), mbarrier.barrier_state(m, inst, lane, barrier).phase)
         m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
@@ -192,7 +192,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
-                                      mbarrier._state(m, inst, lane, barrier).phase)
+                                      mbarrier.barrier_state(m, inst, lane, barrier).phase)
         m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
@@ -308,7 +308,7 @@ def decode_bulk(ops: Operands, inst, mods):
                 slots, offsets, _ = m.shared_target(one, smem_addresses[i:i + 1])
                 if mask is not None:
                     targets = [(slot, cluster_address(m, slot, int(offsets[0])),
-                                cluster_address(m, slot, int(barriers[i]) & _OFFSET_MASK))
+                                cluster_address(m, slot, int(barriers[i]) & OFFSET_MASK))
                                for slot in multicast_slots(m, inst, lane, int(masks[i]))]
                 else:
                     targets = [(int(slots[0]), int(smem_addresses[i]), int(barriers[i]))]
@@ -319,7 +319,7 @@ def decode_bulk(ops: Operands, inst, mods):
                 for slot, destination, target_barrier in targets if load else ():
                     own = barrier is not None and slot == int(m.lane_cta[lane])  # where the issuer sees it end
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
-                                       destination & _OFFSET_MASK, load, slot, target_barrier if own else None,
+                                       destination & OFFSET_MASK, load, slot, target_barrier if own else None,
                                        loaded=loaded)
                     if barrier is not None:
                         m.tracker.issue(inst, lane, target_barrier, nbytes, "TMA load")

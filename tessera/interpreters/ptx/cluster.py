@@ -48,7 +48,7 @@ from tessera.interpreters.ptx.state import (
 )
 from tessera.interpreters.ptx.types import ptx_type
 
-_OFFSET_MASK = (1 << CLUSTER_RANK_SHIFT) - 1
+OFFSET_MASK = (1 << CLUSTER_RANK_SHIFT) - 1
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def decode_mapa(ops: Operands, inst, mods):
             i = int(np.argmax(bad))
             raise hazard(m, inst.line, f"{inst.name}: CTA rank {int(rank[i])} is outside the cluster of "
                                        f"{m.cluster_size}", int(lanes[i]))
-        d = (a & _OFFSET_MASK) | ((rank + 1) << CLUSTER_RANK_SHIFT)
+        d = (a & OFFSET_MASK) | ((rank + 1) << CLUSTER_RANK_SHIFT)
         write(sel, (d + (SHARED_WINDOW if generic else 0)).astype(t.dtype))
 
     return run

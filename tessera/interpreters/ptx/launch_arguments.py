@@ -19,7 +19,7 @@ from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
 
-def _map_object(where: str, name: str, value: TensorMapArg, args: list, buffers: dict, source: str) -> TensorMapObject:
+def map_object(where: str, name: str, value: TensorMapArg, args: list, buffers: dict, source: str) -> TensorMapObject:
     """The tensor map `value` over its array already placed in global memory (`buffers`), checked as
     cuTensorMapEncodeTiled checks it, against the array's extent, and for what the executor implements."""
     target = args[value.array] if isinstance(value.array, (int, np.integer)) else value.array
@@ -40,7 +40,7 @@ def _map_object(where: str, name: str, value: TensorMapArg, args: list, buffers:
     return TensorMapObject(name, spec, base + value.offset)
 
 
-def _triple(value, what: str) -> tuple[int, int, int]:
+def triple(value, what: str) -> tuple[int, int, int]:
     """`value` (an integer, or 1 to 3 integers x, y, z) as (x, y, z), each >= 1."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         values: tuple = (value,)
@@ -56,10 +56,10 @@ def _triple(value, what: str) -> tuple[int, int, int]:
     return tuple(int(v) for v in values) + (1,) * (3 - len(values))  # type: ignore[return-value]
 
 
-def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
+def check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
     """`launch`'s first checks, before the PTX is parsed: the kinds of its own arguments (TypeError naming the
     parameter: PTX text or a parsed Module, an entry name, an integer `shared_bytes`, `args` as a list or
-    tuple; grid and block are checked by `_triple`), and no masked, complex or object array among `args`."""
+    tuple; grid and block are checked by `triple`), and no masked, complex or object array among `args`."""
     if not isinstance(ptx, (str, Module)):
         raise TypeError(f"ptx must be PTX text (a str) or a parsed Module; got {type(ptx).__name__}")
     if not isinstance(kernel, str):
@@ -82,27 +82,27 @@ def _check_arguments(ptx, kernel, args, shared_bytes, source) -> None:
                             "x.view(np.float32) (or float64) to mean its interleaved real and imaginary parts")
 
 
-def _check_block(entry, block, source) -> None:
+def check_block(entry, block, source) -> None:
     threads = math.prod(block)
     directives = entry.directives
     if "reqntid" in directives:
-        want = _triple(directives["reqntid"], ".reqntid")
+        want = triple(directives["reqntid"], ".reqntid")
         if want != block:
             raise ValueError(f"entry {entry.name} requires block {want} (.reqntid), got {block}")
     if "maxntid" in directives:
-        limit = _triple(directives["maxntid"], ".maxntid")
+        limit = triple(directives["maxntid"], ".maxntid")
         if threads > math.prod(limit):
             raise ValueError(f"entry {entry.name} allows at most {math.prod(limit)} threads (.maxntid), got {threads}")
 
 
-def _cluster_shape(entry, grid, cluster, non_portable: bool) -> tuple[tuple[int, int, int], bool]:
+def cluster_shape(entry, grid, cluster, non_portable: bool) -> tuple[tuple[int, int, int], bool]:
     """(cluster shape, explicit): the launch's `cluster` or the entry's `.reqnctapercluster` (which must agree
     when both are given), checked against the grid and the cluster size limits (`facts.check_cluster`);
     explicit when either gives one, or the entry says `.explicitcluster`."""
     directives = entry.directives
-    required = _triple(directives["reqnctapercluster"], ".reqnctapercluster") \
+    required = triple(directives["reqnctapercluster"], ".reqnctapercluster") \
         if "reqnctapercluster" in directives else None
-    given = _triple(cluster, "cluster") if cluster is not None else None
+    given = triple(cluster, "cluster") if cluster is not None else None
     if required and given and required != given:
         raise ValueError(f"entry {entry.name} requires clusters of {required} (.reqnctapercluster), got cluster "
                          f"{given}")
@@ -117,7 +117,7 @@ def _cluster_shape(entry, grid, cluster, non_portable: bool) -> tuple[tuple[int,
     return shape, explicit
 
 
-def _scalar_bytes(param, value, index: int) -> bytes:
+def scalar_bytes(param, value, index: int) -> bytes:
     t = ptx_type(param.type)
     where = f"argument {index} ({param.name}, .{param.type})"
     if t is None or t.kind in ("pred", "x2"):
@@ -139,7 +139,7 @@ def _scalar_bytes(param, value, index: int) -> bytes:
     return (value & ((1 << t.bits) - 1)).to_bytes(t.bits // 8, "little")
 
 
-def _host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
+def host_memory(ptx: Module, entry, args: list, ctas: int, threads: int, shared_bytes: int,
                  local_bytes: int) -> list[tuple[str, int]]:
     """The host bytes a launch needs, in parts for `limits.check_memory`: each array (its copy in global memory,
     the chunk it is copied from and the result), module .global/.const data, and the state of a batch of `ctas`

@@ -26,7 +26,7 @@ from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.fuse import Fusion
 from tessera.interpreters.ptx.launch_arguments import (
-    _check_arguments, _check_block, _cluster_shape, _host_memory, _map_object, _scalar_bytes, _triple,
+    check_arguments, check_block, cluster_shape, host_memory, map_object, scalar_bytes, triple,
 )
 from tessera.interpreters.ptx.global_order import GlobalOrder
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
@@ -158,18 +158,18 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
                  cluster, non_portable_cluster_size, races, schedule_name="min-pc", seed=None, fuse=True,
                  strict_proxy=False) -> PreparedLaunch:
     """Every check of `launch` before a CTA runs, and the machine that runs them (see `launch`)."""
-    _check_arguments(ptx, kernel, args, shared_bytes, source)
+    check_arguments(ptx, kernel, args, shared_bytes, source)
     if isinstance(ptx, str):
         ptx = _parse_cached(ptx, source)
     if kernel not in ptx.entries:
         raise ValueError(f"no entry named '{kernel}' (entries: {', '.join(ptx.entries) or 'none'})")
     entry = ptx.entries[kernel]
-    grid, block = _triple(grid, "grid"), _triple(block, "block")
+    grid, block = triple(grid, "grid"), triple(block, "block")
     if isinstance(shared_bytes, bool) or not isinstance(shared_bytes, (int, np.integer)) or shared_bytes < 0:
         raise ValueError(f"shared_bytes must be an integer >= 0, got {shared_bytes!r}")
     facts.check_launch(grid, block, int(shared_bytes))
-    _check_block(entry, block, source)
-    cluster, explicit_cluster = _cluster_shape(entry, grid, cluster, non_portable_cluster_size)
+    check_block(entry, block, source)
+    cluster, explicit_cluster = cluster_shape(entry, grid, cluster, non_portable_cluster_size)
     cluster_size = math.prod(cluster)
     scheduler_steps = schedule.Scheduler.check_max_steps(max_steps)
     schedule.Scheduler.check_schedule(schedule_name, seed)
@@ -195,7 +195,7 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
     total = math.prod(grid)
     threads = math.prod(block)
     per_batch = max(1, min(total, LANES_PER_BATCH // threads)) // cluster_size * cluster_size or cluster_size
-    check_memory(f"the launch of {kernel}", _host_memory(ptx, entry, args, per_batch, threads, shared.total_bytes,
+    check_memory(f"the launch of {kernel}", host_memory(ptx, entry, args, per_batch, threads, shared.total_bytes,
                                                          local_end), memory_budget)
 
     # global memory: the arrays (once each), then module .global/.const data
@@ -249,7 +249,7 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
         elif isinstance(value, TensorMapArg):
             if param.type != "b8" or param.count != facts.TENSOR_MAP_BYTES or param.align < facts.TENSOR_MAP_ALIGNMENT:
                 raise ValueError(f"{where}: a tensor map needs `.param .align 64 .b8 {param.name}[128]`")
-            maps[offset] = _map_object(where, param.name, value, args, buffers, source)
+            maps[offset] = map_object(where, param.name, value, args, buffers, source)
             params.extend(b"\0" * size)
         elif isinstance(value, ParamStruct):
             if param.type != "b8" or param.count != len(value.data):
@@ -258,7 +258,7 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
             data = bytearray(value.data)
             for field_offset, _, field in value.checked_fields(where, offset):
                 if isinstance(field, TensorMapArg):
-                    maps[offset + field_offset] = _map_object(f"{where}, tensor map at offset {field_offset}",
+                    maps[offset + field_offset] = map_object(f"{where}, tensor map at offset {field_offset}",
                                                               param.name, field, args, buffers, source)
                 else:
                     data[field_offset:field_offset + 8] = place(field, "").to_bytes(8, "little")
@@ -270,7 +270,7 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
         else:
             if param.count != 1:
                 raise ValueError(f"{where}: expected an array, tensor map or bytes for a .b8[{param.count}] parameter")
-            params.extend(_scalar_bytes(param, value, i))
+            params.extend(scalar_bytes(param, value, i))
     params_array = np.frombuffer(bytes(params) or b"\0", np.uint8).copy()
 
     key = (kernel, source, block, grid, cluster, explicit_cluster, per_batch, int(shared_bytes), shared.total_bytes,

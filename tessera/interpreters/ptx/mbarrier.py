@@ -50,7 +50,7 @@ def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
     return m.shared_target_one(int(lane), int(address))
 
 
-def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
+def barrier_state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
     key = mbarrier_key(m, lane, address)
     state = m.mbarriers.get(key)
     if state is None:
@@ -58,7 +58,7 @@ def _state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierState:
     return state
 
 
-def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
+def barrier_changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
              prefer: bool = True) -> None:
     m.sync_epoch += 1
     if state.phase != phase_before:
@@ -76,7 +76,7 @@ def _changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.M
 def apply(m: Machine, inst, lane: int, address: int, action) -> int:
     """Run `action(state)` on the mbarrier of `lane` at `address`, waking waiters on a phase change; returns
     the action's result. A ValueError of the state machine becomes an execution error."""
-    state = _state(m, inst, lane, address)
+    state = barrier_state(m, inst, lane, address)
     before = state.phase
     key = mbarrier_key(m, lane, address)
     try:
@@ -97,7 +97,7 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
         m.tracker.phase_changed(inst, key, lane)
     else:
         m.tracker.arrivals_changed(key)
-    _changed(m, key, before, state)
+    barrier_changed(m, key, before, state)
     return result
 
 
@@ -227,7 +227,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     m.mbarriers[key] = state
                     m.tracker.hb.init(inst, key, int(lane))
                     m.cluster_state.note_init(int(lane), key)
-                    _changed(m, key, -1, state)
+                    barrier_changed(m, key, -1, state)
                 elif action == "inval":
                     m.mbarriers.pop(key, None)
                 elif action == "expect_tx":
@@ -294,7 +294,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
             first, which = np.arange(len(active)), np.arange(len(active))
         for g, i in enumerate(first.tolist()):
             lane, a = int(active[i]), int(addresses[i])
-            state = _state(m, inst, lane, a)
+            state = barrier_state(m, inst, lane, a)
             try:
                 ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
                 if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
@@ -332,7 +332,7 @@ def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
     passes = []
     for key, at in groups:
         lane, token = int(active[at][0]), int(tokens[at][0])
-        state = _state(m, inst, lane, key[1])
+        state = barrier_state(m, inst, lane, key[1])
         try:
             ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
         except ValueError as error:

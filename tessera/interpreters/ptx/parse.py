@@ -47,9 +47,9 @@ from dataclasses import replace
 
 from tessera.interpreters.ptx.isa_names import OPCODES, PERFORMANCE_DIRECTIVES
 from tessera.interpreters.ptx.lexer import Token, describe_token, syntax_error, tokenize
-from tessera.interpreters.ptx.parse_declarations import _DeclarationParser
-from tessera.interpreters.ptx.parse_functions import _FunctionParser
-from tessera.interpreters.ptx.parse_operands import _OperandParser, _Scope
+from tessera.interpreters.ptx.parse_declarations import DeclarationParser
+from tessera.interpreters.ptx.parse_functions import FunctionParser
+from tessera.interpreters.ptx.parse_operands import OperandParser, Scope
 from tessera.interpreters.ptx.syntax import (
     TYPE_BYTES, Entry, Guard, Instruction, Label, Module, Operand, PtxSyntaxError, Variable,
 )
@@ -77,7 +77,7 @@ def parse_ptx(text: str, source: str = "<ptx>") -> Module:
     return _Parser(text, source).module()
 
 
-class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
+class _Parser(FunctionParser, DeclarationParser, OperandParser):
     """Recursive descent over the tokens: a method per construct, reading from `pos`. `symbols` holds the
     module-scope names (variables, entries), `entry_symbols` the parameters and variables of the entry being
     read. The header and declarations are parsed by `parse_declarations`, operands by `parse_operands`,
@@ -198,9 +198,9 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
     def body(self) -> None:
         """Statements up to the '}' closing the entry ('{' already read); then labels are resolved."""
         entry = self.entry
-        scope = _Scope(0, None, {}, {})
+        scope = Scope(0, None, {}, {})
         scopes = 1
-        branches: list[tuple[int, _Scope, Token]] = []
+        branches: list[tuple[int, Scope, Token]] = []
         opened = [self.tokens[self.pos - 1]]
         while True:
             token = self.peek()
@@ -213,7 +213,7 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
                 scope = scope.parent
             elif kind == "{":
                 opened.append(self.next())
-                scope = _Scope(scopes, scope, {}, {})
+                scope = Scope(scopes, scope, {}, {})
                 scopes += 1
             elif kind == "eof":
                 raise self.error(f"missing '}}' closing the block opened at line {opened[-1].line}", token)
@@ -240,7 +240,7 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
             label = Label(target.text, found.labels[target.text][0])
             entry.instructions[index] = replace(entry.instructions[index], operands=(label,))
 
-    def body_directive(self, scope: _Scope) -> None:
+    def body_directive(self, scope: Scope) -> None:
         token = self.peek()
         word = token.text[1:]
         if word == "reg":
@@ -262,7 +262,7 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
         else:
             raise self.error(f"unsupported directive '{token.text}' in an entry body", token)
 
-    def registers(self, scope: _Scope) -> None:
+    def registers(self, scope: Scope) -> None:
         """`.reg .type %a, %b<N>, ...;`: declares %a and %b0..%b(N-1) in `scope`."""
         self.next()
         type_token = self.expect("directive", "a register type such as .b32")
@@ -296,7 +296,7 @@ class _Parser(_FunctionParser, _DeclarationParser, _OperandParser):
     # endregion
     # region instructions
 
-    def instruction(self, scope: _Scope) -> tuple[Instruction, Token | None]:
+    def instruction(self, scope: Scope) -> tuple[Instruction, Token | None]:
         """The next instruction, and for `bra` the token of its label (the Label's index is set later)."""
         first = self.peek()
         guard = None

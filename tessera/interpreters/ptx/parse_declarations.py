@@ -19,7 +19,7 @@ MAX_INITIALISED_BYTES = 1 << 28
 """The largest initialised variable, so that a typo cannot exhaust memory."""
 
 
-class _DeclarationParser:
+class DeclarationParser:
     """Methods of `parse._Parser` for the header, directives and variable declarations (they use its token
     methods and state)."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tessera.interpreters.ptx.syntax import Entry, Module, Operand, Symbol, Variable, Vector
 
 
-class _FunctionParser:
+class FunctionParser:
     """Methods of `parse._Parser` for functions and calls (they use its token methods and state)."""
 
     def parameter_list(self) -> list[Variable]:

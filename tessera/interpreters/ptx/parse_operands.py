@@ -1,4 +1,4 @@
-"""The operand part of the PTX parser (see `parse`): a mixin of `parse._Parser`, and `_Scope`, the `{ }` blocks
+"""The operand part of the PTX parser (see `parse`): a mixin of `parse._Parser`, and `Scope`, the `{ }` blocks
 registers and labels are looked up in.
 
 Operands: registers (declared in an enclosing scope, or special registers), predicates (`.pred` registers,
@@ -17,21 +17,21 @@ from tessera.interpreters.ptx.syntax import Address, FloatImm, Imm, Negated, Ope
 
 
 @dataclass(eq=False)
-class _Scope:
+class Scope:
     """A `{ }` block of an entry: `number` 0 for the body, then 1, 2, ... in order of opening. `registers`
     maps declared names to resolved ones, `labels` names to (instruction index, line)."""
 
     number: int
-    parent: _Scope | None
+    parent: Scope | None
     registers: dict[str, str]
     labels: dict[str, tuple[int, int]]
     params: dict[str, int] = field(default_factory=dict)  # `.param` variables declared here -> line
 
 
-class _OperandParser:
+class OperandParser:
     """Methods of `parse._Parser` for operands (they use its token methods and state)."""
 
-    def operand(self, scope: _Scope) -> Operand:
+    def operand(self, scope: Scope) -> Operand:
         kind = self.peek().kind
         if kind == "[":
             return self.address(scope)
@@ -45,7 +45,7 @@ class _OperandParser:
             return Vector((value, self.scalar(scope)))
         return value
 
-    def scalar(self, scope: _Scope) -> Operand:
+    def scalar(self, scope: Scope) -> Operand:
         """A register, special register, sink, number or symbol."""
         token = self.peek()
         if token.kind in ("int", "float", "-"):
@@ -57,7 +57,7 @@ class _OperandParser:
             return Sink()
         return self.name(token, scope)
 
-    def name(self, token: Token, scope: _Scope) -> Operand:
+    def name(self, token: Token, scope: Scope) -> Operand:
         """A register (`%` is a convention: `.reg .pred P1;` declares P1), a special register, `WARP_SZ` or a
         symbol, in that order."""
         if token.text.startswith("%") or self.lookup(token.text, scope) is not None:
@@ -72,7 +72,7 @@ class _OperandParser:
         return self.symbol(token)
 
     @staticmethod
-    def lookup(name: str, scope: _Scope | None) -> str | None:
+    def lookup(name: str, scope: Scope | None) -> str | None:
         """The resolved name of register `name` in `scope` or the nearest enclosing scope declaring it."""
         while scope is not None:
             resolved = scope.registers.get(name)
@@ -81,7 +81,7 @@ class _OperandParser:
             scope = scope.parent
         return None
 
-    def register(self, token: Token, scope: _Scope) -> Reg | Special:
+    def register(self, token: Token, scope: Scope) -> Reg | Special:
         resolved = self.lookup(token.text, scope)
         if resolved is not None:
             return Reg(resolved)
@@ -89,7 +89,7 @@ class _OperandParser:
             return Special(token.text)
         raise self.error(f"register {token.text} is not declared", token)
 
-    def predicate(self, scope: _Scope) -> Reg:
+    def predicate(self, scope: Scope) -> Reg:
         token = self.expect("name", "a predicate register")
         register = self.name(token, scope)
         if not isinstance(register, Reg) or self.entry.registers[register.name] != "pred":
@@ -101,7 +101,7 @@ class _OperandParser:
             raise self.error(f"unknown symbol '{token.text}'", token)
         return Symbol(token.text)
 
-    def address(self, scope: _Scope) -> Address:
+    def address(self, scope: Scope) -> Address:
         """`[base]`, `[base+imm]`, `[base+-imm]`, `[imm]` or `[base, {c0, ...}]`."""
         self.next()
         token = self.peek()
@@ -122,7 +122,7 @@ class _OperandParser:
         self.expect("]", "']' closing the address (an offset is written '+N' or '+-N')")
         return Address(base, offset, coords)
 
-    def vector(self, scope: _Scope) -> Vector:
+    def vector(self, scope: Scope) -> Vector:
         self.expect("{", "'{'")
         elements = [self.scalar(scope)]
         while self.accept(","):
