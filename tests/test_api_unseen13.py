@@ -290,6 +290,21 @@ def test_kvcache_refuses_by_name_and_appends_nothing(name):
     assert np.array_equal(arguments["k_cache"], before)
 
 
+def test_a_cache_too_large_for_the_gather_appends_nothing():
+    """Regression: the gather's 32-bit chunk numbering was checked after k_new and v_new had been written, so the
+    refused call left the caches changed (docs/serving.md: a refused append writes nothing). The cache is
+    2^24 + 1 pages of one page's storage (stride 0: writable, 2^31 + 128 chunks, 2 KiB of memory)."""
+    k_page, v_page = np.zeros((1, 16, 1, 64), BF16), np.zeros((1, 16, 1, 64), BF16)
+    k_cache, v_cache = (np.lib.stride_tricks.as_strided(page, shape=(2**24 + 1, 16, 1, 64),
+                                                        strides=(0, *page.strides[1:]), writeable=True)
+                        for page in (k_page, v_page))
+    new = np.ones((1, 1, 1, 64), BF16)
+    with pytest.raises(ValueError, match="16-byte chunks"):
+        tessera.attention_with_kvcache(np.ones((1, 1, 1, 64), BF16), k_cache, v_cache, np.array([3], np.int32),
+                                       np.array([[0]], np.int32), new, new, level="tile")
+    assert not k_page.any() and not v_page.any()
+
+
 def test_tables_of_the_other_kind_are_refused_by_name():
     """Regression: an int32 torch tensor of cache_seqlens beside NumPy q and caches raised PyTorch's "transpose()
     takes 2 positional arguments but 5 were given"; torch cu_seqlens beside NumPy q, k, v returned a torch

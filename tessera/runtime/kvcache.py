@@ -212,6 +212,17 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     splits = resolve_num_splits(num_splits, batch, q_heads, rows, max(longest, 1), head_dim, causal, where)
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
 
+    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
+
+    copy = paged_copy(head_dim, page_size)
+    if copy == "cp.async":
+        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
+
+        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
+        if chunks > GATHER_CHUNK_LIMIT:
+            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
+                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
+
     if k_new is not None:
         check_writable(where, k_cache, v_cache)
         if level is None:  # a call refused for want of a GPU leaves the caches as they were
@@ -231,16 +242,6 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     starts = np.arange(batch, dtype=np.int32) * rows
     starts_t = lib.from_numpy(starts).to(q.device) if lib is not np else starts
     ends_t = starts_t + rows
-    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
-
-    copy = paged_copy(head_dim, page_size)
-    if copy == "cp.async":
-        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
-
-        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
-        if chunks > GATHER_CHUNK_LIMIT:
-            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
-                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
     if copy == "tma":  # [num_pages, heads_k, page_size, D], a view: a tensor map reads it through its strides
         cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
         cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)
