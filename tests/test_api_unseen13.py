@@ -5,7 +5,7 @@ split-KV with more splits than key blocks, GQA ratios 3 and 5), packed sequences
 seq_q != seq_k both ways under bottom-right causal masks, `tessera.attention_backward` and
 `tessera.runtime.autograd.attention` at odd lengths with GQA, at Tile level against float64 NumPy, a slice in
 the CTA simulator and the PTX executor (`-m slow`); what no kernel takes refused by name. About 6 s; the
-target/PTX slice about 15 s under `-m slow`."""
+target/PTX slice about 12 s under `-m slow`."""
 
 from __future__ import annotations
 
@@ -122,22 +122,27 @@ VARLEN = {
 }
 
 
-@pytest.mark.parametrize("name", list(VARLEN))
-def test_varlen_of_unseen_lengths(name, rng):
-    lengths_q, lengths_k, heads, heads_k, causal, splits, used = VARLEN[name]
+def run_varlen(rng, case, level="tile"):
+    """Run one VARLEN case (three packed rows past the last sequence) against float64 sequence by sequence."""
+    lengths_q, lengths_k, heads, heads_k, causal, splits, used = case
     cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k))
     q = bf16(rng, int(cu_q[-1]) + 3, heads, 64)  # three rows no sequence covers
     k, v = bf16(rng, int(cu_k[-1]), heads_k, 64), bf16(rng, int(cu_k[-1]), heads_k, 64)
     extra = {} if used is None else {"seqused_k": np.array(used, np.int32)}
     o, lse = tessera.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lengths_q),
                                max_seqlen_k=max(lengths_k), causal=causal, num_splits=splits, return_lse=True,
-                               level="tile", **extra)
+                               level=level, **extra)
     for b in range(len(lengths_q)):
         keys = slice(cu_k[b], cu_k[b] + (lengths_k[b] if used is None else used[b]))
         rows = slice(cu_q[b], cu_q[b + 1])
         ro, rl = reference_sequence(q[rows].transpose(1, 0, 2), k[keys].transpose(1, 0, 2), v[keys].transpose(1, 0, 2), causal)
         check(o[rows].transpose(1, 0, 2), lse[:, rows], ro, rl)
     assert not o[cu_q[-1]:].astype(np.float32).any()
+
+
+@pytest.mark.parametrize("name", list(VARLEN))
+def test_varlen_of_unseen_lengths(name, rng):
+    run_varlen(rng, VARLEN[name])
 
 
 DENSE = [  # (batch, heads, heads_k, seq_q, seq_k, head_dim, causal, num_splits)
@@ -372,6 +377,8 @@ def test_a_nan_in_one_packed_sequence_stays_in_it():
 def test_kvcache_and_varlen_slice_at_target_and_ptx(level, rng):
     run_kvcache(rng, (1, 2, 3, 1, 64, [7], 5, 3, [[2, 0, 1]], 1, True, 1), level)
     run_kvcache(rng, (2, 1, 2, 2, 64, [0, 4], 16, 2, [[1], [0]], 0, False, 2), level)
+    run_varlen(rng, ([0, 1, 3], [5, 0, 130], 4, 2, True, 2, None), level)
+    run_varlen(rng, ([9, 3], [4, 0], 3, 1, True, 1, None), level)
 
 
 # endregion
