@@ -54,6 +54,7 @@ from tessera.runtime.serving import (
     check_head_dim,
     check_level,
     check_table,
+    check_one_kind,
     check_values,
     element_type,
     is_torch,
@@ -126,10 +127,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     """Attention of q against a (paged) KV cache, appending k_new/v_new first; see the module docstring."""
     where = "attention_with_kvcache"
     check_level(where, level)
-    (q_shape,) = check_values(where, ("q",), (q,), 4, "[batch, seq_q, heads, head_dim]")
+    (q_shape,) = check_values(where, ("q",), (q,), 4, "[batch, seq_q, heads, head_dim]", packed=False)
     cache_layout = "[num_pages, page_size, heads_k, head_dim]" if page_table is not None else \
         "[batch, seqlen_cache, heads_k, head_dim]"
-    kc_shape, vc_shape = check_values(where, ("k_cache", "v_cache"), (k_cache, v_cache), 4, cache_layout)
+    kc_shape, vc_shape = check_values(where, ("k_cache", "v_cache"), (k_cache, v_cache), 4, cache_layout,
+                                      packed=False)
     if kc_shape != vc_shape:
         raise ValueError(f"{where}: k_cache and v_cache must have one shape {cache_layout}, got {kc_shape} and {vc_shape}")
     batch, seq_q, heads, head_dim = q_shape
@@ -151,8 +153,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         seq_new = kn_shape[1]
         arrays.update(k_new=k_new, v_new=v_new)
     dtype = element_type(where, arrays)
-    if is_torch(q) != is_torch(k_cache) or any(is_torch(x) != is_torch(q) for x in arrays.values()):
-        raise ValueError(f"{where}: q, the caches and k_new/v_new must be all NumPy arrays or all PyTorch tensors")
+    check_one_kind(where, {**arrays, "cache_seqlens": cache_seqlens if hasattr(cache_seqlens, "shape") else None,
+                           "page_table": page_table})
 
     lib = _lib(q)
     if page_table is None:
@@ -166,6 +168,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         capacity = kc_shape[1]
     else:
         table_values = check_table(where, "page_table", page_table, batch, rank=2)
+        if int(page_table.shape[1]) == 0:
+            raise ValueError(f"{where}: page_table has no column: shape {tuple(page_table.shape)} (each sequence "
+                             "needs a page, even an empty one)")
         pages_k, pages_v, table, page_size = k_cache, v_cache, page_table, kc_shape[1]
         from tessera.kernels.attention_paged import paged_copy
 
@@ -207,6 +212,17 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     splits = resolve_num_splits(num_splits, batch, q_heads, rows, max(longest, 1), head_dim, causal, where)
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
 
+    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
+
+    copy = paged_copy(head_dim, page_size)
+    if copy == "cp.async":
+        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
+
+        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
+        if chunks > GATHER_CHUNK_LIMIT:
+            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
+                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
+
     if k_new is not None:
         check_writable(where, k_cache, v_cache)
         if level is None:  # a call refused for want of a GPU leaves the caches as they were
@@ -226,16 +242,6 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     starts = np.arange(batch, dtype=np.int32) * rows
     starts_t = lib.from_numpy(starts).to(q.device) if lib is not np else starts
     ends_t = starts_t + rows
-    from tessera.kernels.attention_paged import cache_row_axis, paged_copy
-
-    copy = paged_copy(head_dim, page_size)
-    if copy == "cp.async":
-        from tessera.passes.convert_tile_to_sm90.serving import CHUNK, GATHER_CHUNK_LIMIT
-
-        chunks = int(np.prod(kc_shape)) * (2 if dtype in ("bf16", "f16") else 4) // CHUNK
-        if chunks > GATHER_CHUNK_LIMIT:
-            raise ValueError(f"{where}: k_cache holds {chunks} 16-byte chunks; the gather of pages of {page_size} "
-                             f"rows numbers them in 32 bits (at most {GATHER_CHUNK_LIMIT})")
     if copy == "tma":  # [num_pages, heads_k, page_size, D], a view: a tensor map reads it through its strides
         cache_k = pages_k.transpose(0, 2, 1, 3) if lib is np else pages_k.transpose(1, 2)
         cache_v = pages_v.transpose(0, 2, 1, 3) if lib is np else pages_v.transpose(1, 2)

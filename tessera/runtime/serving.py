@@ -61,9 +61,11 @@ def check_level(where: str, level) -> None:
         raise ValueError(f"{where}: level must be None (the GPU), 'tile', 'target' or 'ptx'; got {level!r}")
 
 
-def check_values(where: str, names: tuple[str, ...], arrays: tuple, rank: int, layout: str) -> tuple[tuple[int, ...], ...]:
-    """Shapes of real arrays/tensors of rank `rank` with no empty dimension but the first (a packed tensor may
-    hold no token); TypeError/ValueError naming the argument otherwise."""
+def check_values(where: str, names: tuple[str, ...], arrays: tuple, rank: int, layout: str,
+                 packed: bool = True) -> tuple[tuple[int, ...], ...]:
+    """Shapes of real arrays/tensors of rank `rank` with no empty dimension but the first when `packed` (a
+    packed tensor may hold no token; a batch or a cache of pages may not); TypeError/ValueError naming the
+    argument otherwise."""
     from tessera.runtime.attention_base import check_tensor
 
     shapes = []
@@ -71,10 +73,19 @@ def check_values(where: str, names: tuple[str, ...], arrays: tuple, rank: int, l
         shape = check_tensor(where, name, x)
         if len(shape) != rank:
             raise ValueError(f"{where}: {name} must be {rank}-D {layout}, got shape {tuple(shape)}")
-        if any(int(d) <= 0 for d in shape[1:]):
+        if any(int(d) <= 0 for d in shape[1 if packed else 0:]):
             raise ValueError(f"{where}: {name} has an empty dimension: shape {tuple(shape)}")
         shapes.append(tuple(int(d) for d in shape))
     return tuple(shapes)
+
+
+def check_one_kind(where: str, named: dict) -> None:
+    """ValueError naming the arguments unless the given ones (None skipped) are all NumPy arrays or all PyTorch
+    tensors: the output takes q's kind, and a table of the other kind would be read as the wrong one."""
+    given = {name: x for name, x in named.items() if x is not None}
+    if len({is_torch(x) for x in given.values()}) > 1:
+        kinds = ", ".join(f"{name} {'a PyTorch tensor' if is_torch(x) else type(x).__name__}" for name, x in given.items())
+        raise ValueError(f"{where}: {', '.join(given)} must be all NumPy arrays or all PyTorch tensors, got {kinds}")
 
 
 def element_type(where: str, named: dict) -> str:
@@ -257,6 +268,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     check_groups(where, q_shape[1], k_shape[1], "q", "k")
     check_head_dim(where, q_shape[2])
     dtype = element_type(where, {"q": q, "k": k, "v": v})
+    check_one_kind(where, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                           "seqused_k": seqused_k})
     cu_q = check_cu_seqlens(where, "cu_seqlens_q", cu_seqlens_q, None, q_shape[0])
     cu_k = check_cu_seqlens(where, "cu_seqlens_k", cu_seqlens_k, int(cu_seqlens_q.shape[0]), k_shape[0])
     cu_q = readable(cu_seqlens_q).astype(np.int64) if cu_q is None else cu_q  # the grid needs the longest
