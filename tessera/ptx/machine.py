@@ -245,7 +245,7 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
             p.move(d, p.regs(op.acc), F32)
     if len(set(d)) != len(d):
         p.refuse(op, "the accumulator registers must be distinct")
-    ab = op.ab_type.data
+    ab, b_type = op.multiplicand_types
     _, n, k = facts.wgmma_shape(_int(op, "n"), ab, "f32")
     b = p.reg(op.b)
     if op.scale_d is None or isinstance(op.scale_d.owner, arith.ConstantOp):
@@ -260,7 +260,7 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
         flags = f"{scale_d}, 1, 1, {trans_b}"
     else:
         flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
-    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{ab} "
+    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{b_type} "
            f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
 
 
