@@ -28,7 +28,7 @@ import pytest
 
 import tessera
 from tessera.sm90 import approx
-from unseen_rounds import KERNELS, Case, f64, round_tests
+from unseen_rounds import KERNELS, Case, assert_ptxas_clean, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_U = 2.0**-24  # f32's unit roundoff: one rounding moves a value by at most this much of it
@@ -283,18 +283,10 @@ def test_a_mixed_fp8_gemm_is_bitwise_the_tile_interpreters_at_every_level(a_type
 def test_a_mixed_fp8_gemm_prints_both_types_and_every_ptxas_takes_it(a_type, b_type):
     """The printed wgmma names A's type then B's (`.f32.e5m2.e4m3`), and every installed ptxas (13.x and 12.x)
     assembles it without a diagnostic or a spill."""
-    from tessera import toolchain
-
     text = tessera.compile(_mixed_gemm(a_type, b_type))
     names = {"f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
     wgmmas = {line.split()[0] for line in text.splitlines() if "wgmma.mma_async" in line}
     assert wgmmas == {f"wgmma.mma_async.sync.aligned.m64n64k32.f32.{names[a_type]}.{names[b_type]}"}, wgmmas
-    ptxases = toolchain.find_all_ptxas()
-    if not ptxases:
-        pytest.skip("no ptxas installed")
-    for ptxas in ptxases:
-        result = toolchain.compile_ptx(text, ptxas=ptxas.path)
-        entry = result.entry()
-        assert not result.log.diagnostics and entry.spill_store_bytes == entry.spill_load_bytes == 0, ptxas.release
+    assert_ptxas_clean(text, "fp8_mixed_gemm")
 
 # endregion
