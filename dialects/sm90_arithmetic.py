@@ -92,7 +92,13 @@ class RsqrtApproxOp(_ApproxUnaryOp):
 class CvtPackOp(IRDLOperation):
     """`%p = sm90.cvt_pack %x type "bf16" : vector<64xf32> -> vector<32xi32>`: round pairs of f32 to
     bf16 (or f16), nearest even, and pack each pair (x[2i], x[2i+1]) into one 32-bit register with x[2i]
-    in the LOW half, as `cvt.rn.bf16x2.f32 p, x[2i+1], x[2i];` does (first source in the upper half)."""
+    in the LOW half, as `cvt.rn.bf16x2.f32 p, x[2i+1], x[2i];` does (first source in the upper half).
+
+    With an 8-bit type (e4m3, e5m2) each pair becomes two bytes in bits 15:0, x[2i] in bits 7:0, rounded as
+    `cvt.rn.satfinite.<type>x2.f32 h, x[2i+1], x[2i]` does (nearest even; beyond MAX_NORM and infinities to
+    +-MAX_NORM; NaN stays NaN: `facts.cvt_rn_satfinite_x2`), bits 31:16 zero: the pairs an FP8 tile is stored in
+    (`sm90.st_global_b16`). Prints as that cvt into a 16-bit register and `cvt.u32.u16 p, h`. Invariants: an even
+    number of f32 registers in, half as many i32 out; type bf16, f16, e4m3 or e5m2."""
 
     name = "sm90.cvt_pack"
     source = operand_def(base(VectorType))
@@ -108,7 +114,8 @@ class CvtPackOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = lanes(self.source.type)
-        require(self.half_type.data in ("bf16", "f16"), self, f"type must be bf16 or f16, got '{self.half_type.data}'")
+        require(self.half_type.data in ("bf16", "f16", *FP8_FORMATS), self,
+                f"type must be bf16, f16, e4m3 or e5m2, got '{self.half_type.data}'")
         require(isinstance(element_type(self.source.type), Float32Type) and n % 2 == 0, self,
                 f"source must be an even number of f32 registers, got {self.source.type}")
         require(self.result.type == VectorType(i32, [n // 2]), self, f"result must be vector<{n // 2}xi32>, got {self.result.type}")

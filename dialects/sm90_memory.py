@@ -200,7 +200,7 @@ class StGlobalB16Op(_StGlobalBase):
     each register i whose mask bit is set, store the low 16 bits of values[i] at global byte address base +
     offsets[i] + column_bytes[i]. For 16-bit tensors whose rows need not start on 4 bytes (an odd innermost
     size): a packed pair there would straddle a 4-byte boundary, which `st.global.b32` refuses (misaligned
-    address). Prints as one predicated `st.global.b16` of the 32-bit register per register (PTX lets st's
+    address); and for 8-bit tensors, one byte pair (`sm90.cvt_pack` to e4m3/e5m2) per register. Prints as one predicated `st.global.b16` of the 32-bit register per register (PTX lets st's
     source be wider than its type: the low bits are stored [P#operand-size-exceeding-instruction-type-size]).
     Invariants: one offset and one mask bit per register; addresses are even at run time. See
     `COLUMN_BYTES`."""

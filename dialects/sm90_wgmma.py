@@ -20,6 +20,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -149,7 +150,8 @@ class DescriptorOffsetOp(IRDLOperation):
 
 
 WGMMA_TYPES = ("bf16", "f16", "e4m3", "e5m2")
-"""The multiplicand types `sm90.wgmma_mma_async` takes (A and B of one type, f32 accumulation)."""
+"""The multiplicand types `sm90.wgmma_mma_async` takes (f32 accumulation; A and B of one type, or e4m3 and e5m2
+mixed)."""
 
 
 @irdl_op_definition
@@ -167,8 +169,13 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     same 32 bytes as bf16's 16, and both operands K-major only (trans 0, 0; `facts.wgmma_transpose_immediate`):
     their PTX has no transpose immediates. A register A holds four bytes per register (`fp8.a8_fragment_coords`).
 
-    Invariants: N is a legal wgmma N for the type (8..256 step 8); type is bf16, f16, e4m3 or e5m2; trans_a
-    only with a descriptor A; trans flags are 0 or 1, and 0 for the 8-bit types."""
+    `type` is A's type and B's; `b_type "e4m3"` after it gives B another type (FP8 training's dgrad/wgrad GEMMs
+    multiply e5m2 gradients by e4m3 weights or activations: `.f32.e5m2.e4m3`); the verifier takes it only when it
+    differs from `type`, so one wgmma has one spelling. `multiplicand_types` gives (A's, B's).
+
+    Invariants: N is a legal wgmma N for the type (8..256 step 8); type is bf16, f16, e4m3 or e5m2; b_type, when
+    given, differs from type and the two mix (`facts.wgmma_multiplicand_types`: e4m3 with e5m2 only); trans_a only
+    with a descriptor A; trans flags are 0 or 1, and 0 for the 8-bit types."""
 
     name = "sm90.wgmma_mma_async"
     T: ClassVar = VarConstraint("T", base(VectorType))
@@ -178,20 +185,30 @@ class WgmmaMmaAsyncOp(IRDLOperation):
     scale_d = opt_operand_def(i1)
     n = prop_def(IntegerAttr[I64])
     ab_type = prop_def(StringAttr, prop_name="type")
+    b_type = opt_prop_def(StringAttr)
     trans_a = prop_def(IntegerAttr[I64])
     trans_b = prop_def(IntegerAttr[I64])
     result = result_def(T)
     assembly_format = (
-        "$acc `,` $a `,` $b (`scale_d` $scale_d^)? `n` $n `type` $type `trans` $trans_a `,` $trans_b "
+        "$acc `,` $a `,` $b (`scale_d` $scale_d^)? `n` $n `type` $type (`b_type` $b_type^)? `trans` $trans_a `,` $trans_b "
         "attr-dict `:` type($acc) `,` type($a)"
     )
     traits = traits_def(MemoryReadEffect())
 
-    def __init__(self, acc, a, b, n: int, ab_type: str, trans_a: int = 0, trans_b: int = 0, scale_d=None):
+    def __init__(self, acc, a, b, n: int, ab_type: str, trans_a: int = 0, trans_b: int = 0, scale_d=None,
+                 b_type: str | None = None):
         props = {"n": i64_attr(n), "type": StringAttr(ab_type), "trans_a": i64_attr(trans_a),
                  "trans_b": i64_attr(trans_b)}
+        if b_type is not None and b_type != ab_type:
+            props["b_type"] = StringAttr(b_type)
         super().__init__(operands=[acc, a, b, [scale_d] if scale_d is not None else []], properties=props,
                          result_types=[SSAValue.get(acc).type])
+
+    @property
+    def multiplicand_types(self) -> tuple[str, str]:
+        """(A's type, B's type): `type` for both unless `b_type` gives B's."""
+        a = self.ab_type.data
+        return a, a if self.b_type is None else self.b_type.data
 
     @property
     def a_in_registers(self) -> bool:
@@ -208,11 +225,16 @@ class WgmmaMmaAsyncOp(IRDLOperation):
 
     def verify_(self) -> None:
         n, ab = int_value(self.n), self.ab_type.data
-        require(ab in WGMMA_TYPES, self, f"type must be bf16, f16, e4m3 or e5m2, got '{ab}'")
+        a_type, b_type = self.multiplicand_types
+        for name, value in (("type", a_type), ("b_type", b_type)):
+            require(value in WGMMA_TYPES, self, f"{name} must be bf16, f16, e4m3 or e5m2, got '{value}'")
+        require(self.b_type is None or b_type != a_type, self,
+                f"b_type '{b_type}' is type's: give b_type only for a B of another type")
         try:
+            facts.wgmma_multiplicand_types(a_type, b_type)
             facts.wgmma_shape(n, ab, "f32")
-            for operand, flag in (("A", self.trans_a), ("B", self.trans_b)):
-                facts.wgmma_transpose_immediate("MN" if int_value(flag) == 1 else "K", ab, operand)
+            for operand, flag, value in (("A", self.trans_a, a_type), ("B", self.trans_b, b_type)):
+                facts.wgmma_transpose_immediate("MN" if int_value(flag) == 1 else "K", value, operand)
         except ValueError as e:
             raise VerifyException(f"'{self.name}' op {e}") from None
         regs = facts.accumulator_registers(n, "f32")

@@ -53,8 +53,8 @@ class MmaOp(IRDLOperation):
     A is [M, K] ([K, M] with `transpose_a`: the tile holds A^T, an M-major operand), B is [K, N] ([N, K] with
     `transpose_b`), acc and d are [M, N] f32 registers. A and B are bf16 or f16 (the same type), in shared
     memory or registers; a transposed A must be in shared memory. A and B may instead both be 8-bit floats
-    (f8E4M3FN or f8E5M2, PTX .e4m3/.e5m2, mixed freely as wgmma mixes them; the lowering takes one 8-bit type
-    for both and refuses a mix by name). Products are exact (of 16-bit or 8-bit floats, each fits an f32); the
+    (f8E4M3FN or f8E5M2, PTX .e4m3/.e5m2, mixed freely as wgmma mixes them: e5m2 by e4m3 lowers to
+    `wgmma ... .f32.e5m2.e4m3`). Products are exact (of 16-bit or 8-bit floats, each fits an f32); the
     sum is f32.
 
     Tile IR states what is multiplied, not how it is laid out: the hardware reads 8-bit shared operands

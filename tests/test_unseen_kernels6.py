@@ -5,8 +5,8 @@ even/odd form applied to Q and K at once (GQA: fewer key heads; partner columns 
 coordinate tiles, read with `tile.gather`), the attention-output projection fused with its epilogue (the heads
 merged by the K loop, + bias + residual) and an int8-style quantize epilogue on a GEMM whose A is given
 transposed (per-row and per-column scales, `tile.rint`, a clamp to [-128, 127], i32 out; an infinite scale
-times 0 is NaN and converts to 0), and FP8 GEMMs of e5m2 (e5m2 x e4m3 is exact at Tile level and refused by name
-below it: it was lowered with B read as e5m2). Each runs through `tessera.launch` at the Tile, target and PTX levels on
+times 0 is NaN and converts to 0), and FP8 GEMMs of e5m2 and of mixed types (e5m2 x e4m3 and e4m3 x e5m2, bitwise
+the Tile interpreter's at every level: first lowered with B read as e5m2, then refused below Tile IR). Each runs through `tessera.launch` at the Tile, target and PTX levels on
 shapes no tile divides (1, 7, 33, 257, 1000) against a float64 NumPy reference; `tessera.validate` names a
 lowering seeded wrong (rint lowered as trunc: it validated, the tolerance being the largest move of any
 element; every output is now held element by element).
@@ -28,7 +28,7 @@ import pytest
 
 import tessera
 from tessera.sm90 import approx
-from unseen_rounds import KERNELS, Case, f64, round_tests
+from unseen_rounds import KERNELS, Case, assert_ptxas_clean, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_U = 2.0**-24  # f32's unit roundoff: one rounding moves a value by at most this much of it
@@ -207,7 +207,7 @@ def test_integer_outputs_are_held_element_by_element():
 # endregion
 
 
-# region FP8 of both formats: e5m2 x e5m2 at every level, e5m2 x e4m3 refused below Tile IR
+# region FP8 of both formats: e5m2 x e5m2 and the mixed e5m2 x e4m3, e4m3 x e5m2 at every level
 
 def _fp8_gemm(b_type: str):
     text = (KERNELS / "fp8_mixed_gemm.mlir").read_text()
@@ -235,24 +235,58 @@ def test_an_e5m2_gemm_at_every_level(level):
     assert c.dtype == np.float32 and np.all(np.abs(c - a @ b.T) <= bound)
 
 
-def test_a_mixed_fp8_mma_is_exact_in_tile_ir_and_refused_below_it(tmp_path, capsys):
-    """Regression: `tile.mma` of e5m2 A and e4m3 B (Tile IR takes any mix of the 8-bit types, as wgmma does) was
-    lowered to `wgmma ... .e5m2.e5m2`, B's e4m3 bytes read as e5m2: the CTA simulator and the PTX executor agreed
-    with each other and were far from the Tile interpreter (off by 166 on inputs of about 2). Target IR's wgmma has
-    one type for both operands, so the mix is now refused by name at the mma's line; Tile level is exact."""
-    from tessera.tools import tessera_run
+_FP8 = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
 
-    a, b = _fp8_operands((64, 64, 128), ml_dtypes.float8_e4m3fn)
-    module = _fp8_gemm("f8E4M3FN")
-    c = tessera.launch(module, a, b, level="tile")
-    a64, b64 = f64(a, b)
-    assert np.all(np.abs(c - a64 @ b64.T) <= 128 * F32_U * (np.abs(a64) @ np.abs(b64).T))
-    message = r"fp8_mixed_gemm.mlir:\d+:\d+: .*A is e5m2 and B is e4m3: a wgmma of mixed 8-bit types is not lowered"
-    with pytest.raises(Exception, match=message):
-        tessera.launch(module, a, b, level="target")
-    assert tessera_run.main([str(KERNELS / "fp8_mixed_gemm.mlir"), "--level", "ptx", "-d", "M=64", "-d", "N=64",
-                             "-d", "K=128"]) == 1
-    err = capsys.readouterr().err
-    assert "a wgmma of mixed 8-bit types is not lowered" in err and "Traceback" not in err, err
+
+def _mixed_gemm(a_type: str, b_type: str):
+    """fp8_mixed_gemm.mlir with A of `a_type` and Bt of `b_type` (its own: A e5m2, Bt e4m3)."""
+    text = (KERNELS / "fp8_mixed_gemm.mlir").read_text().replace("f8E5M2", "@A@").replace("f8E4M3FN", "@B@")
+    return tessera.parse_module(text.replace("@A@", a_type).replace("@B@", b_type), "fp8_mixed_gemm.mlir")
+
+
+def _exact_fp8(rng, shape, name: str) -> np.ndarray:
+    """Values of 8-bit type `name` with every mantissa bit in play (1 + 3 bits for e4m3, 1 + 2 for e5m2), exponents
+    -2 .. 2, signs and a tenth zeros: each product is a multiple of 2^-9 below 2^6, so every partial sum of K = 272
+    of them is an f32 (below 2^15, 24 bits) and every level's sum, in any order and rounding, is the exact one."""
+    bits = 3 if name == "f8E4M3FN" else 2
+    mantissa = rng.integers(2**bits, 2 ** (bits + 1), shape)
+    values = rng.choice([-1.0, 1.0], shape) * mantissa * 2.0 ** (rng.integers(-2, 3, shape) - bits)
+    values[rng.random(shape) < 0.1] = 0.0
+    out = values.astype(_FP8[name])
+    assert np.array_equal(out.astype(np.float64), values)
+    return out
+
+
+MIXED = [("f8E5M2", "f8E4M3FN"), ("f8E4M3FN", "f8E5M2")]
+
+
+@pytest.mark.parametrize("a_type,b_type", MIXED, ids=["e5m2xe4m3", "e4m3xe5m2"])
+def test_a_mixed_fp8_gemm_is_bitwise_the_tile_interpreters_at_every_level(a_type, b_type):
+    """Regression: `tile.mma` of e5m2 A by e4m3 B (FP8 training's dgrad/wgrad GEMMs mix them) was first lowered to
+    `wgmma ... .e5m2.e5m2`, B's e4m3 bytes read as e5m2 (the CTA simulator and the PTX executor agreed with each
+    other and were off by 166 on inputs of about 2), then refused below Tile IR. Target IR's wgmma now carries B's
+    type (`b_type`), printed `.f32.e5m2.e4m3`, each operand decoded with its own: M = 70, N = 33, K = 272 (not a
+    multiple of the 128-byte K step) are bitwise the Tile interpreter's and the exact product at target and PTX
+    level (sums exact by construction: `_exact_fp8`; reading either operand as the other type breaks it)."""
+    rng = np.random.default_rng(272)
+    a, b = _exact_fp8(rng, (70, 272), a_type), _exact_fp8(rng, (33, 272), b_type)
+    module = _mixed_gemm(a_type, b_type)
+    exact = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = {level: tessera.launch(module, a, b, level=level) for level in ("tile", "target", "ptx")}
+    for level, c in results.items():
+        assert c.dtype == np.float32 and np.array_equal(c.view(np.uint32), exact.view(np.uint32)), level
+
+
+@pytest.mark.parametrize("a_type,b_type", MIXED, ids=["e5m2xe4m3", "e4m3xe5m2"])
+def test_a_mixed_fp8_gemm_prints_both_types_and_every_ptxas_takes_it(a_type, b_type):
+    """The printed wgmma names A's type then B's (`.f32.e5m2.e4m3`), and every installed ptxas (13.x and 12.x)
+    assembles it without a diagnostic or a spill."""
+    text = tessera.compile(_mixed_gemm(a_type, b_type))
+    names = {"f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
+    wgmmas = {line.split()[0] for line in text.splitlines() if "wgmma.mma_async" in line}
+    assert wgmmas == {f"wgmma.mma_async.sync.aligned.m64n64k32.f32.{names[a_type]}.{names[b_type]}"}, wgmmas
+    assert_ptxas_clean(text, "fp8_mixed_gemm")
 
 # endregion

@@ -40,3 +40,25 @@ def test_an_mn_major_operand_reads_its_tile_transposed():
     for mn in range(0, 64, 9):
         for k in range(16):
             assert int(F.descriptor_element_address(desc, "MN", 2, mn, k)) == F.swizzle_address(k * 128 + mn * 2, 128)
+
+
+# [P#asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async], Syntax: the floating-point forms are
+# `.dtype.f16.f16`, `.dtype.bf16.bf16`, `.dtype.tf32.tf32` (one type named twice), and
+# `.dtype.atype.btype` with `.atype = { .e4m3, .e5m2 }` and `.btype = { .e4m3, .e5m2 }`; the integer form takes
+# `.atype = { .s8, .u8 }`, `.btype = { .s8, .u8 }`; `.b1` only with itself. ptxas 12.9/13.x assemble
+# `.f32.e5m2.e4m3` and `.f32.e4m3.e5m2` (tests/test_unseen_kernels6.py).
+ISA_MIXABLE = ({"e4m3", "e5m2"}, {"s8", "u8"})
+
+
+def test_wgmma_multiplicand_types_mix_as_the_isa_says():
+    types = ISA_TRANSPOSABLE_TYPES | ISA_OTHER_TYPES
+    for atype in types:
+        for btype in types:
+            mixes = atype == btype or any({atype, btype} <= family for family in ISA_MIXABLE)
+            if mixes:
+                F.wgmma_multiplicand_types(atype, btype)
+            else:
+                with pytest.raises(ValueError, match=rf"A is .{atype} and B is .{btype}: wgmma mixes only"):
+                    F.wgmma_multiplicand_types(atype, btype)
+    with pytest.raises(ValueError, match="multiplicand type must be one of"):
+        F.wgmma_multiplicand_types("e4m3", "f8")

@@ -233,10 +233,13 @@ class AttentionLowering:
         if isinstance(src.element_type, Float32Type) and is_fp8(dst.element_type) and src.rank == 2:
             # the A operand of an 8-bit P.V wgmma, in each thread's registers (keys in facts.P8_KEY_ORDER)
             fmt = "e4m3" if isinstance(dst.element_type, Float8E4M3FNType) else "e5m2"
+            if _stored_only(op.result):  # a quantize epilogue: byte pairs, stored two bytes a register
+                self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), fmt)))
+                return
             if not _feeds_mma_a_only(op.result):
-                refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma only (its "
+                refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma (its "
                             "registers hold the keys in the order facts.P8_KEY_ORDER), directly or through "
-                            "the loop-carried values of scf.for/scf.if")
+                            "the loop-carried values of scf.for/scf.if, or stored by tile.store_global only")
             self._set(op.result, e.op(sm90.CvtPackFp8Op(self._get(op.source), fmt)))
             return
         if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
@@ -450,3 +453,10 @@ def _feeds_mma_a_only(value: SSAValue, seen: set | None = None) -> bool:
         if not all(_feeds_mma_a_only(v, seen) for v in carried):
             return False
     return True
+
+
+def _stored_only(value: SSAValue) -> bool:
+    """Whether `value` (an 8-bit register tile) is used, at least once, and only as the value of a
+    tile.store_global: its registers may then hold byte pairs in the accumulator's order (`sm90.cvt_pack`), not P8's."""
+    uses = list(value.uses)
+    return bool(uses) and all(isinstance(u.operation, tile.StoreGlobalOp) and u.index == 0 for u in uses)

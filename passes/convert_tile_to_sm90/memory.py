@@ -383,11 +383,12 @@ class MemoryLowering:
         given, is an absolute row before which the access stops even inside the tensor. `rows_only`: the
         caller knows every column is inside the tensor; offsets and mask are then computed for the thread's
         distinct rows and shuffled out to the registers (two registers live, not one per register).
-        `per_element`: one register per element of a 16-bit tile too, not per packed pair. A window promised
+        `per_element`: one register per element of a 16-bit tile too, not per packed pair. An 8-bit tile (stored
+        only: `sm90.cvt_pack`'s byte pairs) is one register per pair as well. A window promised
         `in_bounds` (without `row_end`) takes an all-true mask: no compare, and unpredicated accesses."""
-        half = element_type_bytes(ty.element_type) == 2  # f32 and i32 tiles hold one element per register
+        half = element_type_bytes(ty.element_type) in (1, 2)  # f32 and i32 tiles hold one element per register
         if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
-            refuse(op, "16-bit tiles in registers need an even number of columns")
+            refuse(op, f"{8 * element_type_bytes(ty.element_type)}-bit tiles in registers need an even number of columns")
         packed = half and not per_element
         *lead, row0, col0 = window.indices
         row_offsets, col_offsets = self._thread_offsets(op, ty, pairs=packed)
@@ -437,7 +438,17 @@ class MemoryLowering:
         bounds (and `row_end`): one `st.global.b32` per register where `_words_aligned`, otherwise (16-bit
         elements in rows that may start on any even byte) one `st.global.b16` per element, the packed pair
         (lo | hi << 16) split into its low half and hi = pair / 2^16. A column vector [1, N] writes the
-        window's one row, from the threads of the tile's first row (`_column_vector_access`)."""
+        window's one row, from the threads of the tile's first row (`_column_vector_access`). An 8-bit tile
+        (`sm90.cvt_pack`'s byte pairs, bits 15:0 of each register) is one `st.global.b16` per pair, in rows that
+        start on even bytes only (refused by name otherwise)."""
+        if element_type_bytes(ty.element_type) == 1:
+            if self._is_column_vector(ty) or not self._words_aligned(window, ty):
+                refuse(op, "an 8-bit register tile is stored in byte pairs at even addresses: its window must start "
+                            "at an even column and the tensor's rows hold an even number of elements (a constant, "
+                            "or a size promised even: tile.divisible = {N = 2})")
+            base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end)
+            e.op(sm90.StGlobalB16Op(base, offsets, value, mask, columns))
+            return
         if self._is_column_vector(ty):
             if row_end is not None:
                 refuse(op, "a [1, N] register tile is stored with tile.store_global")

@@ -51,10 +51,7 @@ class MmaLowering:
         the first use of the result (`_get`), before control flow, or before its shared operands are
         released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
         a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
-        ab = _wgmma_type(op.a.type.element_type)
-        if _wgmma_type(op.b.type.element_type) != ab:  # sm90.wgmma_mma_async has one type for A and B
-            refuse(op, f"A is {ab} and B is {_wgmma_type(op.b.type.element_type)}: a wgmma of mixed 8-bit types is "
-                        "not lowered (Target IR's wgmma takes one type for both operands); give both one type")
+        ab, b_type = _wgmma_type(op.a.type.element_type), _wgmma_type(op.b.type.element_type)  # e4m3/e5m2 mix
         k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]
         k_step = facts.WGMMA_K_BYTES * 8 // facts.WGMMA_ELEMENT_BITS[ab]  # 32 bytes of K: k16 for 16-bit types, k32 for e4m3/e5m2
@@ -72,7 +69,7 @@ class MmaLowering:
         # tiles (imm-trans 1, 16-bit types only). Each warpgroup reads its 64 rows of A: 64 K-major rows further,
         # or, MN-major, the next box (64 16-bit columns are one 128-byte box row).
         trans_a = facts.wgmma_transpose_immediate("MN" if op.transpose_a else "K", ab, "A")
-        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b or transposed else "MN", ab, "B")
+        trans_b = facts.wgmma_transpose_immediate("K" if op.transpose_b or transposed else "MN", b_type, "B")
         reads = [t for t in (a, b) if isinstance(t, SharedTile)]
         for value, t in ((op.a, a), (op.b, b)):
             if isinstance(t, SharedTile):
@@ -101,7 +98,8 @@ class MmaLowering:
             # A chain that starts from zeros starts with scale-d = 0 (D = A B): the zeros are never written
             # (CUTLASS's ScaleOut::Zero); the printer leaves the accumulator's registers as they are.
             scale_d = e.op(arith.ConstantOp(IntegerAttr(0, i1))) if zero and step == 0 else None
-            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b, scale_d=scale_d))
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a_operand, b_desc, n, ab, trans_a, trans_b, scale_d=scale_d,
+                                            b_type=b_type))
         e.op(sm90.WgmmaCommitGroupOp())
         self._set(op.result, acc)
         self.pending.append(PendingMma(op.result, reads))

@@ -245,7 +245,7 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
             p.move(d, p.regs(op.acc), F32)
     if len(set(d)) != len(d):
         p.refuse(op, "the accumulator registers must be distinct")
-    ab = op.ab_type.data
+    ab, b_type = op.multiplicand_types
     _, n, k = facts.wgmma_shape(_int(op, "n"), ab, "f32")
     b = p.reg(op.b)
     if op.scale_d is None or isinstance(op.scale_d.owner, arith.ConstantOp):
@@ -260,7 +260,7 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
         flags = f"{scale_d}, 1, 1, {trans_b}"
     else:
         flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
-    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{ab} "
+    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{b_type} "
            f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
 
 
@@ -356,13 +356,20 @@ def print_cvt(p: KernelPrinter, op: sm90.CvtOp) -> None:
 @handles(sm90.CvtPackOp)
 def print_cvt_pack(p: KernelPrinter, op: sm90.CvtPackOp) -> None:
     """Pair (x[2i], x[2i+1]) into register i with x[2i] in the low half: `cvt` puts its first source in the
-    high half (`facts.cvt_rn_x2`), so the odd element goes first."""
+    high half (`facts.cvt_rn_x2`), so the odd element goes first. An 8-bit pair is rounded into a 16-bit register
+    and zero-extended (`cvt.u32.u16`)."""
     x = p.regs(op.source)
     half = op.half_type.data
+    narrow = facts.FP8_CVT_NARROW.get(half)
+    pair = p.temp(B16) if narrow else None
     jobs = []
     for i, dst in enumerate(p.define(op.result)):
         hi, lo = x[2 * i + 1], x[2 * i]
-        jobs.append(Job(dst, B32, (hi, lo), lambda d, hi=hi, lo=lo: [f"cvt.rn.{half}x2.f32 {d}, {hi}, {lo}"]))
+        if narrow:
+            jobs.append(Job(dst, B32, (hi, lo), lambda d, hi=hi, lo=lo: [f"{narrow} {pair}, {hi}, {lo}",
+                                                                        f"cvt.u32.u16 {d}, {pair}"]))
+        else:
+            jobs.append(Job(dst, B32, (hi, lo), lambda d, hi=hi, lo=lo: [f"cvt.rn.{half}x2.f32 {d}, {hi}, {lo}"]))
     p.run(jobs)
 
 

@@ -143,6 +143,7 @@ from tessera.sm90.wgmma import (
     WGMMA_ELEMENT_BITS,
     WGMMA_K_BYTES,
     WGMMA_M,
+    WGMMA_MIXED_TYPES,
     WGMMA_ROWS_PER_WARP,
     WGMMA_TRANSPOSE_TYPES,
     a_fragment_coords,
@@ -152,6 +153,7 @@ from tessera.sm90.wgmma import (
     warp_rank,
     warpgroup_warps,
     wgmma_n_values,
+    wgmma_multiplicand_types,
     wgmma_shape,
     wgmma_transpose_immediate,
 )

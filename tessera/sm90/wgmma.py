@@ -96,6 +96,22 @@ matrix descriptors." A, [M, K], is "row-major" when K-major; B, [K, N], is "colu
 imm-trans 0 reads an operand K-major and 1 reads it MN-major (M- or N-contiguous)."""
 
 
+WGMMA_MIXED_TYPES = (frozenset(("e4m3", "e5m2")), frozenset(("u8", "s8")))
+"""The multiplicand types .atype and .btype may differ within (Matrix Data-types table: `.e4m3`/`.e5m2` and
+`.u8`/`.s8` mix freely, every other type only with itself)."""
+
+
+def wgmma_multiplicand_types(atype: str, btype: str) -> None:
+    """Check that one wgmma may take A of `atype` and B of `btype`: equal types, or two of one family in
+    `WGMMA_MIXED_TYPES` (`.f32.e5m2.e4m3` is a wgmma, `.f32.bf16.f16` is not); ValueError naming the rule
+    otherwise."""
+    _check_atype(atype)
+    _check_atype(btype)
+    if atype != btype and not any({atype, btype} <= family for family in WGMMA_MIXED_TYPES):
+        raise ValueError(f"A is .{atype} and B is .{btype}: wgmma mixes only .e4m3 with .e5m2 and .u8 with .s8, "
+                         "other multiplicand types must be equal")
+
+
 def wgmma_transpose_immediate(major: str, atype: str, operand: str = "A") -> int:
     """imm-trans-a/imm-trans-b for a shared operand stored `major` ("K" or "MN") of type `atype`: 0 for K-major,
     1 for MN-major, which only .f16/.bf16 allow (ValueError naming the rule otherwise)."""

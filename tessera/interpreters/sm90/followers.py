@@ -377,7 +377,8 @@ class Followers:
         share: `_wgmma` checks it) from their shared memory, or from their A registers `fa`; B is [F, 1, n, k]
         where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`). Their rows are in
         `fragment_view.operand_order`, as the leader's."""
-        n, ab = op.n.value.data, op.ab_type.data
+        n, (ab, b_type) = op.n.value.data, op.multiplicand_types
+        types = {"A": ab, "B": b_type}
         size, count = facts.WARPGROUP_SIZE, self.count
         element_bytes = facts.WGMMA_K_BYTES // k
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
@@ -385,11 +386,11 @@ class Followers:
         def tile(descriptor, major: str, extent: int, what: str) -> np.ndarray:
             operand = wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
             addresses, byte_addresses = operand.ordered(orders[what])
-            if ab in facts.FP8_FORMATS:
-                return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), ab)
+            if types[what] in facts.FP8_FORMATS:
+                return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), types[what])
             bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
             bits = bits.reshape((count,) + addresses.shape)
-            return facts.half_bits_to_f32(bits, ab)
+            return facts.half_bits_to_f32(bits, types[what])
 
         a_in_registers = op.a_in_registers
         b_tiles, a_tiles = {}, []

@@ -290,7 +290,10 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.CvtPackOp)
     def run_cvt_pack(self, interpreter: Interpreter, op: sm90.CvtPackOp, args: PythonValues):
         (x,) = args
-        return (facts.cvt_rn_pairs(x, op.half_type.data).view(np.int32),)
+        pair_type = op.half_type.data
+        if pair_type in facts.FP8_FORMATS:  # two bytes in bits 15:0, bits 31:16 zero
+            return (facts.cvt_rn_satfinite_x2(x[:, 1::2], x[:, 0::2], pair_type).astype(np.int32),)
+        return (facts.cvt_rn_pairs(x, pair_type).view(np.int32),)
 
     @impl(sm90.PrmtOp)
     def run_prmt(self, interpreter: Interpreter, op: sm90.PrmtOp, args: PythonValues):

@@ -6,7 +6,8 @@ shared memory through its descriptor (`facts.descriptor_element_address`, K-majo
 trans 1, the swizzle taken on absolute addresses) or from the threads' four packed registers
 (`facts.a_fragment_coords`, element 2i in the low half per `facts.mov_unpack_b32`; for e4m3/e5m2, A is 64 x 32
 bytes, four per register, `facts.a8_fragment_coords`); B (16 x N, 32 x N for 8-bit types) always
-from shared memory (trans_b: 0 = K-major, 1 = MN-major). D = A x B (+ D), products exact, summed in float64
+from shared memory (trans_b: 0 = K-major, 1 = MN-major). Each operand is decoded with its own type
+(`multiplicand_types`: e5m2 A by e4m3 B, and the reverse, mix). D = A x B (+ D), products exact, summed in float64
 and rounded once to f32; the accumulator is scattered and gathered with `facts.accumulator_coords`.
 
 The result is computed at once but is *pending*: each warpgroup has an open group that its mma_async ops
@@ -216,7 +217,7 @@ class WgmmaUnit:
         tiles stacked after the leader's, one matrix product, one pass into the fragments
         (`Followers.merged_wgmma` hands their result over)."""
         cta = self.cta
-        n, ab = op.n.value.data, op.ab_type.data
+        n, (ab, b_type) = op.n.value.data, op.multiplicand_types
         trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
         m, _, k = facts.wgmma_shape(n, ab, "f32")
         a_in_registers = op.a_in_registers
@@ -235,7 +236,7 @@ class WgmmaUnit:
                 a_tiles.append(self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A",
                                                     tiles, a_order))
             b_desc = self._uniform(op, b, threads, "B descriptor")
-            b_tiles.append(self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, ab, threads, "B",
+            b_tiles.append(self._shared_operand(op, w, b_desc, "MN" if trans_b else "K", n, k, b_type, threads, "B",
                                                 tiles, b_order))
             accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
         if not warpgroups:

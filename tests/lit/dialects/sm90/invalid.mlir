@@ -332,7 +332,7 @@ sm90.setmaxnreg "inc" 100
 // -----
 
 %x = "test.op"() : () -> vector<4xf32>
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.cvt_pack' op type must be bf16 or f16, got 'f32'
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.cvt_pack' op type must be bf16, f16, e4m3 or e5m2, got 'f32'
 %p = sm90.cvt_pack %x type "f32" : vector<4xf32> -> vector<2xi32>
 
 // -----
