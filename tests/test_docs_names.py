@@ -19,21 +19,18 @@ import functools
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from test_docs_snippets import ROOT, markdown_files
+
 NAME = re.compile(r"(?<![\w./-])tessera(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w./-])((?:tessera|dialects|passes|tools|tests|bench|examples|docs|\.ci)/[\w./-]*[\w/])")
 TOP_FOLDERS = ("dialects", "passes", "tools")  # installed as tessera.dialects, tessera.passes, tessera.tools
 OP_NAME = re.compile(r'^\s*name = "(tessera\.\w+)"', re.MULTILINE)
 
 
-def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-
-
 def mentions(pattern: re.Pattern) -> list[tuple[str, str]]:
     """(FILE:LINE, the word) for every match of `pattern` in the README and the docs."""
     found = []
-    for page in pages():
+    for page in markdown_files():
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             found += [(f"{page.relative_to(ROOT)}:{number}", m.group(1 if m.groups() else 0).rstrip("."))
                       for m in pattern.finditer(line)]
@@ -109,7 +106,7 @@ def test_every_relative_link_leads_to_a_file():
     """`[text](page.md)` and `[text](../tests/x.py#anchor)` in a page: the file exists beside the page."""
     link = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)]*)?\)")
     missing = []
-    for page in pages():
+    for page in markdown_files():
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             missing += [f"{page.relative_to(ROOT)}:{number}: {target}" for target in link.findall(line)
                         if not (page.parent / target).exists()]
