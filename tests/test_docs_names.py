@@ -1,0 +1,113 @@
+"""Every `tessera.*` name and every repository path that README.md and docs/*.md mention exists.
+
+A page that names a function, module or file that was renamed or removed sends a newcomer nowhere; the snippets
+test (tests/test_docs_snippets.py) runs the code blocks, this one reads the prose too. Names are resolved from
+the sources, importing nothing (some modules import torch, seconds a first time): `tessera.a.b.c` is the longest
+prefix that is a module file of the package (`tessera.dialects`, `.passes` and `.tools` live in the repository's
+top folders, pyproject.toml), then names defined at its top level (functions, classes, assignments, imports;
+the lazy ones: the package's `_LAZY_FUNCTIONS` and `SUBMODULES`, the names a module's `__getattr__` compares
+with), then names in a class's body. A name past a function, a value or an import is not followed. The
+graph-level attention dialect's op names (`tessera.attention_bwd`, an IR op, not a Python name) count as names
+too. A path is any word starting with one of the repository's top folders (`tessera/`, `tests/`, `bench/`, ...);
+paths with a wildcard are skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+from test_docs_snippets import ROOT, markdown_files
+
+NAME = re.compile(r"(?<![\w./-])tessera(?:\.[A-Za-z_]\w*)+")
+PATH = re.compile(r"(?<![\w./-])((?:tessera|dialects|passes|tools|tests|bench|examples|docs|\.ci)/[\w./-]*[\w/])")
+TOP_FOLDERS = ("dialects", "passes", "tools")  # installed as tessera.dialects, tessera.passes, tessera.tools
+OP_NAME = re.compile(r'^\s*name = "(tessera\.\w+)"', re.MULTILINE)
+
+
+def mentions(pattern: re.Pattern) -> list[tuple[str, str]]:
+    """(FILE:LINE, the word) for every match of `pattern` in the README and the docs."""
+    found = []
+    for page in markdown_files():
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            found += [(f"{page.relative_to(ROOT)}:{number}", m.group(1 if m.groups() else 0).rstrip("."))
+                      for m in pattern.finditer(line)]
+    return found
+
+
+def module_file(parts: list[str]) -> Path | None:
+    """The source of module `tessera.<parts>` (a package's __init__.py), or None."""
+    if parts and parts[0] in TOP_FOLDERS:
+        base = ROOT.joinpath(*parts)
+    else:
+        base = ROOT.joinpath("tessera", *parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def defined(path: Path) -> dict[str, ast.AST | None]:
+    """Top-level names of a module: a class maps to its node (its body is searched further), others to None."""
+    names: dict[str, ast.AST | None] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        names.update(body_names(node))
+        lazy = isinstance(node, ast.FunctionDef) and node.name == "__getattr__"  # names it compares with
+        if lazy or isinstance(node, ast.Assign) and any(getattr(t, "id", "") in ("_LAZY_FUNCTIONS", "SUBMODULES")
+                                                        for t in node.targets):
+            names.update((e.value, None) for e in ast.walk(node)
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.isidentifier())
+    return names
+
+
+def body_names(node: ast.AST) -> dict[str, ast.AST | None]:
+    if isinstance(node, ast.ClassDef):
+        return {node.name: node}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {node.name: None}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0]: None for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+        node, ast.AnnAssign) else []
+    return {n.id: None for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def resolves(name: str) -> bool:
+    parts = name.split(".")[1:]
+    cut = next((i for i in range(len(parts), -1, -1) if module_file(parts[:i])), None)
+    if cut is None:
+        return False
+    scope = defined(module_file(parts[:cut]))
+    for part in parts[cut:]:
+        if part not in scope:
+            return False
+        node = scope[part]
+        if node is None:  # a function, a value or an import: not followed
+            return True
+        scope = {k: v for child in node.body for k, v in body_names(child).items()}
+    return True
+
+
+def test_every_tessera_name_the_docs_mention_exists():
+    op_names = set(OP_NAME.findall((ROOT / "dialects" / "attention.py").read_text(encoding="utf-8")))
+    missing = [f"{where}: {name}" for where, name in mentions(NAME) if name not in op_names and not resolves(name)]
+    assert not missing, "names in the docs that Tessera does not define:\n" + "\n".join(missing)
+
+
+def test_every_path_the_docs_mention_exists():
+    missing = [f"{where}: {path}" for where, path in mentions(PATH) if "*" not in path and not (ROOT / path).exists()]
+    assert not missing, "paths in the docs that the repository does not hold:\n" + "\n".join(missing)
+
+
+def test_every_relative_link_leads_to_a_file():
+    """`[text](page.md)` and `[text](../tests/x.py#anchor)` in a page: the file exists beside the page."""
+    link = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)]*)?\)")
+    missing = []
+    for page in markdown_files():
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            missing += [f"{page.relative_to(ROOT)}:{number}: {target}" for target in link.findall(line)
+                        if not (page.parent / target).exists()]
+    assert not missing, "links in the docs to files that do not exist:\n" + "\n".join(missing)
