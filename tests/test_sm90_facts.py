@@ -916,6 +916,10 @@ DOCUMENTED = {
     # [-instructions-wgmma-mma-async]: "The transpose operation is only supported for the wgmma.mma_async variants
     # with .f16/.bf16 types on matrices accessed from shared memory using matrix descriptors."
     "WGMMA_TRANSPOSE_TYPES": ("f16", "bf16"),
+    # [-instructions-wgmma-mma-async], syntax: the 8-bit floating-point form takes ".atype = .btype" from
+    # "{.e4m3, .e5m2}" each on its own (".f32.e5m2.e4m3" is a wgmma), the integer form "{.s8, .u8}" each on its own;
+    # .f16/.bf16/.tf32/.b1 take one type for both
+    "WGMMA_MIXED_TYPES": (frozenset(("e4m3", "e5m2")), frozenset(("u8", "s8"))),
     "WGMMA_K_BYTES": 32,
     "WGMMA_ELEMENT_BITS": {"f16": 16, "bf16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "u8": 8, "s8": 8, "b1": 1},
     # [-matrix-data-types], table "dense wgmma": f16 -> .f16/.f32; bf16, tf32 -> .f32; e4m3/e5m2 -> .f16/.f32;
