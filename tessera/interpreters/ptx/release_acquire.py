@@ -34,7 +34,7 @@ class ReleaseAcquire:
                 joined[key] = [kind, c.copy(), remote, f.copy()]
             else:
                 entry[1], entry[3] = np.maximum(entry[1], c), np.maximum(entry[3], f)
-                entry[2] = _join_remote(entry[2], remote)
+                entry[2] = join_cta_knowledge(entry[2], remote)
 
     def acquire(self, lanes: np.ndarray, locations: np.ndarray, kind: int, now: bool) -> None:
         """`lanes` read the global `locations` strongly: with `now` (an acquire operation) they take in the
@@ -78,8 +78,9 @@ class ReleaseAcquire:
                 self.fence_release[lane] = hb._release(np.array([lane]))
 
 
-def _join_remote(a: dict | None, b: dict | None) -> dict | None:
-    """The join of two releases' knowledge of other CTAs ({rank: row}, None for none)."""
+def join_cta_knowledge(a: dict | None, b: dict | None) -> dict | None:
+    """The join of two releases' (or messages') knowledge of other CTAs ({rank: clock row}, None for none): the
+    elementwise maximum where both know a CTA. The PTX executor and the CTA simulator both keep it so."""
     if not a or not b:
         return a or b
     joined = dict(a)

@@ -59,34 +59,38 @@ class TaggedAccesses:
             raise self.hazard(inst, f"{what} {self.where(flat[i])} before it was signalled: "
                                     f"{self.describe_flight(flat[i])}{self._released_early(readers[i], flat[i])}",
                               readers[i])
-        landed = state == LANDED
-        if landed.any():
-            b, p, r = self.tag[flat[landed]], self.phase[flat[landed]], readers[landed]
-            unseen = self.observed[b, r] <= p
-            if unseen.any():
-                i = int(np.argmax(unseen))
-                raise self.hazard(inst, f"{what} {self.where(flat[landed][i])} before the TMA copy into it was "
-                                        f"signalled: this thread has not observed phase {int(p[i])} (parity "
-                                        f"{int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} complete (no "
-                                        "successful mbarrier wait for that phase, or a wait on the wrong parity)",
-                                  r[i])
+        unseen = self._first_unseen_landing(readers, flat, state)
+        if unseen is not None:
+            byte, p, b, r = unseen
+            raise self.hazard(inst, f"{what} {self.where(byte)} before the TMA copy into it was signalled: this "
+                                    f"thread has not observed phase {p} (parity {p & 1}) of {self.barrier_name(b)} "
+                                    "complete (no successful mbarrier wait for that phase, or a wait on the wrong "
+                                    "parity)", r)
 
     def _check_landed_write(self, inst, writers: np.ndarray, flat: np.ndarray, state: np.ndarray) -> None:
         """A generic store over bytes a TMA copy wrote needs the writer to have observed the phase the copy
         completed in, as a read does (the copy writes until its complete-tx; it landed here because another
         thread waited) [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+        unseen = self._first_unseen_landing(writers, flat, state)
+        if unseen is not None:
+            byte, p, b, w = unseen
+            raise self.hazard(inst, f"the store writes {self.where(byte)}, which the TMA copy completing phase {p} "
+                                    f"(parity {p & 1}) of {self.barrier_name(b)} writes, and this thread has not "
+                                    "observed that phase (write-after-write race with the async proxy: no "
+                                    "successful mbarrier wait for that phase orders the copy before this store)", w)
+
+    def _first_unseen_landing(self, threads: np.ndarray, flat: np.ndarray, state: np.ndarray):
+        """The first of the bytes `flat` (accessed by `threads`, one per byte) that a TMA copy landed in a phase
+        its thread has not observed complete, as (byte, phase, barrier, thread); None if there is none."""
         landed = state == LANDED
         if not landed.any():
-            return
-        b, p, w = self.tag[flat[landed]], self.phase[flat[landed]], writers[landed]
-        unseen = self.observed[b, w] <= p
-        if unseen.any():
-            i = int(np.argmax(unseen))
-            raise self.hazard(inst, f"the store writes {self.where(flat[landed][i])}, which the TMA copy completing "
-                                    f"phase {int(p[i])} (parity {int(p[i]) & 1}) of {self.barrier_name(int(b[i]))} "
-                                    "writes, and this thread has not observed that phase (write-after-write race with "
-                                    "the async proxy: no successful mbarrier wait for that phase orders the copy "
-                                    "before this store)", w[i])
+            return None
+        b, p, t = self.tag[flat[landed]], self.phase[flat[landed]], threads[landed]
+        unseen = self.observed[b, t] <= p
+        if not unseen.any():
+            return None
+        i = int(np.argmax(unseen))
+        return int(flat[landed][i]), int(p[i]), int(b[i]), t[i]
 
     def _released_early(self, reader: int, flat: int) -> str:
         """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""

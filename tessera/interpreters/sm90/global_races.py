@@ -42,6 +42,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -451,7 +452,7 @@ class GlobalAccesses:
         """A `sem_signal` by `thread` of the semaphore word at (tensor, offset): what the thread knows now (its CTA's
         accesses ordered before it, and of other CTAs) is released on the word."""
         word = (tensor, offset)
-        self.released[word] = cta.hb.join_grid(self.released.get(word), cta.hb.knowledge(thread, grid_rank(cta)))
+        self.released[word] = join_cta_knowledge(self.released.get(word), cta.hb.knowledge(thread, grid_rank(cta)))
 
     def acquire(self, cta: CtaView, tensor: int, offset: int, threads: np.ndarray) -> None:
         """A successful `sem_try_wait` by `threads` on the word: they acquire every release the word holds (their

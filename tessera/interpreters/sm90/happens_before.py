@@ -40,6 +40,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts
@@ -153,17 +154,7 @@ class HappensBefore:
         peers = old[3] if new[3] is None else new[3] if old[3] is None else (np.maximum(old[3][0], new[3][0]),
                                                                             max(old[3][1], new[3][1]))
         return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers, \
-            HappensBefore.join_grid(old[4], new[4])
-
-    @staticmethod
-    def join_grid(old: dict | None, new: dict | None) -> dict | None:
-        """The join of two messages' knowledge of other CTAs (rank -> [T] times)."""
-        if not old or not new:
-            return old or new
-        joined = dict(old)
-        for rank, times in new.items():
-            joined[rank] = times if rank not in joined else np.maximum(joined[rank], times)
-        return joined
+            join_cta_knowledge(old[4], new[4])
 
     def learn(self, threads, grid: dict) -> None:
         """`threads` (columns) learn `grid` (rank -> [T_rank] times of that CTA's threads): a semaphore acquire,
