@@ -153,3 +153,12 @@ def test_every_link_and_anchor_resolves():
                 elif anchor and path.suffix == ".md" and anchor not in anchors(path.resolve()):
                     broken.append(f"{where}: no heading with that anchor in {path.resolve().relative_to(ROOT)}")
     assert not broken, "links in the docs that lead nowhere:\n" + "\n".join(broken)
+
+
+def test_the_index_lists_every_page_once():
+    """docs/index.md gives every page of docs/ a line of its own: a page it leaves out is an orphan there."""
+    index = ROOT / "docs" / "index.md"
+    listed = re.findall(r"^- \[[^]]+\]\(([\w.-]+\.md)\)", index.read_text(encoding="utf-8"), re.MULTILINE)
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p != index)
+    assert sorted(listed) == pages, (f"not in docs/index.md: {sorted(set(pages) - set(listed))}, listed but absent "
+                                     f"or twice: {sorted(set(listed) - set(pages)) or [p for p in listed if listed.count(p) > 1]}")
