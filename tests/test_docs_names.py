@@ -20,7 +20,7 @@ import functools
 import re
 from pathlib import Path
 
-from test_docs_snippets import ROOT, markdown_files
+from test_docs_snippets import ROOT, blocks, markdown_files
 
 NAME = re.compile(r"(?<![\w./-])tessera(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w./-])((?:tessera|dialects|passes|tools|tests|bench|examples|docs|\.ci)/[\w./-]*[\w/])")
@@ -103,23 +103,14 @@ def test_every_path_the_docs_mention_exists():
     assert not missing, "paths in the docs that the repository does not hold:\n" + "\n".join(missing)
 
 
-FENCE_LINE = re.compile(r"^ {0,3}(```|~~~)")
 HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 LINK = re.compile(r"\]\((?!https?:|mailto:)([^)\s#]*)(?:#([^)\s]*))?\)")
 
 
 def prose_lines(page: Path) -> list[tuple[int, str]]:
     """(number, line) of a Markdown page outside its fenced code blocks (a `# comment` in a block is no heading)."""
-    lines, fence = [], None
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-        opening = FENCE_LINE.match(line)
-        if opening and fence is None:
-            fence = opening.group(1)
-        elif opening and line.strip().startswith(fence):
-            fence = None
-        elif fence is None:
-            lines.append((number, line))
-    return lines
+    code = {n for b in blocks(page) for n in range(b.line, b.line + b.code.count("\n") + 2)}
+    return [(n, line) for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if n not in code]
 
 
 @functools.cache
