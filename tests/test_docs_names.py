@@ -1,4 +1,5 @@
-"""Every `tessera.*` name and every repository path that README.md and docs/*.md mention exists.
+"""Every `tessera.*` name, every repository path and every link (with its #anchor) that README.md and docs/*.md
+mention exists.
 
 A page that names a function, module or file that was renamed or removed sends a newcomer nowhere; the snippets
 test (tests/test_docs_snippets.py) runs the code blocks, this one reads the prose too. Names are resolved from
@@ -19,7 +20,7 @@ import functools
 import re
 from pathlib import Path
 
-from test_docs_snippets import ROOT, markdown_files
+from test_docs_snippets import ROOT, blocks, markdown_files
 
 NAME = re.compile(r"(?<![\w./-])tessera(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w./-])((?:tessera|dialects|passes|tools|tests|bench|examples|docs|\.ci)/[\w./-]*[\w/])")
@@ -102,12 +103,53 @@ def test_every_path_the_docs_mention_exists():
     assert not missing, "paths in the docs that the repository does not hold:\n" + "\n".join(missing)
 
 
-def test_every_relative_link_leads_to_a_file():
-    """`[text](page.md)` and `[text](../tests/x.py#anchor)` in a page: the file exists beside the page."""
-    link = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)]*)?\)")
-    missing = []
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+LINK = re.compile(r"\]\((?!https?:|mailto:)([^)\s#]*)(?:#([^)\s]*))?\)")
+
+
+def prose_lines(page: Path) -> list[tuple[int, str]]:
+    """(number, line) of a Markdown page outside its fenced code blocks (a `# comment` in a block is no heading)."""
+    code = {n for b in blocks(page) for n in range(b.line, b.line + b.code.count("\n") + 2)}
+    return [(n, line) for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if n not in code]
+
+
+@functools.cache
+def anchors(page: Path) -> frozenset[str]:
+    """The anchors GitHub gives a page's headings: lowercased, punctuation but `-` and `_` dropped, spaces made
+    `-`, a repeated one suffixed -1, -2, ..."""
+    seen: dict[str, int] = {}
+    for _, line in prose_lines(page):
+        heading = HEADING.match(line)
+        if heading is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(2).lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        if count:
+            seen[f"{slug}-{count}"] = 1
+    return frozenset(seen)
+
+
+def test_every_link_and_anchor_resolves():
+    """Every relative link of README.md and docs/*.md (`[text](page.md)`, `[text](page.md#anchor)`,
+    `[text](#anchor)`, outside code blocks) leads to a file, and its #anchor to a heading of that page."""
+    broken = []
     for page in markdown_files():
-        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            missing += [f"{page.relative_to(ROOT)}:{number}: {target}" for target in link.findall(line)
-                        if not (page.parent / target).exists()]
-    assert not missing, "links in the docs to files that do not exist:\n" + "\n".join(missing)
+        for number, line in prose_lines(page):
+            for target, anchor in LINK.findall(line):
+                where = f"{page.relative_to(ROOT)}:{number}: ({target}{'#' + anchor if anchor else ''})"
+                path = (page.parent / target) if target else page
+                if not path.exists():
+                    broken.append(f"{where}: no such file")
+                elif anchor and path.suffix == ".md" and anchor not in anchors(path.resolve()):
+                    broken.append(f"{where}: no heading with that anchor in {path.resolve().relative_to(ROOT)}")
+    assert not broken, "links in the docs that lead nowhere:\n" + "\n".join(broken)
+
+
+def test_the_index_lists_every_page_once():
+    """docs/index.md gives every page of docs/ a line of its own: a page it leaves out is an orphan there."""
+    index = ROOT / "docs" / "index.md"
+    listed = re.findall(r"^- \[[^]]+\]\(([\w.-]+\.md)\)", index.read_text(encoding="utf-8"), re.MULTILINE)
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p != index)
+    assert sorted(listed) == pages, (f"not in docs/index.md: {sorted(set(pages) - set(listed))}, listed but absent "
+                                     f"or twice: {sorted(set(listed) - set(pages)) or [p for p in listed if listed.count(p) > 1]}")
