@@ -195,7 +195,7 @@ CP_ASYNC_PROXY = Rule(
     "follows them by default: bytes a cp.async.mbarrier.arrive completed are visible to the async proxy of every "
     "thread the completion happens before (the phase's waiters, and paths on from them), as a bulk copy's completion "
     "is followed by an implicit generic-async proxy fence. The evidence (CUTLASS and flash-attention at the commits "
-    "docs/races-seeded.md names): CUTLASS's sm90_mma_multistage_gmma_{ss,rs}_warpspecialized.hpp (the mainloop "
+    "docs/races-seeded-library.md names): CUTLASS's sm90_mma_multistage_gmma_{ss,rs}_warpspecialized.hpp (the mainloop "
     "KernelScheduleAuto picks when A or B is not aligned for TMA) and its sm100 cp.async UMMA mainloops complete each "
     "stage with cpasync_barrier_arrive and issue the MMA after the consumer's wait with no fence_view_async_shared; "
     "FlashAttention-3's forward (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) loads packed-GQA Q and non-TMA paged K/V "
