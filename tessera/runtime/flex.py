@@ -291,15 +291,17 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
 
 def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
-                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None):
+                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None,
+                     captured_grads: tuple[str, ...] = ()):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
-    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`)."""
+    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`); `captured_grads` the
+    builder's (kernel input names whose gradients the main kernel adds into outputs after dV)."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     block_m, block_n = blocks or (None, None)
     options = dict(causal=causal, dtype=dtype, scale=scale, block_sparse=sparse, deterministic=deterministic,
-                   head_split=head_split, block_m=block_m, block_n=block_n)
+                   head_split=head_split, block_m=block_m, block_n=block_n, captured_grads=tuple(captured_grads))
     return _kept(lambda: attention_backward(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
                  "attention_backward", score_mod, mask_mod, head_dim=head_dim, **options), sparse
 
@@ -360,8 +362,11 @@ def warp_specialized_first(q, kernels, sparse: bool, **options):
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
-                            head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
-    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
+                            head_dim: int, dtype: str, pipeline: str, deterministic: bool = False,
+                            captured_grads: tuple[str, ...] = ()):
+    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]), and with
+    `captured_grads` (kernel input names, `captured_gradient_names`) a fourth item, the list of their gradients
+    (f32, each its array's shape; at Tile level only: the caller refuses the others); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
     blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
@@ -379,7 +384,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
-                   head_dim=head_dim, dtype=dtype, deterministic=deterministic)
+                   head_dim=head_dim, dtype=dtype, deterministic=deterministic, captured_grads=tuple(captured_grads))
     kernels, sparse = backward_kernels(q, **options)
     if level != "tile":
         kernels, sparse, refused, taken = warp_specialized_first(q, kernels, sparse, **options)
@@ -404,7 +409,8 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
 
 
-def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic, **_):
+def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic,
+              captured_grads=(), **_):
     """`attention_backward_mods` with these kernels."""
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
@@ -425,10 +431,50 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     pipeline = None if level == "tile" else pipeline
     dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, _numpy(lse).astype(np.float32), level=level,
                                    pipeline=pipeline)
-    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
-                                     pipeline=pipeline)
+    dq_accum, dk, dv, *dcaptured = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
+                                                 pipeline=pipeline)
     grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2]), dk, dv)
-    return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
+    if torch_in:
+        grads, dcaptured = tuple(numpy_to_torch(g) for g in grads), [numpy_to_torch(g) for g in dcaptured]
+    return (*grads, dcaptured) if captured_grads else grads
+
+
+def captured_gradient_names(where: str, score_mod, mask_mod, asked) -> dict[str, str]:
+    """The gradients `tessera.attention_backward(..., captured_grads=asked)` returns, as {the key it returns
+    each by: the kernel input's name (`CapturedArray.name`)}. `asked`: True, every float array the score_mod
+    reads at traced indices, by the name the function calls it (by the kernel input's name where two arrays
+    share one); or names, each the function's name for an array or a kernel input's. A ValueError names what
+    is not an array of the score_mod; `captured_derivatives` refuses (ModTraceError, by name) an array no
+    gradient reaches."""
+    from tessera.variants.derivative import captured_derivatives
+
+    if score_mod is None:
+        raise ValueError(f"{where}: captured_grads needs a score_mod (the gradients are those of the arrays it reads)")
+    trace = trace_mod(score_mod, "score_mod")
+    inputs: dict[str, set[str]] = {}
+    for name, unique in ((r.name, r.array.name) for r in trace.reads):
+        inputs.setdefault(name, set()).add(unique)
+    by_input = {unique: name for name, uniques in inputs.items() for unique in uniques if len(uniques) == 1}
+    if asked is True:
+        found = {by_input.get(a.name, a.name): a.name for a in trace.arrays if a.dtype == F32 and not a.boolean}
+        if not found:
+            raise ValueError(f"{where}: captured_grads=True, but score_mod '{trace.name}' reads no float array at "
+                             "traced indices")
+    else:
+        if isinstance(asked, str) or not all(isinstance(n, str) for n in asked):
+            raise TypeError(f"{where}: captured_grads must be True or a sequence of names; got {asked!r}")
+        found = {}
+        for name in asked:
+            uniques = {name} if name in by_input or any(a.name == name for a in trace.arrays) \
+                else inputs.get(name, set())
+            if len(uniques) != 1:
+                known = sorted(set(inputs) | {a.name for a in trace.arrays})
+                what = "names two arrays" if uniques else "is not an array score_mod reads at traced indices"
+                raise ValueError(f"{where}: captured_grads {name!r} {what} (its arrays: {', '.join(known) or 'none'})")
+            found[name] = next(iter(uniques))
+    trace_mask = None if mask_mod is None else trace_mod(mask_mod, "mask_mod")
+    captured_derivatives(trace, list(found.values()), trace_mask)  # refused here, by name
+    return found
 
 
 def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
@@ -453,3 +499,22 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
     dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return dq, dk, dv
+
+
+def captured_tensor_inputs(where: str, score_mod, mask_mod, tensors: dict[str, object]) -> tuple[list[str], list]:
+    """(kernel input names, tensors) of the captured tensors `tensors` (by the name the function calls each,
+    `rebinding.captured_tensors_requiring_grad`), found by identity in the score_mod's trace (`Trace.sources`),
+    each checked to get a gradient (`captured_derivatives`: ModTraceError naming one that does not)."""
+    from tessera.variants.derivative import captured_derivatives
+
+    trace = trace_mod(score_mod, "score_mod")
+    trace_mask = None if mask_mod is None else trace_mod(mask_mod, "mask_mod")
+    names = []
+    for name, tensor in tensors.items():
+        unique = trace.sources.get(id(tensor))
+        if unique is None or not any(a.name == unique for a in trace.arrays) and unique not in trace.opaque:
+            raise ValueError(f"{where}: the score_mod names {name}, which requires grad, but never reads it at traced "
+                             "indices: no gradient reaches it (pass it detached)")
+        names.append(unique)
+    captured_derivatives(trace, names, trace_mask)
+    return names, list(tensors.values())

@@ -140,15 +140,15 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
 
 
 
-def captured_tensors_requiring_grad(fn: Callable) -> list[str]:
-    """The names of the torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad: a
-    learned table the backward gives no gradient for (`tessera.runtime.autograd.attention` refuses them)."""
-    names: list[str] = []
+def captured_tensors_requiring_grad(fn: Callable) -> dict[str, object]:
+    """The torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad, by the name it calls
+    each (a learned table: `tessera.runtime.autograd.attention` gives it its gradient, or refuses it by name)."""
+    found: dict[str, object] = {}
 
     def note(name: str, array):
-        if torch_mods.is_tensor(array) and array.requires_grad and name not in names:
-            names.append(name)
+        if torch_mods.is_tensor(array) and array.requires_grad and all(t is not array for t in found.values()):
+            found[name if name not in found else f"{name}_{len(found) + 1}"] = array
         return array
 
     rebind_arrays(fn, note)
-    return names
+    return found
