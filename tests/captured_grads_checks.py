@@ -40,9 +40,14 @@ def eager_captured_grads(q, k, v, do, make_mods, tables, o_rounded=None):
     return {name: leaf.grad.numpy() if leaf.grad is not None else np.zeros(leaf.shape) for name, leaf in leaves.items()}
 
 
+F32_FLOOR = 1e-5
+"""The absolute term: a gradient that is exactly 0 in float64 (one key: dS = P (dP - dPsum) = 0) is a sum of f32
+roundings of dS terms of order sqrt(head_dim) in the kernels (2e-7 seen at length 1)."""
+
+
 def assert_captured_grads(got: dict, q, k, v, do, o, make_mods, tables):
     """Each gradient within FlashAttention's tolerance of the float64 one: at most twice the same-precision
-    reference's error (O rounded as the kernel holds it), plus 1e-3 of the largest float64 entry."""
+    reference's error (O rounded as the kernel holds it), plus 1e-3 of the largest float64 entry and `F32_FLOOR`."""
     exact = eager_captured_grads(q, k, v, do, make_mods, tables)
     same = eager_captured_grads(q, k, v, do, make_mods, tables, o_rounded=o)
     for name, reference in exact.items():
@@ -50,5 +55,5 @@ def assert_captured_grads(got: dict, q, k, v, do, o, make_mods, tables):
                            np.float64)
         assert value.shape == reference.shape, (name, value.shape, reference.shape)
         error = np.abs(value - reference).max()
-        bound = 2 * np.abs(same[name] - reference).max() + 1e-3 * max(np.abs(reference).max(), 1e-30)
+        bound = 2 * np.abs(same[name] - reference).max() + 1e-3 * np.abs(reference).max() + F32_FLOOR
         assert error <= bound, (name, error, bound)

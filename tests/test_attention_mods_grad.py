@@ -90,8 +90,8 @@ def _bias(batch, heads, seq_q, seq_k):
     return lambda rng: {"bias": rng.standard_normal((batch, heads, seq_q, seq_k))}, make
 
 
-def _numpy_case(make, tables, shape, head_dim=64, seed=0):
-    """The kernels' gradients (NumPy API, level "tile") of `make(tables)` on inputs of `shape`, checked."""
+def _numpy_case(make, tables, shape, head_dim=64, seed=0, level="tile"):
+    """The kernels' gradients (NumPy API, backward at `level`) of `make(tables)` on inputs of `shape`, checked."""
     q, k, v, do, _ = _inputs(*shape, head_dim=head_dim, seed=seed)
     arrays = {name: np.asarray(t, np.float32) for name, t in tables.items()}
     score_mod, mask_mod = make(arrays)
@@ -99,7 +99,7 @@ def _numpy_case(make, tables, shape, head_dim=64, seed=0):
         warnings.simplefilter("ignore")
         o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
         dq, dk, dv, grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
-                                                       level="tile", captured_grads=True)
+                                                       level=level, captured_grads=True)
     assert sorted(grads) == sorted(arrays)
     assert_captured_grads(grads, q, k, v, do, o, lambda t: make(t), arrays)
     return grads
@@ -151,7 +151,7 @@ INDEX_TABLE = np.arange(8).astype(np.float32)
 
 def test_what_gets_no_gradient_is_refused_by_name():
     """A captured tensor used as an index, one a mask_mod reads, one read at constant indices, an integer one,
-    a name the score_mod does not read, and captured gradients below Tile level or with deterministic=True."""
+    a name the score_mod does not read, and captured gradients on the GPU or with deterministic=True."""
     def as_index(s, b, h, q, kv):
         return s + TABLE[INDEX_TABLE[kv].astype(np.int32)]
     _refused(as_index, match="uses INDEX_TABLE as an index", captured_grads=["INDEX_TABLE"])
@@ -164,13 +164,14 @@ def test_what_gets_no_gradient_is_refused_by_name():
              captured_grads=["ints"])
     _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="'other' is not an array", error=ValueError,
              captured_grads=["other"])
-    _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="level 'tile' only", level="ptx", error=BackwardNotLowered)
+    _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="in the interpreters only", level=None,
+             error=BackwardNotLowered)
     _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="deterministic=True", error=ValueError, deterministic=True)
     _refused(None, lambda b, h, q, kv: q >= kv, match="needs a score_mod", error=ValueError)
 
 
 def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
-    """A parameter read by a mask_mod, or at a level where the scatter-add is not lowered, is refused by name
+    """A parameter read by a mask_mod, or on the GPU (level None: the scatter-add not yet run on one), is refused by name
     when `autograd.attention` is called (no forward run whose backward would leave .grad unset)."""
     from tessera.runtime import autograd
 
@@ -179,8 +180,8 @@ def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
     table = torch.nn.Parameter(torch.zeros(8))
     with pytest.raises(ValueError, match="the mask_mod reads table, which requires grad"):
         autograd.attention(qt, kt, vt, level="tile", mask_mod=lambda b, h, q_idx, kv_idx: table[kv_idx] >= 0)
-    with pytest.raises(ValueError, match="computed at level 'tile' only"):
-        autograd.attention(qt, kt, vt, level="ptx", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[kv_idx])
+    with pytest.raises(ValueError, match="computed in the interpreters only"):
+        autograd.attention(qt, kt, vt, level=None, score_mod=lambda s, b, h, q_idx, kv_idx: s + table[kv_idx])
 
 
 # region the matrix (-m slow): lengths 1/17/129/300, GQA, causal, tables by (h), (q - kv), (b, h, q, kv)
@@ -236,5 +237,49 @@ def test_against_torch_flex_attention_on_cpu():
     exact = eager_captured_grads(q, k, v, do, make, arrays)
     for name, leaf in leaves.items():  # torch's flex_attention and the eager reference agree
         np.testing.assert_allclose(leaf.grad.numpy(), exact[name], rtol=1e-9, atol=1e-9 * np.abs(exact[name]).max())
+
+
+def _rel_slopes_causal(seq_q, seq_k):
+    """slopes[h] and a per-head table read twice, under a bottom-right causal mask_mod."""
+    tables, make = _slopes_and_table_twice(seq_q, seq_k)
+
+    def masked(t):
+        score_mod, _ = make(t)
+        return score_mod, lambda b, h, q, kv: q + (seq_k - seq_q) >= kv
+    return tables, masked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("head_dim", (64, 128))
+def test_below_tile_level_the_scatter_is_red_global_add(level, head_dim):
+    """The lowered main kernel (`tile.scatter_add` as one red.global.add.f32 a register) in the CTA simulator and
+    the PTX executor: GQA, a causal mask_mod, two tensors, one read twice (at head_dim 128 the single-stage rung
+    spills, with its warning)."""
+    tables, make = _rel_slopes_causal(17, 30)
+    _numpy_case(make, tables(np.random.default_rng(9)), (1, 2, 1, 17, 30), head_dim=head_dim, seed=9, level=level)
+
+
+@pytest.mark.slow
+def test_the_main_kernel_with_captured_gradients_assembles_under_every_ptxas():
+    """At head_dim 64 the main kernel with a table read twice and slopes (three scatters) takes the default
+    pipeline's single-stage rung (warp-specialized needs 251 registers of 240) and every ptxas found assembles it
+    without a warning or a spill."""
+    from tessera import toolchain
+    from tessera.kernels import attention_backward
+
+    tables, make = _rel_slopes_causal(17, 30)
+    score_mod, mask_mod = make({n: np.asarray(t, np.float32) for n, t in tables(np.random.default_rng(9)).items()})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's warning
+        main = attention_backward(64, score_mod=score_mod, mask_mod=mask_mod, block_sparse=True,
+                                  captured_grads=("score_mod_slopes", "score_mod_table")).main
+        ptx = tessera.compile(main, target="ptx")
+    assert ptx.count("red.global.add.f32") >= 3 * 32
+    tools = toolchain.find_all_ptxas()
+    assert tools
+    for tool in tools:
+        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
+        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
 
 # endregion

@@ -488,7 +488,7 @@ def test_autograd_takes_the_modifiers():
     assert all(c.ok for c in checks), [str(c) for c in checks]
     table = torch.nn.Parameter(torch.zeros(H))
     with pytest.raises(ValueError, match="the score_mod reads table, which requires grad"):
-        autograd.attention(q, k, v, level="target", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
+        autograd.attention(q, k, v, level=None, score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
     with torch.no_grad():  # no graph: nothing is missing
         autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
 

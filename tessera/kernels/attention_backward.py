@@ -139,7 +139,7 @@ def attention_backward(
     score_mod reads whose gradient the main kernel adds into outputs `d_<name>` after dV (f32, the array's
     shape), each score's dS_mod times d score_mod / d (the value read) scattered where it was read
     (`tile.scatter_add`, atomic: not with `deterministic` nor `head_split` > 1, refused by name; the default
-    head split is then 1; Tile IR only: the lowering refuses `tile.scatter_add` by name). What gets no gradient is refused by name
+    head split is then 1; `tile.scatter_add` lowers to one red.global.add.f32 per register). What gets no gradient is refused by name
     (`tessera.variants.derivative.captured_derivatives`).
     """
     if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \

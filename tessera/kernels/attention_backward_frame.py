@@ -141,22 +141,33 @@ def captured_gradient_outputs(mods: AttentionMods) -> list[ArgSpec]:
                     role="out") for name in mods.grads]
 
 
-def add_captured_gradients(ctx, mods: AttentionMods | None, p: SSAValue, dp: SSAValue, v: dict) -> None:
-    """For each gather of an array in `mods.grads` (`captured_derivatives`), d_<array>[indices] += P (dP - dPsum)
-    d score_mod / d (the value read), per element of the score tile (`tile.scatter_add`, atomic): P (dP - dPsum)
-    is dS_mod, the loss's gradient with respect to the modified score. `p` and `dp` (dP - dPsum) are the kernel's
-    tiles in `ctx`'s layout (S or S^T); a hidden or padded score has P = 0 and adds 0 (the finite guard keeps an
-    infinite derivative there from making it NaN), and an index outside the array adds nothing."""
+def captured_gradient_scores(b, mods: AttentionMods | None, p: SSAValue, dp: SSAValue) -> SSAValue | None:
+    """dS_mod = P (dP - dPsum), the loss's gradient with respect to the modified score, where the kernel adds
+    captured arrays' gradients (`AttentionMods.grads`), else None; `p` is P before the score_mod's derivative
+    is folded in."""
     if mods is None or not mods.grads:
+        return None
+    return b.binary(tile.MulOp, p, dp, "ds_mod")
+
+
+def add_captured_gradients(ctx, mods: AttentionMods | None, ds_mod: SSAValue | None, v: dict) -> None:
+    """For each gather of an array in `mods.grads` (`captured_derivatives`), d_<array>[indices] += dS_mod
+    d score_mod / d (the value read), per element of the score tile (`tile.scatter_add`, atomic). `ds_mod`
+    (`captured_gradient_scores`) is in `ctx`'s layout (S or S^T); a hidden or padded score has P = 0 and adds 0
+    (the finite guard keeps an infinite derivative there from making it NaN), and an index outside the array adds
+    nothing. Emitted after dS's store, so that P and dP are dead and one tile, dS_mod, is live beside the
+    accumulators."""
+    if ds_mod is None:
         return
     b = ctx.b
     for g in captured_derivatives(mods.score_mod, list(mods.grads), mods.mask_mod):
         if g.derivative.op == "const" and float(g.derivative.value) == 0.0:
             continue  # no gradient flows through this read (a condition's operand): it adds 0
-        scored = b.binary(tile.MulOp, p, ctx.emit(g.derivative), "p_dcaptured")
-        if may_be_unbounded(Trace(mods.score_mod.function, g.derivative)):
-            scored = finite_or_zero(b, scored)
-        contribution = b.binary(tile.MulOp, scored, dp, "dcaptured")
+        contribution = ds_mod
+        if not (g.derivative.op == "const" and float(g.derivative.value) == 1.0):
+            contribution = b.binary(tile.MulOp, ds_mod, ctx.emit(g.derivative), "dcaptured")
+            if may_be_unbounded(Trace(mods.score_mod.function, g.derivative)):
+                contribution = finite_or_zero(b, contribution)
         b.emit(tile.ScatterAddOp(contribution, v[f"d_{g.array.name}"], [ctx.emit(i) for i in g.indices]))
 
 

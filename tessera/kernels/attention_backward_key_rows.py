@@ -11,6 +11,7 @@ from tessera.dialects import tile
 from tessera.kernels.attention_backward_config import BackwardConfig
 from tessera.kernels.attention_backward_frame import (
     add_captured_gradients,
+    captured_gradient_scores,
     finish_main,
     finite_or_zero,
     main_frame,
@@ -119,8 +120,7 @@ def build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) 
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
         dst = b.binary(tile.MulOp, pt, dpt, "dst")
-        if mods is not None:
-            add_captured_gradients(ctx, mods, pt_plain, dpt, v)
+        dst_mod = captured_gradient_scores(b, mods, pt_plain, dpt)
         if not shared_p:
             pt_half = b.cast(pt, elt, "pt_half")
             dst_half = b.cast(dst, elt, "dst_half")
@@ -130,6 +130,8 @@ def build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) 
             b.barrier()  # dS^T published to every warp
         else:
             b.emit(tile.StoreSharedOp(b.cast(dst, elt, "dst_half"), smem["dS"]))
+            if dst_mod is not None:
+                add_captured_gradients(ctx, mods, dst_mod, v)
             b.barrier()  # P^T and dS^T published to every warp
             dv = b.mma(smem["P"], smem["dO"], dv, "dv_next")                              # P^T dO
             dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next")                              # dS^T Q

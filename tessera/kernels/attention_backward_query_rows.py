@@ -11,6 +11,7 @@ from tessera.dialects import tile
 from tessera.kernels.attention_backward_config import BackwardConfig
 from tessera.kernels.attention_backward_frame import (
     add_captured_gradients,
+    captured_gradient_scores,
     finish_main,
     finite_or_zero,
     main_frame,
@@ -102,10 +103,11 @@ def build_main_query_rows(cfg: BackwardConfig, mods: AttentionMods | None = None
             dp = b.binary(tile.SubRowsOp, b.mma(smem["dO"], smem["V"], dp_zero, "dp", transpose_b=True),
                           dpsum_rows(), "dp_minus_dpsum")
         ds = b.binary(tile.MulOp, p, dp, "ds")
-        if mods is not None:
-            add_captured_gradients(ctx, mods, p_plain, dp, v)
+        ds_mod = captured_gradient_scores(b, mods, p_plain, dp)
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
+        if ds_mod is not None:
+            add_captured_gradients(ctx, mods, ds_mod, v)
         b.barrier()  # P and dS published to every warp
         dv = b.mma(smem["P"], sliced["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
         dk = b.mma(smem["dS"], sliced["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q

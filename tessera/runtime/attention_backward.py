@@ -181,8 +181,9 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
     `captured_grads` (True, or names of arrays the score_mod reads): (dq, dk, dv, grads), grads a dict of the
     gradients of those captured float arrays (f32, each its array's shape; by the name the function calls it,
     `tessera.runtime.flex.captured_gradient_names`), added by atomic scatter-adds in the main kernel (in no
-    fixed order: not with `deterministic=True`). At level "tile" only for now (`tile.scatter_add` is not lowered
-    below Tile IR): another level is refused by `BackwardNotLowered`."""
+    fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile", "target",
+    "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is refused by
+    `BackwardNotLowered`."""
     if block_mask is not None:
         from tessera.runtime.flex import block_mask_mod
 
@@ -199,10 +200,9 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
             from tessera.runtime.flex import captured_gradient_names
 
             names = captured_gradient_names(WHERE, score_mod, mask_mod, captured_grads)
-            if level != "tile":
-                raise BackwardNotLowered(f"{WHERE}: captured_grads runs at level 'tile' only: the gradients of "
-                                         "captured arrays are added by tile.scatter_add, which is not lowered below "
-                                         f"Tile IR yet (got level={level!r})")
+            if level is None:
+                raise BackwardNotLowered(f"{WHERE}: captured_grads runs in the interpreters only (level 'tile', "
+                                         "'target' or 'ptx'): its red.global.add scatter is not yet checked on a GPU")
             if config.deterministic:
                 raise ValueError(f"{WHERE}: captured_grads is not supported with deterministic=True: the gradients "
                                  "of captured arrays are added by atomic scatter-adds, in no fixed order")

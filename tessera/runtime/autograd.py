@@ -9,7 +9,7 @@ and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `te
 them and the incoming gradient of O (with FlexAttention's `score_mod` / `mask_mod`, both take them:
 `tessera.runtime.flex`). A tensor the score_mod reads that requires grad (a learned bias table, ALiBi slopes)
 is an input of the Function too: the backward returns its gradient (`tessera.attention_backward(...,
-captured_grads=)`, at level "tile"), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
+captured_grads=)`, in the interpreters), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
 in an interpreter on CPU tensors (the same kernels, on NumPy). The forward's `return_lse` is the forward's
 own option (issue 14's LSE output): where `tessera.attention` does not take it, calling this raises the
 TypeError that says so.
@@ -57,7 +57,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
               level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
-    (`tessera.runtime.flex.captured_tensor_inputs`) at level "tile"; at another level, or read by `mask_mod`,
+    (`tessera.runtime.flex.captured_tensor_inputs`) in the interpreters; on the GPU (level None), or read by `mask_mod`,
     or where no gradient reaches it (used as an index, read at constant indices), it is refused by name here,
     before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for
     its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
@@ -80,11 +80,11 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
             raise ValueError(f"attention: the mask_mod reads {', '.join(wanted['mask_mod'])}, which requires grad: a "
                              "mask passes no gradient (pass it detached, .detach(), or under torch.no_grad())")
         if wanted["score_mod"]:
-            if level != "tile":
+            if level is None:
                 raise ValueError(f"attention: the score_mod reads {', '.join(wanted['score_mod'])}, which requires "
-                                 "grad: gradients of captured tensors are computed at level 'tile' only for now (the "
-                                 f"scatter-add is not lowered below Tile IR; got level={level!r}); pass it detached, "
-                                 ".detach(), or under torch.no_grad()")
+                                 "grad: gradients of captured tensors are computed in the interpreters only for now "
+                                 "(level 'tile', 'target' or 'ptx'; the scatter-add is not yet checked on a GPU); "
+                                 "pass it detached, .detach(), or under torch.no_grad()")
             names, tensors = captured_tensor_inputs("attention", score_mod, mask_mod, wanted["score_mod"])
     return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, tuple(names),
                                    *tensors)

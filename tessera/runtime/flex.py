@@ -391,7 +391,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
         if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
                  f"warp-specialized {'; nor '.join(refused)}; built {taken}")
-    last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
+    last = level == "tile" or deterministic or bool(captured_grads) or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():
             return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
@@ -496,9 +496,9 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
             out = entry.launch(kernel, *inputs, **sizes)
             return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
-    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
+    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
-    return dq, dk, dv
+    return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
 
 
 def captured_tensor_inputs(where: str, score_mod, mask_mod, tensors: dict[str, object]) -> tuple[list[str], list]:
