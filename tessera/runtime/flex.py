@@ -19,6 +19,7 @@ seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read tha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
@@ -164,6 +165,10 @@ def _compiled(module, pipeline: str | None = None):
             _COMPILED.clear()
         name = api.find_kernel(module).name
         compiled = compile_module(module, name) if pipeline is None else compile_module(module, name, pipeline)
+        # without the module's launch checks (`runtime.variant_launch`): this path proved the reads for the
+        # launch's sizes (`check_index_ranges`) and made the lists for them; checking again would copy the lists
+        # back from the GPU on every call
+        compiled = dataclasses.replace(compiled, module=None)
         kept = _COMPILED[key] = (module, compiled)
     return kept[1]
 
