@@ -171,8 +171,9 @@ def test_what_gets_no_gradient_is_refused_by_name():
 
 
 def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
-    """A parameter read by a mask_mod, or on the GPU (level None: the scatter-add not yet run on one), is refused by name
-    when `autograd.attention` is called (no forward run whose backward would leave .grad unset)."""
+    """A parameter read by a mask_mod, a 0-d one, or one on the GPU (level None: the scatter-add not yet run on
+    one), is refused by name when `autograd.attention` is called (no forward run whose backward would leave .grad
+    unset)."""
     from tessera.runtime import autograd
 
     q, k, v, _, _ = _inputs(1, 2, 2, 8, 8)
@@ -180,6 +181,9 @@ def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
     table = torch.nn.Parameter(torch.zeros(8))
     with pytest.raises(ValueError, match="the mask_mod reads table, which requires grad"):
         autograd.attention(qt, kt, vt, level="tile", mask_mod=lambda b, h, q_idx, kv_idx: table[kv_idx] >= 0)
+    temperature = torch.nn.Parameter(torch.tensor(2.0))  # 0-d: a constant of the kernel (its .grad stayed None)
+    with pytest.raises(ModTraceError, match="reads temperature, a 0-d tensor that requires grad"):
+        autograd.attention(qt, kt, vt, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s * temperature)
     with pytest.raises(ValueError, match="computed in the interpreters only"):
         autograd.attention(qt, kt, vt, level=None, score_mod=lambda s, b, h, q_idx, kv_idx: s + table[kv_idx])
 
