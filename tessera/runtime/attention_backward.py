@@ -180,7 +180,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
 
     `captured_grads` (True, or names of arrays the score_mod reads): (dq, dk, dv, grads), grads a dict of the
     gradients of those captured float arrays (f32, each its array's shape; by the name the function calls it,
-    `tessera.runtime.flex.captured_gradient_names`), added by atomic scatter-adds in the main kernel (in no
+    `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main kernel (in no
     fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile", "target",
     "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is refused by
     `BackwardNotLowered`."""
@@ -197,7 +197,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
         c = config.attention
         names = {}
         if captured_grads is not None and captured_grads is not False:
-            from tessera.runtime.flex import captured_gradient_names
+            from tessera.runtime.captured_gradients import captured_gradient_names
 
             names = captured_gradient_names(WHERE, score_mod, mask_mod, captured_grads)
             if level is None:
