@@ -48,6 +48,11 @@ class StoreSharedOp(RegisterStoreOp):
     DEST_NAME: ClassVar[str] = "destination"
 
 
+def _require_f32(op: Operation, what: str, ty: TileType) -> None:
+    """A reducing store's value or destination holds f32 (its additions are f32)."""
+    require(isinstance(ty.element_type, Float32Type), op, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+
+
 @irdl_op_definition
 class AtomicAddOp(IRDLOperation):
     """`tile.atomic_add %value, %window [transpose] : value_type, window_type`: window += value (with
@@ -85,7 +90,7 @@ class AtomicAddOp(IRDLOperation):
         require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
-            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+            _require_f32(self, what, ty)
 
 
 @irdl_op_definition
@@ -119,7 +124,7 @@ class ScatterAddOp(IRDLOperation):
         require_space(self, "value", val, MemSpace.REGISTER)
         require_space(self, "table", table, MemSpace.GLOBAL)
         for what, ty in (("value", val), ("table", table)):
-            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+            _require_f32(self, what, ty)
         require(len(self.indices) == table.rank, self,
                 f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
         shapes = []

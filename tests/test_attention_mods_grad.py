@@ -122,7 +122,8 @@ def test_autograd_fills_the_grad_of_a_learned_table_under_a_causal_mask():
     seq_q, seq_k = 17, 17
     q, k, v, do, rng = _inputs(1, 2, 2, seq_q, seq_k, seed=3)
     rel = torch.nn.Parameter(torch.from_numpy(rng.standard_normal(seq_q + seq_k - 1).astype(np.float32)))
-    qt, kt, vt = (torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).requires_grad_(True) for x in (q, k, v))
+    qt, kt, vt = (torch.from_numpy(np.asarray(x, np.float32)).to(torch.bfloat16).requires_grad_(True)
+                  for x in (q, k, v))
     score_mod = lambda s, b, h, q_idx, kv_idx: s + rel[q_idx - kv_idx + seq_k - 1]  # noqa: E731
     mask_mod = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx  # noqa: E731
     with warnings.catch_warnings(), np.errstate(invalid="ignore"):

@@ -180,10 +180,10 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
 
     `captured_grads` (True, or names of arrays the score_mod reads): (dq, dk, dv, grads), grads a dict of the
     gradients of those captured float arrays (f32, each its array's shape; by the name the function calls it,
-    `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main kernel (in no
-    fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile", "target",
-    "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is refused by
-    `BackwardNotLowered`."""
+    `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main
+    kernel (in no fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile",
+    "target", "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is
+    refused by `BackwardNotLowered`."""
     if block_mask is not None:
         from tessera.runtime.flex import block_mask_mod
 

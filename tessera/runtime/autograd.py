@@ -57,10 +57,10 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
               level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
-    (`tessera.runtime.captured_gradients.captured_tensor_inputs`) in the interpreters; on the GPU (level None), or read by `mask_mod`,
-    or where no gradient reaches it (used as an index, read at constant indices), it is refused by name here,
-    before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for
-    its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
+    (`tessera.runtime.captured_gradients.captured_tensor_inputs`) in the interpreters; on the GPU (level None),
+    read by `mask_mod`, 0-d, or where no gradient reaches it (used as an index, read at constant indices), it is
+    refused by name here, before the forward runs, rather than leave its gradient silently unset. `block_mask`:
+    FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
