@@ -288,3 +288,26 @@ def test_the_main_kernel_with_captured_gradients_assembles_under_every_ptxas():
         assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
 
 # endregion
+
+
+@pytest.mark.slow
+def test_the_keys_on_rows_main_kernel_scatters_the_transposed_scores():
+    """The head_dim 128 main kernel with keys on its rows (64 x 128 blocks, S^T: what the GPU path tries first)
+    scatters dS_mod^T at the transposed coordinates: the same gradients, at Tile level."""
+    from tessera.runtime import flex
+
+    seq_q, seq_k = 17, 30
+    tables, make = _rel_slopes_causal(seq_q, seq_k)
+    arrays = {n: np.asarray(t, np.float32) for n, t in tables(np.random.default_rng(4)).items()}
+    score_mod, mask_mod = make(arrays)
+    q, k, v, do, _ = _inputs(1, 2, 1, seq_q, seq_k, head_dim=128, seed=4)
+    names = ("score_mod_slopes", "score_mod_table")
+    options = dict(score_mod=score_mod, mask_mod=mask_mod, level="tile", deterministic=False, captured_grads=names)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore")
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+        kernels, sparse = flex.backward_kernels(q, causal=False, scale=None, head_dim=128, dtype="bf16",
+                                                blocks=(64, 128), head_split=1, **options)
+        assert kernels.config.key_rows
+        *_, grads = flex._backward(kernels, sparse, q, k, v, o, lse, do, **options)
+    assert_captured_grads(dict(zip(("slopes", "table"), grads)), q, k, v, do, o, make, arrays)
