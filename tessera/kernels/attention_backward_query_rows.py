@@ -9,14 +9,8 @@ from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
 from tessera.kernels.attention_backward_config import BackwardConfig
-from tessera.kernels.attention_backward_frame import (
-    add_captured_gradients,
-    captured_gradient_scores,
-    finish_main,
-    finite_or_zero,
-    main_frame,
-    visit_query_blocks,
-)
+from tessera.kernels.attention_backward_frame import (add_captured_gradients, captured_gradient_scores, finish_main,
+                                                     finite_or_zero, main_frame, visit_query_blocks)
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
 from tessera.kernels.common import TileBuilder, register_tile
 from tessera.numerics import LOG2E
