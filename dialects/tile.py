@@ -37,6 +37,7 @@ from xdsl.traits import Pure
 from tessera.dialects.tile_backward import (
     BACKWARD_OPS,
     AtomicAddOp,
+    ScatterAddOp,
     SemSignalOp,
     SemWaitOp,
     StoreSharedOp,

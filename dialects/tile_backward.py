@@ -4,6 +4,8 @@
   them transposed: `tile.mma ... transpose_a` takes its A operand from shared memory only);
 - `tile.atomic_add`: a reducing store, global[window] += value in f32, atomic with respect to other thread
   blocks (the dQ partials every key block adds into dq_accum);
+- `tile.scatter_add`: a reducing store at per-element coordinates, table[i(p)] += value(p) in f32, atomic (the
+  gradient of a captured array a score_mod reads: each score's contribution added where the score read it);
 - `tile.sem_wait`, `tile.sem_signal`: a counting semaphore in global memory that orders the reducing stores
   of different thread blocks (deterministic mode: the key blocks add into one query block in key order).
 
@@ -18,10 +20,11 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def, var_operand_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
 from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_space, tile_type
+from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
 
@@ -43,6 +46,11 @@ class StoreSharedOp(RegisterStoreOp):
     name = "tile.store_shared"
     DEST_SPACE: ClassVar[MemSpace] = MemSpace.SHARED
     DEST_NAME: ClassVar[str] = "destination"
+
+
+def _require_f32(op: Operation, what: str, ty: TileType) -> None:
+    """A reducing store's value or destination holds f32 (its additions are f32)."""
+    require(isinstance(ty.element_type, Float32Type), op, f"{what} must be f32 (additions are f32), got {ty.element_type}")
 
 
 @irdl_op_definition
@@ -82,7 +90,52 @@ class AtomicAddOp(IRDLOperation):
         require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
-            require(isinstance(ty.element_type, Float32Type), self, f"{what} must be f32 (additions are f32), got {ty.element_type}")
+            _require_f32(self, what, ty)
+
+
+@irdl_op_definition
+class ScatterAddOp(IRDLOperation):
+    """`tile.scatter_add %value, %table[%i0, ..., %in] : value_type, table_type, index_types`: for every element
+    p of the value, table[i0[p], ..., in[p]] += value[p], in f32 (`tile.gather`'s coordinates, run backwards).
+
+    The value is an f32 register tile; the table an f32 global tensor (a kernel argument), with one i32 index
+    tile per dimension, each broadcast to the value's shape as `tile.gather`'s are. Elements whose coordinates
+    fall outside the table are not added (a modifier's read at a padded position, which `tile.gather` reads as
+    0). Each addition is atomic with respect to every other thread and thread block, and several elements may
+    add into one entry: the result is the sum of every contribution in an order the hardware picks, so two runs
+    may differ in the last bits (`red.global.add.f32` per element; the Tile interpreter adds block after block
+    in its batch order). The attention backward adds each score's d loss / d table entry into the gradient of a
+    captured array its score_mod reads (`tessera.variants.derivative.captured_derivatives`). Returns nothing."""
+
+    name = "tile.scatter_add"
+    value = operand_def(TILE)
+    table = operand_def(TILE)
+    indices = var_operand_def(TILE)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = ("$value `,` $table `[` $indices `]` attr-dict `:` type($value) `,` type($table) `,` "
+                       "type($indices)")
+
+    def __init__(self, value: SSAValue | Operation, table: SSAValue | Operation,
+                 indices: list[SSAValue | Operation]):
+        super().__init__(operands=[value, table, list(indices)])
+
+    def verify_(self) -> None:
+        val, table = tile_type(self.value), tile_type(self.table)
+        require_space(self, "value", val, MemSpace.REGISTER)
+        require_space(self, "table", table, MemSpace.GLOBAL)
+        for what, ty in (("value", val), ("table", table)):
+            _require_f32(self, what, ty)
+        require(len(self.indices) == table.rank, self,
+                f"needs {table.rank} index tiles (one per dimension of the table), got {len(self.indices)}")
+        shapes = []
+        for k, index in enumerate(self.indices):
+            ty = tile_type(index)
+            require_space(self, f"index {k}", ty, MemSpace.REGISTER)
+            require(is_i32(ty.element_type), self, f"index {k} must be an i32 tile, got {ty.element_type}")
+            shapes.append(ty.get_shape())
+        shape = broadcast_shape([*shapes, val.get_shape()])
+        require(shape == val.get_shape(), self,
+                f"index shapes {[list(s) for s in shapes]} must broadcast to the value's {list(val.get_shape())}")
 
 
 # endregion
@@ -142,5 +195,5 @@ class SemSignalOp(IRDLOperation):
 
 # endregion
 
-BACKWARD_OPS = (StoreSharedOp, AtomicAddOp, SemWaitOp, SemSignalOp)
+BACKWARD_OPS = (StoreSharedOp, AtomicAddOp, ScatterAddOp, SemWaitOp, SemSignalOp)
 """The ops of this file, in the order `tile.py` registers them."""

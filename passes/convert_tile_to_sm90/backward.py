@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from xdsl.dialects import arith, vector
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, IntegerAttr, VectorType, f32, i32
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 
 from tessera.dialects import sm90, tile
 from tessera.dialects import sm90_reductions as reductions
@@ -205,6 +205,20 @@ class BackwardLowering:
             e.op(reductions.StMatrixOp(address, self._packed(e, values, matrices * s, matrices)))
 
     # -- reducing stores --------------------------------------------------------------------------------------
+    def _lower_ScatterAddOp(self, op: tile.ScatterAddOp, e: Emitter) -> None:
+        """One predicated `red.global.add.f32` per register of the value, at the table element its coordinates
+        name (`_table_access`, as `tile.gather` reads one), none where they fall outside the table. Only a full
+        2-D tile, whose every element one thread holds: a row vector, an [BM, 1] column or a [1, N] column vector
+        is held by several threads, which would each add it."""
+        ty = op.value.type
+        if not isinstance(op.table.owner, Block):
+            refuse(op, "tile.scatter_add must add into a kernel argument")
+        if ty.rank != 2 or self._is_column(ty) or self._is_column_vector(ty):
+            refuse(op, f"tile.scatter_add adds a full 2-D register tile (each element held by one thread), got "
+                       f"{list(ty.get_shape())}")
+        base, offsets, inside = self._table_access(op, op.table.index, op.indices, ty, e)
+        e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), inside))
+
     def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
         window = self._get(op.dest)
         ty = op.value.type

@@ -288,6 +288,23 @@ class ElementwiseLowering(IndexDiagonalLowering):
         self._set(op.result, splat)
 
     # -- gathers ---------------------------------------------------------------------------------------------
+    def _table_access(self, op: Operation, arg: int, indices, ty: TileType, e: Emitter):
+        """(base, byte offsets, mask) of the elements of a 32-bit table (kernel argument `arg`) at per-element
+        coordinates `indices`, one per register of a tile of type `ty`: the indices, laid out as its registers, give
+        the row-major element index (i32: tables of at most 2^31 - 1 elements) and the mask 0 <= index_k < size_k
+        for every dimension k (`tile.gather`'s reads, `tile.scatter_add`'s additions)."""
+        lanes = self._vector_type(op, ty).get_shape()[0]
+        flat, inside = None, None
+        for k, index in enumerate(indices):
+            i = self._broadcast_operand(op, index, ty.with_(element_type=i32), e)
+            size = e.op(arith.IndexCastOp(self._dim_value(arg, k, e), i32))
+            sizes = e.broadcast(size, lanes)
+            ok = e.andi(e.setp("ge", i, e.splat(i32, 0, lanes)), e.setp("lt", i, sizes))
+            inside = ok if inside is None else e.andi(inside, ok)
+            flat = i if flat is None else e.op(arith.AddiOp(e.op(arith.MuliOp(flat, sizes)), i))
+        offsets = e.op(arith.MuliOp(flat, e.splat(i32, 4, lanes)))
+        return self.entry_args[self.pointer_args[arg]], offsets, inside
+
     def _lower_GatherOp(self, op: tile.GatherOp, e: Emitter) -> None:
         """One predicated `ld.global.b32` per register of the result: the indices, laid out as the result's
         registers, give the row-major element index (i32: tables of at most 2^31 - 1 elements) and the
@@ -295,20 +312,9 @@ class ElementwiseLowering(IndexDiagonalLowering):
         table is 0 (the op's semantics), as `sm90.ld_global` leaves an unpredicated register."""
         if not isinstance(op.source.owner, Block):
             refuse(op, "tile.gather must read a kernel argument")
-        arg = op.source.index
         result = op.result.type
         vector_type = self._vector_type(op, result)
-        lanes = vector_type.get_shape()[0]
-        flat, inside = None, None
-        for k, index in enumerate(op.indices):
-            i = self._broadcast_operand(op, index, result.with_(element_type=i32), e)
-            size = e.op(arith.IndexCastOp(self._dim_value(arg, k, e), i32))
-            sizes = e.broadcast(size, lanes)
-            ok = e.andi(e.setp("ge", i, e.splat(i32, 0, lanes)), e.setp("lt", i, sizes))
-            inside = ok if inside is None else e.andi(inside, ok)
-            flat = i if flat is None else e.op(arith.AddiOp(e.op(arith.MuliOp(flat, sizes)), i))
-        offsets = e.op(arith.MuliOp(flat, e.splat(i32, 4, lanes)))
-        base = self.entry_args[self.pointer_args[arg]]
+        base, offsets, inside = self._table_access(op, op.source.index, op.indices, result, e)
         loaded = e.op(sm90.LdGlobalOp(base, offsets, inside, vector_type))
         loaded.owner.attributes[INVARIANT_ATTR] = UnitAttr()  # an input of the kernel, never written
         self._set(op.result, loaded)

@@ -218,6 +218,10 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
                 if op.source.index not in args:
                     args.append(op.source.index)
                 continue
+            if isinstance(op, tile.ScatterAddOp) and isinstance(op.table.owner, Block):
+                if op.table.index not in args:
+                    args.append(op.table.index)
+                continue
             stores = tile.StoreGlobalOp | tile.StoreGlobalRowsOp | tile.AtomicAddOp
             semaphores = tile.SemWaitOp | tile.SemSignalOp  # the deterministic backward's, through a pointer
             if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:

@@ -7,8 +7,8 @@ unstaged buffers, copies are published by `tile.barrier`; for ring stages, by th
 `tile.cp_wait_group`, and handed back to the copies by `tile.release`.
 
 The backward's ops (`dialects/tile_backward.py`): `tile.store_shared` writes a shared buffer (published by
-the next barrier); `tile.atomic_add` adds into global memory block after block in the batch's order (which
-`run_grid`'s `order` permutes), so only the sum is defined, not its rounding; `tile.sem_wait` and
+the next barrier); `tile.atomic_add` (and `tile.scatter_add`, at per-element coordinates) adds into global memory block after
+block in the batch's order (which `run_grid`'s `order` permutes), so only the sum is defined, not its rounding; `tile.sem_wait` and
 `tile.sem_signal` need blocks that wait for each other, so a kernel with them runs one block per thread
 (`grid_sync.GridSync`, set up by `run_grid`) and every global atomic happens under the grid's lock.
 """
@@ -327,6 +327,31 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             return ()
         with self.sync.lock:
             dest.add(value, self.batch.active)
+        self.sync.changed()
+        return ()
+
+    @impl(tile.ScatterAddOp)
+    def run_scatter_add(self, interpreter: Interpreter, op: tile.ScatterAddOp, args: PythonValues):
+        """table[i(p)] += value[p] for the active blocks' elements whose coordinates fall inside the table, in
+        the batch's block order (np.add.at: an entry several elements name receives each addition)."""
+        value, table, *indices = args
+        if not isinstance(table, np.ndarray):
+            self.batch.fail(op, "scatters into a kernel argument (not a tile.view)")
+        value = self._operand_tile(op, value, "the value")
+        shape = value.shape
+        coords = [np.broadcast_to(aligned_operand(i, v.type, op.value.type), shape).astype(np.int64)
+                  for i, v in zip(indices, op.indices)]
+        keep = np.broadcast_to(self.batch.active.reshape((-1,) + (1,) * (len(shape) - 1)), shape).copy()
+        for i, n in zip(coords, table.shape):
+            keep &= (i >= 0) & (i < n)
+
+        def add():
+            np.add.at(table, tuple(i[keep] for i in coords), value[keep].astype(table.dtype))
+        if self.sync is None:
+            add()
+            return ()
+        with self.sync.lock:
+            add()
         self.sync.changed()
         return ()
 

@@ -66,7 +66,7 @@ from tessera.kernels.attention_backward_pre_post import build_postprocess, build
 from tessera.kernels.attention_backward_query_rows import build_main_query_rows
 from tessera.kernels.attention_mods import AttentionMods
 from tessera.kernels.common import check_choice, check_flag
-from tessera.variants.derivative import score_derivative
+from tessera.variants.derivative import captured_derivatives, score_derivative
 from tessera.variants.index_ranges import check_at_launch
 from tessera.variants.launch_lists import lists_at_launch
 from tessera.variants.trace import trace_mod
@@ -102,6 +102,7 @@ def attention_backward(
     mask_mod=None,
     block_sparse: bool = False,
     head_split: int | None = None,
+    captured_grads: tuple[str, ...] = (),
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
     configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
@@ -133,6 +134,13 @@ def attention_backward(
     whole head_dim), so that a modifier's tiles fit beside dK and dV; not with `deterministic` (refused by
     name). `tessera.attention_backward` takes head_split=2 at head_dim 64 too when a modifier's kernel does
     not fit without it (`tessera.runtime.flex`).
+
+    `captured_grads`: kernel input names (`CapturedArray.name`, e.g. "score_mod_rel") of float arrays the
+    score_mod reads whose gradient the main kernel adds into outputs `d_<name>` after dV (f32, the array's
+    shape), each score's dS_mod times d score_mod / d (the value read) scattered where it was read
+    (`tile.scatter_add`, atomic: not with `deterministic` nor `head_split` > 1, refused by name; the default
+    head split is then 1; `tile.scatter_add` lowers to one red.global.add.f32 per register). What gets no gradient is refused by name
+    (`tessera.variants.derivative.captured_derivatives`).
     """
     if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \
             and head_dim in MODS_BLOCKS and not isinstance(head_dim, bool):
@@ -141,8 +149,11 @@ def attention_backward(
     modified = score_mod is not None or mask_mod is not None
     if head_split is None:
         head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic \
-            and not cfg.key_rows else 1
+            and not cfg.key_rows and not captured_grads else 1
     check_choice("head_split", head_split, (1, 2))
+    if head_split > 1 and captured_grads:
+        raise ValueError(f"head_split={head_split} is not supported with captured_grads: each of a key block's "
+                         "head_split thread blocks computes every score, and each would add its gradient")
     if head_split > 1 and deterministic:
         raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
                          "count one addition per key block, and each of its head_split thread blocks adds one")
@@ -152,10 +163,20 @@ def attention_backward(
                              None if mask_mod is None else trace_mod(mask_mod, "mask_mod"))
         if mods.score_mod is not None:
             score_derivative(mods.score_mod)  # refuse an underivable score_mod now, by name
+        if captured_grads:
+            if mods.score_mod is None:
+                raise ValueError("captured_grads needs a score_mod (the gradients are those of the arrays it reads)")
+            if deterministic:
+                raise ValueError("captured_grads is not supported with deterministic=True: the gradients of captured "
+                                 "arrays are added with atomic scatter-adds (tile.scatter_add), in no fixed order")
+            captured_derivatives(mods.score_mod, list(captured_grads), mods.mask_mod)  # refused now, by name
+            mods = AttentionMods(mods.score_mod, mods.mask_mod, grads=tuple(captured_grads))
         if check_flag("block_sparse", block_sparse):
             if mask_mod is None:
                 raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
-            mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True)
+            mods = AttentionMods(mods.score_mod, mods.mask_mod, block_sparse=True, grads=mods.grads)
+    elif captured_grads:
+        raise ValueError("captured_grads needs a score_mod (the gradients are those of the arrays it reads)")
     elif block_sparse:
         raise ValueError("block_sparse=True needs a mask_mod (the block lists are computed from it)")
     if cfg.key_rows:

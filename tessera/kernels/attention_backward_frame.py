@@ -28,6 +28,8 @@ from tessera.kernels.common import (
     shared_tile,
 )
 from tessera.variants.block_mask import VISIT_HEAD
+from tessera.variants.derivative import captured_derivatives, may_be_unbounded
+from tessera.variants.trace import Trace
 
 
 @dataclass
@@ -77,6 +79,7 @@ def main_frame(cfg: BackwardConfig, mods: AttentionMods | None, shared: dict, he
         ArgSpec("dQaccum", acc, acc_dims, role="out"),
         ArgSpec("dK", k_t, k_dims, role="out"),
         ArgSpec("dV", k_t, k_dims, role="out"),
+        *(captured_gradient_outputs(mods) if mods is not None else []),
     ]
     if cfg.deterministic:
         sem = global_tensor([None, None, None], IntegerType(32))
@@ -128,6 +131,44 @@ def finish_main(cfg: BackwardConfig, f: MainFrame, dk: SSAValue, dv: SSAValue) -
         window = b.view(f.v[name], [f.batch, f.head_k, f.k0, f.d0], [c.block_n, f.dh], f"{name.lower()}_window")
         b.store_global(b.cast(value, c.element_type, f"{name.lower()}_half"), window)
     return finish_kernel(f.fn, b)
+
+
+def captured_gradient_outputs(mods: AttentionMods) -> list[ArgSpec]:
+    """The outputs `d_<name>` (f32, the array's shape, zeroed by the launch) of the captured arrays whose
+    gradient the main kernel adds into (`AttentionMods.grads`), in that order."""
+    arrays = {a.name: a for a in mods.arrays}
+    return [ArgSpec(f"d_{name}", global_tensor(list(arrays[name].array.shape), f32), list(arrays[name].array.shape),
+                    role="out") for name in mods.grads]
+
+
+def captured_gradient_scores(b, mods: AttentionMods | None, p: SSAValue, dp: SSAValue) -> SSAValue | None:
+    """dS_mod = P (dP - dPsum), the loss's gradient with respect to the modified score, where the kernel adds
+    captured arrays' gradients (`AttentionMods.grads`), else None; `p` is P before the score_mod's derivative
+    is folded in."""
+    if mods is None or not mods.grads:
+        return None
+    return b.binary(tile.MulOp, p, dp, "ds_mod")
+
+
+def add_captured_gradients(ctx, mods: AttentionMods | None, ds_mod: SSAValue | None, v: dict) -> None:
+    """For each gather of an array in `mods.grads` (`captured_derivatives`), d_<array>[indices] += dS_mod
+    d score_mod / d (the value read), per element of the score tile (`tile.scatter_add`, atomic). `ds_mod`
+    (`captured_gradient_scores`) is in `ctx`'s layout (S or S^T); a hidden or padded score has P = 0 and adds 0
+    (the finite guard keeps an infinite derivative there from making it NaN), and an index outside the array adds
+    nothing. Emitted after dS's store, so that P and dP are dead and one tile, dS_mod, is live beside the
+    accumulators."""
+    if ds_mod is None:
+        return
+    b = ctx.b
+    for g in captured_derivatives(mods.score_mod, list(mods.grads), mods.mask_mod):
+        if g.derivative.op == "const" and float(g.derivative.value) == 0.0:
+            continue  # no gradient flows through this read (a condition's operand): it adds 0
+        contribution = ds_mod
+        if not (g.derivative.op == "const" and float(g.derivative.value) == 1.0):
+            contribution = b.binary(tile.MulOp, ds_mod, ctx.emit(g.derivative), "dcaptured")
+            if may_be_unbounded(Trace(mods.score_mod.function, g.derivative)):
+                contribution = finite_or_zero(b, contribution)
+        b.emit(tile.ScatterAddOp(contribution, v[f"d_{g.array.name}"], [ctx.emit(i) for i in g.indices]))
 
 
 def finite_or_zero(b, scored: SSAValue) -> SSAValue:

@@ -9,7 +9,8 @@ from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
 from tessera.kernels.attention_backward_config import BackwardConfig
-from tessera.kernels.attention_backward_frame import finish_main, finite_or_zero, main_frame, visit_query_blocks
+from tessera.kernels.attention_backward_frame import (add_captured_gradients, captured_gradient_scores, finish_main,
+                                                     finite_or_zero, main_frame, visit_query_blocks)
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
 from tessera.kernels.common import TileBuilder, f32, register_tile, shared_tile
 from tessera.numerics import LOG2E
@@ -97,6 +98,7 @@ def build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) 
         # A operands of dV += P^T dO and dK += dS^T Q from shared memory (K-major, as stored), not registers:
         # their rounded tiles are then never live in registers (each is rounded a slab at a time as it is
         # stored), which leaves room for the modifier's. A full block's trip is the dense kernel's.
+        pt_plain = pt
         shared_p = mods is not None and (masked or dscore is not None)
         if shared_p:
             b.emit(tile.StoreSharedOp(b.cast(pt, elt, "pt_half"), smem["P"]))
@@ -112,6 +114,7 @@ def build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) 
         neg_dpsum = b.scale(dpsum, -1.0, "neg_dpsum")
         dpt = b.mma(smem["V"], smem["dO"], neg_dpsum, "dpt_minus_dpsum", transpose_b=True)
         dst = b.binary(tile.MulOp, pt, dpt, "dst")
+        dst_mod = captured_gradient_scores(b, mods, pt_plain, dpt)
         if not shared_p:
             pt_half = b.cast(pt, elt, "pt_half")
             dst_half = b.cast(dst, elt, "dst_half")
@@ -121,6 +124,8 @@ def build_main_key_rows(cfg: BackwardConfig, mods: AttentionMods | None = None) 
             b.barrier()  # dS^T published to every warp
         else:
             b.emit(tile.StoreSharedOp(b.cast(dst, elt, "dst_half"), smem["dS"]))
+            if dst_mod is not None:
+                add_captured_gradients(ctx, mods, dst_mod, v)
             b.barrier()  # P^T and dS^T published to every warp
             dv = b.mma(smem["P"], smem["dO"], dv, "dv_next")                              # P^T dO
             dk = b.mma(smem["dS"], smem["Q"], dk, "dk_next")                              # dS^T Q

@@ -4,7 +4,7 @@ dPsum, LSE2 and a zeroed dq_accum before the main kernel; dQ = dq_accum * scale 
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
@@ -14,8 +14,8 @@ from tessera.numerics import LOG2E
 
 
 def build_preprocess(cfg: BackwardConfig) -> ModuleOp:
-    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e (+inf where LSE = -inf), dq_accum = 0, one [BM] query
-    block per thread block."""
+    """dPsum = rowsum(dO * O) (f32), LSE2 = LSE * log2 e (+inf where LSE = -inf, and on the padded rows past
+    seq_q), dq_accum = 0, one [BM] query block per thread block."""
     c = cfg.attention
     half, half_dims = head_dim_tensor(c, "heads", "seq_q")
     acc, acc_dims = head_dim_tensor(c, "heads", padded_rows(c), f32)
@@ -49,8 +49,15 @@ def build_preprocess(cfg: BackwardConfig) -> ModuleOp:
     # a row that sees no key (LSE = -inf) gets LSE2 = +inf: exp2(s - LSE2) = 0 for every score s, -inf included
     # (exp2(-inf - -inf) would be NaN), whichever way the main kernel subtracts it
     sees_none = b.emit(tile.CmpOp("eq", lse, b.fill(float("-inf"), register_tile([bm]), "minus_inf")), "sees_none")
-    lse2 = b.emit(tile.SelectOp(sees_none, b.fill(float("inf"), register_tile([bm]), "plus_inf"),
-                                b.scale(lse, LOG2E, "lse_log2")), "lse2")
+    plus_inf = b.fill(float("inf"), register_tile([bm]), "plus_inf")
+    lse2 = b.emit(tile.SelectOp(sees_none, plus_inf, b.scale(lse, LOG2E, "lse_log2")), "lse2_seen")
+    # and so does a padded row past seq_q (its LSE reads 0): the main kernel's P there is 0, not exp2 of a score a
+    # score_mod may have made large (a bias slopes[h] * (kv_idx - q_idx) past the last query: exp2 overflows to
+    # inf, and inf * (dP - dPsum) = inf * 0 = NaN in dK and dV)
+    rows = b.emit(tile.IotaOp("rows", register_tile([bm], i32), q0), "row")
+    past_end = b.emit(tile.CmpOp("ge", rows, b.emit(tile.SplatOp(b.dim(v["O"], 2, "seq_q"), register_tile([bm], i32)),
+                                                     "seq_q_rows")), "past_end")
+    lse2 = b.emit(tile.SelectOp(past_end, plus_inf, lse2), "lse2")
     b.store_global(lse2, window("LSE2", [bm]))
     b.store_global(b.fill(0.0, register_tile([bm, d]), "dq_zero"), window("dQaccum", [bm, d]))
     return finish_kernel(fn, b)

@@ -9,7 +9,8 @@ from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
 from tessera.kernels.attention_backward_config import BackwardConfig
-from tessera.kernels.attention_backward_frame import finish_main, finite_or_zero, main_frame, visit_query_blocks
+from tessera.kernels.attention_backward_frame import (add_captured_gradients, captured_gradient_scores, finish_main,
+                                                     finite_or_zero, main_frame, visit_query_blocks)
 from tessera.kernels.attention_mods import AttentionMods, ScoreContext, apply_mask_mod, apply_score_mod
 from tessera.kernels.common import TileBuilder, register_tile
 from tessera.numerics import LOG2E
@@ -83,7 +84,7 @@ def build_main_query_rows(cfg: BackwardConfig, mods: AttentionMods | None = None
             if unbounded:  # a padded or hidden score's derivative may be inf: 0 there, as the reference
                 p_scored = finite_or_zero(b, p_scored)
         p_half = b.cast(p, elt, "p_half")
-        p = p_scored
+        p_plain, p = p, p_scored
         b.emit(tile.StoreSharedOp(p_half, smem["P"]))
         dp_zero = b.fill(0.0, register_tile([bm, bn]), "dp_zero")
         if dpsum is not None:
@@ -96,8 +97,11 @@ def build_main_query_rows(cfg: BackwardConfig, mods: AttentionMods | None = None
             dp = b.binary(tile.SubRowsOp, b.mma(smem["dO"], smem["V"], dp_zero, "dp", transpose_b=True),
                           dpsum_rows(), "dp_minus_dpsum")
         ds = b.binary(tile.MulOp, p, dp, "ds")
+        ds_mod = captured_gradient_scores(b, mods, p_plain, dp)
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
+        if ds_mod is not None:
+            add_captured_gradients(ctx, mods, ds_mod, v)
         b.barrier()  # P and dS published to every warp
         dv = b.mma(smem["P"], sliced["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
         dk = b.mma(smem["dS"], sliced["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q

@@ -280,6 +280,9 @@ class AttentionMods:
     score_mod: Trace | None = None
     mask_mod: Trace | None = None
     block_sparse: bool = False
+    grads: tuple[str, ...] = ()
+    """The captured arrays (kernel input names) whose gradient the backward's main kernel adds into an output
+    `d_<name>` of the array's shape (`tessera.variants.derivative.captured_derivatives`)."""
 
     def traced(self) -> list[tuple[Trace, str]]:
         """(trace, "score_mod" or "mask_mod") of each modifier (`index_ranges.check_at_launch`)."""

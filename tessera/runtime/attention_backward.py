@@ -173,10 +173,17 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
 
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
                        deterministic: bool = False, level: str | None = None, bias=None, score_mod=None,
-                       mask_mod=None, block_mask=None):
+                       mask_mod=None, block_mask=None, captured_grads=None):
     """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
     here yet: `bias` other than None is refused by name (the kernels would recompute P without it).
-    `score_mod`/`mask_mod`/`block_mask`: those of the forward (`tessera.runtime.flex`)."""
+    `score_mod`/`mask_mod`/`block_mask`: those of the forward (`tessera.runtime.flex`).
+
+    `captured_grads` (True, or names of arrays the score_mod reads): (dq, dk, dv, grads), grads a dict of the
+    gradients of those captured float arrays (f32, each its array's shape; by the name the function calls it,
+    `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main
+    kernel (in no fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile",
+    "target", "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is
+    refused by `BackwardNotLowered`."""
     if block_mask is not None:
         from tessera.runtime.flex import block_mask_mod
 
@@ -188,9 +195,27 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
             raise ValueError("attention_backward: score_mod/mask_mod are not supported with bias")
         config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
         c = config.attention
-        return attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
-                                       scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype,
-                                       pipeline=_pipeline(), deterministic=config.deterministic)
+        names = {}
+        if captured_grads is not None and captured_grads is not False:
+            from tessera.runtime.captured_gradients import captured_gradient_names
+
+            names = captured_gradient_names(WHERE, score_mod, mask_mod, captured_grads)
+            if level is None:
+                raise BackwardNotLowered(f"{WHERE}: captured_grads runs in the interpreters only (level 'tile', "
+                                         "'target' or 'ptx'): its red.global.add scatter is not yet checked on a GPU")
+            if config.deterministic:
+                raise ValueError(f"{WHERE}: captured_grads is not supported with deterministic=True: the gradients "
+                                 "of captured arrays are added by atomic scatter-adds, in no fixed order")
+        grads = attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
+                                        scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype,
+                                        pipeline=_pipeline(), deterministic=config.deterministic,
+                                        captured_grads=tuple(names.values()))
+        if not names:
+            return grads
+        dq, dk, dv, dcaptured = grads
+        return dq, dk, dv, dict(zip(names, dcaptured))
+    if captured_grads is not None and captured_grads is not False:
+        raise ValueError(f"{WHERE}: captured_grads needs a score_mod (the gradients are those of the arrays it reads)")
     if bias is not None:
         raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
                          "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")

@@ -7,7 +7,9 @@
 `AttentionFunction` is a `torch.autograd.Function`: its forward runs `tessera.attention(..., return_lse=True)`
 and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `tessera.attention_backward` on
 them and the incoming gradient of O (with FlexAttention's `score_mod` / `mask_mod`, both take them:
-`tessera.runtime.flex`). Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
+`tessera.runtime.flex`). A tensor the score_mod reads that requires grad (a learned bias table, ALiBi slopes)
+is an input of the Function too: the backward returns its gradient (`tessera.attention_backward(...,
+captured_grads=)`, in the interpreters), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
 in an interpreter on CPU tensors (the same kernels, on NumPy). The forward's `return_lse` is the forward's
 own option (issue 14's LSE output): where `tessera.attention` does not take it, calling this raises the
 TypeError that says so.
@@ -24,7 +26,8 @@ class AttentionFunction(torch.autograd.Function):
     """softmax(q k^T * scale [+ bottom-right causal mask]) v with Tessera's forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level, score_mod=None, mask_mod=None):
+    def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level, score_mod=None, mask_mod=None,
+                captured_grads=(), *captured):
         from tessera.runtime.attention import attention
 
         options = {} if level is None else {"level": level}
@@ -32,6 +35,7 @@ class AttentionFunction(torch.autograd.Function):
         o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options, **mods)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level, **mods)
+        ctx.captured = [(name, tensor.dtype) for name, tensor in zip(captured_grads, captured)]
         return o
 
     @staticmethod
@@ -39,16 +43,23 @@ class AttentionFunction(torch.autograd.Function):
         from tessera.runtime.attention_backward import attention_backward
 
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do.contiguous().to(q.dtype), **ctx.options)
-        return dq, dk, dv, None, None, None, None, None, None
+        do = do.contiguous().to(q.dtype)
+        if not ctx.captured:
+            dq, dk, dv = attention_backward(q, k, v, o, lse, do, **ctx.options)
+            return dq, dk, dv, None, None, None, None, None, None, None
+        dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, _ in ctx.captured],
+                                               **ctx.options)
+        return (dq, dk, dv, None, None, None, None, None, None, None,
+                *(grads[name].to(dtype) for name, dtype in ctx.captured))
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
               level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
-    (`tessera.attention_backward` takes none), and so is a tensor that requires grad read by `score_mod` or
-    `mask_mod` (a learned bias table: the backward gives no gradient for captured tensors; FlexAttention's
-    Triton backend does), naming it, rather than leave its gradient silently unset. `block_mask`:
+    (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
+    (`tessera.runtime.captured_gradients.captured_tensor_inputs`) in the interpreters; on the GPU (level None),
+    read by `mask_mod`, 0-d, or where no gradient reaches it (used as an index, read at constant indices), it is
+    refused by name here, before the forward runs, rather than leave its gradient silently unset. `block_mask`:
     FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
@@ -59,10 +70,21 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
 
         mask_mod = block_mask_mod("attention", block_mask, mask_mod, q.shape[-2], k.shape[-2])
 
-    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
-        names = captured_tensors_requiring_grad(fn) if fn is not None and torch.is_grad_enabled() else []
-        if names:
-            raise ValueError(f"attention: the {kind} reads {', '.join(names)}, which requires grad: the backward gives "
-                             "no gradient for tensors a modifier reads (pass it detached, .detach(), or under "
-                             "torch.no_grad())")
-    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod)
+    names, tensors = [], []
+    if torch.is_grad_enabled():
+        from tessera.runtime.captured_gradients import captured_tensor_inputs
+
+        wanted = {kind: captured_tensors_requiring_grad(fn) if fn is not None else {}
+                  for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod"))}
+        if wanted["mask_mod"]:
+            raise ValueError(f"attention: the mask_mod reads {', '.join(wanted['mask_mod'])}, which requires grad: a "
+                             "mask passes no gradient (pass it detached, .detach(), or under torch.no_grad())")
+        if wanted["score_mod"]:
+            if level is None:
+                raise ValueError(f"attention: the score_mod reads {', '.join(wanted['score_mod'])}, which requires "
+                                 "grad: gradients of captured tensors are computed in the interpreters only for now "
+                                 "(level 'tile', 'target' or 'ptx'; the scatter-add is not yet checked on a GPU); "
+                                 "pass it detached, .detach(), or under torch.no_grad()")
+            names, tensors = captured_tensor_inputs("attention", score_mod, mask_mod, wanted["score_mod"])
+    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, tuple(names),
+                                   *tensors)

@@ -16,6 +16,7 @@ checkout changes without a version bump, and a stale kernel must not outlive the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -69,6 +70,11 @@ class CompiledKernel:
     target_ir: str = field(repr=False)
     ptxas: str
     from_cache: bool = False
+    module: object = field(default=None, repr=False, compare=False)
+    """The Tile IR module `compile_module` compiled this from (None for `compile_kernel`'s): its launch checks (a
+    kernel built from score_mod / mask_mod: the reads in bounds, the block lists) run at every GPU launch of the
+    compiled kernel (`tessera.runtime.variant_launch`). A copy per call: the cache holds one kernel for every
+    module of the same text, whose checks (arrays' contents, mask_mods) may differ."""
 
     @property
     def name(self) -> str:
@@ -182,10 +188,10 @@ def compile_module(module, kernel: str, pipeline: str = DEFAULT_PIPELINE,
     config = KernelConfig.of(MODULE_BUILDER, pipeline, digest=digest, kernel=kernel)
     key = kernel_key(config)
     if key in _COMPILED:
-        return _COMPILED[key]
+        return dataclasses.replace(_COMPILED[key], module=module)
     _MODULES[key] = (module, kernel)
     try:
-        return compile_kernel(config, cache)
+        return dataclasses.replace(compile_kernel(config, cache), module=module)
     finally:
         _MODULES.pop(key, None)
 

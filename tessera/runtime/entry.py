@@ -17,7 +17,8 @@ from tessera.kernel_abi import KernelSignature
 from tessera.passes import DEFAULT_PIPELINE
 from tessera.runtime.compiler import CompiledKernel, compile_module
 from tessera.runtime.driver import CudaUnavailable
-from tessera.runtime.launch import run, usable_device
+from tessera.runtime.launch import check_inputs, run, usable_device
+from tessera.runtime.variant_launch import check_compiled_launch
 from tessera.runtime.no_backward import no_backward
 from tessera.variants.index_ranges import check_launch
 from tessera.variants.launch_lists import check_lists_at_launch
@@ -86,6 +87,9 @@ def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipelin
         bound = sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
         check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
         check_lists_at_launch(where, module, bound, dict(zip((a.name for a in sig.inputs), arrays)))
+    elif module.module is not None:  # compiled from such a module: its checks too (`variant_launch`)
+        bound, _ = check_inputs(module.host, arrays, sizes)
+        check_compiled_launch(where, module, arrays, bound)
     try:
         usable_device(arrays)  # no GPU, no compile; the message names level= as the CPU alternative
     except CudaUnavailable as error:

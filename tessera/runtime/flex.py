@@ -19,6 +19,7 @@ seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read tha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
@@ -164,6 +165,10 @@ def _compiled(module, pipeline: str | None = None):
             _COMPILED.clear()
         name = api.find_kernel(module).name
         compiled = compile_module(module, name) if pipeline is None else compile_module(module, name, pipeline)
+        # without the module's launch checks (`runtime.variant_launch`): this path proved the reads for the
+        # launch's sizes (`check_index_ranges`) and made the lists for them; checking again would copy the lists
+        # back from the GPU on every call
+        compiled = dataclasses.replace(compiled, module=None)
         kept = _COMPILED[key] = (module, compiled)
     return kept[1]
 
@@ -291,15 +296,17 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
 
 def backward_kernels(q, *, score_mod, mask_mod, causal: bool, scale, level, head_dim: int, dtype: str,
-                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None):
+                     deterministic: bool = False, head_split: int | None = None, blocks: tuple | None = None,
+                     captured_grads: tuple[str, ...] = ()):
     """The backward's three kernels `attention_backward_mods` runs at `level` (None: the GPU), and whether they
-    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`)."""
+    read the block lists; `blocks` (BM, BN), default the builder's (`MODS_BLOCKS`); `captured_grads` the
+    builder's (kernel input names whose gradients the main kernel adds into outputs after dV)."""
     from tessera.kernels import attention_backward
 
     sparse = mask_mod is not None and (level == "tile" or head_dim in SPARSE_BACKWARD_HEAD_DIMS)
     block_m, block_n = blocks or (None, None)
     options = dict(causal=causal, dtype=dtype, scale=scale, block_sparse=sparse, deterministic=deterministic,
-                   head_split=head_split, block_m=block_m, block_n=block_n)
+                   head_split=head_split, block_m=block_m, block_n=block_n, captured_grads=tuple(captured_grads))
     return _kept(lambda: attention_backward(head_dim, score_mod=score_mod, mask_mod=mask_mod, **options),
                  "attention_backward", score_mod, mask_mod, head_dim=head_dim, **options), sparse
 
@@ -360,8 +367,11 @@ def warp_specialized_first(q, kernels, sparse: bool, **options):
 
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
-                            head_dim: int, dtype: str, pipeline: str, deterministic: bool = False):
-    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]); `pipeline` is
+                            head_dim: int, dtype: str, pipeline: str, deterministic: bool = False,
+                            captured_grads: tuple[str, ...] = ()):
+    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]), and with
+    `captured_grads` (kernel input names, `runtime.captured_gradients`) a fourth item, the list of their gradients
+    (f32, each its array's shape; at Tile level only: the caller refuses the others); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
     blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
@@ -379,14 +389,14 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     if level is None:
         usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale, level=level,
-                   head_dim=head_dim, dtype=dtype, deterministic=deterministic)
+                   head_dim=head_dim, dtype=dtype, deterministic=deterministic, captured_grads=tuple(captured_grads))
     kernels, sparse = backward_kernels(q, **options)
     if level != "tile":
         kernels, sparse, refused, taken = warp_specialized_first(q, kernels, sparse, **options)
         if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
                  f"warp-specialized {'; nor '.join(refused)}; built {taken}")
-    last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
+    last = level == "tile" or deterministic or bool(captured_grads) or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():
             return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
@@ -404,7 +414,8 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
 
 
-def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic, **_):
+def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic,
+              captured_grads=(), **_):
     """`attention_backward_mods` with these kernels."""
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
@@ -425,10 +436,12 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     pipeline = None if level == "tile" else pipeline
     dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, _numpy(lse).astype(np.float32), level=level,
                                    pipeline=pipeline)
-    dq_accum, dk, dv = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
-                                     pipeline=pipeline)
+    dq_accum, dk, dv, *dcaptured = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
+                                                 pipeline=pipeline)
     grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2]), dk, dv)
-    return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
+    if torch_in:
+        grads, dcaptured = tuple(numpy_to_torch(g) for g in grads), [numpy_to_torch(g) for g in dcaptured]
+    return (*grads, dcaptured) if captured_grads else grads
 
 
 def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
@@ -450,6 +463,7 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
             out = entry.launch(kernel, *inputs, **sizes)
             return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
-    dq_accum, dk, dv = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
+    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
-    return dq, dk, dv
+    return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
+

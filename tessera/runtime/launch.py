@@ -36,6 +36,7 @@ from tessera.runtime.arguments import (
 from tessera.runtime.compiler import CompiledKernel
 from tessera.runtime.driver import CudaUnavailable, Device, Driver, get_driver
 from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
+from tessera.runtime.variant_launch import check_compiled_launch
 from tessera.sm90 import facts
 
 NO_CLUSTER = (1, 1, 1)
@@ -45,8 +46,11 @@ NO_CLUSTER = (1, 1, 1)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 """The largest grid, per dimension [CUDA C++ Programming Guide, table of technical specifications]."""
 
-_DTYPES_BY_NAME = {"bfloat16": BF16, "float16": F16, "float32": F32, "float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2}
-"""PyTorch element type names (as `dtype_name` gives them) with the NumPy dtype of their kernel inputs."""
+_DTYPES_BY_NAME = {"bfloat16": BF16, "float16": F16, "float32": F32, "float8_e4m3fn": F8E4M3, "float8_e5m2": F8E5M2,
+                   "int32": np.dtype(np.int32)}
+"""PyTorch element type names (as `dtype_name` gives them) with the NumPy dtype of their kernel inputs (int32: the
+integer arrays a modifier reads and the block lists, which `tessera.runtime.flex.as_inputs_of` passes as tensors;
+without it a launch on tensors refused them as "must be int32, got int32")."""
 _THROUGH_BITS = {BF16: "int16", F8E4M3: "uint8", F8E5M2: "uint8"}
 """Types NumPy holds only through ml_dtypes: exchanged with PyTorch as integers of their width, bit for bit."""
 
@@ -287,6 +291,7 @@ def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None,
         raise ValueError(f"@{kernel.name}: inputs must be on one device, got {', '.join(map(str, devices))}")
     (device,) = devices
     sizes, views = check_inputs(kernel.host, inputs, sizes)
+    check_compiled_launch(f"@{kernel.name}", kernel, inputs, sizes)
     made = {}
     for tensor in _others(kernel):
         made[tensor.source] = torch.empty(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype), device=device)
@@ -308,6 +313,7 @@ def _run_torch(kernel: CompiledKernel, inputs: Sequence, stream: int | None,
 def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
                launch: Mapping[str, int] | None = None) -> list[np.ndarray]:
     sizes, _ = check_inputs(kernel.host, inputs, launch)
+    check_compiled_launch(f"@{kernel.name}", kernel, inputs, sizes)
     driver = get_driver()
     driver.device(0)
     wanted = [t for t in kernel_tensors(kernel.host) if t.role == "in"]
@@ -341,11 +347,12 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 def launch_zeroed(kernel, *inputs, **launch: int) -> list:
     """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
     scratch buffers allocated zeroed; its outputs in argument order. `launch`: the kernel's launch sizes."""
+    sizes, views = check_inputs(kernel.host, inputs, launch)
+    check_compiled_launch(f"@{kernel.name}", kernel, inputs, sizes)  # before the GPU is asked
     torch = _torch()
     device = inputs[0].device
     stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    sizes, views = check_inputs(kernel.host, inputs, launch)
     made = {}
     for tensor in kernel_tensors(kernel.host):
         if tensor.role != "in":

@@ -30,6 +30,9 @@ class Capture:
     unique: str
     array: np.ndarray
     captured: CapturedArray | None = None
+    opaque: str | None = None
+    """The first use of the array other than a gather at traced indices (a read at constant indices, a search's
+    boundaries): its values are then constants of the kernel, which no gradient reaches."""
 
 
 class ArrayProxy(ArrayOperand):
@@ -44,6 +47,8 @@ class ArrayProxy(ArrayOperand):
 
     @property
     def array(self) -> np.ndarray:
+        """The array's values (a search's boundaries read them: `Capture.opaque`)."""
+        self._capture.opaque = self._capture.opaque or "its values read as a search's boundaries"
         return self._capture.array
 
     def captured(self) -> CapturedArray:
@@ -63,6 +68,7 @@ class ArrayProxy(ArrayOperand):
         t, arr, name = self._tracing, self._capture.array, self._capture.name
         index = index if isinstance(index, tuple) else (index,)
         if not any(isinstance(i, Traced) for i in index):  # a constant read: the value itself
+            self._capture.opaque = self._capture.opaque or f"a read at constant indices {name}[{index}]"
             return arr[index if len(index) != 1 else index[0]]
         captured = self.captured()
         if len(index) != arr.ndim:

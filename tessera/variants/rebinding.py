@@ -21,11 +21,17 @@ from tessera.variants.callables import (compiled_original, function_name, instan
 from tessera.variants.tracing import ModTraceError
 
 
+_CONSTANTS = "0-d tensors"
+"""The memo's key of a callback given each 0-d tensor the function reads (a constant of the kernel)."""
+
+
 def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> object:
     """`value`, a variable a modifier reads, as `rebind_arrays` rebinds it: an array of at least one dimension
     wrapped, a user's function rebound, a tuple or list of them each rebound; anything else itself."""
     if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and value.ndim:  # 0-d: a constant
         return wrap(name, value)
+    if torch_mods.is_tensor(value) and _CONSTANTS in memo:  # a 0-d tensor, seen (`captured_tensors_requiring_grad`)
+        memo[_CONSTANTS](name, value)
     if is_user_function(value):
         return rebind_arrays(value, wrap, memo)
     if isinstance(value, (tuple, list)) and any(is_user_function(v) or isinstance(v, np.ndarray)
@@ -140,15 +146,25 @@ def rebind_arrays(fn: Callable, wrap: Callable[[str, np.ndarray], object], _memo
 
 
 
-def captured_tensors_requiring_grad(fn: Callable) -> list[str]:
-    """The names of the torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad: a
-    learned table the backward gives no gradient for (`tessera.runtime.autograd.attention` refuses them)."""
-    names: list[str] = []
+def captured_tensors_requiring_grad(fn: Callable) -> dict[str, object]:
+    """The torch tensors `fn` reads as captured arrays (`rebind_arrays`) that require grad, by the name it calls
+    each (a learned table: `tessera.runtime.autograd.attention` gives it its gradient, or refuses it by name); a
+    0-d one (a constant of the kernel, no gradient) is refused by name (ModTraceError)."""
+    found: dict[str, object] = {}
 
     def note(name: str, array):
-        if torch_mods.is_tensor(array) and array.requires_grad and name not in names:
-            names.append(name)
+        if torch_mods.is_tensor(array) and array.requires_grad and all(t is not array for t in found.values()):
+            found[name if name not in found else f"{name}_{len(found) + 1}"] = array
         return array
 
-    rebind_arrays(fn, note)
-    return names
+    constants: list[str] = []
+
+    def constant(name: str, tensor) -> None:
+        if tensor.requires_grad and name not in constants:
+            constants.append(name)
+    rebind_arrays(fn, note, {_CONSTANTS: constant})
+    if constants:  # a constant of the kernel: its .grad would stay unset
+        raise ModTraceError(f"'{function_name(fn)}' reads {', '.join(constants)}, a 0-d tensor that requires grad: "
+                            "its value is a constant of the kernel, which no gradient reaches (make it a 1-D tensor "
+                            "read at a traced index, such as scale[h], or pass it detached)")
+    return found

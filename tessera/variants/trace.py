@@ -85,6 +85,13 @@ class Trace:
     arrays: list[CapturedArray] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     counts: dict[int, Count] = field(default_factory=dict)
+    sources: dict[int, str] = field(default_factory=dict)
+    """The kernel input's name (`CapturedArray.name`) of each array the function names, by the id of the array
+    (or torch tensor) itself: the autograd finds a tensor's gradient by it (`tessera.runtime.autograd`). Valid
+    while the trace is kept: its key holds the arrays (`tessera.variants.fingerprint`)."""
+    opaque: dict[str, str] = field(default_factory=dict)
+    """By kernel input name, the first use of an array other than a gather at traced indices (`Capture.opaque`):
+    no gradient reaches it (`tessera.variants.derivative.captured_derivatives` refuses it)."""
 
     @property
     def name(self) -> str:
@@ -187,7 +194,8 @@ def _trace(fn: Callable, kind: str) -> Trace:
         if node.dtype == BOOL:
             raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
-    return Trace(fn, node, list(tracing.arrays.values()), tracing.reads, tracing.counts)
+    return Trace(fn, node, list(tracing.arrays.values()), tracing.reads, tracing.counts,
+                 {key: c.unique for key, c in used.items()}, {c.unique: c.opaque for c in used.values() if c.opaque})
 
 
 def _refuse_draws(kind: str, fn: Callable, draws: list[tuple[str, str]]) -> None:
