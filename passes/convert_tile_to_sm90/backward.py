@@ -348,6 +348,8 @@ class BackwardLowering:
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mask = self._all_true(e, len(rows)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
+        if not (window.in_bounds or window.starts_inside):
+            mask = e.andi(mask, self._not_before(e, row, rows))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
         base = self._element_address(e, window.arg, [*lead, row], [e.to_i64(d) for d in dims], elt)
         return base, e.dense(i32, [r * elt for r in rows]), mask

@@ -1,0 +1,91 @@
+"""Kernels a user writes next, round 7 (`tests/user_kernels/*.mlir`, not rounds 1 to 6's): Mamba's depthwise causal
+convolution (four taps read through windows that start up to three rows before the tensor, silu), windows shifted
+one row and one column before the tensor through every kind of access (f32 and 16-bit loads and stores, a 1-D row
+vector, a [1, 64] broadcast, a copy to shared memory by threads), cross-entropy over a vocabulary longer than any
+tile (bf16 logits, the log-sum-exp carried online over column blocks and the label's logit picked up in the block
+that holds it; V = 32000 under `-m slow`), a batched GEMM whose weight every batch shares (a broadcast operand,
+bias, bf16 out, K not a multiple of 16) and dynamic per-token FP8 quantization (a row's absolute maximum, its
+scale, e4m3 bytes and the dequantization scale out; zero rows and NaN rows). Each runs through `tessera.launch` at
+the Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 63, 65, 127, 129, 1000) against a float64
+NumPy reference.
+
+Bugs found: a window starting before its tensor (a row or column index below 0, `t0 - k`) read as 0 and dropped
+its stores in the Tile interpreter, but its lowering masked only the end of the tensor: the CTA simulator and
+the PTX executor stopped at an access below the tensor (on a GPU: reads and writes outside it).
+
+The default run takes each kernel at one level (about 5 s of CPU); `-m slow` runs every kernel at every level on
+every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
+--check`.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from tessera.sm90 import approx
+from unseen_rounds import Case, f64, round_tests
+
+BF16 = ml_dtypes.bfloat16
+E4M3 = ml_dtypes.float8_e4m3fn
+F32_U = 2.0**-24  # f32's unit roundoff
+
+
+# region inputs and references
+
+def _shift(a: np.ndarray, k: int) -> np.ndarray:
+    """out[i, j, ...] = a[i - k, j - k, ...] along every axis, 0 where that index lies outside a."""
+    out = np.zeros_like(a)
+    inner = tuple(slice(k, None) if k >= 0 else slice(None, k) for _ in a.shape)
+    outer = tuple(slice(None, n - k) if k >= 0 else slice(-k, None) for n in a.shape)
+    out[inner] = a[outer]
+    return out
+
+
+def _conv_inputs(shape, rng):
+    t, c = shape
+    return [rng.standard_normal((t, c)).astype(np.float32), rng.standard_normal((4, c)).astype(np.float32),
+            rng.standard_normal(c).astype(np.float32)], {}
+
+
+def _conv_ref(x, w, bias):
+    x, w, bias = f64(x, w, bias)
+    s = bias + np.zeros_like(x)
+    for k in range(4):
+        s += w[k] * np.concatenate([np.zeros((min(k, len(x)), x.shape[1])), x[:len(x) - k]])
+    return (s / (1 + np.exp(-s)),)
+
+
+def _shifted_inputs(shape, rng):
+    m, n = shape
+    return [rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((m, n)).astype(BF16),
+            rng.standard_normal(m).astype(np.float32), rng.standard_normal(n).astype(np.float32)], {}
+
+
+def _shifted_ref(x, xh, v, r):
+    x, xh, v, r = f64(x, xh, v, r)
+    p = _shift(xh, 1)
+    return _shift(x, -1), p + _shift(v, 1)[:, None] + _shift(r, 1)[None, :], p
+
+
+# endregion
+
+CASES = {
+    # the pre-activation: 4 products and 4 sums in f32 (below 8 U of sum |terms| < 2^-18 absolute for these
+    # inputs); silu = s rcp.approx(1 + ex2.approx(-s log2 e)): ex2's and rcp's bounds and the argument's rounding
+    # (|s log2 e| U), below 2^-17 of the value
+    "causal_conv1d": Case("causal_conv1d", _conv_inputs, _conv_ref, 2.0**-17, 2.0**-18,
+                          ((70, 33), (1, 1), (3, 17), (129, 65), (1000, 63))),
+    # Y and P move values exactly; Z is two f32 additions of values below 8: below 2^-18
+    "shifted_windows": Case("shifted_windows", _shifted_inputs, _shifted_ref, 0.0, (0.0, 2.0**-18, 0.0),
+                            ((70, 33), (1, 1), (65, 129), (3, 64), (127, 63))),
+}
+
+FAST = {"causal_conv1d": ("ptx",), "shifted_windows": ("target",)}
+
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"],
+}
+
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
