@@ -23,7 +23,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from tessera.sm90 import approx
 from unseen_rounds import Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
@@ -68,6 +67,48 @@ def _shifted_ref(x, xh, v, r):
     return _shift(x, -1), p + _shift(v, 1)[:, None] + _shift(r, 1)[None, :], p
 
 
+def _xent_inputs(shape, rng):
+    m, v = shape
+    labels = rng.integers(0, v, m).astype(np.int32)
+    labels[m // 2] = v  # outside the vocabulary: picks nothing, LOSS = LSE
+    return [(rng.standard_normal((m, v)) * 4).astype(BF16), labels], {}
+
+
+def _xent_ref(x, labels):
+    x, = f64(x)
+    top = x.max(1)
+    lse = top + np.log(np.exp(x - top[:, None]).sum(1))
+    inside = labels < x.shape[1]
+    picked = np.where(inside, x[np.arange(len(x)), np.minimum(labels, x.shape[1] - 1)], 0.0)
+    return lse - picked, lse
+
+
+def _bcast_inputs(shape, rng):
+    b, m, n, k = shape
+    return [rng.integers(-3, 4, (b, m, k)).astype(BF16), rng.integers(-3, 4, (k, n)).astype(BF16),
+            (rng.integers(-40, 40, n) / 4).astype(np.float32)], {}
+
+
+def _bcast_ref(a, w, bias):
+    a, w, bias = f64(a, w, bias)
+    return ((a @ w + bias).astype(BF16).astype(np.float64),)
+
+
+def _quant_inputs(shape, rng):
+    m, n = shape
+    x = (rng.standard_normal((m, n)) * np.exp(rng.uniform(-8, 8, (m, 1)))).astype(np.float32)
+    x[m // 2] = 0.0  # a row of zeros: amax is the floor 2^-20, Y = 0
+    if m > 3:
+        x[1, n // 2] = np.nan  # a NaN row: every byte NaN, S NaN (row_max and max propagate NaN, as NumPy)
+    return [x], {}
+
+
+def _quant_ref(x):
+    amax = np.maximum(np.abs(x).max(1), np.float32(2.0**-20))
+    scale = np.float32(448) / amax
+    return (x * scale[:, None]).astype(E4M3).astype(np.float64), (amax / np.float32(448)).astype(np.float64)
+
+
 # endregion
 
 CASES = {
@@ -79,12 +120,26 @@ CASES = {
     # Y and P move values exactly; Z is two f32 additions of values below 8: below 2^-18
     "shifted_windows": Case("shifted_windows", _shifted_inputs, _shifted_ref, 0.0, (0.0, 2.0**-18, 0.0),
                             ((70, 33), (1, 1), (65, 129), (3, 64), (127, 63))),
+    # LSE: exact bf16 logits; the f32 sums of V <= 32000 exponentials over 64-column chunks (64 roundings in a
+    # chunk, two per chunk after it: below 600 U relative), ex2.approx's 2 ulp per term and its argument's
+    # rounding, lg2.approx: below 2^-13 absolute for these logits (|x| < 24); LOSS the same, the pick exact
+    "xent_vocab": Case("xent_vocab", _xent_inputs, _xent_ref, 2.0**-20, 2.0**-13,
+                       ((70, 1000), (1, 1), (3, 129), (65, 127), (17, 32000))),
+    # integer products and quarter biases: exact f32 sums below 2^24, then one bf16 rounding on both sides
+    "batched_gemm_bcast": Case("batched_gemm_bcast", _bcast_inputs, _bcast_ref, 0.0, 0.0,
+                               ((3, 17, 65, 63), (1, 1, 1, 1), (2, 65, 3, 129), (1, 3, 127, 17),
+                                (2, 63, 1000, 3))),
+    # every operation one f32 rounding, the same at every level (div.rn, mul.rn, cvt.rn.satfinite): bitwise
+    "fp8_token_quant": Case("fp8_token_quant", _quant_inputs, _quant_ref, 0.0, 0.0,
+                            ((70, 128), (1, 2), (65, 34), (129, 64), (3, 126))),
 }
 
-FAST = {"causal_conv1d": ("ptx",), "shifted_windows": ("target",)}
+FAST = {"causal_conv1d": ("target",), "shifted_windows": ("target",), "xent_vocab": ("target",),
+        "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
-    "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"],
+    "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"], "xent_vocab": ["M=70", "V=1000"],
+    "batched_gemm_bcast": ["batch=3", "M=17", "N=65", "K=63"], "fp8_token_quant": ["M=70", "N=128"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
