@@ -4,8 +4,11 @@ one row and one column before the tensor through every kind of access (f32 and 1
 vector, a [1, 64] broadcast, a copy to shared memory by threads), cross-entropy over a vocabulary longer than any
 tile (bf16 logits, the log-sum-exp carried online over column blocks and the label's logit picked up in the block
 that holds it; V = 32000 under `-m slow`), a batched GEMM whose weight every batch shares (a broadcast operand,
-bias, bf16 out, K not a multiple of 16) and dynamic per-token FP8 quantization (a row's absolute maximum, its
-scale, e4m3 bytes and the dequantization scale out; zero rows and NaN rows). Each runs through `tessera.launch` at
+bias, bf16 out, K not a multiple of 16), dynamic per-token FP8 quantization (a row's absolute maximum, its
+scale, e4m3 bytes and the dequantization scale out; zero rows and NaN rows), a split-K GEMM (slices of K on the
+grid's z axis, loops from a lower bound that is not 0, partial products added with `tile.atomic_add`, 128-row
+blocks) and a mixture-of-experts top-2 router (two argmaxes with NumPy's first-index ties, i32 indices and
+their softmax weights). Each runs through `tessera.launch` at
 the Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 63, 65, 127, 129, 1000) against a float64
 NumPy reference.
 
@@ -114,6 +117,37 @@ def _quant_ref(x):
     return (x * scale[:, None]).astype(E4M3).astype(np.float64), (amax / np.float32(448)).astype(np.float64)
 
 
+def _split_k_inputs(shape, rng):
+    m, n, k = shape
+    return [rng.integers(-3, 4, (m, k)).astype(BF16), rng.integers(-3, 4, (k, n)).astype(BF16)], {}
+
+
+def _split_k_ref(a, b):
+    a, b = f64(a, b)
+    return (a @ b,)
+
+
+def _moe_inputs(shape, rng):
+    m, e = shape
+    x = (rng.standard_normal((m, e)) * 3).astype(np.float32)
+    x[0, e - 1] = x[0].max()  # a tie for the first pick: the first index wins
+    if m > 2:
+        x[2] = 1.5  # every expert equal: picks 0 and 1, weights 1/2
+    return [x], {}
+
+
+def _moe_ref(x):
+    x, = f64(x)
+    rows = np.arange(len(x))
+    i1 = x.argmax(1)
+    rest = x.copy()
+    rest[rows, i1] = -np.inf
+    i2 = rest.argmax(1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = x[rows, i1] - rest[rows, i2]
+        return i1.astype(np.float64), i2.astype(np.float64), 1 / (1 + np.exp(-d)), 1 / (1 + np.exp(d))
+
+
 # endregion
 
 CASES = {
@@ -137,14 +171,23 @@ CASES = {
     # every operation one f32 rounding, the same at every level (div.rn, mul.rn, cvt.rn.satfinite): bitwise
     "fp8_token_quant": Case("fp8_token_quant", _quant_inputs, _quant_ref, 0.0, 0.0,
                             ((70, 128), (1, 2), (65, 34), (129, 64), (3, 126))),
+    # integer products: every partial sum exact in f32 (below 2^24), in any order of the atomic adds
+    "gemm_split_k": Case("gemm_split_k", _split_k_inputs, _split_k_ref, 0.0, 0.0,
+                         ((17, 65, 1000), (1, 1, 1), (129, 3, 63), (65, 127, 129), (3, 1000, 17))),
+    # indices exact; weights sigmoid(d) of an exact d (|d| < 30): ex2.approx's and rcp.approx's bounds and the
+    # argument's rounding (|d log2 e| U): below 2^-18 of the value
+    "moe_top2": Case("moe_top2", _moe_inputs, _moe_ref, (0.0, 0.0, 2.0**-18, 2.0**-18), 0.0,
+                     ((70, 8), (1, 1), (65, 3), (129, 63), (3, 64), (17, 2))),
 }
 
 FAST = {"causal_conv1d": ("tile",), "shifted_windows": ("target",), "xent_vocab": ("target",),
-        "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",)}
+        "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",),
+        "gemm_split_k": ("tile",), "moe_top2": ("tile",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"], "xent_vocab": ["M=70", "V=1000"],
     "batched_gemm_bcast": ["batch=3", "M=17", "N=65", "K=63"], "fp8_token_quant": ["M=70", "N=128"],
+    "gemm_split_k": ["M=65", "N=127", "K=1000"], "moe_top2": ["M=70", "E=8"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
