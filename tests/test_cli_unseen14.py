@@ -1,7 +1,7 @@
 """`tessera-run` given what a kernel author writes next (round 8 of the unseen cases): `--check` of a lowering
 that is wrong in the second of two outputs, and kernels that are wrong (a reduction over a dimension the tile
 does not have, operands of two element types, a store into a window of another shape or type, a window promised
-`in_bounds` that leaves its tensor). `--check` printed only the largest error and the tolerance; it now says
+`in_bounds` that leaves its tensor, every block storing the same window). `--check` printed only the largest error and the tolerance; it now says
 which output's elements are off, how many and where. Each bad kernel is one located diagnostic and exit
 status 1, no traceback. About 1 s."""
 
@@ -78,6 +78,10 @@ BAD = {  # the kernel's body after HEAD: (its lines, the diagnostic's line and t
         "    %yw = tile.view %Y[%m1, %c0] in_bounds : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>\n"
         f"    tile.store_global %x, %yw : {T64}, !tile.tile<64x64xf32, global>\n",
         14, "is in_bounds, but its window [64, 64] at [1, 0] leaves the tensor of shape [70, 50]"),
+    "every block storing the same window (a race between blocks)": (
+        "    %yw = tile.view %Y[%c0, %c0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>\n"
+        f"    tile.store_global %x, %yw : {T64}, !tile.tile<64x64xf32, global>\n",
+        13, "writes Y[0, 0], which block (1, 0, 0) writes too: blocks run in no order"),
 }
 
 

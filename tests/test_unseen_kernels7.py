@@ -14,7 +14,9 @@ NumPy reference.
 
 Bugs found: a window starting before its tensor (a row or column index below 0, `t0 - k`) read as 0 and dropped
 its stores in the Tile interpreter, but its lowering masked only the end of the tensor: the CTA simulator and
-the PTX executor stopped at an access below the tensor (on a GPU: reads and writes outside it).
+the PTX executor stopped at an access below the tensor (on a GPU: reads and writes outside it). `tessera.validate`
+named an element of the first output whatever output was off (a right element of a right output). An element
+two blocks store (a race on a GPU, refused by the CTA simulator) ran at Tile level keeping the last block's value.
 
 The default run takes each kernel at one level (about 5 s of CPU); `-m slow` runs every kernel at every level on
 every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
@@ -29,8 +31,10 @@ import warnings
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import tessera
+import tessera.interpreters.block_batch
 from unseen_rounds import KERNELS, Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
@@ -219,5 +223,45 @@ def test_a_wrong_lowering_of_a_second_output_is_named_there(monkeypatch):
     assert re.search(r"Q\[\d+,\d+\] = -?\d+ \(was -?\d+, reference -?\d+\); \d+ of 2310 elements of Q, in "
                      r"Q\[0\.\.69,0\.\.32\] beyond their tolerance", str(mismatch)), str(mismatch)
     assert "Y[" not in str(mismatch)
+
+# endregion
+
+
+# region two blocks storing one element
+
+COLUMN_FLAGS = """builtin.module {
+  func.func @column_flags(
+      %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+      %S: !tile.tile<1x?xf32, global> {tile.dims = #tile.dims<1, N>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %bx = tile.program_id x : index
+    %by = tile.program_id y : index
+    %m0 = arith.muli %bx, %c64 : index
+    %n0 = arith.muli %by, %c64 : index
+    %xw = tile.view %X[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %ones = tile.fill 1.0 : !tile.tile<1x64xf32, register>
+    %t = tile.mul %ones, %ones : !tile.tile<1x64xf32, register>
+    %sw = tile.view %S[%c0, %n0] : !tile.tile<1x?xf32, global> -> !tile.tile<1x64xf32, global>
+    tile.store_global %t, %sw : !tile.tile<1x64xf32, register>, !tile.tile<1x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_two_blocks_storing_one_element_is_a_hazard_at_tile_level():
+    """Regression: a [1, N] result stored by every row block (where a user meant one block, or an atomic add)
+    ran at Tile level and kept the last block's value, silently; the CTA simulator refused it as a race between
+    CTAs. The Tile interpreter now refuses it too, naming the element and both blocks."""
+    module = tessera.parse_module(COLUMN_FLAGS, "column_flags.mlir")
+    x = np.ones((70, 33), np.float32)
+    with pytest.raises(tessera.interpreters.block_batch.KernelHazardError,
+                       match=r"writes S\[0, 0\], which block \(1, 0, 0\) writes too: blocks run in no order.*\) in "
+                             r"block \(0, 0, 0\)"):
+        tessera.launch(module, x, level="tile")
+    assert tessera.launch(module, x[:64], level="tile").shape == (1, 33)  # one row block: one writer
 
 # endregion

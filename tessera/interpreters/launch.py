@@ -32,6 +32,7 @@ from tessera.interpreters.grid_sync import GridSync
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
+from tessera.interpreters.tile_memory import GridWrites
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import FP8_DTYPES, numpy_dtype, round_to, widened_dtype
@@ -129,6 +130,8 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         if ids.shape != (total,) or not np.array_equal(np.sort(ids), np.arange(total)):
             raise ValueError(f"run_grid: order must be a permutation of the {total} block ids of @{sig.name}")
     per_batch = MAX_BLOCKS_PER_BATCH - MAX_BLOCKS_PER_BATCH % math.prod(cluster)
+    ordered = any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk())
+    writes = None if ordered else GridWrites((gx, gy, gz))  # semaphores may order two blocks' writes
 
     def run(chunk: np.ndarray, sync: GridSync | None = None) -> None:
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
@@ -137,10 +140,11 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         functions = TileFunctions(batch, cluster, widen)
         functions.sync = sync
         functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
+        functions.writes, functions.block_ids = writes, chunk
         interpreter.register_implementations(functions)
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
 
-    if any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk()):
+    if ordered:
         _run_threads(ids, run)
         return
     for start in range(0, total, per_batch):
