@@ -38,6 +38,7 @@ refill its own operands right after its mma; with two groups, B (read by both) n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,7 +76,8 @@ class GridWrites:
         those other blocks."""
         writer = self.writers.get(id(tensor))
         if writer is None:
-            writer = self.writers[id(tensor)] = np.full(tensor.shape, -1, np.int64)
+            ids = np.int32 if math.prod(self.grid) < 2**31 else np.int64  # 4 bytes an element where they suffice
+            writer = self.writers[id(tensor)] = np.full(tensor.shape, -1, ids)
         before = writer[coords]
         writer[coords] = blocks
         after = writer[coords]  # of two writes of one element in this store, the last one's block
