@@ -15,7 +15,8 @@ NumPy reference.
 Bugs found: a window starting before its tensor (a row or column index below 0, `t0 - k`) read as 0 and dropped
 its stores in the Tile interpreter, but its lowering masked only the end of the tensor: the CTA simulator and
 the PTX executor stopped at an access below the tensor (on a GPU: reads and writes outside it). `tessera.validate`
-named an element of the first output whatever output was off (a right element of a right output). An element
+named an element of the first output whatever output was off (a right element of a right output), and looked
+for the first diverging op of a custom kernel in block (0, 0, 0) whatever block was wrong. An element
 two blocks store (a race on a GPU, refused by the CTA simulator) ran at Tile level keeping the last block's value.
 
 The default run takes each kernel at one level (about 5 s of CPU); `-m slow` runs every kernel at every level on
@@ -200,11 +201,9 @@ test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_siz
 
 # region the verdict names the output and the elements that are off
 
-def test_a_wrong_lowering_of_a_second_output_is_named_there(monkeypatch):
-    """Regression: `tessera.validate` named an element of the first output whatever output was off: with
-    `tile.rint` lowered as a truncation (seeded), copy_and_round's verdict read "Y[0,0] = 0.12573 (was 0.12573,
-    reference 0.12573)", an element that is right, of the output that is right. It now names Q, the first of its
-    elements beyond their tolerance, how many there are and the box they lie in."""
+def _truncating_rint_mismatch(monkeypatch, kernel: str, sizes: dict):
+    """The mismatch `tessera.validate` reports for `kernel` through the single-stage pipeline with `tile.rint`
+    lowered as a truncation (seeded wrong)."""
     from xdsl.dialects import math
 
     from tessera.dialects import tile
@@ -213,16 +212,35 @@ def test_a_wrong_lowering_of_a_second_output_is_named_there(monkeypatch):
 
     lowering = importlib.import_module("tessera.passes.convert_tile_to_sm90.elementwise")
     monkeypatch.setitem(lowering._ROUNDING, tile.RintOp, math.TruncOp)
-    module = tessera.parse_module((KERNELS / "copy_and_round.mlir").read_text(), "copy_and_round.mlir")
+    module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = validate(module, PTX_PIPELINE, sizes={"M": 70, "N": 33}, ptx=False)
-    mismatch = report.mismatch
-    assert mismatch is not None and mismatch.output == "Q", str(mismatch)
+        mismatch = validate(module, PTX_PIPELINE, sizes=sizes, ptx=False).mismatch
+    assert mismatch is not None
     assert (mismatch.pass_name, mismatch.level, mismatch.kind) == ("convert-tile-to-sm90", "target", "result")
+    return mismatch
+
+
+def test_a_wrong_lowering_of_a_second_output_is_named_there(monkeypatch):
+    """Regression: `tessera.validate` named an element of the first output whatever output was off: with
+    `tile.rint` lowered as a truncation (seeded), copy_and_round's verdict read "Y[0,0] = 0.12573 (was 0.12573,
+    reference 0.12573)", an element that is right, of the output that is right. It now names Q, the first of its
+    elements beyond their tolerance, how many there are and the box they lie in."""
+    mismatch = _truncating_rint_mismatch(monkeypatch, "copy_and_round", {"M": 70, "N": 33})
+    assert mismatch.output == "Q", str(mismatch)
     assert re.search(r"Q\[\d+,\d+\] = -?\d+ \(was -?\d+, reference -?\d+\); \d+ of 2310 elements of Q, in "
                      r"Q\[0\.\.69,0\.\.32\] beyond their tolerance", str(mismatch)), str(mismatch)
     assert "Y[" not in str(mismatch)
+
+
+def test_the_first_diverging_op_is_searched_in_the_block_that_wrote_the_element(monkeypatch):
+    """Regression: for a kernel of no builder's kind, `tessera.validate` searched for the first diverging op in
+    block (0, 0, 0) whatever element was off: a wrong lowering of `tile.rint` (seeded: a truncation) used only by
+    the last block read "no named value of the block diverges". The block that wrote the element is now found
+    by running the Tile IR (`levels.writer_block`), and the op is named."""
+    mismatch = _truncating_rint_mismatch(monkeypatch, "last_block_rounds", {"M": 65, "N": 8})
+    assert mismatch.element[0] == 64, str(mismatch)
+    assert "first diverging op: %r = math.trunc" in str(mismatch), str(mismatch)
 
 # endregion
 

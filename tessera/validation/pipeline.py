@@ -249,8 +249,8 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
             message += f"; max error vs reference {error:.3e} > tolerance {tolerance:.3e}"
         divergence = None
         if level != PTX and old_module is not None:
-            block = levels.block_of(sig, start, index)
             try:
+                block = levels.writer_block(sig, start, inputs, bound, k, index)
                 divergence = first_divergence(_record(new_module, level, sig, inputs, bound, block),
                                               _record(old_module, old_level, sig, inputs, bound, block),
                                               _expectation(old_level, level))
@@ -323,7 +323,8 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         divergence = None
         if later is not None:
             try:
-                block = levels.block_of(sig, tile_levels[0][2], mismatch.element or ())
+                output = [o.name for o in sig.outputs].index(mismatch.output) if mismatch.output else 0
+                block = levels.writer_block(sig, tile_levels[0][2], inputs, sizes, output, mismatch.element or ())
                 divergence = first_divergence(_record(later, TARGET, sig, inputs, sizes, block),
                                               _record(lowered, TARGET, sig, inputs, sizes, block), Expectation.CLOSE)
             except Exception:  # noqa: BLE001
