@@ -18,6 +18,9 @@ the PTX executor stopped at an access below the tensor (on a GPU: reads and writ
 named an element of the first output whatever output was off (a right element of a right output), and looked
 for the first diverging op of a custom kernel in block (0, 0, 0) whatever block was wrong. An element
 two blocks store (a race on a GPU, refused by the CTA simulator) ran at Tile level keeping the last block's value.
+A window whose leading index (a batch) lies past its tensor, in a grid rounded up, read 0 and stored nothing at
+Tile level, but was lowered without a mask on it: the CTA simulator and the PTX executor stopped outside the
+tensor.
 
 The default run takes each kernel at one level (about 5 s of CPU); `-m slow` runs every kernel at every level on
 every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
@@ -153,6 +156,16 @@ def _moe_ref(x):
         return i1.astype(np.float64), i2.astype(np.float64), 1 / (1 + np.exp(-d)), 1 / (1 + np.exp(d))
 
 
+def _rounded_inputs(shape, rng):
+    b, m, n = shape
+    return [rng.standard_normal((b, m, n)).astype(np.float32), rng.standard_normal((b, n)).astype(np.float32)], {}
+
+
+def _rounded_ref(x, w):
+    x, w = f64(x, w)
+    return (x * w[:, None, :],)
+
+
 # endregion
 
 CASES = {
@@ -183,16 +196,20 @@ CASES = {
     # argument's rounding (|d log2 e| U): below 2^-18 of the value
     "moe_top2": Case("moe_top2", _moe_inputs, _moe_ref, (0.0, 0.0, 2.0**-18, 2.0**-18), 0.0,
                      ((70, 8), (1, 1), (65, 3), (129, 63), (3, 64), (17, 2))),
+    # one f32 product: correctly rounded
+    "batch_rounded_grid": Case("batch_rounded_grid", _rounded_inputs, _rounded_ref, F32_U, 0.0,
+                               ((3, 70, 33), (1, 1, 1), (5, 129, 64), (7, 3, 17))),
 }
 
 FAST = {"causal_conv1d": ("tile",), "shifted_windows": ("target",), "xent_vocab": ("target",),
         "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",),
-        "gemm_split_k": ("tile",), "moe_top2": ("tile",)}
+        "gemm_split_k": ("tile",), "moe_top2": ("tile",), "batch_rounded_grid": ("target",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"], "xent_vocab": ["M=70", "V=1000"],
     "batched_gemm_bcast": ["batch=3", "M=17", "N=65", "K=63"], "fp8_token_quant": ["M=70", "N=128"],
     "gemm_split_k": ["M=65", "N=127", "K=1000"], "moe_top2": ["M=70", "E=8"],
+    "batch_rounded_grid": ["B=3", "M=70", "N=33"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \

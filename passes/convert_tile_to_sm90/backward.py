@@ -347,7 +347,8 @@ class BackwardLowering:
         rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        mask = self._all_true(e, len(rows)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
+        mask = self._all_true(e, len(rows)) if window.in_bounds else \
+            self._below(e, self._lead_limit(e, window, dims, e.op(arith.SubiOp(dims[-1], row))), rows)
         if not (window.in_bounds or window.starts_inside):
             mask = e.andi(mask, self._not_before(e, row, rows))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)

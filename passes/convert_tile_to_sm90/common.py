@@ -202,6 +202,9 @@ class Window:
     even_column: bool = False
     in_bounds: bool = False
     starts_inside: bool = True
+    lead_inside: bool = True
+    """Whether the window's leading indices (a batch, a head: those before its own dimensions) lie inside the
+    tensor for every value they take (`lead_in_range`); otherwise its accesses are masked where they do not."""
 
 
 def is_even(value: SSAValue, depth: int = 8) -> bool:
@@ -244,6 +247,30 @@ def is_nonnegative(value: SSAValue, depth: int = 8) -> bool:
         return is_nonnegative(owner.lhs, depth - 1) or is_nonnegative(owner.rhs, depth - 1)
     if isinstance(owner, _NONNEGATIVE_OPS):
         return is_nonnegative(owner.lhs, depth - 1) and is_nonnegative(owner.rhs, depth - 1)
+    return False
+
+
+def lead_in_range(value: SSAValue, dim, grid) -> bool:
+    """Whether the Tile IR index `value` lies in [0, dim) whatever the sizes, for `dim` a tensor dimension's
+    expression and `grid` the kernel's `tile.grid`: a constant below a constant dimension, or the program id of
+    a grid axis whose expression is the dimension's own (`tile.program_id z` over a grid of `batch` blocks in z
+    indexing a tensor's `batch` dimension) or of one block, or the induction variable of an `scf.for` from a
+    bound >= 0 to one that is (a constant up to a constant dimension: the parts of a split). False when unsure (a
+    grid rounded up, `h // 2`)."""
+    if isinstance(value, BlockArgument):
+        loop = value.block.parent_op()
+        if not (isinstance(loop, scf.ForOp) and value.index == 0 and is_nonnegative(loop.lb)):
+            return False
+        upper = loop.ub.owner
+        return (isinstance(upper, arith.ConstantOp) and isinstance(upper.value, IntegerAttr) and dim.is_constant
+                and upper.value.value.data <= dim.value.data)
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return dim.is_constant and 0 <= owner.value.value.data < dim.value.data
+    if isinstance(owner, tile.ProgramIdOp):
+        axis = "xyz".index(owner.axis.data)
+        extent = list(grid)[axis] if axis < len(grid) else None
+        return extent is None or extent == dim or (extent.is_constant and extent.value.data == 1)
     return False
 
 

@@ -37,6 +37,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
     Group,
     is_even,
     is_nonnegative,
+    lead_in_range,
 )
 
 
@@ -210,9 +211,13 @@ class MemoryLowering:
             refuse(op, "views must be of kernel arguments")
         if op.result.type.rank not in (1, 2):
             refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
+        rank = op.result.type.rank
+        dims = list(self.sig.args[source[1]].dims)
+        lead = zip(op.indices[:-rank], dims[:-rank])
         self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
                                         is_even(op.indices[-1]), op.in_bounds is not None,
-                                        all(is_nonnegative(i) for i in op.indices[-2:]))
+                                        all(is_nonnegative(i) for i in op.indices[-2:]),
+                                        all(lead_in_range(i, d, self.sig.grid) for i, d in lead))
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
@@ -267,6 +272,7 @@ class MemoryLowering:
         rows_left = e.op(arith.SubiOp(dims[-2], row))
         inside = e.cmpi(col, dims[-1], "slt" if window.starts_inside else "ult")
         rows_left = e.op(arith.SelectOp(inside, rows_left, e.index(0)))
+        rows_left = self._lead_limit(e, window, dims, rows_left)
         mask = self._below(e, rows_left, list(range(per_thread)))
         if not window.starts_inside:
             mask = e.andi(mask, self._not_before(e, row, list(range(per_thread))))
@@ -401,6 +407,7 @@ class MemoryLowering:
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         end = dims[-2] if row_end is None else e.op(arith.MinSIOp(dims[-2], row_end))
+        end = self._lead_limit(e, window, dims, end)
         distinct = sorted(set(row_offsets))
         spread = [distinct.index(r) for r in row_offsets]
         if window.in_bounds and row_end is None:
