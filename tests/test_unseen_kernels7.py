@@ -166,6 +166,24 @@ def _rounded_ref(x, w):
     return (x * w[:, None, :],)
 
 
+def _accumulate_inputs(shape, rng):
+    b, m = shape
+    return [rng.standard_normal((b, m, 64)).astype(np.float32)], {}
+
+
+def _accumulate_ref(x):
+    x, = f64(x)
+    b, m, _ = x.shape
+    s, st = np.zeros_like(x), np.zeros_like(x)
+    s[:, :-1] = x[:, 1:]
+    for m0 in range(0, m, 64):
+        rows = np.arange(m0 - 1, m0 + 63)  # row m0 - 1 + c of ST takes column c of the block's tile
+        inside = (rows >= 0) & (rows < m)
+        n = min(64, m - m0)
+        st[:, rows[inside], :n] += x[:, m0:m0 + n, :].swapaxes(1, 2)[:, inside]
+    return s, st
+
+
 # endregion
 
 CASES = {
@@ -199,17 +217,21 @@ CASES = {
     # one f32 product: correctly rounded
     "batch_rounded_grid": Case("batch_rounded_grid", _rounded_inputs, _rounded_ref, F32_U, 0.0,
                                ((3, 70, 33), (1, 1, 1), (5, 129, 64), (7, 3, 17))),
+    # each element one f32 addition into 0, or (ST) the sum of two: correctly rounded
+    "shifted_accumulate": Case("shifted_accumulate", _accumulate_inputs, _accumulate_ref, F32_U, 0.0,
+                               ((3, 70), (1, 1), (2, 129), (5, 64))),
 }
 
 FAST = {"causal_conv1d": ("tile",), "shifted_windows": ("target",), "xent_vocab": ("target",),
         "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",),
-        "gemm_split_k": ("tile",), "moe_top2": ("tile",), "batch_rounded_grid": ("target",)}
+        "gemm_split_k": ("tile",), "moe_top2": ("tile",), "batch_rounded_grid": ("target",),
+        "shifted_accumulate": ("target",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "causal_conv1d": ["T=70", "C=33"], "shifted_windows": ["M=70", "N=33"], "xent_vocab": ["M=70", "V=1000"],
     "batched_gemm_bcast": ["batch=3", "M=17", "N=65", "K=63"], "fp8_token_quant": ["M=70", "N=128"],
     "gemm_split_k": ["M=65", "N=127", "K=1000"], "moe_top2": ["M=70", "E=8"],
-    "batch_rounded_grid": ["B=3", "M=70", "N=33"],
+    "batch_rounded_grid": ["B=3", "M=70", "N=33"], "shifted_accumulate": ["B=3", "M=70"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
