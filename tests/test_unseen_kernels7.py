@@ -223,7 +223,7 @@ CASES = {
 }
 
 FAST = {"causal_conv1d": ("tile",), "shifted_windows": ("target",), "xent_vocab": ("target",),
-        "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("ptx",),
+        "batched_gemm_bcast": ("tile",), "fp8_token_quant": ("target",),
         "gemm_split_k": ("tile",), "moe_top2": ("tile",), "batch_rounded_grid": ("target",),
         "shifted_accumulate": ("target",)}
 
