@@ -174,15 +174,21 @@ def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
 def _check(sig, outputs, inputs, tile_module, sizes, seed):
     """(comparison, what the reference is) of `outputs` with the kernel's reference
     (`tessera.validation.verdict`): its kind's NumPy reference, or its own Tile IR (in `tile_module`; None for a
-    Target IR file) run in float64. None when there is no reference: a Target IR kernel of a kind without a
-    NumPy reference keeps no Tile IR to run."""
+    Target IR file) run in float64, with, on a mismatch against the latter, which elements of which output are
+    off. None when there is no reference: a Target IR kernel of a kind without a NumPy reference keeps no Tile
+    IR to run."""
     from tessera.reference import Comparison
+    from tessera.validation.compare import describe_elements
     from tessera.validation.verdict import BUILDER_KINDS, reference_for
 
     if sig.kind not in BUILDER_KINDS and tile_module is None:
         return None
     reference = reference_for(tile_module, sig, inputs, sizes, seed)
-    return Comparison(*reference.judge(outputs)), reference.source
+    comparison = Comparison(*reference.judge(outputs))
+    k, mask = reference.beyond(outputs)
+    if comparison.ok or mask is None or not mask.any():
+        return comparison, reference.source
+    return comparison, f"{reference.source}; {describe_elements(sig.outputs[k].name, mask)} beyond their tolerance"
 
 
 def _describe_functions(module) -> str:

@@ -269,8 +269,11 @@ class BackwardLowering:
         if window.in_bounds:
             mask = self._all_true(e, len(col_offsets))
         else:
-            mask = e.shuffle(self._below(e, e.op(arith.SubiOp(dims[-2], window_row)), distinct),
-                             [distinct.index(c) for c in col_offsets])
+            inside = self._below(e, self._lead_limit(e, window, dims, e.op(arith.SubiOp(dims[-2], window_row))),
+                                 distinct)
+            if not window.starts_inside:
+                inside = e.andi(inside, self._not_before(e, window_row, distinct))
+            mask = e.shuffle(inside, [distinct.index(c) for c in col_offsets])
         base = self._element_address(e, window.arg, [*lead, window_row, window_col], [e.to_i64(d) for d in dims],
                                      F32_BYTES)
         offsets = e.dense(i32, [0] * len(row_offsets))
@@ -316,7 +319,7 @@ class BackwardLowering:
         mine = e.addi(row0, self.tid)
         inside = e.cmpi(self.tid, e.index(rows), "ult")
         if not window.in_bounds:
-            inside = e.andi(inside, e.cmpi(mine, dims[-2], "ult"))
+            inside = e.andi(inside, e.cmpi(mine, self._lead_limit(e, window, dims, dims[-2]), "ult"))
         dest = self._element_address(e, window.arg, [*lead, mine, col0], [e.to_i64(d) for d in dims], F32_BYTES)
         source = e.op(arith.AddiOp(staging, e.op(arith.IndexCastOp(e.muli(self.tid, e.index(row_bytes)), i32))))
 
@@ -361,7 +364,10 @@ class BackwardLowering:
         rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        mask = self._all_true(e, len(rows)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], row)), rows)
+        mask = self._all_true(e, len(rows)) if window.in_bounds else \
+            self._below(e, self._lead_limit(e, window, dims, e.op(arith.SubiOp(dims[-1], row))), rows)
+        if not (window.in_bounds or window.starts_inside):
+            mask = e.andi(mask, self._not_before(e, row, rows))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
         base = self._element_address(e, window.arg, [*lead, row], [e.to_i64(d) for d in dims], elt)
         return base, e.dense(i32, [r * elt for r in rows]), mask

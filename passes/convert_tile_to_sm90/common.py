@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from tessera.ir.diagnostics import located
@@ -191,13 +191,20 @@ class PendingMma:
 class Window:
     """A `tile.view`: source argument index, its (new) index values, window shape, whether its first
     column is even for every value it takes (`is_even`): 16-bit pairs from it then start on 4 bytes wherever
-    the tensor's rows do, and whether the view is promised `in_bounds` (its accesses take no bounds mask)."""
+    the tensor's rows do, whether the view is promised `in_bounds` (its accesses take no bounds mask), and
+    whether its first row and column are >= 0 for every value they take (`is_nonnegative`): otherwise the
+    window may start before its tensor, and its accesses are masked below the tensor's first row and column
+    too, as the Tile interpreter reads 0 and drops stores there."""
 
     arg: int
     indices: list[SSAValue]
     shape: tuple[int, ...]
     even_column: bool = False
     in_bounds: bool = False
+    starts_inside: bool = True
+    lead_inside: bool = True
+    """Whether the window's leading indices (a batch, a head: those before its own dimensions) lie inside the
+    tensor for every value they take (`lead_in_range`); otherwise its accesses are masked where they do not."""
 
 
 def is_even(value: SSAValue, depth: int = 8) -> bool:
@@ -212,6 +219,58 @@ def is_even(value: SSAValue, depth: int = 8) -> bool:
         return is_even(owner.lhs, depth - 1) or is_even(owner.rhs, depth - 1)
     if isinstance(owner, arith.AddiOp | arith.SubiOp):
         return is_even(owner.lhs, depth - 1) and is_even(owner.rhs, depth - 1)
+    return False
+
+
+_NONNEGATIVE_OPS = (arith.AddiOp, arith.MuliOp, arith.DivUIOp, arith.CeilDivUIOp, arith.RemUIOp, arith.MaxUIOp,
+                    arith.MinUIOp, arith.MinSIOp)
+
+
+def is_nonnegative(value: SSAValue, depth: int = 8) -> bool:
+    """Whether the Tile IR index `value` is >= 0 whatever the inputs: a constant >= 0, a program id, a size
+    (`tile.dim`), a position read with `tile.load_index` (a sequence start or a page number: the entry points
+    that pass such tables refuse negative entries), the induction variable of an `scf.for` whose lower bound is
+    >= 0 (steps are positive), or a sum, product, unsigned quotient, remainder, maximum or minimum of such
+    values (and a signed maximum with one of them). False when unsure: a difference (`t0 - k`, a window that
+    may start before its tensor)."""
+    if depth == 0:
+        return False
+    if isinstance(value, BlockArgument):
+        loop = value.block.parent_op()
+        return isinstance(loop, scf.ForOp) and value.index == 0 and is_nonnegative(loop.lb, depth - 1)
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data >= 0
+    if isinstance(owner, tile.ProgramIdOp | tile.DimOp | tile.LoadIndexOp):
+        return True
+    if isinstance(owner, arith.MaxSIOp):
+        return is_nonnegative(owner.lhs, depth - 1) or is_nonnegative(owner.rhs, depth - 1)
+    if isinstance(owner, _NONNEGATIVE_OPS):
+        return is_nonnegative(owner.lhs, depth - 1) and is_nonnegative(owner.rhs, depth - 1)
+    return False
+
+
+def lead_in_range(value: SSAValue, dim, grid) -> bool:
+    """Whether the Tile IR index `value` lies in [0, dim) whatever the sizes, for `dim` a tensor dimension's
+    expression and `grid` the kernel's `tile.grid`: a constant below a constant dimension, or the program id of
+    a grid axis whose expression is the dimension's own (`tile.program_id z` over a grid of `batch` blocks in z
+    indexing a tensor's `batch` dimension) or of one block, or the induction variable of an `scf.for` from a
+    bound >= 0 to one that is (a constant up to a constant dimension: the parts of a split). False when unsure (a
+    grid rounded up, `h // 2`)."""
+    if isinstance(value, BlockArgument):
+        loop = value.block.parent_op()
+        if not (isinstance(loop, scf.ForOp) and value.index == 0 and is_nonnegative(loop.lb)):
+            return False
+        upper = loop.ub.owner
+        return (isinstance(upper, arith.ConstantOp) and isinstance(upper.value, IntegerAttr) and dim.is_constant
+                and upper.value.value.data <= dim.value.data)
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return dim.is_constant and 0 <= owner.value.value.data < dim.value.data
+    if isinstance(owner, tile.ProgramIdOp):
+        axis = "xyz".index(owner.axis.data)
+        extent = list(grid)[axis] if axis < len(grid) else None
+        return extent is None or extent == dim or (extent.is_constant and extent.value.data == 1)
     return False
 
 

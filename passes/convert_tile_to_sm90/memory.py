@@ -36,6 +36,8 @@ from tessera.passes.convert_tile_to_sm90.common import (
     Window,
     Group,
     is_even,
+    is_nonnegative,
+    lead_in_range,
 )
 
 
@@ -209,8 +211,13 @@ class MemoryLowering:
             refuse(op, "views must be of kernel arguments")
         if op.result.type.rank not in (1, 2):
             refuse(op, "only 2-D windows (and 1-D ones for tile.load_broadcast) are supported")
+        rank = op.result.type.rank
+        dims = list(self.sig.args[source[1]].dims)
+        lead = zip(op.indices[:-rank], dims[:-rank])
         self.values[op.result] = Window(source[1], [self._get(i) for i in op.indices], op.result.type.get_shape(),
-                                        is_even(op.indices[-1]), op.in_bounds is not None)
+                                        is_even(op.indices[-1]), op.in_bounds is not None,
+                                        all(is_nonnegative(i) for i in op.indices[-2:]),
+                                        all(lead_in_range(i, d, self.sig.grid) for i, d in lead))
 
     def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
         window, dest = self._get(op.source), self._get(op.dest)
@@ -261,9 +268,14 @@ class MemoryLowering:
         first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
         row, col = e.addi(row0, first_row), e.addi(col0, column)
         # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
+        # (unsigned, a column before the tensor, col < 0, is past it)
         rows_left = e.op(arith.SubiOp(dims[-2], row))
-        rows_left = e.op(arith.SelectOp(e.cmpi(col, dims[-1], "slt"), rows_left, e.index(0)))
+        inside = e.cmpi(col, dims[-1], "slt" if window.starts_inside else "ult")
+        rows_left = e.op(arith.SelectOp(inside, rows_left, e.index(0)))
+        rows_left = self._lead_limit(e, window, dims, rows_left)
         mask = self._below(e, rows_left, list(range(per_thread)))
+        if not window.starts_inside:
+            mask = e.andi(mask, self._not_before(e, row, list(range(per_thread))))
         wide = [e.to_i64(d) for d in dims]
         base = self._element_address(e, window.arg, [*lead, row, col], wide, elt)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
@@ -395,16 +407,23 @@ class MemoryLowering:
         row, col = self._origin(e, row0, col0, column=self._is_column(ty))
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         end = dims[-2] if row_end is None else e.op(arith.MinSIOp(dims[-2], row_end))
+        end = self._lead_limit(e, window, dims, end)
         distinct = sorted(set(row_offsets))
         spread = [distinct.index(r) for r in row_offsets]
         if window.in_bounds and row_end is None:
             in_rows = in_cols = self._all_true(e, len(row_offsets))
         elif rows_only:
-            in_rows = e.shuffle(self._below(e, e.op(arith.SubiOp(end, row)), distinct), spread)
+            in_rows = self._below(e, e.op(arith.SubiOp(end, row)), distinct)
+            if not window.starts_inside:
+                in_rows = e.andi(in_rows, self._not_before(e, row, distinct))
+            in_rows = e.shuffle(in_rows, spread)
         else:
             in_rows = self._below(e, e.op(arith.SubiOp(end, row)), row_offsets)
             last = [c + 1 if packed else c for c in col_offsets]
             in_cols = self._below(e, e.op(arith.SubiOp(dims[-1], col)), last)
+            if not window.starts_inside:
+                in_rows = e.andi(in_rows, self._not_before(e, row, row_offsets))
+                in_cols = e.andi(in_cols, self._not_before(e, col, col_offsets))
         # The thread's first element is at byte ((lead..., row) * C + col) * elt (i64, added to the pointer);
         # register i is (row_offset[i] * C + col_offset[i]) * elt bytes further (i32: within one tile).
         wide = [e.to_i64(d) for d in dims]
@@ -523,6 +542,8 @@ class MemoryLowering:
         col = col0 if self._is_column(ty) else e.addi(col0, self.col_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         mask = self._all_true(e, len(columns)) if window.in_bounds else self._below(e, e.op(arith.SubiOp(dims[-1], col)), columns)
+        if not (window.in_bounds or window.starts_inside):
+            mask = e.andi(mask, self._not_before(e, col, columns))
         flat = e.i64(0)
         for index, dim in zip(lead, dims):
             flat = e.addi(e.muli(flat, e.to_i64(dim)), e.to_i64(index))

@@ -4,6 +4,7 @@ types, each register's coordinates, fills."""
 from __future__ import annotations
 
 import numpy as np
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -130,4 +131,23 @@ class RegisterTileLowering:
         """Per register: offsets[i] < limit (a scalar threshold against constant offsets, so a mask costs
         one setp per register and no vector of coordinates)."""
         return e.setp("gt", e.broadcast(limit, len(offsets)), e.dense(IndexType(), offsets))
+
+    @staticmethod
+    def _lead_limit(e: Emitter, window, dims: list[SSAValue], limit: SSAValue) -> SSAValue:
+        """`limit` (an end of the rows the access may reach), or 0 where a leading index of the window (a batch,
+        a head) lies outside its tensor: every element is then masked, with scalar instructions only. Windows
+        whose leading indices are known to lie inside (`Window.lead_inside`) keep `limit`."""
+        if window.lead_inside:
+            return limit
+        for index, dim in zip(window.indices[:len(window.indices) - len(window.shape)], dims):
+            limit = e.op(arith.SelectOp(e.cmpi(index, dim, "ult"), limit, e.index(0)))
+        return limit
+
+    @staticmethod
+    def _not_before(e: Emitter, start: SSAValue, offsets: list[int]) -> SSAValue:
+        """Per register: start + offsets[i] >= 0, i.e. offsets[i] > -1 - start (one setp per register): the
+        mask, beside `_below`'s, of a window that may start before its tensor (`Window.starts_inside` false, its
+        first row at t - 3, say), whose elements before the tensor are outside it as those past its end are."""
+        before = e.broadcast(e.op(arith.SubiOp(e.index(-1), start)), len(offsets))
+        return e.setp("lt", before, e.dense(IndexType(), offsets))
 

@@ -32,6 +32,7 @@ from tessera.interpreters.grid_sync import GridSync
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
+from tessera.interpreters.tile_memory import GridWrites
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import FP8_DTYPES, numpy_dtype, round_to, widened_dtype
@@ -106,13 +107,14 @@ def prepare_arguments(
 @single_threaded_blas()
 def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray], sizes: Mapping[str, int],
              listeners: Callable[[BlockBatch], Sequence[Interpreter.Listener]] | None = None,
-             order: Sequence[int] | None = None, widen: bool = False) -> None:
+             order: Sequence[int] | None = None, widen: bool = False, writes: GridWrites | None = None) -> None:
     """Run every block of the kernel's grid; outputs are written into `arguments` in place. `listeners`, if
     given, makes the interpreter listeners of each batch of blocks (`tessera.validate` records values).
     `order`, if given, is a permutation of the linear block ids (x fastest, then y, then z) in which the
     blocks run. `widen` runs the kernel in float64 without rounding (`TileFunctions.widen`; the arguments
-    from `prepare_arguments(..., widen=True)`). BLAS runs on one thread meanwhile
-    (`tessera.interpreters.blas_threads`)."""
+    from `prepare_arguments(..., widen=True)`). `writes`, if given, is the record of which block wrote each
+    element (`GridWrites` of the grid, for a kernel without semaphores), kept for the caller. BLAS runs on one
+    thread meanwhile (`tessera.interpreters.blas_threads`)."""
     gx, gy, gz = sig.grid_size(sizes)
     facts.check_launch((gx, gy, gz))
     total = gx * gy * gz
@@ -129,6 +131,8 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         if ids.shape != (total,) or not np.array_equal(np.sort(ids), np.arange(total)):
             raise ValueError(f"run_grid: order must be a permutation of the {total} block ids of @{sig.name}")
     per_batch = MAX_BLOCKS_PER_BATCH - MAX_BLOCKS_PER_BATCH % math.prod(cluster)
+    ordered = any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk())
+    writes = None if ordered else writes or GridWrites((gx, gy, gz))  # semaphores may order two blocks' writes
 
     def run(chunk: np.ndarray, sync: GridSync | None = None) -> None:
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))
@@ -137,10 +141,11 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
         functions = TileFunctions(batch, cluster, widen)
         functions.sync = sync
         functions.arg_names = {id(array): arg.name for array, arg in zip(arguments, sig.args)}
+        functions.writes, functions.block_ids = writes, chunk
         interpreter.register_implementations(functions)
         interpreter.run_ssacfg_region(sig.op.body, tuple(arguments), sig.name)
 
-    if any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk()):
+    if ordered:
         _run_threads(ids, run)
         return
     for start in range(0, total, per_batch):

@@ -24,7 +24,15 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_elementwise import ElementwiseFunctions, aligned_operand
-from tessera.interpreters.tile_memory import ROW_GROUP, AsyncCopies, GatheredRows, GlobalView, SharedBuffer, SharedRef
+from tessera.interpreters.tile_memory import (
+    ROW_GROUP,
+    AsyncCopies,
+    GatheredRows,
+    GlobalView,
+    GridWrites,
+    SharedBuffer,
+    SharedRef,
+)
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to, widened_dtype
 
@@ -56,6 +64,10 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         self.copies = AsyncCopies()
         self.shared: list[SharedBuffer] = []
         self.arg_names: dict[int, str] = {}  # id(argument array) -> its name (set by run_grid)
+        self.writes: GridWrites | None = None
+        """The grid's record of which block wrote each global element (set by `run_grid` for kernels without
+        semaphores, whose writes may be ordered), with `block_ids` the batch's blocks' numbers in it."""
+        self.block_ids: np.ndarray | None = None
 
     def dtype(self, element_type) -> np.dtype:
         """The dtype that holds `element_type`: its own, or float64 for floats when widened."""
@@ -262,16 +274,39 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         row = source.read() if isinstance(source, GlobalView) else self._operand_tile(op, source, "the source")[:, 0]
         return self._register_tile(op, np.broadcast_to(row[:, None, :], (row.shape[0],) + op.result.type.get_shape()))
 
+    def _check_one_writer(self, op, dest: GlobalView, written: tuple[tuple[np.ndarray, ...], np.ndarray]) -> None:
+        """No element of a global tensor is written by two blocks (`GridWrites`): which value it keeps would
+        depend on the order the blocks run in."""
+        if self.writes is None:
+            return
+        coords, keep = written
+        blocks = np.broadcast_to(self.block_ids.reshape((-1,) + (1,) * (keep.ndim - 1)), keep.shape)[keep]
+        clash, other = self.writes.record(dest.tensor, coords, blocks)
+        if clash.any():
+            k = int(np.argmax(clash))
+            name = self.arg_names.get(id(dest.tensor), "a tensor")
+            element = ", ".join(str(int(c[k])) for c in coords)
+            where = np.zeros(self.batch.size, bool)
+            where[np.nonzero(keep)[0][k]] = True
+            self.batch.fail(op, f"writes {name}[{element}], which {self.writes.block_name(int(other[k]))} writes "
+                                "too: blocks run in no order, so the element would hold whichever wrote last (a race "
+                                "on a GPU: write each element from one block, or add into it with tile.atomic_add)",
+                            where)
+
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
-        self._check_sequence_store(op, dest, dest.write(value, self.batch.active))
+        written = dest.write(value, self.batch.active)
+        self._check_sequence_store(op, dest, written)
+        self._check_one_writer(op, dest, written)
         return ()
 
     @impl(tile.StoreGlobalRowsOp)
     def run_store_global_rows(self, interpreter: Interpreter, op: tile.StoreGlobalRowsOp, args: PythonValues):
         value, dest, rows = args
-        self._check_sequence_store(op, dest, dest.write(value, self.batch.active, rows=self.batch.index_array(rows)))
+        written = dest.write(value, self.batch.active, rows=self.batch.index_array(rows))
+        self._check_sequence_store(op, dest, written)
+        self._check_one_writer(op, dest, written)
         return ()
 
     @impl(tile.LoadIndexOp)

@@ -81,6 +81,17 @@ def format_index(name: str, index: tuple[int, ...]) -> str:
     return f"{name}[{','.join(str(i) for i in index)}]"
 
 
+def describe_elements(name: str, mask: np.ndarray) -> str:
+    """Which elements of output `name` the mask holds: their count and the box they lie in, e.g.
+    "2 of 2310 elements of Q, in Q[3..67, 0..32]"."""
+    hits = np.argwhere(mask)
+    count = f"{len(hits)} of {mask.size} elements of {name}"
+    if not len(hits):
+        return count
+    box = ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in zip(hits.min(0), hits.max(0)))
+    return f"{count}, in {name}[{box}]"
+
+
 @dataclass
 class Divergence:
     """The first recorded value of the new level that disagrees with the old level."""

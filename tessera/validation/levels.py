@@ -102,6 +102,25 @@ def run_level(module: ModuleOp, level: str, sig: KernelSignature, inputs, sizes:
     return outputs_of(sig, arguments)
 
 
+def writer_block(sig: KernelSignature, module: ModuleOp, inputs, sizes: Mapping[str, int], output: int,
+                 index: tuple[int, ...]) -> tuple[int, int, int]:
+    """The block (program id x, y, z) that writes element `index` of output number `output`, found by running
+    the kernel's Tile IR in `module` over its grid (`GridWrites`); `block_of`'s guess for a builder's kind,
+    (0, 0, 0) where no block stores the element (an atomic add, a kernel with semaphores)."""
+    from tessera import find_kernel
+    from tessera.interpreters.tile_memory import GridWrites
+
+    if sig.kind in ("attention", "gemm"):
+        return block_of(sig, module, index)
+    arguments, bound = prepare_arguments(sig, inputs, sizes)
+    writes = GridWrites(sig.grid_size(bound))
+    run_grid(find_kernel(module, sig.name), module, arguments, bound, writes=writes)
+    writer = writes.writers.get(id(outputs_of(sig, arguments)[output]))
+    block = -1 if writer is None else int(writer[index])
+    gx, gy, _ = writes.grid
+    return (0, 0, 0) if block < 0 else (block % gx, block // gx % gy, block // (gx * gy))
+
+
 def block_of(sig: KernelSignature, module: ModuleOp, index: tuple[int, ...]) -> tuple[int, int, int]:
     """The block (program id x, y, z) that writes output element `index`, for the kernels `tessera.kernels`
     builds: attention [b, h, q, d] -> (q // BM, h, b); GEMM [z,] m, n -> (m // BM, n // BN, z), with BM, BN the

@@ -23,6 +23,7 @@ from tessera.validation import levels
 from tessera.validation.compare import (
     Divergence,
     Expectation,
+    describe_elements,
     differing,
     first_divergence,
     first_index,
@@ -66,6 +67,8 @@ class Mismatch:
     divergence: Divergence | None = None
     element: tuple[int, ...] | None = None
     """The first diverging output element (kind "result")."""
+    output: str | None = None
+    """The name of the output `element` indexes, the first that is off (kind "result")."""
 
     @property
     def where(self) -> str:
@@ -218,32 +221,42 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         report.checks.append(LevelCheck(position, name, level, vs_previous, error, tolerance, expectation, ok))
         if ok:
             return outputs
-        # The first diverging element: against the previous level when it is expected to be exact, else
-        # against the reference's verdict (the element with the largest error).
-        out, out_arg = outputs[0], sig.outputs[0]
-        index = first_index(differing(out, old_outputs[0], Expectation.EXACT)) if changed else None
+        # The output that is off and its elements: those that changed from the previous level when it is
+        # expected to be exact, else those beyond their tolerance (the reference's verdict); the first of them
+        # named, or the element with the largest error.
+        if changed:
+            off = [differing(n, o, Expectation.EXACT) for n, o in zip(outputs, old_outputs)]
+            k = next(i for i, mask in enumerate(off) if mask.any())
+            mask = off[k]
+        else:
+            k, mask = judge.beyond(outputs)
+        out, out_arg = outputs[k], sig.outputs[k]
+        index = None if mask is None else first_index(mask)
         if index is None:
-            index = judge.worst_element(out)
-        old_value = None if old_outputs is None else float(np.asarray(old_outputs[0][index], np.float64))
-        ref_value = float(judge.first_output()[index])
+            index = judge.worst_element(out, k)
+        old_value = None if old_outputs is None else float(np.asarray(old_outputs[k][index], np.float64))
+        ref_value = float(judge.output(k)[index])
         detail = []
         if old_value is not None:
             detail.append(f"was {old_value:.6g}")
         detail.append(f"reference {ref_value:.6g}")
         message = f"{format_index(out_arg.name, index)} = {float(np.asarray(out[index], np.float64)):.6g}"
         message += f" ({', '.join(detail)})" if detail else ""
+        if mask is not None and mask.any():
+            message += f"; {describe_elements(out_arg.name, mask)} " + \
+                ("changed" if changed else "beyond their tolerance")
         if not within:
             message += f"; max error vs reference {error:.3e} > tolerance {tolerance:.3e}"
         divergence = None
         if level != PTX and old_module is not None:
-            block = levels.block_of(sig, start, index)
             try:
+                block = levels.writer_block(sig, start, inputs, bound, k, index)
                 divergence = first_divergence(_record(new_module, level, sig, inputs, bound, block),
                                               _record(old_module, old_level, sig, inputs, bound, block),
                                               _expectation(old_level, level))
             except Exception:  # noqa: BLE001 - the search is a diagnosis; the mismatch stands without it
                 divergence = None
-        report.mismatch = Mismatch(position, name, level, "result", message, divergence, index)
+        report.mismatch = Mismatch(position, name, level, "result", message, divergence, index, out_arg.name)
         return None
 
     start = module.clone()
@@ -310,7 +323,8 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         divergence = None
         if later is not None:
             try:
-                block = levels.block_of(sig, tile_levels[0][2], mismatch.element or ())
+                output = [o.name for o in sig.outputs].index(mismatch.output) if mismatch.output else 0
+                block = levels.writer_block(sig, tile_levels[0][2], inputs, sizes, output, mismatch.element or ())
                 divergence = first_divergence(_record(later, TARGET, sig, inputs, sizes, block),
                                               _record(lowered, TARGET, sig, inputs, sizes, block), Expectation.CLOSE)
             except Exception:  # noqa: BLE001
@@ -323,5 +337,5 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         note = (f" [seen once lowered by '{boundary.name}': the Tile IR before pass {blamed_position} lowers "
                 "right, after it not; the Tile interpreter does not model shared-memory addresses or swizzles]")
         report.mismatch = Mismatch(blamed_position, blamed_name, TARGET, mismatch.kind,
-                                   mismatch.message + note, divergence, mismatch.element)
+                                   mismatch.message + note, divergence, mismatch.element, mismatch.output)
         return

@@ -249,6 +249,17 @@ class KernelReference:
     def errors(self, outputs: Sequence[np.ndarray]) -> list[float]:
         return [max_difference(o, r) for o, r in zip(outputs, self.outputs)]
 
+    def beyond(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per output, the mask of its elements farther from the reference than their own tolerance (every
+        element of an output whose shape is not the reference's)."""
+        masks = []
+        for output, reference, tolerance in zip(outputs, self.outputs, self.tolerances):
+            if np.shape(output) != reference.shape:
+                masks.append(np.ones(np.shape(output), bool))
+            else:
+                masks.append(differences(output, reference) > tolerance)
+        return masks
+
     def judge(self, outputs: Sequence[np.ndarray]) -> tuple[float, float]:
         """(error, tolerance) of the output whose error is the largest fraction of its tolerance ((0, 0) for a
         kernel without outputs: nothing to be wrong): an output's worst element's where one exceeds its own

@@ -48,10 +48,19 @@ class Reference:
         c = check(self.sig, outputs[0], self.inputs, dtype)
         return c.max_error, c.tolerance
 
-    def first_output(self) -> np.ndarray:
-        """The float64 reference of the kernel's first output."""
+    def beyond(self, outputs: Sequence[np.ndarray]) -> tuple[int, np.ndarray | None]:
+        """(k, mask): the first output with elements beyond their tolerance and the mask of those elements
+        (a kernel's own reference holds every element of every output); for a kind whose NumPy reference holds
+        its first output as a whole, (0, None)."""
+        if self.own is None:
+            return 0, None
+        masks = self.own.beyond(outputs)
+        return next(((k, mask) for k, mask in enumerate(masks) if mask.any()), (0, masks[0] if masks else None))
+
+    def output(self, k: int = 0) -> np.ndarray:
+        """The float64 reference of the kernel's output `k` (a kind with a NumPy reference: its first)."""
         if self.own is not None:
-            return self.own.outputs[0]
+            return self.own.outputs[k]
         from tessera import reference_attention, reference_gemm
         from tessera.numerics import numpy_dtype, round_to
 
@@ -63,9 +72,9 @@ class Reference:
             return reference_attention.attention(q, k, v, sig.causal, sig.scale, bias[0] if sig.bias else None)
         return reference_gemm.gemm_kernel(sig, rounded)
 
-    def worst_element(self, output: np.ndarray) -> tuple[int, ...]:
-        """The index of the first output's element farthest from the reference."""
-        ref = self.first_output()
+    def worst_element(self, output: np.ndarray, k: int = 0) -> tuple[int, ...]:
+        """The index of output `k`'s element farthest from the reference."""
+        ref = self.output(k)
         if ref.shape != np.shape(output) or ref.size == 0:
             return tuple(0 for _ in np.shape(output))
         with np.errstate(invalid="ignore"):
