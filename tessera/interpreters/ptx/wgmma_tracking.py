@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tessera.interpreters.ptx.decode import elements
+from tessera.interpreters.ptx.wgmma_accumulators import write_back
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
@@ -226,6 +227,8 @@ class WgmmaTracking:
         """wgmma.wait_group `keep` by `lanes`: for each executing thread, every group its warp committed but
         the `keep` newest is complete [memory_model.WGMMA_WAIT_PER_THREAD]; a thread that did not execute it
         has waited for nothing, whatever the other threads of its warpgroup did."""
+        if self.m.deferred:  # the chains' accumulators into their registers (`wgmma_accumulators`)
+            write_back(self.m)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         ws = np.unique(unit[lanes])
         target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
