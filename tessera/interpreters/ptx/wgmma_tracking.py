@@ -249,11 +249,10 @@ class WgmmaTracking:
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
-            live: dict[int, bool] = {}
-            for e in self.pending.values():
-                if id(e[0]) not in live:
-                    live[id(e[0])] = bool((e[0] > least).any())
-            self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
+            arrays = {id(e[0]): e[0] for e in self.pending.values()}  # registers pending together share one
+            live = {key: bool((groups > least).any()) for key, groups in arrays.items()}
+            if not all(live.values()):
+                self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
