@@ -78,9 +78,11 @@ def wgmma_roles(inst) -> WgmmaRoles | None:
 
 def landed_records(m, reads: list[tuple]) -> list[tuple]:
     """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
-    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (rows [warpgroups, 1], columns
-    [warpgroups, chunks], the warpgroups) per chunk set, the warpgroups of every CTA reading it together."""
+    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (positions [warpgroups x chunks]
+    in the flattened records [warpgroup of a CTA, chunk of the batch], the warpgroups, chunks per warpgroup) per
+    chunk set, the warpgroups of every CTA reading it together (one flat assignment: no 2-D index)."""
     per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
+    width = m.tracker.hb.chunk_count()  # the records' columns
     groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
     unit = m.unit_of[facts.WARPGROUP_SIZE]
     by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
@@ -93,7 +95,8 @@ def landed_records(m, reads: list[tuple]) -> list[tuple]:
     for chunks, ws, firsts in by_set.values():
         ws = np.concatenate(ws)
         at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
-        records.append(((ws % groups_per_cta)[:, None], np.concatenate(firsts)[:, None] + at, ws))
+        positions = (ws % groups_per_cta)[:, None] * width + np.concatenate(firsts)[:, None] + at
+        records.append((positions.reshape(-1), ws, len(at)))
     return records
 
 
@@ -148,9 +151,10 @@ class WgmmaTracking:
             return False
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
-        for rows, columns, ws in records:
+        flat = self.wg_read.reshape(-1)
+        for positions, ws, chunks in records:
             groups = self.wg_open[ws]
-            self.wg_read[rows, columns] = (groups + 1)[:, None]
+            flat[positions] = np.repeat(groups + 1, chunks)
             for key in zip(ws.tolist(), groups.tolist()):
                 self.read_inst.setdefault(key, inst)
         self.reading = True
