@@ -153,9 +153,12 @@ class WgmmaTracking:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
         flat = self.wg_read.reshape(-1)
         for positions, ws, chunks in records:
-            groups = self.wg_open[ws]
-            flat[positions] = np.repeat(groups + 1, chunks)
-            for key in zip(ws.tolist(), groups.tolist()):
+            groups = self.wg_open[ws].tolist()
+            if min(groups) == max(groups):  # the warpgroups' open groups agree (a main loop's): one value
+                flat[positions] = groups[0] + 1
+            else:
+                flat[positions] = np.repeat(np.array(groups, flat.dtype) + 1, chunks)
+            for key in zip(ws.tolist(), groups):
                 self.read_inst.setdefault(key, inst)
         self.reading = True
         return True
