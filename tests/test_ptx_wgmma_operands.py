@@ -1,7 +1,7 @@
 """How the PTX executor's wgmma moves its data: operands gathered for every CTA of a batch at once, a 16-byte
-chunk at a time (`wgmma_operands.descriptor_tiles`), and the accumulators updated where they lie
-(`wgmma._accumulate_fragments` over `state.lane_rows`): the same bits as a byte gather, and as a gather, add in
-float64, rounding and scatter, special values included; the product taken with its rows and columns in thread
+chunk at a time (`wgmma_operands.descriptor_tiles`), and a chain's accumulators kept in product order and written
+where they lie at its wait (`wgmma_accumulators` over `state.lane_rows`): the same bits as a byte gather, and as a
+gather, add in float64, rounding and scatter per wgmma, special values included; the product taken with its rows and columns in thread
 order (`wgmma.thread_order`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
-from tessera.interpreters.ptx.wgmma import _accumulate_fragments, fragment_order, thread_order
+from tessera.interpreters.ptx import wgmma_accumulators
+from tessera.interpreters.ptx.wgmma import fragment_order, thread_order
 from tessera.interpreters.ptx.wgmma_operands import (descriptor_bytes, descriptor_tiles, register_operands,
                                                      tile_gathers)
 from tessera.sm90 import facts
@@ -52,22 +53,32 @@ def test_product_in_thread_order_is_the_fragments(n):
     assert np.array_equal(ordered, tiles[:, rows], equal_nan=True)
 
 
-@pytest.mark.parametrize("accumulate", [True, False])
-def test_accumulate_in_place_is_the_gathered_update(accumulate):
+@pytest.mark.parametrize("first", [True, False])
+def test_chain_kept_in_product_order_is_the_gathered_updates(first):
+    """Three wgmmas of a chain (the first adding to the registers or not), kept in product order and written back
+    once: the bits of a gather, add in float64, rounding to f32 and scatter per wgmma."""
     n, ctas, threads = 64, 3, 384  # two consumer warpgroups (lanes 128..383) of each CTA
     registers = n // 2
     lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
     rng = np.random.default_rng(1)
     columns = np.exp2(rng.integers(-160, 130, (1, 1, n)))
-    product = rng.standard_normal((len(lanes) // 128, 64, n)) * columns  # D' of each warpgroup (`thread_order`)
-    product[0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    products = [rng.standard_normal((len(lanes) // 128, 64, n)) * columns for _ in range(3)]  # D' (`thread_order`)
+    products[0][0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    products[1][1, 2, :2] = [3e38, -1e-300]
     block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
     block[lanes[1], :3] = [np.float32(1e-45), np.inf, np.float32(3.4e38)]
-    expected = block.copy()
-    fragments = fragment_order(product)
+    expected, original = block.copy(), block.copy()
+    m = SimpleNamespace(deferred={})
+    rows = lane_rows(block.view(np.uint32), lanes).view(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # values past f32 round to inf in both
-        expected[lanes] = (fragments + block[lanes].astype(np.float64) if accumulate else fragments).astype(np.float32)
-        _accumulate_fragments(product, lane_rows(block.view(np.uint32), lanes).view(np.float32), accumulate)
+        for i, product in enumerate(products):
+            add = first or i > 0
+            fragments = fragment_order(product)
+            expected[lanes] = (fragments + expected[lanes].astype(np.float64) if add else fragments).astype(np.float32)
+            wgmma_accumulators.accumulate(m, block, lanes, rows, product.copy(), add)
+    assert m.deferred and np.array_equal(block.view(np.uint32), original.view(np.uint32))  # no register written yet
+    wgmma_accumulators.write_back(m)
+    assert not m.deferred
     assert np.array_equal(block.view(np.uint32), expected.view(np.uint32))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
+from tessera.interpreters.ptx.shared_chunks import as_chunks
 from tessera.interpreters.ptx.state import PARK, RUN
 from tessera.sm90 import facts
 
@@ -166,8 +167,7 @@ class AsyncCopies:
                 m.shared[copy.span] = copy.data
             elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
                 base, chunks = copy.layout
-                m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK].reshape(-1, _CHUNK)[chunks] = \
-                    copy.data.reshape(-1, _CHUNK)
+                as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
             else:
                 m.shared[copy.index] = copy.data
             where = copy.index if copy.span is None else copy.span

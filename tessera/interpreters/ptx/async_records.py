@@ -99,7 +99,7 @@ class AsyncRecords:
         # a range: its records read as a range, and cleared only where some are (a refill of a slot whose bytes no
         # generic access touched since the last copy, the main loop's, clears nothing)
         index, rows = flat[None, :], None if known is None else clocks
-        read, written = self.reads.any_in(span), self.w_clock[span].any()
+        read, written = self.reads.any_in(span), np.count_nonzero(self.w_clock[span]) > 0
         if read:
             self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
         if written:
@@ -162,7 +162,7 @@ class AsyncRecords:
         self.r_async[:, where] = 0
         if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
             touched = self.chunk_span(where) if isinstance(where, slice) else self.chunk_of(where)
-            if self.wgmma_reads[:, touched].any():
+            if np.count_nonzero(self.wgmma_reads[:, touched]):
                 self.wgmma_reads[:, self._whole_chunks(where)] = 0
 
     def _span_completions(self, span: slice) -> set[int]:
@@ -171,13 +171,16 @@ class AsyncRecords:
         found: set[int] = set()
         if span.stop <= span.start:
             return found
-        for row, low, high in _row_bounds(self.r_async[:, span]):
-            found.update((low,) if low == high else _present(row, low))
-        if self.wgmma_reads is not None:
+        ends = self.r_async[:, span]
+        if np.count_nonzero(ends):  # (a count, cheaper than the bounds, finds a range no bulk store read)
+            for row, low, high in _row_bounds(ends):
+                found.update((low,) if low == high else _present(row, low))
+        chunks = None if self.wgmma_reads is None else self.wgmma_reads[:, self.chunk_span(span)]
+        if chunks is not None and np.count_nonzero(chunks):
             per_cta = self._per_cta()
             first = span.start // self._cta_bytes() * per_cta
             width = self.wgmma_groups.shape[1]
-            for r, (row, low, high) in enumerate(_row_bounds(self.wgmma_reads[:, self.chunk_span(span)])):
+            for r, (row, low, high) in enumerate(_row_bounds(chunks)):
                 for last in (low,) if low == high else _present(row, low):
                     if 0 < last <= width:
                         found.add(int(self.wgmma_groups[first + r, last - 1]))

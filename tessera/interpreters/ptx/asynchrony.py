@@ -72,7 +72,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         n = len(m.shared)
         self.state = np.zeros(n, np.int8)
         self.tag = np.zeros(n, np.int32)  # FLIGHT: copy id; LANDED: barrier instance
-        self.phase = np.zeros(n, np.int64)  # LANDED: the phase the byte counts towards
+        self.phase = np.zeros(n, np.int32)  # LANDED: the phase the byte counts towards
         # [groups per CTA, 16-byte chunk (`HappensBefore.chunk_of`)]: wgmma group + 1 reading the chunk
         self.wg_read: np.ndarray | None = None
         self.proxy_readers = True  # the program reads shared memory through the async proxy (set by install)

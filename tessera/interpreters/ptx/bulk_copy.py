@@ -166,9 +166,10 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
-    swizzled, dense, chunks = _swizzled(smem, size, facts.tensor_map_swizzle_bytes(spec.swizzle))
+    swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
+    _, dense, chunks = _swizzled(smem, size, swizzle)
     base = slot * m.shared_bytes
-    shared_index = base + swizzled
+    shared_index = _swizzled_at(base, smem, size, swizzle)
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
@@ -218,6 +219,15 @@ def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int
     offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
     offsets.setflags(write=False)
     return offsets, dense_range(offsets), chunks_in_order(offsets)
+
+
+@lru_cache(maxsize=64)
+def _swizzled_at(base: int, smem: int, size: int, swizzle: int) -> np.ndarray:
+    """`_swizzled`'s offsets from `base` (a CTA's shared memory in the batch): read-only, kept across copies and
+    launches (a ring's slots in each CTA of a batch: a few dozen), not made again for every copy."""
+    index = base + _swizzled(smem, size, swizzle)[0]
+    index.setflags(write=False)
+    return index
 
 
 def _coords(ops: Operands, inst, operand):

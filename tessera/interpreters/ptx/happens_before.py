@@ -326,9 +326,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
         write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
         Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
         (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
-        if span is not None and not self.w_clock[span].any():
+        if span is not None and not np.count_nonzero(self.w_clock[span]):
             return
-        if hull is not None and not self.w_clock[hull].any():
+        if hull is not None and not np.count_nonzero(self.w_clock[hull]):
             return
         epochs = self.w_clock[flat]
         if not epochs.any():

@@ -64,7 +64,7 @@ class ReadClocks:
 
     def any_in(self, span: slice) -> bool:
         """Whether some byte of the range `span` was read since its last write."""
-        return bool(self.clock[span].any() or (self.shared and self.row[span].any()))
+        return bool(np.count_nonzero(self.clock[span]) or (self.shared and np.count_nonzero(self.row[span])))
 
     # region recording reads
     def record(self, lanes: np.ndarray, index: np.ndarray, epochs: np.ndarray, line: int, clocks: np.ndarray) -> None:

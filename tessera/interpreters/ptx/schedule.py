@@ -293,7 +293,7 @@ class Scheduler:
     def run(self) -> None:
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        big = _NEVER
+        big = self.never = np.full(m.lanes, _NEVER)  # (np.where with three arrays: its fast loop, not a scalar's)
         all_lanes = m.lane_ids
         limit = self.executed + self.max_steps
         delayed = self.delayed_lanes()
@@ -397,8 +397,7 @@ class Scheduler:
         end = len(steps)
         if pc >= end or steps[pc].control or steps[pc].unit:
             return
-        big = _NEVER
-        horizon = min(end, int(np.where(candidates == picked, big, candidates).min()))
+        horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
         count, counts, start = len(m.lane_ids), self.counts, pc
         try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
             while pc < horizon and self.executed < limit:

@@ -297,6 +297,7 @@ class Machine:
         self.global_order = None  # happens-before of global memory (global_order.GlobalOrder), set by the launcher
         self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `async_checks.install`
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
+        self.deferred: dict[int, object] = {}  # id of a register block -> its wgmma chain (wgmma_accumulators)
 
     def _block_vectors(self, entry: Entry) -> dict[tuple[str, ...], np.ndarray]:
         """Register vectors of wgmma.mma_async (accumulators, A fragments) stored as the columns of one
@@ -343,6 +344,7 @@ class Machine:
         self.status[:] = np.where(self.cta_valid[self.lane_cta], RUN, EXITED)
         self.shared[:] = 0
         self.local[:] = 0
+        self.deferred.clear()
         self.mbarriers.clear()
         self.park_address[:] = -1
         self.park_test[:] = False

@@ -7,7 +7,8 @@ mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused
 sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
 integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
 registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
-wait are counted there; wgmma.fence has no effect). Descriptors must be uniform over the warpgroup. The
+wait are counted there; wgmma.fence has no effect; a chain's f32 accumulators are kept in product order until
+then, `wgmma_accumulators`). Descriptors must be uniform over the warpgroup. The
 operands are read by `wgmma_operands`.
 """
 
@@ -17,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tessera.interpreters.ptx import wgmma_accumulators
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import Machine, lane_rows
@@ -39,7 +41,7 @@ def thread_order(n: int) -> tuple[np.ndarray, np.ndarray]:
     [warp w, row group g, half m, lane quad q, column block h, pair l] (4 x 8 x 2 x 4 x N/8 x 2), holds thread
     32w + 4g + q's accumulator element 4h + 2m + l there [facts.accumulator_coords: row 16w + g + 8m, column
     8h + 2q + l]: the fragment order is D' with its axes m and (q, h) swapped, whole pairs l moving together
-    (`fragment_order`, `_accumulate_fragments`), no gather by element."""
+    (`fragment_order`, `wgmma_accumulators`), no gather by element."""
     h = n // 8
     v, t = np.arange(n // 2), np.arange(facts.WARPGROUP_SIZE)
     row, col = facts.accumulator_coords(v[None, :], t[:, None])  # [thread, element]
@@ -215,9 +217,11 @@ def _wgmma_async(ops: Operands, inst, mods):
             if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
                 viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
             rows = viewed[1]
-            if rows is not None:  # the accumulators of every warpgroup updated where they lie: one pass
-                _accumulate_fragments(d, rows.view(np.float32), bool(accumulate[0]))
+            if rows is not None:  # kept in product order until a wait (`wgmma_accumulators`)
+                wgmma_accumulators.accumulate(m, d_block, lanes, rows, d, bool(accumulate[0]))
                 return
+        if m.deferred:
+            wgmma_accumulators.write_back(m)
         product = fragment_order(d)  # [lanes, elements]
         # [lanes, registers]; one gather where the accumulators are one block (Machine.register_blocks)
         acc_words = d_block[lanes] if d_block is not None else np.stack([r[lanes] for r in d_regs], axis=1)
@@ -253,25 +257,6 @@ def _wgmma_async(ops: Operands, inst, mods):
             r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
-
-
-def _accumulate_fragments(d: np.ndarray, target: np.ndarray, accumulate: bool) -> None:
-    """target (f32 accumulators [runs, lanes of a run, registers], whole warpgroups, a view of the register
-    block) = the products D' [warpgroups, 64, N] in fragment order (`thread_order`) (+ target when `accumulate`):
-    the sum taken in float64 and rounded once to f32, as a gather, add and scatter would, where the registers lie
-    (each run's rows are contiguous). A thread's element pair l is one complex item (two f32, two float64: a
-    complex sum adds the parts apart, bit for bit the float sums), so each half m of D' is one pass over
-    [runs, (w, g), q, h] pairs."""
-    runs, lanes, _ = target.shape
-    h = d.shape[2] // 8
-    pairs = target.reshape(runs, lanes // 4, 4, h, 2, 2).view(np.complex64)  # [runs, (w, g), q, h, m, 1]
-    source = d.reshape(runs, lanes // 4, 2, 4, h, 2).view(np.complex128)  # [runs, (w, g), m, q, h, 1]
-    for half in (0, 1):
-        into, products = pairs[:, :, :, :, half], source[:, :, half]
-        if accumulate:
-            np.add(products, into, out=into, dtype=np.complex128, casting="unsafe")
-        else:
-            np.copyto(into, products, casting="unsafe")
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx.shared_chunks import CHUNK, chunk_set, chunks_in_order, dense_range
+from tessera.interpreters.ptx.shared_chunks import CHUNK, as_chunks, chunk_set, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import Machine
 from tessera.interpreters.ptx.wgmma_tracking import landed_records
 from tessera.sm90 import facts
@@ -174,8 +174,8 @@ def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None)
 def descriptor_tiles(m: Machine, gathers: tuple, name: str) -> np.ndarray:
     """[reads, extent, K] float64: the operands `gathers` (`tile_gathers`) hold."""
     parts, shape = gathers
-    chunked = m.shared.reshape(-1, CHUNK) if any(by_chunk for *_, by_chunk in parts) else None
-    gathered = [(positions, (chunked if by_chunk else m.shared)[index].reshape(len(positions), -1))
+    chunked = as_chunks(m.shared) if any(by_chunk for *_, by_chunk in parts) else None
+    gathered = [(positions, (chunked[index].view(np.uint8) if by_chunk else m.shared[index]).reshape(len(positions), -1))
                 for positions, index, by_chunk in parts]
     if len(gathered) == 1:
         raw = gathered[0][1]

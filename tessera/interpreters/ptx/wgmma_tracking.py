@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tessera.interpreters.ptx.decode import elements
+from tessera.interpreters.ptx.wgmma_accumulators import write_back
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.sm90 import facts
 
@@ -77,9 +78,11 @@ def wgmma_roles(inst) -> WgmmaRoles | None:
 
 def landed_records(m, reads: list[tuple]) -> list[tuple]:
     """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
-    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (rows [warpgroups, 1], columns
-    [warpgroups, chunks], the warpgroups) per chunk set, the warpgroups of every CTA reading it together."""
+    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (positions [warpgroups x chunks]
+    in the flattened records [warpgroup of a CTA, chunk of the batch], the warpgroups, chunks per warpgroup) per
+    chunk set, the warpgroups of every CTA reading it together (one flat assignment: no 2-D index)."""
     per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
+    width = m.tracker.hb.chunk_count()  # the records' columns
     groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
     unit = m.unit_of[facts.WARPGROUP_SIZE]
     by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
@@ -92,7 +95,8 @@ def landed_records(m, reads: list[tuple]) -> list[tuple]:
     for chunks, ws, firsts in by_set.values():
         ws = np.concatenate(ws)
         at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
-        records.append(((ws % groups_per_cta)[:, None], np.concatenate(firsts)[:, None] + at, ws))
+        positions = (ws % groups_per_cta)[:, None] * width + np.concatenate(firsts)[:, None] + at
+        records.append((positions.reshape(-1), ws, len(at)))
     return records
 
 
@@ -147,10 +151,14 @@ class WgmmaTracking:
             return False
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
-        for rows, columns, ws in records:
-            groups = self.wg_open[ws]
-            self.wg_read[rows, columns] = (groups + 1)[:, None]
-            for key in zip(ws.tolist(), groups.tolist()):
+        flat = self.wg_read.reshape(-1)
+        for positions, ws, chunks in records:
+            groups = self.wg_open[ws].tolist()
+            if min(groups) == max(groups):  # the warpgroups' open groups agree (a main loop's): one value
+                flat[positions] = groups[0] + 1
+            else:
+                flat[positions] = np.repeat(np.array(groups, flat.dtype) + 1, chunks)
+            for key in zip(ws.tolist(), groups):
                 self.read_inst.setdefault(key, inst)
         self.reading = True
         return True
@@ -226,6 +234,8 @@ class WgmmaTracking:
         """wgmma.wait_group `keep` by `lanes`: for each executing thread, every group its warp committed but
         the `keep` newest is complete [memory_model.WGMMA_WAIT_PER_THREAD]; a thread that did not execute it
         has waited for nothing, whatever the other threads of its warpgroup did."""
+        if self.m.deferred:  # the chains' accumulators into their registers (`wgmma_accumulators`)
+            write_back(self.m)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
         ws = np.unique(unit[lanes])
         target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
@@ -246,11 +256,10 @@ class WgmmaTracking:
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
-            live: dict[int, bool] = {}
-            for e in self.pending.values():
-                if id(e[0]) not in live:
-                    live[id(e[0])] = bool((e[0] > least).any())
-            self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
+            arrays = {id(e[0]): e[0] for e in self.pending.values()}  # registers pending together share one
+            live = {key: bool((groups > least).any()) for key, groups in arrays.items()}
+            if not all(live.values()):
+                self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
         self.reading = bool((self.wg_issued > self.wg_done).any())
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:

@@ -1,0 +1,69 @@
+"""The f32 accumulators of a wgmma chain kept in product order until a wgmma.wait_group (`Deferred`, `accumulate`,
+`write_back`).
+
+A wgmma.mma_async's accumulators are asynchronous until a wgmma.wait_group covers its group: any other access to
+them before that is a hazard the asynchrony checks report (`wgmma_tracking.WgmmaTracking.check_registers`), so no
+instruction can observe where their values are kept in between. A chain's accumulators (the wgmmas of one
+register block issued by the same warpgroups, a main loop's K steps) are therefore kept in the order the product
+is taken in (D', `wgmma.thread_order`), contiguous, and each wgmma rounds f32(D + A x B) there, in float64 rounded
+once per instruction, bit for bit what the registers would get; they are written into the registers, in fragment
+order, once, at the next wgmma.wait_group of any thread (or before any other wgmma on the block), instead of two
+passes over the strided fragments per instruction. A chain that starts with scale-d = 0 reads no register.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Deferred(NamedTuple):
+    """A chain's accumulators not yet in their registers: `values` [warpgroups, 64, N] f32 in product order (D'),
+    the accumulators of `lanes` (whole warpgroups) whose registers are `rows` (`state.lane_rows` of `block`)."""
+
+    block: np.ndarray
+    lanes: np.ndarray
+    rows: np.ndarray
+    values: np.ndarray
+
+
+def _fragment_pairs(rows: np.ndarray, n: int) -> np.ndarray:
+    """The f32 registers `rows` [runs, lanes of a run, N/2] as element pairs [runs, (w, g), q, h, m] (complex64,
+    a view): thread 32w + 4g + q's pair 2h + m (`wgmma.thread_order`)."""
+    runs, lanes, _ = rows.shape
+    return rows.view(np.float32).reshape(runs, lanes // 4, 4, n // 8, 2, 2).view(np.complex64)[..., 0]
+
+
+def _product_pairs(values: np.ndarray, runs: int) -> np.ndarray:
+    """D' f32 [warpgroups, 64, N] as element pairs [runs, (w, g), q, h, m] (complex64, a view: axes m and (q, h)
+    of D' swapped, `wgmma.thread_order`), matching `_fragment_pairs`."""
+    n = values.shape[2]
+    pairs = values.reshape(runs, -1, 2, 4, n // 8, 2).view(np.complex64)[..., 0]  # [runs, (w, g), m, q, h]
+    return pairs.transpose(0, 1, 3, 4, 2)
+
+
+def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.ndarray, add: bool) -> None:
+    """The wgmma of `lanes` (whole warpgroups) whose accumulators are `rows` of `block` takes D = f32(D + d) (`add`)
+    or f32(d), d [warpgroups, 64, N] float64 in product order (overwritten): kept in `m.deferred` until
+    `write_back`. A chain of other lanes on the block is written back first."""
+    entry = m.deferred.get(id(block))
+    if entry is not None and (len(entry.lanes) != len(lanes) or not np.array_equal(entry.lanes, lanes)):
+        write_back(m)
+        entry = None
+    if entry is None:
+        values = np.empty(d.shape, np.float32)
+        if add:  # the registers as they are, in product order
+            _product_pairs(values, rows.shape[0])[...] = _fragment_pairs(rows, d.shape[2])
+        entry = m.deferred[id(block)] = Deferred(block, lanes.copy(), rows, values)
+    if add:
+        np.add(d, entry.values, out=d)  # float64 sums, rounded once below
+    entry.values[...] = d
+
+
+def write_back(m) -> None:
+    """Every chain's accumulators into their registers (fragment order), and none kept: a wgmma.wait_group, or a
+    wgmma on the block that does not keep them."""
+    for entry in m.deferred.values():
+        _fragment_pairs(entry.rows, entry.values.shape[2])[...] = _product_pairs(entry.values, entry.rows.shape[0])
+    m.deferred.clear()
