@@ -88,14 +88,16 @@ _INTEGER = {
     arith.CeilDivSIOp: lambda a, b, w: _ceil_div(a, b),
     arith.CeilDivUIOp: lambda a, b, w: _unsigned_ceil_div(a, b),
 }
-_DIVISIONS = (arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp, arith.CeilDivSIOp,
-              arith.CeilDivUIOp)
+_DIVISIONS = frozenset((arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp,
+                        arith.CeilDivSIOp, arith.CeilDivUIOp))
+"""By exact type, as `_INTEGER` is looked up (xDSL's op classes make `isinstance` cost microseconds)."""
 
 
 def _signed_zero_order(result, a, b, larger: bool):
     """max/min of +0 and -0: +0 is the larger. Only where `result` is a zero can both operands be (one pass over
-    the result tells that none is, the usual)."""
-    if not (result == 0).any():
+    the result tells that none is, the usual: `all` is true where no element is a zero of either sign, NaN
+    included, without a temporary)."""
+    if result.all():
         return result
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
@@ -211,7 +213,8 @@ class RegisterArithFunctions(InterpreterFunctions):
 
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         a, b = args
-        if isinstance(op, _DIVISIONS):
+        kind = type(op)
+        if kind in _DIVISIONS:
             zero = (b == 0) & row_mask(self.cta.active, b)
             if zero.any():
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
@@ -220,7 +223,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         if dtype == np.bool_:
             a, b = a.astype(np.int8), b.astype(np.int8)
         with np.errstate(all="ignore"):
-            result = _INTEGER[type(op)](a, b, bit_width(op.results[0].type))
+            result = _INTEGER[kind](a, b, bit_width(op.results[0].type))
         result = np.asarray(result)
         if dtype == np.bool_:
             return ((result & 1).astype(bool),)

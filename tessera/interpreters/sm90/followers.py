@@ -160,7 +160,11 @@ class Followers:
         followers that left together are batched again, `launch`)."""
         self.wide = _WideCta(leader, self.count)
         self._pure = {"arith": RegisterArithFunctions(self.wide), "machine": Sm90Functions(self.wide, None)}
+        self._pure_of: dict[type, object] = {}
+        """Op type -> which of `_pure` runs it."""
         self._special: dict[Operation, np.ndarray] = {}
+        self._broadcasts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """id of a read-only leader value -> (it, its `broadcast`)."""
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
         self.merged_wgmma: tuple | None = None
@@ -260,9 +264,20 @@ class Followers:
         return np.array_equal(followers[0], leader)
 
     def broadcast(self, value):
-        """The leader's value in every follower (a read-only view)."""
+        """The leader's value in every follower (a read-only view). A read-only value (a constant, a shared
+        address, a special register: the same array at every run of its op) keeps its view (`np.broadcast_to`
+        costs about ten microseconds)."""
         if isinstance(value, np.ndarray):
-            return np.broadcast_to(value, (self.count,) + value.shape)
+            if value.flags.writeable:
+                return np.broadcast_to(value, (self.count,) + value.shape)
+            cached = self._broadcasts.get(id(value))
+            if cached is not None and cached[0] is value:
+                return cached[1]
+            view = np.broadcast_to(value, (self.count,) + value.shape)
+            if len(self._broadcasts) > 1024:
+                self._broadcasts.clear()
+            self._broadcasts[id(value)] = (value, view)
+            return view
         return value
 
     # endregion
@@ -315,7 +330,10 @@ class Followers:
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
         wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
-        own = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
+        kind = type(op)
+        own = self._pure_of.get(kind)
+        if own is None:
+            own = self._pure_of[kind] = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
         return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
 
