@@ -141,6 +141,23 @@ class FollowerStore:
         self.ordered, self.clock = ordered, clock
 
 
+_BROADCASTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+"""(id of a read-only leader value, follower count) -> (the value, its `Followers.broadcast`): kept across
+batches and launches (a constant's array lives on its op), up to `_BROADCAST_LIMIT` bytes of values."""
+_BROADCAST_BYTES = 0
+_BROADCAST_LIMIT = 32 << 20
+
+
+def _broadcast(value: np.ndarray, count: int) -> np.ndarray:
+    """`value` repeated `count` times along a new first axis, a read-only view: built directly on an array that
+    owns its data (a quarter of `np.broadcast_to`'s cost; its base is `value`, as `Followers._uniform` expects)."""
+    if value.base is None and value.flags.c_contiguous:
+        view = np.ndarray((count,) + value.shape, value.dtype, value, 0, (0,) + value.strides)
+        view.flags.writeable = False
+        return view
+    return np.broadcast_to(value, (count,) + value.shape)
+
+
 class Followers:
     """The followers of one leader CTA (module docstring): their CTA ids, shared memory [F, bytes], the
     stores they make at the end, and why they dropped out (None while they follow)."""
@@ -163,8 +180,6 @@ class Followers:
         self._pure_of: dict[type, object] = {}
         """Op type -> which of `_pure` runs it."""
         self._special: dict[Operation, np.ndarray] = {}
-        self._broadcasts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        """id of a read-only leader value -> (it, its `broadcast`)."""
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
         self.merged_wgmma: tuple | None = None
@@ -265,20 +280,24 @@ class Followers:
 
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view). A read-only value (a constant, a shared
-        address, a special register: the same array at every run of its op) keeps its view (`np.broadcast_to`
-        costs about ten microseconds)."""
-        if isinstance(value, np.ndarray):
-            if value.flags.writeable:
-                return np.broadcast_to(value, (self.count,) + value.shape)
-            cached = self._broadcasts.get(id(value))
-            if cached is not None and cached[0] is value:
-                return cached[1]
-            view = np.broadcast_to(value, (self.count,) + value.shape)
-            if len(self._broadcasts) > 1024:
-                self._broadcasts.clear()
-            self._broadcasts[id(value)] = (value, view)
-            return view
-        return value
+        address, a special register: the same array at every run of its op, in every launch) keeps its view
+        (`_BROADCASTS`)."""
+        if not isinstance(value, np.ndarray):
+            return value
+        if value.flags.writeable:
+            return _broadcast(value, self.count)
+        key = (id(value), self.count)
+        cached = _BROADCASTS.get(key)
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        view = _broadcast(value, self.count)
+        global _BROADCAST_BYTES
+        if _BROADCAST_BYTES + value.nbytes > _BROADCAST_LIMIT:
+            _BROADCASTS.clear()
+            _BROADCAST_BYTES = 0
+        _BROADCASTS[key] = (value, view)
+        _BROADCAST_BYTES += value.nbytes
+        return view
 
     # endregion
     # region running an op
