@@ -76,8 +76,10 @@ class HappensBefore:
         threads, size = cta.threads, cta.smem_bytes
         self.cta = cta
         self.races = races
-        self.ordered = records(cta, (threads, threads), -1, np.int64)
-        self.fenced = records(cta, (threads, threads), -1, np.int64)
+        # int32 clocks (a CTA's clock counts its events, far below 2^31), as the PTX executor's: an acquire's
+        # column-wise maximum passes half the bytes of int64
+        self.ordered = records(cta, (threads, threads), -1, np.int32)
+        self.fenced = records(cta, (threads, threads), -1, np.int32)
         self.pending: dict[int, Message] = {}
         self.published: dict[int, Message] = {}
         self.cluster_pending: dict[int, Message] = {}
