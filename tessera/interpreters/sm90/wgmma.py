@@ -248,7 +248,9 @@ class WgmmaUnit:
         if followers is not None:  # the followers' operands after the leader's: [1 + F, W, ...]
             try:
                 f_a, f_b = followers.wgmma_operands(op, a, b, fargs[1], warpgroups, rows, m, k)
-                a_stack, b_stack = np.concatenate([a_stack[None], f_a]), np.concatenate([b_stack[None], f_b])
+                # an operand the followers share with the leader (None) broadcasts in the product
+                a_stack = a_stack[None] if f_a is None else np.concatenate([a_stack[None], f_a])
+                b_stack = b_stack[None] if f_b is None else np.concatenate([b_stack[None], f_b])
                 accs = _stacked(acc, fargs[0])
             except Exception as error:  # noqa: BLE001 - the followers' failure, not the leader's: they run alone
                 followers.drop(f"{op.name}: {type(error).__name__}: {error}")
