@@ -323,7 +323,8 @@ class SharedMemory:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
         span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-        if not (self.state[span] == LANDED).all() or (self.writer[span] >= 0).any():  # cp.async's: fence check
+        if not (self.state[span] == LANDED).all() or (self.generic_writes and (self.writer[span] >= 0).any()):
+            # (a cp.async's bytes: the fence check)
             return False
         return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
 
