@@ -88,14 +88,21 @@ _INTEGER = {
     arith.CeilDivSIOp: lambda a, b, w: _ceil_div(a, b),
     arith.CeilDivUIOp: lambda a, b, w: _unsigned_ceil_div(a, b),
 }
-_DIVISIONS = (arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp, arith.CeilDivSIOp,
-              arith.CeilDivUIOp)
+_DIVISIONS = frozenset((arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp,
+                        arith.CeilDivSIOp, arith.CeilDivUIOp))
+"""By exact type, as `_INTEGER` is looked up (xDSL's op classes make `isinstance` cost microseconds)."""
 
 
 def _signed_zero_order(result, a, b, larger: bool):
     """max/min of +0 and -0: +0 is the larger. Only where `result` is a zero can both operands be (one pass over
-    the result tells that none is, the usual)."""
-    if not (result == 0).any():
+    the result tells that none is, the usual: `all` is true where no element is a zero of either sign, NaN
+    included, without a temporary), and only a zero of the wrong sign for the op can be wrong (a -0 from max, a
+    +0 from min)."""
+    if result.all():
+        return result
+    # NumPy's choice between +0 and -0 can be wrong only where it gave -0 for the larger (+0 for the smaller)
+    sign = np.signbit(result)
+    if not ((result == 0) & (sign if larger else ~sign)).any():
         return result
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
@@ -167,6 +174,17 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
     return plan
 
 
+def folded_lanes(op: vector.ShuffleOp, plan: np.ndarray, lanes: int) -> np.ndarray:
+    """The lanes of a gather `plan` (`shuffle_plan`) of `op` taken from one operand of `lanes` lanes where both
+    operands are the same value, kept on the op with its plan."""
+    cached = op.__dict__.get("_tessera_shuffle_folded")
+    if cached is not None and cached[0] is plan:
+        return cached[1]
+    folded = np.where(plan < lanes, plan, plan - lanes)
+    op.__dict__["_tessera_shuffle_folded"] = (plan, folded)
+    return folded
+
+
 def _constant(op: arith.ConstantOp, threads: int) -> np.ndarray:
     """`op`'s value in every one of `threads` threads, read-only, kept on the op for its attribute, type and
     thread count (the CTAs of a launch, and later launches, share it)."""
@@ -211,7 +229,8 @@ class RegisterArithFunctions(InterpreterFunctions):
 
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         a, b = args
-        if isinstance(op, _DIVISIONS):
+        kind = type(op)
+        if kind in _DIVISIONS:
             zero = (b == 0) & row_mask(self.cta.active, b)
             if zero.any():
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
@@ -220,7 +239,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         if dtype == np.bool_:
             a, b = a.astype(np.int8), b.astype(np.int8)
         with np.errstate(all="ignore"):
-            result = _INTEGER[type(op)](a, b, bit_width(op.results[0].type))
+            result = _INTEGER[kind](a, b, bit_width(op.results[0].type))
         result = np.asarray(result)
         if dtype == np.bool_:
             return ((result & 1).astype(bool),)
@@ -402,7 +421,7 @@ class RegisterArithFunctions(InterpreterFunctions):
                 return (np.concatenate([v1, v2[:, plan[1]]], axis=1),)
             return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)  # lanes of one operand: a view, no copy
         if args[0] is args[1]:
-            return (v1[:, np.where(plan < v1.shape[1], plan, plan - v1.shape[1])],)
+            return (v1[:, folded_lanes(op, plan, v1.shape[1])],)
         if (plan < v1.shape[1]).all():
             return (v1[:, plan],)
         return (np.concatenate([v1, v2], axis=1)[:, plan],)

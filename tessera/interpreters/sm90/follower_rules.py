@@ -15,7 +15,7 @@ from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Operation
 
 from tessera.dialects import sm90
-from tessera.interpreters.sm90.arith import read_only, shuffle_plan
+from tessera.interpreters.sm90.arith import folded_lanes, read_only, shuffle_plan
 
 _CONTROL = (scf.ForOp, scf.WhileOp, scf.IfOp)
 """Their follower values come from `control` (`Followers.control_results`)."""
@@ -94,7 +94,7 @@ def shuffle_followers(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarra
             return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
         return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
     if first is second:
-        return v1[:, :, np.where(plan < v1.shape[2], plan, plan - v1.shape[2])]
+        return v1[:, :, folded_lanes(op, plan, v1.shape[2])]
     return np.concatenate([v1, v2], axis=2)[:, :, plan]
 
 

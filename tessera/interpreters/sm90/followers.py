@@ -48,6 +48,7 @@ from tessera.interpreters.sm90.cta import NamesThreads
 from tessera.interpreters.sm90.follower_rules import PURE_SM90, follower_rule, shuffle_followers
 from tessera.interpreters.sm90.machine import Sm90Functions
 from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mask, unsigned
+from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
 from tessera.sm90 import facts
@@ -141,6 +142,23 @@ class FollowerStore:
         self.ordered, self.clock = ordered, clock
 
 
+_BROADCASTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+"""(id of a read-only leader value, follower count) -> (the value, its `Followers.broadcast`): kept across
+batches and launches (a constant's array lives on its op), up to `_BROADCAST_LIMIT` bytes of values."""
+_BROADCAST_BYTES = 0
+_BROADCAST_LIMIT = 32 << 20
+
+
+def _broadcast(value: np.ndarray, count: int) -> np.ndarray:
+    """`value` repeated `count` times along a new first axis, a read-only view: built directly on an array that
+    owns its data (a quarter of `np.broadcast_to`'s cost; its base is `value`, as `Followers._uniform` expects)."""
+    if value.base is None and value.flags.c_contiguous:
+        view = np.ndarray((count,) + value.shape, value.dtype, value, 0, (0,) + value.strides)
+        view.flags.writeable = False
+        return view
+    return np.broadcast_to(value, (count,) + value.shape)
+
+
 class Followers:
     """The followers of one leader CTA (module docstring): their CTA ids, shared memory [F, bytes], the
     stores they make at the end, and why they dropped out (None while they follow)."""
@@ -150,6 +168,10 @@ class Followers:
         self.cta_ids = list(cta_ids)
         self.count = len(cta_ids)
         self.smem = np.zeros((self.count, leader.smem_bytes), np.uint8)
+        self.same_lines = np.zeros(-(-leader.smem_bytes // EPOCH_BYTES), bool)
+        """Per `EPOCH_BYTES`-byte line of shared memory: every follower holds the leader's bytes there (a TMA box
+        at the leader's coordinates landed on it: K and V of one head), so a wgmma operand read there is the
+        leader's tile (`wgmma_operands`). Only TMA copies write the followers' shared memory (`land`)."""
         self.stores: list[list[FollowerStore]] = [[] for _ in cta_ids]
         self.dropped: str | None = None
         """Why every follower stopped following (a failure, or the last one left), None while any follows."""
@@ -160,6 +182,8 @@ class Followers:
         followers that left together are batched again, `launch`)."""
         self.wide = _WideCta(leader, self.count)
         self._pure = {"arith": RegisterArithFunctions(self.wide), "machine": Sm90Functions(self.wide, None)}
+        self._pure_of: dict[type, object] = {}
+        """Op type -> which of `_pure` runs it."""
         self._special: dict[Operation, np.ndarray] = {}
         self.control_results: tuple = ()
         """The follower values of the control-flow op that just ran (`control`)."""
@@ -260,10 +284,25 @@ class Followers:
         return np.array_equal(followers[0], leader)
 
     def broadcast(self, value):
-        """The leader's value in every follower (a read-only view)."""
-        if isinstance(value, np.ndarray):
-            return np.broadcast_to(value, (self.count,) + value.shape)
-        return value
+        """The leader's value in every follower (a read-only view). A read-only value (a constant, a shared
+        address, a special register: the same array at every run of its op, in every launch) keeps its view
+        (`_BROADCASTS`)."""
+        if not isinstance(value, np.ndarray):
+            return value
+        if value.flags.writeable:
+            return _broadcast(value, self.count)
+        key = (id(value), self.count)
+        cached = _BROADCASTS.get(key)
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        view = _broadcast(value, self.count)
+        global _BROADCAST_BYTES
+        if _BROADCAST_BYTES + value.nbytes > _BROADCAST_LIMIT:
+            _BROADCASTS.clear()
+            _BROADCAST_BYTES = 0
+        _BROADCASTS[key] = (value, view)
+        _BROADCAST_BYTES += value.nbytes
+        return view
 
     # endregion
     # region running an op
@@ -315,7 +354,10 @@ class Followers:
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
         wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
-        own = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
+        kind = type(op)
+        own = self._pure_of.get(kind)
+        if own is None:
+            own = self._pure_of[kind] = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
         return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
 
@@ -344,6 +386,7 @@ class Followers:
             # only tensors that no CTA writes (`batches.batchable`); followers with the same coordinates share one
             boxes = {tuple(int(c[thread]) for c in coords): copy.data}
             rows = []
+            same = True
             for f in range(self.count):
                 if not self.alive[f]:  # its rows are not read again; it loads nothing
                     rows.append(np.zeros(copy.data.size, np.uint8))
@@ -357,60 +400,74 @@ class Followers:
                         rows.append(np.zeros(copy.data.size, np.uint8))
                         continue
                     box = boxes[at] = shared_box(start, tensor_map.read_box(list(at)), tensor_map.swizzle)[1]
+                same = same and box is copy.data
                 rows.append(box)
-            copy.follower_data = np.stack(rows)
+            copy.follower_same = same and bool(self.alive.all())
+            copy.follower_data = (np.broadcast_to(copy.data, (self.count,) + copy.data.shape) if copy.follower_same
+                                  else np.stack(rows))
         return ()
 
-    def land(self, addresses: np.ndarray, data: np.ndarray) -> None:
-        """A TMA copy landed in the leader's shared memory at `addresses`: the followers' boxes [F, n] land too."""
+    def land(self, addresses: np.ndarray, data: np.ndarray, same: bool = False) -> None:
+        """A TMA copy landed in the leader's shared memory at `addresses`: the followers' boxes [F, n] land too;
+        `same`: they are the leader's bytes (`same_lines`)."""
         box = getattr(addresses, "box", None)
         if box is not None and len(box[1]) == 1 and box[2] == (1,):
-            self.smem[:, box[0]:box[0] + box[1][0]] = data
+            low, high = box[0], box[0] + box[1][0]
+            self.smem[:, low:high] = data
         else:
             for f in range(self.count):
                 put(self.smem[f], addresses, data[f])
+            low, high, same = int(addresses.min()), int(addresses.max()) + 1, False
+        if same:  # the lines it fills wholly hold the leader's bytes; the others keep what they held
+            self.same_lines[-(-low // EPOCH_BYTES):high // EPOCH_BYTES] = True
+        else:
+            self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1] = False
 
     def wgmma_operands(self, op: sm90.WgmmaMmaAsyncOp, a, b, fa, warpgroups: list[int], rows, m: int,
-                       k: int) -> tuple[np.ndarray, np.ndarray]:
+                       k: int, leaders: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The followers' A tiles [F, W, m, k] and B tiles [F, 1 or W, n, k] of wgmma `op` for `warpgroups`
         (threads `rows`), read through the leader's descriptors `a` and `b` (a descriptor the followers must
         share: `_wgmma` checks it) from their shared memory, or from their A registers `fa`; B is [F, 1, n, k]
         where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`). Their rows are in
-        `fragment_view.operand_order`, as the leader's."""
+        `fragment_view.operand_order`, as the leader's. With `leaders`, None for an operand read from shared
+        memory wholly on `same_lines`: every follower's tiles are the leader's."""
         n, (ab, b_type) = op.n.value.data, op.multiplicand_types
         types = {"A": ab, "B": b_type}
         size, count = facts.WARPGROUP_SIZE, self.count
         element_bytes = facts.WGMMA_K_BYTES // k
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
 
-        def tile(descriptor, major: str, extent: int, what: str) -> np.ndarray:
-            operand = wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
-            addresses, byte_addresses = operand.ordered(orders[what])
+        def operand(descriptor, major: str, extent: int):
+            return wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
+
+        def same(operands) -> bool:
+            return leaders and all(self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1].all()
+                       for low, high in (o.span for o in operands))
+
+        def tile(read, what: str) -> np.ndarray:
+            addresses, byte_addresses = read.ordered(orders[what])
             if types[what] in facts.FP8_FORMATS:
                 return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), types[what])
             bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
             bits = bits.reshape((count,) + addresses.shape)
             return facts.half_bits_to_f32(bits, types[what])
 
-        a_in_registers = op.a_in_registers
-        b_tiles, a_tiles = {}, []
-        for w in warpgroups:
-            first = w * size
-            b_desc = int(b[first])
-            if b_desc not in b_tiles:
-                b_tiles[b_desc] = tile(b_desc, "MN" if op.trans_b.value.data else "K", n, "B")
-            if not a_in_registers:
-                a_tiles.append(tile(int(a[first]), "MN" if op.trans_a.value.data else "K", m, "A"))
-        if a_in_registers:
+        descriptors = [int(b[w * size]) for w in warpgroups]
+        b_reads = {d: operand(d, "MN" if op.trans_b.value.data else "K", n) for d in descriptors}
+        b_stack = None
+        if not same(b_reads.values()):
+            b_tiles = {d: tile(read, "B") for d, read in b_reads.items()}
+            b_stack = (b_tiles[descriptors[0]][:, None] if len(b_tiles) == 1
+                       else np.stack([b_tiles[d] for d in descriptors], axis=1))
+        if op.a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
             a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k, orders["A"]).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
-        else:
-            a_stack = np.stack(a_tiles, axis=1)
-        descriptors = [int(b[w * size]) for w in warpgroups]
-        b_stack = (b_tiles[descriptors[0]][:, None] if len(set(descriptors)) == 1
-                   else np.stack([b_tiles[d] for d in descriptors], axis=1))
-        return a_stack, b_stack
+            return a_stack, b_stack
+        a_reads = [operand(int(a[w * size]), "MN" if op.trans_a.value.data else "K", m) for w in warpgroups]
+        if same(a_reads):
+            return None, b_stack
+        return np.stack([tile(read, "A") for read in a_reads], axis=1), b_stack
 
     def _wgmma(self, op: sm90.WgmmaMmaAsyncOp, args: tuple, fargs: tuple, leader_result) -> np.ndarray:
         """The followers' result: the one the leader computed with its own (`WgmmaUnit.mma`, `merged_wgmma`), or
@@ -437,7 +494,7 @@ class Followers:
             result[:, :rows.start], result[:, rows.stop:] = facc[:, :rows.start], facc[:, rows.stop:]
         else:
             result = np.array(facc, copy=True)
-        a_stack, b_stack = self.wgmma_operands(op, a, b, fa, warpgroups, rows, m, k)
+        a_stack, b_stack = self.wgmma_operands(op, a, b, fa, warpgroups, rows, m, k, leaders=False)
         accumulate = [not scale or bool(scale[0][w * size]) for w in warpgroups]
         fragments = (count, len(warpgroups), size, facc.shape[2])
         out = result[:, rows].reshape(fragments) if isinstance(rows, slice) else np.empty(fragments, np.float32)

@@ -201,8 +201,10 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
     if plan is not None and not ordered:
         a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
     products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
-    if products.shape[:-2] != out.shape[:-2]:
-        products = np.array(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]))  # its own, writable
+    if products.shape[:-2] != out.shape[:-2]:  # its own, writable, C-contiguous
+        products = np.array(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]), order="C")
+    elif not products.flags.c_contiguous:  # NumPy may lay out a product of broadcast operands otherwise
+        products = np.ascontiguousarray(products)
     if plan is not None:
         plan.accumulate(products, acc, out, on)
         return

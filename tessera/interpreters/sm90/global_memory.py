@@ -34,6 +34,15 @@ TENSOR_SPACING_BITS = 40
 NO_CTA, MANY_CTAS = -1, -2
 """Marks of a word in the reduction checks: no CTA, more than one CTA."""
 
+
+def _by_tensor(tensor: np.ndarray):
+    """(tensor index, selection of its accesses) for each tensor among `tensor` (per access), in order; the
+    selection is every access (a slice: no copies) where they all address one tensor, the usual."""
+    if len(tensor) and tensor.min() == tensor.max():
+        return [(tensor[0], slice(None))]
+    return [(k, tensor == k) for k in np.unique(tensor)]
+
+
 class GlobalMemory:
     def __init__(self, arrays: list[np.ndarray], names: list[str], reduction_targets=(), atomic_targets=(),
                  grid: tuple[int, int, int] = (1, 1, 1)):
@@ -119,8 +128,7 @@ class GlobalMemory:
         load of an atomic (a semaphore's), which races with no other atomic."""
         tensor, offset = self._resolve(cta, op, addresses, threads, "loads", nbytes)
         words = np.zeros(len(addresses), np.uint32)
-        for k in np.unique(tensor):
-            sel = tensor == k
+        for k, sel in _by_tensor(tensor):
             start = offset[sel][:, None] + np.arange(nbytes)
             words[sel] = self._bytes[k][start].view("<u4" if nbytes == 4 else "<u2").reshape(-1)
             if int(k) in self.reduction_targets:
@@ -145,8 +153,7 @@ class GlobalMemory:
                         cta.fail(op, problem, int(threads[np.argmax(sel)]))
         tensor, offset = self._resolve(cta, op, addresses, threads, "reads", nbytes)
         data = np.zeros((len(addresses), nbytes), np.uint8)
-        for k in np.unique(tensor):
-            sel = tensor == k
+        for k, sel in _by_tensor(tensor):
             data[sel] = self._bytes[k][offset[sel][:, None] + np.arange(nbytes)]
             self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, False)
         return data
@@ -162,8 +169,7 @@ class GlobalMemory:
                 if problem:
                     cta.fail(op, problem, int(threads[np.argmax(tensor == k)]))
         data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes]
-        for k in np.unique(tensor):
-            sel = tensor == k
+        for k, sel in _by_tensor(tensor):
             if int(k) in self.atomic_targets and not atomic:
                 self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
             self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, True, atomic)

@@ -58,6 +58,10 @@ def grid_rank(cta: CtaView) -> int:
 
 _SIDE_FIELDS = ("cta", "thread", "time", "op", "atomic", "proxy_async")
 
+_MARKED_SPAN = 4
+"""`_check_together` tells a store's bytes distinct by a table over their span up to this many times their count
+(a linear pass, a third of a sort's time at 32K bytes), by a sort beyond."""
+
 
 class _Side:
     """One recorded access per byte of a tensor: CTA rank, thread, time on that CTA's clock, op index, atomic,
@@ -404,11 +408,21 @@ class GlobalAccesses:
     def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
                         threads: np.ndarray) -> None:
         """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads).
-        A store whose bytes are all distinct (the usual) is told by one unstable sort; only one with a byte written
-        twice takes the stable sort that finds the first pair from two threads."""
-        ordered_offsets = np.sort(offsets)
-        if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
+        A store whose bytes are all distinct (the usual) is told by marking them in a table over their span (a
+        span at most `_MARKED_SPAN` times their count: a tile's rows; else by one unstable sort); only one with a
+        byte written twice takes the stable sort that finds the first pair from two threads."""
+        if len(offsets) < 2:
             return
+        low, high = int(offsets.min()), int(offsets.max())
+        if high - low < _MARKED_SPAN * len(offsets):
+            marks = np.zeros(high - low + 1, bool)
+            marks[offsets - low] = True
+            if np.count_nonzero(marks) == len(offsets):
+                return
+        else:
+            ordered_offsets = np.sort(offsets)
+            if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
+                return
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])

@@ -76,8 +76,10 @@ class HappensBefore:
         threads, size = cta.threads, cta.smem_bytes
         self.cta = cta
         self.races = races
-        self.ordered = records(cta, (threads, threads), -1, np.int64)
-        self.fenced = records(cta, (threads, threads), -1, np.int64)
+        # int32 clocks (a CTA's clock counts its events, far below 2^31), as the PTX executor's: an acquire's
+        # column-wise maximum passes half the bytes of int64
+        self.ordered = records(cta, (threads, threads), -1, np.int32)
+        self.fenced = records(cta, (threads, threads), -1, np.int32)
         self.pending: dict[int, Message] = {}
         self.published: dict[int, Message] = {}
         self.cluster_pending: dict[int, Message] = {}
@@ -94,6 +96,9 @@ class HappensBefore:
         self.read_clock = np.full((0, threads), -1, np.int64)
         self.read_ops = np.full((0, threads), -1, np.int32)
         self._free_rows: list[int] = []
+        self.generic_reads = False
+        """Whether any generic read has been noted (`note_read`): until then `reader` and `read_row` hold -1 at
+        every byte, so a write has no read to be ordered after and none to clear (`check_write`)."""
         self.ops: list[Operation] = []
         self._op_index: dict[int, int] = {}
 
@@ -235,6 +240,7 @@ class HappensBefore:
         inflated = self.read_row[addresses] >= 0
         if concurrent.any() or inflated.any():
             self._note_concurrent(addresses, threads, concurrent & ~inflated, inflated | concurrent, now, index)
+        self.generic_reads = True
         self.reader[addresses] = threads
         self.read_at[addresses] = now
         self.read_op[addresses] = index
@@ -271,16 +277,19 @@ class HappensBefore:
         """A write of `addresses` (flat bytes) by `threads` (same shape): every earlier generic read and write
         of another thread, and every completed wgmma read, must happen before it. Clears the read records."""
         if self.races:
-            self._after_reads(op, addresses, threads, what)
-            self._after_concurrent_reads(op, addresses, threads, what)
-            self._after_writes(op, addresses, threads, what)
+            if self.generic_reads:
+                self._after_reads(op, addresses, threads, what)
+                self._after_concurrent_reads(op, addresses, threads, what)
+            if self.cta.smem.generic_writes:
+                self._after_writes(op, addresses, threads, what)
             self._after_wgmma_reads(op, addresses, threads, what)
-        put(self.reader, addresses, -1)
-        rows = take(self.read_row, addresses)
-        if (rows >= 0).any():
-            freed = np.unique(rows[rows >= 0])
-            self._free_rows.extend(freed.tolist())
-            put(self.read_row, addresses, -1)
+        if self.generic_reads:
+            put(self.reader, addresses, -1)
+            rows = take(self.read_row, addresses)
+            if (rows >= 0).any():
+                freed = np.unique(rows[rows >= 0])
+                self._free_rows.extend(freed.tolist())
+                put(self.read_row, addresses, -1)
         for groups in self.cta.wgmma.read_group:
             put(groups, addresses, -1)
 

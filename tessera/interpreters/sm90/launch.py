@@ -69,11 +69,15 @@ class SimulatorOptions:
 
 
 def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = "round_robin",
-                      seed: int = 0, strict_proxy: bool = False) -> SimulatorOptions:
-    """The options of a run of `func_op` (ValueError for an unknown schedule)."""
+                      seed: int = 0, strict_proxy: bool = False,
+                      program: CompiledKernel | None = None) -> SimulatorOptions:
+    """The options of a run of `func_op` (ValueError for an unknown schedule); `program`: its
+    `CompiledKernel.of`, if the caller has it."""
     if schedule not in SCHEDULES:
         raise ValueError(f"run_target_kernel: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    sources = (CompiledKernel.of(func_op).fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
+    if program is None and races:
+        program = CompiledKernel.of(func_op)
+    sources = (program.fact("wgmma register sources", lambda: wgmma_register_sources(func_op))
                if races else (frozenset(),) * 4)
     return SimulatorOptions(bool(races), schedule, int(seed), bool(strict_proxy), sources)
 
@@ -218,10 +222,14 @@ def run_target_kernel(func_op: func.FuncOp, arguments: Sequence[np.ndarray], siz
     order drawn from `seed` (each CTA its own stream), for what happens-before cannot decide; the default
     "round_robin" is deterministic. `strict_proxy` asks a fence_proxy_async between cp.async bytes an mbarrier
     completed and a wgmma reading them, by the PTX ISA's letter (`memory_model.CP_ASYNC_PROXY`)."""
-    options = simulator_options(func_op, races, schedule, seed, strict_proxy)
+    if schedule not in SCHEDULES:  # refused before the kernel is compiled, as `simulator_options` refuses it
+        simulator_options(func_op, races, schedule, seed, strict_proxy)
+    # its structure checked once per launch (a walk of every op), for the options and the grid
+    program = CompiledKernel.of(func_op) if races else None
+    options = simulator_options(func_op, races, schedule, seed, strict_proxy, program)
     try:
         _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
-                  options, max(1, int(batch_ctas)))
+                  options, max(1, int(batch_ctas)), program)
     except HazardUnwind as unwind:
         raise unwound(unwind) from None
 
@@ -236,8 +244,8 @@ def unwound(unwind: HazardUnwind) -> KernelHazardError:
 
 
 def _run_grid(func_op, arguments, sizes, allocation, listeners, cta_order, traffic, cluster, workers, executor,
-              options: SimulatorOptions, batch_ctas: int = 1) -> None:
-    kernel = target_kernel(func_op)
+              options: SimulatorOptions, batch_ctas: int = 1, program: CompiledKernel | None = None) -> None:
+    kernel = target_kernel(func_op, program)
     parallel = parallel_options(f"@{kernel.name}", workers, executor)
     if allocation is not None:
         allocation = RegisterLayout.shared(allocation)  # one for all CTAs and launches

@@ -49,8 +49,24 @@ def lanes(ty: Attribute) -> int | None:
     return None
 
 
+_DTYPES: dict[int, tuple[Attribute, np.dtype]] = {}
+"""`dtype_of` by the id of the type object (kept with it, so the id stays its own): the implementations ask at
+every run of an op, and xDSL's attribute `isinstance` checks cost microseconds each."""
+
+
 def dtype_of(ty: Attribute) -> np.dtype:
     """The NumPy dtype of one register of IR type `ty` (or of a vector's elements)."""
+    cached = _DTYPES.get(id(ty))
+    if cached is not None and cached[0] is ty:
+        return cached[1]
+    dtype = _dtype_of(ty)
+    if len(_DTYPES) > 4096:
+        _DTYPES.clear()
+    _DTYPES[id(ty)] = (ty, dtype)
+    return dtype
+
+
+def _dtype_of(ty: Attribute) -> np.dtype:
     ty = element_type(ty)
     if isinstance(ty, IndexType):
         return INDEX_DTYPE

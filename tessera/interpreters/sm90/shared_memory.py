@@ -81,6 +81,9 @@ class SharedMemory:
         self.barrier = records(cta, size, -1, np.int32)
         self.phase = records(cta, size, 0, np.int64)
         self.writer = records(cta, size, -1, np.int32)
+        self.generic_writes = False
+        """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
+        -1, and a write has no generic write to be ordered after (`HappensBefore.check_write`)."""
         self.written_at = records(cta, size, 0, np.int64)
         self.write_op = records(cta, size, -1, np.int32)
         self.is_mbarrier = records(cta, size, False, bool)
@@ -187,6 +190,7 @@ class SharedMemory:
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self._stamp(byte_addresses)
         self.state[byte_addresses] = GENERIC
+        self.generic_writes = True
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()
         self.write_op[byte_addresses] = self.cta.hb.op_index(op)
@@ -319,7 +323,8 @@ class SharedMemory:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
         span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-        if not (self.state[span] == LANDED).all() or (self.writer[span] >= 0).any():  # cp.async's: fence check
+        if not (self.state[span] == LANDED).all() or (self.generic_writes and (self.writer[span] >= 0).any()):
+            # (a cp.async's bytes: the fence check)
             return False
         return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
 
@@ -380,6 +385,7 @@ class SharedMemory:
         self.cta.hb.check_write(op, flat, owners, "the cp.async")
         self._stamp(flat)
         self.state[flat] = CP_ASYNC
+        self.generic_writes = True
         self.writer[flat] = owners
         self.barrier[flat] = -1
 
@@ -388,6 +394,7 @@ class SharedMemory:
         self._stamp(addresses)
         self.data[addresses] = data
         self.state[addresses] = GENERIC
+        self.generic_writes = True
         self.writer[addresses] = writers
         self.written_at[addresses] = self.cta.tick()
         self.write_op[addresses] = -1
@@ -402,6 +409,8 @@ class SharedMemory:
         put(self.state, addresses, LANDED)
         put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
+        if not isinstance(writers, int) or writers >= 0:
+            self.generic_writes = True
         put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())

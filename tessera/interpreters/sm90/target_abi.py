@@ -77,8 +77,10 @@ def _int_entry(entries: Mapping, key: str, where: str) -> int:
     return value.value.data
 
 
-def target_kernel(op: func.FuncOp) -> TargetKernel:
-    """Read a target kernel's launch attributes and arguments; ValueError names what is missing or wrong."""
+def target_kernel(op: func.FuncOp, program: CompiledKernel | None = None) -> TargetKernel:
+    """Read a target kernel's launch attributes and arguments; ValueError names what is missing or wrong.
+    `program`: the kernel's `CompiledKernel.of` where the caller has it (its `program` then, not a second check
+    of the kernel's structure)."""
     name = op.sym_name.data
     info = op.attributes.get(TARGET_KERNEL_ATTR)
     if not isinstance(info, DictionaryAttr):
@@ -120,7 +122,10 @@ def target_kernel(op: func.FuncOp) -> TargetKernel:
             args.append(TargetArg(kind="size", size=size.data, **common))
         else:
             raise ValueError(f"{where}: target kernel arguments are !sm90.tensormap, i64 or index, got {ty}")
-    return TargetKernel(op, name, threads, smem_bytes, grid, tuple(args))
+    kernel = TargetKernel(op, name, threads, smem_bytes, grid, tuple(args))
+    if program is not None:
+        kernel.__dict__["program"] = program  # the cached_property's value (the dataclass is frozen)
+    return kernel
 
 
 def module_of(op: func.FuncOp) -> ModuleOp:

@@ -223,6 +223,8 @@ class TmaCopy:
     """The %cluster_ctarank of the CTA that issued it (a multicast from a peer), None for this CTA's own."""
     follower_data: np.ndarray | None = None
     """The same copy's bytes in each follower of the CTA ([F, n], `followers`), landing with it."""
+    follower_same: bool = False
+    """Whether every follower's bytes are `data` (a box at the leader's coordinates: `Followers.same_lines`)."""
 
 
 class TmaUnit:
@@ -291,7 +293,7 @@ class TmaUnit:
             if copy.follower_data is not None:
                 followers = getattr(self.cta, "followers", None)
                 if followers is not None and followers.dropped is None:
-                    followers.land(copy.addresses, copy.follower_data)
+                    followers.land(copy.addresses, copy.follower_data, copy.follower_same)
             self.cta.mbarriers.complete_tx(copy.op, copy.thread, barrier, copy.nbytes)
 
     def check_drained(self) -> None:

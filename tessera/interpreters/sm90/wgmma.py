@@ -169,6 +169,32 @@ def _a8_coords() -> tuple[np.ndarray, np.ndarray]:
     return facts.a8_fragment_coords(np.arange(facts.FP8_A_ELEMENTS)[None, :], np.arange(facts.WARPGROUP_SIZE)[:, None])
 
 
+_A_GATHERS: dict[tuple, tuple[np.ndarray | None, np.ndarray | None]] = {}
+
+
+def _a_gather(order: np.ndarray | None, m: int, k: int) -> np.ndarray | None:
+    """For an m x k A tile of 16-bit elements from a warpgroup's packed registers, its rows in `order`: the index,
+    for each element of the tile (row-major), of its half among the registers' 16-bit halves (thread-major,
+    register, low half first, as little-endian memory holds them); None where the registers' elements do not
+    fill the tile exactly once. Kept per order."""
+    key = (id(order), m, k)
+    entry = _A_GATHERS.get(key)
+    if entry is not None and entry[0] is order:
+        return entry[1]
+    (row_lo, k_lo), (row_hi, k_hi) = _a_coords()
+    place = _row_places(order)
+    halves = row_lo.size + row_hi.size
+    gather = None
+    if halves == m * k and row_lo.max() < m and row_hi.max() < m:
+        destinations = np.stack([place[row_lo] * k + k_lo, place[row_hi] * k + k_hi], axis=-1).reshape(-1)
+        if np.array_equal(np.sort(destinations), np.arange(m * k)):
+            gather = np.empty(m * k, np.intp)
+            gather[destinations] = np.arange(halves)
+            gather.flags.writeable = False
+    _A_GATHERS[key] = (order, gather)
+    return gather
+
+
 @lru_cache(maxsize=None)
 def _a_coords() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     i = np.arange(facts.A_FRAGMENT_REGISTERS)[None, :]
@@ -248,7 +274,9 @@ class WgmmaUnit:
         if followers is not None:  # the followers' operands after the leader's: [1 + F, W, ...]
             try:
                 f_a, f_b = followers.wgmma_operands(op, a, b, fargs[1], warpgroups, rows, m, k)
-                a_stack, b_stack = np.concatenate([a_stack[None], f_a]), np.concatenate([b_stack[None], f_b])
+                # an operand the followers share with the leader (None) broadcasts in the product
+                a_stack = a_stack[None] if f_a is None else np.concatenate([a_stack[None], f_a])
+                b_stack = b_stack[None] if f_b is None else np.concatenate([b_stack[None], f_b])
                 accs = _stacked(acc, fargs[0])
             except Exception as error:  # noqa: BLE001 - the followers' failure, not the leader's: they run alone
                 followers.drop(f"{op.name}: {type(error).__name__}: {error}")
@@ -341,6 +369,10 @@ class WgmmaUnit:
         two halves, or four bytes for the 8-bit types, the low byte first), their rows taken in `order` (None: in
         order; `fragment_view.operand_order`): each element is placed straight into its row there."""
         count = len(registers) // facts.WARPGROUP_SIZE
+        gather = None if ab in facts.FP8_FORMATS else _a_gather(order, m, k)
+        if gather is not None:  # each element taken from its half of its register: one gather, one conversion
+            halves = np.ascontiguousarray(registers.view(np.uint32)).view("<u2").reshape(count, -1)
+            return facts.half_bits_to_f32(np.take(halves, gather, axis=1), ab).reshape(count, m, k)
         tile = np.zeros((count, m, k), np.float32)
         place = _row_places(order)
         if ab in facts.FP8_FORMATS:
