@@ -56,9 +56,13 @@ class ClearRowsLowering:
         chunk = e.op(arith.RemUIOp(self.tid, e.index(chunks)))
         first_row = e.op(arith.DivUIOp(self.tid, e.index(chunks)))
         per_box = t.span // CHUNK_BYTES
-        box = e.op(arith.DivUIOp(chunk, e.index(per_box)))
-        within = e.muli(e.op(arith.RemUIOp(chunk, e.index(per_box))), e.index(CHUNK_BYTES))
-        offset = e.addi(e.addi(e.muli(box, e.index(t.box_bytes)), e.muli(first_row, e.index(t.span))), within)
+        offset = e.muli(first_row, e.index(t.span))
+        if t.boxes == 1:
+            offset = e.addi(offset, e.muli(chunk, e.index(CHUNK_BYTES)))
+        else:
+            box = e.op(arith.DivUIOp(chunk, e.index(per_box)))
+            within = e.muli(e.op(arith.RemUIOp(chunk, e.index(per_box))), e.index(CHUNK_BYTES))
+            offset = e.addi(e.addi(e.muli(box, e.index(t.box_bytes)), offset), within)
         base = e.op(arith.AddiOp(t.address, e.op(arith.IndexCastOp(offset, i32))))
         words = CHUNK_BYTES // WORD_BYTES
         zeros = e.splat(i32, 0, words)
