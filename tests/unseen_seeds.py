@@ -13,7 +13,9 @@ fenced and released by the producer), the deterministic backward (head_dim 64: d
 semaphore per query block, `ld.acquire` / `red.release`), the forward with a bias (the kernel a StableHLO graph's
 attention is rewritten into), and decoding over a TMA-paged cache (page size 128: each
 key block one TMA box of one page through the page table; two key heads for four query heads; two split-KV parts
-writing O_partial and LSE_partial).
+writing O_partial and LSE_partial). The varlen and TMA-paged forwards zero the V rows their last key block reads past
+a sequence's keys (tile.clear_rows: st.shared, fence.proxy.async and bar.sync, on the peeled first trip and on the
+loop's masked trips, after a wait on the V slot's full barrier).
 
 `mechanical(kernel)` lists every seed: each op of a kind of `backward_seeds.KINDS` deleted (an mbarrier.init is
 miscounted instead, a multicast's CTA mask set to the first CTA only), each wait's parity flipped, each expect_tx halved and doubled, each init counting one more
