@@ -21,6 +21,13 @@ computed per block at run time. Where k0 goes through divsi/divui (e.g. the use 
 pipelined loop), the dividend must not be negative at trip 0 for the affine form to hold; that is checked at
 run time and the first loop is empty when it fails.
 
+A `tile.clear_rows %v, %k0, %seq_k` of a [R, C] key tile (the V rows past the sequence's keys, zeroed before
+P.V) is the identity when k0 + R <= seq_k, as a bounds mask of width R: the split point counts its limit too,
+the first loop drops it, and with `branch=true` it runs on the masked path only, in the else block of the
+masks' branch right before it (the builders clear V right after the score masks; the lowering keeps the wgmma
+groups in flight across that branch too) or else under an `scf.if %iv < %mid {} else { clear }` of its own.
+A loop whose only such op is a clear is skipped.
+
 Invariants: both loops run the body of the original loop for the same values of iv, in order, so anything
 computed from iv (pipelined stage indices, load guards, the previous trip's values of a rotated loop) is
 unchanged; only masks that are identities on their trips are removed.
@@ -39,7 +46,7 @@ around it (the previous trip's P.V mma of a rotated loop) stay in flight across 
 keeps pending, over an scf.if that holds only pure register ops, every group whose result it does not read.
 The same values are masked on the same trips as with the split, so results are bit-identical.
 
-Skipped (the loop is left unchanged): loops without masks; loops whose step is not a positive constant;
+Skipped (the loop is left unchanged): loops without masks (a clear alone included); loops whose step is not a positive constant;
 loops with a mask whose k_start is not affine in iv with a positive constant slope (including a mask in a
 nested loop that depends on that loop's iv), or whose q0 / seq_q / seq_k vary between trips. Masks outside
 any loop (the first trip a rotated loop peels) stay.
@@ -53,7 +60,7 @@ from typing import ClassVar
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -62,21 +69,26 @@ from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
 
 MASKS = (tile.MaskBoundsOp, tile.MaskCausalOp)
+LIMITED = (*MASKS, tile.ClearRowsOp)
+"""The ops that are identities on the trips whose key block ends by a limit: the masks, and `tile.clear_rows`
+(k0 + rows <= seq_k: no row to clear), which the split drops and the branch skips with them."""
 
 
 @dataclass(frozen=True)
 class MaskLimit:
     """One mask of a loop body: it is the identity on trip k when k0(0) + slope * k + width <= threshold."""
 
-    mask: tile.MaskBoundsOp | tile.MaskCausalOp
+    mask: tile.MaskBoundsOp | tile.MaskCausalOp | tile.ClearRowsOp
     slope: int
 
     @property
     def width(self) -> int:
+        if isinstance(self.mask, tile.ClearRowsOp):
+            return self.mask.rows
         return self.mask.source.type.get_shape()[1]
 
     def invariant_operands(self) -> list[SSAValue]:
-        if isinstance(self.mask, tile.MaskBoundsOp):
+        if isinstance(self.mask, tile.MaskBoundsOp | tile.ClearRowsOp):
             return [self.mask.seq_k]
         return [self.mask.q_start, self.mask.seq_q, self.mask.seq_k]
 
@@ -91,8 +103,8 @@ def plan_split(loop: scf.ForOp) -> SplitPlan | None:
     """How to split `loop`, or None when it is skipped (see the module docstring)."""
     step = constant_index(loop.step)
     body = loop.body.block
-    masks = [op for op in body.walk() if isinstance(op, MASKS)]
-    if step is None or step <= 0 or not masks:
+    masks = [op for op in body.walk() if isinstance(op, LIMITED)]
+    if step is None or step <= 0 or not any(isinstance(op, MASKS) for op in masks):
         return None
     nonnegative: list[SSAValue] = []
     memo: dict = {}
@@ -111,7 +123,7 @@ def plan_split(loop: scf.ForOp) -> SplitPlan | None:
 def _threshold(b: IndexBuilder, limit: MaskLimit, at: dict[SSAValue, SSAValue]) -> SSAValue:
     """T of the module docstring, from the operands' values before the loop."""
     mask = limit.mask
-    if isinstance(mask, tile.MaskBoundsOp):
+    if isinstance(mask, tile.MaskBoundsOp | tile.ClearRowsOp):
         return at[mask.seq_k]
     first_row_sees = b.add(b.add(at[mask.q_start], b.const(1)), at[mask.seq_k])
     return b.sub(first_row_sees, at[mask.seq_q], "causal_limit")
@@ -127,10 +139,10 @@ def split_point(loop: scf.ForOp, plan: SplitPlan) -> SSAValue:
     at = {v: mapping.get(v, v) for v in needed + plan.nonnegative}
     zero = b.const(0)
     trips = b.trip_count(loop)
-    seen: set[tuple] = set()  # masks with the same operands have the same limit
+    seen: set[tuple] = set()  # masks with the same operands have the same limit (a clear's is a bounds mask's)
     mid_trip = None
     for limit in plan.limits:
-        key = (type(limit.mask), limit.slope, limit.width, *(at[v] for v in (limit.mask.k_start, *limit.invariant_operands())))
+        key = (isinstance(limit.mask, tile.MaskCausalOp), limit.slope, limit.width, *(at[v] for v in (limit.mask.k_start, *limit.invariant_operands())))
         if key in seen:
             continue
         seen.add(key)
@@ -152,8 +164,9 @@ def split_point(loop: scf.ForOp, plan: SplitPlan) -> SSAValue:
 def split_loop(loop: scf.ForOp, mid: SSAValue) -> tuple[scf.ForOp, scf.ForOp]:
     """Replace `loop` by the unmasked loop [lb, mid) and the original loop [mid, ub), chained."""
     unmasked_body = loop.body.clone()
-    for mask in [op for op in unmasked_body.walk() if isinstance(op, MASKS)]:
-        mask.result.replace_all_uses_with(mask.source)
+    for mask in [op for op in unmasked_body.walk() if isinstance(op, LIMITED)]:
+        if not isinstance(mask, tile.ClearRowsOp):
+            mask.result.replace_all_uses_with(mask.source)
         Rewriter.erase_op(mask)
     first = scf.ForOp(loop.lb, mid, loop.step, loop.iter_args, unmasked_body)
     erase_dead_code(first)
@@ -204,6 +217,34 @@ def branch_masks(loop: scf.ForOp, mid: SSAValue) -> None:
             masked.add_op(mask)
         masked.add_op(scf.YieldOp(last.result))
         branch.results[0].name_hint = last.result.name_hint
+    branch_clears(loop, mid)
+
+
+def _is_unmasked_branch(op: Operation | None, iv: SSAValue, mid: SSAValue) -> bool:
+    """Whether `op` is an `scf.if %iv < %mid` with an else block (the masks' branch of `branch_masks`)."""
+    if not isinstance(op, scf.IfOp) or not op.false_region.blocks:
+        return False
+    compare = op.cond.owner
+    return isinstance(compare, arith.CmpiOp) and compare.lhs is iv and compare.rhs is mid \
+        and compare.predicate.value.data == arith.CMPI_COMPARISON_OPERATIONS.index("slt")
+
+
+def branch_clears(loop: scf.ForOp, mid: SSAValue) -> None:
+    """Put each `tile.clear_rows` of `loop`'s body on the masked path (`branch=true`): into the else block of the
+    masks' branch right before it (the builders clear V right after the score masks), or else under an
+    `scf.if %iv < %mid {} else { clear }` of its own. The split point counted its limit (`LIMITED`), so it
+    clears nothing on the trips that skip it, and such a trip runs none of its instructions."""
+    block = loop.body.block
+    iv = block.args[0]
+    for clear in [op for op in block.ops if isinstance(op, tile.ClearRowsOp)]:
+        branch = clear.prev_op
+        if not _is_unmasked_branch(branch, iv, mid):
+            unmasked = IndexBuilder(InsertPoint.before(clear)).cmp("slt", iv, mid, "unmasked")
+            branch = scf.IfOp(unmasked, [], Region(Block([scf.YieldOp()])), Region(Block([scf.YieldOp()])))
+            Rewriter.insert_op(branch, InsertPoint.before(clear))
+        clear.detach()
+        masked = branch.false_region.block
+        masked.insert_op_before(clear, masked.last_op)
 
 
 @dataclass(frozen=True)

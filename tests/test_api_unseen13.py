@@ -346,19 +346,18 @@ def test_the_gather_reads_nothing_past_cache_seqlens():
     assert np.array_equal(o, tessera.attention_with_kvcache(**kvcache_arguments(num_splits=3)))
 
 
-@pytest.mark.xfail(strict=True, reason="known, documented in docs/serving.md: a TMA key block reads V rows past the "
-                   "sequence's keys and multiplies them by P = 0, so a NaN there reaches O (FlashAttention-3 "
-                   "issues 1745 and 2374); zeroing them needs a Tile op that clears shared rows")
 def test_a_tma_page_with_nan_past_cache_seqlens():
+    """A TMA key block reads V rows past cache_seqlens; tile.clear_rows zeroes them before P.V (P = 0 times NaN
+    would be NaN), as FlashAttention-2 does: a torch.empty cache gives a finite O."""
     poisoned = nan_past(128, 5, (2, 128, 1, 64))
     o = tessera.attention_with_kvcache(np.ones((2, 1, 2, 64), BF16), np.ones((2, 128, 1, 64), BF16), poisoned,
                                        cache_seqlens=np.array([3, 4], np.int32), level="tile")
     assert np.isfinite(o.astype(np.float32)).all()
 
 
-@pytest.mark.xfail(strict=True, reason="the same in packed sequences (documented in docs/serving.md): sequence 0's "
-                   "last key block reads sequence 1's V rows, so a NaN in sequence 1 reaches sequence 0's O")
 def test_a_nan_in_one_packed_sequence_stays_in_it():
+    """Sequence 0's last key block reads sequence 1's V rows; they are zeroed before its P.V, so a NaN in sequence
+    1 never reaches sequence 0's O."""
     v = np.ones((7, 2, 64), BF16)
     v[3:] = np.nan
     o = tessera.attention(np.ones((5, 2, 64), BF16), np.ones((7, 2, 64), BF16), v,

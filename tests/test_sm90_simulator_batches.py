@@ -105,7 +105,10 @@ def test_a_causal_one_head_grid_batches_the_query_blocks_that_agree(leaders, rng
 
 def test_a_varlen_grid_batches_the_sequences_that_agree(leaders, monkeypatch, rng):
     """Packed sequences of 0, 1, 70 and 5 queries over 3, 1, 150 and 7 keys, two heads (8 CTAs): each loads its
-    sequence's bounds (ld_global, a follower rule) and the CTAs of equal trip counts run together."""
+    sequence's bounds (ld_global, a follower rule) and the CTAs of equal trip counts run together, as long as
+    their last key blocks clear as many V rows past their keys (tile.clear_rows' st.shared has a follower rule,
+    its rows' branches compare the sequences' lengths): the 7-key sequence leaves the 1-key one's batch there, so
+    each sequence leads a batch of its two heads."""
     lengths_q, lengths_k = [0, 1, 70, 5], [3, 1, 150, 7]
     cu = [np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k)]
     q = rng.standard_normal((sum(lengths_q), 2, 64)).astype(BF16)
@@ -116,10 +119,10 @@ def test_a_varlen_grid_batches_the_sequences_that_agree(leaders, monkeypatch, rn
                                  max_seqlen_k=150, level="target")
 
     batched = run()
-    assert len(leaders) == 3 and len({cta for _, following, _ in leaders for cta in following}) == 5
+    assert len(leaders) == 4 and len({cta for _, following, _ in leaders for cta in following}) == 4
     monkeypatch.setattr(launch, "batchable", lambda *args: False)
     assert run().tobytes() == batched.tobytes()
-    assert len(leaders) == 3 + 8
+    assert len(leaders) == 4 + 8
 
 
 def test_workers_run_their_ctas_in_batches(monkeypatch, tmp_path, rng):

@@ -13,7 +13,9 @@ fenced and released by the producer), the deterministic backward (head_dim 64: d
 semaphore per query block, `ld.acquire` / `red.release`), the forward with a bias (the kernel a StableHLO graph's
 attention is rewritten into), and decoding over a TMA-paged cache (page size 128: each
 key block one TMA box of one page through the page table; two key heads for four query heads; two split-KV parts
-writing O_partial and LSE_partial).
+writing O_partial and LSE_partial). The varlen and TMA-paged forwards zero the V rows their last key block reads past
+a sequence's keys (tile.clear_rows: st.shared, fence.proxy.async and bar.sync, on the peeled first trip and on the
+loop's masked trips, after a wait on the V slot's full barrier).
 
 `mechanical(kernel)` lists every seed: each op of a kind of `backward_seeds.KINDS` deleted (an mbarrier.init is
 miscounted instead, a multicast's CTA mask set to the first CTA only), each wait's parity flipped, each expect_tx halved and doubled, each init counting one more
@@ -370,6 +372,44 @@ _PV_FENCE = ("the wgmma.fence before S = Q K^T of the same iteration already ord
 _Q_BAR = ("the consumers' bar.sync after the Q wait: every consumer waits on Q's mbarrier itself and the barrier "
           "is used once")
 
+_V_WAITED_BY_CLEAR = ("the consumers' wait for the last V slot before the P.V mma after the loop: that key block's "
+                      "tile.clear_rows (its last trip is a masked one on both shapes: ragged lengths, the causal "
+                      "diagonal) waited on the same phase of the same full barrier already, and a phase seen complete "
+                      "stays complete until the slot is released")
+
+_V_WAITED_BY_CLEAR_ONE_BLOCK = ("on the one-block shape the consumers' wait for the last V slot after the loop follows "
+                                "the wait of that key block's tile.clear_rows on the same phase (_V_WAITED_BY_CLEAR); "
+                                "on the long one a split part whose keys end before its sequence's clears nothing "
+                                "and needs it")
+
+
+def _forward(one_block_waits: str, clears: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The expectations of the online forward (the varlen kernel, the biased one): `clears` first (those of the
+    synchronisation that zeroes V rows past a sequence's keys, tile.clear_rows, where the kernel has it), then the
+    shared ones, the waits that only the one-block shape leaves clean numbered by `one_block_waits` (the clears'
+    waits shift them)."""
+    return [
+        *clears,
+        (r"wait deleted: wait #[0-3]$", "CCCC", _FIRST_FILL),
+        (rf"(wait deleted|parity flipped): wait #{one_block_waits}$", "CRCR", _ONE_BLOCK),
+        (r"expect_tx .*: expect_tx #[2-5]$", "CRCR", _ONE_BLOCK),
+        (r"release deleted: release #0$", "RRCR", _LEDGER),
+        (r"release deleted: release #3$", "RRCC", _LAST_V + "; the CTA simulator's end-of-kernel ledger reports "
+                                                         "it (every ring slot released as often as it was filled)"),
+        (r"release deleted: release #[12]$", "CRCR", _ONE_BLOCK),
+        (r"slot released .*: release #1 before", "CCCC", _K_COVERED_BY_V),
+        (r"slot released .*: release #3 before", "CCCC", _LAST_V),
+        (r"slot released .*: release #[02] before", "CRCR", _ONE_BLOCK),
+        (r"mbarrier count wrong: init #[26] counts", "RRCR", _LEDGER),
+        (r"mbarrier count wrong: init #[3478] counts", "CRCR", _ONE_BLOCK),
+        (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
+        (r"(wgmma_fence|commit|wait_group) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
+         _ONE_BLOCK),
+        (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
+    ]
+
+
 EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     "gemm TT": [
         (r"wait deleted: wait #[01]$", "CCCC", _FIRST_FILL),
@@ -426,25 +466,11 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"fence_proxy deleted: fence_proxy #[12]$", "CRCR", _ONE_BLOCK),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
     ],
-    "varlen": [
-        (r"wait deleted: wait #[0-3]$", "CCCC", _FIRST_FILL),
-        (r"(wait deleted|parity flipped): wait #[2-589]$", "CRCR", _ONE_BLOCK),
-        (r"expect_tx .*: expect_tx #[2-5]$", "CRCR", _ONE_BLOCK),
-        (r"release deleted: release #0$", "RRCR", _LEDGER),
-        (r"release deleted: release #3$", "RRCC", _LAST_V + "; the CTA simulator's end-of-kernel ledger reports "
-                                                         "it (every ring slot released as often as it was filled)"),
-        (r"release deleted: release #[12]$", "CRCR", _ONE_BLOCK),
-        (r"slot released .*: release #1 before", "CCCC", _K_COVERED_BY_V),
-        (r"slot released .*: release #3 before", "CCCC", _LAST_V),
-        (r"slot released .*: release #[02] before", "CRCR", _ONE_BLOCK),
-        (r"mbarrier count wrong: init #[26] counts", "RRCR", _LEDGER),
-        (r"mbarrier count wrong: init #[3478] counts", "CRCR", _ONE_BLOCK),
-        (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
-        (r"wgmma_fence deleted: wgmma_fence #2$", "CCCC", _PV_FENCE),
-        (r"(wgmma_fence|commit|wait_group) .*#[12]\b|wgmma.wait_group weakened: wait_group #[12]", "CRCR",
+    "varlen": _forward(r"([2-59]|1[01])", [
+        (r"wait deleted: wait #12$", "CCCC", _V_WAITED_BY_CLEAR),
+        (r"fence_proxy deleted: fence_proxy #1$|(bar_sync deleted|bar.sync count wrong): bar_sync #3\b", "CRCR",
          _ONE_BLOCK),
-        (r"bar_sync deleted: bar_sync #1$", "CCCC", _Q_BAR),
-    ],
+    ]),
     "paged gather": [
         (r"wait deleted: wait #[0-3]$", "CCCC", _FIRST_FILL),
         (r"wait deleted: wait #9$", "CCCC", _V_COVERED_BY_K),
@@ -484,12 +510,17 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 """kernel -> [(pattern on "kind: name", expected per cell, reason)], the first match deciding."""
-EXPECTED["flash with bias (StableHLO rewrite)"] = EXPECTED["varlen"]
-"""The bias kernel has the varlen forward's synchronisation, op for op (each thread reads its bias from global memory:
-no synchronisation op of its own), and every seed gives the varlen seed's cells, for the same reasons."""
-EXPECTED["paged TMA decode, GQA, 2 splits"] = EXPECTED["varlen"]
+EXPECTED["flash with bias (StableHLO rewrite)"] = _forward(r"[2-589]", [])
+"""The bias kernel has the varlen forward's synchronisation, op for op, but for the varlen kernel's clearing of the V
+rows past a sequence's keys (each thread reads its bias from global memory: no synchronisation op of its own), and
+every seed gives the matching varlen seed's cells, for the same reasons."""
+EXPECTED["paged TMA decode, GQA, 2 splits"] = _forward(r"([2-59]|1[01])", [
+    (r"wait deleted: wait #12$", "CRCR", _V_WAITED_BY_CLEAR_ONE_BLOCK),
+    (r"fence_proxy deleted: fence_proxy #1$|(bar_sync deleted|bar.sync count wrong): bar_sync #3\b", "CRCR", _ONE_BLOCK),
+])
 """The TMA-paged decode's seeds are decided by the varlen forward's rules, pattern for pattern (its cells differ
-only in how many seeds each rule decides)."""
+only in how many seeds each rule decides), but for the last V slot's wait after the loop: a split part whose keys
+end before its sequence's clears nothing and needs it."""
 
 
 def expectation(kernel: str, kind: str, name: str) -> tuple[str, str]:

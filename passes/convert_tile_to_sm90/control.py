@@ -3,7 +3,9 @@ block-uniform scf.if, yields and the return.
 
 wgmma groups in flight across a branch. Groups are retired (wait_group 0) before control flow, except across
 a *register-only* scf.if: one whose branches hold only pure ops without regions, none of them a `tile.mma`
-(peel-masked-iterations{branch=true}'s masks of a score tile while the previous trip's P.V mma runs). The
+(peel-masked-iterations{branch=true}'s masks of a score tile while the previous trip's P.V mma runs), or
+whose branches also clear rows of a shared tile (`tile.clear_rows`, clear_rows.py: stores, a fence and a
+barrier, no wgmma; a tile that a group in flight reads is refused below, as its lowering waits for it). The
 groups whose results the branch reads are waited for before it (with the older ones, as for any read); the
 others stay in flight: the branch neither reads nor writes the registers they write, and commits and waits
 for nothing, so every group in flight before it is in flight after it on both paths, and the wait_group
@@ -157,7 +159,8 @@ class ControlFlowLowering:
             for inner in region.ops:
                 if inner is update:
                     continue
-                if not isinstance(inner, scf.YieldOp) and (isinstance(inner, tile.MmaOp) or not _register_only(inner)):
+                if not isinstance(inner, scf.YieldOp | tile.ClearRowsOp) \
+                        and (isinstance(inner, tile.MmaOp) or not _register_only(inner)):
                     return False
                 read.update(inner.operands)
         if update is not None:

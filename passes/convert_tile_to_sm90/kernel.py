@@ -60,6 +60,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
+from tessera.passes.convert_tile_to_sm90.clear_rows import ClearRowsLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
@@ -79,7 +80,7 @@ HANDLED = ("tile", "scf", "func")
 @dataclass
 class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
                      ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering,
-                     ReductionSlotsLowering):
+                     ReductionSlotsLowering, ClearRowsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp

@@ -351,6 +351,14 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         dest.store(self.batch, op, value)
         return ()
 
+    @impl(tile.ClearRowsOp)
+    def run_clear_rows(self, interpreter: Interpreter, op: tile.ClearRowsOp, args: PythonValues):
+        """Rows r with k0 + r >= seq_k of the shared tile become 0 (`tile_memory.SharedRef.clear_rows`)."""
+        dest, k0, seq_k = args
+        keys = self._positions(k0, op.rows, 1, 2)
+        dest.clear_rows(self.batch, op, keys >= self.batch.index_array(seq_k)[:, None])
+        return ()
+
     @impl(tile.AtomicAddOp)
     def run_atomic_add(self, interpreter: Interpreter, op: tile.AtomicAddOp, args: PythonValues):
         value, dest = args

@@ -241,6 +241,17 @@ class SharedRef:
         self.write(values, active)
         self._set(self.buffer.state, WRITTEN, active)
 
+    def clear_rows(self, batch: BlockBatch, op: Operation, past: np.ndarray) -> None:
+        """`tile.clear_rows`: the rows `past` [B, rows] of the active blocks' tile become 0. The tile's contents
+        must be published (READY) and no other row group's `tile.mma` may have read it since the last barrier;
+        they stay READY: the op publishes its zeros itself."""
+        self.check_stage_range(batch, op)
+        self.check_readable(batch, op, "the tile whose rows it clears")
+        self.check_mma_readers(batch, op, np.zeros(self.buffer.mma_rows.shape[1], np.int64), "every thread")
+        cleared = self.read().copy()
+        cleared[past & batch.active[:, None]] = 0
+        self.write(cleared, batch.active)
+
     def check_stage_range(self, batch: BlockBatch, op: Operation) -> None:
         if self.stage is not None:
             stages = self.buffer.state.shape[0]

@@ -191,6 +191,7 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
         m, l, acc = carried
         load_key_block(b, blk, k0, ("K", "V"))
         s = masked_scores(b, blk, k0, mask_mod)
+        blk.clear_past_keys(b, k0)  # V rows past the keys hold anything: P = 0 times NaN is NaN
         m_new = b.binary(tile.ElementMaxOp, m, b.unary(tile.RowMaxOp, s, "s_max"), "m_new")
         # A bias may hold huge finite fills (-1e20), and FP8 descales (300 x 300) make scores of 1e6 to 1e10: the
         # exponents must subtract before they scale (both ops); the fma's rounding of m log2e would move P.

@@ -120,6 +120,10 @@ class AttentionBlock:
             return
         b.cp_async(self.window(b, tensor, row, b.const(0), [c.block_n, c.head_dim]), self.smem[tensor])
 
+    def clear_past_keys(self, b: TileBuilder, k0: SSAValue) -> None:
+        """Zero the V rows of the key block at k0 that lie past the block's keys (`tile.clear_rows`) where its
+        copy may read such rows; here none: the copy of a window past K's and V's end fills zeros."""
+
     def key_row(self, b: TileBuilder, k0: SSAValue) -> SSAValue:
         """The row of K and V that key position k0 of the loop is: k0, or kv_base + k0 in a split-KV part."""
         return k0 if self.kv_base is None else b.addi(self.kv_base, k0, "key_row")

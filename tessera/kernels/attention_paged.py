@@ -9,7 +9,9 @@ reads each key block one of two ways (`paged_copy`), as FlashAttention-3 does:
 - "tma", when page_size is a multiple of BN: a block never crosses a page, so it is one TMA box of one page,
   {D, BN, 1, 1} at (0, row in page, key head, page). The cache arguments are then [num_pages, heads_k,
   page_size, D]: FlashAttention's [num_pages, page_size, heads_k, D] with its middle dimensions swapped, a view
-  (strides) that the tensor map describes, not a copy. Kernel `flash_attention_paged{BN}_d{D}_...`.
+  (strides) that the tensor map describes, not a copy. Kernel `flash_attention_paged{BN}_d{D}_...` The rows of the
+  last block past cache_seqlens[b] are read too: their V rows are zeroed in shared memory before P.V
+  (`tile.clear_rows`), so whatever they hold (NaN from `torch.empty`) never reaches O.
 - "cp.async", for any other page_size: the producer gathers the block's rows one by one through the page table
   (`tile.cp_async_gather`; on sm_90a 16-byte `cp.async`s whose completion arrives on the ring slot's full
   mbarrier): row r of the block at k0 is row (k0 + r) % page_size of page page_table[b, (k0 + r) // page_size],
@@ -109,6 +111,10 @@ class PagedBlock(VarlenBlock):
         page = b.emit(tile.LoadIndexOp(self.args["page_table"], [self.batch, slot]), "page")
         in_page = b.emit(arith.RemUIOp(row, self.page_size), "row_in_page")
         return b.view(self.args[tensor], [page, self.kv_head, in_page, col], shape, f"{tensor.lower()}_window")
+
+    def clear_past_keys(self, b: TileBuilder, k0: SSAValue) -> None:
+        if not self.gather:  # the gather reads no row past cache_seqlens: those rows land as zero
+            super().clear_past_keys(b, k0)
 
     def copy_key_block(self, b: TileBuilder, tensor: str, row: SSAValue) -> None:
         if not self.gather or tensor not in ("K", "V"):

@@ -20,8 +20,8 @@ blocks that exit). A block whose rows start past the end of its sequence runs no
 nothing (its cost is a few table reads). Within a sequence every
 position is relative to its start, so masks (`tile.mask_bounds` at the sequence's key length,
 `tile.mask_causal` aligned bottom-right per sequence) are those of the dense kernel. Loads may read rows of
-the next sequence (the Q rows past the end give rows that are not stored; the K rows are masked, so the V
-rows are multiplied by P = 0); the output is stored with `tile.store_global_rows`, which writes only the
+the next sequence (the Q rows past the end give rows that are not stored; the K rows are masked, and the V
+rows are zeroed in shared memory before P.V, `tile.clear_rows`, since P = 0 times a NaN there is NaN); the output is stored with `tile.store_global_rows`, which writes only the
 rows of the block's own sequence: O is never written with a box that crosses the sequence end
 (FlashAttention-3 drops its TMA store of O in varlen mode for the same reason).
 
@@ -95,6 +95,12 @@ class VarlenBlock(AttentionBlock):
         start = self.k_start if is_kv else self.q_start
         absolute = b.addi(start, row, f"{tensor.lower()}_row")
         return b.view(self.args[tensor], [head, absolute, col], shape, f"{tensor.lower()}_window")
+
+    def clear_past_keys(self, b: TileBuilder, k0: SSAValue) -> None:
+        """Zero the V rows of the key block at k0 past the sequence's keys (`tile.clear_rows`): its copy reads
+        the next sequence's rows (or a cache's rows past its length), and P.V would multiply a NaN or inf there
+        by P = 0."""
+        b.emit(tile.ClearRowsOp(self.smem["V"], k0, self.seq_k))
 
 
 def varlen_block_start(

@@ -73,7 +73,7 @@ def _rule(op: Operation) -> str | None:
     if isinstance(op, _CHECKED_ONLY):
         return "checked"
     if isinstance(op, (sm90.SpecialRegOp, sm90.TmaLoadOp, sm90.WgmmaMmaAsyncOp, sm90.StGlobalOp, sm90.StGlobalB16Op,
-                       sm90.LdGlobalOp, sm90.LdGlobalU16Op)):
+                       sm90.LdGlobalOp, sm90.LdGlobalU16Op, sm90.StSharedOp)):
         return op.name
     if isinstance(op, vector.ShuffleOp):
         return "vector.shuffle"

@@ -337,6 +337,8 @@ class Followers:
             return self._st_global(op, fargs, 4 if rule == "sm90.st_global" else 2)
         if rule in ("sm90.ld_global", "sm90.ld_global_u16"):
             return (self._ld_global(op, fargs, functions.memory, 4 if rule == "sm90.ld_global" else 2),)
+        if rule == "sm90.st_shared":
+            return self._st_shared(op, args, fargs)
         raise FollowerDropout(f"{op.name} has no follower rule")
 
     def _run_pure(self, op: Operation, impl, functions, fargs: tuple, args: tuple = ()) -> tuple:
@@ -523,6 +525,19 @@ class Followers:
                 self.leave(np.arange(self.count) == f, str(getattr(failure, "error", failure)), op,
                            np.arange(self.count))
         return words.view(dtype_of(op.result.type))
+
+    def _st_shared(self, op: sm90.StSharedOp, args: tuple, fargs: tuple) -> tuple:
+        """st.shared (tile.clear_rows' zeros): at the leader's addresses (the followers' must be the same), each
+        follower's words into its own shared memory, by the leader's active threads (the leader's store made
+        every check)."""
+        addresses, faddresses, values = args[0], fargs[0], fargs[1]
+        self.same(op, addresses, faddresses)
+        active = self.leader.active
+        where = (np.asarray(addresses, np.int64)[active].reshape(-1, 1) + np.arange(4)).reshape(-1)
+        words = unsigned(values) if values.dtype.kind in "iu" else values.view(np.uint32)
+        for f in np.nonzero(self.alive)[0]:
+            self.smem[f, where] = words[f][active].astype("<u4").view(np.uint8).reshape(-1)
+        return ()
 
     def _st_global(self, op, fargs: tuple, nbytes: int) -> tuple:
         base, offsets, values, mask = fargs

@@ -1,0 +1,58 @@
+"""Tile IR op `tile.clear_rows`, part of the `tile` dialect (`tile.py` registers it and re-exports it as
+`tile.ClearRowsOp`): zero the rows of a shared key tile that lie past the sequence's keys.
+
+Why an op of its own: a copy of a key block may read rows past the sequence's keys (a paged cache's page past
+`cache_seqlens`, the next packed sequence's rows). The score masks hide those keys (P = 0), but P.V still
+multiplies their V rows by 0, and 0 x NaN = NaN, 0 x inf = NaN: a NaN or inf there (a cache made with
+`torch.empty`, another sequence's values) would reach O. FlashAttention-2 zeroes such rows; no select on P's
+registers can (the P.V mma reads V from shared memory), so the rows themselves are cleared before the mma.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import IndexType
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, traits_def
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
+
+from tessera.dialects.tile_base import TILE, require_space, tile_type
+from tessera.dialects.tile_types import MemSpace
+from tessera.ir.diagnostics import require
+
+
+@irdl_op_definition
+class ClearRowsOp(IRDLOperation):
+    """`tile.clear_rows %t, %k0, %seq_k : !tile.tile<RxCxT, shared>`: zero the rows of shared tile %t that hold
+    keys at or past %seq_k.
+
+    Row r of the [R, C] tile holds key k0 + r (the convention of `tile.mask_bounds`, whose columns are those
+    keys): every element of a row with k0 + r >= seq_k becomes +0; the other rows are unchanged. With
+    k0 + R <= seq_k it changes nothing (`peel-masked-iterations` drops it on such trips, as it drops the masks).
+
+    Invariants: %t is a plain shared tile or a ring stage (`tile.stage`) whose copy has been published (after
+    the `tile.cp_wait_group` and `tile.barrier` that cover it, or the covering wait of a ring stage) and, for
+    a stage, not yet released. The op is collective: every thread of the block runs it with the same operands,
+    and it publishes its zeros itself: after it, every thread of the block and the tensor core (`tile.mma`
+    operands) read the cleared rows, with no `tile.barrier` in between. It must not run while a `tile.mma`
+    that reads %t is in flight on an earlier key block's contents (the builders clear a key block before its
+    P.V mma). Refused by the verifier: a tile that is not a 2-D shared tile."""
+
+    name = "tile.clear_rows"
+    tile = operand_def(TILE)
+    k_start = operand_def(IndexType)
+    seq_k = operand_def(IndexType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$tile `,` $k_start `,` $seq_k attr-dict `:` type($tile)"
+
+    def __init__(self, tile: SSAValue | Operation, k_start: SSAValue | Operation, seq_k: SSAValue | Operation):
+        super().__init__(operands=[tile, k_start, seq_k])
+
+    @property
+    def rows(self) -> int:
+        """R, the tile's rows: the keys it holds."""
+        return tile_type(self.tile).get_shape()[0]
+
+    def verify_(self) -> None:
+        ty = tile_type(self.tile)
+        require_space(self, "operand", ty, MemSpace.SHARED)
+        require(ty.rank == 2, self, f"clears the rows of a [rows, columns] shared tile (or ring stage), got rank {ty.rank}")
