@@ -280,7 +280,7 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
     q, k, v = forward_op.operands
     o, lse = forward_op.results
     replaced = {} if replaced is None else replaced
-    do = transposed(current(b.do, replaced), perm_to(b.do_labels, CANONICAL), at)
+    do = converted(transposed(current(b.do, replaced), perm_to(b.do_labels, CANONICAL), at), q.type.element_type, at)
     op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
                config, at)
     for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),

@@ -5,8 +5,9 @@ Flax's `linen.MultiHeadDotProductAttention` and `nnx.MultiHeadAttention` with th
 cross-attention, `jax.vmap` over the batch, softmaxes in float32 of bf16 scores, masks from iota, `jax.grad`
 through each, soft-capping, dropout and `jax.lax.scan`. Each is rewritten, or left alone with a near miss
 naming its rule; seeded edits (a reduce over the queries, a negative scale, the scores transposed, the mask
-turned upper-triangular) are refused. `-m slow`: each rewrite agrees with the original graph within the
-tolerance (`tessera-run --compare`, about 2 s each).
+turned upper-triangular) are refused. The default suite matches ten of the fixtures (`DEFAULT`, about 4 s);
+`-m slow` matches the others and compares each rewrite with the original graph within the tolerance
+(`tessera-run --compare`, about 2 s each).
 
 Regressions:
 - `tessera-run --compare` drew Flax's rank-3 DenseGeneral kernels ([in, heads, head_dim]) with variance 1, so a
@@ -22,13 +23,138 @@ Regressions:
 
 from __future__ import annotations
 
-import numpy as np
-
-from tessera.tools.tessera_opt import load_module, opt_context
-from tessera.tools.tessera_run_graph import generate_inputs, weight_fan_in
+import re
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from tessera.tools import tessera_run
+from tessera.tools.tessera_opt import load_module, opt_context
+from tessera.tools.tessera_run_graph import generate_inputs, weight_fan_in
+from test_rewriter import ops_named, rewrite
+from text_edits import checked
+
 FIXTURES = Path(__file__).parent / "rewriter" / "unseen14"
+ALL = sorted(p.stem for p in FIXTURES.glob("*.mlir"))
+
+# fixture: (forward ops, backward ops, causal, whether the op has a bias operand, dtype)
+REWRITTEN = {
+    "fwd_linen_mha_causal_s128_d64": (1, 0, True, False, "bf16"),
+    # regression: P.V in float32 (V converted), the output rounded to bf16 after: V read before the convert
+    "fwd_linen_mha_fp32_softmax_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_linen_mha_s128_d64": (1, 1, True, False, "bf16"),
+    "fwd_nnx_mha_causal_s128_d64": (1, 0, True, False, "bf16"),
+    "fwd_nnx_cross_q64_k192_d64": (1, 0, False, False, "bf16"),
+    "fwd_dpa_scale_f16_s128_d64": (1, 0, True, False, "f16"),
+    "fwd_dpa_window_s128_d64": (1, 0, True, False, "bf16"),     # local_window_size=(128, 0) is the causal mask
+    "fwd_dpa_mqa_s128_d64": (1, 0, True, False, "bf16"),
+    "fwd_mqa_repeat_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_mqa_repeat_s128_d64": (1, 1, True, False, "bf16"),
+    "fwd_cross_q64_k192_d128": (1, 0, False, False, "bf16"),
+    "bwd_grad_cross_q64_k192_d64": (1, 1, False, False, "bf16"),
+    "fwd_alibi_select_s128_d64": (1, 0, True, True, "bf16"),
+    "fwd_f32_softmax_iota_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_f32_softmax_s128_d64": (1, 1, True, False, "bf16"),
+    "fwd_f32_products_s128_d64": (1, 0, True, False, "bf16"),
+    # regression: dS and dO converted once for each product: the converts followed
+    "bwd_grad_f32_products_s128_d64": (1, 1, True, False, "bf16"),
+    "fwd_vmap_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_vmap_s128_d64": (1, 1, True, False, "bf16"),
+    "fwd_f16_tril_s128_d128": (1, 0, True, False, "f16"),
+    "bwd_grad_f16_s128_d64": (1, 1, True, False, "f16"),
+}
+
+# fixture: the rule the report gives (a regular expression)
+REFUSED = {
+    "bwd_grad_linen_fp32_softmax_s128_d64": r"keeps P in float32 for P.V \(V converted from bf16\): the graph's "
+                                            r"softmax gradient is float32 throughout",
+    "neg_f32_pv_s128_d64": r"Q, K, V are bf16 converted to f32 and the output is kept in f32: the kernels write bf16",
+    "neg_linen_dropout_s128_d64": r"matched, not rewritten: dropout",
+    "neg_dpa_window_s128_d64": r"the mask at .* is not causal",
+    "neg_dpa_seq_lengths_s128_d64": r"the mask depends on argument %arg3: data, not a causal mask",
+    "neg_dpa_causal_q64_k128_d64": r"causal mask at .* with offset 0 .* bottom-right, offset seq_k - seq_q = 64",
+    "neg_dpa_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
+    "neg_softcap_s128_d64": r"'stablehlo.tanh' at .* between BMM1 and the softmax is not a scale, bias or mask",
+    "neg_grad_softcap_s128_d64": r"near miss \(backward\).*\n.*its forward at .* was not rewritten: 'stablehlo.tanh'",
+    "neg_scan_grad_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a function's "
+                              r"top-level block is rewritten",
+}
+
+
+DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
+           "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
+           "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64"}
+"""The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
+
+
+def _cases(names):
+    return [name if name in DEFAULT else pytest.param(name, marks=pytest.mark.slow) for name in sorted(names)]
+
+
+def test_every_fixture_is_covered():
+    assert set(ALL) == set(REWRITTEN) | set(REFUSED)
+
+
+@pytest.mark.parametrize("name", _cases(REWRITTEN))
+def test_unseen_forms_are_rewritten(name):
+    forwards, backwards, causal, biased, dtype = REWRITTEN[name]
+    module, report = rewrite(f"unseen14/{name}")
+    fwd, bwd = ops_named(module, "tessera.attention"), ops_named(module, "tessera.attention_bwd")
+    assert (len(fwd), len(bwd)) == (forwards, backwards) and report.replaced() == forwards + backwards, report.text()
+    assert all(op.is_causal == causal and (op.bias is not None) == biased and op.dtype.data == dtype for op in fwd)
+    assert not [op for op in ops_named(module, "stablehlo.exponential") if len(op.results[0].type.get_shape()) == 4]
+
+
+@pytest.mark.parametrize("name", _cases(REFUSED))
+def test_unseen_near_misses_name_their_rule(name):
+    module, report = rewrite(f"unseen14/{name}")
+    assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
+    text = report.text()
+    assert ("near miss" in text or "matched, not rewritten" in text) and re.search(REFUSED[name], text), text
+
+
+# (fixture, text replaced, by, the rule the report gives): seeded edits that change what the graph computes
+EDITS = [
+    # the max over the queries, the sum over the keys
+    ("fwd_vmap_s128_d64", '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 3>}>',
+     '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 2>}>',
+     r"the max or the sum of the softmax at .* is not taken over the axis it normalises"),
+    # the scores divided by -8
+    ("fwd_vmap_s128_d64", "dense<8.000000e+00> : tensor<bf16>", "dense<-8.000000e+00> : tensor<bf16>",
+     r"the scale -0.125 is not positive and finite"),
+    # the mask's compare turned: key j visible from query i iff j >= i (upper triangular)
+    ("fwd_vmap_s128_d64", "comparison_direction LE", "comparison_direction GE", r"the mask at .* is not causal"),
+    # the scores transposed with the queries and keys swapped before the mask and the softmax
+    ("fwd_dpa_scale_f16_s128_d64", "permutation = array<i64: 3, 0, 1, 2, 4>", "permutation = array<i64: 3, 0, 1, 4, 2>",
+     r"K of BMM1 at .* has dimensions other than batch, heads, keys and head_dim"),
+]
+
+
+@pytest.mark.parametrize("name, old, new, rule", EDITS)
+def test_seeded_edits_are_refused(name, old, new, rule, tmp_path):
+    """Never a wrong rewrite: an edit that changes what the graph computes leaves it a near miss with its rule."""
+    from tessera.graph.rewrite_report import take_reports
+    from tessera.tools.tessera_opt import parse_pipeline, run_pipeline
+
+    text = (FIXTURES / f"{name}.mlir").read_text()
+    assert text.count(old) == 1
+    module = load_module(opt_context(), checked(text).replace(old, new), str(tmp_path / "edited.mlir"))
+    run_pipeline(parse_pipeline("rewrite-attention{match=patterns}"), opt_context(), module)
+    (report,) = take_reports()
+    text = report.text()
+    assert report.replaced() == 0 and not ops_named(module, "tessera.attention")
+    assert "near miss" in text and re.search(rule, text), text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(REWRITTEN))
+def test_unseen_rewrites_agree_with_the_original(name, capsys):
+    assert tessera_run.main([str(FIXTURES / f"{name}.mlir"), "-p", "rewrite-attention{match=patterns}", "--compare",
+                             "--seed", "5"]) == 0
+    out = capsys.readouterr().out
+    outputs = re.findall(r"tolerance \S+: (ok|MISMATCH)", out)
+    assert outputs and all(v == "ok" for v in outputs), out
 
 
 def test_flax_weights_are_drawn_with_variance_one_over_fan_in():

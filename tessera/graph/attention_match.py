@@ -102,6 +102,35 @@ def strip(value: SSAValue, ops: list[Operation], names=("stablehlo.convert",)) -
     return value
 
 
+KERNEL_TYPES = ("bf16", "f16")
+"""The element types the attention kernels take (Q, K, V, dO, O and the bias)."""
+
+
+def widened(value: SSAValue) -> SSAValue:
+    """The bf16 or f16 tensor `value` was converted from, if every convert on the way holds its values exactly (to
+    f32 or f64, or back to its own type: `v.astype(jnp.float32)` before a float32 product), else `value`."""
+    chain: list[Operation] = []
+    source = strip(value, chain)
+    kind = element(source)
+    if not chain or kind not in KERNEL_TYPES or any(element(op.results[0]) not in (kind, "f32", "f64") for op in chain):
+        return value
+    return source
+
+
+def rounded_to(value: SSAValue, kind: str) -> bool:
+    """Whether every use of `value` rounds it to `kind` (a convert to it), through transposes, reshapes and
+    converts to f32: the graph keeps it only in `kind`, as the kernels write it."""
+    uses = [use.operation for use in value.uses]
+    for op in uses:
+        result = element(op.results[0]) if op.results else ""
+        if op.name == "stablehlo.convert" and result == kind:
+            continue
+        if not (op.name in ("stablehlo.transpose", "stablehlo.reshape") or op.name == "stablehlo.convert"
+                and result == "f32") or not rounded_to(op.results[0], kind):
+            return False
+    return bool(uses)
+
+
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
     (recording those ops in `ops`), else None."""
@@ -331,6 +360,9 @@ class ForwardMatch:
     """The additive bias as the kernel reads it: a tensor whose dimensions are labelled `bias_labels` (each of
     b0, b1, q, k once; b0 and b1 may be missing or of size 1: broadcast), rewritten to [b0|1, b1|1, q, k]."""
     bias_labels: list[str] = field(default_factory=list)
+    widened: str = ""
+    """Which of Q, K, V ("QKV", "V", ...) are read before a convert from bf16 or f16 to float32 (`widened`): a
+    float32 P.V keeps P in float32, which the backward kernel does not."""
 
     @property
     def values(self) -> set[SSAValue]:

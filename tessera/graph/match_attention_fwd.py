@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.graph.attention_match import (
     DOT,
+    KERNEL_TYPES,
     MASK_OPS,
     NEGATIVE_FILL,
     ForwardMatch,
@@ -28,11 +29,13 @@ from tessera.graph.attention_match import (
     match_softmax,
     perm_to,
     producer,
+    rounded_to,
     shape,
     sides,
     splat_constant,
     strip,
     where,
+    widened,
 )
 
 ADDED_MASK_LIMIT = 2**25
@@ -429,6 +432,17 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     dv = shape(m.v)[v_labels.index("d")]
     m.head_dim = d
     m.scale = walk.scale
+    if {element(x) for x in (m.q, m.k, m.v)} - set(KERNEL_TYPES):  # bf16 converted to f32 for a f32 product
+        narrow = [widened(x) for x in (m.q, m.k, m.v)]
+        if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES \
+                and not rounded_to(m.bmm2.results[0], element(narrow[0])):
+            raise Refusal(f"Q, K, V are {element(narrow[0])} converted to {element(m.v)} and the output is kept in "
+                          f"{element(m.v)}: the kernels write {element(narrow[0])}, less precise than the graph")
+        if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES:
+            m.found.append(", ".join(f"{name} {element(x)}" for name, x, y in zip("QKV", (m.q, m.k, m.v), narrow)
+                                     if x is not y) + f" converted from {element(narrow[0])}: read before the convert")
+            m.widened = "".join(name for name, x, y in zip("QKV", (m.q, m.k, m.v), narrow) if x is not y)
+            m.q, m.k, m.v = narrow
     types = {element(x) for x in (m.q, m.k, m.v)}
     if dv != d:
         raise Refusal(f"V's head_dim {dv} differs from Q's and K's {d}: the kernels take one head_dim")
