@@ -16,6 +16,9 @@ Regressions:
 - a float32 P.V (V converted from bf16; Flax's `force_fp32_for_softmax`) was a near miss ("Q, K, V are bf16,
   f32"): V is read before the convert when the output is rounded back to bf16 after; a graph that keeps the
   float32 output of float32 products is refused (the kernels would lose its precision: 7e-3 against 3e-7).
+- ALiBi built in float32, cast to bf16 and given to `jax.nn.dot_product_attention(bias=)` (which converts it to
+  its float32 scores' type) was a near miss, "the bias is f32": the bias was followed through the cast to bf16 to
+  the float32 tensor before it; the walk stops at the cast now, and the kernel reads the bf16 bias.
 - `jax.grad` through float32 products (`preferred_element_type=jnp.float32`) was a near miss: JAX converts dS
   and dO once for each product, and the backward matcher looked for one value; it follows the converts now, and
   gives the kernel dO in bf16.
@@ -54,6 +57,8 @@ REWRITTEN = {
     "fwd_cross_q64_k192_d128": (1, 0, False, False, "bf16"),
     "bwd_grad_cross_q64_k192_d64": (1, 1, False, False, "bf16"),
     "fwd_alibi_select_s128_d64": (1, 0, True, True, "bf16"),
+    # regression: the bias read through its cast to bf16 (was "the bias is f32")
+    "fwd_dpa_alibi_bias_s128_d64": (1, 0, True, True, "bf16"),
     "fwd_f32_softmax_iota_s128_d64": (1, 0, True, False, "bf16"),
     "bwd_grad_f32_softmax_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_f32_products_s128_d64": (1, 0, True, False, "bf16"),
@@ -83,7 +88,7 @@ REFUSED = {
 
 
 DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
-           "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
+           "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
            "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64"}
 """The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
 

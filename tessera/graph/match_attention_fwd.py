@@ -201,10 +201,13 @@ def _is_additive_mask(value: SSAValue, factor: float) -> bool:
 def _through_layout(value: SSAValue, labels: list) -> tuple[SSAValue, list]:
     """Follow a bias down through converts, transposes and reshapes that only add or drop dimensions of size 1
     (jax.nn.dot_product_attention's [batch, kv_heads, 1, seq_q, seq_k]), carrying its dimensions' labels
-    (None for a dimension of size 1 a reshape added on the way up)."""
+    (None for a dimension of size 1 a reshape added on the way up). A convert into bf16 or f16 ends the walk: the
+    bias the graph adds is the rounded tensor (ALiBi computed in float32, cast to bf16, then to the float32
+    scores' type by jax.nn.dot_product_attention)."""
     while (op := producer(value)) is not None:
         if op.name == "stablehlo.convert":
-            pass
+            if element(value) in KERNEL_TYPES:
+                break
         elif op.name == "stablehlo.transpose":
             perm = [int(d) for d in op.permutation.get_values()]
             inner: list = [None] * len(perm)
