@@ -476,6 +476,25 @@ def f32_pv(q, k, v):
     return attend(jax.nn.softmax(s, axis=-1), v.astype(jnp.float32))
 
 
+def sqrt_scale(q, k, v, *, rsqrt=False):
+    """The scale computed in the graph: s / jnp.sqrt(d) (causal) or s * lax.rsqrt(jnp.float32(d))."""
+    s = scores(q, k)
+    if rsqrt:
+        s = s * jax.lax.rsqrt(jnp.float32(q.shape[-1])).astype(s.dtype)
+    else:
+        s = jnp.where(causal_mask(s), s / jnp.sqrt(q.shape[-1]), -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def alibi_dot_product_attention(q, k, v):
+    """ALiBi built in the graph in float32, cast to bf16 and given to jax.nn.dot_product_attention(bias=,
+    is_causal=True), which adds it to float32 scores."""
+    slopes = 2.0 ** -jnp.arange(1, H + 1, dtype=jnp.float32)
+    distance = (jnp.arange(k.shape[1])[None, :] - jnp.arange(q.shape[1])[:, None]).astype(jnp.float32)
+    bias = (slopes[:, None, None] * distance)[None].astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True)
+
+
 UNSEEN14 = {
     "fwd_linen_mha_causal_s128_d64": (*linen_mha(), "flax.linen.MultiHeadDotProductAttention (bf16) with its "
                                       "projections, nn.make_causal_mask: one causal tessera.attention"),
@@ -491,6 +510,12 @@ UNSEEN14 = {
                                        "products: dO arrives in float32"),
     "neg_f32_pv_s128_d64": (f32_pv, qkv(S, 64), "Q, K, V converted to float32 for both products, the output kept "
                             "in float32: a near miss (the kernels write bf16)"),
+    "fwd_sqrt_scale_s128_d64": (sqrt_scale, qkv(S, 64), "s / jnp.sqrt(d) (a sqrt of a constant in the graph), "
+                                "causal"),
+    "bwd_grad_rsqrt_scale_s128_d64": (grad_of(lambda q, k, v: sqrt_scale(q, k, v, rsqrt=True)), qkv(S, 64),
+                                      "jax.grad through s * lax.rsqrt(jnp.float32(d))"),
+    "fwd_dpa_alibi_bias_s128_d64": (alibi_dot_product_attention, qkv(S, 64), "ALiBi built in float32, cast to bf16, "
+                                    "as jax.nn.dot_product_attention's bias (causal)"),
     "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
                                    "the graph): matched, not rewritten"),
     "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "

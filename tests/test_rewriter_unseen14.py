@@ -5,7 +5,7 @@ Flax's `linen.MultiHeadDotProductAttention` and `nnx.MultiHeadAttention` with th
 cross-attention, `jax.vmap` over the batch, softmaxes in float32 of bf16 scores, masks from iota, `jax.grad`
 through each, soft-capping, dropout and `jax.lax.scan`. Each is rewritten, or left alone with a near miss
 naming its rule; seeded edits (a reduce over the queries, a negative scale, the scores transposed, the mask
-turned upper-triangular) are refused. The default suite matches ten of the fixtures (`DEFAULT`, about 4 s);
+turned upper-triangular) are refused. The default suite matches twelve of the fixtures (`DEFAULT`, about 4 s);
 `-m slow` matches the others and compares each rewrite with the original graph within the tolerance
 (`tessera-run --compare`, about 2 s each).
 
@@ -16,6 +16,9 @@ Regressions:
 - a float32 P.V (V converted from bf16; Flax's `force_fp32_for_softmax`) was a near miss ("Q, K, V are bf16,
   f32"): V is read before the convert when the output is rounded back to bf16 after; a graph that keeps the
   float32 output of float32 products is refused (the kernels would lose its precision: 7e-3 against 3e-7).
+- `s / jnp.sqrt(d)` and `s * lax.rsqrt(jnp.float32(d))` write the scale as a sqrt of a constant in the graph:
+  a near miss, "the scale is not a constant: it is 'stablehlo.broadcast_in_dim'"; scalars computed from constants
+  alone are folded now (rounded as the graph rounds them).
 - ALiBi built in float32, cast to bf16 and given to `jax.nn.dot_product_attention(bias=)` (which converts it to
   its float32 scores' type) was a near miss, "the bias is f32": the bias was followed through the cast to bf16 to
   the float32 tensor before it; the walk stops at the cast now, and the kernel reads the bf16 bias.
@@ -65,6 +68,9 @@ REWRITTEN = {
     # regression: dS and dO converted once for each product: the converts followed
     "bwd_grad_f32_products_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_vmap_s128_d64": (1, 0, True, False, "bf16"),
+    # regression: the scale computed in the graph (a sqrt or rsqrt of a constant) is folded
+    "fwd_sqrt_scale_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_rsqrt_scale_s128_d64": (1, 1, False, False, "bf16"),
     "bwd_grad_vmap_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_f16_tril_s128_d128": (1, 0, True, False, "f16"),
     "bwd_grad_f16_s128_d64": (1, 1, True, False, "f16"),
@@ -88,7 +94,7 @@ REFUSED = {
 
 
 DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
-           "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
+           "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_sqrt_scale_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
            "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64"}
 """The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
 
@@ -130,6 +136,9 @@ EDITS = [
      r"the scale -0.125 is not positive and finite"),
     # the mask's compare turned: key j visible from query i iff j >= i (upper triangular)
     ("fwd_vmap_s128_d64", "comparison_direction LE", "comparison_direction GE", r"the mask at .* is not causal"),
+    # the sqrt of -64: a NaN scale
+    ("fwd_sqrt_scale_s128_d64", "dense<6.400000e+01> : tensor<f32>", "dense<-6.400000e+01> : tensor<f32>",
+     r"the scale nan is not positive and finite"),
     # the scores transposed with the queries and keys swapped before the mask and the softmax
     ("fwd_dpa_scale_f16_s128_d64", "permutation = array<i64: 3, 0, 1, 2, 4>", "permutation = array<i64: 3, 0, 1, 4, 2>",
      r"K of BMM1 at .* has dimensions other than batch, heads, keys and head_dim"),

@@ -50,6 +50,11 @@ DOT = "stablehlo.dot_general"
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
 
+FOLDED_OPS = {"stablehlo.constant", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+              "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.multiply", "stablehlo.divide", "stablehlo.add",
+              "stablehlo.subtract", "stablehlo.negate", "stablehlo.power", "stablehlo.exponential", "stablehlo.log"}
+"""Ops a scalar constant may be computed with in the graph (`jnp.sqrt(d)`, `lax.rsqrt(jnp.float32(d))`): folded."""
+
 MASK_OPS = {"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
             "stablehlo.convert", "stablehlo.compare", "stablehlo.add", "stablehlo.subtract", "stablehlo.and",
             "stablehlo.or", "stablehlo.not", "stablehlo.select", "stablehlo.transpose", "stablehlo.multiply"}
@@ -133,12 +138,18 @@ def rounded_to(value: SSAValue, kind: str) -> bool:
 
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
-    (recording those ops in `ops`), else None."""
+    (recording those ops in `ops`), or a scalar computed from constants by `FOLDED_OPS`, else None."""
     from tessera.graph.stablehlo_interpreter import constant_value
 
     seen: list[Operation] = []
+    scalar = strip(value, [], ("stablehlo.broadcast_in_dim", "stablehlo.reshape"))
     value = strip(value, seen, ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
     op = producer(value)
+    if op is not None and op.name in FOLDED_OPS and op.name != "stablehlo.constant" and shape(scalar) in ((), (1,)):
+        try:  # a scalar computed from constants alone (`s / jnp.sqrt(d)`), rounded as the graph rounds it
+            return float(evaluate(scalar, FOLDED_OPS, exact=False).flat[0])
+        except Refusal:
+            return None
     if op is None or op.name != "stablehlo.constant":
         return None
     array = constant_value(op, exact=True)
