@@ -495,6 +495,15 @@ def alibi_dot_product_attention(q, k, v):
     return jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True)
 
 
+def softmax_where(q, k, v, *, after=False):
+    """Causal by jax.nn.softmax(s, where=tril) (a masked max and sum, P zeroed after), or, `after`, by
+    jnp.where(tril, softmax(s), 0): P zeroed after an unmasked softmax (not attention: rows do not sum to 1)."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    if after:
+        return attend(jnp.where(causal_mask(s), jax.nn.softmax(s, axis=-1), 0), v)
+    return attend(jax.nn.softmax(s, axis=-1, where=causal_mask(s)), v)
+
+
 UNSEEN14 = {
     "fwd_linen_mha_causal_s128_d64": (*linen_mha(), "flax.linen.MultiHeadDotProductAttention (bf16) with its "
                                       "projections, nn.make_causal_mask: one causal tessera.attention"),
@@ -516,6 +525,14 @@ UNSEEN14 = {
                                       "jax.grad through s * lax.rsqrt(jnp.float32(d))"),
     "fwd_dpa_alibi_bias_s128_d64": (alibi_dot_product_attention, qkv(S, 64), "ALiBi built in float32, cast to bf16, "
                                     "as jax.nn.dot_product_attention's bias (causal)"),
+    "neg_dpa_f32_bias_s128_d64": (dot_product_attention(extra=("bias",)), qkv(S, 64, extra=(f32(B, H, S, S),)),
+                                  "jax.nn.dot_product_attention(bias=) with a float32 bias added to its float32 "
+                                  "scores: a near miss (the kernel reads a bias in Q's type)"),
+    "neg_softmax_where_s128_d64": (softmax_where, qkv(S, 64), "jax.nn.softmax(s, where=tril): a near miss naming "
+                                   "it"),
+    "neg_mask_after_softmax_s128_d64": (lambda q, k, v: softmax_where(q, k, v, after=True), qkv(S, 64),
+                                        "where(tril, softmax(s), 0): a near miss, a mask after the softmax (not "
+                                        "dropout)"),
     "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
                                    "the graph): matched, not rewritten"),
     "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "

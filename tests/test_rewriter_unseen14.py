@@ -5,11 +5,13 @@ Flax's `linen.MultiHeadDotProductAttention` and `nnx.MultiHeadAttention` with th
 cross-attention, `jax.vmap` over the batch, softmaxes in float32 of bf16 scores, masks from iota, `jax.grad`
 through each, soft-capping, dropout and `jax.lax.scan`. Each is rewritten, or left alone with a near miss
 naming its rule; seeded edits (a reduce over the queries, a negative scale, the scores transposed, the mask
-turned upper-triangular) are refused. The default suite matches twelve of the fixtures (`DEFAULT`, about 4 s);
+turned upper-triangular) are refused. The default suite matches fifteen of the fixtures (`DEFAULT`, about 4 s);
 `-m slow` matches the others and compares each rewrite with the original graph within the tolerance
 (`tessera-run --compare`, about 2 s each).
 
 Regressions:
+- `jax.nn.softmax(s, where=mask)` was reported as nothing at all, and P zeroed by a mask after the softmax as
+  "matched, not rewritten: dropout": each is a near miss that says what it is.
 - a softmax's reduce over a dimension out of range (a seeded edit; the parser does not verify it) crashed the
   pass: such a reduce is not a softmax's.
 - `tessera-run --compare` drew Flax's rank-3 DenseGeneral kernels ([in, heads, head_dim]) with variance 1, so a
@@ -40,7 +42,7 @@ import pytest
 from tessera.tools import tessera_run
 from tessera.tools.tessera_opt import load_module, opt_context
 from tessera.tools.tessera_run_graph import generate_inputs, weight_fan_in
-from test_rewriter import ops_named, rewrite
+from test_rewriter import bias_variant, ops_named, rewrite, rewrite_file
 from test_rewriter_unseen import assert_edit_refused
 
 FIXTURES = Path(__file__).parent / "rewriter" / "unseen14"
@@ -84,10 +86,15 @@ REFUSED = {
                                             r"softmax gradient is float32 throughout",
     "neg_f32_pv_s128_d64": r"Q, K, V are bf16 converted to f32 and the output is kept in f32: the kernels write bf16",
     "neg_linen_dropout_s128_d64": r"matched, not rewritten: dropout",
+    # regression: reported nothing at all (P is a select, not a divide)
+    "neg_softmax_where_s128_d64": r"the softmax at .* is masked after it and in its sum \(jax.nn.softmax\(where=\)\)",
+    # regression: was "matched, not rewritten: dropout"
+    "neg_mask_after_softmax_s128_d64": r"P is zeroed after the softmax by a mask computed from iota and constants",
     "neg_dpa_window_s128_d64": r"the mask at .* is not causal",
     "neg_dpa_seq_lengths_s128_d64": r"the mask depends on argument %arg3: data, not a causal mask",
     "neg_dpa_causal_q64_k128_d64": r"causal mask at .* with offset 0 .* bottom-right, offset seq_k - seq_q = 64",
     "neg_dpa_f32_s128_d64": r"Q, K, V are f32: the kernels take bf16 or f16",
+    "neg_dpa_f32_bias_s128_d64": r"the bias at .* is f32: the kernel reads a bias in bf16 \(the type of Q, K and V\)",
     "neg_softcap_s128_d64": r"'stablehlo.tanh' at .* between BMM1 and the softmax is not a scale, bias or mask",
     "neg_grad_softcap_s128_d64": r"near miss \(backward\).*\n.*its forward at .* was not rewritten: 'stablehlo.tanh'",
     "neg_scan_grad_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a function's "
@@ -97,7 +104,8 @@ REFUSED = {
 
 DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
            "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_sqrt_scale_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
-           "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64"}
+           "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64",
+           "neg_softmax_where_s128_d64", "neg_mask_after_softmax_s128_d64", "neg_dpa_f32_bias_s128_d64"}
 """The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
 
 
@@ -155,6 +163,23 @@ EDITS = [
 @pytest.mark.parametrize("name, old, new, rule", EDITS)
 def test_seeded_edits_are_refused(name, old, new, rule, tmp_path):
     assert_edit_refused(FIXTURES / f"{name}.mlir", old, new, rule, tmp_path)
+
+
+def test_a_float32_bias_cast_to_bf16_before_the_add_is_the_bf16_bias(tmp_path, capsys):
+    """A float32 bias argument converted to bf16, broadcast and added to the bf16 scores: the graph adds the bf16
+    tensor, which the kernel reads (test_rewriter's near miss "the bias is f32" until the bias walk stopped at a
+    cast to bf16), and the rewrite agrees with the graph."""
+    path = bias_variant(tmp_path, "f32_bias", "2x4x256x256", element="f32")
+    module, report = rewrite_file(path)
+    (op,) = ops_named(module, "tessera.attention")
+    assert op.bias is not None and op.bias.type.element_type == op.q.type.element_type and report.replaced() == 1
+
+
+@pytest.mark.slow
+def test_a_float32_bias_cast_to_bf16_agrees_with_the_graph(tmp_path, capsys):
+    path = bias_variant(tmp_path, "f32_bias", "2x4x256x256", element="f32")
+    assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare", "--seed", "4"]) == 0
+    assert re.search(r"replaced 1 attention.*\n.*tolerance \S+: ok", capsys.readouterr().out)
 
 
 @pytest.mark.slow

@@ -306,12 +306,14 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
             break
     else:
         for p_index in (0, 1):
-            exp = _unmatched_softmax(bmm2.operands[p_index])
+            exp, masked = _unmatched_softmax(bmm2.operands[p_index])
             if exp is not None:
+                rule = (f"the softmax at {where(exp)} is masked after it and in its sum (jax.nn.softmax(where=)): not "
+                        "matched (a mask on the scores before the softmax, jnp.where(mask, s, -inf), is)" if masked else
+                        f"the max or the sum of the softmax at {where(exp)} is not taken over the axis it normalises: "
+                        f"{GROUPED}")
                 return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
-                                    found=[f"exp(x - max) / sum at {where(exp)}"],
-                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is not taken over "
-                                                    f"the axis it normalises: {GROUPED}"))
+                                    found=[f"exp(x - max) / sum at {where(exp)}"], refusal=Refusal(rule))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -351,17 +353,23 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
 
 
-def _unmatched_softmax(value: SSAValue) -> Operation | None:
-    """The `exponential` of `value` = exp(x - m) / r (through converts) that `match_softmax` did not take (its
-    max or sum seen through a transpose), for a near-miss report; else None. Never rewritten."""
-    div = producer(strip(value, []))
+def _unmatched_softmax(value: SSAValue) -> tuple[Operation | None, bool]:
+    """The `exponential` of `value` = exp(x - m) / r (through converts, and a `select(mask, ., 0)` after it, as
+    jax.nn.softmax(where=) writes) that `match_softmax` did not take (its max or sum seen through a transpose, or
+    masked), and whether a select masked it after, for a near-miss report; else (None, False). Never rewritten."""
+    value = strip(value, [])
+    select = producer(value)
+    masked = select is not None and select.name == "stablehlo.select" and splat_constant(select.operands[2], []) == 0.0
+    if masked:
+        value = strip(select.operands[1], [])
+    div = producer(value)
     if div is None or div.name != "stablehlo.divide":
-        return None
+        return None, False
     exp = producer(strip(div.operands[0], []))
     if exp is None or exp.name != "stablehlo.exponential":
-        return None
+        return None, False
     sub = producer(exp.operands[0])
-    return exp if sub is not None and sub.name == "stablehlo.subtract" else None
+    return (exp, masked) if sub is not None and sub.name == "stablehlo.subtract" else (None, False)
 
 
 def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> None:
@@ -457,9 +465,26 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     if not (0 < m.scale < float("inf")):
         raise Refusal(f"the scale {m.scale:g} is not positive and finite")
     if dropout_ops:
-        raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
+        _refuse_dropout(dropout_ops)
     if walk.bias is not None:
         match_bias(m, walk.bias, walk.labels_at(walk.bias, s_labels), walk.bias_factor)
+
+
+def _refuse_dropout(dropout_ops: list[Operation]) -> None:
+    """Dropout is "matched, not rewritten"; a `select(keep, P, 0)` whose `keep` is computed from iota and
+    constants is no dropout but a mask applied to P after the softmax (its rows no longer sum to 1): a near
+    miss that says so."""
+    select = next((op for op in dropout_ops if op.name == "stablehlo.select"), None)
+    if select is not None:
+        try:
+            evaluate(select.operands[0], MASK_OPS)
+        except Refusal:
+            pass
+        else:
+            raise Refusal(f"P is zeroed after the softmax by a mask computed from iota and constants at {where(select)} "
+                          "(the rows are not renormalised; jax.nn.softmax(where=) writes one too, with a masked max "
+                          "and sum, which is not matched): a mask on the scores before the softmax is", select)
+    raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
 
 
 def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:
