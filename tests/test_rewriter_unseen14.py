@@ -13,7 +13,7 @@ Regressions:
 - `jax.nn.softmax(s, where=mask)` was reported as nothing at all, and P zeroed by a mask after the softmax as
   "matched, not rewritten: dropout": each is a near miss that says what it is.
 - a softmax's reduce over a dimension out of range (a seeded edit; the parser does not verify it) crashed the
-  pass: such a reduce is not a softmax's.
+  pass: such a reduce is not a softmax's; so did scores divided by 0, in the forward or the backward.
 - `tessera-run --compare` drew Flax's rank-3 DenseGeneral kernels ([in, heads, head_dim]) with variance 1, so a
   Flax layer's scores reached ~1e3, the softmax was one-hot and the comparison vacuous (errors of 1e8 within a
   tolerance of 3e8); weights of any rank are now drawn with variance 1/fan-in.
@@ -146,6 +146,12 @@ EDITS = [
     ("fwd_vmap_s128_d64", '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 3>}>',
      '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 4>}>',
      r"the max or the sum of the softmax at .* is not taken over the axis it normalises"),
+    # regression: the scores divided by 0, in the forward and in the backward, crashed the pass (ZeroDivisionError)
+    ("bwd_grad_f32_products_s128_d64", '%17 = "stablehlo.constant"() <{value = dense<8.000000e+00>',
+     '%17 = "stablehlo.constant"() <{value = dense<0.000000e+00>', r"the scores are divided by 0 at"),
+    ("bwd_grad_f32_products_s128_d64", '%78 = "stablehlo.constant"() <{value = dense<8.000000e+00>',
+     '%78 = "stablehlo.constant"() <{value = dense<0.000000e+00>', r"'stablehlo.select' at .* is not part of a "
+                                                                   r"softmax gradient"),
     # the scores divided by -8
     ("fwd_vmap_s128_d64", "dense<8.000000e+00> : tensor<bf16>", "dense<-8.000000e+00> : tensor<bf16>",
      r"the scale -0.125 is not positive and finite"),

@@ -140,7 +140,7 @@ def _walk_ds(value: SSAValue, b: BackwardMatch) -> tuple[SSAValue, float, Operat
             break
         if op.name in ("stablehlo.multiply", "stablehlo.divide"):
             constants = [splat_constant(v, []) for v in op.operands]
-            if constants[1] is not None:
+            if constants[1] is not None and (op.name == "stablehlo.multiply" or constants[1] != 0):
                 scale = scale * constants[1] if op.name == "stablehlo.multiply" else scale / constants[1]
                 value = op.operands[0]
             elif constants[0] is not None and op.name == "stablehlo.multiply":

@@ -150,6 +150,8 @@ class _ScoreWalk:
                     other = [v for v in op.operands if v not in data]
                     culprit = other[0] if other else op.operands[1]
                     raise Refusal(f"the scale at {where(op)} is not a constant: it is {describe(culprit)}", op)
+                if op.name == "stablehlo.divide" and factor == 0:
+                    raise Refusal(f"the scores are divided by 0 at {where(op)}", op)
                 if op.name == "stablehlo.divide":
                     self.scale /= factor
                     self.scale_text.append(f"/ {factor:g} (divide)")
