@@ -5,7 +5,8 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
     BMM1 - [scale] - [bias] - [mask] - softmax - [dropout] - BMM2
 
 - BMM1 = dot_general(Q, K) contracting head_dim, two batching dimensions (batch, heads);
-- scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert), possibly repeated;
+- scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert) or a scalar computed from
+  constants (`jnp.sqrt(d)`: folded), possibly repeated;
 - bias: `add` of a non-constant tensor after the scale, in Q's element type (converts from it allowed), of the
   scores' shape or broadcast to it (`broadcast_in_dim`) along batch and/or heads only: the kernel's Bias
   [batch or 1, heads or 1, seq_q, seq_k] (`tessera.kernels.flash_attention(bias=True)`); a bias added before
@@ -18,7 +19,9 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
   back along that axis; converts anywhere, `maximum(-inf, max)` as jax.nn.softmax writes it);
 - dropout: `select(keep, P / c, 0)` or `P * mask` between softmax and BMM2 (found, never rewritten, with or
   without a bias);
-- BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis.
+- BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis; Q, K, V converted from
+  bf16 or f16 to float32 for the products are read before the convert when the output is rounded back after
+  (`widened`, `rounded_to`).
 
 Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), through the products
 and through transposes of the scores on their way to the softmax, so any layout JAX picks (BSHD arguments,
