@@ -469,6 +469,13 @@ def f32_products(q, k, v):
     return jnp.einsum("bhqk,bkhd->bqhd", p, v, preferred_element_type=jnp.float32)
 
 
+def f32_scores(q, k, v):
+    """Q and K converted to float32 for the scores, the softmax in float32, P cast back to bf16 for P.V; causal."""
+    s = scores(q.astype(jnp.float32), k.astype(jnp.float32)) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1).astype(q.dtype), v)
+
+
 def f32_pv(q, k, v):
     """Both products and the softmax in float32 (Q, K, V converted), the output kept in float32."""
     s = scores(q.astype(jnp.float32), k.astype(jnp.float32)) / math.sqrt(q.shape[-1])
@@ -517,6 +524,9 @@ UNSEEN14 = {
                                   "(preferred_element_type), P rounded to bf16: causal, the output converted"),
     "bwd_grad_f32_products_s128_d64": (grad_of(f32_products), qkv(S, 64), "jax.grad through the float32 "
                                        "products: dO arrives in float32"),
+    "fwd_f32_scores_s128_d64": (f32_scores, qkv(S, 64), "Q and K converted to float32 for the scores, P cast back "
+                                "to bf16: Q and K read before their converts"),
+    "bwd_grad_f32_scores_s128_d64": (grad_of(f32_scores), qkv(S, 64), "jax.grad through the float32 scores"),
     "neg_f32_pv_s128_d64": (f32_pv, qkv(S, 64), "Q, K, V converted to float32 for both products, the output kept "
                             "in float32: a near miss (the kernels write bf16)"),
     "fwd_sqrt_scale_s128_d64": (sqrt_scale, qkv(S, 64), "s / jnp.sqrt(d) (a sqrt of a constant in the graph), "

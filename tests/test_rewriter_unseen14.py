@@ -5,7 +5,7 @@ Flax's `linen.MultiHeadDotProductAttention` and `nnx.MultiHeadAttention` with th
 cross-attention, `jax.vmap` over the batch, softmaxes in float32 of bf16 scores, masks from iota, `jax.grad`
 through each, soft-capping, dropout and `jax.lax.scan`. Each is rewritten, or left alone with a near miss
 naming its rule; seeded edits (a reduce over the queries, a negative scale, the scores transposed, the mask
-turned upper-triangular) are refused. The default suite matches fifteen of the fixtures (`DEFAULT`, about 4 s);
+turned upper-triangular) are refused. The default suite matches sixteen of the fixtures (`DEFAULT`, about 4 s);
 `-m slow` matches the others and compares each rewrite with the original graph within the tolerance
 (`tessera-run --compare`, about 2 s each).
 
@@ -17,8 +17,9 @@ Regressions:
 - `tessera-run --compare` drew Flax's rank-3 DenseGeneral kernels ([in, heads, head_dim]) with variance 1, so a
   Flax layer's scores reached ~1e3, the softmax was one-hot and the comparison vacuous (errors of 1e8 within a
   tolerance of 3e8); weights of any rank are now drawn with variance 1/fan-in.
-- a float32 P.V (V converted from bf16; Flax's `force_fp32_for_softmax`) was a near miss ("Q, K, V are bf16,
-  f32"): V is read before the convert when the output is rounded back to bf16 after; a graph that keeps the
+- a float32 P.V (V converted from bf16; Flax's `force_fp32_for_softmax`) or float32 scores (Q and K converted)
+  were near misses ("Q, K, V are bf16, f32"): they are read before the convert when the output is bf16 or rounded
+  back to bf16 after; a graph that keeps the
   float32 output of float32 products is refused (the kernels would lose its precision: 7e-3 against 3e-7).
 - `s / jnp.sqrt(d)` and `s * lax.rsqrt(jnp.float32(d))` write the scale as a sqrt of a constant in the graph:
   a near miss, "the scale is not a constant: it is 'stablehlo.broadcast_in_dim'"; scalars computed from constants
@@ -69,6 +70,9 @@ REWRITTEN = {
     "fwd_f32_softmax_iota_s128_d64": (1, 0, True, False, "bf16"),
     "bwd_grad_f32_softmax_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_f32_products_s128_d64": (1, 0, True, False, "bf16"),
+    # Q and K converted to float32 for the scores (a bf16 output): the near miss said "Q, K, V are bf16, f32"
+    "fwd_f32_scores_s128_d64": (1, 0, True, False, "bf16"),
+    "bwd_grad_f32_scores_s128_d64": (1, 1, True, False, "bf16"),
     # regression: dS and dO converted once for each product: the converts followed
     "bwd_grad_f32_products_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_vmap_s128_d64": (1, 0, True, False, "bf16"),
@@ -105,7 +109,8 @@ REFUSED = {
 DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
            "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_sqrt_scale_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
            "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64",
-           "neg_softmax_where_s128_d64", "neg_mask_after_softmax_s128_d64", "neg_dpa_f32_bias_s128_d64"}
+           "neg_softmax_where_s128_d64", "neg_mask_after_softmax_s128_d64", "neg_dpa_f32_bias_s128_d64",
+           "bwd_grad_f32_scores_s128_d64"}
 """The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
 
 

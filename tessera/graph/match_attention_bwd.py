@@ -240,8 +240,8 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
                           f"the graph's softmax gradient is float32 throughout, the backward kernel's takes P in "
                           f"{f.dtype} and rowsum(dO O) from the {f.dtype} output, which cancels less exactly (a key "
                           "bias's gradient, zero in exact arithmetic, comes out far beyond the graph's error)")
-        s_labels = dot_labels(f.bmm1, *((f.q_labels, f.k_labels) if f.bmm1.operands[0] is f.q
-                                        else (f.k_labels, f.q_labels)))
+        q_is_lhs = f.q in (f.bmm1.operands[0], widened(f.bmm1.operands[0]))
+        s_labels = dot_labels(f.bmm1, *((f.q_labels, f.k_labels) if q_is_lhs else (f.k_labels, f.q_labels)))
         ds, scale, select = _walk_ds(ds_prime, b)
         slice_ops, dp = _gradient_slice(ds, f)
         b.dp = dp
@@ -311,8 +311,9 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         if element(b.do) != f.dtype:
             b.found.append(f"dO in {element(b.do)}: given to the kernel in {f.dtype}")
         b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
-        try:
-            backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
+        try:  # (a refused forward has no kernel configuration: `resolve` names its rule)
+            if f.refusal is None:
+                backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
         except ValueError as e:
             raise Refusal(f"no backward kernel: {e}") from None
         block_index = block.get_operation_index

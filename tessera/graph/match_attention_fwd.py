@@ -448,9 +448,11 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     if {element(x) for x in (m.q, m.k, m.v)} - set(KERNEL_TYPES):  # bf16 converted to f32 for a f32 product
         narrow = [widened(x) for x in (m.q, m.k, m.v)]
         if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES \
+                and element(m.bmm2.results[0]) != element(narrow[0]) \
                 and not rounded_to(m.bmm2.results[0], element(narrow[0])):
-            raise Refusal(f"Q, K, V are {element(narrow[0])} converted to {element(m.v)} and the output is kept in "
-                          f"{element(m.v)}: the kernels write {element(narrow[0])}, less precise than the graph")
+            raise Refusal(f"Q, K, V are {element(narrow[0])} converted to f32 and the output is kept in "
+                          f"{element(m.bmm2.results[0])}: the kernels write {element(narrow[0])}, less precise than the "
+                          "graph")
         if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES:
             m.found.append(", ".join(f"{name} {element(x)}" for name, x, y in zip("QKV", (m.q, m.k, m.v), narrow)
                                      if x is not y) + f" converted from {element(narrow[0])}: read before the convert")
