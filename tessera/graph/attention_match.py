@@ -412,7 +412,10 @@ def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarr
     from tessera.graph.stablehlo_interpreter import round_value
 
     for op in order:
-        results = interpreter.run_op(op, [env[o] for o in op.operands])
+        try:
+            results = interpreter.run_op(op, [env[o] for o in op.operands])
+        except ValueError as e:  # shapes the parser does not verify (a seeded edit), a body the interpreter refuses
+            raise Refusal(f"'{op.name}' at {where(op)} cannot be evaluated: {e}", op) from None
         for r, x in zip(op.results, results):
             env[r] = round_value(np.asarray(x), r.type, exact)
     return env[value]

@@ -211,7 +211,10 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
     for op in ops:
         if all(r in env for r in op.results):
             continue
-        results = interpreter.run_op(op, [value_of(o) for o in op.operands])
+        try:
+            results = interpreter.run_op(op, [value_of(o) for o in op.operands])
+        except ValueError as e:  # shapes the parser does not verify (a seeded edit), a body the interpreter refuses
+            raise Refusal(f"'{op.name}' at {where(op)} under dS cannot be evaluated: {e}") from None
         for r, value in zip(op.results, results):
             env[r] = round_value(np.asarray(value), r.type, exact=True)
     p, d_p, got = env[forward.softmax.p], env[dp.results[0]], env[ds]
