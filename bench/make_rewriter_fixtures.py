@@ -511,6 +511,17 @@ def softmax_where(q, k, v, *, after=False):
     return attend(jax.nn.softmax(s, axis=-1, where=causal_mask(s)), v)
 
 
+def single_head(q, k, v, *values):
+    """One head, [batch, seq, head_dim], by matmul: softmax(q @ k.swapaxes(-1, -2) / sqrt(d) [+ bias]) @ v,
+    causal by jnp.tril (without a bias)."""
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if values:
+        s = s + values[0]
+    else:
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+    return jax.nn.softmax(s, axis=-1) @ v
+
+
 UNSEEN14 = {
     "fwd_linen_mha_causal_s128_d64": (*linen_mha(), "flax.linen.MultiHeadDotProductAttention (bf16) with its "
                                       "projections, nn.make_causal_mask: one causal tessera.attention"),
@@ -543,6 +554,13 @@ UNSEEN14 = {
     "neg_mask_after_softmax_s128_d64": (lambda q, k, v: softmax_where(q, k, v, after=True), qkv(S, 64),
                                         "where(tril, softmax(s), 0): a near miss, a mask after the softmax (not "
                                         "dropout)"),
+    "fwd_single_head_s128_d64": (single_head, (bf16(8, S, 64),) * 3, "one head by matmul, [batch, seq, head_dim] "
+                                 "(one batching dimension), causal"),
+    "fwd_single_head_bias_s128_d64": (single_head, (bf16(8, S, 64),) * 3 + (bf16(S, S),),
+                                      "one head by matmul with a bias [seq, seq] broadcast over the batch"),
+    "neg_grad_single_head_s128_d64": (grad_of(single_head), (bf16(8, S, 64),) * 3,
+                                      "jax.grad through one head by matmul: a near miss (backwards are matched with "
+                                      "two batching dimensions)"),
     "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
                                    "the graph): matched, not rewritten"),
     "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "

@@ -80,6 +80,11 @@ GROUPED_BACKWARD = ("the backward of attention with query groups (jax.nn.dot_pro
 backward, the forward too)."""
 
 
+SINGLE_HEAD_BACKWARD = ("the backward of single-head attention (products with one batching dimension, [batch, "
+                        "seq, head_dim]) is not matched: backwards are matched with two (batch, heads)")
+"""Why the backward of a forward matched with one batching dimension is a near miss (and so its forward)."""
+
+
 def _other(dot: Operation, value: SSAValue, widen: bool = False) -> tuple[int, SSAValue] | None:
     """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand (with
     `widen`, also as the f32 it was converted to: the forward's Q, K or V read before such a convert)."""
@@ -233,6 +238,9 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
     if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
         return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
                              Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
+    if found is not None and len(shape(found[1])) == 3 and "b1" not in f.q_labels:
+        return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
+                             Refusal(SINGLE_HEAD_BACKWARD), dq=grad1, ops=[grad1])
     if found is None or len(shape(found[1])) != 4:
         return None
     ds_index, ds_prime = found

@@ -42,7 +42,8 @@ ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
 SCORE_ORDER = ("b0", "b1", "g", "q", "k")
-"""The scores' dimensions in Tessera's order: batch, heads (kv heads, query groups), queries, keys."""
+"""The scores' dimensions in Tessera's order: batch, heads (kv heads, query groups), queries, keys (a single head's
+scores, of one batching dimension, have no b1)."""
 GROUPED = ("scores reshaped on their way to the softmax, or a max or sum over another axis or on a copy of the "
            "softmax's input laid out otherwise, are not matched: dimensions are followed through products and transposes (jax.nn."
            "dot_product_attention's rank-5 [batch, kv_heads, groups, seq_q, seq_k] scores are)")
@@ -266,9 +267,11 @@ def _label_bmm1(bmm1: Operation, walk: _ScoreWalk, axis: int) -> tuple[bool, lis
     and the one right after its heads (b1) is the query group "g" (jax.nn.dot_product_attention's
     [batch, seq, kv_heads, groups, head_dim]: query head b1 * groups + g). Raises Refusal otherwise."""
     dims = sides(bmm1)
-    if len(dims["lhs_batching_dimensions"]) != 2 or len(dims["lhs_contracting_dimensions"]) != 1:
-        raise Refusal(f"BMM1 at {where(bmm1)} is not a product over two batching dimensions (batch, heads) and "
-                      "one contracting dimension (head_dim)", bmm1)
+    batching = len(dims["lhs_batching_dimensions"])
+    if batching not in (1, 2) or len(dims["lhs_contracting_dimensions"]) != 1:
+        raise Refusal(f"BMM1 at {where(bmm1)} is not a product over two batching dimensions (batch, heads), or one "
+                      "(a single head: `q @ k.swapaxes(-1, -2)` on [batch, seq, head_dim]), and one contracting "
+                      "dimension (head_dim)", bmm1)
     labels = {}
     for side in ("lhs", "rhs"):
         rank = len(shape(bmm1.operands[0 if side == "lhs" else 1]))
@@ -285,12 +288,12 @@ def _label_bmm1(bmm1: Operation, walk: _ScoreWalk, axis: int) -> tuple[bool, lis
     k_side, q_side = ("rhs", "lhs") if q_is_lhs else ("lhs", "rhs")
     k_labels = ["k" if x == key else x for x in labels[k_side]]
     q_free = [i for i, x in enumerate(labels[q_side]) if x.startswith(q_side)]
-    if any(x.startswith(k_side) for x in k_labels) or len(k_labels) != 4:
+    if any(x.startswith(k_side) for x in k_labels) or len(k_labels) != 2 + batching:
         raise Refusal(f"K of BMM1 at {where(bmm1)} has dimensions other than batch, heads, keys and head_dim", bmm1)
     q_labels = list(labels[q_side])
     if len(q_free) == 1:
         q_labels[q_free[0]] = "q"
-    elif len(q_free) == 2 and q_labels.index("b1") + 1 in q_free:
+    elif len(q_free) == 2 and "b1" in q_labels and q_labels.index("b1") + 1 in q_free:
         g = q_labels.index("b1") + 1
         q_labels = ["g" if i == g else "q" if i in q_free else x for i, x in enumerate(q_labels)]
     else:
@@ -334,7 +337,7 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
     values = evaluate(pred, MASK_OPS)
     values = np.broadcast_to(values, shape(select.results[0]))
     visible = values == 0 if visible_when is None else values if visible_when else ~values
-    visible = visible.transpose(perm_to(s_labels, SCORE_ORDER[:2] + SCORE_ORDER[2 if "g" in s_labels else 3:]))
+    visible = visible.transpose(perm_to(s_labels, tuple(x for x in SCORE_ORDER if x in s_labels)))
     visible = visible.reshape(-1, sq, sk)
     if not all(np.array_equal(visible[0], v) for v in visible[1:]):
         raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
@@ -406,7 +409,7 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
                       f"axis {p_contract[0] if p_contract else '?'}: attention normalises the axis it sums (the "
                       "keys)", m.bmm2)
     p_batch = dims[f"{p_side}_batching_dimensions"]
-    if sorted(p_labels[d] for d in p_batch) != ["b0", "b1"]:
+    if sorted(p_labels[d] for d in p_batch) != [x for x in ("b0", "b1") if x in p_labels]:
         raise Refusal(f"BMM2 at {where(m.bmm2)} does not pair P's batch and heads with V's", m.bmm2)
     v_labels: list = [None] * len(shape(m.v))
     for i, d in enumerate(dims[f"{v_side}_batching_dimensions"]):
