@@ -558,9 +558,8 @@ UNSEEN14 = {
                                  "(one batching dimension), causal"),
     "fwd_single_head_bias_s128_d64": (single_head, (bf16(8, S, 64),) * 3 + (bf16(S, S),),
                                       "one head by matmul with a bias [seq, seq] broadcast over the batch"),
-    "neg_grad_single_head_s128_d64": (grad_of(single_head), (bf16(8, S, 64),) * 3,
-                                      "jax.grad through one head by matmul: a near miss (backwards are matched with "
-                                      "two batching dimensions)"),
+    "bwd_grad_single_head_s128_d64": (grad_of(single_head), (bf16(8, S, 64),) * 3,
+                                      "jax.grad through one head by matmul: tessera.attention and attention_bwd"),
     "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
                                    "the graph): matched, not rewritten"),
     "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "

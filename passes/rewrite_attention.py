@@ -286,15 +286,16 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
     q, k, v = forward_op.operands
     o, lse = forward_op.results
     replaced = {} if replaced is None else replaced
-    do = converted(transposed(current(b.do, replaced), perm_to(b.do_labels, CANONICAL), at), q.type.element_type, at)
+    do = converted(_heads(current(b.do, replaced), b.do_labels, "q", 1, at), q.type.element_type, at)
     op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
                config, at)
     for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
                                          (op.results[1], b.dk, b.dk_labels, "k"),
                                          (op.results[2], b.dv, b.dv_labels, "k")):
         order = ("b0", "b1", seq, "d")
+        labels = labels if "b1" in labels else [*labels, "b1"]  # a single head: dropped after
         out = transposed(result, [order.index(label) for label in labels], at)
-        out = converted(out, product.results[0].type.element_type, at)
+        out = converted(reshaped(out, shape(product.results[0]), at), product.results[0].type.element_type, at)
         replaced[product.results[0]] = out
         product.results[0].replace_all_uses_with(out)
     return op

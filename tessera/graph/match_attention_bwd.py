@@ -80,11 +80,6 @@ GROUPED_BACKWARD = ("the backward of attention with query groups (jax.nn.dot_pro
 backward, the forward too)."""
 
 
-SINGLE_HEAD_BACKWARD = ("the backward of single-head attention (products with one batching dimension, [batch, "
-                        "seq, head_dim]) is not matched: backwards are matched with two (batch, heads)")
-"""Why the backward of a forward matched with one batching dimension is a near miss (and so its forward)."""
-
-
 def _other(dot: Operation, value: SSAValue, widen: bool = False) -> tuple[int, SSAValue] | None:
     """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand (with
     `widen`, also as the f32 it was converted to: the forward's Q, K or V read before such a convert)."""
@@ -238,10 +233,7 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
     if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
         return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
                              Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
-    if found is not None and len(shape(found[1])) == 3 and "b1" not in f.q_labels:
-        return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
-                             Refusal(SINGLE_HEAD_BACKWARD), dq=grad1, ops=[grad1])
-    if found is None or len(shape(found[1])) != 4:
+    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3):
         return None
     ds_index, ds_prime = found
     b = BackwardMatch(f, where(grad1), dq=grad1, ops=[grad1])
@@ -284,7 +276,8 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
                                      shape(select.results[0]))
             visible = values if splat_constant(select.operands[2], []) == 0.0 else ~values
             sq, sk = f.mask.visible.shape
-            visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+            visible = visible.transpose(perm_to(s_labels, tuple(x for x in ("b0", "b1", "q", "k") if x in s_labels)))
+            visible = visible.reshape(-1, sq, sk)
             if not all(np.array_equal(v, f.mask.visible) for v in visible):
                 raise Refusal(f"the backward's mask at {where(select)} is not the forward's")
             b.found.append(f"mask at {where(select)}")
@@ -331,7 +324,8 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         if min(block_index(b.dq), block_index(b.dk), block_index(b.dv)) < block_index(f.bmm2):
             raise Refusal(f"a gradient product comes before the forward's BMM2 at {where(f.bmm2)}")
         for labels, what in ((b.dq_labels, "dQ"), (b.dk_labels, "dK"), (b.dv_labels, "dV"), (b.do_labels, "dO")):
-            if sorted(map(str, labels)) != sorted(["b0", "b1", "k" if what in ("dK", "dV") else "q", "d"]):
+            heads = ["b1"] if "b1" in f.q_labels else []  # (none for a single head)
+            if sorted(map(str, labels)) != sorted(["b0", *heads, "k" if what in ("dK", "dV") else "q", "d"]):
                 raise Refusal(f"{what} has dimensions {labels}")
     except Refusal as refusal:
         b.refusal = refusal
