@@ -522,6 +522,13 @@ def single_head(q, k, v, *values):
     return jax.nn.softmax(s, axis=-1) @ v
 
 
+def logsumexp_softmax(q, k, v):
+    """The softmax as exp(s - logsumexp(s)) (jax.scipy.special.logsumexp), causal."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jnp.exp(s - jax.scipy.special.logsumexp(s, axis=-1, keepdims=True)), v)
+
+
 UNSEEN14 = {
     "fwd_linen_mha_causal_s128_d64": (*linen_mha(), "flax.linen.MultiHeadDotProductAttention (bf16) with its "
                                       "projections, nn.make_causal_mask: one causal tessera.attention"),
@@ -560,6 +567,8 @@ UNSEEN14 = {
                                       "one head by matmul with a bias [seq, seq] broadcast over the batch"),
     "bwd_grad_single_head_s128_d64": (grad_of(single_head), (bf16(8, S, 64),) * 3,
                                       "jax.grad through one head by matmul: tessera.attention and attention_bwd"),
+    "neg_logsumexp_softmax_s128_d64": (logsumexp_softmax, qkv(S, 64), "exp(s - logsumexp(s)): a near miss naming "
+                                       "it (it was reported as nothing)"),
     "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
                                    "the graph): matched, not rewritten"),
     "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "

@@ -319,6 +319,13 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
                         f"{GROUPED}")
                 return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
                                     found=[f"exp(x - max) / sum at {where(exp)}"], refusal=Refusal(rule))
+        for p_index in (0, 1):
+            exp = _logsumexp_softmax(bmm2.operands[p_index])
+            if exp is not None:
+                return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
+                                    found=[f"exp(x - logsumexp(x)) at {where(exp)}"],
+                                    refusal=Refusal(f"the softmax at {where(exp)} is written exp(x - logsumexp(x)): not "
+                                                    "matched (exp(x - max) / sum, as jax.nn.softmax writes it, is)"))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -356,6 +363,21 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.causal = True
         m.mask = Mask(select, pred, offset, visible[0], [select], additive=visible_when is None)
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
+
+
+def _logsumexp_softmax(value: SSAValue) -> Operation | None:
+    """The `exponential` of `value` = exp(x - lse) (through converts) where lse is a log (of a sum, plus a max:
+    jax.scipy.special.logsumexp) broadcast back, for a near-miss report; else None. Never rewritten."""
+    exp = producer(strip(value, []))
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None
+    sub = producer(exp.operands[0])
+    if sub is None or sub.name != "stablehlo.subtract":
+        return None
+    lse = producer(strip(sub.operands[1], [], ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape")))
+    while lse is not None and lse.name == "stablehlo.add":  # log(sum) + max
+        lse = next((op for op in map(producer, lse.operands) if op is not None and op.name == "stablehlo.log"), None)
+    return exp if lse is not None and lse.name == "stablehlo.log" else None
 
 
 def _unmatched_softmax(value: SSAValue) -> tuple[Operation | None, bool]:
