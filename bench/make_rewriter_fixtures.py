@@ -556,8 +556,11 @@ UNSEEN14 = {
     "neg_dpa_f32_bias_s128_d64": (dot_product_attention(extra=("bias",)), qkv(S, 64, extra=(f32(B, H, S, S),)),
                                   "jax.nn.dot_product_attention(bias=) with a float32 bias added to its float32 "
                                   "scores: a near miss (the kernel reads a bias in Q's type)"),
-    "neg_softmax_where_s128_d64": (softmax_where, qkv(S, 64), "jax.nn.softmax(s, where=tril): a near miss naming "
-                                   "it"),
+    "fwd_softmax_where_s128_d64": (softmax_where, qkv(S, 64), "jax.nn.softmax(s, where=tril): a masked max, sum "
+                                   "and output, the input masked with -inf: one causal tessera.attention"),
+    "neg_grad_softmax_where_s128_d64": (grad_of(softmax_where), qkv(S, 64), "jax.grad through "
+                                        "jax.nn.softmax(s, where=tril): a near miss (its gradient masks with selects "
+                                        "the backward matcher does not take)"),
     "neg_mask_after_softmax_s128_d64": (lambda q, k, v: softmax_where(q, k, v, after=True), qkv(S, 64),
                                         "where(tril, softmax(s), 0): a near miss, a mask after the softmax (not "
                                         "dropout)"),

@@ -12,8 +12,10 @@ turned upper-triangular) are refused. The default suite matches nineteen of the 
 Regressions:
 - one head by matmul (`q @ k.swapaxes(-1, -2)` on [batch, seq, head_dim]: one batching dimension) was a near
   miss: it is rewritten with heads 1, and its backward too.
-- `jax.nn.softmax(s, where=mask)` and exp(s - logsumexp(s)) were reported as nothing at all, and P zeroed by a mask after the softmax as
-  "matched, not rewritten: dropout": each is a near miss that says what it is.
+- `jax.nn.softmax(s, where=mask)` was reported as nothing at all: it is matched when the softmax's input is the
+  scores masked with -inf by the mask its max, sum and output take (else a near miss that says so);
+  exp(s - logsumexp(s)) was reported as nothing, and P zeroed by a mask after the softmax as "matched, not
+  rewritten: dropout": each is a near miss that says what it is.
 - a softmax's reduce over a dimension out of range (a seeded edit; the parser does not verify it) crashed the
   pass: such a reduce is not a softmax's; so did scores divided by 0, in the forward or the backward, and
   shapes or reduce bodies the interpreter cannot run in a mask or under dS (evaluated by the matcher): each is a
@@ -80,6 +82,8 @@ REWRITTEN = {
     # regression: dS and dO converted once for each product: the converts followed
     "bwd_grad_f32_products_s128_d64": (1, 1, True, False, "bf16"),
     "fwd_vmap_s128_d64": (1, 0, True, False, "bf16"),
+    # regression: jax.nn.softmax(s, where=mask) reported nothing at all (P is a select, not a divide)
+    "fwd_softmax_where_s128_d64": (1, 0, True, False, "bf16"),
     # regression: one head by matmul ([batch, seq, head_dim], one batching dimension) was a near miss
     "fwd_single_head_s128_d64": (1, 0, True, False, "bf16"),
     "fwd_single_head_bias_s128_d64": (1, 0, False, True, "bf16"),
@@ -98,8 +102,7 @@ REFUSED = {
                                             r"softmax gradient is float32 throughout",
     "neg_f32_pv_s128_d64": r"Q, K, V are bf16 converted to f32 and the output is kept in f32: the kernels write bf16",
     "neg_linen_dropout_s128_d64": r"matched, not rewritten: dropout",
-    # regression: reported nothing at all (P is a select, not a divide)
-    "neg_softmax_where_s128_d64": r"the softmax at .* is masked after it and in its sum \(jax.nn.softmax\(where=\)\)",
+    "neg_grad_softmax_where_s128_d64": r"'stablehlo.select' at .* is not part of a softmax gradient",
     # regression: reported nothing at all (P is an exponential, not a divide)
     "neg_logsumexp_softmax_s128_d64": r"the softmax at .* is written exp\(x - logsumexp\(x\)\): not matched",
     # regression: was "matched, not rewritten: dropout"
@@ -119,7 +122,7 @@ REFUSED = {
 DEFAULT = {"fwd_linen_mha_fp32_softmax_s128_d64", "bwd_grad_f32_products_s128_d64", "fwd_dpa_scale_f16_s128_d64",
            "fwd_mqa_repeat_s128_d64", "fwd_cross_q64_k192_d128", "fwd_dpa_alibi_bias_s128_d64", "fwd_sqrt_scale_s128_d64", "fwd_vmap_s128_d64", "neg_f32_pv_s128_d64",
            "bwd_grad_linen_fp32_softmax_s128_d64", "neg_dpa_causal_q64_k128_d64", "neg_dpa_seq_lengths_s128_d64",
-           "neg_softmax_where_s128_d64", "neg_mask_after_softmax_s128_d64", "neg_dpa_f32_bias_s128_d64",
+           "fwd_softmax_where_s128_d64", "neg_mask_after_softmax_s128_d64", "neg_dpa_f32_bias_s128_d64",
            "bwd_grad_f32_scores_s128_d64", "fwd_single_head_s128_d64", "fwd_single_head_bias_s128_d64",
            "neg_logsumexp_softmax_s128_d64"}
 """The fixtures the default suite rewrites (the regressions and one of each kind, about 3 s); `-m slow` all."""
@@ -176,6 +179,19 @@ EDITS = [
      '%49 = "stablehlo.reduce"(%47, %48) <{dimensions = array<i64: 0>}>', r"under dS cannot be evaluated"),
     ("bwd_grad_cross_q64_k192_d64", '%62 = "stablehlo.add"(%arg5, %arg6)', '%62 = "stablehlo.subtract"(%arg5, %arg6)',
      r"under dS cannot be evaluated: .* the interpreter runs reduce bodies"),
+    # jax.nn.softmax(where=): the mask of its max, its input, its sum or its output turned upper-triangular
+    ("fwd_softmax_where_s128_d64", '%11 = "stablehlo.broadcast_in_dim"(%arg9) <{broadcast_dimensions = array<i64: 2, 3>}>',
+     '%11 = "stablehlo.broadcast_in_dim"(%arg9) <{broadcast_dimensions = array<i64: 3, 2>}>',
+     r"is masked after it or in its max or sum \(jax.nn.softmax\(where=\)\) otherwise than its input"),
+    ("fwd_softmax_where_s128_d64", '%8 = "stablehlo.broadcast_in_dim"(%arg6) <{broadcast_dimensions = array<i64: 2, 3>}>',
+     '%8 = "stablehlo.broadcast_in_dim"(%arg6) <{broadcast_dimensions = array<i64: 3, 2>}>',
+     r"is masked after it or in its max or sum"),
+    ("fwd_softmax_where_s128_d64", '%4 = "stablehlo.broadcast_in_dim"(%arg3) <{broadcast_dimensions = array<i64: 2, 3>}>',
+     '%4 = "stablehlo.broadcast_in_dim"(%arg3) <{broadcast_dimensions = array<i64: 3, 2>}>',
+     r"is masked after it or in its max or sum"),
+    ("fwd_softmax_where_s128_d64", '%1 = "stablehlo.broadcast_in_dim"(%arg0) <{broadcast_dimensions = array<i64: 2, 3>}>',
+     '%1 = "stablehlo.broadcast_in_dim"(%arg0) <{broadcast_dimensions = array<i64: 3, 2>}>',
+     r"P is zeroed after the softmax by a mask computed from iota and constants at .* that its input is not masked by"),
     # one head: the mask upper-triangular
     ("fwd_single_head_s128_d64", "comparison_direction GE", "comparison_direction LE", r"the mask at .* is not causal"),
     # the scores divided by -8

@@ -163,12 +163,14 @@ def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
 
 
 def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
-               source: SSAValue | None = None) -> tuple[Operation, int] | None:
+               source: SSAValue | None = None, masked: list[SSAValue] | None = None) -> tuple[Operation, int] | None:
     """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
     tensor, broadcast back along that axis, return (the reduce op, the axis in `full`'s frame); converts and,
     for "maximum", `maximum(-inf, r)` around the reduce are allowed. With `source`, the reduce must take
     `source` itself or the tensor `source` transposes (`transposed_from`: the reduced axis and the broadcast
-    back are then read in `source`'s frame), else None. Ops are recorded in `ops`."""
+    back are then read in `source`'s frame), else None; with `masked`, also `source` masked as
+    jax.nn.softmax(where=) masks it (`_unmasked`: the mask's predicate is appended to `masked`, for the caller to
+    check). Ops are recorded in `ops`."""
     from tessera.graph.stablehlo_interpreter import reduce_kind
 
     seen: list[Operation] = []
@@ -205,7 +207,8 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
     rank = len(shape(full))
     perm = list(range(rank))
     if source is not None:
-        found = transposed_from(source, reduce.operands[0])
+        operand = reduce.operands[0] if masked is None else _unmasked(reduce.operands[0], kind, source, seen, masked)
+        found = transposed_from(source, operand)
         if found is None:
             return None
         perm = found
@@ -220,6 +223,28 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         return None
     ops.extend(seen + [reduce])
     return reduce, axis
+
+
+def _unmasked(operand: SSAValue, kind: str, source: SSAValue, seen: list[Operation], masked: list[SSAValue]) -> SSAValue:
+    """`source` if `operand` is it masked as jax.nn.softmax(where=) masks what it reduces: the sum's
+    select(pred, e, 0) of the exponential e, the max's select(pred, s, -inf) of the scores s that `source`, the
+    softmax's input, selects too (pred appended to `masked`, the ops to `seen`); else `operand`."""
+    if transposed_from(source, operand) is not None:  # `source` itself (a softmax of masked scores)
+        return operand
+    chain: list[Operation] = []
+    select = producer(strip(operand, chain))
+    fill = 0.0 if kind == "add" else -np.inf
+    if select is None or select.name != "stablehlo.select" or splat_constant(select.operands[2], []) != fill:
+        return operand
+    target = strip(source, [])
+    inner = producer(target)
+    if kind == "maximum" and inner is not None and inner.name == "stablehlo.select":
+        target = strip(inner.operands[1], [])
+    if strip(select.operands[1], chain) is not target:
+        return operand
+    seen.extend([*chain, select])
+    masked.append(select.operands[0])
+    return source
 
 
 def transposed_from(value: SSAValue, base: SSAValue) -> list[int] | None:
@@ -281,10 +306,19 @@ class Softmax:
 
 
 def match_softmax(value: SSAValue) -> Softmax | None:
-    """The softmax whose output `value` is (through converts), or None."""
+    """The softmax whose output `value` is (through converts), or None. jax.nn.softmax(x, where=mask) is one too
+    when x is the scores masked with -inf by that mask (its max, sum and output masked by it as well: `_unmasked`;
+    the output's select(mask, P, 0) then zeroes what P already holds as 0)."""
     ops: list[Operation] = []
     p = strip(value, ops)
-    div = producer(p)
+    masked: list[SSAValue] = []
+    post = producer(p)
+    if post is not None and post.name == "stablehlo.select" and splat_constant(post.operands[2], []) == 0.0:
+        ops.append(post)
+        masked.append(post.operands[0])
+        div = producer(strip(post.operands[1], ops))
+    else:
+        div = producer(p)
     if div is None or div.name != "stablehlo.divide":
         return None
     ops.append(div)
@@ -292,7 +326,7 @@ def match_softmax(value: SSAValue) -> Softmax | None:
     exp = producer(exp_value)
     if exp is None or exp.name != "stablehlo.exponential":
         return None
-    found = row_reduce(div.operands[1], "add", p, ops, exp_value)
+    found = row_reduce(div.operands[1], "add", p, ops, exp_value, masked)
     if found is None:
         return None
     total, axis = found
@@ -303,13 +337,27 @@ def match_softmax(value: SSAValue) -> Softmax | None:
         return None
     ops.append(sub)
     x = strip(sub.operands[0], ops)
-    found = row_reduce(sub.operands[1], "maximum", p, ops, x)
+    found = row_reduce(sub.operands[1], "maximum", p, ops, x, masked)
     if found is None:
         return None
     maximum, max_axis = found
-    if max_axis != axis:
+    if max_axis != axis or masked and not _masked_alike(x, masked):
         return None
     return Softmax(x, p, exp_value, axis, ops)
+
+
+def _masked_alike(x: SSAValue, masks: list[SSAValue]) -> bool:
+    """Whether the softmax input `x` is select(pred, s, -inf) and each of `masks` (predicates of the masked max,
+    sum and output of jax.nn.softmax(where=)) evaluates to pred, where the walk down from `x` then finds it as the
+    attention's mask: a max, sum or output masked otherwise is not this softmax."""
+    select = producer(x)
+    if select is None or select.name != "stablehlo.select" or splat_constant(select.operands[2], []) != -np.inf:
+        return False
+    try:
+        expected = np.broadcast_to(evaluate(select.operands[0], MASK_OPS), shape(x))
+        return all(np.array_equal(np.broadcast_to(evaluate(m, MASK_OPS), shape(x)), expected) for m in masks)
+    except (Refusal, ValueError):
+        return False
 
 
 def dot_labels(op: Operation, lhs: list[str | None], rhs: list[str | None]) -> list[str | None]:

@@ -313,8 +313,8 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
         for p_index in (0, 1):
             exp, masked = _unmatched_softmax(bmm2.operands[p_index])
             if exp is not None:
-                rule = (f"the softmax at {where(exp)} is masked after it and in its sum (jax.nn.softmax(where=)): not "
-                        "matched (a mask on the scores before the softmax, jnp.where(mask, s, -inf), is)" if masked else
+                rule = (f"the softmax at {where(exp)} is masked after it or in its max or sum (jax.nn.softmax(where=)) "
+                        "otherwise than its input is masked with -inf: not matched" if masked else
                         f"the max or the sum of the softmax at {where(exp)} is not taken over the axis it normalises: "
                         f"{GROUPED}")
                 return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
@@ -511,8 +511,8 @@ def _refuse_dropout(dropout_ops: list[Operation]) -> None:
             pass
         else:
             raise Refusal(f"P is zeroed after the softmax by a mask computed from iota and constants at {where(select)} "
-                          "(the rows are not renormalised; jax.nn.softmax(where=) writes one too, with a masked max "
-                          "and sum, which is not matched): a mask on the scores before the softmax is", select)
+                          "that its input is not masked by (the rows are not renormalised): a mask on the scores before "
+                          "the softmax, or jax.nn.softmax(where=mask), is matched", select)
     raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
 
 
