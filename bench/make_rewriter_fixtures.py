@@ -454,12 +454,6 @@ def mqa_repeat(q, k, v):
     return attention(q, jnp.repeat(k, q.shape[2], axis=2), jnp.repeat(v, q.shape[2], axis=2), causal=True)
 
 
-def scan_grad(x, wqkv, wo):
-    """jax.grad through layers under jax.lax.scan: the forward and its backward in while bodies."""
-    return jax.grad(lambda x, a, b: jnp.sum(scanned_layers(x, a, b).astype(jnp.float32) ** 2),
-                    argnums=(0, 1, 2))(x, wqkv, wo)
-
-
 def f32_products(q, k, v):
     """Both products accumulated and returned in float32 (einsum's preferred_element_type), the softmax in
     float32, P rounded to bf16 for P.V; causal."""
@@ -620,8 +614,6 @@ UNSEEN14 = {
                                tuple(f16(*x.shape) for x in qkv(S, 128)), "f16 causal by jnp.tril, head_dim 128"),
     "bwd_grad_f16_s128_d64": (grad_of(lambda q, k, v: attention(q, k, v, causal=True)),
                               tuple(f16(*x.shape) for x in qkv(S, 64)), "jax.grad through f16 causal attention"),
-    "neg_scan_grad_s128_d64": (scan_grad, (bf16(B, S, 256), bf16(2, 256, 768), bf16(2, 256, 256)),
-                               "jax.grad through layers under jax.lax.scan: near misses in the while bodies"),
 }
 FIXTURES.update({f"unseen14/{name}": entry for name, entry in UNSEEN14.items()})
 

@@ -3,7 +3,7 @@ exported by the `UNSEEN14` table of bench/make_rewriter_fixtures.py; the header 
 Flax's `linen.MultiHeadDotProductAttention` and `nnx.MultiHeadAttention` with their projections,
 `jax.nn.dot_product_attention` with `scale=`, `local_window_size=` and sequence lengths, in f16 and f32, MQA,
 cross-attention, `jax.vmap` over the batch, softmaxes in float32 of bf16 scores, masks from iota, `jax.grad`
-through each, soft-capping, dropout and `jax.lax.scan`. Each is rewritten, or left alone with a near miss
+through each, soft-capping and dropout. Each is rewritten, or left alone with a near miss
 naming its rule; seeded edits (a reduce over the queries, a negative scale, the scores transposed, the mask
 turned upper-triangular) are refused. The default suite matches nineteen of the fixtures (`DEFAULT`, about 4 s);
 `-m slow` matches the others and compares each rewrite with the original graph within the tolerance
@@ -114,8 +114,6 @@ REFUSED = {
     "neg_dpa_f32_bias_s128_d64": r"the bias at .* is f32: the kernel reads a bias in bf16 \(the type of Q, K and V\)",
     "neg_softcap_s128_d64": r"'stablehlo.tanh' at .* between BMM1 and the softmax is not a scale, bias or mask",
     "neg_grad_softcap_s128_d64": r"near miss \(backward\).*\n.*its forward at .* was not rewritten: 'stablehlo.tanh'",
-    "neg_scan_grad_s128_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a function's "
-                              r"top-level block is rewritten",
 }
 
 
