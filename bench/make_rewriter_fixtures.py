@@ -340,8 +340,291 @@ FIXTURES.update({f"unseen/{name}": entry for name, entry in UNSEEN.items()})
 # endregion
 
 
+# region Round 8 (tests/rewriter/unseen14/): Flax's modules, dot_product_attention's options, soft-capping, MQA,
+# cross-attention, vmap, f32 softmaxes of bf16 scores, masks from iota, grads through each, dropout's rng
+
+
+def f16(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float16)
+
+
+def f32(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def for_gpu(fn):
+    """`fn` exported as for a GPU (f16 products with an f32 accumulation, which the CPU refuses to lower)."""
+    fn.platforms = ("cuda",)
+    return fn
+
+
+def shapes_of(tree):
+    """ShapeDtypeStructs of a pytree of arrays (a Flax module's parameters as the function's arguments)."""
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def linen_mha(causal=True, dropout=0.0, fp32_softmax=False):
+    """flax.linen.MultiHeadDotProductAttention (bf16, 4 heads of 64) with its projections, self-attention over
+    x [B, S, 256]; the causal mask by nn.make_causal_mask; dropout (deterministic=False) draws from an rng key."""
+    import flax.linen as nn
+
+    model = nn.MultiHeadDotProductAttention(num_heads=H, qkv_features=256, dtype=jnp.bfloat16,
+                                            param_dtype=jnp.bfloat16, dropout_rate=dropout,
+                                            deterministic=dropout == 0.0, force_fp32_for_softmax=fp32_softmax)
+    x = jnp.zeros((B, S, 256), jnp.bfloat16)
+    params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), x))
+
+    def f(params, x):
+        mask = nn.make_causal_mask(x[..., 0]) if causal else None
+        rngs = {"dropout": jax.random.PRNGKey(7)} if dropout else None
+        return model.apply(params, x, mask=mask, rngs=rngs)
+    return f, (shapes_of(params), bf16(B, S, 256))
+
+
+def grad_of_linen(causal=True, fp32_softmax=False):
+    """jax.grad of sum(MHA(x)^2) with respect to the parameters and x."""
+    f, shapes = linen_mha(causal, fp32_softmax=fp32_softmax)
+
+    def g(params, x):
+        return jax.grad(lambda p, x: jnp.sum(f(p, x).astype(jnp.float32) ** 2), argnums=(0, 1))(params, x)
+    return g, shapes
+
+
+def nnx_mha(causal=True, sq=S, sk=S):
+    """flax.nnx.MultiHeadAttention (bf16, 4 heads of 64): self-attention (causal by nnx.make_causal_mask) or
+    cross-attention of x [B, sq, 256] over y [B, sk, 256]; the parameters are the function's arguments."""
+    from flax import nnx
+
+    model = nnx.MultiHeadAttention(num_heads=H, in_features=256, qkv_features=256, dtype=jnp.bfloat16,
+                                   param_dtype=jnp.bfloat16, decode=False, rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(model)
+
+    def f(state, x, y):
+        module = nnx.merge(graphdef, state)
+        if sq == sk and causal:
+            return module(x, mask=nnx.make_causal_mask(x[..., 0]))
+        return module(x, y, y)
+    return f, (shapes_of(state), bf16(B, sq, 256), bf16(B, sk, 256))
+
+
+def softcapped(q, k, v, cap=50.0):
+    """Gemma 2's logit soft-capping, cap * tanh(s / cap), before the causal softmax."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    s = cap * jnp.tanh(s / cap)
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def alibi_select(q, k, v):
+    """ALiBi with slopes 2^(-8 (h+1) / H) built in the graph, causal by jnp.where(tril, s, -inf)."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    sq, sk = s.shape[-2:]
+    slopes = jnp.exp2(-8.0 * jnp.arange(1, H + 1) / H)
+    distance = (jnp.arange(sk)[None, :] - jnp.arange(sq)[:, None]).astype(jnp.float32)
+    s = s + (slopes[:, None, None] * distance).astype(s.dtype)
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def f32_softmax(q, k, v, causal=True):
+    """Scores in bf16, the softmax in float32 (s.astype(f32) ... .astype(bf16)), causal by iota compares."""
+    s = scores(q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        sq, sk = s.shape[-2:]
+        visible = jax.lax.broadcasted_iota(jnp.int32, (sq, sk), 0) + (sk - sq) >= \
+            jax.lax.broadcasted_iota(jnp.int32, (sq, sk), 1)
+        s = jnp.where(visible, s, jnp.finfo(s.dtype).min)
+    return attend(jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(q.dtype), v)
+
+
+def per_example(q, k, v):
+    """Attention of one example, [seq, heads, head_dim], causal by iota compares; `vmapped` maps it over the
+    batch."""
+    s = jnp.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
+    i, j = jnp.arange(s.shape[-2])[:, None], jnp.arange(s.shape[-1])[None, :]
+    s = jnp.where(j <= i + (s.shape[-1] - s.shape[-2]), s, -jnp.inf)
+    return jnp.einsum("hqk,khd->qhd", jax.nn.softmax(s, axis=-1), v)
+
+
+vmapped = jax.vmap(per_example)
+
+
+def mqa_repeat(q, k, v):
+    """Multi-query attention: one K/V head repeated to every query head, causal."""
+    return attention(q, jnp.repeat(k, q.shape[2], axis=2), jnp.repeat(v, q.shape[2], axis=2), causal=True)
+
+
+def f32_products(q, k, v):
+    """Both products accumulated and returned in float32 (einsum's preferred_element_type), the softmax in
+    float32, P rounded to bf16 for P.V; causal."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1).astype(q.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v, preferred_element_type=jnp.float32)
+
+
+def f32_scores(q, k, v):
+    """Q and K converted to float32 for the scores, the softmax in float32, P cast back to bf16 for P.V; causal."""
+    s = scores(q.astype(jnp.float32), k.astype(jnp.float32)) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1).astype(q.dtype), v)
+
+
+def f32_pv(q, k, v):
+    """Both products and the softmax in float32 (Q, K, V converted), the output kept in float32."""
+    s = scores(q.astype(jnp.float32), k.astype(jnp.float32)) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v.astype(jnp.float32))
+
+
+def sqrt_scale(q, k, v, *, rsqrt=False):
+    """The scale computed in the graph: s / jnp.sqrt(d) (causal) or s * lax.rsqrt(jnp.float32(d))."""
+    s = scores(q, k)
+    if rsqrt:
+        s = s * jax.lax.rsqrt(jnp.float32(q.shape[-1])).astype(s.dtype)
+    else:
+        s = jnp.where(causal_mask(s), s / jnp.sqrt(q.shape[-1]), -jnp.inf)
+    return attend(jax.nn.softmax(s, axis=-1), v)
+
+
+def alibi_dot_product_attention(q, k, v):
+    """ALiBi built in the graph in float32, cast to bf16 and given to jax.nn.dot_product_attention(bias=,
+    is_causal=True), which adds it to float32 scores."""
+    slopes = 2.0 ** -jnp.arange(1, H + 1, dtype=jnp.float32)
+    distance = (jnp.arange(k.shape[1])[None, :] - jnp.arange(q.shape[1])[:, None]).astype(jnp.float32)
+    bias = (slopes[:, None, None] * distance)[None].astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True)
+
+
+def softmax_where(q, k, v, *, after=False):
+    """Causal by jax.nn.softmax(s, where=tril) (a masked max and sum, P zeroed after), or, `after`, by
+    jnp.where(tril, softmax(s), 0): P zeroed after an unmasked softmax (not attention: rows do not sum to 1)."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    if after:
+        return attend(jnp.where(causal_mask(s), jax.nn.softmax(s, axis=-1), 0), v)
+    return attend(jax.nn.softmax(s, axis=-1, where=causal_mask(s)), v)
+
+
+def single_head(q, k, v, *values):
+    """One head, [batch, seq, head_dim], by matmul: softmax(q @ k.swapaxes(-1, -2) / sqrt(d) [+ bias]) @ v,
+    causal by jnp.tril (without a bias)."""
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if values:
+        s = s + values[0]
+    else:
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+    return jax.nn.softmax(s, axis=-1) @ v
+
+
+def logsumexp_softmax(q, k, v):
+    """The softmax as exp(s - logsumexp(s)) (jax.scipy.special.logsumexp), causal."""
+    s = scores(q, k) / math.sqrt(q.shape[-1])
+    s = jnp.where(causal_mask(s), s, -jnp.inf)
+    return attend(jnp.exp(s - jax.scipy.special.logsumexp(s, axis=-1, keepdims=True)), v)
+
+
+UNSEEN14 = {
+    "fwd_linen_mha_causal_s128_d64": (*linen_mha(), "flax.linen.MultiHeadDotProductAttention (bf16) with its "
+                                      "projections, nn.make_causal_mask: one causal tessera.attention"),
+    "fwd_linen_mha_fp32_softmax_s128_d64": (*linen_mha(fp32_softmax=True), "linen MHA, force_fp32_for_softmax: "
+                                            "the softmax in float32, P.V in float32 (V converted)"),
+    "bwd_grad_linen_mha_s128_d64": (*grad_of_linen(), "jax.grad through linen MHA (parameters and x): "
+                                    "tessera.attention and attention_bwd"),
+    "bwd_grad_linen_fp32_softmax_s128_d64": (*grad_of_linen(fp32_softmax=True), "jax.grad through linen MHA "
+                                             "with force_fp32_for_softmax"),
+    "fwd_f32_products_s128_d64": (f32_products, qkv(S, 64), "both products in float32 "
+                                  "(preferred_element_type), P rounded to bf16: causal, the output converted"),
+    "bwd_grad_f32_products_s128_d64": (grad_of(f32_products), qkv(S, 64), "jax.grad through the float32 "
+                                       "products: dO arrives in float32"),
+    "fwd_f32_scores_s128_d64": (f32_scores, qkv(S, 64), "Q and K converted to float32 for the scores, P cast back "
+                                "to bf16: Q and K read before their converts"),
+    "bwd_grad_f32_scores_s128_d64": (grad_of(f32_scores), qkv(S, 64), "jax.grad through the float32 scores"),
+    "neg_f32_pv_s128_d64": (f32_pv, qkv(S, 64), "Q, K, V converted to float32 for both products, the output kept "
+                            "in float32: a near miss (the kernels write bf16)"),
+    "fwd_sqrt_scale_s128_d64": (sqrt_scale, qkv(S, 64), "s / jnp.sqrt(d) (a sqrt of a constant in the graph), "
+                                "causal"),
+    "bwd_grad_rsqrt_scale_s128_d64": (grad_of(lambda q, k, v: sqrt_scale(q, k, v, rsqrt=True)), qkv(S, 64),
+                                      "jax.grad through s * lax.rsqrt(jnp.float32(d))"),
+    "fwd_dpa_alibi_bias_s128_d64": (alibi_dot_product_attention, qkv(S, 64), "ALiBi built in float32, cast to bf16, "
+                                    "as jax.nn.dot_product_attention's bias (causal)"),
+    "neg_dpa_f32_bias_s128_d64": (dot_product_attention(extra=("bias",)), qkv(S, 64, extra=(f32(B, H, S, S),)),
+                                  "jax.nn.dot_product_attention(bias=) with a float32 bias added to its float32 "
+                                  "scores: a near miss (the kernel reads a bias in Q's type)"),
+    "fwd_softmax_where_s128_d64": (softmax_where, qkv(S, 64), "jax.nn.softmax(s, where=tril): a masked max, sum "
+                                   "and output, the input masked with -inf: one causal tessera.attention"),
+    "neg_grad_softmax_where_s128_d64": (grad_of(softmax_where), qkv(S, 64), "jax.grad through "
+                                        "jax.nn.softmax(s, where=tril): a near miss (its gradient masks with selects "
+                                        "the backward matcher does not take)"),
+    "neg_mask_after_softmax_s128_d64": (lambda q, k, v: softmax_where(q, k, v, after=True), qkv(S, 64),
+                                        "where(tril, softmax(s), 0): a near miss, a mask after the softmax (not "
+                                        "dropout)"),
+    "fwd_single_head_s128_d64": (single_head, (bf16(8, S, 64),) * 3, "one head by matmul, [batch, seq, head_dim] "
+                                 "(one batching dimension), causal"),
+    "fwd_single_head_bias_s128_d64": (single_head, (bf16(8, S, 64),) * 3 + (bf16(S, S),),
+                                      "one head by matmul with a bias [seq, seq] broadcast over the batch"),
+    "bwd_grad_single_head_s128_d64": (grad_of(single_head), (bf16(8, S, 64),) * 3,
+                                      "jax.grad through one head by matmul: tessera.attention and attention_bwd"),
+    "neg_logsumexp_softmax_s128_d64": (logsumexp_softmax, qkv(S, 64), "exp(s - logsumexp(s)): a near miss naming "
+                                       "it (it was reported as nothing)"),
+    "neg_linen_dropout_s128_d64": (*linen_mha(dropout=0.1), "linen MHA with dropout_rate 0.1 (an rng key in "
+                                   "the graph): matched, not rewritten"),
+    "fwd_nnx_mha_causal_s128_d64": (*nnx_mha(), "flax.nnx.MultiHeadAttention (bf16), nnx.make_causal_mask: one "
+                                    "causal tessera.attention"),
+    "fwd_nnx_cross_q64_k192_d64": (*nnx_mha(sq=64, sk=192), "nnx.MultiHeadAttention as cross-attention, 64 "
+                                   "queries over 192 keys: one tessera.attention"),
+    "fwd_dpa_scale_f16_s128_d64": (for_gpu(dot_product_attention(scale=0.5, is_causal=True)),
+                                   tuple(f16(*x.shape) for x in qkv(S, 64)),
+                                   "jax.nn.dot_product_attention(scale=0.5, is_causal=True) in f16, exported for a GPU"),
+    "fwd_dpa_window_s128_d64": (dot_product_attention(local_window_size=(S, 0)), qkv(S, 64),
+                                "jax.nn.dot_product_attention(local_window_size=(128, 0)): the window is the "
+                                "causal mask"),
+    "neg_dpa_window_s128_d64": (dot_product_attention(is_causal=True, local_window_size=(16, 0)), qkv(S, 64),
+                                "jax.nn.dot_product_attention(is_causal=True, local_window_size=(16, 0)): a "
+                                "band, not causal: a near miss"),
+    "neg_dpa_seq_lengths_s128_d64": (dot_product_attention(extra=("query_seq_lengths", "key_value_seq_lengths")),
+                                     qkv(S, 64, extra=(jax.ShapeDtypeStruct((B,), jnp.int32),) * 2),
+                                     "jax.nn.dot_product_attention with query and key lengths (data): a near miss"),
+    "neg_dpa_causal_q64_k128_d64": (dot_product_attention(is_causal=True), qkv(64, 64, S),
+                                    "jax.nn.dot_product_attention(is_causal=True) with seq_q < seq_k: top-left "
+                                    "causal, not Tessera's bottom-right: a near miss"),
+    "neg_dpa_f32_s128_d64": (dot_product_attention(is_causal=True), tuple(f32(*x.shape) for x in qkv(S, 64)),
+                             "jax.nn.dot_product_attention in float32: a near miss"),
+    "fwd_dpa_mqa_s128_d64": (dot_product_attention(is_causal=True),
+                             (bf16(B, S, H, 64), bf16(B, S, 1, 64), bf16(B, S, 1, 64)),
+                             "jax.nn.dot_product_attention(is_causal=True) with one K/V head (MQA)"),
+    "fwd_mqa_repeat_s128_d64": (mqa_repeat, (bf16(B, S, H, 64), bf16(B, S, 1, 64), bf16(B, S, 1, 64)),
+                                "MQA by jnp.repeat of one K/V head, causal"),
+    "bwd_grad_mqa_repeat_s128_d64": (grad_of(mqa_repeat), (bf16(B, S, H, 64), bf16(B, S, 1, 64),
+                                                            bf16(B, S, 1, 64)),
+                                     "jax.grad through MQA by jnp.repeat: dK and dV summed over the repeats"),
+    "fwd_cross_q64_k192_d128": (lambda q, k, v: attention(q, k, v), qkv(64, 128, 192),
+                                "cross-attention, 64 queries over 192 keys, head_dim 128"),
+    "bwd_grad_cross_q64_k192_d64": (grad_of(lambda q, k, v: attention(q, k, v)), qkv(64, 64, 192),
+                                    "jax.grad through cross-attention (64 queries, 192 keys)"),
+    "neg_softcap_s128_d64": (softcapped, qkv(S, 64), "Gemma 2's soft-capping, 50 tanh(s / 50): a near miss"),
+    "neg_grad_softcap_s128_d64": (grad_of(softcapped), qkv(S, 64), "jax.grad through soft-capping: near misses"),
+    "fwd_alibi_select_s128_d64": (alibi_select, qkv(S, 64), "ALiBi with exp2 slopes built in the graph, causal "
+                                  "by where(tril, s, -inf): causal, with the bias operand"),
+    "fwd_f32_softmax_iota_s128_d64": (f32_softmax, qkv(S, 64), "bf16 scores, the softmax in float32, causal by "
+                                      "broadcasted_iota compares and a finfo(bf16).min fill"),
+    "bwd_grad_f32_softmax_s128_d64": (grad_of(f32_softmax), qkv(S, 64), "jax.grad through the float32 softmax"),
+    "fwd_vmap_s128_d64": (vmapped, qkv(S, 64), "jax.vmap over the batch of attention written per example"),
+    "bwd_grad_vmap_s128_d64": (grad_of(vmapped), qkv(S, 64), "jax.grad through the vmapped attention"),
+    "fwd_f16_tril_s128_d128": (lambda q, k, v: attention(q, k, v, causal=True),
+                               tuple(f16(*x.shape) for x in qkv(S, 128)), "f16 causal by jnp.tril, head_dim 128"),
+    "bwd_grad_f16_s128_d64": (grad_of(lambda q, k, v: attention(q, k, v, causal=True)),
+                              tuple(f16(*x.shape) for x in qkv(S, 64)), "jax.grad through f16 causal attention"),
+}
+FIXTURES.update({f"unseen14/{name}": entry for name, entry in UNSEEN14.items()})
+
+# endregion
+
+
 def export(fn, shapes) -> str:
-    module = jax.jit(fn).lower(*shapes).compiler_ir("stablehlo")
+    traced = jax.jit(fn).trace(*shapes)
+    platforms = getattr(fn, "platforms", None)
+    lowered = traced.lower(lowering_platforms=platforms) if platforms else traced.lower()
+    module = lowered.compiler_ir("stablehlo")
     text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
     return re.sub(re.escape(ROOT + os.sep), "", text)
 

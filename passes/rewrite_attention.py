@@ -204,7 +204,8 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
     sizes = dict(zip(present, bias.type.get_shape()))
     target = [sizes.get("b0", 1), sizes.get("b1", 1) * sizes.get("g", 1), sizes.get("q", 1), sizes.get("k", 1)]
     bias = reshaped(bias, target, at)
-    full = (shape(m.q)[m.q_labels.index("b0")], shape(m.q)[m.q_labels.index("b1")] * group_count(m))
+    heads = shape(m.q)[m.q_labels.index("b1")] if "b1" in m.q_labels else 1
+    full = (shape(m.q)[m.q_labels.index("b0")], heads * group_count(m))
     broadcast = tuple(name for name, size, n in zip(("batch", "heads"), target[:2], full) if size == 1 and n != 1)
     return bias, broadcast
 
@@ -212,7 +213,10 @@ def bias_operand(m: ForwardMatch, at: Operation) -> tuple[SSAValue, tuple[str, .
 def _heads(value: SSAValue, labels: list, seq: str, groups: int, at: Operation) -> SSAValue:
     """Q, K or V in Tessera's layout [batch, heads, seq, head_dim]: a Q with query groups has its heads
     b1 * groups + g (the groups merged after the kv heads); K and V of grouped attention are repeated over the
-    groups (query head h reads kv head h // groups, Tessera's GQA convention), else transposed only."""
+    groups (query head h reads kv head h // groups, Tessera's GQA convention), else transposed only; a single
+    head's [batch, seq, head_dim] (no b1) gets a heads dimension of 1."""
+    if "b1" not in labels:
+        value, labels = reshaped(value, [*value.type.get_shape(), 1], at), [*labels, "b1"]
     if "g" in labels:
         value = transposed(value, perm_to(labels, ("b0", "b1", "g", seq, "d")), at)
     else:
@@ -262,7 +266,9 @@ def rewrite_forward(m: ForwardMatch, with_lse: bool, form: str,
     if "g" in m.out_labels:
         b, h, n, d = out.type.get_shape()
         out, order = reshaped(out, [b, h // groups, groups, n, d], at), ("b0", "b1", "g", "q", "d")
-    out = transposed(out, [order.index(label) for label in m.out_labels], at)
+    out_labels = m.out_labels if "b1" in m.out_labels else [*m.out_labels, "b1"]  # a single head: dropped after
+    out = transposed(out, [order.index(label) for label in out_labels], at)
+    out = reshaped(out, shape(m.bmm2.results[0]), at)
     out = converted(out, m.bmm2.results[0].type.element_type, at)
     replaced[m.bmm2.results[0]] = out
     m.bmm2.results[0].replace_all_uses_with(out)
@@ -280,15 +286,16 @@ def rewrite_backward(b: BackwardMatch, forward_op: Operation, config: dict, form
     q, k, v = forward_op.operands
     o, lse = forward_op.results
     replaced = {} if replaced is None else replaced
-    do = transposed(current(b.do, replaced), perm_to(b.do_labels, CANONICAL), at)
+    do = converted(_heads(current(b.do, replaced), b.do_labels, "q", 1, at), q.type.element_type, at)
     op = _emit("tessera.attention_bwd", BACKWARD_TARGET, form, [q, k, v, o, lse, do], [q.type, k.type, v.type],
                config, at)
     for result, product, labels, seq in ((op.results[0], b.dq, b.dq_labels, "q"),
                                          (op.results[1], b.dk, b.dk_labels, "k"),
                                          (op.results[2], b.dv, b.dv_labels, "k")):
         order = ("b0", "b1", seq, "d")
+        labels = labels if "b1" in labels else [*labels, "b1"]  # a single head: dropped after
         out = transposed(result, [order.index(label) for label in labels], at)
-        out = converted(out, product.results[0].type.element_type, at)
+        out = converted(reshaped(out, shape(product.results[0]), at), product.results[0].type.element_type, at)
         replaced[product.results[0]] = out
         product.results[0].replace_all_uses_with(out)
     return op

@@ -401,8 +401,6 @@ def test_a_bias_broadcast_over_batch_or_heads_stays_broadcast(source_shape, dims
      r"the bias at .* \(argument %arg3, \[2, 4, 1, 256\]\) is broadcast along the queries: the kernel reads a bias "
      r"\[batch or 1, heads or 1, seq_q, seq_k\]"),
     (dict(source_shape="2x256", dims="0, 3"), r"is broadcast along the queries: the kernel reads a bias"),
-    (dict(source_shape="2x4x256x256", element="f32"),
-     r"the bias at .* is f32: the kernel reads a bias in bf16 \(the type of Q, K and V\)"),
     (dict(edit=lambda t: checked(t).replace('%3 = "stablehlo.multiply"(%0, %2)', '%3 = "stablehlo.add"(%0, %arg3)')
                           .replace(BIAS_ADD, '%4 = "stablehlo.multiply"(%3, %2)')),
      r"the bias at .* is added before a scale \(x 0.125\): the kernel adds its bias after the scale"),

@@ -7,8 +7,10 @@
 `tessera_run` hands a file here when it holds no Tile IR or Target IR kernel but a function of StableHLO (or
 Tessera's attention ops). The entry is `@main` (else the only public function). Inputs are drawn, seeded, for
 each argument: standard normal floats, except matrices (rank 2, both sizes at least 16) drawn with variance
-1/rows, as weight initialisers do, so that a model's activations stay O(1); random bits for booleans and
-integers. They are rounded to each argument's element type.
+1/rows, and weights of higher rank (an argument a product without batching dimensions contracts over its
+leading dimensions: Flax's DenseGeneral kernels [in, heads, head_dim] and [heads, head_dim, out]) with variance
+1/(those dimensions' sizes), as weight initialisers do, so that a model's activations stay O(1); random bits
+for booleans and integers. They are rounded to each argument's element type.
 
 Without `--compare` the graph (after `-p PIPELINE`, if given) runs in the StableHLO interpreter, attention
 ops in Tessera's kernels (`tessera.graph.graph_runtime`; `--attention-level`), and each output's shape and range are
@@ -40,10 +42,32 @@ def is_graph(module: ModuleOp) -> bool:
                and op.op_name.data.split(".")[0] in ("stablehlo", "chlo") for op in ops)
 
 
+def weight_fan_in(module: ModuleOp) -> dict[int, int]:
+    """For each argument of the entry function of rank 3 or more that a `dot_general` without batching dimensions
+    contracts over its leading dimensions (a layer's weight [in..., out...]), the number of inputs it sums: the
+    product of those dimensions' sizes. Keyed by the argument's index."""
+    from xdsl.ir import BlockArgument
+
+    fan_in: dict[int, int] = {}
+    for op in entry_function(module).walk():
+        if op.name != "stablehlo.dot_general":
+            continue
+        dims = op.dot_dimension_numbers
+        if dims.dims("lhs_batching_dimensions"):
+            continue
+        for operand, side in zip(op.operands, ("lhs", "rhs")):
+            contracted = sorted(dims.dims(f"{side}_contracting_dimensions"))
+            if isinstance(operand, BlockArgument) and operand.owner is entry_function(module).body.blocks.first \
+                    and len(operand.type.get_shape()) >= 3 and contracted == list(range(len(contracted))):
+                fan_in[operand.index] = int(np.prod([operand.type.get_shape()[d] for d in contracted]))
+    return fan_in
+
+
 def generate_inputs(module: ModuleOp, seed: int) -> list[np.ndarray]:
     """Seeded inputs for the entry function's arguments (module docstring)."""
     rng = np.random.default_rng(seed)
     inputs = []
+    fan_in = weight_fan_in(module)
     for arg in entry_function(module).body.blocks.first.args:
         if not isinstance(arg.type, TensorType):
             raise ValueError(f"argument %{arg.index} of the entry function is {arg.type}, not a tensor")
@@ -56,6 +80,8 @@ def generate_inputs(module: ModuleOp, seed: int) -> list[np.ndarray]:
             x = rng.standard_normal(shape)
             if len(shape) == 2 and min(shape) >= 16:
                 x = x / np.sqrt(shape[0])
+            elif arg.index in fan_in:
+                x = x / np.sqrt(fan_in[arg.index])
         elif dtype == np.bool_:
             x = rng.integers(0, 2, shape).astype(bool)
         else:

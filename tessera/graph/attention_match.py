@@ -5,7 +5,8 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
     BMM1 - [scale] - [bias] - [mask] - softmax - [dropout] - BMM2
 
 - BMM1 = dot_general(Q, K) contracting head_dim, two batching dimensions (batch, heads);
-- scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert), possibly repeated;
+- scale: `multiply` or `divide` by a splat constant (through broadcast_in_dim/convert) or a scalar computed from
+  constants (`jnp.sqrt(d)`: folded), possibly repeated;
 - bias: `add` of a non-constant tensor after the scale, in Q's element type (converts from it allowed), of the
   scores' shape or broadcast to it (`broadcast_in_dim`) along batch and/or heads only: the kernel's Bias
   [batch or 1, heads or 1, seq_q, seq_k] (`tessera.kernels.flash_attention(bias=True)`); a bias added before
@@ -18,7 +19,9 @@ Forward pattern (XLA's cuDNN rewriter, seed 003): walking bottom-up from each `d
   back along that axis; converts anywhere, `maximum(-inf, max)` as jax.nn.softmax writes it);
 - dropout: `select(keep, P / c, 0)` or `P * mask` between softmax and BMM2 (found, never rewritten, with or
   without a bias);
-- BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis.
+- BMM2 = dot_general(P, V) contracting the softmax axis, which must be BMM1's key axis; Q, K, V converted from
+  bf16 or f16 to float32 for the products are read before the convert when the output is rounded back after
+  (`widened`, `rounded_to`).
 
 Dimensions are followed by label (b0, b1 for the two batching dimensions, q, k, d), through the products
 and through transposes of the scores on their way to the softmax, so any layout JAX picks (BSHD arguments,
@@ -49,6 +52,11 @@ DOT = "stablehlo.dot_general"
 
 NEGATIVE_FILL = -1e4
 """A mask fill at or below this (or -inf) hides a key: exp(fill - max) underflows to 0 in bf16 and f32."""
+
+FOLDED_OPS = {"stablehlo.constant", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+              "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.multiply", "stablehlo.divide", "stablehlo.add",
+              "stablehlo.subtract", "stablehlo.negate", "stablehlo.power", "stablehlo.exponential", "stablehlo.log"}
+"""Ops a scalar constant may be computed with in the graph (`jnp.sqrt(d)`, `lax.rsqrt(jnp.float32(d))`): folded."""
 
 MASK_OPS = {"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
             "stablehlo.convert", "stablehlo.compare", "stablehlo.add", "stablehlo.subtract", "stablehlo.and",
@@ -102,14 +110,49 @@ def strip(value: SSAValue, ops: list[Operation], names=("stablehlo.convert",)) -
     return value
 
 
+KERNEL_TYPES = ("bf16", "f16")
+"""The element types the attention kernels take (Q, K, V, dO, O and the bias)."""
+
+
+def widened(value: SSAValue) -> SSAValue:
+    """The bf16 or f16 tensor `value` was converted from, if every convert on the way holds its values exactly (to
+    f32 or f64, or back to its own type: `v.astype(jnp.float32)` before a float32 product), else `value`."""
+    chain: list[Operation] = []
+    source = strip(value, chain)
+    kind = element(source)
+    if not chain or kind not in KERNEL_TYPES or any(element(op.results[0]) not in (kind, "f32", "f64") for op in chain):
+        return value
+    return source
+
+
+def rounded_to(value: SSAValue, kind: str) -> bool:
+    """Whether every use of `value` rounds it to `kind` (a convert to it), through transposes, reshapes and
+    converts to f32: the graph keeps it only in `kind`, as the kernels write it."""
+    uses = [use.operation for use in value.uses]
+    for op in uses:
+        result = element(op.results[0]) if op.results else ""
+        if op.name == "stablehlo.convert" and result == kind:
+            continue
+        if not (op.name in ("stablehlo.transpose", "stablehlo.reshape") or op.name == "stablehlo.convert"
+                and result == "f32") or not rounded_to(op.results[0], kind):
+            return False
+    return bool(uses)
+
+
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
-    (recording those ops in `ops`), else None."""
+    (recording those ops in `ops`), or a scalar computed from constants by `FOLDED_OPS`, else None."""
     from tessera.graph.stablehlo_interpreter import constant_value
 
     seen: list[Operation] = []
+    scalar = strip(value, [], ("stablehlo.broadcast_in_dim", "stablehlo.reshape"))
     value = strip(value, seen, ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape"))
     op = producer(value)
+    if op is not None and op.name in FOLDED_OPS and op.name != "stablehlo.constant" and shape(scalar) in ((), (1,)):
+        try:  # a scalar computed from constants alone (`s / jnp.sqrt(d)`), rounded as the graph rounds it
+            return float(evaluate(scalar, FOLDED_OPS, exact=False).flat[0])
+        except Refusal:
+            return None
     if op is None or op.name != "stablehlo.constant":
         return None
     array = constant_value(op, exact=True)
@@ -120,12 +163,14 @@ def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
 
 
 def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
-               source: SSAValue | None = None) -> tuple[Operation, int] | None:
+               source: SSAValue | None = None, masked: list[SSAValue] | None = None) -> tuple[Operation, int] | None:
     """If `value` (of `full`'s shape) is a `reduce` of kind `kind` ("add", "maximum") over one axis of a
     tensor, broadcast back along that axis, return (the reduce op, the axis in `full`'s frame); converts and,
     for "maximum", `maximum(-inf, r)` around the reduce are allowed. With `source`, the reduce must take
     `source` itself or the tensor `source` transposes (`transposed_from`: the reduced axis and the broadcast
-    back are then read in `source`'s frame), else None. Ops are recorded in `ops`."""
+    back are then read in `source`'s frame), else None; with `masked`, also `source` masked as
+    jax.nn.softmax(where=) masks it (`_unmasked`: the mask's predicate is appended to `masked`, for the caller to
+    check). Ops are recorded in `ops`."""
     from tessera.graph.stablehlo_interpreter import reduce_kind
 
     seen: list[Operation] = []
@@ -157,12 +202,13 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         return None
     dims = [int(d) for d in reduce.dimensions.get_values()]
     init = splat_constant(reduce.operands[1], [])
-    if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf):
-        return None
+    if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf) or not 0 <= dims[0] < len(shape(reduce.operands[0])):
+        return None  # (a dimension out of range is not verified by the parser: not a softmax's reduce)
     rank = len(shape(full))
     perm = list(range(rank))
     if source is not None:
-        found = transposed_from(source, reduce.operands[0])
+        operand = reduce.operands[0] if masked is None else _unmasked(reduce.operands[0], kind, source, seen, masked)
+        found = transposed_from(source, operand)
         if found is None:
             return None
         perm = found
@@ -177,6 +223,28 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         return None
     ops.extend(seen + [reduce])
     return reduce, axis
+
+
+def _unmasked(operand: SSAValue, kind: str, source: SSAValue, seen: list[Operation], masked: list[SSAValue]) -> SSAValue:
+    """`source` if `operand` is it masked as jax.nn.softmax(where=) masks what it reduces: the sum's
+    select(pred, e, 0) of the exponential e, the max's select(pred, s, -inf) of the scores s that `source`, the
+    softmax's input, selects too (pred appended to `masked`, the ops to `seen`); else `operand`."""
+    if transposed_from(source, operand) is not None:  # `source` itself (a softmax of masked scores)
+        return operand
+    chain: list[Operation] = []
+    select = producer(strip(operand, chain))
+    fill = 0.0 if kind == "add" else -np.inf
+    if select is None or select.name != "stablehlo.select" or splat_constant(select.operands[2], []) != fill:
+        return operand
+    target = strip(source, [])
+    inner = producer(target)
+    if kind == "maximum" and inner is not None and inner.name == "stablehlo.select":
+        target = strip(inner.operands[1], [])
+    if strip(select.operands[1], chain) is not target:
+        return operand
+    seen.extend([*chain, select])
+    masked.append(select.operands[0])
+    return source
 
 
 def transposed_from(value: SSAValue, base: SSAValue) -> list[int] | None:
@@ -238,10 +306,19 @@ class Softmax:
 
 
 def match_softmax(value: SSAValue) -> Softmax | None:
-    """The softmax whose output `value` is (through converts), or None."""
+    """The softmax whose output `value` is (through converts), or None. jax.nn.softmax(x, where=mask) is one too
+    when x is the scores masked with -inf by that mask (its max, sum and output masked by it as well: `_unmasked`;
+    the output's select(mask, P, 0) then zeroes what P already holds as 0)."""
     ops: list[Operation] = []
     p = strip(value, ops)
-    div = producer(p)
+    masked: list[SSAValue] = []
+    post = producer(p)
+    if post is not None and post.name == "stablehlo.select" and splat_constant(post.operands[2], []) == 0.0:
+        ops.append(post)
+        masked.append(post.operands[0])
+        div = producer(strip(post.operands[1], ops))
+    else:
+        div = producer(p)
     if div is None or div.name != "stablehlo.divide":
         return None
     ops.append(div)
@@ -249,7 +326,7 @@ def match_softmax(value: SSAValue) -> Softmax | None:
     exp = producer(exp_value)
     if exp is None or exp.name != "stablehlo.exponential":
         return None
-    found = row_reduce(div.operands[1], "add", p, ops, exp_value)
+    found = row_reduce(div.operands[1], "add", p, ops, exp_value, masked)
     if found is None:
         return None
     total, axis = found
@@ -260,13 +337,27 @@ def match_softmax(value: SSAValue) -> Softmax | None:
         return None
     ops.append(sub)
     x = strip(sub.operands[0], ops)
-    found = row_reduce(sub.operands[1], "maximum", p, ops, x)
+    found = row_reduce(sub.operands[1], "maximum", p, ops, x, masked)
     if found is None:
         return None
     maximum, max_axis = found
-    if max_axis != axis:
+    if max_axis != axis or masked and not _masked_alike(x, masked):
         return None
     return Softmax(x, p, exp_value, axis, ops)
+
+
+def _masked_alike(x: SSAValue, masks: list[SSAValue]) -> bool:
+    """Whether the softmax input `x` is select(pred, s, -inf) and each of `masks` (predicates of the masked max,
+    sum and output of jax.nn.softmax(where=)) evaluates to pred, where the walk down from `x` then finds it as the
+    attention's mask: a max, sum or output masked otherwise is not this softmax."""
+    select = producer(x)
+    if select is None or select.name != "stablehlo.select" or splat_constant(select.operands[2], []) != -np.inf:
+        return False
+    try:
+        expected = np.broadcast_to(evaluate(select.operands[0], MASK_OPS), shape(x))
+        return all(np.array_equal(np.broadcast_to(evaluate(m, MASK_OPS), shape(x)), expected) for m in masks)
+    except (Refusal, ValueError):
+        return False
 
 
 def dot_labels(op: Operation, lhs: list[str | None], rhs: list[str | None]) -> list[str | None]:
@@ -331,6 +422,9 @@ class ForwardMatch:
     """The additive bias as the kernel reads it: a tensor whose dimensions are labelled `bias_labels` (each of
     b0, b1, q, k once; b0 and b1 may be missing or of size 1: broadcast), rewritten to [b0|1, b1|1, q, k]."""
     bias_labels: list[str] = field(default_factory=list)
+    widened: str = ""
+    """Which of Q, K, V ("QKV", "V", ...) are read before a convert from bf16 or f16 to float32 (`widened`): a
+    float32 P.V keeps P in float32, which the backward kernel does not."""
 
     @property
     def values(self) -> set[SSAValue]:
@@ -366,7 +460,10 @@ def evaluate(value: SSAValue, allowed: set[str], exact: bool = True) -> np.ndarr
     from tessera.graph.stablehlo_interpreter import round_value
 
     for op in order:
-        results = interpreter.run_op(op, [env[o] for o in op.operands])
+        try:
+            results = interpreter.run_op(op, [env[o] for o in op.operands])
+        except ValueError as e:  # shapes the parser does not verify (a seeded edit), a body the interpreter refuses
+            raise Refusal(f"'{op.name}' at {where(op)} cannot be evaluated: {e}", op) from None
         for r, x in zip(op.results, results):
             env[r] = round_value(np.asarray(x), r.type, exact)
     return env[value]

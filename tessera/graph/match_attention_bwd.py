@@ -31,6 +31,7 @@ from tessera.graph.attention_match import (
     backward_config,
     describe,
     dot_labels,
+    element,
     evaluate,
     perm_to,
     producer,
@@ -39,6 +40,7 @@ from tessera.graph.attention_match import (
     splat_constant,
     strip,
     where,
+    widened,
 )
 
 GRADIENT_OPS = {"stablehlo.multiply", "stablehlo.divide", "stablehlo.add", "stablehlo.subtract",
@@ -78,13 +80,25 @@ GROUPED_BACKWARD = ("the backward of attention with query groups (jax.nn.dot_pro
 backward, the forward too)."""
 
 
-def _other(dot: Operation, value: SSAValue) -> tuple[int, SSAValue] | None:
-    """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand."""
-    if dot.operands[0] is value and dot.operands[1] is not value:
+def _other(dot: Operation, value: SSAValue, widen: bool = False) -> tuple[int, SSAValue] | None:
+    """(index, operand) of the operand of `dot` that is not `value`, if `value` is exactly one operand (with
+    `widen`, also as the f32 it was converted to: the forward's Q, K or V read before such a convert)."""
+    same = [x is value or widen and widened(x) is value for x in dot.operands]
+    if same[0] and not same[1]:
         return 1, dot.operands[1]
-    if dot.operands[1] is value and dot.operands[0] is not value:
+    if same[1] and not same[0]:
         return 0, dot.operands[0]
     return None
+
+
+def _converted_copies(value: SSAValue) -> list[SSAValue]:
+    """The value `value` is converted from (through converts) and each convert of it, recursively: one tensor
+    in the types JAX casts it to for each product (dO in f32 for one, in f32 again for the next)."""
+    copies, stack = [], [strip(value, [])]
+    while stack:
+        copies.append(current := stack.pop())
+        stack += [r for use in current.uses if use.operation.name == "stablehlo.convert" for r in use.operation.results]
+    return copies
 
 
 def _labels_of(dot: Operation, known_index: int, known_labels: list, free_label: str) -> list:
@@ -126,7 +140,7 @@ def _walk_ds(value: SSAValue, b: BackwardMatch) -> tuple[SSAValue, float, Operat
             break
         if op.name in ("stablehlo.multiply", "stablehlo.divide"):
             constants = [splat_constant(v, []) for v in op.operands]
-            if constants[1] is not None:
+            if constants[1] is not None and (op.name == "stablehlo.multiply" or constants[1] != 0):
                 scale = scale * constants[1] if op.name == "stablehlo.multiply" else scale / constants[1]
                 value = op.operands[0]
             elif constants[0] is not None and op.name == "stablehlo.multiply":
@@ -197,7 +211,10 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
     for op in ops:
         if all(r in env for r in op.results):
             continue
-        results = interpreter.run_op(op, [value_of(o) for o in op.operands])
+        try:
+            results = interpreter.run_op(op, [value_of(o) for o in op.operands])
+        except ValueError as e:  # shapes the parser does not verify (a seeded edit), a body the interpreter refuses
+            raise Refusal(f"'{op.name}' at {where(op)} under dS cannot be evaluated: {e}") from None
         for r, value in zip(op.results, results):
             env[r] = round_value(np.asarray(value), r.type, exact=True)
     p, d_p, got = env[forward.softmax.p], env[dp.results[0]], env[ds]
@@ -212,23 +229,28 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
 def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardMatch | None:
     """The backward of forward `f` with `grad1` (a dot_general taking f's K) as bmm1_grad1, or None when
     `grad1` does not take a dS-like operand; a BackwardMatch with `refusal` is a near miss."""
-    found = _other(grad1, f.k)
+    found = _other(grad1, f.k, widen=True)
     if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
         return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
                              Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
-    if found is None or len(shape(found[1])) != 4:
+    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3):
         return None
     ds_index, ds_prime = found
     b = BackwardMatch(f, where(grad1), dq=grad1, ops=[grad1])
     try:
-        s_labels = dot_labels(f.bmm1, *((f.q_labels, f.k_labels) if f.bmm1.operands[0] is f.q
-                                        else (f.k_labels, f.q_labels)))
+        if "V" in f.widened:
+            raise Refusal(f"its forward at {where(f.bmm2)} keeps P in float32 for P.V (V converted from {f.dtype}): "
+                          f"the graph's softmax gradient is float32 throughout, the backward kernel's takes P in "
+                          f"{f.dtype} and rowsum(dO O) from the {f.dtype} output, which cancels less exactly (a key "
+                          "bias's gradient, zero in exact arithmetic, comes out far beyond the graph's error)")
+        q_is_lhs = f.q in (f.bmm1.operands[0], widened(f.bmm1.operands[0]))
+        s_labels = dot_labels(f.bmm1, *((f.q_labels, f.k_labels) if q_is_lhs else (f.k_labels, f.q_labels)))
         ds, scale, select = _walk_ds(ds_prime, b)
         slice_ops, dp = _gradient_slice(ds, f)
         b.dp = dp
         b.ops += slice_ops + [dp]
         # dP = dO V^T (bmm2_grad2): dO is the operand that is not V
-        other = _other(dp, f.v)
+        other = _other(dp, f.v, widen=True)
         if other is None:
             raise Refusal(f"the softmax gradient's product at {where(dp)} does not take the forward's V")
         do_index, b.do = other
@@ -254,7 +276,8 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
                                      shape(select.results[0]))
             visible = values if splat_constant(select.operands[2], []) == 0.0 else ~values
             sq, sk = f.mask.visible.shape
-            visible = visible.transpose(perm_to(s_labels, ("b0", "b1", "q", "k"))).reshape(-1, sq, sk)
+            visible = visible.transpose(perm_to(s_labels, tuple(x for x in ("b0", "b1", "q", "k") if x in s_labels)))
+            visible = visible.reshape(-1, sq, sk)
             if not all(np.array_equal(v, f.mask.visible) for v in visible):
                 raise Refusal(f"the backward's mask at {where(select)} is not the forward's")
             b.found.append(f"mask at {where(select)}")
@@ -265,37 +288,44 @@ def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardM
         b.dq_labels = _result_labels(grad1, *((s_labels, f.k_labels) if ds_index == 0 else (f.k_labels, s_labels)),
                                      "k", "bmm1_grad1")
         # bmm1_grad2: the other product of the same dS, with Q
-        grad2 = [u.operation for u in ds_prime.uses if u.operation is not grad1 and u.operation.name == DOT
-                 and _other(u.operation, ds_prime) is not None and _other(u.operation, ds_prime)[1] is f.q]
+        grad2 = [(u.operation, copy) for copy in _converted_copies(ds_prime) for u in copy.uses
+                 if u.operation is not grad1 and u.operation.name == DOT and _other(u.operation, copy) is not None
+                 and f.q in (_other(u.operation, copy)[1], widened(_other(u.operation, copy)[1]))]
         if len(grad2) != 1:
             raise Refusal(f"no single bmm1_grad2 (dK = dS^T Q) shares dS with bmm1_grad1 at {where(grad1)}")
-        b.dk = grad2[0]
-        q_index = _other(b.dk, ds_prime)[0]
+        b.dk, ds_copy = grad2[0]
+        q_index = _other(b.dk, ds_copy)[0]
         b.dk_labels = _result_labels(b.dk, *((f.q_labels, s_labels) if q_index == 0 else (s_labels, f.q_labels)),
                                      "q", "bmm1_grad2")
         b.found.append(f"bmm1_grad2 (dK = dS^T Q) at {where(b.dk)}")
-        # bmm2_grad1: P^T dO
+        # bmm2_grad1: P^T dO (dO, or a convert of it: P.V in float32 from a bf16 P)
         p = f.softmax.p
-        grad = [u.operation for u in b.do.uses if u.operation is not dp and u.operation.name == DOT
-                and _other(u.operation, b.do) is not None and strip(_other(u.operation, b.do)[1], []) is p]
+        grad = [(u.operation, copy) for copy in _converted_copies(b.do) for u in copy.uses
+                if u.operation is not dp and u.operation.name == DOT and _other(u.operation, copy) is not None
+                and strip(_other(u.operation, copy)[1], []) is p]
         if len(grad) != 1:
             raise Refusal(f"no single bmm2_grad1 (dV = P^T dO) takes the forward's P and dO {describe(b.do)}")
-        b.dv = grad[0]
-        p_index = _other(b.dv, b.do)[0]
+        b.dv, do_copy = grad[0]
+        p_index = _other(b.dv, do_copy)[0]
         b.dv_labels = _result_labels(b.dv, *((s_labels, b.do_labels) if p_index == 0 else (b.do_labels, s_labels)),
                                      "q", "bmm2_grad1")
-        b.ops += [b.dk, b.dv]
-        b.ops += [strip_op for strip_op in _converts(_other(b.dv, b.do)[1])]
+        b.ops += [b.dk, b.dv, *(op for op in _converts(ds_copy) if op not in b.ops)]
+        b.ops += [strip_op for strip_op in _converts(_other(b.dv, do_copy)[1])]
+        b.do = strip(b.do, [])  # the rewrite converts it to the kernels' type if it is wider
+        if element(b.do) != f.dtype:
+            b.found.append(f"dO in {element(b.do)}: given to the kernel in {f.dtype}")
         b.found.append(f"bmm2_grad1 (dV = P^T dO) at {where(b.dv)}")
-        try:
-            backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
+        try:  # (a refused forward has no kernel configuration: `resolve` names its rule)
+            if f.refusal is None:
+                backward_config(f.head_dim, f.causal, f.dtype, float(np.float32(f.scale)))
         except ValueError as e:
             raise Refusal(f"no backward kernel: {e}") from None
         block_index = block.get_operation_index
         if min(block_index(b.dq), block_index(b.dk), block_index(b.dv)) < block_index(f.bmm2):
             raise Refusal(f"a gradient product comes before the forward's BMM2 at {where(f.bmm2)}")
         for labels, what in ((b.dq_labels, "dQ"), (b.dk_labels, "dK"), (b.dv_labels, "dV"), (b.do_labels, "dO")):
-            if sorted(map(str, labels)) != sorted(["b0", "b1", "k" if what in ("dK", "dV") else "q", "d"]):
+            heads = ["b1"] if "b1" in f.q_labels else []  # (none for a single head)
+            if sorted(map(str, labels)) != sorted(["b0", *heads, "k" if what in ("dK", "dV") else "q", "d"]):
                 raise Refusal(f"{what} has dimensions {labels}")
     except Refusal as refusal:
         b.refusal = refusal

@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.graph.attention_match import (
     DOT,
+    KERNEL_TYPES,
     MASK_OPS,
     NEGATIVE_FILL,
     ForwardMatch,
@@ -28,18 +29,21 @@ from tessera.graph.attention_match import (
     match_softmax,
     perm_to,
     producer,
+    rounded_to,
     shape,
     sides,
     splat_constant,
     strip,
     where,
+    widened,
 )
 
 ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
 SCORE_ORDER = ("b0", "b1", "g", "q", "k")
-"""The scores' dimensions in Tessera's order: batch, heads (kv heads, query groups), queries, keys."""
+"""The scores' dimensions in Tessera's order: batch, heads (kv heads, query groups), queries, keys (a single head's
+scores, of one batching dimension, have no b1)."""
 GROUPED = ("scores reshaped on their way to the softmax, or a max or sum over another axis or on a copy of the "
            "softmax's input laid out otherwise, are not matched: dimensions are followed through products and transposes (jax.nn."
            "dot_product_attention's rank-5 [batch, kv_heads, groups, seq_q, seq_k] scores are)")
@@ -147,6 +151,8 @@ class _ScoreWalk:
                     other = [v for v in op.operands if v not in data]
                     culprit = other[0] if other else op.operands[1]
                     raise Refusal(f"the scale at {where(op)} is not a constant: it is {describe(culprit)}", op)
+                if op.name == "stablehlo.divide" and factor == 0:
+                    raise Refusal(f"the scores are divided by 0 at {where(op)}", op)
                 if op.name == "stablehlo.divide":
                     self.scale /= factor
                     self.scale_text.append(f"/ {factor:g} (divide)")
@@ -198,10 +204,13 @@ def _is_additive_mask(value: SSAValue, factor: float) -> bool:
 def _through_layout(value: SSAValue, labels: list) -> tuple[SSAValue, list]:
     """Follow a bias down through converts, transposes and reshapes that only add or drop dimensions of size 1
     (jax.nn.dot_product_attention's [batch, kv_heads, 1, seq_q, seq_k]), carrying its dimensions' labels
-    (None for a dimension of size 1 a reshape added on the way up)."""
+    (None for a dimension of size 1 a reshape added on the way up). A convert into bf16 or f16 ends the walk: the
+    bias the graph adds is the rounded tensor (ALiBi computed in float32, cast to bf16, then to the float32
+    scores' type by jax.nn.dot_product_attention)."""
     while (op := producer(value)) is not None:
         if op.name == "stablehlo.convert":
-            pass
+            if element(value) in KERNEL_TYPES:
+                break
         elif op.name == "stablehlo.transpose":
             perm = [int(d) for d in op.permutation.get_values()]
             inner: list = [None] * len(perm)
@@ -258,9 +267,11 @@ def _label_bmm1(bmm1: Operation, walk: _ScoreWalk, axis: int) -> tuple[bool, lis
     and the one right after its heads (b1) is the query group "g" (jax.nn.dot_product_attention's
     [batch, seq, kv_heads, groups, head_dim]: query head b1 * groups + g). Raises Refusal otherwise."""
     dims = sides(bmm1)
-    if len(dims["lhs_batching_dimensions"]) != 2 or len(dims["lhs_contracting_dimensions"]) != 1:
-        raise Refusal(f"BMM1 at {where(bmm1)} is not a product over two batching dimensions (batch, heads) and "
-                      "one contracting dimension (head_dim)", bmm1)
+    batching = len(dims["lhs_batching_dimensions"])
+    if batching not in (1, 2) or len(dims["lhs_contracting_dimensions"]) != 1:
+        raise Refusal(f"BMM1 at {where(bmm1)} is not a product over two batching dimensions (batch, heads), or one "
+                      "(a single head: `q @ k.swapaxes(-1, -2)` on [batch, seq, head_dim]), and one contracting "
+                      "dimension (head_dim)", bmm1)
     labels = {}
     for side in ("lhs", "rhs"):
         rank = len(shape(bmm1.operands[0 if side == "lhs" else 1]))
@@ -277,12 +288,12 @@ def _label_bmm1(bmm1: Operation, walk: _ScoreWalk, axis: int) -> tuple[bool, lis
     k_side, q_side = ("rhs", "lhs") if q_is_lhs else ("lhs", "rhs")
     k_labels = ["k" if x == key else x for x in labels[k_side]]
     q_free = [i for i, x in enumerate(labels[q_side]) if x.startswith(q_side)]
-    if any(x.startswith(k_side) for x in k_labels) or len(k_labels) != 4:
+    if any(x.startswith(k_side) for x in k_labels) or len(k_labels) != 2 + batching:
         raise Refusal(f"K of BMM1 at {where(bmm1)} has dimensions other than batch, heads, keys and head_dim", bmm1)
     q_labels = list(labels[q_side])
     if len(q_free) == 1:
         q_labels[q_free[0]] = "q"
-    elif len(q_free) == 2 and q_labels.index("b1") + 1 in q_free:
+    elif len(q_free) == 2 and "b1" in q_labels and q_labels.index("b1") + 1 in q_free:
         g = q_labels.index("b1") + 1
         q_labels = ["g" if i == g else "q" if i in q_free else x for i, x in enumerate(q_labels)]
     else:
@@ -300,12 +311,21 @@ def match_forward(bmm2: Operation) -> ForwardMatch | None:
             break
     else:
         for p_index in (0, 1):
-            exp = _unmatched_softmax(bmm2.operands[p_index])
+            exp, masked = _unmatched_softmax(bmm2.operands[p_index])
+            if exp is not None:
+                rule = (f"the softmax at {where(exp)} is masked after it or in its max or sum (jax.nn.softmax(where=)) "
+                        "otherwise than its input is masked with -inf: not matched" if masked else
+                        f"the max or the sum of the softmax at {where(exp)} is not taken over the axis it normalises: "
+                        f"{GROUPED}")
+                return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
+                                    found=[f"exp(x - max) / sum at {where(exp)}"], refusal=Refusal(rule))
+        for p_index in (0, 1):
+            exp = _logsumexp_softmax(bmm2.operands[p_index])
             if exp is not None:
                 return ForwardMatch(None, bmm2, None, None, None, [], [], [], [], 1.0, False, 0, "",
-                                    found=[f"exp(x - max) / sum at {where(exp)}"],
-                                    refusal=Refusal(f"the max or the sum of the softmax at {where(exp)} is not taken over "
-                                                    f"the axis it normalises: {GROUPED}"))
+                                    found=[f"exp(x - logsumexp(x)) at {where(exp)}"],
+                                    refusal=Refusal(f"the softmax at {where(exp)} is written exp(x - logsumexp(x)): not "
+                                                    "matched (exp(x - max) / sum, as jax.nn.softmax writes it, is)"))
         return None
     ops = [bmm2, *dropout_ops, *softmax.ops]
     match = ForwardMatch(None, bmm2, None, None, bmm2.operands[1 - p_index], [], [], [], [], 1.0, False, 0, "",
@@ -324,7 +344,7 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
     values = evaluate(pred, MASK_OPS)
     values = np.broadcast_to(values, shape(select.results[0]))
     visible = values == 0 if visible_when is None else values if visible_when else ~values
-    visible = visible.transpose(perm_to(s_labels, SCORE_ORDER[:2] + SCORE_ORDER[2 if "g" in s_labels else 3:]))
+    visible = visible.transpose(perm_to(s_labels, tuple(x for x in SCORE_ORDER if x in s_labels)))
     visible = visible.reshape(-1, sq, sk)
     if not all(np.array_equal(visible[0], v) for v in visible[1:]):
         raise Refusal(f"the mask at {where(select)} differs between batch entries or heads: not causal", select)
@@ -345,17 +365,38 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
 
 
-def _unmatched_softmax(value: SSAValue) -> Operation | None:
-    """The `exponential` of `value` = exp(x - m) / r (through converts) that `match_softmax` did not take (its
-    max or sum seen through a transpose), for a near-miss report; else None. Never rewritten."""
-    div = producer(strip(value, []))
-    if div is None or div.name != "stablehlo.divide":
-        return None
-    exp = producer(strip(div.operands[0], []))
+def _logsumexp_softmax(value: SSAValue) -> Operation | None:
+    """The `exponential` of `value` = exp(x - lse) (through converts) where lse is a log (of a sum, plus a max:
+    jax.scipy.special.logsumexp) broadcast back, for a near-miss report; else None. Never rewritten."""
+    exp = producer(strip(value, []))
     if exp is None or exp.name != "stablehlo.exponential":
         return None
     sub = producer(exp.operands[0])
-    return exp if sub is not None and sub.name == "stablehlo.subtract" else None
+    if sub is None or sub.name != "stablehlo.subtract":
+        return None
+    lse = producer(strip(sub.operands[1], [], ("stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape")))
+    while lse is not None and lse.name == "stablehlo.add":  # log(sum) + max
+        lse = next((op for op in map(producer, lse.operands) if op is not None and op.name == "stablehlo.log"), None)
+    return exp if lse is not None and lse.name == "stablehlo.log" else None
+
+
+def _unmatched_softmax(value: SSAValue) -> tuple[Operation | None, bool]:
+    """The `exponential` of `value` = exp(x - m) / r (through converts, and a `select(mask, ., 0)` after it, as
+    jax.nn.softmax(where=) writes) that `match_softmax` did not take (its max or sum seen through a transpose, or
+    masked), and whether a select masked it after, for a near-miss report; else (None, False). Never rewritten."""
+    value = strip(value, [])
+    select = producer(value)
+    masked = select is not None and select.name == "stablehlo.select" and splat_constant(select.operands[2], []) == 0.0
+    if masked:
+        value = strip(select.operands[1], [])
+    div = producer(value)
+    if div is None or div.name != "stablehlo.divide":
+        return None, False
+    exp = producer(strip(div.operands[0], []))
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None, False
+    sub = producer(exp.operands[0])
+    return (exp, masked) if sub is not None and sub.name == "stablehlo.subtract" else (None, False)
 
 
 def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> None:
@@ -390,7 +431,7 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
                       f"axis {p_contract[0] if p_contract else '?'}: attention normalises the axis it sums (the "
                       "keys)", m.bmm2)
     p_batch = dims[f"{p_side}_batching_dimensions"]
-    if sorted(p_labels[d] for d in p_batch) != ["b0", "b1"]:
+    if sorted(p_labels[d] for d in p_batch) != [x for x in ("b0", "b1") if x in p_labels]:
         raise Refusal(f"BMM2 at {where(m.bmm2)} does not pair P's batch and heads with V's", m.bmm2)
     v_labels: list = [None] * len(shape(m.v))
     for i, d in enumerate(dims[f"{v_side}_batching_dimensions"]):
@@ -429,6 +470,19 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     dv = shape(m.v)[v_labels.index("d")]
     m.head_dim = d
     m.scale = walk.scale
+    if {element(x) for x in (m.q, m.k, m.v)} - set(KERNEL_TYPES):  # bf16 converted to f32 for a f32 product
+        narrow = [widened(x) for x in (m.q, m.k, m.v)]
+        if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES \
+                and element(m.bmm2.results[0]) != element(narrow[0]) \
+                and not rounded_to(m.bmm2.results[0], element(narrow[0])):
+            raise Refusal(f"Q, K, V are {element(narrow[0])} converted to f32 and the output is kept in "
+                          f"{element(m.bmm2.results[0])}: the kernels write {element(narrow[0])}, less precise than the "
+                          "graph")
+        if len({element(x) for x in narrow}) == 1 and element(narrow[0]) in KERNEL_TYPES:
+            m.found.append(", ".join(f"{name} {element(x)}" for name, x, y in zip("QKV", (m.q, m.k, m.v), narrow)
+                                     if x is not y) + f" converted from {element(narrow[0])}: read before the convert")
+            m.widened = "".join(name for name, x, y in zip("QKV", (m.q, m.k, m.v), narrow) if x is not y)
+            m.q, m.k, m.v = narrow
     types = {element(x) for x in (m.q, m.k, m.v)}
     if dv != d:
         raise Refusal(f"V's head_dim {dv} differs from Q's and K's {d}: the kernels take one head_dim")
@@ -440,9 +494,26 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     if not (0 < m.scale < float("inf")):
         raise Refusal(f"the scale {m.scale:g} is not positive and finite")
     if dropout_ops:
-        raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
+        _refuse_dropout(dropout_ops)
     if walk.bias is not None:
         match_bias(m, walk.bias, walk.labels_at(walk.bias, s_labels), walk.bias_factor)
+
+
+def _refuse_dropout(dropout_ops: list[Operation]) -> None:
+    """Dropout is "matched, not rewritten"; a `select(keep, P, 0)` whose `keep` is computed from iota and
+    constants is no dropout but a mask applied to P after the softmax (its rows no longer sum to 1): a near
+    miss that says so."""
+    select = next((op for op in dropout_ops if op.name == "stablehlo.select"), None)
+    if select is not None:
+        try:
+            evaluate(select.operands[0], MASK_OPS)
+        except Refusal:
+            pass
+        else:
+            raise Refusal(f"P is zeroed after the softmax by a mask computed from iota and constants at {where(select)} "
+                          "that its input is not masked by (the rows are not renormalised): a mask on the scores before "
+                          "the softmax, or jax.nn.softmax(where=mask), is matched", select)
+    raise Refusal("dropout (no Tessera kernel applies dropout)", matched=True)
 
 
 def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:
