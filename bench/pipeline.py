@@ -160,8 +160,8 @@ def per_key(loop: str, block_n: int) -> str:
 
 def groups_in_flight(kernel) -> int:
     """The most wgmma groups committed and not yet retired at one point of any loop body (waits never cross
-    control flow in Tessera's lowering; an scf.if that commits on every path, overlap-softmax's (folded)
-    update of the previous trip, counts as its commits)."""
+    control flow in Tessera's lowering; an scf.if that commits on one path, overlap-softmax's update of the
+    previous trip, counts as that path's commits: the other retires every group)."""
     most = 0
     for op in kernel.walk():
         if not isinstance(op, scf.ForOp):
@@ -170,7 +170,7 @@ def groups_in_flight(kernel) -> int:
         for inner in op.body.block.ops:
             commits = 1 if isinstance(inner, sm90.WgmmaCommitGroupOp) else 0
             if isinstance(inner, scf.IfOp) and inner.false_region.blocks:
-                commits = min(sum(isinstance(o, sm90.WgmmaCommitGroupOp) for o in r.block.ops) for r in inner.regions)
+                commits = max(sum(isinstance(o, sm90.WgmmaCommitGroupOp) for o in r.block.ops) for r in inner.regions)
             if commits:
                 pending += commits
                 most = max(most, pending)

@@ -58,8 +58,8 @@ B_mma (on trip 0 the initial one, which B_scale(lb) scales, as the peeled trip d
 as zero fills that no trip reads (trip 0 skips B_mma); a loop whose carried values are not all register
 tiles is rotated the peeled way. The skipping branch comes first so that the accumulator's last read is the
 mma, which updates it in place; convert-tile-to-sm90 keeps the score mma's wgmma group in flight across the
-branch and commits an empty group on the skipping path (control.py), so the wait counts after the join are
-those of the peeled form.
+branch and retires every group on the skipping path (control.py), so the wait counts after the join, those of
+the peeled form, complete at least as much on both paths.
 
 The accumulator's iter_arg of the peeled rotated loop carries the scaled accumulator (B_scale's result, the operand
 the next B_mma adds to). When a slice does not split that way (a B_scale op that reads shared memory or holds

@@ -273,7 +273,7 @@ def _skipped_on_the_first_trip(lines, i):
 
 def issuing(prefix: str, n: int):
     """The n-th `prefix` (wgmma.fence or wgmma.commit_group) of the consumer loop that opens or closes a group of
-    wgmma.mma_async (0: S = Q K^T, 1: O += P V); the empty group the first trip commits is not one."""
+    wgmma.mma_async (0: S = Q K^T, 1: O += P V)."""
     def pick(lines):
         start, stop = _consumer_loop(lines)
         found = []
@@ -287,6 +287,38 @@ def issuing(prefix: str, n: int):
                 k += step
         return _nth(found, n)
     return pick
+
+
+def _on_the_first_trip_only(lines, i) -> bool:
+    """Whether line i lies in the block only the consumer loop's first trip runs (the update branch's skipping
+    path: `@!%pN bra $L__elseK` with %pN the first-trip test, then the block, then `bra $L__if_endM`)."""
+    test = first_trip(lines)[0]
+    for k in range(i - 1, -1, -1):
+        s = lines[k].strip()
+        if re.match(rf"@!{re.escape(test)} bra \$L__else\d+;$", s):
+            return True
+        if re.match(r"\$L__\w+:$", s) or re.match(r"(@!?%p\d+ )?bra ", s):
+            return False
+    return False
+
+
+def wait_group(n: int):
+    """The n-th wgmma.wait_group of the consumer loop that every trip runs (0: wait_group 1, 1: wait_group 0; not
+    the first trip's own wait_group 0 in the branch past the P.V update)."""
+    def pick(lines):
+        start, stop = _consumer_loop(lines)
+        waits = [i for i in _all(lines, lambda s: s.startswith("wgmma.wait_group"), start, stop)
+                 if not _on_the_first_trip_only(lines, i)]
+        return _nth(waits, n)
+    return pick
+
+
+def _update_branch(lines, i) -> int:
+    """The consumer loop's branch past the previous trip's P.V update on the first trip (the first `@!%pN bra` on
+    the first-trip test): up to it no wgmma.wait_group of the trip has run."""
+    start, stop = _consumer_loop(lines)
+    test = first_trip(lines)[0]
+    return _find(lines, lambda s: re.match(rf"@!{re.escape(test)} bra \$L__else\d+;$", s) is not None, start, stop)
 
 
 def _before_the_loop(lines, i) -> int:
@@ -371,10 +403,10 @@ FLASH_BUGS = [
     ("expect_tx deleted", "the consumers' Q", delete_line(expect_tx(_consumer, 0))),
     ("wgmma.commit_group deleted", "S = Q K^T in the loop", delete_line(in_loop(_consumer_loop, "wgmma.commit_group", 0))),
     ("wgmma.commit_group deleted", "O += P V in the loop", delete_line(issuing("wgmma.commit_group", 1))),
-    ("wgmma.wait_group deleted", "wait_group 1 in the loop", delete_line(in_loop(_consumer_loop, "wgmma.wait_group", 0))),
-    ("wgmma.wait_group deleted", "wait_group 0 in the loop", delete_line(in_loop(_consumer_loop, "wgmma.wait_group", 1))),
+    ("wgmma.wait_group deleted", "wait_group 1 in the loop", delete_line(wait_group(0))),
+    ("wgmma.wait_group deleted", "wait_group 0 in the loop", delete_line(wait_group(1))),
     ("wgmma.wait_group weakened", "wait_group 0 -> 1 in the loop",
-     replace_in(in_loop(_consumer_loop, "wgmma.wait_group", 1), "aligned 0;", "aligned 1;")),
+     replace_in(wait_group(1), "aligned 0;", "aligned 1;")),
     ("wgmma.fence deleted", "the consumers' first", delete_line(first("wgmma.fence", _consumer))),
     ("wgmma.fence deleted", "before S = Q K^T in the loop, kept before the loop for the warpgroup's first",
      move_line(issuing("wgmma.fence", 0), _before_the_loop)),
@@ -386,9 +418,9 @@ FLASH_BUGS = [
     ("slot released before the read", "K in the loop, right after its full wait (on the first trip no V release "
      "orders the refill)", move_line(release(0), _after(consumer_wait(0)))),
     ("slot released before its wait_group", "V, before wait_group 0",
-     move_guarded(release(1), lambda lines, i: in_loop(_consumer_loop, "wgmma.wait_group", 1)(lines))),
-    ("slot released before its wait_group", "K in the loop, before wait_group 1 (on the first trip no V release "
-     "orders the refill)", move_line(release(0), lambda lines, i: in_loop(_consumer_loop, "wgmma.wait_group", 0)(lines))),
+     move_guarded(release(1), lambda lines, i: wait_group(1)(lines))),
+    ("slot released before its wait_group", "K in the loop, before the branch past the P.V update (on the first "
+     "trip before any wait_group covers S, and no V release orders the refill)", move_line(release(0), _update_branch)),
     ("slot release deleted", "the first K's (the loop's first trip)", guarded(release(0), when=False)),
     ("slot release deleted", "V in the loop", delete_line(release(1))),
     ("mbarrier count wrong", "empty barrier counts half the consumers", _halve_empty),
@@ -412,9 +444,9 @@ FLASH_BENIGN = [
      "refills that slot only after its wait for the V slot the consumers release at the end of the same iteration "
      "(the first trip, which has no V release, keeps its K release in place)",
      early_after_the_first_trip(release(0), _after(consumer_wait(0)))),
-    ("slot released before its wait_group", "K in the loop after its first trip, before wait_group 1: ordered by the "
-     "same V release", early_after_the_first_trip(
-         release(0), lambda lines, i: in_loop(_consumer_loop, "wgmma.wait_group", 0)(lines))),
+    ("slot released before its wait_group", "K in the loop, before wait_group 1: ordered by the same V release (the "
+     "first trip's branch past the P.V update retired S before it)", move_line(release(0), lambda lines, i:
+                                                                               wait_group(0)(lines))),
 ]
 """One-edit changes the memory model accepts in this kernel: the detector must stay silent on them."""
 

@@ -268,7 +268,7 @@ def _pingpong(kind, barrier_index: int):
 
 def _issuing(loop: scf.ForOp, kind) -> list:
     """The ops of `kind` in `loop` (nested ones included) beside a wgmma_mma_async: 0 = S's, 1 = P.V's (under
-    the folded loop's `scf.if first_trip`); the empty group that branch commits on the first trip is not one."""
+    the folded loop's `scf.if first_trip`)."""
     return [op for op in loop.body.walk() if isinstance(op, kind)
             and any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.parent_block().ops)]
 
@@ -296,6 +296,13 @@ def _out_of_the_loop(find: Callable) -> Callable:
         _move_before(op, op.parent_op())
 
     return edit
+
+
+def _update_branch(fn):
+    """The consumer loop's `scf.if first_trip` with results: the previous trip's P.V update, past which the
+    first trip branches (retiring its S group there)."""
+    return next(op for op in _consumer_loop(fn).body.block.ops if isinstance(op, scf.IfOp) and op.results
+                and op.cond.name_hint == "first_trip")
 
 
 def _first_trip_test(loop: scf.ForOp):
@@ -378,7 +385,7 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "V release before its wgmma": ("slot released early", S, _release_early(1, _loop_fence(1))),
     "V release before wait_group 1": ("slot released early", S, _release_early(1, _wait_group(0))),
     # the first trip's: no V release of a trip before orders the refill of K's slot after the S wgmma
-    "K release before wait_group 1": ("slot released early", S, _release_early(0, _wait_group(0))),
+    "K release before the P.V update": ("slot released early", S, _release_early(0, _update_branch)),
     "K release before its wgmma": ("slot released early", S, _release_early(0, _loop_fence(0))),
     "K release deleted after the first trip": ("slot never released", S, _first_trip_only(_release(0))),
     "V release deleted": ("slot never released", S, _delete(_release(1))),
@@ -419,14 +426,14 @@ BENIGN: dict[str, tuple[str, str, Callable]] = {
     "consumers' bar_sync deleted": (
         "every consumer thread waits on the Q barrier itself (its acquire orders the Q copy before its wgmma); no "
         "shared byte is written by one consumer and read by another", S, _delete(_bar_sync(256))),
-    "K release before wait_group 1 after the first trip": (
+    "K release before wait_group 1": (
         "the producer refills that K slot only after its V refill of the slot before, which waits for the V "
-        "release of the trip before (after its wait_group 0, which completes that trip's S wgmma too); the first "
-        "trip, which has no V release before it, keeps its K release after wait_group 1", S,
-        _after_the_first_trip(0, _wait_group(0))),
+        "release of the trip before (after its wait_group 0, which completes that trip's S wgmma too); on the "
+        "first trip, which has no V release before it, the branch past the P.V update retired S", S,
+        _release_early(0, _wait_group(0))),
     "K release before its wgmma after the first trip": (
-        "the same V release orders the K refill after the S wgmma's completion", S,
-        _after_the_first_trip(0, _loop_fence(0))),
+        "the same V release orders the K refill after the S wgmma's completion; the first trip, which has no V "
+        "release before it, keeps its K release in place", S, _after_the_first_trip(0, _loop_fence(0))),
 }
 
 

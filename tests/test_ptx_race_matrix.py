@@ -63,8 +63,8 @@ def assert_reported(edit, seq_k: int) -> str:
 
 
 FAST = ["bar.sync count wrong: the bar.sync after the inits counts only the consumers",
-        "slot released before its wait_group: K in the loop, before wait_group 1 (on the first trip no V release "
-        "orders the refill)",
+        "slot released before its wait_group: K in the loop, before the branch past the P.V update (on the first "
+        "trip before any wait_group covers S, and no V release orders the refill)",
         "wgmma.fence deleted: before S = Q K^T in the loop, kept before the loop for the warpgroup's first"]
 
 
