@@ -230,15 +230,15 @@ def hoist_slot_descriptors(fn: func.FuncOp) -> int:
 
 
 def _folds_first_trip(loop: scf.ForOp) -> bool:
-    """Whether `loop`'s body holds an update branch (overlap-softmax{fold=true}: one path issues a wgmma group,
-    the other commits an empty one). Its first trip runs in the loop, so no peeled trip before it makes the
+    """Whether `loop`'s body holds an update branch (overlap-softmax's fold: one path issues and commits a wgmma
+    group, the other issues none). Its first trip runs in the loop, so no peeled trip before it makes the
     descriptors every trip reads (Q's), which cse used to let the loop reuse: `hoist_slot_descriptors` makes
     them once before the loop instead. Other loops keep their per-trip slot descriptors as they were."""
     for op in loop.body.block.ops:
         if isinstance(op, scf.IfOp) and op.false_region.blocks:
             issues = [any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in r.block.ops) for r in op.regions]
             commits = [any(isinstance(o, sm90.WgmmaCommitGroupOp) for o in r.block.ops) for r in op.regions]
-            if all(commits) and sorted(issues) == [False, True]:
+            if sorted(issues) == [False, True] and commits[issues.index(True)]:
                 return True
     return False
 

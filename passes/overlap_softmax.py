@@ -24,7 +24,7 @@ it except by that yield. The body is split into
              taken out of A_rest and run last, once the previous P.V mma has retired, so that the converted P
              can take the registers of the previous one instead of being copied into them at the loop's end.
 
-and rewritten, with n = ceildivsi(ub - lb, step), as
+and rewritten, with n = ceildivsi(ub - lb, step), with `fold=false` as
 
     scf.if n > 0 {
       A_pre(lb) A_rest(lb) A_sink(lb) B_scale(lb) A_copy(lb)                              // trip 0
@@ -51,15 +51,15 @@ and B_rel run under a warp-uniform branch that skips them on the first:
     } else { the loop's initial values }
 
 so the key-block body (the softmax, the masks) is printed once instead of twice: at head_dim 128 the PTX
-drops from 2,289 to 1,627 lines and ptxas' CPU time to 0.77x, for 3-5 more SASS instructions per steady trip
-(the compare and the branch; docs/performance.md). Off by default: the seeded-race catalogues of the
-simulators anchor on the peeled trip. The accumulator's iter_arg then carries the accumulator before
+drops from 2,289 to 1,627 lines (a quarter of its wgmma instructions, which ptxas' time follows) for 3-5 more
+SASS instructions per steady trip (the compare and the branch; docs/compile-time.md). The accumulator's
+iter_arg then carries the accumulator before
 B_mma (on trip 0 the initial one, which B_scale(lb) scales, as the peeled trip did). The carried values start
 as zero fills that no trip reads (trip 0 skips B_mma); a loop whose carried values are not all register
 tiles is rotated the peeled way. The skipping branch comes first so that the accumulator's last read is the
 mma, which updates it in place; convert-tile-to-sm90 keeps the score mma's wgmma group in flight across the
-branch and commits an empty group on the skipping path (control.py), so the wait counts after the join are
-those of the peeled form.
+branch and retires every group on the skipping path (control.py), so the wait counts after the join, those of
+the peeled form, complete at least as much on both paths.
 
 The accumulator's iter_arg of the peeled rotated loop carries the scaled accumulator (B_scale's result, the operand
 the next B_mma adds to). When a slice does not split that way (a B_scale op that reads shared memory or holds
@@ -482,9 +482,9 @@ class OverlapSoftmaxPass(ModulePass):
     accumulator update of trip t-1 (see the module docstring)."""
 
     name = "overlap-softmax"
-    fold: bool = False
-    """Run trip 0 in the loop (the previous trip's B_mma and B_rel under `scf.if first`) instead of peeling
-    its A before the loop (module docstring)."""
+    fold: bool = True
+    """Run trip 0 in the loop (the previous trip's B_mma and B_rel under `scf.if first`: the default) instead of
+    peeling its A before the loop (`fold=false`; module docstring)."""
     input_level: ClassVar[str] = "tile"
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 

@@ -4,7 +4,10 @@ bench/races.py).
 
 `FLASH_BUGS` holds 33 bugs of 17 kinds for Tessera's warp-specialized flash attention: deleted waits, flipped
 parities, wrong expect_tx bytes, missing commits, wait_groups, fences and barriers, slots released early or
-never, wrong barrier counts. Each is `(kind, name, edit)`; `edit(lines)` changes the PTX lines in place and
+never, wrong barrier counts. The kernel's consumer loop runs its first trip too (overlap-softmax's fold: the
+previous trip's P.V wgmmas and V release under a branch the first trip takes past them); the bugs the peeled first
+trip carried are seeded into the loop's first trip, and the edits benign on every later trip are applied to those
+trips only (`first_trip`, `guarded`, `move_guarded`, `early_after_the_first_trip`). Each is `(kind, name, edit)`; `edit(lines)` changes the PTX lines in place and
 raises `LookupError` when the kernel has no such instruction (so the catalogue can be tried on any kernel of
 that shape: `seed(text, edit)`). Nothing here runs the kernel.
 """
@@ -142,6 +145,67 @@ def retarget_release(pick, other):
     return edit
 
 
+def _writes(line: str, register: str) -> bool:
+    """Whether the instruction `line` writes `register` (its first operand)."""
+    return re.match(rf"(@!?%p\d+ )?[\w.:]+ {re.escape(register)}[,;]", line.strip()) is not None
+
+
+def _predicate_valid(lines, register: str, start: int, stop: int) -> None:
+    """LookupError unless no line in [start, stop) writes `register` (so it holds the same value throughout)."""
+    if any(_writes(lines[i], register) for i in range(min(start, stop), max(start, stop))):
+        raise LookupError(f"{register} is written between lines {start + 1} and {stop + 1}")
+
+
+def guarded(pick, when: bool):
+    """The line `pick` chooses runs on the consumer loop's first trip only (`when`) or on every trip but the first
+    (not `when`): predicated with the loop's first-trip test (`first_trip`)."""
+    def edit(lines):
+        i = pick(lines)
+        test, branch = first_trip(lines)
+        _predicate_valid(lines, test, i, branch)
+        lines[i] = f"    @{'' if when else '!'}{test} {lines[i].strip()}"
+    return edit
+
+
+def move_guarded(pick, before):
+    """`move_line`, the line keeping the branch it ran under: a line of a block that only trips after the first run
+    (the folded loop's V release) moves predicated with the negated first-trip test, so that the edit moves it
+    and adds no release on the first trip."""
+    def edit(lines):
+        i = pick(lines)
+        j = before(lines, i)
+        skipped = _skipped_on_the_first_trip(lines, i)
+        if skipped is not None and _skipped_on_the_first_trip(lines, j) is not None:
+            skipped = None  # into a block the first trip skips too
+        line = lines.pop(i)
+        if skipped is not None:
+            test, branch = skipped
+            _predicate_valid(lines, test, j if j < i else j - 1, branch if branch < i else branch - 1)
+            line = f"    @!{test} {line.strip()}"
+        lines.insert(j if j < i else j - 1, line)
+    return edit
+
+
+def early_after_the_first_trip(pick, before):
+    """The line `pick` chooses moves before `before` on every trip but the first (which keeps it in place): the
+    first-trip test computed again at the top of the consumer loop (%seeded_first), the line predicated with it
+    where it was and its copy with its negation at the new place."""
+    def edit(lines):
+        i = pick(lines)
+        j = before(lines, i)
+        test, _ = first_trip(lines)
+        top, _ = _consumer_loop(lines)
+        setp = next(k for k in range(i, top, -1) if _writes(lines[k], test))
+        for register in re.findall(r"%r\d+", lines[setp].split(",", 1)[1]):
+            _predicate_valid(lines, register, top + 1, setp)
+        line, test_line = lines[i].strip(), lines[setp].strip().replace(f" {test},", " %seeded_first,", 1)
+        lines[i] = f"    @%seeded_first {line}"
+        lines.insert(j, f"    @!%seeded_first {line}")
+        lines.insert(top + 1, f"    {test_line}")
+        lines.insert(_find(lines, lambda s: s.startswith(".reg")), "    .reg .pred %seeded_first;")
+    return edit
+
+
 # endregion
 # region picks in the warp-specialized flash kernel
 def _nth(seq, n):
@@ -174,18 +238,96 @@ def in_loop(loop, prefix: str, n: int):
 
 
 def release(n):
-    """The n-th slot release of the consumer loop (0: K, 1: V)."""
+    """The n-th slot release of the consumer loop (0: K, 1: V; the V release is skipped on the first trip, which
+    has no trip before it: overlap-softmax's fold)."""
     return lambda lines: _nth(_releases(lines, _consumer_loop(lines)), n)
+
+
+def _else_guard(lines, i):
+    """(predicate, branch line) of the `@!%pN bra $L__elseK` whose block line i lies in (after any mbarrier wait loop
+    of the block); None outside such a block."""
+    for k in range(i - 1, -1, -1):
+        label = re.match(r"(\$L__else\d+):$", lines[k].strip())
+        if label:
+            branch = _find(lines, lambda s: re.match(rf"@!%p\d+ bra {re.escape(label.group(1))};$", s) is not None)
+            return re.match(r"@!(%p\d+)", lines[branch].strip()).group(1), branch
+        if re.match(r"\$L__(?!while)\w+:$", lines[k].strip()):
+            return None
+    return None
+
+
+def first_trip(lines) -> tuple[str, int]:
+    """(the predicate register, its branch line) of the consumer loop's first-trip test: the branch that skips the
+    V release on the first trip (overlap-softmax's fold runs the previous trip's P.V update and release under it)."""
+    guard = _else_guard(lines, release(1)(lines))
+    if guard is None:
+        raise LookupError("the consumer loop runs its V release on every trip (no first-trip branch)")
+    return guard
+
+
+def _skipped_on_the_first_trip(lines, i):
+    """(predicate, branch line) when line i lies in a block the consumer loop's first trip branches over; else None."""
+    guard = _else_guard(lines, i)
+    return guard if guard is not None and guard[0] == first_trip(lines)[0] else None
+
+
+def issuing(prefix: str, n: int):
+    """The n-th `prefix` (wgmma.fence or wgmma.commit_group) of the consumer loop that opens or closes a group of
+    wgmma.mma_async (0: S = Q K^T, 1: O += P V)."""
+    def pick(lines):
+        start, stop = _consumer_loop(lines)
+        found = []
+        for i in _all(lines, lambda s: s.startswith(prefix), start, stop):
+            step = 1 if prefix == "wgmma.fence" else -1
+            k = i + step
+            while start <= k < stop and not re.match(r"wgmma\.(fence|commit_group|wait_group)", lines[k].strip()):
+                if lines[k].strip().startswith("wgmma.mma_async"):
+                    found.append(i)
+                    break
+                k += step
+        return _nth(found, n)
+    return pick
+
+
+def _on_the_first_trip_only(lines, i) -> bool:
+    """Whether line i lies in the block only the consumer loop's first trip runs (the update branch's skipping
+    path: `@!%pN bra $L__elseK` with %pN the first-trip test, then the block, then `bra $L__if_endM`)."""
+    test = first_trip(lines)[0]
+    for k in range(i - 1, -1, -1):
+        s = lines[k].strip()
+        if re.match(rf"@!{re.escape(test)} bra \$L__else\d+;$", s):
+            return True
+        if re.match(r"\$L__\w+:$", s) or re.match(r"(@!?%p\d+ )?bra ", s):
+            return False
+    return False
+
+
+def wait_group(n: int):
+    """The n-th wgmma.wait_group of the consumer loop that every trip runs (0: wait_group 1, 1: wait_group 0; not
+    the first trip's own wait_group 0 in the branch past the P.V update)."""
+    def pick(lines):
+        start, stop = _consumer_loop(lines)
+        waits = [i for i in _all(lines, lambda s: s.startswith("wgmma.wait_group"), start, stop)
+                 if not _on_the_first_trip_only(lines, i)]
+        return _nth(waits, n)
+    return pick
+
+
+def _update_branch(lines, i) -> int:
+    """The consumer loop's branch past the previous trip's P.V update on the first trip (the first `@!%pN bra` on
+    the first-trip test): up to it no wgmma.wait_group of the trip has run."""
+    start, stop = _consumer_loop(lines)
+    test = first_trip(lines)[0]
+    return _find(lines, lambda s: re.match(rf"@!{re.escape(test)} bra \$L__else\d+;$", s) is not None, start, stop)
+
+
+def _before_the_loop(lines, i) -> int:
+    """The consumer loop's label (a line moved before it runs once, before the first trip)."""
+    return _consumer_loop(lines)[0]
 
 
 def first(prefix: str, region=None):
     return lambda lines: _find(lines, lambda s: s.startswith(prefix), *(region(lines) if region else (0,)))
-
-
-def first_release(lines) -> int:
-    """The consumers' first slot release (of the first K block, before their loop)."""
-    start, _ = _consumer(lines)
-    return _nth(_releases(lines, (start, _consumer_loop(lines)[0])), 0)
 
 
 def init_of(n):
@@ -260,24 +402,26 @@ FLASH_BUGS = [
     ("expect_tx deleted", "the producer's first K", delete_line(expect_tx(_producer, 0))),
     ("expect_tx deleted", "the consumers' Q", delete_line(expect_tx(_consumer, 0))),
     ("wgmma.commit_group deleted", "S = Q K^T in the loop", delete_line(in_loop(_consumer_loop, "wgmma.commit_group", 0))),
-    ("wgmma.commit_group deleted", "O += P V in the loop", delete_line(in_loop(_consumer_loop, "wgmma.commit_group", 1))),
-    ("wgmma.wait_group deleted", "wait_group 1 in the loop", delete_line(in_loop(_consumer_loop, "wgmma.wait_group", 0))),
-    ("wgmma.wait_group deleted", "wait_group 0 in the loop", delete_line(in_loop(_consumer_loop, "wgmma.wait_group", 1))),
+    ("wgmma.commit_group deleted", "O += P V in the loop", delete_line(issuing("wgmma.commit_group", 1))),
+    ("wgmma.wait_group deleted", "wait_group 1 in the loop", delete_line(wait_group(0))),
+    ("wgmma.wait_group deleted", "wait_group 0 in the loop", delete_line(wait_group(1))),
     ("wgmma.wait_group weakened", "wait_group 0 -> 1 in the loop",
-     replace_in(in_loop(_consumer_loop, "wgmma.wait_group", 1), "aligned 0;", "aligned 1;")),
+     replace_in(wait_group(1), "aligned 0;", "aligned 1;")),
     ("wgmma.fence deleted", "the consumers' first", delete_line(first("wgmma.fence", _consumer))),
-    ("wgmma.fence deleted", "before S = Q K^T in the loop", delete_line(in_loop(_consumer_loop, "wgmma.fence", 0))),
+    ("wgmma.fence deleted", "before S = Q K^T in the loop, kept before the loop for the warpgroup's first",
+     move_line(issuing("wgmma.fence", 0), _before_the_loop)),
     ("empty parity not flipped", "the producer waits on the empty barriers with the full barriers' parity",
      _no_flip),
     ("bar.sync deleted", "after mbarrier.init", delete_line(_init_sync)),
-    ("slot released before the read", "V, right after its full wait", move_line(release(1), _after(consumer_wait(1)))),
-    ("slot released before the read", "the first K, right after its full wait",
-     move_line(first_release, _after(first_consumer_wait(1)))),
+    ("slot released before the read", "V, right after its full wait",
+     move_guarded(release(1), _after(consumer_wait(1)))),
+    ("slot released before the read", "K in the loop, right after its full wait (on the first trip no V release "
+     "orders the refill)", move_line(release(0), _after(consumer_wait(0)))),
     ("slot released before its wait_group", "V, before wait_group 0",
-     move_line(release(1), lambda lines, i: in_loop(_consumer_loop, "wgmma.wait_group", 1)(lines))),
-    ("slot released before its wait_group", "the first K, before its wait_group",
-     move_line(first_release, lambda lines, i: first("wgmma.wait_group", _consumer)(lines))),
-    ("slot release deleted", "the first K's", delete_line(first_release)),
+     move_guarded(release(1), lambda lines, i: wait_group(1)(lines))),
+    ("slot released before its wait_group", "K in the loop, before the branch past the P.V update (on the first "
+     "trip before any wait_group covers S, and no V release orders the refill)", move_line(release(0), _update_branch)),
+    ("slot release deleted", "the first K's (the loop's first trip)", guarded(release(0), when=False)),
     ("slot release deleted", "V in the loop", delete_line(release(1))),
     ("mbarrier count wrong", "empty barrier counts half the consumers", _halve_empty),
     ("mbarrier count wrong", "a full barrier counts two arrivals", replace_in(_init_with_count("1"), ", 1;", ", 2;")),
@@ -293,14 +437,16 @@ FLASH_BENIGN = [
      delete_line(first("fence.mbarrier_init"))),
     ("wgmma.fence deleted", "before O += P V in the loop: the fence before S = Q K^T in the same iteration already "
      "orders every earlier access of P and O (nothing touches them in between)",
-     delete_line(in_loop(_consumer_loop, "wgmma.fence", 1))),
+     delete_line(issuing("wgmma.fence", 1))),
     ("bar.sync deleted", "the consumers' bar.sync after the Q wait: every consumer waits on Q's mbarrier itself and "
      "the barrier is used once", delete_line(_consumers_sync)),
-    ("slot released before the read", "K in the loop, right after its full wait: the producer refills that slot only "
-     "after its wait for the V slot the consumers release at the end of the same iteration",
-     move_line(release(0), _after(consumer_wait(0)))),
-    ("slot released before its wait_group", "K in the loop, before wait_group 1: ordered by the same V release",
-     move_line(release(0), lambda lines, i: in_loop(_consumer_loop, "wgmma.wait_group", 0)(lines))),
+    ("slot released before the read", "K in the loop after its first trip, right after its full wait: the producer "
+     "refills that slot only after its wait for the V slot the consumers release at the end of the same iteration "
+     "(the first trip, which has no V release, keeps its K release in place)",
+     early_after_the_first_trip(release(0), _after(consumer_wait(0)))),
+    ("slot released before its wait_group", "K in the loop, before wait_group 1: ordered by the same V release (the "
+     "first trip's branch past the P.V update retired S before it)", move_line(release(0), lambda lines, i:
+                                                                               wait_group(0)(lines))),
 ]
 """One-edit changes the memory model accepts in this kernel: the detector must stay silent on them."""
 

@@ -3,6 +3,12 @@ level): deleted waits, flipped parities, wrong or missing expect_tx, missing com
 fences and barriers, slots released early or never, wrong barrier counts, the ping-pong named barriers and
 global stores of two threads onto the same bytes.
 
+The flash kernel's loop runs its first trip too (overlap-softmax's fold): the previous trip's P.V wgmmas, V wait
+and V release run under `scf.if first_trip {} else {...}`, and no trip is peeled before the loop. Bugs that the
+peeled trip carried are seeded into the loop's first trip (the K release kept on it alone, the S fence moved
+before the loop for the warpgroup's first wgmma), and edits that are benign on every later trip are applied to
+those trips only (the first trip has no V release of a trip before it to order an early K release).
+
 `SEEDS` maps a bug's name to (kind, kernel variant, edit); `seeded(name)` returns a fresh copy of the variant's
 kernel with the edit applied. tests/test_target_races.py runs one bug per kind; bench/races_target.py runs all
 of them on two shapes (`python bench/races_target.py`).
@@ -15,6 +21,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from xdsl.dialects import arith, scf
+from xdsl.ir import Block
 
 import tessera
 from tessera.dialects import sm90
@@ -62,8 +69,8 @@ def _loops(region) -> list[scf.ForOp]:
 
 
 def _steady(fn, role: int) -> scf.ForOp:
-    """The first loop of the producer (0) or of the first consumer (1): the loop of every trip after the first
-    (its masks under a branch, peel-masked-iterations{branch=true})."""
+    """The first loop of the producer (0) or of the first consumer (1): the loop of every trip (its masks under a
+    branch, peel-masked-iterations{branch=true}; the consumer's first trip folded in, overlap-softmax)."""
     return _loops(_roles(fn)[role])[0]
 
 
@@ -167,9 +174,14 @@ def _consumer_loop(fn):
     return _steady(fn, 1)
 
 
+def _releases(fn) -> list:
+    """The consumer loop's slot releases, nested ones included: 0 = K (after wait_group 1), 1 = V (after
+    wait_group 0, under `scf.if first_trip {} else {...}`: the folded loop's first trip has no previous V)."""
+    return [op for op in _consumer_loop(fn).body.walk() if isinstance(op, sm90.MBarrierArriveOp)]
+
+
 def _release(position: int):
-    """The consumer loop's slot releases: 0 = K (after wait_group 1), 1 = V (after wait_group 0)."""
-    return lambda fn: _top(_consumer_loop(fn), sm90.MBarrierArriveOp)[position]
+    return lambda fn: _releases(fn)[position]
 
 
 def _wait_group(position: int):
@@ -177,8 +189,15 @@ def _wait_group(position: int):
 
 
 def _release_early(position: int, before: Callable) -> Callable:
+    """Release `position` moved before `before`; moved to the loop's top level, it takes the branch that skips
+    it on the first trip along (the V release: otherwise the edit would add a release of a slot never filled)."""
+
     def edit(fn):
-        _move_before(_release(position)(fn), before(fn))
+        release, anchor = _release(position)(fn), before(fn)
+        loop = _consumer_loop(fn)
+        if anchor.parent_block() is loop.body.block and release.parent_block() is not loop.body.block:
+            release = loop.body.block.find_ancestor_op_in_block(release)
+        _move_before(release, anchor)
 
     return edit
 
@@ -187,7 +206,7 @@ def _retarget_release(position: int, other: int) -> Callable:
     """Release `position` arrives on the barrier release `other` uses (both computed before either release)."""
 
     def edit(fn):
-        releases = _top(_consumer_loop(fn), sm90.MBarrierArriveOp)
+        releases = _releases(fn)
         releases[position].operands[0] = releases[other].operands[0]
 
     return edit
@@ -247,16 +266,84 @@ def _pingpong(kind, barrier_index: int):
     return find
 
 
+def _issuing(loop: scf.ForOp, kind) -> list:
+    """The ops of `kind` in `loop` (nested ones included) beside a wgmma_mma_async: 0 = S's, 1 = P.V's (under
+    the folded loop's `scf.if first_trip`)."""
+    return [op for op in loop.body.walk() if isinstance(op, kind)
+            and any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.parent_block().ops)]
+
+
 def _loop_fence(position: int):
-    return lambda fn: _top(_consumer_loop(fn), sm90.WgmmaFenceOp)[position]
+    return lambda fn: _issuing(_consumer_loop(fn), sm90.WgmmaFenceOp)[position]
 
 
 def _prologue_fence(fn):
+    """The consumers' first wgmma_fence: the folded loop's S fence (no trip is peeled before the loop)."""
     return _first(fn, sm90.WgmmaFenceOp, _roles(fn)[1])
 
 
 def _commit(position: int):
-    return lambda fn: _top(_consumer_loop(fn), sm90.WgmmaCommitGroupOp)[position]
+    return lambda fn: _issuing(_consumer_loop(fn), sm90.WgmmaCommitGroupOp)[position]
+
+
+def _out_of_the_loop(find: Callable) -> Callable:
+    """The op moved from its loop to just before it: it runs once, before the first trip, and no later trip has
+    it (the folded loop's S fence: the warpgroup's first wgmma keeps a fence, every later S has none, as when
+    the first trip was peeled before the loop and only the loop's fence was deleted)."""
+
+    def edit(fn):
+        op = find(fn)
+        _move_before(op, op.parent_op())
+
+    return edit
+
+
+def _update_branch(fn):
+    """The consumer loop's `scf.if first_trip` with results: the previous trip's P.V update, past which the
+    first trip branches (retiring its S group there)."""
+    return next(op for op in _consumer_loop(fn).body.block.ops if isinstance(op, scf.IfOp) and op.results
+                and op.cond.name_hint == "first_trip")
+
+
+def _first_trip_test(loop: scf.ForOp):
+    """`iv == lb`, computed at the top of `loop`'s body."""
+    first = arith.CmpiOp(loop.body.block.args[0], loop.lb, "eq")
+    loop.body.block.insert_op_before(first, loop.body.block.first_op)
+    return first.result
+
+
+def _only_when(op, condition) -> None:
+    """`op` moved into `scf.if condition {op}` at its place."""
+    guard = scf.IfOp(condition, [], [Block([scf.YieldOp()])])
+    op.parent_block().insert_op_before(guard, op)
+    op.detach()
+    guard.true_region.block.insert_op_before(op, guard.true_region.block.first_op)
+
+
+def _first_trip_only(find: Callable) -> Callable:
+    """The op of the consumer loop runs on the first trip only: deleted from every later trip (as the op of the
+    loop was when the first trip was peeled before it: the first K release)."""
+
+    def edit(fn):
+        op = find(fn)
+        _only_when(op, _first_trip_test(_consumer_loop(fn)))
+
+    return edit
+
+
+def _after_the_first_trip(position: int, before: Callable) -> Callable:
+    """Release `position` moved before `before` on every trip but the first (which keeps it where it was:
+    `scf.if iv == lb {release}` there, `scf.if iv == lb {} else {release}` before `before`). The folded loop's
+    first trip has no V release of a trip before it to order the refill its early K release would allow."""
+
+    def edit(fn):
+        release, anchor = _release(position)(fn), before(fn)
+        first = _first_trip_test(_consumer_loop(fn))
+        early = scf.IfOp(first, [], [Block([scf.YieldOp()])], [Block([release.clone(), scf.YieldOp()])])
+        anchor.parent_block().insert_op_before(early, anchor)
+        _only_when(release, first)
+
+    return edit
 
 
 # endregion
@@ -287,7 +374,7 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "wait_group 0 deleted": ("deleted wgmma wait", S, _delete(_wait_group(1))),
     "wait_group 1 waits for 2": ("wrong wgmma wait count", S, _wait_group_pending(_wait_group(0), 2)),
     # fences
-    "loop S wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_loop_fence(0))),
+    "loop S wgmma_fence moved before the loop": ("deleted wgmma fence", S, _out_of_the_loop(_loop_fence(0))),
     "prologue wgmma_fence deleted": ("deleted wgmma fence", S, _delete(_prologue_fence)),
     # global stores
     "O store column shifted": ("overlapping global stores", S, _shift_store_column),
@@ -297,7 +384,10 @@ SEEDS: dict[str, tuple[str, str, Callable]] = {
     "V release before wait_group 0": ("slot released early", S, _release_early(1, _wait_group(1))),
     "V release before its wgmma": ("slot released early", S, _release_early(1, _loop_fence(1))),
     "V release before wait_group 1": ("slot released early", S, _release_early(1, _wait_group(0))),
-    "K release deleted": ("slot never released", S, _delete(_release(0))),
+    # the first trip's: no V release of a trip before orders the refill of K's slot after the S wgmma
+    "K release before the P.V update": ("slot released early", S, _release_early(0, _update_branch)),
+    "K release before its wgmma": ("slot released early", S, _release_early(0, _loop_fence(0))),
+    "K release deleted after the first trip": ("slot never released", S, _first_trip_only(_release(0))),
     "V release deleted": ("slot never released", S, _delete(_release(1))),
     "K release on the V empty barrier": ("release on the wrong barrier", S, _retarget_release(0, 1)),
     "V release on the K empty barrier": ("release on the wrong barrier", S, _retarget_release(1, 0)),
@@ -338,11 +428,12 @@ BENIGN: dict[str, tuple[str, str, Callable]] = {
         "shared byte is written by one consumer and read by another", S, _delete(_bar_sync(256))),
     "K release before wait_group 1": (
         "the producer refills that K slot only after its V refill of the slot before, which waits for the V "
-        "release that follows wait_group 0 (which completes the S wgmma too)", S,
+        "release of the trip before (after its wait_group 0, which completes that trip's S wgmma too); on the "
+        "first trip, which has no V release before it, the branch past the P.V update retired S", S,
         _release_early(0, _wait_group(0))),
-    "K release before its wgmma": (
-        "the same V release orders the K refill after the S wgmma's completion", S,
-        _release_early(0, _loop_fence(0))),
+    "K release before its wgmma after the first trip": (
+        "the same V release orders the K refill after the S wgmma's completion; the first trip, which has no V "
+        "release before it, keeps its K release in place", S, _after_the_first_trip(0, _loop_fence(0))),
 }
 
 

@@ -19,6 +19,10 @@ from tessera.toolchain import find_nvdisasm, find_ptxas
 from text_edits import checked
 
 WITHOUT = checked(SPECIALIZED_PIPELINE).replace(",hoist-invariant-descriptors", "")
+PEELED_WITHOUT = checked(WITHOUT).replace("overlap-softmax", "overlap-softmax{fold=false}")
+"""WITHOUT with the first trip peeled before the loop: that trip makes Q's slot descriptor, so the loop's Q
+k-step advances are loop-invariant before the pass runs (the folded default's are not: see the last test)."""
+PEELED = PEELED_WITHOUT + ",hoist-invariant-descriptors"
 
 
 def _kernel(spec: str, **options):
@@ -46,10 +50,10 @@ def test_q_descriptors_leave_the_loops_within_the_budget(options):
     descriptors that cost no per-thread registers) are computed once outside any loop, each (base, bytes) once,
     and the consumers still fit, with more spare registers than the count of 2 each would have left. The K and
     V rings' descriptors (uniform too) are made once, and the loops reach each trip's slot by an offset."""
-    _, before = _kernel(WITHOUT, **options)
+    _, before = _kernel(PEELED_WITHOUT, **options)
     candidates, spare = len(invariant_advances(before)), spare_registers(before)
     assert candidates and spare is not None and spare >= 0
-    _, after = _kernel(SPECIALIZED_PIPELINE, **options)
+    _, after = _kernel(PEELED, **options)
     hoisted = [op for op in after.walk() if isinstance(op, sm90.DescriptorAdvanceOp) and not _in_loop(op)
                and any(_in_loop(use.operation) for use in op.result.uses)]
     assert len(hoisted) == candidates
@@ -95,7 +99,7 @@ def test_a_refused_hoist_is_undone_exactly():
     advance back in its loop), and a kept hoist leaves no advance of those keys in a loop."""
     from tessera.passes.hoist_invariant_descriptors import hoist_descriptors
 
-    _, kernel = _kernel(WITHOUT, head_dim=128)  # the lowering the test above makes
+    _, kernel = _kernel(PEELED_WITHOUT, head_dim=128)  # the lowering the test above makes
 
     def body():
         return [(op, op.parent, tuple(op.operands), tuple(op.results)) for op in kernel.walk()]
@@ -113,10 +117,11 @@ def test_a_refused_hoist_is_undone_exactly():
 
 
 def test_a_folded_loop_makes_q_slot_descriptor_once():
-    """overlap-softmax{fold=true} runs trip 0 in the loop, so no peeled trip makes Q's descriptor before it: the
-    pass makes Q's slot descriptor (the warpgroup's rows, the same on every trip) once before the loop, so
-    that Q's k-step advances leave the loop as they do in the peeled form; the K and V slots stay per trip."""
-    folded = checked(WITHOUT).replace("overlap-softmax", "overlap-softmax{fold=true}")
+    """overlap-softmax (fold=true, the default) runs trip 0 in the loop, so no peeled trip makes Q's descriptor
+    before it: the pass makes Q's slot descriptor (the warpgroup's rows, the same on every trip) once before the
+    loop, so that Q's k-step advances leave the loop as they do in the peeled form; the K and V slots stay per
+    trip."""
+    folded = WITHOUT
     _, before = _kernel(folded, head_dim=64)
     assert not invariant_advances(before)  # Q's descriptor is made in the loop: nothing is invariant yet
     _, after = _kernel(folded + ",hoist-invariant-descriptors", head_dim=64)

@@ -38,11 +38,11 @@ SEQ_PAIRS = [(1, 1), (40, 40), (3, 64), (33, 70), (70, 300), (200, 45)]
 """(seq_q, seq_k) with BLOCK = 32: 1, 2 (partial), 2 (full), 3 and 10 key blocks; the last pair, causal,
 gives query blocks with 0, 1 and 2 key blocks."""
 
-ROTATED = "assign-swizzle,pipeline-loops{{stages={n}}},overlap-softmax"
-"""The default form: trip 0's softmax peeled before the loop."""
-FOLDED = ROTATED + "{{fold=true}}"
-"""Trip 0 runs in the loop, the previous trip's P.V mma and release under `scf.if first`."""
-FULL = ROTATED + ",peel-masked-iterations"
+FOLDED = "assign-swizzle,pipeline-loops{{stages={n}}},overlap-softmax"
+"""The default form: trip 0 runs in the loop, the previous trip's P.V mma and release under `scf.if first`."""
+PEELED = FOLDED + "{{fold=false}}"
+"""`fold=false`: trip 0's softmax peeled before the loop."""
+FULL = FOLDED + ",peel-masked-iterations"
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,7 +68,7 @@ def _body_ops(loop: scf.ForOp, op_type) -> list:
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("head_dim,causal,dtype", CONFIGS)
-@pytest.mark.parametrize("spec", [FOLDED, FULL], ids=["folded", "peeled+split"])
+@pytest.mark.parametrize("spec", [PEELED, FULL], ids=["peeled", "folded+split"])
 def test_rotated_flash_attention_is_bit_identical(spec, head_dim, causal, dtype, stages, rng):
     config = {"head_dim": head_dim, "causal": causal, "dtype": dtype}
     original = compiled("", **config)
@@ -93,7 +93,7 @@ def test_default_blocks(rng):
 def test_two_pass_output_loop_is_rotated(rng):
     """The second pass of two-pass attention has a score mma and an accumulator too."""
     config = {"head_dim": 64, "causal": True, "dtype": "bf16"}
-    module = compiled(ROTATED.format(n=2), "two_pass_attention", **config)
+    module = compiled(FOLDED.format(n=2), "two_pass_attention", **config)
     assert len(_rotated_loops(module)) == 1
     q, k, v = attention_operands(rng, 70, 100, 64, heads=2)
     np.testing.assert_array_equal(tessera.interpret(module, q, k, v),
@@ -120,7 +120,7 @@ def _offset_and_step(module, lb: int, step: int):
     return module
 
 
-@pytest.mark.parametrize("spec", [ROTATED.format(n=3), FULL.format(n=2), FULL.format(n=4)])
+@pytest.mark.parametrize("spec", [PEELED.format(n=3), FULL.format(n=2), FULL.format(n=4)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_loop_with_offset_and_step(spec, causal, rng):
     """Trip numbers, the previous and the last trip's iv, and the split point come from lb and step."""
@@ -151,7 +151,7 @@ def test_rotated_order(stages):
     """Trip t: wait (N-2 pending), S mma, the P.V mma of trip t-1 on the V stage of use t-1 (adding to the
     accumulator scaled at the end of trip t-1), the softmax, releases, the rescale by trip t's alpha, P's
     conversion, then the copy of trip t+N-1."""
-    (loop,) = _rotated_loops(compiled(ROTATED.format(n=stages), head_dim=64, causal=False, dtype="bf16"))
+    (loop,) = _rotated_loops(compiled(PEELED.format(n=stages), head_dim=64, causal=False, dtype="bf16"))
     ops = list(loop.body.block.ops)
     (wait,) = _body_ops(loop, tile.CpWaitGroupOp)
     assert wait.pending.value.data == stages - 2
@@ -204,7 +204,7 @@ def test_folded_order():
 
 def _seeded(stages: int, seed) -> object:
     module = build_kernel("flash_attention", head_dim=64, causal=False, dtype="bf16", block_m=BLOCK, block_n=BLOCK).clone()
-    apply_pipeline(module, ROTATED.format(n=stages))
+    apply_pipeline(module, PEELED.format(n=stages))
     (loop,) = _rotated_loops(module)
     seed(loop)
     return module
@@ -269,8 +269,9 @@ def test_loops_without_a_second_mma_are_left_alone(variant, config, pipelined):
     assert str(module) == before
 
 
-def test_rotating_twice_changes_nothing():
-    module = compiled(ROTATED.format(n=3), head_dim=64, causal=True, dtype="bf16").clone()
+@pytest.mark.parametrize("spec", [PEELED, FOLDED], ids=["peeled", "folded"])
+def test_rotating_twice_changes_nothing(spec):
+    module = compiled(spec.format(n=3), head_dim=64, causal=True, dtype="bf16").clone()
     before = str(module)
     apply_pipeline(module, "overlap-softmax")
     assert str(module) == before
@@ -285,18 +286,19 @@ def test_rotating_twice_changes_nothing():
 def _folded_against_default(level: str, shapes, rng) -> None:
     from tessera.passes import DEFAULT_PIPELINE
 
-    folded = checked(DEFAULT_PIPELINE).replace("overlap-softmax", "overlap-softmax{fold=true}")
+    peeled = checked(DEFAULT_PIPELINE).replace("overlap-softmax", "overlap-softmax{fold=false}")
     module = build_kernel("flash_attention", head_dim=64, causal=True).clone()
     for seq_q, seq_k in shapes:
         q, k, v = (a.astype(np.float32) for a in attention_operands(rng, seq_q, seq_k, 64, heads=2))
-        out = tessera.interpret(module, q, k, v, level=level, pipeline=folded)
-        np.testing.assert_array_equal(out, tessera.interpret(module, q, k, v, level=level),
+        out = tessera.interpret(module, q, k, v, level=level)
+        np.testing.assert_array_equal(out, tessera.interpret(module, q, k, v, level=level, pipeline=peeled),
                                       err_msg=f"{level} {seq_q}x{seq_k}")
 
 
 def test_folded_kernel_is_bit_identical_lowered(rng):
-    """The whole default pipeline with fold=true, in the CTA simulator: one key block, causal, with seq_q >
-    seq_k so that the first 55 rows see no key (O = 0): the same output bits as the peeled default."""
+    """The whole default pipeline (its first trip folded into the loop), in the CTA simulator: one key block,
+    causal, with seq_q > seq_k so that the first 55 rows see no key (O = 0): the same output bits as with
+    overlap-softmax{fold=false}, which peels the first trip."""
     _folded_against_default("target", [(100, 45)], rng)
 
 

@@ -25,7 +25,7 @@ from tessera.reference_attention import attention_operands
 
 from conftest import build_kernel
 from race_kernels import KERNELS
-from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, delete_line, release, seed
+from race_seeds import FLASH_BENIGN, FLASH_BUGS, GENERIC_BUGS, guarded, release, seed
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT
 from test_ptx_cluster import per_thread
 from test_ptx_hazards import _attention, _run
@@ -63,15 +63,19 @@ def assert_reported(edit, seq_k: int) -> str:
 
 
 FAST = ["bar.sync count wrong: the bar.sync after the inits counts only the consumers",
-        "slot released before its wait_group: the first K, before its wait_group",
-        "wgmma.fence deleted: before S = Q K^T in the loop"]
+        "slot released before its wait_group: K in the loop, before the branch past the P.V update (on the first "
+        "trip before any wait_group covers S, and no V release orders the refill)",
+        "wgmma.fence deleted: before S = Q K^T in the loop, kept before the loop for the warpgroup's first"]
 
 
-ONE_TRIP = 200
-"""Keys for which the steady loop runs one trip (two key blocks: the first is the prologue's). The chain of
-S = Q K^T in the loop starts with scale-d false (no zero fill touches S), so its wgmma.fence matters once the
-previous trip's softmax has read S: from the loop's second trip on, which 300 keys reach (the masked block is
-the loop's last trip, under a branch)."""
+ONE_TRIP = 100
+"""Keys for which the loop runs one trip (one key block: overlap-softmax's fold runs the first trip in the loop).
+The chain of S = Q K^T starts with scale-d false (no zero fill touches S), so the loop's wgmma.fence matters once
+the previous trip's softmax has read S: from the loop's second trip on, which 200 keys reach (the masked block
+is the loop's last trip, under a branch)."""
+
+TWO_TRIPS = 200
+"""Keys for which the loop runs two trips and the producer refills no slot (two stages)."""
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -80,19 +84,22 @@ def test_bugs_the_schedule_alone_missed_are_reported(name):
 
 
 def test_the_loops_wgmma_fence_has_nothing_to_order_when_the_loop_runs_once():
-    """[memory_model.WGMMA_FENCE] On one trip no instruction of the thread touched the loop's S registers since
-    the prologue's wgmma.fence: the deleted fence orders nothing, and no rule can report it on that length."""
-    check = _run_flash(_bug("wgmma.fence deleted: before S = Q K^T in the loop")[2], ONE_TRIP)
+    """[memory_model.WGMMA_FENCE] On one trip no instruction of the thread touched S's registers between the
+    fence moved before the loop and the S wgmma: the loop's missing fence orders nothing, and no rule can report
+    it on that length."""
+    name = "wgmma.fence deleted: before S = Q K^T in the loop, kept before the loop for the warpgroup's first"
+    check = _run_flash(_bug(name)[2], ONE_TRIP)
     assert check.ok, check
 
 
-@pytest.mark.parametrize("seq_k", [ONE_TRIP, SHAPES[0]])
+@pytest.mark.parametrize("seq_k", [TWO_TRIPS, SHAPES[0]])
 def test_a_k_release_deleted_where_no_refill_waits_for_it_has_nothing_to_order(seq_k):
-    """On 200 keys (one trip) and 300 (the K slot of the loop's last trip is never refilled) no thread waits for the
+    """The K release kept on the first trip only: on 200 keys (two trips, no refill) and 300 (the K slot of the
+    loop's second trip is never refilled; the first trip's slot is, after its release) no thread waits for a
     deleted release: no access is left for happens-before to order and the kernel runs right. (The CTA simulator
     reports it by its end-of-kernel ledger, a rule for Tessera's kernels; the executor keeps none, since
     FlashAttention-3's forward skips the release of its last tile's Q slot by design.)"""
-    check = _run_flash(delete_line(release(0)), seq_k)
+    check = _run_flash(guarded(release(0), when=True), seq_k)
     assert check.ok, check
 
 
@@ -128,12 +135,14 @@ def _consumer_loop_of(lines) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("action, seq_k, reported", [("sync", 200, False), ("sync", 300, True), ("arrive", 200, True)])
+@pytest.mark.parametrize("action, seq_k, reported", [("sync", ONE_TRIP, False), ("sync", TWO_TRIPS, True),
+                                                     ("arrive", TWO_TRIPS, True)])
 def test_a_ping_pong_barrier_deleted_is_reported_where_its_arrivals_go_unmatched(action, seq_k, reported):
     """The ping-pong named barriers order no memory access (each warpgroup's rows are its own, the K/V slots both
-    read are refilled after the empty barrier counting both): the loop's bar.sync deleted on one trip (200 keys)
-    leaves the other warpgroup's bar.arrive armed at exit, which the executor does not report (FlashAttention-3
-    exits so); on 300 keys the unmatched arrivals deadlock, and a deleted bar.arrive deadlocks on any length."""
+    read are refilled after the empty barrier counting both): the loop's bar.sync deleted on one trip (100 keys:
+    the loop runs its first trip too) leaves the other warpgroup's bar.arrive armed at exit, which the executor
+    does not report (FlashAttention-3 exits so); on two trips (200 keys) the unmatched arrivals deadlock, and a
+    deleted bar.arrive deadlocks on any length."""
     sig, host, text = _pingpong()
     lines = text.splitlines()
     del lines[_pingpong_barrier(action)(lines)]

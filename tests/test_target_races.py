@@ -34,13 +34,13 @@ _EXPECTED = {
     "V release before wait_group 0": r"^sm90.tma_load %V_map128.*: the TMA copy (overwrites|writes) shared address "
                                      r"0x[0-9a-f]+ \(buffer 'v_ring' \+ \d+\),? (while|which) `%\d+ = "
                                      r"sm90.wgmma_mma_async .*` (of warpgroup \d )?.* in thread 256 ",
-    # slot 0 is released once, by the first trip (before the loop): the edited loop runs every later trip, the
+    # slot 0 is released once, by the first trip (which keeps its release): every later trip runs without, the
     # masked one too (its masks are under a branch, not in a tail loop of their own that still released)
-    "K release deleted": r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ \(buffer 'k_ring_empty' "
+    "K release deleted after the first trip": r"the kernel ends with the mbarrier at shared address 0x[0-9a-f]+ \(buffer 'k_ring_empty' "
                          r"\+ \d+\) released 1 times .* filled 2 times .* a consumer's release of the slot is missing",
     # scale-d 0: the zero is no access (an immediate it does not read); the previous trip's softmax read S's
     # registers after the P.V fence (memory_model.WGMMA_FENCE_SCALE_D)
-    "loop S wgmma_fence deleted": r"writes its accumulator registers \(scale-d 0\), which `%\w+ = math.fma .*` read "
+    "loop S wgmma_fence moved before the loop": r"writes its accumulator registers \(scale-d 0\), which `%\w+ = math.fma .*` read "
                                   r"after warpgroup 0's latest wgmma_fence: the chain's previous result holds the "
                                   r"same registers \(race: missing wgmma_fence",
     "O store column shifted": r"^sm90.st_global .*: writes tensor %O\w* at byte offset \d+ in two threads at once "

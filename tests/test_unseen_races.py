@@ -42,13 +42,15 @@ def test_seeds_in_unseen_kernels_are_reported_at_both_levels_naming_both_sides(k
 
 
 def test_the_ledger_pairs_each_ring_slot_with_its_own_release_barrier():
-    """The decode kernel's producer wait before its second K slot's first fill deleted (a first fill needs no
-    wait), on 1100 keys: the CTA simulator's end-of-kernel ledger took the barrier the producer waited on last,
-    V's empty barrier, as that slot's release barrier and reported the pairing's counts, where the PTX executor
-    ran it clean. It pairs k_ring_full[s] with k_ring_empty[s], the barriers of the buffers that own the slot,
-    and runs it clean too; a slot whose release is deleted is still reported by it on one key block."""
+    """The decode kernel's producer wait before a first fill deleted (a first fill needs no wait; wait #1, the
+    last before the producer's loop since overlap-softmax folds the consumers' first trip into theirs: the
+    second K slot's first fill, wait #2 before, is now the loop's), on 1100 keys: the CTA simulator's
+    end-of-kernel ledger took the barrier the producer waited on last, V's empty barrier, as that slot's release
+    barrier and reported the pairing's counts, where the PTX executor ran it clean. It pairs k_ring_full[s] with
+    k_ring_empty[s], the barriers of the buffers that own the slot, and runs it clean too; a slot whose release
+    is deleted is still reported by it on one key block."""
     kernel = "paged TMA decode, GQA, 2 splits"
-    got, text = unseen_seeds.verdict("target", kernel, _seed(kernel, "wait deleted: wait #2"), "long")
+    got, text = unseen_seeds.verdict("target", kernel, _seed(kernel, "wait deleted: wait #1"), "long")
     assert got == "C", text
     got, text = unseen_seeds.verdict("target", kernel, _seed(kernel, "release deleted: release #0"), "one block")
     assert got == "R" and re.search(r"buffer 'k_ring_empty' \+ 0\) released 0 times .* filled 1 times through the "

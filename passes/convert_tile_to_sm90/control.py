@@ -13,12 +13,15 @@ counts after the join are those of straight-line code. The lowering checks it: a
 whose lowering changes the groups in flight is refused. A result that every branch yields as the same
 `Scaled` tile form (same factor) stays scaled: the branches yield the raw registers.
 
-An *update branch* (`update_branch_mma`: overlap-softmax{fold=true}'s P.V mma of the previous trip, skipped on
-the first) holds one tile.mma in one branch; the groups in flight before it stay in flight, the mma's group
-is committed in its branch and an empty one (wgmma.fence, wgmma.commit_group: PTX makes an empty group when
-no wgmma is pending) on the other path, so both paths leave one more group pending, and the branch's result
-is that group's from the join on: whatever reads it waits for it, as for the mma's own result. The fence on
-the empty path keeps ptxas 13.0 from injecting a warpgroup.arrive there (C7519).
+An *update branch* (`update_branch_mma`: overlap-softmax's P.V mma of the previous trip, skipped on the first)
+holds one tile.mma in one branch; the groups in flight before it stay in flight on that path and the mma's
+group is committed in its branch; the other path retires every group in flight (wgmma.wait_group 0), so
+after the join no path has more groups pending than the issuing one, and every wait_group count after it
+(computed for that path) completes at least as much on both: the branch's result is the mma's group's from the
+join on, and whatever reads it waits for it, as for the mma's own result. (The skipping path once committed an
+empty group, wgmma.fence and wgmma.commit_group, to keep the counts equal: 3 SASS instructions more per steady
+trip of the flash d128 loop under ptxas 12.9, 13.0 and 13.5; on the first trip the wait it makes instead is
+the one the wait_group after the join would make.)
 
 Phase counters. A copy group committed in a loop nest completes one phase of its barrier per execution; the
 parity it waits for is that of the number of earlier executions. Where every inner loop's bounds are defined
@@ -201,9 +204,8 @@ class ControlFlowLowering:
                 issued = self.pending.pop()
             elif self.pending != before:
                 refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
-            elif update is not None:  # the other path commits an empty group: as many groups on both
-                be.op(sm90.WgmmaFenceOp())
-                be.op(sm90.WgmmaCommitGroupOp())
+            elif update is not None:  # the other path retires every group: no more pending than the mma's path
+                be.op(sm90.WgmmaWaitGroupOp(0))
             self.e = be
             yielded.append([self.values[v] if update is not None and v is update.result else self._peek(v)
                             for v in terminator.operands])
