@@ -49,6 +49,18 @@ def _safe_max(vector: np.ndarray) -> np.ndarray:
     return np.where(vector == NEG_INF, np.float32(0), vector)
 
 
+def _exponential(function, x: np.ndarray) -> np.ndarray:
+    """`function` (np.exp, np.exp2) of x taken in float64 and rounded once to x's dtype: exp(x) as the ops define
+    it, the correctly rounded value (up to float64's own last place: a double rounding needs the value within
+    2^-29 ulp of an f32 midpoint), as the CTA simulator's `ex2.approx` is. NumPy's float32 exp and exp2 are
+    picked per CPU at run time (SIMD) and are not correctly rounded (AVX-512: 39% of N(0, 25) inputs off):
+    exp(-2.3263016) came out 0.09765625, exactly 25 / 256, for a correctly rounded 0.09765626, so 2^8 P tied to
+    e4m3 24 instead of 26 and an FP8 attention output moved 23 bf16 ulps away from the lowered kernel's. One
+    buffered ufunc call (the casts in chunks): about 3x float32 exp's time."""
+    with np.errstate(over="ignore"):
+        return function(x, dtype=np.float64, out=np.empty(np.shape(x), x.dtype), casting="same_kind")
+
+
 @register_impls
 class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch` (the elementwise ones in `tile_elementwise`)."""
@@ -472,7 +484,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.ExpDiffOp)
     def run_exp_diff(self, interpreter: Interpreter, op: tile.ExpDiffOp, args: PythonValues):
         a, b = args
-        return self._register_tile(op, np.exp(a - _safe_max(b)))
+        return self._register_tile(op, _exponential(np.exp, a - _safe_max(b)))
 
     @impl(tile.FmaOp)
     def run_fma(self, interpreter: Interpreter, op: tile.FmaOp, args: PythonValues):
@@ -500,7 +512,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.ExpSubtractOp)
     def run_exp_subtract(self, interpreter: Interpreter, op: tile.ExpSubtractOp, args: PythonValues):
         x, m = args
-        return self._register_tile(op, np.exp(x - _rows(_safe_max(m))))
+        return self._register_tile(op, _exponential(np.exp, x - _rows(_safe_max(m))))
 
     @impl(tile.SubRowsOp)
     def run_sub_rows(self, interpreter: Interpreter, op: tile.SubRowsOp, args: PythonValues):
@@ -511,7 +523,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.Exp2SubtractOp)
     def run_exp2_subtract(self, interpreter: Interpreter, op: tile.Exp2SubtractOp, args: PythonValues):
         x, m = args
-        return self._register_tile(op, np.exp2(x - _rows(_safe_max(m))))
+        return self._register_tile(op, _exponential(np.exp2, x - _rows(_safe_max(m))))
 
     @impl(tile.MulRowsOp)
     def run_mul_rows(self, interpreter: Interpreter, op: tile.MulRowsOp, args: PythonValues):
