@@ -60,14 +60,15 @@ def test_input_expression_dimension_is_checked_not_bound(rng):
 
 
 def test_backward_intermediates_have_padded_rows_and_postprocess_takes_seq_q(rng):
-    """The preprocess writes LSE2, dPsum and dq_accum for whole query blocks, zero on the padding rows (O, dO and
-    LSE read as 0 past seq_q); the postprocess needs seq_q, which dq_accum's rows do not give, as a launch size."""
+    """The preprocess writes LSE2, dPsum and dq_accum for whole query blocks: dPsum and dq_accum zero on the padding
+    rows (O and dO read as 0 past seq_q), LSE2 +inf there (P = exp2(s - LSE2) = 0 on those rows whatever a
+    score_mod's bias makes s: docs/training.md); the postprocess needs seq_q, which dq_accum's rows do not give, as a launch size."""
     kernels = attention_backward(head_dim=64, block_m=64, block_n=64)
     o, do = (rng.standard_normal((1, 2, 70, 64)).astype(np.float32) for _ in range(2))
     lse = rng.standard_normal((1, 2, 70)).astype(np.float32)
     dpsum, lse2, dq_accum = tessera.interpret(kernels.preprocess, o, do, lse)
     assert dpsum.shape == lse2.shape == (1, 2, 128) and dq_accum.shape == (1, 2, 128, 64)
-    assert not dpsum[..., 70:].any() and not lse2[..., 70:].any() and not dq_accum.any()
+    assert not dpsum[..., 70:].any() and np.all(lse2[..., 70:] == np.inf) and not dq_accum.any()
     np.testing.assert_allclose(lse2[..., :70], lse * np.log2(np.e), rtol=1e-6)
     with pytest.raises(ValueError, match="needs the launch size seq_q"):
         tessera.interpret(kernels.postprocess, dq_accum)
