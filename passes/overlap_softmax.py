@@ -463,7 +463,9 @@ def rotate_folded(plan: Rotation) -> scf.IfOp:
     rotated.add_op(update)
     updated = dict(zip(sorted(acc), update.results))
     for i, value in updated.items():
-        value.name_hint = results[i].name_hint
+        # not the update's own name: the update (`acc_next`) runs in the else branch from trip 1 on, and this
+        # result is trip 0's skipped update too (tessera.validation.trace records each `acc_next` as a tile's)
+        value.name_hint = f"{results[i].name_hint}_or_skipped" if results[i].name_hint else None
     _clone_into(rotated, plan.a_rest, this_trip, plan)
     if plan.b_rel:
         rotated.add_op(scf.IfOp(first, [], [Block([scf.YieldOp()])], [previous_trip(plan.b_rel, [])]))

@@ -67,21 +67,21 @@ func.func @flash(%K: !g, %V: !g, %q: !sh, %n: index) -> (!row, !s) {
 // CHECK-NEXT:      %iv_prev = arith.subi %j, %c1 : index
 // CHECK-NEXT:      %slot_1 = arith.remui %iv_prev, %c3 : index
 // CHECK-NEXT:      %v_stage = tile.stage %v_ring[%slot_1]
-// CHECK-NEXT:      %acc_next = scf.if %first_trip
+// CHECK-NEXT:      %acc_next_or_skipped = scf.if %first_trip
 // CHECK-NEXT:        scf.yield %acc
 // CHECK-NEXT:      } else {
-// CHECK-NEXT:        %acc_next_1 = tile.mma %p_half_prev, %v_stage, %acc :
-// CHECK-NEXT:        scf.yield %acc_next_1
+// CHECK-NEXT:        %acc_next = tile.mma %p_half_prev, %v_stage, %acc :
+// CHECK-NEXT:        scf.yield %acc_next
 // CHECK:           tile.release %k_stage
 // CHECK-NEXT:      scf.if %first_trip {
 // CHECK-NEXT:      } else {
 // CHECK-NEXT:        tile.release %v_stage
 // CHECK-NEXT:      }
-// CHECK-NEXT:      %acc_scaled = tile.mul_rows %acc_next, %alpha
+// CHECK-NEXT:      %acc_scaled = tile.mul_rows %acc_next_or_skipped, %alpha
 // CHECK-NEXT:      %p_half = tile.cast %p
 // CHECK-NEXT:      scf.if %go {
 // CHECK:           tile.cp_commit_group
 // CHECK-NEXT:      scf.yield %m_new, %acc_scaled, %p_half
 // The last trip's P.V mma after the loop, as in the peeled form.
-// CHECK:         %acc_next_2 = tile.mma %p_half_last, %v_stage_1, %acc_final_1
+// CHECK:         %acc_next_1 = tile.mma %p_half_last, %v_stage_1, %acc_final_1
 // CHECK-NEXT:    tile.release %v_stage_1
