@@ -35,6 +35,7 @@ from xdsl.dialects import arith, scf
 
 import race_templates
 import tessera
+from race_seeds import else_guard, predicate_valid
 from tessera import find_kernel, passes, reference_attention
 from tessera.dialects import sm90, sm90_cluster, sm90_reductions
 from tessera.kernels import attention_backward
@@ -290,7 +291,9 @@ class Edit:
     "count" (an init's arrival count or a bar_sync's thread count set to `value`), "mask" (a multicast's CTA mask
     set to `value`), "pending" (a wait_group's
     count set to `value`), "move" (before the op `other` names, with the ops
-    between that compute its operands), "double" (issued twice), "retarget" (a release
+    between that compute its operands; `value` 1: an op under a branch the anchor's block holds keeps that branch,
+    the branch moving in Target IR and the PTX line predicated as its `$L__else` block is: the folded loop's V
+    release, skipped on the first trip), "double" (issued twice), "retarget" (a release
     arrives on the barrier of the release `other` names), "home" (a remote release, and the one `other` names,
     arrive on the executing CTA's own barrier: their `mapa` takes %cluster_ctarank as the rank)."""
 
@@ -394,6 +397,9 @@ def apply_target(fn, edit: Edit) -> None:
         _set(op, "mask", int(edit.value))
     elif edit.action == "move":
         anchor = find_target(fn, edit.other)
+        if edit.value == 1:  # the branch the op runs under moves with it
+            op = anchor.parent_block().find_ancestor_op_in_block(op)
+            assert isinstance(op, scf.IfOp), op
         for moved in _with_operands(op, anchor):
             moved.detach()
             anchor.parent_block().insert_op_before(moved, anchor)
@@ -436,6 +442,10 @@ def apply_ptx(text: str, edit: Edit) -> str:
         j = find_ptx(lines, edit.other)
         if edit.other.kind == "wait":  # before the wait loop's label
             j = max(k for k in range(j) if re.match(r"\$L__while\d+:", lines[k].strip()))
+        if edit.value == 1:  # predicated as the block it leaves (`@!%pN bra $L__else`: the block runs on !%pN)
+            test, branch = else_guard(lines, i)
+            predicate_valid(lines, test, j, branch)
+            lines[i] = f"    @!{test} {lines[i].strip()}"
         if j < i:  # with copies of the instructions between that compute its operands (a remote release's mapa)
             block, declarations = _renamed([lines[k] for k in _ptx_operands(lines, j, i) + [i]], lines)
             del lines[i]

@@ -150,7 +150,7 @@ def _writes(line: str, register: str) -> bool:
     return re.match(rf"(@!?%p\d+ )?[\w.:]+ {re.escape(register)}[,;]", line.strip()) is not None
 
 
-def _predicate_valid(lines, register: str, start: int, stop: int) -> None:
+def predicate_valid(lines, register: str, start: int, stop: int) -> None:
     """LookupError unless no line in [start, stop) writes `register` (so it holds the same value throughout)."""
     if any(_writes(lines[i], register) for i in range(min(start, stop), max(start, stop))):
         raise LookupError(f"{register} is written between lines {start + 1} and {stop + 1}")
@@ -162,7 +162,7 @@ def guarded(pick, when: bool):
     def edit(lines):
         i = pick(lines)
         test, branch = first_trip(lines)
-        _predicate_valid(lines, test, i, branch)
+        predicate_valid(lines, test, i, branch)
         lines[i] = f"    @{'' if when else '!'}{test} {lines[i].strip()}"
     return edit
 
@@ -180,7 +180,7 @@ def move_guarded(pick, before):
         line = lines.pop(i)
         if skipped is not None:
             test, branch = skipped
-            _predicate_valid(lines, test, j if j < i else j - 1, branch if branch < i else branch - 1)
+            predicate_valid(lines, test, j if j < i else j - 1, branch if branch < i else branch - 1)
             line = f"    @!{test} {line.strip()}"
         lines.insert(j if j < i else j - 1, line)
     return edit
@@ -197,7 +197,7 @@ def early_after_the_first_trip(pick, before):
         top, _ = _consumer_loop(lines)
         setp = next(k for k in range(i, top, -1) if _writes(lines[k], test))
         for register in re.findall(r"%r\d+", lines[setp].split(",", 1)[1]):
-            _predicate_valid(lines, register, top + 1, setp)
+            predicate_valid(lines, register, top + 1, setp)
         line, test_line = lines[i].strip(), lines[setp].strip().replace(f" {test},", " %seeded_first,", 1)
         lines[i] = f"    @%seeded_first {line}"
         lines.insert(j, f"    @!%seeded_first {line}")
@@ -243,7 +243,7 @@ def release(n):
     return lambda lines: _nth(_releases(lines, _consumer_loop(lines)), n)
 
 
-def _else_guard(lines, i):
+def else_guard(lines, i):
     """(predicate, branch line) of the `@!%pN bra $L__elseK` whose block line i lies in (after any mbarrier wait loop
     of the block); None outside such a block."""
     for k in range(i - 1, -1, -1):
@@ -259,7 +259,7 @@ def _else_guard(lines, i):
 def first_trip(lines) -> tuple[str, int]:
     """(the predicate register, its branch line) of the consumer loop's first-trip test: the branch that skips the
     V release on the first trip (overlap-softmax's fold runs the previous trip's P.V update and release under it)."""
-    guard = _else_guard(lines, release(1)(lines))
+    guard = else_guard(lines, release(1)(lines))
     if guard is None:
         raise LookupError("the consumer loop runs its V release on every trip (no first-trip branch)")
     return guard
@@ -267,7 +267,7 @@ def first_trip(lines) -> tuple[str, int]:
 
 def _skipped_on_the_first_trip(lines, i):
     """(predicate, branch line) when line i lies in a block the consumer loop's first trip branches over; else None."""
-    guard = _else_guard(lines, i)
+    guard = else_guard(lines, i)
     return guard if guard is not None and guard[0] == first_trip(lines)[0] else None
 
 

@@ -133,8 +133,10 @@ naming what each blocked thread waits for, or an error at the CTA's exit), C cle
 kernel's outputs (the edit is not a bug on that shape, the reason says why), G clean with the right answer but a
 bug a detector misses (a gap, the reason names the simulator and the rule)."""
 
-_UNREACHED = ("on the short shape the loop never runs (one key block a part, one pair of key blocks in the "
-              "cluster's ring: every fill is in the prologue)")
+_UNREACHED = ("on the short shape (one key block a part, one pair of key blocks in the cluster's ring) the consumer "
+              "loop runs its first trip only, which branches past the previous trip's P.V update (its V wait, "
+              "wgmmas and V release; overlap-softmax's fold), and the producer's loop never runs: no slot is "
+              "refilled")
 _LEDGER = ("on the short shape the slot is never awaited again: not a race at that length; the CTA simulator "
            "reports it by its end-of-kernel ledger (every ring slot released as often as it was filled)")
 _LEDGER_CLUSTER = ("on the short shape the slot is never awaited again: not a race at that length; the CTA "
@@ -145,9 +147,19 @@ _INIT_FENCE = ("memory_model.MBARRIER_INIT_FENCE, one rule at both levels: the f
 _INIT_FENCE_CLUSTER = ("memory_model.MBARRIER_INIT_FENCE: the cluster barrier after the inits arrives with "
                        ".release (barrier.cluster.arrive.release; a Target IR cluster_arrive), which releases the "
                        "inits to the peer as the fence would; CUTLASS's .relaxed arrive needs the fence")
-_K_COVERED_BY_V = ("the producer refills a K slot only after its wait on the V slot's empty barrier, which the "
-                   "consumers release after the wait_group that completes their K reads (as for K's releases sent "
-                   "home)")
+_FIRST_TRIP = ("the folded loop's first trip runs on the short shape too (overlap-softmax's fold: no trip is peeled "
+               "before the loop), so the loop's op is the first key block's as well: reported on both shapes")
+_FIRST_TRIP_K = ("a race on the long shape since the fold: the loop's first trip has no V release of a trip before it, "
+                 "so nothing orders its K reads before the producer refills that K slot (on later trips the V "
+                 "release still does); on the short shape no slot is refilled")
+_S_FENCE_MOVED = ("the loop's S fence moved before the loop (the consumers' bar.sync after the Q wait): the "
+                  "warpgroup's first wgmma keeps a fence, every later S has none, as when the first trip was peeled "
+                  "before the loop and only the loop's fence was deleted; on the short shape the loop runs its first "
+                  "trip only")
+_WAIT_GROUP_1, _WAIT_GROUP_0 = At(C, "wait_group", 1), At(C, "wait_group", 2)
+"""The loop's wgmma.wait_group 1 after S = Q K^T and its wait_group 0 after O += P V: the loop's first wait_group
+(`At(C, "wait_group", 0)`) is the first trip's own wait_group 0, on its path past the P.V update (overlap-softmax's
+fold)."""
 _FIRST_FILLS = ("on the short shape (two k-blocks, four slots) every fill is a slot's first: its empty barrier is "
                 "fresh and the producer's wait passes at once, so deleting it changes nothing there")
 
@@ -157,15 +169,16 @@ def _flash(empty: int, cluster: bool) -> list:
     count: the loop's groups are S = Q K^T then O += P V, each waited on (the second 0 pending)."""
     return [
         ("wait deleted", "the consumers' Q wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
-        ("wait deleted", "the consumers' first K full wait", Edit("delete", At("consumer", "wait", 1)), ALL, ""),
-        ("wait deleted", "the K full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), "CRCR",
-         _UNREACHED),
+        ("wait deleted", "the consumers' first K full wait (the loop's K wait since the fold)",
+         Edit("delete", At("consumer", "wait", 1)), ALL, ""),
+        ("wait deleted", "the K full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL,
+         _FIRST_TRIP),
         ("wait deleted", "the V full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), "CRCR",
          _UNREACHED),
         ("wait deleted", "the producer's K empty wait in its loop", Edit("delete", At(P, "wait", 0)), "CRCR",
          _UNREACHED),
-        ("parity flipped", "the K full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), "CRCR",
-         _UNREACHED),
+        ("parity flipped", "the K full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL,
+         _FIRST_TRIP),
         ("parity flipped", "the V full wait in the consumer loop", Edit("flip", At(C, "wait", 1)), "CRCR",
          _UNREACHED),
         ("parity flipped", "the producer's K empty wait in its loop", Edit("flip", At(P, "wait", 0)), "CRCR",
@@ -177,19 +190,20 @@ def _flash(empty: int, cluster: bool) -> list:
         ("expect_tx too large", "the producer's first V", Edit("scale", At("producer", "expect_tx", 1), 2), ALL,
          ""),
         ("expect_tx deleted", "the producer's first K", Edit("delete", At("producer", "expect_tx", 0)), ALL, ""),
-        ("wgmma.commit_group deleted", "S = Q K^T in the loop", Edit("delete", At(C, "commit", 0)), "CRCR",
-         _UNREACHED),
+        ("wgmma.commit_group deleted", "S = Q K^T in the loop", Edit("delete", At(C, "commit", 0)), ALL,
+         _FIRST_TRIP),
         ("wgmma.commit_group deleted", "O += P V in the loop", Edit("delete", At(C, "commit", 1)), "CRCR",
          _UNREACHED),
-        ("wgmma.wait_group deleted", "the first in the loop", Edit("delete", At(C, "wait_group", 0)), "CRCR",
+        ("wgmma.wait_group deleted", "the first in the loop", Edit("delete", _WAIT_GROUP_1), "CRCR",
          _UNREACHED),
-        ("wgmma.wait_group deleted", "the second in the loop", Edit("delete", At(C, "wait_group", 1)), "CRCR",
+        ("wgmma.wait_group deleted", "the second in the loop", Edit("delete", _WAIT_GROUP_0), "CRCR",
          _UNREACHED),
-        ("wgmma.wait_group weakened", "the second in the loop, 0 -> 1", Edit("pending", At(C, "wait_group", 1), 1),
+        ("wgmma.wait_group weakened", "the second in the loop, 0 -> 1", Edit("pending", _WAIT_GROUP_0, 1),
          "CRCR", _UNREACHED),
-        ("wgmma.fence deleted", "the consumers' first", Edit("delete", At("consumer", "wgmma_fence", 0)), ALL, ""),
-        ("wgmma.fence deleted", "before S = Q K^T in the loop", Edit("delete", At(C, "wgmma_fence", 0)), "CRCR",
-         _UNREACHED),
+        ("wgmma.fence deleted", "the consumers' first (the loop's S fence since the fold)",
+         Edit("delete", At("consumer", "wgmma_fence", 0)), ALL, ""),
+        ("wgmma.fence deleted", "before S = Q K^T in the loop, kept before the loop for the warpgroup's first",
+         Edit("move", At(C, "wgmma_fence", 0), other=At("consumer", "bar_sync", 0)), "CRCR", _S_FENCE_MOVED),
         ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)),
          *(("CCCC", "the cluster barrier right after it (every thread of both CTAs arrives with release and waits "
             "with acquire) orders the inits before every use in either CTA") if cluster else (ALL, ""))),
@@ -206,14 +220,15 @@ def _flash(empty: int, cluster: bool) -> list:
 
 
 _RELEASES = [
-    ("slot released before its wait_group", "V, before the loop's second wait_group",
-     Edit("move", At(C, "release", 1), other=At(C, "wait_group", 1)), "CRCR", _UNREACHED),
+    ("slot released before its wait_group", "V, before the loop's wait_group 0 (keeping its first-trip branch)",
+     Edit("move", At(C, "release", 1), 1, other=_WAIT_GROUP_0), "CRCR", _UNREACHED),
     ("slot release deleted", "the first K's", Edit("delete", At("consumer", "release", 0)), "RRCR", _LEDGER),
     ("slot release deleted", "V in the loop", Edit("delete", At(C, "release", 1)), "CRCR", _UNREACHED),
     ("release on the wrong barrier", "K's release arrives on V's empty barrier",
-     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "CRCR", _UNREACHED),
+     Edit("retarget", At(C, "release", 0), other=At(C, "release", 1)), "RRCR",
+     _LEDGER + " (the loop's first trip, which runs on the short shape since the fold, releases K on V's barrier)"),
     ("slot released before the read", "K, before the loop's S = Q K^T (its wgmma_fence)",
-     Edit("move", At(C, "release", 0), other=At(C, "wgmma_fence", 0)), "CCCC", _K_COVERED_BY_V),
+     Edit("move", At(C, "release", 0), other=At(C, "wgmma_fence", 0)), "CRCR", _FIRST_TRIP_K),
 ]
 """Releases in a CTA of its own (split-KV): `mbarrier.arrive` on the local empty barrier."""
 
@@ -225,10 +240,11 @@ _CLUSTER = [
     ("remote arrive deleted", "the first K's release on the second CTA",
      Edit("delete", At("consumer", "remote_release", 1)), "CRCR", _LEDGER_CLUSTER),
     ("remote arrive sent home", "K's two releases in the loop both arrive on the CTA's own empty barrier",
-     Edit("home", At(C, "remote_release", 0), other=At(C, "remote_release", 1)), "CCCC",
-     "every arrival count stays right (each empty barrier counts its own consumers twice); on the short shape the "
-     "loop never runs, and on the long one the producer refills a K slot only after its wait on the V slot's "
-     "empty barrier, which the consumers of both CTAs release after the wait_group that completes their K reads"),
+     Edit("home", At(C, "remote_release", 0), other=At(C, "remote_release", 1)), "CRCR",
+     "every arrival count stays right (each empty barrier counts its own consumers twice); on the short shape no "
+     "slot is refilled; on the long one, since the fold, the loop's first trip has no V releases of a trip before "
+     "it, so nothing orders the peer's reads of the first K slot before the producer's multicast refill into it "
+     "(CUTLASS's release sent home, as for V; on later trips the V releases still order it)"),
     ("remote arrive sent home", "V's two releases in the loop both arrive on the CTA's own empty barrier",
      Edit("home", At(C, "remote_release", 2), other=At(C, "remote_release", 3)), "CRCR",
      _UNREACHED + "; on the long one every count is right, but the producer multicasts into its peer's V slot "
@@ -248,9 +264,9 @@ _CLUSTER = [
     ("cluster barrier deleted", "the arrive before exit", Edit("delete", At("kernel", "cluster_arrive", 1)), ALL,
      ""),
     ("slot released before the read", "K's release on the first CTA, before the loop's S = Q K^T",
-     Edit("move", At(C, "remote_release", 0), other=At(C, "wgmma_fence", 0)), "CCCC", _K_COVERED_BY_V),
-    ("slot released before its wait_group", "V's release on the first CTA, before the loop's second wait_group",
-     Edit("move", At(C, "remote_release", 2), other=At(C, "wait_group", 1)), "CRCR", _UNREACHED),
+     Edit("move", At(C, "remote_release", 0), other=At(C, "wgmma_fence", 0)), "CRCR", _FIRST_TRIP_K),
+    ("slot released before its wait_group", "V's release on the first CTA, before the loop's wait_group 0 (keeping "
+     "its first-trip branch)", Edit("move", At(C, "remote_release", 2), 1, other=_WAIT_GROUP_0), "CRCR", _UNREACHED),
 ]
 """The cluster's own kinds (clusters of two)."""
 

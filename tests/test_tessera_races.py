@@ -23,7 +23,8 @@ def _both_sides(level: str, text: str) -> bool:
     if level == "ptx":
         return re.search(r"line \d+|thread count is \d+|first wgmma|CTA exits|thread \(\d+, 0, 0\) of CTA|"
                          r"without a barrier.cluster.arrive|cluster", text) is not None
-    return re.search(r"`[^`]+`|which thread \d+|expects \d+|first wgmma|kernel ends|fence_mbarrier_init|exceeds|"
+    return re.search(r"`[^`]+`|which thread \d+|which its thread \d+ read|expects \d+|first wgmma|kernel ends|"
+                     r"fence_mbarrier_init|exceeds|"
                      r"mbarrier at shared address|without having arrived", text) is not None
 
 
