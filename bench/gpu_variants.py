@@ -239,29 +239,23 @@ def tessera_system(torch):
 
 
 def flex_system(torch):
-    """FlexAttention through torch.compile, the variant's torch functions, its block mask from its own
-    `create_block_mask` (B = H = None); None where this PyTorch has none."""
+    """FlexAttention through `harness.compile_strictly` (each row runs compiled or is refused, never eager),
+    the variant's torch functions, its block mask from its own `create_block_mask` (B = H = None); None where
+    this PyTorch has none."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None
-    from harness import System, Unsupported
+    from harness import System, compile_strictly, first_compiled_call
 
-    compiled_flex = torch.compile(flex_attention)
+    compiled_flex = compile_strictly(torch, flex_attention)
 
     def build(inputs):
         q, k, v, variant, row = inputs
         mask = None if variant.mask_mod is None else \
             create_block_mask(variant.mask_mod, None, None, row["seq"], row["seq"], device=q.device)
-
-        def run():
-            return compiled_flex(q, k, v, score_mod=variant.score_mod, block_mask=mask)
-        try:
-            run()
-        except Exception as why:  # noqa: BLE001 - an Inductor or Triton refusal
-            raise Unsupported(f"{type(why).__name__}: {str(why).strip().splitlines()[0] if str(why).strip() else ''}"
-                              ) from None
-        return run
+        return first_compiled_call(torch, lambda: compiled_flex(q, k, v, score_mod=variant.score_mod,
+                                                                block_mask=mask))
     return System("FlexAttention", build)
 
 
