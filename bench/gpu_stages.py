@@ -147,7 +147,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
     names the case in progress). A case whose prepared side is missing or stale says so by name and keeps
     the GPU against float64. The dry run prepares the executor side of its cases into out/fidelity/ as
     `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64 (SystemExit
-    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`)."""
+    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`). Each
+    case's raw outputs, both sides, go to out/RAW_OUTPUTS (`save_raw_outputs`; row `raw`)."""
     import gpu_prepared
 
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
@@ -178,6 +179,7 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
         executor, why = gpu_prepared.executor_outputs(manifest, prepared, case, arrays)
         if executor is None:
             row["executor"] = why
+        row["raw"] = save_raw_outputs(out, case.name, gpu, executor)
         measured = gpu if gpu is not None else executor
         if measured is not None:
             table = gpu_fidelity.compare(measured, executor or measured, gpu_fidelity.reference(case, arrays))
@@ -190,6 +192,27 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
     writer.running(None)
     if dry and failed:
         raise SystemExit(f"the PTX executor failed on {', '.join(failed)} (each row's `executor` says how)")
+
+
+RAW_OUTPUTS = "fidelity-outputs"
+"""The fidelity stage's folder in --out (and so in session.tgz) of each case's raw outputs, GPU and executor."""
+
+
+def save_raw_outputs(out: Path, case: str, gpu: dict | None, executor: dict | None) -> dict | None:
+    """Both sides' outputs of a fidelity case, bit for bit, in out/RAW_OUTPUTS/<case>.npz (compressed; keys
+    "gpu.<output>" and "executor.<output>", each the unsigned integers of its elements' bits:
+    `gpu_prepared.bits`), so that their differences can be studied offline (the inputs: `gpu_fidelity.inputs`
+    of the case, seeded). Returns the file and each array's type, None when neither side ran."""
+    import gpu_prepared
+
+    sides = {side: outputs for side, outputs in (("gpu", gpu), ("executor", executor)) if outputs is not None}
+    if not sides:
+        return None
+    arrays = {f"{side}.{name}": np.asarray(a) for side, outputs in sides.items() for name, a in outputs.items()}
+    (out / RAW_OUTPUTS).mkdir(parents=True, exist_ok=True)
+    path = out / RAW_OUTPUTS / f"{case}.npz"
+    np.savez_compressed(path, **{key: gpu_prepared.bits(a) for key, a in arrays.items()})
+    return {"file": f"{RAW_OUTPUTS}/{path.name}", "dtypes": {key: str(a.dtype) for key, a in arrays.items()}}
 
 
 def _gpu_side(case, arrays: dict) -> dict:

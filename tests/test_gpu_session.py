@@ -299,11 +299,18 @@ def test_the_fidelity_stage_compares_the_gpu_with_the_prepared_executor_side_and
     c = row["outputs"]["c"]
     assert (row["case"], row["planned"], c["dtype"], c["max_ulp"], c["differing"]) == ("gemm-odd-mn", True, "float32", 2, 1)
     assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0 and "executor" not in row
+    assert row["raw"] == {"file": "fidelity-outputs/gemm-odd-mn.npz",
+                          "dtypes": {"gpu.c": "float32", "executor.c": "float32"}}
+    with np.load(tmp_path / row["raw"]["file"]) as raw:  # both sides bit for bit, for study offline
+        gpu, executor = raw["gpu.c"].view(np.float32), raw["executor.c"].view(np.float32)
+        assert gpu.shape == (333, 136) and np.count_nonzero(gpu != executor) == 1
+        assert gpu_fidelity.ulp_distance(gpu, executor)[5, 7] == 2
     manifest.write_text(manifest.read_text().replace(entry["ptx_sha256"], "0" * 64))
     row = stage()
     assert row["executor"] == (f"gemm-odd-mn: stale: prepared from other PTX (sha256 000000000000, now "
                                f"{entry['ptx_sha256'][:12]}): {gpu_prepared.HOW}")
     assert set(row["outputs"]["c"]) == {"dtype", "elements", "gpu_error"} and row["outputs"]["c"]["gpu_error"] > 0
+    assert row["raw"]["dtypes"] == {"gpu.c": "float32"}  # the GPU's side kept alone
 
 
 # region Pictures and test reports
