@@ -533,15 +533,22 @@ def variants_stage(writer, dry: bool, quick: bool, resume: Path | None = None) -
 # endregion
 
 
+PICTURES = "pictures"
+"""The report stage's folder in --out for its SVGs (in session.tgz; --out's top level is kept to the few files
+the device tool returns: `gpu_session.RETURNED_FILES`)."""
+
+
 def report_stage(writer, out: Path, resume: Path | None = None) -> None:
-    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg, attention_variants.svg and
-    benchmark.csv from the benchmark stages (a stage this call did not run: from `resume`, the earlier call's
-    --out, where it ran there)."""
+    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg, attention_variants.svg (in
+    out/PICTURES) and benchmark.csv from the benchmark stages (a stage this call did not run: from `resume`, an
+    earlier call's --out, where it ran there)."""
     import json
 
     import gpu_plot
 
     everything = []
+    pictures = out / PICTURES
+    pictures.mkdir(parents=True, exist_ok=True)
     for name, title in (("forward", "Forward attention, bf16"), ("fp8", "Forward attention, FP8 e4m3"),
                         ("backward", "Backward attention, bf16"), ("gemm", "GEMM, bf16 inputs"),
                         ("variants", "Attention variants against FlexAttention, forward, bf16, head_dim 128")):
@@ -553,12 +560,12 @@ def report_stage(writer, out: Path, resume: Path | None = None) -> None:
         device = json.loads(path.read_text()).get("environment", {}).get("device") if path.exists() else None
         everything += records
         title = f"{title}{', ' + device if device else ''}"
+        stem = "gemm" if name == "gemm" else f"attention_{name}"
         if name == "variants":
-            picture = gpu_plot.write_svg(out / "attention_variants.svg", records, title, gpu_plot.variant_panel, 4)
+            picture = gpu_plot.write_svg(pictures / f"{stem}.svg", records, title, gpu_plot.variant_panel, 4)
         else:
-            picture = gpu_plot.write_svg(out / f"{'gemm' if name == 'gemm' else 'attention_' + name}.svg", records,
-                                         title)
-        writer.add("pictures", picture.name)
+            picture = gpu_plot.write_svg(pictures / f"{stem}.svg", records, title)
+        writer.add("pictures", f"{PICTURES}/{picture.name}")
     writer.set("csv", gpu_plot.write_csv(out / "benchmark.csv", everything).name)
     writer.set("records", len(everything))
 

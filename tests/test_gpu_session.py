@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import xml.etree.ElementTree as ElementTree
@@ -71,6 +72,9 @@ def test_a_stage_past_its_budget_is_cut_its_results_kept_and_the_next_runs(tmp_p
     assert session["stages"]["after"]["status"] == "ok" and session["stages"]["after"]["results"] == {"done": True}
     written = json.loads((tmp_path / "session.json").read_text())
     assert written["test"] is True and written["stages"]["sleepy"]["results"]["rows"] == [1, 2]
+    with tarfile.open(tmp_path / gpu_session.ARCHIVE) as archive:  # everything, in the one file a cut call returns
+        assert {"session.json", "stages/sleepy.json", "stages/after.json", "logs/sleepy.log"} <= set(archive.getnames())
+        assert json.load(archive.extractfile("stages/sleepy.json"))["rows"] == [1, 2]
 
 
 def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_nothing_more(tmp_path):
@@ -113,10 +117,14 @@ def test_a_second_call_measures_only_the_rows_the_first_did_not(tmp_path):
     assert gpu_stages.rows_left("forward", rows, writer, earlier) == rows[2:]
     assert writer.data["records"] == records and writer.data["cut_before"] == [rows[1]]
     assert gpu_stages.rows_left("forward", rows, writer, None) == rows
+    gpu_session.write_archive(earlier)  # the earlier call's session.tgz, carried back, serves as well
+    unpacked = gpu_session.unpacked(earlier / gpu_session.ARCHIVE)
+    assert unpacked != earlier and gpu_stages.rows_left("forward", rows, writer, unpacked) == rows[2:]
+    assert gpu_session.unpacked(earlier) == earlier
     assert "--resume $OUT" in gpu_plan.SECOND_RUN
 
 
-def test_the_budgets_cover_every_stage_and_fit_the_session():
+def test_the_budgets_cover_every_stage_and_fit_the_session(tmp_path):
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
     total, device, *benchmarks = gpu_session.budget_checks()
     first = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
@@ -128,6 +136,15 @@ def test_the_budgets_cover_every_stage_and_fit_the_session():
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
     over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": gpu_plan.BUDGETS_S["compile"] + 1}}}}
     assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 8 + [False]
+    for name in ("session.json", "session.tgz", "benchmark.csv", *(f"stage-{s}.json" for s in gpu_session.TOP_LEVEL)):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "forward.json").write_text("{}")  # below the top level: in the archive
+    *_, files = gpu_session.budget_checks(None, tmp_path)
+    assert files["ok"] and files["value_s"] == 6 <= gpu_session.RETURNED_FILES == 8
+    for name in ("a.svg", "b.svg", "c.svg"):  # the first session's pictures at the top level: 9 files
+        (tmp_path / name).write_text("")
+    assert not gpu_session.budget_checks(None, tmp_path)[-1]["ok"]
     assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-3:] == ("fp8", "variants", "report")
     assert gpu_plan.FIRST_RUN == tuple(s for s in gpu_plan.STAGES if s != "variants")  # the second call's
     assert "variants" in gpu_plan.SECOND_RUN.split("--stages")[1]
@@ -411,9 +428,16 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     variants = {r["config"]["variant"]: r for r in json.loads((out / "stages" / "variants.json").read_text())["records"]}
     assert {r["host_check"] for r in variants.values()} == {"not in --quick"}  # the full dry run host-checks them
     assert variants["sliding window 1024"]["density"] == 27 / 64 and variants["ALiBi"]["density"] == 1.0
-    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 9
-    assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
-                                                   "attention_backward.svg", "gemm.svg", "attention_variants.svg"}
+    assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 10
+    assert {p.name for p in (out / "pictures").glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
+                                                                  "attention_backward.svg", "gemm.svg",
+                                                                  "attention_variants.svg"}
+    assert gpu_session.top_level_files(out) == ["benchmark.csv", "plan.json", "session.json", "session.tgz",
+                                                "stage-backward_parts.json", "stage-fidelity.json", "stage-tests.json"]
+    with tarfile.open(out / "session.tgz") as archive:
+        names = set(archive.getnames())
+    assert {"stages/variants.json", "logs/report.log", "pictures/gemm.svg", "fidelity/manifest.json",
+            "fidelity-outputs/paged-decode-d64.npz"} <= names
 
 
 def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):
