@@ -221,12 +221,34 @@ def report_problems(records: list[Record]) -> None:
 
 
 def environment(torch) -> dict:
+    """The device and the versions a result depends on (`versions`: the driver, Triton, NumPy, ml_dtypes)."""
     from tessera.runtime.compiler import ptxas_version, tessera_version
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cuda": torch.version.cuda, "tessera": tessera_version(), "ptxas": ptxas_version(),
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "python": platform.python_version(), **versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def versions() -> dict:
+    """The NVIDIA driver's version (nvidia-smi's; None without one) and Triton's, NumPy's and ml_dtypes' (None
+    where not installed): the 2026-11-30 session's results needed nvidia-smi run by hand for the driver."""
+    import importlib.metadata
+    import subprocess
+
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+        driver = query.stdout.strip().splitlines()[0] if query.returncode == 0 and query.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        driver = None
+    found = {}
+    for package in ("triton", "numpy", "ml_dtypes"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return {"driver": driver, **found}
 
 
 def write_results(out: Path, name: str, env: dict, args, records: list[Record]) -> Path:

@@ -107,3 +107,18 @@ def test_a_16_bit_baseline_is_checked_like_tessera_and_a_wrong_product_is_refuse
     assert bf16.note.startswith("its output type's rounding alone is up to ")
     assert transposed.status == "WRONG" and transposed.max_error > 10 and transposed.ms is None
     assert scaled.status == "WRONG"
+
+
+def test_the_environment_names_the_driver_and_the_libraries(monkeypatch, tmp_path):
+    """The versions a result is committed with: nvidia-smi's driver (a stand-in on PATH here; None without
+    one), Triton's, NumPy's and ml_dtypes'."""
+    import numpy as np
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 580.159.04\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    found = harness.versions()
+    assert found["driver"] == "580.159.04" and found["numpy"] == np.__version__ and "triton" in found
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert harness.versions()["driver"] is None
