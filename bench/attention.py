@@ -131,15 +131,15 @@ def triton_system(torch, autotune: bool = True) -> System | None:
     return System("Triton", build)
 
 
-def flex_system(torch) -> System | None:
-    """PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, compiled by `harness.compile_strictly`:
-    every row runs compiled or is refused, never eager), the causal mask as a block mask (bottom-right aligned,
-    as the others); None where this PyTorch has none."""
+def flex_system(torch, backend: str = "inductor") -> System | None:
+    """PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, compiled by `harness.compile_strictly` with
+    `backend`: every row runs compiled or is refused, never eager), the causal mask as a block mask (bottom-right
+    aligned, as the others); None where this PyTorch has none."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None
-    compiled = compile_strictly(torch, flex_attention)
+    compiled = compile_strictly(torch, flex_attention, backend)
 
     def build(inputs):
         q, k, v, causal = inputs

@@ -122,3 +122,27 @@ def test_the_environment_names_the_driver_and_the_libraries(monkeypatch, tmp_pat
     assert found["driver"] == "580.159.04" and found["numpy"] == np.__version__ and "triton" in found
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     assert harness.versions()["driver"] is None
+
+
+@pytest.mark.slow
+def test_the_forward_grids_flexattention_rows_all_run_compiled(monkeypatch):
+    """bench/attention.py's FlexAttention over a grid of the forward stage's kind on the CPU (dynamo's eager
+    backend: the same graphs and guards, no Inductor): head_dim 64/128/256, causal or not, two lengths and
+    batches, so more compiles than dynamo's default limit of 8 (the H200 session's d64-causal and d256 rows ran
+    eagerly past it). Every row runs compiled, says so, and matches SDPA (about 30 s of CPU: `-m slow`)."""
+    import attention
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", False)
+    system = attention.flex_system(torch, backend="eager")
+    compiles = 0
+    for head_dim in (128, 64, 256):
+        for causal in (False, True):
+            for seq, batch in ((128, 2), (256, 1)):
+                q, k, v = (torch.randn(batch, 2, seq, head_dim) for _ in range(3))
+                run = system.build((q, k, v, causal))
+                assert run.note.startswith("compiled (torch.compile, fullgraph): ")
+                compiles += int(run.note.split(": ")[1].split()[0])
+                want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                assert torch.allclose(run(), want, atol=1e-5)
+    assert compiles > 8
