@@ -323,8 +323,9 @@ def unpacked(resume: Path) -> Path:
 def budget_checks(session: dict | None = None, out: Path | None = None) -> list[dict]:
     """The plan's budget checks: the stages' budgets sum to at most the session's, which fits the device time
     with the machine's start, each benchmark stage's grid
-    fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), and (after a dry run's compile stage)
-    the estimated compile time on the GPU machine fits the compile budget."""
+    fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), (after a dry run's compile stage)
+    the estimated compile time on the GPU machine fits the compile budget, and (given `out`) --out's top level
+    holds at most the `RETURNED_FILES` the device tool returns."""
     total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
