@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from harness import (
-    CAUSAL_CHOICES, CHECK_SCORE_BYTES, Record, System, Unsupported, environment, measure, plot, print_header, print_row, report_problems, require_gpu,
-    attention_grid, sdpa_systems_of, write_results,
+    CAUSAL_CHOICES, CHECK_SCORE_BYTES, Record, System, Unsupported, compile_strictly, environment, first_compiled_call,
+    measure, plot, print_header, print_row, report_problems, require_gpu, attention_grid, sdpa_systems_of,
+    write_results,
 )
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -130,14 +131,15 @@ def triton_system(torch, autotune: bool = True) -> System | None:
     return System("Triton", build)
 
 
-def flex_system(torch) -> System | None:
-    """PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, compiled with torch.compile), the causal
-    mask as a block mask (bottom-right aligned, as the others); None where this PyTorch has none."""
+def flex_system(torch, backend: str = "inductor") -> System | None:
+    """PyTorch's FlexAttention (`torch.nn.attention.flex_attention`, compiled by `harness.compile_strictly` with
+    `backend`: every row runs compiled or is refused, never eager), the causal mask as a block mask (bottom-right
+    aligned, as the others); None where this PyTorch has none."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None
-    compiled = torch.compile(flex_attention)
+    compiled = compile_strictly(torch, flex_attention, backend)
 
     def build(inputs):
         q, k, v, causal = inputs
@@ -146,15 +148,7 @@ def flex_system(torch) -> System | None:
         if causal:
             offset = seq_k - seq_q
             mask = create_block_mask(lambda b, h, i, j: j <= i + offset, None, None, seq_q, seq_k, device=q.device)
-
-        def run():
-            return compiled(q, k, v, block_mask=mask)
-        try:
-            run()
-        except Exception as why:  # noqa: BLE001 - an Inductor or Triton refusal (shared memory at head_dim 256)
-            raise Unsupported(f"{type(why).__name__}: {str(why).strip().splitlines()[0] if str(why).strip() else ''}"
-                              ) from None
-        return run
+        return first_compiled_call(torch, lambda: compiled(q, k, v, block_mask=mask))
     return System("FlexAttention", build)
 
 

@@ -56,7 +56,8 @@ def ptx_sha256(case) -> str:
     return digest.hexdigest()
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
+def bits(a: np.ndarray) -> np.ndarray:
+    """`a`'s elements as unsigned integers of their width (bf16 and e4m3 survive .npz so)."""
     return np.ascontiguousarray(a).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
@@ -76,7 +77,7 @@ def prepare_one(name: str, folder: str) -> dict:
     if "error" in result:
         return {**entry, "error": result["error"]}
     outputs = {k: np.asarray(v) for k, v in result["outputs"].items()}
-    np.savez_compressed(Path(folder) / f"{name}.npz", **{k: _bits(v) for k, v in outputs.items()})
+    np.savez_compressed(Path(folder) / f"{name}.npz", **{k: bits(v) for k, v in outputs.items()})
     return {**entry, "seconds": round(result["seconds"], 2), "file": f"{name}.npz",
             "outputs": {k: {"dtype": v.dtype.name, "shape": list(v.shape)} for k, v in outputs.items()}}
 

@@ -5,8 +5,9 @@ pytest installed), from the repository root, with `.whl/` carried there:
 
     python bench/gpu_session.py --out $OUT
 
-(the device tool: that command with carry [".whl"], timeout 570 s; `--stages NAME ...` runs some stages,
-`--resume EARLIER_OUT` measures only the benchmark rows an earlier call did not: `gpu_plan.SECOND_RUN`).
+(the device tool: that command with carry [".whl"], timeout 570 s; `--stages NAME ...` runs some stages: the
+second call, `gpu_plan.second_run`, the stages the first did not finish, self-contained; `--resume EARLIER`, an
+earlier call's --out or its session.tgz carried back, keeps its measured benchmark rows and measures the rest).
 `.whl/` comes from `bench/gpu_wheels.sh`, run on a machine with network, then `python bench/gpu_session.py
 --prepare` (the fidelity table's PTX-executor side into .whl/fidelity/, bench/gpu_prepared.py). On any
 machine, without a GPU:
@@ -25,26 +26,30 @@ Stages (`gpu_plan.STAGES`, in this order), each its own process with its own bud
 - backward_parts: the backward at 512, 1k, 2k taken apart (bench/backward_parts.py);
 - tests: tests/test_runtime.py and every test marked `gpu`, each under its own limit, each recorded as it
   ends (bench/gpu_tests.py);
-- gemm, backward, forward, fp8: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel
-  and FlexAttention where present; the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and
-  FA3's published FP8 figures, its outputs checked by `tessera.reference.check_attention_fp8`; GEMM 4k and
-  8k against cuBLAS (bench/attention.py's harness);
-- variants (the second call's: without --stages the first runs `gpu_plan.FIRST_RUN`, every other stage):
-  attention-gym's variants, Tessera against FlexAttention on the same inputs and functions (bench/gpu_variants.py);
-- report: attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written SVG, FA3
-  Figure 5's layout: no matplotlib there), attention_variants.svg and benchmark.csv (a stage this call did not
-  run read from --resume).
+- gemm, backward, forward: FlashAttention-3's grid against PyTorch SDPA's backends, Triton's kernel and
+  FlexAttention where present (compiled for every row or refused: `harness.compile_strictly`); GEMM 4k and 8k
+  against cuBLAS (bench/attention.py's harness);
+- variants: attention-gym's variants, Tessera against FlexAttention on the same inputs and functions
+  (bench/gpu_variants.py);
+- fp8: the FP8 forward (e4m3) against cuDNN's FP8 through SDPA where present and FA3's published FP8 figures,
+  its outputs checked by `tessera.reference.check_attention_fp8`;
+- report: pictures/attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg (hand-written
+  SVG, FA3 Figure 5's layout: no matplotlib there), attention_variants.svg and benchmark.csv (a stage this
+  call did not run read from --resume).
 A stage past its budget, or with an item (a fidelity case, a benchmark row) past its item limit
 (`gpu_plan.ITEM_LIMITS_S`), is killed with its process group; what it wrote so far is kept. After every
 stage `session.json` in --out holds the plan, every stage's status, seconds and results; `stages/<name>.json`
-each stage's own (those of `TOP_LEVEL` also copied to --out, whose top-level files are what the device tool
-returns first), `logs/<name>.log` its output. Exit status 0 when every stage finished.
+each stage's own (those of `TOP_LEVEL` also copied to --out), `logs/<name>.log` its output, and `session.tgz`
+all of it (`ARCHIVE`). The device tool returns 8 files of $OUT, the top level's first: --out's top level holds
+session.json, session.tgz, benchmark.csv and the `TOP_LEVEL` copies (`RETURNED_FILES`, checked). Exit status 0
+when every stage finished; otherwise the second call's command is printed (`gpu_plan.second_run`).
 
 --dry-run runs the same stages without a GPU: it reports the wheels (or how to make them), compiles every
 kernel, collects the GPU tests, builds every input (the fidelity cases' for real, with their PTX-executor
 side prepared into --out as --prepare does, and says which cases of .whl/fidelity/ are usable; the
 benchmark's as zero-stride arrays through Tessera's host-side launch checks) and checks that the budgets fit
-the session and the compile fits its budget on 16 cores; it writes plan.json.
+the session, the compile fits its budget on 16 cores and --out's top level the device tool's 8 files; it
+writes plan.json.
 
 Importing this file imports nothing beyond the standard library: the install stage runs before Tessera is.
 """
@@ -59,6 +64,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,8 +83,16 @@ GPU_IMAGE_HAS = ("numpy", "ml-dtypes", "pytest", "torch", "triton", "cuda-bindin
 MANIFEST = "MANIFEST.json"
 KILL_GRACE_S = 3
 TOP_LEVEL = ("tests", "fidelity", "backward_parts")
-"""Stages whose results are also copied to --out as stage-<name>.json after they end (session.json holds
-them too): the device tool returns a few top-level files first."""
+"""Stages whose results are also copied to --out as stage-<name>.json after they end (session.json and
+session.tgz hold them too): the device tool returns a few top-level files first."""
+ARCHIVE = "session.tgz"
+"""Everything the session wrote under --out (stages/, logs/, pictures/, fidelity-outputs/, session.json, ...)
+in one gzipped tar at --out's top level, rewritten (through a temporary file and a rename) after every stage,
+so that a call cut short still returns all it had."""
+RETURNED_FILES = 8
+"""The files the device tool brings back from $OUT (16 MiB each, 64 MiB together; the 2026-11-30 session:
+the top level's first, in name order, none of stages/ or logs/ once 8 were taken). --out's top level holds
+session.json, ARCHIVE, benchmark.csv and the `TOP_LEVEL` copies, within this (`top_level_files`)."""
 
 
 # region Wheels
@@ -268,7 +283,36 @@ def run_session(stages: list[tuple], out: Path, env: dict, limit_s: float, heade
                 shutil.copyfile(out / "stages" / f"{name}.json", out / f"stage-{name}.json")
         session["seconds"] = round(time.monotonic() - start, 2)
         write_json(out / "session.json", session)
+        write_archive(out)
     return session
+
+
+def write_archive(out: Path) -> Path:
+    """out/ARCHIVE: every file under `out` but the archive itself and temporary files, written whole through
+    a temporary file and a rename (a call cut during the write keeps the previous archive)."""
+    temporary = out / f"{ARCHIVE}.tmp"
+    with tarfile.open(temporary, "w:gz") as archive:
+        for path in sorted(out.rglob("*")):
+            if path.is_file() and path.name != ARCHIVE and not path.name.endswith(".tmp"):
+                archive.add(path, arcname=str(path.relative_to(out)))
+    temporary.replace(out / ARCHIVE)
+    return out / ARCHIVE
+
+
+def top_level_files(out: Path) -> list[str]:
+    """The files at --out's top level: what the device tool returns first (`RETURNED_FILES` at most)."""
+    return sorted(p.name for p in out.iterdir() if p.is_file())
+
+
+def unpacked(resume: Path) -> Path:
+    """`--resume`'s folder: `resume` itself, or, for an earlier call's ARCHIVE carried back, a temporary folder it
+    is unpacked into."""
+    if not resume.is_file():
+        return resume
+    folder = Path(tempfile.mkdtemp(prefix="gpu-session-resume-"))
+    with tarfile.open(resume) as archive:
+        archive.extractall(folder, filter="data")
+    return folder
 
 
 # endregion
@@ -276,11 +320,12 @@ def run_session(stages: list[tuple], out: Path, env: dict, limit_s: float, heade
 # region The plan and the command line
 
 
-def budget_checks(session: dict | None = None) -> list[dict]:
+def budget_checks(session: dict | None = None, out: Path | None = None) -> list[dict]:
     """The plan's budget checks: the stages' budgets sum to at most the session's, which fits the device time
     with the machine's start, each benchmark stage's grid
-    fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), and (after a dry run's compile stage)
-    the estimated compile time on the GPU machine fits the compile budget."""
+    fits its budget at a pessimistic speed (`gpu_plan.stage_estimate_s`), (after a dry run's compile stage)
+    the estimated compile time on the GPU machine fits the compile budget, and (given `out`) --out's top level
+    holds at most the `RETURNED_FILES` the device tool returns."""
     total = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
     checks = [{"check": "stage budgets sum to at most the session limit", "value_s": total,
                "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": total <= gpu_plan.SESSION_LIMIT_S}]
@@ -298,15 +343,17 @@ def budget_checks(session: dict | None = None) -> list[dict]:
     checks.append({"check": "variants: the rows at a pessimistic speed and FlexAttention's compiles fit its budget",
                    "value_s": estimate, "limit_s": gpu_plan.BUDGETS_S["variants"],
                    "ok": estimate <= gpu_plan.BUDGETS_S["variants"]})
-    second = sum(gpu_plan.BUDGETS_S[s] for s in ("install", "compile", "variants", "report"))
-    checks.append({"check": "the second call's variants with install, compile and report fit the session limit",
-                   "value_s": second, "limit_s": gpu_plan.SESSION_LIMIT_S, "ok": second <= gpu_plan.SESSION_LIMIT_S})
     compiled = ((session or {}).get("stages", {}).get("compile", {}).get("results") or {})
     if "estimate_on_gpu_machine_s" in compiled:
         estimate = compiled["estimate_on_gpu_machine_s"]
         checks.append({"check": f"compile of every kernel on {gpu_plan.GPU_MACHINE_CORES} cores fits its budget",
                        "value_s": estimate, "limit_s": gpu_plan.BUDGETS_S["compile"],
                        "ok": estimate <= gpu_plan.BUDGETS_S["compile"]})
+    if out is not None:
+        files = top_level_files(out)
+        checks.append({"check": f"--out's top level holds at most the {RETURNED_FILES} files the device tool returns "
+                                f"({', '.join(files)})", "value_s": len(files), "limit_s": RETURNED_FILES,
+                       "ok": len(files) <= RETURNED_FILES})
     return checks
 
 
@@ -353,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="the kernel cache (TESSERA_CACHE_DIR; default Tessera's)")
     parser.add_argument("--prepare", action="store_true",
                         help="run the fidelity table's PTX-executor side here into WHEELS/fidelity/ (no GPU needed)")
-    parser.add_argument("--resume", type=Path, help="an earlier session's --out: its measured benchmark rows are "
-                        "kept and not measured again (gpu_plan.SECOND_RUN)")
+    parser.add_argument("--resume", type=Path, help="an earlier session's --out, or its session.tgz carried back: "
+                        "its measured benchmark rows are kept and not measured again")
     parser.add_argument("--stages", nargs="+", choices=gpu_plan.STAGES, help="run only these stages")
     parser.add_argument("--stage", choices=gpu_plan.STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--wheel-requirements", action="store_true", help=argparse.SUPPRESS)
@@ -374,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and not args.dry_run:
         parser.error("--quick goes with --dry-run (the GPU session always runs the whole plan)")
     args.out, args.wheels = args.out.resolve(), args.wheels.resolve()  # the stages run from the repository root
-    args.resume = args.resume.resolve() if args.resume else None
+    args.resume = unpacked(args.resume.resolve()) if args.resume else None
     if args.stage:
         return run_one_stage(args)
 
@@ -382,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
     if args.cache is not None:
         env["TESSERA_CACHE_DIR"] = str(args.cache.resolve())
-    # Without --stages: the first call's stages; the dry run rehearses both calls' (every stage).
+    # Without --stages: the first call's stages; the dry run rehearses every stage.
     names = [s for s in gpu_plan.STAGES if s in (args.stages or ()) or (not args.stages and
                                                                         (args.dry_run or s in gpu_plan.FIRST_RUN))]
     header = {"dry_run": args.dry_run, "quick": args.quick, "python": sys.version.split()[0],
@@ -403,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     if prepared.get("message"):  # the dry run's view of .whl/fidelity/: missing or stale cases
         print(f"fidelity: {prepared['message']}")
     if args.dry_run:
-        checks = budget_checks(session)
+        checks = budget_checks(session, args.out)
         plan = {**header, "command": "python bench/gpu_session.py --out $OUT (with .whl/ carried)",
                 "stages": {n: {"budget_s": gpu_plan.BUDGETS_S[n], "status": session["stages"][n]["status"],
                                **{k: v for k, v in (session["stages"][n].get("results") or {}).items()
@@ -414,7 +461,17 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out / "plan.json", plan)
         ok = ok and all(c["ok"] for c in checks)
         for check in checks:
-            print(f"{'ok ' if check['ok'] else 'NOT'} {check['check']}: {check['value_s']} s <= {check['limit_s']} s")
+            unit = "" if check["check"].startswith("--out's top level") else " s"
+            print(f"{'ok ' if check['ok'] else 'NOT'} {check['check']}: {check['value_s']}{unit} <= "
+                  f"{check['limit_s']}{unit}")
+    else:
+        files = top_level_files(args.out)
+        if len(files) > RETURNED_FILES:  # the device tool would leave some out
+            print(f"--out's top level holds {len(files)} files, more than the {RETURNED_FILES} the device tool "
+                  f"returns: {', '.join(files)}")
+            ok = False
+        if (command := gpu_plan.second_run(session)) is not None:
+            print(f"second call (the stages that did not finish): {command}")
     print(f"{'dry run' if args.dry_run else 'session'} {'finished' if ok else 'had problems'}: {args.out / 'session.json'}")
     return 0 if ok else 1
 

@@ -35,8 +35,9 @@ QUICK_FP8 = dict(head_dim=128, causal=False)
 QUICK_BACKWARD = dict(head_dim=64, causal=True)
 """`--dry-run --quick` compiles the forward with LSE of these backward rows (the quick fidelity case compiles
 their three backward kernels), so that their launches, the postprocess's seq_q included, are host-checked."""
-FLEX_SHARE_S = 35
-"""The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take."""
+FLEX_SHARE_S = 45
+"""The forward stage's seconds FlexAttention's builds (torch.compile per shape) may take: about 12 compiles of
+2-4 s on the H200 (a static and a dynamic one per head_dim and mask, `harness.RECOMPILE_LIMIT`)."""
 
 
 def workers(jobs: int) -> int:
@@ -146,7 +147,8 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
     names the case in progress). A case whose prepared side is missing or stale says so by name and keeps
     the GPU against float64. The dry run prepares the executor side of its cases into out/fidelity/ as
     `--prepare` does (the quick one: `QUICK_EXECUTOR`), each row the executor against float64 (SystemExit
-    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`)."""
+    naming the cases the executor failed on), and reports which prepared cases are usable (`prepared`). Each
+    case's raw outputs, both sides, go to out/RAW_OUTPUTS (`save_raw_outputs`; row `raw`)."""
     import gpu_prepared
 
     cases = [c for c in gpu_fidelity.cases() if not quick or c.name in gpu_fidelity.QUICK]
@@ -177,6 +179,7 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
         executor, why = gpu_prepared.executor_outputs(manifest, prepared, case, arrays)
         if executor is None:
             row["executor"] = why
+        row["raw"] = save_raw_outputs(out, case.name, gpu, executor)
         measured = gpu if gpu is not None else executor
         if measured is not None:
             table = gpu_fidelity.compare(measured, executor or measured, gpu_fidelity.reference(case, arrays))
@@ -189,6 +192,27 @@ def fidelity_stage(writer, out: Path, prepared: Path, dry: bool, quick: bool) ->
     writer.running(None)
     if dry and failed:
         raise SystemExit(f"the PTX executor failed on {', '.join(failed)} (each row's `executor` says how)")
+
+
+RAW_OUTPUTS = "fidelity-outputs"
+"""The fidelity stage's folder in --out (and so in session.tgz) of each case's raw outputs, GPU and executor."""
+
+
+def save_raw_outputs(out: Path, case: str, gpu: dict | None, executor: dict | None) -> dict | None:
+    """Both sides' outputs of a fidelity case, bit for bit, in out/RAW_OUTPUTS/<case>.npz (compressed; keys
+    "gpu.<output>" and "executor.<output>", each the unsigned integers of its elements' bits:
+    `gpu_prepared.bits`), so that their differences can be studied offline (the inputs: `gpu_fidelity.inputs`
+    of the case, seeded). Returns the file and each array's type, None when neither side ran."""
+    import gpu_prepared
+
+    sides = {side: outputs for side, outputs in (("gpu", gpu), ("executor", executor)) if outputs is not None}
+    if not sides:
+        return None
+    arrays = {f"{side}.{name}": np.asarray(a) for side, outputs in sides.items() for name, a in outputs.items()}
+    (out / RAW_OUTPUTS).mkdir(parents=True, exist_ok=True)
+    path = out / RAW_OUTPUTS / f"{case}.npz"
+    np.savez_compressed(path, **{key: gpu_prepared.bits(a) for key, a in arrays.items()})
+    return {"file": f"{RAW_OUTPUTS}/{path.name}", "dtypes": {key: str(a.dtype) for key, a in arrays.items()}}
 
 
 def _gpu_side(case, arrays: dict) -> dict:
@@ -509,15 +533,22 @@ def variants_stage(writer, dry: bool, quick: bool, resume: Path | None = None) -
 # endregion
 
 
+PICTURES = "pictures"
+"""The report stage's folder in --out for its SVGs (in session.tgz; --out's top level is kept to the few files
+the device tool returns: `gpu_session.RETURNED_FILES`)."""
+
+
 def report_stage(writer, out: Path, resume: Path | None = None) -> None:
-    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg, attention_variants.svg and
-    benchmark.csv from the benchmark stages (a stage this call did not run: from `resume`, the earlier call's
-    --out, where it ran there)."""
+    """attention_forward.svg, attention_fp8.svg, attention_backward.svg, gemm.svg, attention_variants.svg (in
+    out/PICTURES) and benchmark.csv from the benchmark stages (a stage this call did not run: from `resume`, an
+    earlier call's --out, where it ran there)."""
     import json
 
     import gpu_plot
 
     everything = []
+    pictures = out / PICTURES
+    pictures.mkdir(parents=True, exist_ok=True)
     for name, title in (("forward", "Forward attention, bf16"), ("fp8", "Forward attention, FP8 e4m3"),
                         ("backward", "Backward attention, bf16"), ("gemm", "GEMM, bf16 inputs"),
                         ("variants", "Attention variants against FlexAttention, forward, bf16, head_dim 128")):
@@ -529,12 +560,12 @@ def report_stage(writer, out: Path, resume: Path | None = None) -> None:
         device = json.loads(path.read_text()).get("environment", {}).get("device") if path.exists() else None
         everything += records
         title = f"{title}{', ' + device if device else ''}"
+        stem = "gemm" if name == "gemm" else f"attention_{name}"
         if name == "variants":
-            picture = gpu_plot.write_svg(out / "attention_variants.svg", records, title, gpu_plot.variant_panel, 4)
+            picture = gpu_plot.write_svg(pictures / f"{stem}.svg", records, title, gpu_plot.variant_panel, 4)
         else:
-            picture = gpu_plot.write_svg(out / f"{'gemm' if name == 'gemm' else 'attention_' + name}.svg", records,
-                                         title)
-        writer.add("pictures", picture.name)
+            picture = gpu_plot.write_svg(pictures / f"{stem}.svg", records, title)
+        writer.add("pictures", f"{PICTURES}/{picture.name}")
     writer.set("csv", gpu_plot.write_csv(out / "benchmark.csv", everything).name)
     writer.set("records", len(everything))
 

@@ -62,7 +62,8 @@ class Record:
 @dataclass
 class System:
     """A way to compute the benchmark: `build(inputs)` returns a function that computes into its output
-    and returns it (the function is what is timed), or raises `Unsupported`."""
+    and returns it (the function is what is timed), or raises `Unsupported`. A `note` attribute of that
+    function (how it was compiled, say) goes into the configuration's `Record`."""
 
     name: str
     build: Callable
@@ -73,6 +74,51 @@ class System:
 
 class Unsupported(Exception):
     """The system does not compute this configuration."""
+
+
+RECOMPILE_LIMIT = 64
+"""dynamo's recompile limit while a benchmark compiles a baseline (`compile_strictly`). Its default, 8
+(`torch._dynamo.config.recompile_limit`, `cache_size_limit` before PyTorch 2.6), is per function: the forward
+grid compiles FlexAttention twice (static, then dynamic shapes) per head_dim and mask, 12 in all, and each
+attention variant at each length anew; past the limit dynamo runs the function eagerly without a word (the
+H200 session of 2026-11-30: FlexAttention at 4-30 TFLOP/s, 73 ms a call, bench/results/2026-11-30-h200)."""
+
+
+def compile_strictly(torch, fn, backend: str = "inductor"):
+    """`torch.compile(fn, fullgraph=True)` with dynamo's recompile limit raised to `RECOMPILE_LIMIT` for the
+    process: a call of the result runs compiled, or raises (a graph break, or the limit hit:
+    `FailOnRecompileLimitHit`), never falls back to eager as dynamo otherwise does past its limit."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):  # PyTorch 2.6 renamed cache_size_limit (an alias since)
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
+            break
+    if hasattr(config, "fail_on_recompile_limit_hit"):
+        config.fail_on_recompile_limit_hit = True
+    return torch.compile(fn, fullgraph=True, backend=backend)
+
+
+def compiled_graphs(torch) -> int:
+    """Graphs dynamo has compiled in this process so far (its `unique_graphs` counter)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def first_compiled_call(torch, run: Callable) -> Callable:
+    """`run` (a call of a `compile_strictly` function) called once: it compiles there, or its failure
+    (a compile refused, the recompile limit hit) is `Unsupported`, naming it. Returns `run` with `note` saying
+    how many graphs that call compiled (0: a graph of an earlier configuration served, dynamic shapes), which
+    `measure` records."""
+    before = compiled_graphs(torch)
+    try:
+        run()
+    except Exception as why:  # noqa: BLE001 - an Inductor or Triton refusal (shared memory at head_dim 256)
+        first = str(why).strip().splitlines()[0] if str(why).strip() else ""
+        raise Unsupported(f"not compiled: {type(why).__name__}: {first}") from None
+    new = compiled_graphs(torch) - before
+    run.note = f"compiled (torch.compile, fullgraph): {new} new graph{'s' * (new != 1)}"
+    return run
 
 
 SDPA_BACKENDS = (("PyTorch flash", "FLASH_ATTENTION"), ("PyTorch cuDNN", "CUDNN_ATTENTION"),
@@ -145,10 +191,14 @@ def measure(torch, systems: list[System], inputs, config: dict, flops: float, ch
         error = errors[system.name]
         if not error <= allowed:
             records[system.name] = Record(system.name, config, "WRONG", max_error=error, tolerance=allowed,
-                                          note="refused: the result is outside the tolerance")
+                                          note="; ".join(filter(None, ("refused: the result is outside the "
+                                                                       "tolerance", getattr(fn, "note", "")))))
             continue
         ms = time_ms(torch, fn, args.warmup, args.repeats, flush)
-        records[system.name] = Record(system.name, config, "ok", ms, flops / (ms * 1e-3) / 1e12, error, allowed)
+        rounding = system.output_rounding * magnitude
+        note = getattr(fn, "note", "") or (f"its output type's rounding alone is up to {rounding:.3g} of its error"
+                                           if rounding else "")
+        records[system.name] = Record(system.name, config, "ok", ms, flops / (ms * 1e-3) / 1e12, error, allowed, note)
     del flush
     return [records[s.name] for s in systems]
 
@@ -171,12 +221,34 @@ def report_problems(records: list[Record]) -> None:
 
 
 def environment(torch) -> dict:
+    """The device and the versions a result depends on (`versions`: the driver, Triton, NumPy, ml_dtypes)."""
     from tessera.runtime.compiler import ptxas_version, tessera_version
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cuda": torch.version.cuda, "tessera": tessera_version(), "ptxas": ptxas_version(),
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "python": platform.python_version(), **versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def versions() -> dict:
+    """The NVIDIA driver's version (nvidia-smi's; None without one) and Triton's, NumPy's and ml_dtypes' (None
+    where not installed): the 2026-11-30 session's results needed nvidia-smi run by hand for the driver."""
+    import importlib.metadata
+    import subprocess
+
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+        driver = query.stdout.strip().splitlines()[0] if query.returncode == 0 and query.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        driver = None
+    found = {}
+    for package in ("triton", "numpy", "ml_dtypes"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return {"driver": driver, **found}
 
 
 def write_results(out: Path, name: str, env: dict, args, records: list[Record]) -> Path:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import xml.etree.ElementTree as ElementTree
@@ -71,6 +72,9 @@ def test_a_stage_past_its_budget_is_cut_its_results_kept_and_the_next_runs(tmp_p
     assert session["stages"]["after"]["status"] == "ok" and session["stages"]["after"]["results"] == {"done": True}
     written = json.loads((tmp_path / "session.json").read_text())
     assert written["test"] is True and written["stages"]["sleepy"]["results"]["rows"] == [1, 2]
+    with tarfile.open(tmp_path / gpu_session.ARCHIVE) as archive:  # everything, in the one file a cut call returns
+        assert {"session.json", "stages/sleepy.json", "stages/after.json", "logs/sleepy.log"} <= set(archive.getnames())
+        assert json.load(archive.extractfile("stages/sleepy.json"))["rows"] == [1, 2]
 
 
 def test_a_failing_stage_is_reported_with_its_output_and_a_spent_session_runs_nothing_more(tmp_path):
@@ -113,24 +117,46 @@ def test_a_second_call_measures_only_the_rows_the_first_did_not(tmp_path):
     assert gpu_stages.rows_left("forward", rows, writer, earlier) == rows[2:]
     assert writer.data["records"] == records and writer.data["cut_before"] == [rows[1]]
     assert gpu_stages.rows_left("forward", rows, writer, None) == rows
-    assert "--resume $OUT" in gpu_plan.SECOND_RUN
+    gpu_session.write_archive(earlier)  # the earlier call's session.tgz, carried back, serves as well
+    unpacked = gpu_session.unpacked(earlier / gpu_session.ARCHIVE)
+    assert unpacked != earlier and gpu_stages.rows_left("forward", rows, writer, unpacked) == rows[2:]
+    assert gpu_session.unpacked(earlier) == earlier
 
 
-def test_the_budgets_cover_every_stage_and_fit_the_session():
+def test_the_second_call_is_self_contained_and_names_what_the_first_did_not_finish():
+    """The device tool empties $OUT before each command: the second call reads nothing of the first's; its
+    stages come from the first call's session.json (returned at the top level)."""
+    first = {"stages": {name: {"status": "ok"} for name in gpu_plan.FIRST_RUN}}
+    assert gpu_plan.second_run(first) is None
+    first["stages"]["fp8"] = {"status": "cut: {...} ran past the item limit of 30 s"}
+    first["stages"]["variants"] = {"status": "not run: the session's time is spent"}
+    first["stages"]["compile"] = {"status": "failed (exit 1)"}
+    assert gpu_plan.second_run(first) == ("python bench/gpu_session.py --out $OUT --stages install compile variants "
+                                          "fp8 report")
+    assert "--resume" not in gpu_plan.SECOND_RUN and "$OUT/" not in gpu_plan.SECOND_RUN
+
+
+def test_the_budgets_cover_every_stage_and_fit_the_session(tmp_path):
     assert set(gpu_plan.BUDGETS_S) == set(gpu_plan.STAGES)
     total, device, *benchmarks = gpu_session.budget_checks()
     first = sum(gpu_plan.BUDGETS_S[s] for s in gpu_plan.FIRST_RUN)
     assert total["ok"] and total["value_s"] == first <= gpu_plan.SESSION_LIMIT_S <= 560
     assert device["ok"] and device["value_s"] <= 900 - 60  # a minute of the device's 15 left for a rerun
-    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm", "variants",
-                                                               "the second call's variants with install, compile and "
-                                                               "report fit the session limit"]
+    assert [c["check"].split(":")[0] for c in benchmarks] == ["forward", "fp8", "backward", "gemm", "variants"]
     assert all(c["ok"] and c["value_s"] > 0 for c in benchmarks)
     over = {"stages": {"compile": {"results": {"estimate_on_gpu_machine_s": gpu_plan.BUDGETS_S["compile"] + 1}}}}
-    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 8 + [False]
-    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-3:] == ("fp8", "variants", "report")
-    assert gpu_plan.FIRST_RUN == tuple(s for s in gpu_plan.STAGES if s != "variants")  # the second call's
-    assert "variants" in gpu_plan.SECOND_RUN.split("--stages")[1]
+    assert [c["ok"] for c in gpu_session.budget_checks(over)] == [True] * 7 + [False]
+    for name in ("session.json", "session.tgz", "benchmark.csv", *(f"stage-{s}.json" for s in gpu_session.TOP_LEVEL)):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "stages" / "forward.json").write_text("{}")  # below the top level: in the archive
+    *_, files = gpu_session.budget_checks(None, tmp_path)
+    assert files["ok"] and files["value_s"] == 6 <= gpu_session.RETURNED_FILES == 8
+    for name in ("a.svg", "b.svg", "c.svg"):  # the first session's pictures at the top level: 9 files
+        (tmp_path / name).write_text("")
+    assert not gpu_session.budget_checks(None, tmp_path)[-1]["ok"]
+    assert set(gpu_plan.ITEM_LIMITS_S) <= set(gpu_plan.STAGES) and gpu_plan.STAGES[-3:] == ("variants", "fp8", "report")
+    assert gpu_plan.FIRST_RUN == gpu_plan.STAGES  # the 2026-11-30 session's stage times: 383 s, variants included
 
 
 def test_gpu_tests_are_marked_so_the_session_finds_them():
@@ -299,11 +325,18 @@ def test_the_fidelity_stage_compares_the_gpu_with_the_prepared_executor_side_and
     c = row["outputs"]["c"]
     assert (row["case"], row["planned"], c["dtype"], c["max_ulp"], c["differing"]) == ("gemm-odd-mn", True, "float32", 2, 1)
     assert c["gpu_error"] > 0 and c["ptx_error"] > 0 and c["max_abs_diff"] > 0 and "executor" not in row
+    assert row["raw"] == {"file": "fidelity-outputs/gemm-odd-mn.npz",
+                          "dtypes": {"gpu.c": "float32", "executor.c": "float32"}}
+    with np.load(tmp_path / row["raw"]["file"]) as raw:  # both sides bit for bit, for study offline
+        gpu, executor = raw["gpu.c"].view(np.float32), raw["executor.c"].view(np.float32)
+        assert gpu.shape == (333, 136) and np.count_nonzero(gpu != executor) == 1
+        assert gpu_fidelity.ulp_distance(gpu, executor)[5, 7] == 2
     manifest.write_text(manifest.read_text().replace(entry["ptx_sha256"], "0" * 64))
     row = stage()
     assert row["executor"] == (f"gemm-odd-mn: stale: prepared from other PTX (sha256 000000000000, now "
                                f"{entry['ptx_sha256'][:12]}): {gpu_prepared.HOW}")
     assert set(row["outputs"]["c"]) == {"dtype", "elements", "gpu_error"} and row["outputs"]["c"]["gpu_error"] > 0
+    assert row["raw"]["dtypes"] == {"gpu.c": "float32"}  # the GPU's side kept alone
 
 
 # region Pictures and test reports
@@ -405,8 +438,15 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert {r["host_check"] for r in variants.values()} == {"not in --quick"}  # the full dry run host-checks them
     assert variants["sliding window 1024"]["density"] == 27 / 64 and variants["ALiBi"]["density"] == 1.0
     assert all(c["ok"] for c in plan["budget_checks"]) and len(plan["budget_checks"]) == 9
-    assert {p.name for p in out.glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
-                                                   "attention_backward.svg", "gemm.svg", "attention_variants.svg"}
+    assert {p.name for p in (out / "pictures").glob("*.svg")} == {"attention_forward.svg", "attention_fp8.svg",
+                                                                  "attention_backward.svg", "gemm.svg",
+                                                                  "attention_variants.svg"}
+    assert gpu_session.top_level_files(out) == ["benchmark.csv", "plan.json", "session.json", "session.tgz",
+                                                "stage-backward_parts.json", "stage-fidelity.json", "stage-tests.json"]
+    with tarfile.open(out / "session.tgz") as archive:
+        names = set(archive.getnames())
+    assert {"stages/variants.json", "logs/report.log", "pictures/gemm.svg", "fidelity/manifest.json",
+            "fidelity-outputs/paged-decode-d64.npz"} <= names
 
 
 def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):
