@@ -90,21 +90,44 @@ def block_model(atype: str, dtype: str) -> BlockFma:
     return row
 
 
+_NO_EXPONENT = -16000
+"""The exponent of a zero term: below any real one, and twice it still fits an int16."""
+
+
 def _exponents(x: np.ndarray, least: int) -> np.ndarray:
-    """floor(log2 |x|) clamped at `least`, -inf where x is 0 (float64: exact for every finite input)."""
+    """floor(log2 |x|) clamped at `least` as int16, `_NO_EXPONENT` where x is 0 (exact for every finite x)."""
     _, e = np.frexp(x)
-    return np.where(x == 0, -np.inf, np.maximum(e - 1, least).astype(np.float64))
+    return np.where(x == 0, _NO_EXPONENT, np.maximum(e - 1, least)).astype(np.int16)
+
+
+_SINGLE_EXPONENTS = 50
+"""`block_fma` computes in float32 where every input's exponent and every block's E lie within +-50."""
+
+
+def _k_first(x: np.ndarray, dtype=None) -> np.ndarray:
+    """[K, ..., rows] contiguous from [..., rows, K]: reductions over K then add whole rows."""
+    return np.ascontiguousarray(np.moveaxis(x, -1, 0), dtype=dtype)
+
+
+def _within(exponents: np.ndarray, bound: int) -> bool:
+    """Whether every exponent of a nonzero input lies in [-bound, bound]."""
+    real = exponents[exponents != _NO_EXPONENT]
+    return real.size == 0 or (real.min() >= -bound and real.max() <= bound)
 
 
 def _round_result(s: np.ndarray, model: BlockFma) -> np.ndarray:
     """The exact sums `s` (float64) rounded to `model.result_bits` significant bits at the result's
     exponent range (subnormals kept), toward zero or to nearest even; overflow is infinity."""
-    _, e = np.frexp(s)
-    exponent = np.maximum(e - 1, model.result_emin)
-    ulp = np.ldexp(1.0, exponent - (model.result_bits - 1))
-    q = s / ulp  # exact: a power-of-two scaling of a float64
-    q = np.trunc(q) if model.rounding == "rz" else np.rint(q)
-    r = q * ulp
+    small = np.abs(s) < 2.0**model.result_emin
+    if model.rounding == "rz":  # normal results: the float64's low fraction bits cleared
+        cut = np.uint64((1 << (53 - model.result_bits)) - 1)
+        r = (s.view(np.uint64) & ~cut).view(np.float64)
+    if model.rounding != "rz" or small.any():
+        _, e = np.frexp(s)
+        ulp = np.ldexp(1.0, np.maximum(e - 1, model.result_emin) - (model.result_bits - 1))
+        q = s / ulp  # exact: a power-of-two scaling of a float64
+        stepped = (np.trunc(q) if model.rounding == "rz" else np.rint(q)) * ulp
+        r = stepped if model.rounding != "rz" else np.where(small, stepped, r)
     return np.where(np.abs(r) >= 2.0 ** (model.result_emax + 1), np.copysign(np.inf, s), r)
 
 
@@ -119,26 +142,33 @@ def block_fma(a, b, c, atype: str, dtype: str, btype: str | None = None) -> np.n
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape[-1] != model.block_k or b.shape[-1] != model.block_k:
         raise ValueError(f"a .{atype} block has K = {model.block_k}, got {a.shape[-1]} and {b.shape[-1]}")
-    ea = _exponents(a, INPUT_MIN_EXPONENT[atype])
-    eb = _exponents(b, INPUT_MIN_EXPONENT[btype or atype])
-    products = a[..., :, None, :] * b[..., None, :, :]  # [..., M, N, K], exact
-    top = np.max(ea[..., :, None, :] + eb[..., None, :, :], axis=-1)
+    # K leading: every [K, ..., M, N] temporary is reduced over its first axis (whole rows at a time)
+    ea = _k_first(_exponents(a, INPUT_MIN_EXPONENT[atype]))[..., :, None]
+    eb = _k_first(_exponents(b, INPUT_MIN_EXPONENT[btype or atype]))[..., None, :]
+    top = np.max(ea + eb, axis=0).astype(np.int64)  # [..., M, N]
     if c is not None:
         c = np.asarray(c, np.float64)
         top = np.maximum(top, _exponents(c, ACCUMULATOR_MIN_EXPONENT))
     top = np.maximum(top, model.min_exponent)
-    scale = np.ldexp(1.0, (F32_FRACTION_BITS + model.extra_bits - top).astype(np.int64))
+    scale = np.ldexp(1.0, F32_FRACTION_BITS + model.extra_bits - top)
+    finite = np.isfinite(a).all() and np.isfinite(b).all() and (c is None or np.isfinite(c).all())
+    # float32 suffices where every product and scale is a normal f32: a term >= 1 unit is then exact (at most
+    # 22 significant bits, below 2^27), and one below 1 truncates to 0 however it rounds. The cast to int32
+    # truncates toward zero, and K terms below 2^27 (FP8: 2^15) sum below 2^31.
+    single = (finite and _within(ea, _SINGLE_EXPONENTS) and _within(eb, _SINGLE_EXPONENTS)
+              and top.min() > -_SINGLE_EXPONENTS)
+    kind = np.float32 if single else np.float64
     with np.errstate(invalid="ignore", over="ignore"):
-        units = np.trunc(products * scale[..., None]).sum(axis=-1)
+        terms = _k_first(a, kind)[..., :, None] * _k_first(b, kind)[..., None, :]
+        if not finite:  # IEEE sums of the exact products: inf * 0 and inf - inf are NaN
+            exact = terms.sum(axis=0) + (0.0 if c is None else c)
+        terms *= scale.astype(kind)  # each term in units of 2^(E - 23 - extra bits): a power-of-two scaling
+        units = terms.astype(np.int32).sum(axis=0, dtype=np.int32).astype(np.float64)
         if c is not None:
             units += np.trunc(c * scale)
         total = _round_result(units / scale, model)
-        finite = np.isfinite(products).all(axis=-1)
-        if c is not None:
-            finite &= np.isfinite(c)
-        if not finite.all():  # IEEE sums of the exact products: inf * 0 and inf - inf are NaN
-            exact = products.sum(axis=-1) + (0.0 if c is None else c)
-            total = np.where(finite, total, exact)
+        if not finite:
+            total = np.where(np.isfinite(exact), total, exact)  # finite terms never overflow float64
     return total
 
 
