@@ -10,8 +10,8 @@ grid (`FP8_SEQS`), against cuDNN's through SDPA and FA3's published figures.
 
 from __future__ import annotations
 
-STAGES = ("install", "compile", "fidelity", "backward_parts", "tests", "gemm", "backward", "forward", "fp8", "variants",
-          "report")
+STAGES = ("install", "compile", "fidelity", "probes", "backward_parts", "tests", "gemm", "backward", "forward", "fp8",
+          "variants", "report")
 """The session's stages in the order they run, each its own process cut at its budget: what the first H200
 session (2026-11-29) left unknown first (the fidelity table, the backward's parts, which GPU tests fail), then
 the benchmarks, cheapest first, the FP8 forward last (it recorded nothing in 40 s there), then the pictures.
@@ -19,12 +19,14 @@ The first call runs `FIRST_RUN`; `variants` waits for the second (`SECOND_RUN`).
 FIRST_RUN = tuple(s for s in STAGES if s != "variants")
 """What `python bench/gpu_session.py --out $OUT` runs (no --stages): every stage but `variants`, which with
 FlexAttention's compiles does not fit beside them in the session's 540 s."""
-BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "backward_parts": 20, "tests": 120, "gemm": 15,
-             "backward": 70, "forward": 140, "fp8": 50, "variants": 240, "report": 10}
+BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "probes": 15, "backward_parts": 20, "tests": 120,
+             "gemm": 15, "backward": 70, "forward": 140, "fp8": 35, "variants": 240, "report": 10}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept). From
 the first session: install 12.5 s, compile 4.9 s, the runtime tests 20 s, backward 57 s, gemm 7 s, forward 80 s
 for two thirds of its rows, report 0.5 s; fidelity 15 cases of the GPU side at about a second each (the
-executor's side prepared ahead); the tests' worst case: every slow test at its limit."""
+executor's side prepared ahead); the tests' worst case: every slow test at its limit. probes (bench/gpu_probes.py:
+three small GEMMs and one exp2 kernel, a few seconds) took 15 s of fp8's 50, whose rows all hung there (its item
+limit, 30 s, still fits)."""
 ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30,
                  "variants": 90}
 """Seconds one item (a fidelity case, a benchmark row) of these stages may run before the stage is cut there

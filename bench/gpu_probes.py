@@ -181,6 +181,22 @@ def run_probes(out: Path, level: str | None, ex2_rows: int = EX2_ROWS) -> dict:
     return summary
 
 
+def probes_stage(writer, out: Path, dry: bool, quick: bool, no_gpu: str | None) -> None:
+    """The session's `probes` stage: out/probes/probes.npz and the summary in the stage's record; dry, the
+    executor's run (with `quick`, only the plan: tests/test_gpu_probes.py runs the dry run); `no_gpu`: why
+    there is no GPU (the stage is skipped, saying so)."""
+    writer.set("plan", {name: [list(a.shape), list(b.shape)] for name, (a, b) in wgmma_cases().items()}
+               | {"ex2_inputs": (DRY_EX2_ROWS if dry else EX2_ROWS) * 64})
+    if dry and quick:
+        return
+    if not dry and no_gpu is not None:
+        writer.set("skipped", f"no GPU: {no_gpu}")
+        return
+    summary = run_probes(out / "probes", "ptx" if dry else None, DRY_EX2_ROWS if dry else EX2_ROWS)
+    for key, value in summary.items():
+        writer.set(key, value)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
