@@ -92,6 +92,8 @@ def block_model(atype: str, dtype: str) -> BlockFma:
 
 _NO_EXPONENT = -16000
 """The exponent of a zero term: below any real one, and twice it still fits an int16."""
+_NO_LOW_BIT = 16000
+"""The lowest set bit of a zero term: above any real one (a zero is on every grid)."""
 
 
 def _exponents(x: np.ndarray, least: int) -> np.ndarray:
@@ -100,76 +102,135 @@ def _exponents(x: np.ndarray, least: int) -> np.ndarray:
     return np.where(x == 0, _NO_EXPONENT, np.maximum(e - 1, least)).astype(np.int16)
 
 
-_SINGLE_EXPONENTS = 50
-"""`block_fma` computes in float32 where every input's exponent and every block's E lie within +-50."""
+def _low_bits(x: np.ndarray) -> np.ndarray:
+    """The exponent of the least significant set bit of each finite x (float64, an exact input value: a
+    float64 normal), `_NO_LOW_BIT` where x is 0; int16."""
+    bits = np.ascontiguousarray(x, np.float64).view(np.uint64)
+    significand = (bits & np.uint64((1 << 52) - 1)) | np.uint64(1 << 52)
+    lowest = significand & (~significand + np.uint64(1))  # its lowest set bit, a power of two
+    _, e = np.frexp(x)
+    _, t = np.frexp(lowest.astype(np.float64))
+    return np.where(x == 0, _NO_LOW_BIT, (e - 1) - 52 + (t - 1)).astype(np.int16)
 
 
-def _k_first(x: np.ndarray, dtype=None) -> np.ndarray:
-    """[K, ..., rows] contiguous from [..., rows, K]: reductions over K then add whole rows."""
-    return np.ascontiguousarray(np.moveaxis(x, -1, 0), dtype=dtype)
+_WEIGHT_BITS = 8
+"""`_max_plus` weighs a K-term by 2^(8 (x + y)): the largest of at most 2^5 terms decides the sum's exponent."""
 
 
-def _within(exponents: np.ndarray, bound: int) -> bool:
-    """Whether every exponent of a nonzero input lies in [-bound, bound]."""
-    real = exponents[exponents != _NO_EXPONENT]
-    return real.size == 0 or (real.min() >= -bound and real.max() <= bound)
+def _max_plus(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """max_k (x[b, m, k] + y[b, n, k]) [B, M, N] int32 for int16 exponents ([B, M, K], [B, N, K]; an entry at
+    +-16000 marks a zero input, and a sum with one is no term: `_NO_EXPONENT` where there is none). One BLAS
+    product of weights 2^(8 (x - row max)): the sum of at most 32 weights has the largest one's exponent
+    within 5 bits, so floor(log2(sum) / 8) is the largest exponent exactly. None where a largest weight
+    underflows float64 (exponents over ~127 apart): the caller reduces over K instead."""
+    real_x, real_y = np.abs(x) < _NO_LOW_BIT, np.abs(y) < _NO_LOW_BIT
+    top_x = np.max(np.where(real_x, x, -_NO_LOW_BIT), axis=-1, keepdims=True).astype(np.int32)
+    top_y = np.max(np.where(real_y, y, -_NO_LOW_BIT), axis=-1, keepdims=True).astype(np.int32)
+    wx = np.where(real_x, np.ldexp(1.0, _WEIGHT_BITS * (x - top_x)), 0.0)
+    wy = np.where(real_y, np.ldexp(1.0, _WEIGHT_BITS * (y - top_y)), 0.0)
+    total = np.matmul(wx, wy.transpose(0, 2, 1))
+    biased = (total.view(np.uint64) >> np.uint64(52)).astype(np.int32)  # floor(log2 total) + 1023; 0: no term
+    if (biased < 1023 - 1000).any():
+        if ((total > 0) & (total < 2.0**-1000)).any():
+            return None
+        return np.where(total > 0, top_x + top_y.transpose(0, 2, 1) + (biased - 1023) // _WEIGHT_BITS, _NO_EXPONENT)
+    biased -= 1023
+    biased //= _WEIGHT_BITS
+    biased += top_x
+    biased += top_y.transpose(0, 2, 1)
+    return biased
+
+
+def _k_first(x: np.ndarray) -> np.ndarray:
+    """[K, B, rows] contiguous from [B, rows, K]: reductions over K then add whole rows."""
+    return np.ascontiguousarray(np.moveaxis(x, -1, 0))
 
 
 def _round_result(s: np.ndarray, model: BlockFma) -> np.ndarray:
     """The exact sums `s` (float64) rounded to `model.result_bits` significant bits at the result's
     exponent range (subnormals kept), toward zero or to nearest even; overflow is infinity."""
-    small = np.abs(s) < 2.0**model.result_emin
+    bits = s.view(np.uint64)
     if model.rounding == "rz":  # normal results: the float64's low fraction bits cleared
-        cut = np.uint64((1 << (53 - model.result_bits)) - 1)
-        r = (s.view(np.uint64) & ~cut).view(np.float64)
-    if model.rounding != "rz" or small.any():
-        _, e = np.frexp(s)
+        r = (bits & ~np.uint64((1 << (53 - model.result_bits)) - 1)).view(np.float64)
+        # zeros, results below the least normal or past the largest exponent (the float64 exponent field
+        # outside [emin, emax] + 1023, wrapped): each by itself
+        field = (bits >> np.uint64(52)) & np.uint64(0x7FF)
+        field -= np.uint64(1023 + model.result_emin)
+        odd = np.nonzero(field > np.uint64(model.result_emax - model.result_emin))
+    else:
+        r, odd = np.empty_like(s), np.nonzero(np.ones(s.shape, bool))
+    if odd[0].size:
+        x = s[odd]
+        _, e = np.frexp(x)
         ulp = np.ldexp(1.0, np.maximum(e - 1, model.result_emin) - (model.result_bits - 1))
-        q = s / ulp  # exact: a power-of-two scaling of a float64
-        stepped = (np.trunc(q) if model.rounding == "rz" else np.rint(q)) * ulp
-        r = stepped if model.rounding != "rz" else np.where(small, stepped, r)
-    return np.where(np.abs(r) >= 2.0 ** (model.result_emax + 1), np.copysign(np.inf, s), r)
+        with np.errstate(invalid="ignore"):
+            y = (np.trunc(x / ulp) if model.rounding == "rz" else np.rint(x / ulp)) * ulp  # x / ulp: exact
+        r[odd] = np.where(np.abs(y) >= 2.0 ** (model.result_emax + 1), np.copysign(np.inf, x), y)
+    return r
+
+
+def _cut_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, grid: np.ndarray, model: BlockFma) -> np.ndarray:
+    """Blocks one by one: rows of `a` and `b` [n, K], accumulators `c` [n] (or None), each row's terms cut
+    toward zero at 2^grid [n], summed exactly (float64: each below 2^27 units) and rounded."""
+    scale = np.ldexp(1.0, -grid.astype(np.int64))
+    units = np.trunc(a * b * scale[:, None]).sum(axis=1)
+    if c is not None:
+        units += np.trunc(c * scale)
+    return _round_result(units / scale, model)
 
 
 def block_fma(a, b, c, atype: str, dtype: str, btype: str | None = None) -> np.ndarray:
     """D = C + A B^T on Hopper's tensor cores, one block per element: `a` [..., M, K], `b` [..., N, K] (the
     multiplicands' values, any float dtype; K = the block's size), `c` [..., M, N] accumulator values or None
     (0). Returns float64 [..., M, N] holding `dtype` values. `btype` is B's format where it differs from A's
-    (.e4m3 with .e5m2)."""
+    (.e4m3 with .e5m2).
+
+    Most blocks cut nothing: where every term's lowest set bit lies on the block's grid 2^(E - 23 - extra),
+    the float64 sum of BLAS (exact: below 2^32 units) rounded is the result; only the other elements are
+    computed term by term."""
     model = block_model(atype, dtype)
     if btype is not None and btype != atype:
         block_model(btype, dtype)
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape[-1] != model.block_k or b.shape[-1] != model.block_k:
         raise ValueError(f"a .{atype} block has K = {model.block_k}, got {a.shape[-1]} and {b.shape[-1]}")
-    # K leading: every [K, ..., M, N] temporary is reduced over its first axis (whole rows at a time)
-    ea = _k_first(_exponents(a, INPUT_MIN_EXPONENT[atype]))[..., :, None]
-    eb = _k_first(_exponents(b, INPUT_MIN_EXPONENT[btype or atype]))[..., None, :]
-    top = np.max(ea + eb, axis=0).astype(np.int64)  # [..., M, N]
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], () if c is None else np.shape(c)[:-2])
+    (m, k), n = a.shape[-2:], b.shape[-2]
+    a = np.broadcast_to(a, lead + (m, k)).reshape(-1, m, k)
+    b = np.broadcast_to(b, lead + (n, k)).reshape(-1, n, k)
+    c = None if c is None else np.broadcast_to(np.asarray(c, np.float64), lead + (m, n)).reshape(-1, m, n)
+    # E and each element's lowest term bit: max-plus products over K, by BLAS where exponents allow
+    ea, eb = _exponents(a, INPUT_MIN_EXPONENT[atype]), _exponents(b, INPUT_MIN_EXPONENT[btype or atype])
+    la, lb = _low_bits(a), _low_bits(b)
+    top, lowest = _max_plus(ea, eb), _max_plus(-la, -lb)
+    if top is None or lowest is None:  # exponents too far apart for float64 weights: int16 [K, B, M, N]
+        top = np.max(_k_first(ea)[..., :, None] + _k_first(eb)[..., None, :], axis=0).astype(np.int32)
+        low = np.min(_k_first(la)[..., :, None] + _k_first(lb)[..., None, :], axis=0)
+    else:
+        low = -lowest
     if c is not None:
-        c = np.asarray(c, np.float64)
         top = np.maximum(top, _exponents(c, ACCUMULATOR_MIN_EXPONENT))
-    top = np.maximum(top, model.min_exponent)
-    scale = np.ldexp(1.0, F32_FRACTION_BITS + model.extra_bits - top)
+    grid = np.maximum(top, model.min_exponent) - (F32_FRACTION_BITS + model.extra_bits)
     finite = np.isfinite(a).all() and np.isfinite(b).all() and (c is None or np.isfinite(c).all())
-    # float32 suffices where every product and scale is a normal f32: a term >= 1 unit is then exact (at most
-    # 22 significant bits, below 2^27), and one below 1 truncates to 0 however it rounds. The cast to int32
-    # truncates toward zero, and K terms below 2^27 (FP8: 2^15) sum below 2^31.
-    single = (finite and _within(ea, _SINGLE_EXPONENTS) and _within(eb, _SINGLE_EXPONENTS)
-              and top.min() > -_SINGLE_EXPONENTS)
-    kind = np.float32 if single else np.float64
     with np.errstate(invalid="ignore", over="ignore"):
-        terms = _k_first(a, kind)[..., :, None] * _k_first(b, kind)[..., None, :]
-        if not finite:  # IEEE sums of the exact products: inf * 0 and inf - inf are NaN
-            exact = terms.sum(axis=0) + (0.0 if c is None else c)
-        terms *= scale.astype(kind)  # each term in units of 2^(E - 23 - extra bits): a power-of-two scaling
-        units = terms.astype(np.int32).sum(axis=0, dtype=np.int32).astype(np.float64)
+        exact = np.matmul(a, b.transpose(0, 2, 1))  # exact products; the sum exact where nothing is cut
         if c is not None:
-            units += np.trunc(c * scale)
-        total = _round_result(units / scale, model)
+            exact += c
+        total = _round_result(exact, model)
+        cut = low < grid
+        if c is not None:  # c cut: not a whole number of grid units
+            units = c * np.ldexp(1.0, -grid)
+            cut |= units != np.trunc(units)
+        if not finite:  # IEEE sums of the exact products (inf * 0 and inf - inf are NaN): term by term
+            exact = np.einsum("bmk,bnk->bmn", a, b) + (0.0 if c is None else c)
+            cut |= ~np.isfinite(exact)
+        where = np.nonzero(cut)
+        if where[0].size:
+            rows_c = None if c is None else c[where]
+            total[where] = _cut_terms(a[where[0], where[1]], b[where[0], where[2]], rows_c, grid[where], model)
         if not finite:
             total = np.where(np.isfinite(exact), total, exact)  # finite terms never overflow float64
-    return total
+    return total.reshape(lead + (m, n))
 
 
 def chained_gemm(a, b, c, atype: str, dtype: str) -> np.ndarray:
