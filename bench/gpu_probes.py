@@ -7,9 +7,10 @@ small kernel on crafted inputs whose raw output bits are recorded:
   per row (a big term and k small ones, a cancelling pair, negative terms) scaled per column by 2^-gap
   (gap = the column index), so each element shows whether terms 2^-gap below the block's largest survive
   (extra alignment bits), how partial units round (truncation, both signs), whether c takes part in the
-  alignment, and what the cut leaves after c cancels the big term (normalisation after alignment); then random blocks (normal, and normal with exponents
-  spread over +-20) as the papers' semi-exhaustive check. Compared with the model chained over the blocks
-  (`chained_gemm`) and with the executor's exact default (each block rounded to nearest once).
+  alignment, and what the cut leaves after c cancels the big term (normalisation after alignment); then
+  random blocks (normal, and normal with exponents spread over +-20) as the papers' semi-exhaustive check.
+  Compared with the model chained over the blocks (`chained_gemm`) and with the executor's exact default
+  (each block rounded to nearest once).
 - ex2.approx.ftz.f32: a Tile IR kernel (`tile.exp2`) over a dense set of inputs (consecutive f32 from
   1.0 and from -1.0, an even sweep of [-130, 130), and the special values), against the correctly rounded
   2^x the executor computes: the hardware's algorithm is not documented (PTX ISA: within 2 ulp), these bits
