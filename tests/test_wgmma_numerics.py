@@ -141,3 +141,42 @@ def test_the_numerics_name_is_checked():
     with pytest.raises(ValueError, match="exact, hopper"):
         with wgmma_numerics("ieee"):
             pass
+
+
+@pytest.mark.parametrize("atype,btype,registers_a", [("tf32", "tf32", True), ("e4m3", "e5m2", False),
+                                                     ("e5m2", "e4m3", True)])
+def test_the_executor_applies_the_model_to_every_float_wgmma_form(atype, btype, registers_a):
+    """tf32 (its low 13 bits ignored), mixed FP8, A from registers, imm-scale-b = -1 and an accumulator of 0.5
+    entering the block: under "hopper" the executor's D is `block_fma` of the same values."""
+    from test_ptx_exec import random_multiplicand, run_wgmma
+
+    from tessera.interpreters.ptx.tensor_core_numerics import wgmma_numerics
+
+    rng = np.random.default_rng(1)
+    k = 8 if atype == "tf32" else 32
+    a, b = random_multiplicand(atype, (64, k), rng), random_multiplicand(btype, (8, k), rng)
+    with wgmma_numerics("hopper"):
+        d = run_wgmma(f"wgmma.mma_async.sync.aligned.m64n8k{k}.f32.{atype}.{btype} {{d}}, {{a}}, {{b}}, 1, 1, -1",
+                      a, b, init=np.float32(0.5).view(np.uint32), registers_a=registers_a)
+
+    def value(x):
+        if x.dtype == np.float32:
+            return (x.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float64)
+        return x.astype(np.float64)
+
+    expected = block_fma(value(a), -value(b), np.full((64, 8), 0.5), atype, "f32", btype)
+    np.testing.assert_array_equal(d.view(np.float32), expected.astype(np.float32))
+
+
+def test_the_executor_refuses_an_unmodelled_wgmma_by_name():
+    """FP8 into an .f16 accumulator under "hopper": the run stops with the instruction's diagnostic."""
+    from tessera.interpreters.ptx.tensor_core_numerics import modelled_product
+
+    class Machine:
+        def error(self, inst, message, lane):
+            return RuntimeError(f"{inst}: {message} (thread {lane})")
+
+    with pytest.raises(RuntimeError, match=r"wgmma: TESSERA_PTX_WGMMA_NUMERICS=hopper: no Hopper tensor-core model "
+                                           r"for \.e4m3 products into \.f16 .*\(thread 0\)"):
+        modelled_product(Machine(), "wgmma", np.zeros((1, 64, 32)), np.zeros((1, 8, 32)), np.array([False]),
+                         np.arange(128), None, [], 8, "e4m3", "e4m3", "f16")
