@@ -203,6 +203,12 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--dry-run", action="store_true", help="run the kernels in the PTX executor (no GPU)")
     args = parser.parse_args(argv)
+    if not args.dry_run:
+        from tessera.runtime import cuda_unavailable_reason
+
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            raise SystemExit(f"no CUDA GPU: {reason} (--dry-run runs the probes in the PTX executor)")
     summary = run_probes(args.out, "ptx" if args.dry_run else None,
                          DRY_EX2_ROWS if args.dry_run else EX2_ROWS)
     (args.out / "probes.json").write_text(json.dumps(summary, indent=1))
