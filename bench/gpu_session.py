@@ -23,6 +23,7 @@ Stages (`gpu_plan.STAGES`, in this order), each its own process with its own bud
   into the kernel cache (`--cache`, else Tessera's default), from which the later stages load them;
 - fidelity: the same PTX on the GPU and in the PTX executor on the same inputs (bench/gpu_fidelity.py): the
   GPU side here, the executor's prepared ahead (`--prepare`; a stale or missing case is named);
+- probes: wgmma and ex2.approx on inputs that pin Hopper's arithmetic, raw bits (bench/gpu_probes.py);
 - backward_parts: the backward at 512, 1k, 2k taken apart (bench/backward_parts.py);
 - tests: tests/test_runtime.py and every test marked `gpu`, each under its own limit, each recorded as it
   ends (bench/gpu_tests.py);

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import gpu_fidelity
 import gpu_plan
+import gpu_probes
 import gpu_results
 import gpu_tests
 import gpu_variants
@@ -579,6 +580,8 @@ def run(name: str, writer, out: Path, dry: bool, quick: bool, prepared: Path, re
         gpu_tests.tests_stage(writer, out, dry, quick)
     elif name == "fidelity":
         fidelity_stage(writer, out, prepared, dry, quick)
+    elif name == "probes":
+        gpu_probes.probes_stage(writer, out, dry, quick, None if dry else gpu_reason())
     elif name in gpu_plan.BENCHMARKS:
         benchmark_stage(name, writer, dry, quick, resume)
     elif name == "backward_parts":

@@ -973,6 +973,20 @@ DOCUMENTED = {
     # Error" (expf 2, logf 1, log1pf 1, sinf 2, tanhf 2, erff 2, powf 4) and the double-precision table (exp 1)
     "STANDARD_FUNCTION_ULPS": {"expf": 2, "logf": 1, "log1pf": 1, "sinf": 2, "tanhf": 2, "erff": 2, "powf": 4,
                                "exp": 1},
+    # Hopper's tensor-core block FMA, measured (NVIDIA documents none of it): Khattak & Mikaitis, "Accurate
+    # Models of NVIDIA Tensor Cores" (2025), models/H100TC.m: fma 16 (tf32 8, fp8 32), neab 2 (fp8 -10), final
+    # rounding 'rz' ('rne' for fp16 out), min_exp_limit -133 (-21 for fp16 -> fp16); tests/test_wgmma_numerics.py
+    # reproduces their measured H100/H200 vectors with these values. Input exponents: IEEE/OCP least normal
+    # exponents (1 - bias); c's exponent is read from its f32 encoding (expC -127 -> -126).
+    "HOPPER_BLOCK_FMA": {("bf16", "f32"): (16, 2, 24, "rz", -133, -126, 127),
+                         ("f16", "f32"): (16, 2, 24, "rz", -133, -126, 127),
+                         ("tf32", "f32"): (8, 2, 24, "rz", -133, -126, 127),
+                         ("f16", "f16"): (16, 2, 11, "rn", -21, -14, 15),
+                         ("e4m3", "f32"): (32, -10, 14, "rz", -133, -126, 127),
+                         ("e5m2", "f32"): (32, -10, 14, "rz", -133, -126, 127)},
+    "INPUT_MIN_EXPONENT": {"bf16": -126, "tf32": -126, "f16": -14, "e4m3": -6, "e5m2": -14},
+    "F32_FRACTION_BITS": 23,
+    "ACCUMULATOR_MIN_EXPONENT": -126,
     "F32_ULP_RELATIVE": 2.0**-23,
     "FDIVIDEF_ULPS": 2,
     "FDIVIDEF_DIVISOR_RANGE": (2.0**-126, 2.0**126),

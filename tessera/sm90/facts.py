@@ -14,6 +14,7 @@ The facts live in one module per topic; this module re-exports them all:
   fp8         e4m3/e5m2, cvt.rn.satfinite, the k32 A fragment    [P#alternate-floating-point-data-formats, -cvt]
   launch      grid and block limits of a launch                   [CCG]
   approx      error bounds of lg2.approx                          [P#floating-point-instructions-lg2]
+  wgmma_numerics  Hopper's tensor-core block FMA (measured model)  [KM25: Khattak & Mikaitis 2025]
 
 Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
 [DRV] = CUDA driver API, cuTensorMapEncodeTiled (group__CUDA__TENSOR__MEMORY); [CCG] = CUDA C++ Programming
@@ -22,6 +23,7 @@ See also ../shared/notes/ptx-sm90a.md, where each fact was checked with ptxas.
 """
 
 from tessera.sm90.approx import LG2_APPROX_ABSOLUTE_RANGE, LG2_APPROX_ERROR, lg2_approx_error_bound
+from tessera.sm90.wgmma_numerics import HOPPER_BLOCK_FMA, block_fma
 from tessera.sm90.descriptor import (
     DESCRIPTOR_ADDRESS_MASK,
     MatrixDescriptor,

@@ -4,7 +4,8 @@ or MN-major with imm-trans-a) or from four registers per thread (`facts.a_fragme
 descriptor (imm-trans-b: MN-major); imm-scale-a/b = -1 negates. K spans 32 bytes: .f16/.bf16 (k16), .tf32
 (k8, the low 13 mantissa bits ignored), .e4m3/.e5m2 (k32, mixable, .f16/.f32 accumulator), .s8/.u8 (k32,
 mixable, .s32 accumulator that wraps, or clamps with .satfinite); .b1 is refused. Float products are exact,
-sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does);
+sums in float64 rounded once per instruction to the accumulator type (as the Target IR simulator does;
+under `tensor_core_numerics` "hopper", Hopper's measured block FMA instead);
 integer sums are exact. D is written at issue, and `asynchrony` reports any other access to the D and A
 registers, or a write over the shared operands, before the wgmma.wait_group that covers the wgmma (commit and
 wait are counted there; wgmma.fence has no effect; a chain's f32 accumulators are kept in product order until
@@ -18,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tessera.interpreters.ptx import wgmma_accumulators
+from tessera.interpreters.ptx import tensor_core_numerics, wgmma_accumulators
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import Machine, lane_rows
@@ -212,7 +213,12 @@ def _wgmma_async(ops: Operands, inst, mods):
         if scale_b != 1:
             b_stack = scale_b * b_stack
         # D' [warpgroups, 64, N] (`thread_order`)
-        d = np.matmul(a_stack, b_stack.transpose(0, 2, 1)).reshape(len(starts), facts.WGMMA_M, n)
+        if family != "int" and tensor_core_numerics.current() == "hopper":  # C entered, rounded: written as scale-d 0
+            d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack, accumulate, lanes, d_block, d_regs,
+                                                      n, a_name, b_name, dtype_name)
+            accumulate = np.zeros_like(accumulate)
+        else:
+            d = np.matmul(a_stack, b_stack.transpose(0, 2, 1)).reshape(len(starts), facts.WGMMA_M, n)
         if in_place and (accumulate.all() or not accumulate.any()):
             if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
                 viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
