@@ -761,40 +761,16 @@ def test_register_splits_that_wait_forever(counts, threads):
         F.check_register_budget(counts, 128, threads)
 
 
-_ENTRY_PROBE = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry probe(.param .u64 out)
-.reqntid {threads}, 1, 1
-.minnctapersm {ctas}
-{{
-    .reg .b32 %r<2>;
-    .reg .pred %p<2>;
-    .reg .b64 %rd<2>;
-    mov.u32 %r0, %tid.x;
-    setp.lt.u32 %p0, %r0, 128;
-    @%p0 bra PRODUCER;
-    setmaxnreg.inc.sync.aligned.u32 {inc};
-    bra.uni DONE;
-PRODUCER:
-    setmaxnreg.dec.sync.aligned.u32 24;
-DONE:
-    ld.param.u64 %rd0, [out];
-    st.global.u32 [%rd0], %r0;
-    ret;
-}}
-"""
-
-
 def test_registers_at_entry_are_ptxas_counts(ptxas):
     """`registers_at_entry` against ptxas itself (no GPU needed): the "Used N registers" of a kernel with a
     setmaxnreg split at its launch bounds is what every warp owns when it starts, and so what the CTA's pool
     holds (FlashAttention-3 sizes its 24/240 split on the 168 of 384 threads)."""
+    from setmaxnreg_kernels import bounds, split_kernel
     from tessera import toolchain
 
     for threads, ctas, inc in ((384, 1, 240), (384, 1, 176), (384, 1, 144), (384, 2, 240), (512, 1, 160),
                                (256, 1, 240), (256, 1, 256), (128, 1, 232), (640, 1, 240)):
-        probe = _ENTRY_PROBE.format(threads=threads, ctas=ctas, inc=inc)
+        probe = split_kernel(24, inc, True, directives=bounds(threads, ctas))
         used = toolchain.compile_ptx(probe, ptxas=ptxas).entry().registers
         assert used == F.registers_at_entry(threads, ctas, largest_inc=inc), (threads, ctas, inc)
 
