@@ -29,6 +29,7 @@ from tessera.interpreters.ptx import PtxDeadlockError
 from tessera.interpreters.ptx.launcher import launch_described
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.kernels import flash_attention
+from tessera.runtime.register_split import check_register_split
 from tessera.sm90 import facts
 from fp8_inputs import fp8_inputs
 from text_edits import checked
@@ -70,7 +71,8 @@ def test_the_split_fits_what_the_cta_owns():
 
 def test_the_split_fits_ptxas_count_at_entry(ptxas):
     """The same against ptxas itself, not our model of it: its "Used N registers" is what each thread owns at
-    entry (USETMAXREG moves only those), and no ptxas spills."""
+    entry (USETMAXREG moves only those), and no ptxas spills; `runtime.register_split`, which the runtime's compile
+    runs on every kernel it assembles, refuses the split that hung."""
     from tessera import toolchain
 
     _, _, host, ptx = _compiled()
@@ -79,6 +81,13 @@ def test_the_split_fits_ptxas_count_at_entry(ptxas):
     threads = host.block[0]
     assert entry.spill_store_bytes == 0
     assert 128 * int(split["dec"]) + (threads - 128) * int(split["inc"]) <= entry.registers * threads
+    # the runtime's compile makes the same check on every kernel it assembles, before a GPU loads it
+    check_register_split(ptx, host.kernel, threads, entry.registers)
+    hung = checked(ptx).replace(f"setmaxnreg.dec.sync.aligned.u32 {split['dec']};",
+                                f"setmaxnreg.dec.sync.aligned.u32 {HUNG['dec']};")
+    with pytest.raises(ValueError, match=r"split 160/176 .* needs 65536 registers, more than the 64512 its CTA owns "
+                                         r"\(384 threads x the 168 ptxas gives each at entry\)"):
+        check_register_split(hung, host.kernel, threads, entry.registers)
 
 
 def test_the_ptx_executor_runs_it_and_deadlocks_on_the_split_that_hung():
