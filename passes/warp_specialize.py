@@ -24,8 +24,12 @@ the rings have slots: its only synchronisation is the empty barrier of each slot
 arrive on when they release it, and the consumers' only one is the full barrier the TMA completes.
 
 Register budgets come from the allocator's pressure report, not constants: the producer branch's pressure
-(rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the register file leaves,
-C = min(256, (65536 - 128 P) / T rounded down to 8); a consumer pressure above C is refused (a
+(rounded up to setmaxnreg's step of 8, at least 24) is P; the consumers get what the CTA's registers leave,
+C = min(256, (R (T + 128) - 128 P) / T rounded down to 8), where R = `facts.registers_at_entry(T + 128)` is
+what ptxas gives every warp at entry (168 at 384 threads): setmaxnreg only moves the CTA's own R (T + 128)
+registers between its warpgroups (a per-CTA pool), so a split past them leaves a `setmaxnreg.inc` waiting
+forever on the GPU (65536 - 128 P, the SM's register file, hung every FP8 kernel at head_dim 128 and 256: 160
++ 2 x 176 and 112 + 2 x 200 need 65536 of the 64512); a consumer pressure above C is refused (a
 `ConsumerBudgetError`, a `RegisterBudgetError`), naming both and what is live at the consumers' peak; the
 default pipeline then falls back to a configuration without a producer (`tessera.lowering.fallback`).
 With warpgroup refills the consumers get their pressure rounded up, C, and the producer what that leaves (at
@@ -364,22 +368,29 @@ class _Split:
         producer_peak, consumer_peak = region_peaks(self.fn, split)
         producer_need, consumer_need = producer_peak.registers, consumer_peak.registers
         step = facts.SETMAXNREG_STEP
+        threads = PRODUCER_THREADS + consumers
+        owned = facts.registers_at_entry(threads) * threads  # the CTA's pool: not the SM's register file
         producer = max(facts.SETMAXNREG_MIN, -(-producer_need // step) * step)
-        consumer = min(facts.SETMAXNREG_MAX, (facts.REGISTERS_PER_SM - PRODUCER_THREADS * producer) // consumers // step * step)
+        consumer = min(facts.SETMAXNREG_MAX, (owned - PRODUCER_THREADS * producer) // consumers // step * step)
         if gathers and consumer_need <= consumer:
             # A warpgroup refill (the cp.async gather) is unrolled row by row, and ptxas hoists its page-table
             # loads ahead of the copies well past the allocator's count: the producer takes what the consumers
             # leave (at most their own budget), not its counted need.
             consumer = max(facts.SETMAXNREG_MIN, -(-consumer_need // step) * step)
-            spare = (facts.REGISTERS_PER_SM - consumers * consumer) // PRODUCER_THREADS // step * step
+            spare = (owned - consumers * consumer) // PRODUCER_THREADS // step * step
             producer = max(producer, min(spare, consumer))
-        if consumer_need > consumer:
+        entry = facts.registers_at_entry(threads, largest_inc=consumer)
+        where = (f"the CTA's {threads} threads own {owned} registers, {owned // threads} each at entry, which "
+                 f"setmaxnreg moves between warpgroups")
+        if consumer_need > consumer or producer > entry:
             need = (f"the consumer warpgroups need {consumer_need} registers per thread but only {consumer} are left "
-                    f"after the producer's {producer}")
-            raise ConsumerBudgetError(located(self.fn, f"warp-specialize: {need} (the register file has "
-                                                       f"{facts.REGISTERS_PER_SM}); their peak is "
+                    f"after the producer's {producer}" if consumer_need > consumer else
+                    f"the producer warpgroup needs {producer} registers per thread, more than the {entry} every "
+                    f"warp starts with (setmaxnreg.dec cannot raise it)")
+            raise ConsumerBudgetError(located(self.fn, f"warp-specialize: {need} ({where}); their peak is "
                                                        f"{consumer_peak.describe()}", name_op=False), summary=need)
-        facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE)
+        facts.check_register_budget([producer] + [consumer] * (consumers // facts.WARPGROUP_SIZE), facts.WARPGROUP_SIZE,
+                                    threads)
         decrease.count = IntegerAttr(producer, 64)
         increase.count = IntegerAttr(consumer, 64)
 

@@ -730,12 +730,49 @@ def test_setmaxnreg_rules():
 
 
 def test_register_file():
-    """CUDA C++ Programming Guide, compute capability 9.0: 64K 32-bit registers per SM, at most 255 per thread.
-    Notes section 6: producer 24 + two consumers 240 registers per thread: 24*128 + 240*256 = 64512 fits."""
-    assert (F.REGISTERS_PER_SM, F.MAX_REGISTERS_PER_THREAD) == (65536, 255)
-    F.check_register_budget([24, 240, 240], 128)
-    with pytest.raises(ValueError, match="register"):
-        F.check_register_budget([256, 256, 24], 128)
+    """CUDA C++ Programming Guide, compute capability 9.0: 64K 32-bit registers per SM, at most 255 per thread."""
+    assert (F.REGISTERS_PER_SM, F.MAX_REGISTERS_PER_THREAD, F.REGISTER_ALLOCATION_UNIT) == (65536, 255, 256)
+
+
+@pytest.mark.parametrize("counts, threads", [
+    ([24, 240, 240], 384),        # FlashAttention-3 hopper/flash_fwd_kernel_sm90.h, two MMA warpgroups, TMA K/V
+    ([40, 232, 232], 384),        # the same with cp.async K/V; CUTLASS's sm90 warp-specialized GEMMs (40/232)
+    ([32, 160, 160, 160], 512),   # FlashAttention-3, three MMA warpgroups
+    ([56, 256], 256),             # FlashAttention-3, one MMA warpgroup
+    ([144, 144, 144], 384),       # Tessera's FP8 head_dim 64: ptxas then gives 144 at entry (its largest .inc)
+])
+def test_register_splits_of_kernels_that_run(counts, threads):
+    """[P#miscellaneous-instructions-setmaxnreg]: "A pool of available registers is maintained per-CTA" and
+    `setmaxnreg.inc` "blocks the execution until enough registers are available in the CTA's register pool". The
+    splits of FlashAttention-3 and CUTLASS, which run on H100s, fill the registers the CTA owns at entry exactly
+    (3 x 168 at 384 threads, 4 x 128 at 512), never the SM's 65536."""
+    F.check_register_budget(counts, 128, threads)
+
+
+@pytest.mark.parametrize("counts, threads", [
+    ([160, 176, 176], 384),  # the FP8 head_dim 128 kernel that hung on the H200: 65536 of the CTA's 64512
+    ([112, 200, 200], 384),  # FP8 head_dim 256, the same way
+    ([24, 248, 248], 384),
+    ([256, 256, 24], 384),
+    ([40, 160, 160, 160], 512),
+])
+def test_register_splits_that_wait_forever(counts, threads):
+    with pytest.raises(ValueError, match="wait forever"):
+        F.check_register_budget(counts, 128, threads)
+
+
+def test_registers_at_entry_are_ptxas_counts(ptxas):
+    """`registers_at_entry` against ptxas itself (no GPU needed): the "Used N registers" of a kernel with a
+    setmaxnreg split at its launch bounds is what every warp owns when it starts, and so what the CTA's pool
+    holds (FlashAttention-3 sizes its 24/240 split on the 168 of 384 threads)."""
+    from setmaxnreg_kernels import bounds, split_kernel
+    from tessera import toolchain
+
+    for threads, ctas, inc in ((384, 1, 240), (384, 1, 176), (384, 1, 144), (384, 2, 240), (512, 1, 160),
+                               (256, 1, 240), (256, 1, 256), (128, 1, 232), (640, 1, 240)):
+        probe = split_kernel(24, inc, True, directives=bounds(threads, ctas))
+        used = toolchain.compile_ptx(probe, ptxas=ptxas).entry().registers
+        assert used == F.registers_at_entry(threads, ctas, largest_inc=inc), (threads, ctas, inc)
 
 
 # endregion
@@ -897,6 +934,9 @@ DOCUMENTED = {
     "MAX_SHARED_MEMORY_PER_BLOCK": 227 * 1024,
     "REGISTERS_PER_SM": 64 * 1024,
     "MAX_REGISTERS_PER_THREAD": 255,
+    # the CUDA Occupancy Calculator's compute capability 9.0 data: "register allocation unit size 256", granularity
+    # "warp" (ptxas' counts at launch bounds are multiples of 8: test_registers_at_entry_are_ptxas_counts)
+    "REGISTER_ALLOCATION_UNIT": 256,
     # not in NVIDIA's documentation: ptxas' sm_90a SASS names UR0-UR62 and URZ, never UR63
     # (tests/test_uniform_descriptors.py::test_uniform_register_file_against_sass)
     "UNIFORM_REGISTERS_PER_WARP": 63,

@@ -1279,11 +1279,14 @@ def test_a_named_barrier_arrival_with_another_thread_count_is_reported():
         _run_pingpong(kernel)
 
 
-def test_a_register_split_over_the_register_file_is_reported():
-    """24 x 128 + 2 x 240 x 128 = 64512 registers fit the 65536 of an SM; 248 for the consumers do not."""
+def test_a_register_split_past_the_ctas_registers_deadlocks():
+    """The CTA owns 384 x 168 = 64512 registers (ptxas's count at entry): 24 + 2 x 240 per 128 threads fill them;
+    with 248 for the consumers the second one's setmaxnreg.inc waits forever for registers no warpgroup gives
+    back, as on the GPU (the 65536 of the SM are not the CTA's)."""
     kernel = planted(PINGPONG, 'sm90.setmaxnreg "inc" 240', 'sm90.setmaxnreg "inc" 248')
-    with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "inc" 248: register split needs 66560 registers, '
-                                                r"more than the 65536 of an SM"):
+    with pytest.raises(KernelHazardError, match=r'sm90.setmaxnreg "inc" 248: deadlock: setmaxnreg.inc in warpgroup 2 '
+                                                r"waits for 10240 registers of the CTA's pool, which holds 8192 .* the "
+                                                r"CTA owns 384 x 168 = 64512 registers"):
         _run_pingpong(kernel)
 
 

@@ -219,6 +219,7 @@ def _compile(config: KernelConfig, key: str) -> CompiledKernel:
     from tessera.passes import apply_pipeline
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
+    from tessera.runtime.register_split import check_register_split
     from tessera.toolchain import compile_ptx, find_ptxas
 
     if config.builder == MODULE_BUILDER:
@@ -238,7 +239,10 @@ def _compile(config: KernelConfig, key: str) -> CompiledKernel:
     ptx = print_ptx(lowered, registers=allocated_registers)
     if f".entry {host.kernel}(" not in ptx:  # the runtime looks the kernel up by this name
         raise ValueError(f"{config}: the PTX has no entry named {host.kernel}")
-    cubin = compile_ptx(ptx).cubin if find_ptxas() else None
+    assembled = compile_ptx(ptx) if find_ptxas() else None
+    if assembled is not None:
+        check_register_split(ptx, host.kernel, host.block[0], assembled.entry(host.kernel).registers)
+    cubin = assembled.cubin if assembled is not None else None
     return CompiledKernel(config, key, ptx, cubin, host, api.print_module(lowered), ptxas_version())
 
 

@@ -124,6 +124,7 @@ from tessera.sm90.warp import (
     MAX_REGISTERS_PER_THREAD,
     NAMED_BARRIERS,
     REGISTERS_PER_SM,
+    REGISTER_ALLOCATION_UNIT,
     SETMAXNREG_MAX,
     SETMAXNREG_MIN,
     SETMAXNREG_STEP,
@@ -132,6 +133,7 @@ from tessera.sm90.warp import (
     check_named_barrier,
     check_register_budget,
     check_setmaxnreg,
+    registers_at_entry,
     shfl_source_lane,
     shfl_sync,
 )

@@ -135,12 +135,46 @@ def check_setmaxnreg(action: Literal["inc", "dec"], count: int, current: int | N
         raise ValueError(f"setmaxnreg.inc to {count} from {current}: .inc may only raise the count")
 
 
-def check_register_budget(per_thread_counts, threads_per_group: int) -> None:
-    """Refuse a register split that does not fit the SM's register file: sum(count * threads_per_group) over
-    the groups (e.g. warpgroups of 128 threads after their `setmaxnreg`) must be <= 65536."""
-    total = sum(int(n) * threads_per_group for n in per_thread_counts)
-    if total > REGISTERS_PER_SM:
-        raise ValueError(f"register split needs {total} registers, more than the {REGISTERS_PER_SM} of an SM")
+REGISTER_ALLOCATION_UNIT = 256
+"""Registers per warp by which the registers of a thread block are allocated on compute capability 9.0 (8 per
+thread) [the CUDA Occupancy Calculator's compute capability 9.0 data: "register allocation unit size 256",
+granularity "warp"; ptxas rounds a kernel's count at its launch bounds down to a
+multiple of 8: tests/test_sm90_facts.py runs it]."""
+
+
+def registers_at_entry(threads: int, min_ctas: int = 1, maxnreg: int | None = None,
+                       largest_inc: int | None = None) -> int:
+    """The registers per thread every warp of a kernel that uses `setmaxnreg` owns when it starts, as ptxas
+    sizes them: the most its launch bounds allow (`.reqntid`/`.maxntid` `threads` and `.minnctapersm
+    min_ctas`: REGISTERS_PER_SM / (threads min_ctas) rounded down to the allocation unit, at most 255 and
+    `.maxnreg`), and no more than the largest `setmaxnreg.inc` count when that is smaller (ptxas 12.9-13.5:
+    `.reqntid 384 .minnctapersm 1` gives 168 whatever the split; `.reqntid 128` with `.inc 240`, 240). Without
+    launch bounds ptxas drops setmaxnreg (C7508).
+
+    The CTA owns `registers_at_entry(...) * threads` registers for its whole life: that is the pool
+    `setmaxnreg` moves registers through [P#miscellaneous-instructions-setmaxnreg: "A pool of available
+    registers is maintained per-CTA"; SASS `USETMAXREG.TRY_ALLOC.CTAPOOL` in a retry loop], not the SM's
+    REGISTERS_PER_SM."""
+    step = REGISTER_ALLOCATION_UNIT // WARP_SIZE
+    most = REGISTERS_PER_SM // (threads * min_ctas) // step * step
+    most = min(most, MAX_REGISTERS_PER_THREAD, maxnreg if maxnreg is not None else MAX_REGISTERS_PER_THREAD)
+    return most if largest_inc is None else min(most, largest_inc)
+
+
+def check_register_budget(per_thread_counts, threads_per_group: int, cta_threads: int, min_ctas: int = 1) -> None:
+    """Refuse a register split that the CTA's registers cannot satisfy: sum(count * threads_per_group) over
+    the groups (warpgroups of 128 threads after their `setmaxnreg`) must be at most the registers the CTA owns,
+    `registers_at_entry(cta_threads, min_ctas, largest_inc=max(counts)) * cta_threads`. Past it a
+    `setmaxnreg.inc` waits forever for registers no `.dec` releases (FlashAttention-3's and CUTLASS's splits use
+    the pool exactly: 24 + 2 x 240 and 40 + 2 x 232 = 3 x 168 at 384 threads, 32 + 3 x 160 = 4 x 128 at 512)."""
+    counts = [int(n) for n in per_thread_counts]
+    entry = registers_at_entry(cta_threads, min_ctas, largest_inc=max(counts))
+    total, owned = sum(n * threads_per_group for n in counts), entry * cta_threads
+    if total > owned:
+        raise ValueError(f"register split {'/'.join(map(str, counts))} per thread of {threads_per_group}-thread "
+                         f"groups needs {total} registers, more than the {owned} the CTA owns ({cta_threads} threads "
+                         f"x {entry} registers at entry, ptxas's count at .reqntid {cta_threads} .minnctapersm "
+                         f"{min_ctas}): a setmaxnreg.inc would wait forever for registers no setmaxnreg.dec releases")
 
 
 # endregion

@@ -62,7 +62,8 @@ import numpy as np
 
 from tessera.interpreters.ptx.asynchrony import PtxDeadlockError
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, label_index, opcode
-from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, RUN, STATUS_NAMES, Machine, fail
+from tessera.interpreters.ptx.register_pool import describe_wait
+from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, REGS, RUN, STATUS_NAMES, Machine, fail
 from tessera.interpreters.ptx.syntax import Symbol
 from tessera.sm90 import facts
 
@@ -514,6 +515,8 @@ class Scheduler:
             what = STATUS_NAMES[status]
             if status == BAR:
                 what = f"wait at named barrier {bar}"
+            elif status == REGS:
+                what = describe_wait(m, lanes[0])
             elif status == PARK and (pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep" or pc < len(self.steps)
                                      and self.steps[pc].inst.opcode in ("ld", "ldu")):  # `memory._spin_wait`
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "

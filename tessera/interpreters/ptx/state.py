@@ -96,9 +96,10 @@ def lane_rows(array: np.ndarray, lanes: np.ndarray) -> np.ndarray | None:
                                            (stride * array.strides[0], *array.strides))
 
 
-RUN, EXITED, BAR, PARK, COLL, CLUSTER_WAIT = 0, 1, 2, 3, 4, 5
+RUN, EXITED, BAR, PARK, COLL, CLUSTER_WAIT, REGS = 0, 1, 2, 3, 4, 5, 6
 STATUS_NAMES = {RUN: "running", EXITED: "exited", BAR: "at a barrier", PARK: "waiting on an mbarrier",
-                COLL: "waiting for its warp/warpgroup", CLUSTER_WAIT: "waiting at barrier.cluster.wait"}
+                COLL: "waiting for its warp/warpgroup", CLUSTER_WAIT: "waiting at barrier.cluster.wait",
+                REGS: "waiting for registers in setmaxnreg.inc"}
 
 
 class PtxExecutionError(RuntimeError):
@@ -286,6 +287,7 @@ class Machine:
         self.sync_epoch = 0
         self.woken = 0  # wakes so far: lanes another thread's step made runnable (the scheduler's straight runs)
         self.maxnreg: dict[tuple[int, int], int] = {}
+        self.register_pool = np.zeros(ctas, np.int64)  # per CTA slot: registers setmaxnreg.dec gave back (register_pool)
         self.async_copies: list = []  # cp.async (Ampere) copies not yet waited for, see memory.py
         self.cp_groups = np.zeros(self.lanes, np.int64)  # committed cp.async groups per lane
         # function calls (see schedule.py): per lane, the pcs of the active calls, innermost last
@@ -355,6 +357,7 @@ class Machine:
         self.bar_uncounted[:] = False
         self.bar_waiting[:] = -1
         self.maxnreg.clear()
+        self.register_pool[:] = 0
         self.async_copies = []
         self.cp_groups[:] = 0
         self.call_depth[:] = 0

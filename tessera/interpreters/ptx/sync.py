@@ -13,7 +13,7 @@ still have a thread. Exited threads never block a barrier. The barrier then rese
 bar.warp.sync runs once all non-exited threads of its member mask reach it (the scheduler's `unit`); the others
 go on (`__syncwarp(mask)` in each branch of a divergent warp).
 `setmaxnreg` checks `facts.check_setmaxnreg` per
-warpgroup and records the count; it has no other effect. Fences and membar have no effect on values: the
+warpgroup and moves registers through the CTA's pool, `.inc` waiting for them (`register_pool`). Fences and membar have no effect on values: the
 executor is sequentially consistent (fence.proxy.async is tracked by `asynchrony`).
 """
 
@@ -26,6 +26,7 @@ import numpy as np
 from tessera.interpreters.ptx.cluster import decode_barrier_cluster
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, opcode
 from tessera.interpreters.ptx.memory import lanes_of
+from tessera.interpreters.ptx.register_pool import set_max_registers
 from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm
 from tessera.interpreters.ptx.types import ptx_type
@@ -231,17 +232,13 @@ def decode_setmaxnreg(ops: Operands, inst, mods):
         raise ops.refuse(inst, str(error)) from None
     m = ops.m
 
-    def run(sel):
-        lanes = lanes_of(m, sel)
-        for group in np.unique(m.unit_of[facts.WARPGROUP_SIZE][lanes]):
-            key = (int(group), 0)
-            try:
-                facts.check_setmaxnreg(action, count, m.maxnreg.get(key))
-            except ValueError as error:
-                raise m.error(inst, str(error), int(lanes[0])) from None
-            m.maxnreg[key] = count
+    def run(lanes, active):
+        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
+        m.pc[inactive] += 1
+        if len(active):
+            set_max_registers(m, inst, active, action, count)
 
-    return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+    return Step(inst, run, control=True, unit=facts.WARPGROUP_SIZE)
 
 
 @opcode("fence", "membar", "griddepcontrol", "pmevent")

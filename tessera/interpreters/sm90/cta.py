@@ -92,6 +92,11 @@ class CtaState(NamesThreads):
     tid: np.ndarray = field(init=False)
     named: list[NamedBarrier] = field(init=False)
     register_budget: dict[int, int] = field(default_factory=dict)
+    """Registers per thread of each warpgroup that has executed a `setmaxnreg` (the others hold `entry_registers`)."""
+    register_pool: int = 0
+    """Registers `setmaxnreg.dec` gave back to the CTA and no `.inc` took yet (`register_pool`)."""
+    entry_registers: int | None = None
+    """What ptxas gives every thread at entry (`register_pool.registers_at_entry`), found at the first setmaxnreg."""
     cluster: object | None = None
     """The `tessera.interpreters.sm90.cluster.Cluster` this CTA runs in (None: a cluster of one)."""
     rank: int = 0

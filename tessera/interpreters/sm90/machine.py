@@ -19,6 +19,7 @@ from tessera.dialects import sm90
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.sm90.global_memory import GlobalMemory
+from tessera.interpreters.sm90.register_pool import set_max_registers
 from tessera.interpreters.sm90.registers import as_signed64, dtype_of, full, row_mask, unsigned
 from tessera.interpreters.sm90.shared_memory import Buffer
 from tessera.numerics import round_to
@@ -234,16 +235,7 @@ class Sm90Functions(InterpreterFunctions):
     def run_setmaxnreg(self, interpreter: Interpreter, op: sm90.SetMaxNRegOp, args: PythonValues):
         cta, action, count = self.cta, op.action.data, _prop(op, "count")
         for w in cta.converged_units(op, facts.WARPGROUP_SIZE, "setmaxnreg"):
-            try:
-                facts.check_setmaxnreg(action, count, cta.register_budget.get(w))
-            except ValueError as error:
-                cta.fail(op, f"{error} (warpgroup {w})", w * facts.WARPGROUP_SIZE)
-            cta.register_budget[w] = count
-        if len(cta.register_budget) == cta.warpgroups:
-            try:
-                facts.check_register_budget(cta.register_budget.values(), facts.WARPGROUP_SIZE)
-            except ValueError as error:
-                cta.fail(op, str(error), cta.active)
+            set_max_registers(cta, op, w, action, count)
         return ()
 
     # endregion
