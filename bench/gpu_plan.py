@@ -19,10 +19,11 @@ The first call runs `FIRST_RUN`; `variants` waits for the second (`SECOND_RUN`).
 FIRST_RUN = tuple(s for s in STAGES if s != "variants")
 """What `python bench/gpu_session.py --out $OUT` runs (no --stages): every stage but `variants`, which with
 FlexAttention's compiles does not fit beside them in the session's 540 s."""
-BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "backward_parts": 20, "tests": 120, "gemm": 15,
+BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "backward_parts": 20, "tests": 120, "gemm": 20,
              "backward": 70, "forward": 140, "fp8": 50, "variants": 240, "report": 10}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept). From
-the first session: install 12.5 s, compile 4.9 s, the runtime tests 20 s, backward 57 s, gemm 7 s, forward 80 s
+the first session: install 12.5 s, compile 4.9 s, the runtime tests 20 s, backward 57 s, gemm 7 s (two systems;
+now four: `GEMM_SCHEDULES` and cuBLAS), forward 80 s
 for two thirds of its rows, report 0.5 s; fidelity 15 cases of the GPU side at about a second each (the
 executor's side prepared ahead); the tests' worst case: every slow test at its limit."""
 ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30,
@@ -64,6 +65,10 @@ HEAD_DIMS = (128, 64, 256)
 TOKENS = 16384
 HIDDEN = 2048
 GEMM_SIZES = (4096, 8192)
+GEMM_SCHEDULES = ("128x128", "128x256", "128x256-cluster2")
+"""Tessera's GEMM tile schedules timed on every GEMM row (`tessera.kernels.gemm.GEMM_SCHEDULES`): the default
+128 x 128 two-stage kernel the first sessions measured at half of cuBLAS, and the 128 x 256 four-stage tile
+alone and in 2 x 1 clusters (docs/performance.md, "GEMM"), each its own system ("Tessera 128x256", ...)."""
 WARMUP, REPEATS = 3, 10
 """Per timed system and configuration (median of REPEATS after WARMUP; bench/attention.py's timing)."""
 
@@ -112,9 +117,9 @@ def attention_flops(row: dict) -> float:
     return forward * (2.5 if row["direction"] == "backward" else 1.0)
 
 
-SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 2}
+SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 1 + len(GEMM_SCHEDULES)}
 """Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); Tessera FP8
-with and without V's rearrangement, cuDNN FP8; cuBLAS."""
+with and without V's rearrangement, cuDNN FP8; Tessera's GEMM schedules and cuBLAS."""
 FP8_CHECK_S = 1.0
 """Seconds a pessimistic FP8 row spends in its checks (float64 on a slice per system: bench/attention.fp8_check)."""
 SLOW_TFLOPS, CHECK_TFLOPS, ROW_OVERHEAD_S = 100.0, 20.0, 0.5
@@ -168,10 +173,10 @@ def backward_configs(head_dim: int, causal: bool) -> list:
     return kernel_configs(BackwardConfig.checked(head_dim, causal, "bf16", None))
 
 
-def gemm_config(aligned: bool = True):
+def gemm_config(aligned: bool = True, schedule: str = "128x128"):
     from tessera.runtime.gemm import gemm_config as config
 
-    return config("bf16", aligned=aligned)
+    return config("bf16", aligned=aligned, schedule=schedule)
 
 
 def fp8_config(head_dim: int, causal: bool):
@@ -184,7 +189,7 @@ def fp8_config(head_dim: int, causal: bool):
 def row_configs(row: dict) -> list:
     """The kernels Tessera runs for one benchmark row."""
     if "M" in row:
-        return [gemm_config()]
+        return [gemm_config(schedule=s) for s in GEMM_SCHEDULES]
     if row["dtype"] == "e4m3":
         return [fp8_config(row["head_dim"], row["causal"])]
     if row["direction"] == "forward":

@@ -78,6 +78,7 @@ def kernel_plan(quick: bool) -> list:
         if not quick or case.name in gpu_fidelity.QUICK:
             configs += gpu_fidelity.case_configs(case)
     if quick:
+        configs += [gpu_plan.gemm_config(schedule=s) for s in gpu_plan.GEMM_SCHEDULES]  # the GEMM rows host-checked
         configs.append(gpu_plan.fp8_config(**QUICK_FP8))
         configs.append(gpu_plan.forward_config(**QUICK_BACKWARD, return_lse=True))
     return gpu_plan.unique(configs + gpu_variants.kernel_jobs(quick))
@@ -343,7 +344,7 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     writer.set("environment", attention.environment(torch))
     args = SimpleNamespace(warmup=gpu_plan.WARMUP, repeats=gpu_plan.REPEATS)
     if name == "gemm":
-        systems = [gemm.tessera_system(torch), gemm.cublas_system(torch)]
+        systems = [gemm.tessera_system(torch, s) for s in gpu_plan.GEMM_SCHEDULES] + [gemm.cublas_system(torch)]
     elif name == "backward":
         systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
             attention_backward_gpu.sdpa_backward_systems(torch)
