@@ -6,7 +6,7 @@
   f32 accumulator), at the Tile interpreter, the CTA simulator and the PTX executor, on shapes with ragged M
   and N and a K of one, two and more k-steps, and within `check_gemm`'s tolerance of the float64 product.
 - The 128 x 256 schedules compile to m64n256k16 wgmma with four stages and, under ptxas, without a spill;
-  the clustered one multicasts B. They refuse beta != 0 by name; sizes TMA cannot read keep the 128 x 128
+  the clustered ones multicast B, the "-pingpong" ones take turns at named barriers. They refuse beta != 0 by name; sizes TMA cannot read keep the 128 x 128
   ld.global kernel.
 """
 
@@ -24,13 +24,13 @@ from tessera.kernel_abi import STAGES_ATTR
 from tessera.kernels import gemm
 from tessera.kernels.gemm import GEMM_SCHEDULES
 from tessera.numerics import BF16
-from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
+from tessera.passes import PINGPONG_PIPELINE, apply_pipeline
 from tessera.passes.pipeline_loops import PipelineLoopsError
 from tessera.ptx.module import print_ptx
 from tessera.runtime.gemm import gemm as run_gemm
 from tessera.runtime.gemm import gemm_config
 
-WIDE = ("128x256", "128x256-cluster2")
+WIDE = ("128x256", "128x256-pingpong", "128x256-cluster2", "128x256-cluster2-pingpong")
 
 
 def _k_loop(module) -> scf.ForOp:
@@ -81,19 +81,34 @@ def _inputs(rng, m, n, k):
     return a, b
 
 
-@pytest.mark.parametrize("level, shapes", [
-    ("tile", [(200, 264, 72), (77, 13, 9)]),
-    ("target", [(130, 256, 64)]),
-    ("ptx", [(200, 264, 136)]),
-])
-def test_every_schedule_is_bitwise_the_default(level, shapes, rng):
+LEVEL_CASES = [
+    ("tile", [(200, 264, 72), (77, 13, 9)], ("128x256", "128x256-cluster2")),  # ping-pong is no Tile IR matter
+    ("target", [(130, 256, 64)], ("128x256",)),
+    ("ptx", [(200, 264, 136)], ("128x256-cluster2-pingpong",)),
+]
+"""The default suite's slice: every kind of change at the level below it, ping-pong and clusters together in the
+PTX executor. The slow test runs every schedule at every level."""
+
+
+def _bitwise_the_default(level, shapes, schedules, rng):
     for m, n, k in shapes:
         a, b = _inputs(rng, m, n, k)
         default = run_gemm(a, b, level=level)
         assert reference.check_gemm(default, a, b, BF16).ok
-        for schedule in WIDE:
+        for schedule in schedules:
             out = run_gemm(a, b, level=level, schedule=schedule)
             assert np.array_equal(out, default), (level, (m, n, k), schedule)
+
+
+@pytest.mark.parametrize("level, shapes, schedules", LEVEL_CASES, ids=[c[0] for c in LEVEL_CASES])
+def test_the_wide_schedules_are_bitwise_the_default(level, shapes, schedules, rng):
+    _bitwise_the_default(level, shapes, schedules, rng)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level, shapes", [(c[0], c[1]) for c in LEVEL_CASES], ids=[c[0] for c in LEVEL_CASES])
+def test_every_schedule_is_bitwise_the_default_at_every_level(level, shapes, rng):
+    _bitwise_the_default(level, shapes, WIDE, rng)
 
 
 def test_the_wide_schedules_keep_the_epilogue_and_layouts_bitwise(rng):
@@ -106,25 +121,26 @@ def test_the_wide_schedules_keep_the_epilogue_and_layouts_bitwise(rng):
     assert np.array_equal(run_gemm(a, b, schedule="128x256-cluster2", **kw), default)
 
 
-def test_the_wide_schedules_compile_to_n256_wgmma_four_stages():
-    for schedule in WIDE:
-        config = gemm_config(schedule=schedule)
-        options = dict(config.options)
-        assert options["block_n"] == 256 and options["stages"] == 4
-        module = gemm(**options)
-        apply_pipeline(module, DEFAULT_PIPELINE)
-        ptx = print_ptx(module)
-        assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx
-        assert "m64n128k16" not in ptx
-        assert ("multicast::cluster" in ptx) == (schedule == "128x256-cluster2")
-        assert ptx.count("mbarrier.init.shared::cta.b64") == 4 * 4  # A and B rings: full and empty, four stages
+@pytest.mark.parametrize("schedule", ["128x256", "128x256-cluster2-pingpong"])
+def test_the_wide_schedules_compile_to_n256_wgmma_four_stages(schedule):
+    config = gemm_config(schedule=schedule)
+    options = dict(config.options)
+    assert options["block_n"] == 256 and options["stages"] == 4
+    assert (config.pipeline == PINGPONG_PIPELINE) == schedule.endswith("-pingpong")
+    module = gemm(**options)
+    apply_pipeline(module, config.pipeline)
+    ptx = print_ptx(module)
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and "m64n128k16" not in ptx
+    assert ("multicast::cluster" in ptx) == ("cluster2" in schedule)
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 4 * 4  # A and B rings: full and empty, four stages
+    assert ("bar.sync 1, 256" in ptx) == schedule.endswith("-pingpong")  # warpgroup 0's turn (named barrier 1)
 
 
 @pytest.mark.usefixtures("ptxas")  # the test command installs it: without it this fails, never skips
-@pytest.mark.parametrize("schedule", WIDE)
+@pytest.mark.parametrize("schedule", ["128x256", "128x256-cluster2-pingpong"])
 def test_ptxas_assembles_the_wide_schedules_without_spilling(schedule):
-    options = dict(gemm_config(schedule=schedule, transpose_a=True, transpose_b=True, alpha=-1.5, bias=True).options)
-    result = tessera.compile(gemm(**options), target="cubin")
+    config = gemm_config(schedule=schedule, transpose_a=True, transpose_b=True, alpha=-1.5, bias=True)
+    result = tessera.compile(gemm(**dict(config.options)), target="cubin", pipeline=config.pipeline)
     entry = result.entry()
     assert not result.warnings and not result.log.diagnostics
     assert entry.spill_store_bytes == entry.spill_load_bytes == entry.stack_frame_bytes == 0
@@ -137,7 +153,7 @@ def test_the_default_schedule_keeps_the_kernel_key():
 
 
 def test_schedules_refuse_what_they_cannot_run():
-    with pytest.raises(ValueError, match="schedule must be one of '128x128', '128x256', '128x256-cluster2'"):
+    with pytest.raises(ValueError, match="schedule must be one of '128x128', '128x256', '128x256-pingpong', "):
         gemm_config(schedule="256x128")
     with pytest.raises(ValueError, match="schedule '128x256' does not take beta != 0"):
         gemm_config(schedule="128x256", beta=1.0)

@@ -61,22 +61,28 @@ from tessera.sm90 import facts
 GEMM_SCHEDULES = {
     "128x128": {},
     "128x256": dict(block_n=256, stages=4),
+    "128x256-pingpong": dict(block_n=256, stages=4, pingpong=True),
     "128x256-cluster2": dict(block_n=256, stages=4, cluster=(2, 1)),
+    "128x256-cluster2-pingpong": dict(block_n=256, stages=4, cluster=(2, 1), pingpong=True),
 }
-"""The tile schedules `tessera.runtime.gemm` offers, as `gemm` keyword arguments. "128x128" (the default, the
-first one measured on an H200): 128 x 128 x 64 tiles, the pipeline's two stages. "128x256": CUTLASS's
-cooperative Hopper tile, 128 x 256 x 64, each consumer warpgroup a 64 x 256 slab (m64n256k16 wgmma), four
-stages (4 x 48 KiB of shared memory), which halves the shared-memory and L2 bytes per FLOP of B and doubles the
-tensor-core work per k-step barrier round (docs/performance.md, "GEMM"). "128x256-cluster2": that tile in 2 x 1
-clusters, each B copy multicast to the two M-blocks of a cluster (CUTLASS's 2x1 cluster)."""
+"""The tile schedules `tessera.runtime.gemm` offers: `gemm` keyword arguments, and `pingpong` for the pass
+pipeline (`passes.PINGPONG_PIPELINE` where True). "128x128" (the default, the one measured on an H200): 128 x 128
+x 64 tiles, the pipeline's two stages. "128x256": CUTLASS's cooperative Hopper tile, 128 x 256 x 64, each
+consumer warpgroup a 64 x 256 slab (m64n256k16 wgmma), four stages (4 x 48 KiB of shared memory): half the
+shared-memory and L2 bytes per FLOP of B, twice the tensor-core work per k-step's barrier round
+(docs/performance.md, "GEMM"). "-cluster2": in 2 x 1 clusters, each B copy multicast to the two M-blocks of a
+cluster (CUTLASS's 2x1 cluster). "-pingpong": the two consumer warpgroups issue their k-step's wgmmas in turn,
+so that one's wait for its wgmmas overlaps the other's instead of both draining the tensor core at once."""
 DEFAULT_GEMM_SCHEDULE = "128x128"
 
 
-def check_schedule(schedule: object) -> dict:
-    """The builder keyword arguments of a `GEMM_SCHEDULES` name; ValueError naming the known ones otherwise."""
+def check_schedule(schedule: object) -> tuple[dict, bool]:
+    """(the builder keyword arguments, whether the consumers ping-pong) of a `GEMM_SCHEDULES` name; ValueError
+    naming the known ones otherwise."""
     if not isinstance(schedule, str) or schedule not in GEMM_SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(map(repr, GEMM_SCHEDULES))}; got {schedule!r}")
-    return GEMM_SCHEDULES[schedule]
+    options = dict(GEMM_SCHEDULES[schedule])
+    return options, options.pop("pingpong", False)
 
 
 def check_factor(name: str, value: object) -> float:

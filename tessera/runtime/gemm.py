@@ -17,14 +17,16 @@ single-stage). Both go through the same default pipeline; the host description
 (`gemm_kernel(...).host.copies`) says which copy each operand gets.
 
 `schedule` picks the TMA kernel's tile schedule (`tessera.kernels.gemm.GEMM_SCHEDULES`): "128x128" (the
-default), "128x256" (CUTLASS's cooperative 128 x 256 x 64 tile, four stages) or "128x256-cluster2" (that tile
-in 2 x 1 clusters sharing B by TMA multicast). Every schedule adds the products in the same order, so their
-results are bitwise equal; the ld.global kernel is 128 x 128 under all of them, and the 128 x 256 ones refuse
-beta != 0 (C_in's registers do not fit beside the larger accumulator).
+default), "128x256" (CUTLASS's cooperative 128 x 256 x 64 tile, four stages), "128x256-cluster2" (that tile
+in 2 x 1 clusters sharing B by TMA multicast), and each of the two with "-pingpong" (the consumer warpgroups
+issue their wgmmas in turn: `passes.PINGPONG_PIPELINE`). Every schedule adds the products in the same order,
+so their results are bitwise equal; the ld.global kernel is 128 x 128 under all of them, and the 128 x 256
+ones refuse beta != 0 (C_in's registers do not fit beside the larger accumulator).
 """
 
 from __future__ import annotations
 
+from tessera.passes import DEFAULT_PIPELINE, PINGPONG_PIPELINE
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, built_module, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
@@ -49,14 +51,14 @@ def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: 
     # `aligned` is always named (True or False): the builder's default, None, is the kernel specialized at launch
     defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=None)
     options.update({k: v for k, v in given.items() if v != defaults[k]})
-    tiles = check_schedule(schedule)
+    tiles, pingpong = check_schedule(schedule)
     if tiles.get("block_n", 128) > 128 and beta != 0:
         raise ValueError(f"gemm: schedule {schedule!r} does not take beta != 0: C_in's registers do not fit beside "
                          "its 64 x 256 accumulator slab per consumer warpgroup (the kernel would spill); use "
                          "schedule '128x128'")
-    if aligned:  # the ld.global kernel keeps 128 x 128: at 128 x 256 it needs 273 registers a thread
-        options.update(tiles)
-    return KernelConfig.of("gemm", **options)
+    if not aligned:  # the ld.global kernel keeps 128 x 128: at 128 x 256 it needs 273 registers a thread
+        return KernelConfig.of("gemm", **options)
+    return KernelConfig.of("gemm", PINGPONG_PIPELINE if pingpong else DEFAULT_PIPELINE, **options, **tiles)
 
 
 def _shape(name: str, x) -> tuple[int, ...]:
@@ -140,7 +142,8 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
     """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;
     "tile", "target" or "ptx" runs the very kernel the GPU would run in that interpreter (`tessera.launch`),
     returning NumPy arrays (CPU tensors for PyTorch inputs). `schedule` picks the tile schedule
-    (`tessera.kernels.gemm.GEMM_SCHEDULES`: "128x128", the default, "128x256", "128x256-cluster2")."""
+    (`tessera.kernels.gemm.GEMM_SCHEDULES`: "128x128", the default, "128x256", "128x256-cluster2", each of
+    those two with "-pingpong")."""
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import LEVELS
 
@@ -156,5 +159,6 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
 
     torch_in = is_torch_tensor(a)
     arrays = [torch_to_numpy(x.cpu()) if torch_in else x for x in inputs]
-    out = entry.launch(built_module(config), *arrays, level=level)
+    pipeline = config.pipeline if level != "tile" and config.pipeline != DEFAULT_PIPELINE else None
+    out = entry.launch(built_module(config), *arrays, level=level, pipeline=pipeline)
     return numpy_to_torch(out) if torch_in else out
