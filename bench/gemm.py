@@ -87,8 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, nargs="+", default=list(SIZES), help="M = N = K")
     parser.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
-    parser.add_argument("--schedule", nargs="+", default=["128x128", "128x256", "128x256-cluster2"],
-                        help="Tessera's tile schedules to time (tessera.kernels.gemm.GEMM_SCHEDULES)")
+    parser.add_argument("--schedule", nargs="+", default=None,
+                        help="Tessera's tile schedules to time (default: all of tessera.kernels.gemm.GEMM_SCHEDULES)")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per system (median reported)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results", help="folder for JSON and PNG")
@@ -96,7 +96,9 @@ def main() -> None:
     torch = require_gpu()
 
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
-    systems = [tessera_system(torch, s) for s in args.schedule] + [cublas_system(torch)]
+    from tessera.kernels.gemm import GEMM_SCHEDULES
+
+    systems = [tessera_system(torch, s) for s in args.schedule or GEMM_SCHEDULES] + [cublas_system(torch)]
     env = environment(torch)
     print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
     widths = print_header(systems)

@@ -65,10 +65,14 @@ HEAD_DIMS = (128, 64, 256)
 TOKENS = 16384
 HIDDEN = 2048
 GEMM_SIZES = (4096, 8192)
-GEMM_SCHEDULES = ("128x128", "128x256", "128x256-cluster2")
-"""Tessera's GEMM tile schedules timed on every GEMM row (`tessera.kernels.gemm.GEMM_SCHEDULES`): the default
-128 x 128 two-stage kernel the first sessions measured at half of cuBLAS, and the 128 x 256 four-stage tile
-alone and in 2 x 1 clusters (docs/performance.md, "GEMM"), each its own system ("Tessera 128x256", ...)."""
+GEMM_SCHEDULES = ("128x128", "128x256", "128x256-pingpong", "128x256-cluster2", "128x256-cluster2-pingpong")
+"""Tessera's GEMM tile schedules timed on every GEMM row, the names of `tessera.kernels.gemm.GEMM_SCHEDULES` (not
+imported: this module runs before Tessera is installed; tests/test_gpu_session.py checks they agree): the
+default 128 x 128 two-stage kernel the first sessions measured at half of cuBLAS, and the 128 x 256 four-stage
+tile, alone and in 2 x 1 clusters, each with and without ping-pong (docs/performance.md, "GEMM"), each its own
+system ("Tessera 128x256", ...)."""
+QUICK_GEMM_SCHEDULE = "128x256-cluster2-pingpong"
+"""The schedule the quick dry run compiles and host-checks beside the default: every change of the others in one."""
 WARMUP, REPEATS = 3, 10
 """Per timed system and configuration (median of REPEATS after WARMUP; bench/attention.py's timing)."""
 

@@ -27,6 +27,7 @@ import gpu_session  # noqa: E402
 import gpu_stages  # noqa: E402
 import gpu_tests  # noqa: E402
 
+from tessera.kernels.gemm import GEMM_SCHEDULES  # noqa: E402
 from tessera.numerics import BF16  # noqa: E402
 
 # region Stages and budgets
@@ -151,6 +152,7 @@ def test_the_grid_is_flashattention_3s():
     row = dict(seq=1024, batch=16, heads=16, head_dim=128, causal=True, direction="backward")
     assert gpu_plan.attention_flops(row) == 2.5 * 4 * 1024**2 * 128 * 16 * 16 / 2
     assert [r["M"] for r in gpu_plan.gemm_rows()] == [4096, 8192]
+    assert gpu_plan.GEMM_SCHEDULES == tuple(GEMM_SCHEDULES) and gpu_plan.QUICK_GEMM_SCHEDULE in GEMM_SCHEDULES
 
 
 def test_the_fp8_grid_and_fa3s_published_figures():
@@ -378,7 +380,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
     assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
     compiled = stages["compile"]["compiled"]
-    assert len(compiled) == stages["compile"]["kernels"] == 15 and all("error" not in k for k in compiled)
+    assert len(compiled) == stages["compile"]["kernels"] == 14 and all("error" not in k for k in compiled)
     assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
                                                "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
                                                                                              "postprocess")),
@@ -394,7 +396,8 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
     assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
-    assert [r["host_check"] for r in checked] == ["ok", "ok"]  # each row: every schedule's kernel
+    assert [r["host_check"] for r in checked] == ["ok", "ok"]  # each row: the default and QUICK_GEMM_SCHEDULE
+    assert [len(r["not_in_quick"]) for r in checked] == [len(gpu_plan.GEMM_SCHEDULES) - 2] * 2
     backward = json.loads((out / "stages" / "backward.json").read_text())["records"]  # the quick kernels' rows
     assert [r["host_check"] for r in backward if (r["config"]["head_dim"], r["config"]["causal"]) == (64, True)] == \
         ["ok"] * 6
