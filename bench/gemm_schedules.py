@@ -11,7 +11,7 @@ For each schedule, one row:
   warpgroup's wgmma reads its own A slab and the whole B tile) plus what TMA writes, per FLOP;
 - ptxas (13.0, or every ptxas with `--ptxas-all`): registers at launch, spills, the main loop's SASS
   instructions (the innermost loop holding HGMMA: the consumers' k-step), its HGMMA and their shape, and
-  the SASS instructions per MFLOP of the k-step;
+  its named barriers (the ping-pong's turns);
 - results bitwise equal to the 128 x 128 schedule's (the CTA simulator's outputs).
 Each run is checked against `tessera.reference.check_gemm` as well. About a minute at the default size.
 """
@@ -33,6 +33,7 @@ from tessera.kernel_abi import is_target_kernel, kernels, signature
 from tessera.kernels import gemm
 from tessera.kernels.gemm import GEMM_SCHEDULES
 from tessera.numerics import BF16
+from tessera.passes import PINGPONG_PIPELINE
 from tessera.runtime.gemm import gemm_config
 from tessera.sass import disassemble, innermost_loop
 from tessera.toolchain import compile_ptx, find_all_ptxas, find_ptxas, tool_version
@@ -41,11 +42,11 @@ BLOCK_K = 64
 """The builder's default k-step (`gemm(block_k=64)`): one 128-byte swizzle span of bf16."""
 
 
-def traffic_per_cta(module, inputs) -> tuple[np.ndarray, dict[str, int]]:
+def traffic_per_cta(module, inputs, pipeline: str) -> tuple[np.ndarray, dict[str, int]]:
     """(C, TMA bytes per CTA by tensor) from the CTA simulator."""
     sig = signature(kernels(module)[0])
     arguments, sizes = prepare_arguments(sig, list(inputs), {})
-    target = tessera.compile(module, target="target")
+    target = tessera.compile(module, target="target", pipeline=pipeline)
     fn = next(op for op in target.walk() if is_target_kernel(op))
     traffic: dict = {}
     run_target_kernel(fn, arguments, sizes, traffic=traffic)
@@ -64,7 +65,7 @@ def sass_row(ptx: str, ptxas: str) -> str:
     counts = loop.opcode_counts
     shapes = sorted({m.group(1) for ins in loop.instructions if (m := re.search(r"HGMMA\.(\d+x\d+x\d+)", str(ins)))})
     return (f"{entry.registers} registers, spill {entry.spill_store_bytes} B, loop {len(loop.instructions)} SASS "
-            f"({counts.get('HGMMA', 0)} HGMMA {'/'.join(shapes)})")
+            f"({counts.get('HGMMA', 0)} HGMMA {'/'.join(shapes)}, {counts.get('BAR', 0)} BAR)")
 
 
 def main() -> None:
@@ -79,25 +80,27 @@ def main() -> None:
     baseline = None
     for name in GEMM_SCHEDULES:
         start = time.perf_counter()
-        options = dict(gemm_config(schedule=name).options)
+        config = gemm_config(schedule=name)
+        options = dict(config.options)
         bm, bn = options.get("block_m", 128), options.get("block_n", 128)
         module = gemm(**options)
-        out, traffic = traffic_per_cta(module, (a, b))
+        out, traffic = traffic_per_cta(module, (a, b), config.pipeline)
         assert reference.check_gemm(out, a, b, BF16).ok, name
         baseline = out if baseline is None else baseline
         flops = 2 * bm * bn * n
         tma = sum(traffic.values())
-        host = describe(tessera.compile(module, target="target"))[0]
+        host = describe(tessera.compile(module, target="target", pipeline=config.pipeline))[0]
         k_step = 2 * bm * bn * BLOCK_K
         smem_reads = 2 * (bm // 2 * BLOCK_K + BLOCK_K * bn) * 2  # two consumer warpgroups: own A slab, all of B
         smem_writes = (bm + bn) * BLOCK_K * 2
         print(f"{name}: tile {bm}x{bn}x{BLOCK_K}, stages {options.get('stages', 2)}, cluster "
-              f"{options.get('cluster', (1, 1))}; bitwise equal to 128x128: {np.array_equal(out, baseline)}")
+              f"{options.get('cluster', (1, 1))}, ping-pong {config.pipeline == PINGPONG_PIPELINE}; bitwise equal "
+              f"to 128x128: {np.array_equal(out, baseline)}")
         print(f"  TMA bytes per CTA ({n}^3): " + ", ".join(f"{k} {v}" for k, v in traffic.items())
               + f"; {tma / flops:.4f} B/FLOP")
         print(f"  shared memory: {host.dynamic_smem_bytes} B placed; per k-step ({k_step / 1e6:.2f} MFLOP) wgmma "
               f"reads {smem_reads} B + TMA writes {smem_writes} B = {(smem_reads + smem_writes) / k_step:.4f} B/FLOP")
-        ptx = tessera.compile(module, target="ptx")
+        ptx = tessera.compile(module, target="ptx", pipeline=config.pipeline)
         for ptxas in ptxases:
             print(f"  ptxas {ptxas.release}: {sass_row(ptx, ptxas.path)}")
         print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
