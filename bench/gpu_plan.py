@@ -23,7 +23,7 @@ BUDGETS_S = {"install": 30, "compile": 30, "fidelity": 45, "backward_parts": 20,
              "backward": 70, "forward": 140, "fp8": 50, "variants": 240, "report": 10}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept). From
 the first session: install 12.5 s, compile 4.9 s, the runtime tests 20 s, backward 57 s, gemm 7 s (two systems;
-now four: `GEMM_SCHEDULES` and cuBLAS), forward 80 s
+now ten rows: `gemm_rows`), forward 80 s
 for two thirds of its rows, report 0.5 s; fidelity 15 cases of the GPU side at about a second each (the
 executor's side prepared ahead); the tests' worst case: every slow test at its limit."""
 ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30,
@@ -65,12 +65,14 @@ HEAD_DIMS = (128, 64, 256)
 TOKENS = 16384
 HIDDEN = 2048
 GEMM_SIZES = (4096, 8192)
-GEMM_SCHEDULES = ("128x128", "128x256", "128x256-pingpong", "128x256-cluster2", "128x256-cluster2-pingpong")
-"""Tessera's GEMM tile schedules timed on every GEMM row, the names of `tessera.kernels.gemm.GEMM_SCHEDULES` (not
-imported: this module runs before Tessera is installed; tests/test_gpu_session.py checks they agree): the
-default 128 x 128 two-stage kernel the first sessions measured at half of cuBLAS, and the 128 x 256 four-stage
-tile, alone and in 2 x 1 clusters, each with and without ping-pong (docs/performance.md, "GEMM"), each its own
-system ("Tessera 128x256", ...)."""
+GEMM_SCHEDULES = ("128x128", "128x256", "128x256-cluster2", "128x256-pingpong", "128x256-cluster2-pingpong")
+"""Tessera's GEMM tile schedules, the names of `tessera.kernels.gemm.GEMM_SCHEDULES` in its order (not imported:
+this module runs before Tessera is installed; tests/test_gpu_session.py checks they agree): the default 128 x
+128 two-stage kernel the first sessions measured at half of cuBLAS, then the 128 x 256 four-stage tile, alone and
+in 2 x 1 clusters, then each with ping-pong consumers (docs/performance.md, "GEMM"). `gemm_rows` times the
+default beside cuBLAS first, then each other schedule alone, one row each, in this order: none of them has run
+on a GPU yet (ping-pong never has), and a kernel that hangs cuts the stage at its row, so the rows before it,
+the default and cuBLAS first, are kept, and a resumed call skips only that row."""
 QUICK_GEMM_SCHEDULE = "128x256-cluster2-pingpong"
 """The schedule the quick dry run compiles and host-checks beside the default: every change of the others in one."""
 WARMUP, REPEATS = 3, 10
@@ -112,7 +114,10 @@ def attention_rows(direction: str) -> list[dict]:
 
 
 def gemm_rows() -> list[dict]:
-    return [dict(M=n, N=n, K=n, dtype="bf16") for n in GEMM_SIZES]
+    """Tessera's default GEMM and cuBLAS at each size (the rows of the earlier sessions, unchanged), then one row
+    per other schedule and size, `schedule` naming it (`GEMM_SCHEDULES`)."""
+    return [dict(M=n, N=n, K=n, dtype="bf16") for n in GEMM_SIZES] + \
+        [dict(M=n, N=n, K=n, dtype="bf16", schedule=s) for s in GEMM_SCHEDULES[1:] for n in GEMM_SIZES]
 
 
 def attention_flops(row: dict) -> float:
@@ -121,9 +126,9 @@ def attention_flops(row: dict) -> float:
     return forward * (2.5 if row["direction"] == "backward" else 1.0)
 
 
-SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 1 + len(GEMM_SCHEDULES)}
+SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 2}
 """Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); Tessera FP8
-with and without V's rearrangement, cuDNN FP8; Tessera's GEMM schedules and cuBLAS."""
+with and without V's rearrangement, cuDNN FP8; Tessera's GEMM and cuBLAS (a schedule's row: Tessera's alone)."""
 FP8_CHECK_S = 1.0
 """Seconds a pessimistic FP8 row spends in its checks (float64 on a slice per system: bench/attention.fp8_check)."""
 SLOW_TFLOPS, CHECK_TFLOPS, ROW_OVERHEAD_S = 100.0, 20.0, 0.5
@@ -193,7 +198,7 @@ def fp8_config(head_dim: int, causal: bool):
 def row_configs(row: dict) -> list:
     """The kernels Tessera runs for one benchmark row."""
     if "M" in row:
-        return [gemm_config(schedule=s) for s in GEMM_SCHEDULES]
+        return [gemm_config(schedule=row.get("schedule", GEMM_SCHEDULES[0]))]
     if row["dtype"] == "e4m3":
         return [fp8_config(row["head_dim"], row["causal"])]
     if row["direction"] == "forward":

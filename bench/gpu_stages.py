@@ -256,9 +256,6 @@ def plan_row(row: dict, compiled: set | None) -> dict:
         shape = (row["batch"], row["heads"], row["seq"], row["head_dim"])
         inputs = [zeros(shape, BF16) for _ in range(4 if row["direction"] == "backward" else 3)]
     record["input_bytes"] = int(sum(np.prod(x.shape) * x.dtype.itemsize for x in inputs))
-    if compiled is not None and "M" in row and set(configs) & compiled:  # the GEMM schedules --quick compiled
-        record["not_in_quick"] = [str(c) for c in configs if c not in compiled]
-        configs = [c for c in configs if c in compiled]
     if compiled is not None and not set(configs) <= compiled:
         record["host_check"] = "not in --quick"
         return record
@@ -347,7 +344,8 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     writer.set("environment", attention.environment(torch))
     args = SimpleNamespace(warmup=gpu_plan.WARMUP, repeats=gpu_plan.REPEATS)
     if name == "gemm":
-        systems = [gemm.tessera_system(torch, s) for s in gpu_plan.GEMM_SCHEDULES] + [gemm.cublas_system(torch)]
+        schedules = {s: gemm.tessera_system(torch, s) for s in gpu_plan.GEMM_SCHEDULES}
+        systems = [*schedules.values(), gemm.cublas_system(torch)]
     elif name == "backward":
         systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
             attention_backward_gpu.sdpa_backward_systems(torch)
@@ -364,12 +362,15 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         writer.running(row)  # a row past the stage's item limit is cut by gpu_session.run_stage
         seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
         generator = torch.Generator(device="cuda").manual_seed(seed)
+        timed = systems  # a GEMM row: the default and cuBLAS, or its schedule alone (gpu_plan.gemm_rows)
+        if name == "gemm":
+            timed = [schedules[row["schedule"]]] if "schedule" in row else [schedules["128x128"], systems[-1]]
         try:
             inputs, check, flops = _row_inputs(torch, name, row, generator)
-            records = attention.measure(torch, systems, inputs, row, flops, check, args)
+            records = attention.measure(torch, timed, inputs, row, flops, check, args)
         except Exception as error:  # noqa: BLE001 - out of memory in a check, say: the row says so, the next runs
             records = [attention.Record(s.name, row, "error", note=f"{type(error).__name__}: {error}"[:500])
-                       for s in systems]
+                       for s in timed]
         for record in records:
             writer.add("records", asdict(record))
         inputs = check = None

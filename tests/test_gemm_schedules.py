@@ -30,7 +30,7 @@ from tessera.ptx.module import print_ptx
 from tessera.runtime.gemm import gemm as run_gemm
 from tessera.runtime.gemm import gemm_config
 
-WIDE = ("128x256", "128x256-pingpong", "128x256-cluster2", "128x256-cluster2-pingpong")
+WIDE = ("128x256", "128x256-cluster2", "128x256-pingpong", "128x256-cluster2-pingpong")
 
 
 def _k_loop(module) -> scf.ForOp:
@@ -153,7 +153,7 @@ def test_the_default_schedule_keeps_the_kernel_key():
 
 
 def test_schedules_refuse_what_they_cannot_run():
-    with pytest.raises(ValueError, match="schedule must be one of '128x128', '128x256', '128x256-pingpong', "):
+    with pytest.raises(ValueError, match="schedule must be one of '128x128', '128x256', '128x256-cluster2', "):
         gemm_config(schedule="256x128")
     with pytest.raises(ValueError, match="schedule '128x256' does not take beta != 0"):
         gemm_config(schedule="128x256", beta=1.0)

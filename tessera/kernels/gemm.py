@@ -61,8 +61,8 @@ from tessera.sm90 import facts
 GEMM_SCHEDULES = {
     "128x128": {},
     "128x256": dict(block_n=256, stages=4),
-    "128x256-pingpong": dict(block_n=256, stages=4, pingpong=True),
     "128x256-cluster2": dict(block_n=256, stages=4, cluster=(2, 1)),
+    "128x256-pingpong": dict(block_n=256, stages=4, pingpong=True),
     "128x256-cluster2-pingpong": dict(block_n=256, stages=4, cluster=(2, 1), pingpong=True),
 }
 """The tile schedules `tessera.runtime.gemm` offers: `gemm` keyword arguments, and `pingpong` for the pass
