@@ -23,13 +23,11 @@ import re
 import time
 
 import numpy as np
+from clusters import run
 
 import tessera
 from tessera import reference
 from tessera.host import describe
-from tessera.interpreters.launch import prepare_arguments
-from tessera.interpreters.sm90.launch import run_target_kernel
-from tessera.kernel_abi import is_target_kernel, kernels, signature
 from tessera.kernels import gemm
 from tessera.kernels.gemm import GEMM_SCHEDULES
 from tessera.numerics import BF16
@@ -40,22 +38,6 @@ from tessera.toolchain import compile_ptx, find_all_ptxas, find_ptxas, tool_vers
 
 BLOCK_K = 64
 """The builder's default k-step (`gemm(block_k=64)`): one 128-byte swizzle span of bf16."""
-
-
-def traffic_per_cta(module, inputs, pipeline: str) -> tuple[np.ndarray, dict[str, int]]:
-    """(C, TMA bytes per CTA by tensor) from the CTA simulator."""
-    sig = signature(kernels(module)[0])
-    arguments, sizes = prepare_arguments(sig, list(inputs), {})
-    target = tessera.compile(module, target="target", pipeline=pipeline)
-    fn = next(op for op in target.walk() if is_target_kernel(op))
-    traffic: dict = {}
-    run_target_kernel(fn, arguments, sizes, traffic=traffic)
-    total: dict[str, int] = {}
-    for per_map in traffic.values():
-        for name, nbytes in per_map.items():
-            total[name.split("_map")[0]] = total.get(name.split("_map")[0], 0) + nbytes
-    out = next(a for a, arg in zip(arguments, sig.args) if arg.role == "out")
-    return out, {k: v // len(traffic) for k, v in sorted(total.items())}
 
 
 def sass_row(ptx: str, ptxas: str) -> str:
@@ -84,7 +66,7 @@ def main() -> None:
         options = dict(config.options)
         bm, bn = options.get("block_m", 128), options.get("block_n", 128)
         module = gemm(**options)
-        out, traffic = traffic_per_cta(module, (a, b), config.pipeline)
+        out, traffic = run(module, (a, b), "target", config.pipeline)  # bench/clusters.py's traffic counter
         assert reference.check_gemm(out, a, b, BF16).ok, name
         baseline = out if baseline is None else baseline
         flops = 2 * bm * bn * n
