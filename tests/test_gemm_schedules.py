@@ -69,6 +69,8 @@ def test_a_ring_depth_out_of_range_is_refused_at_the_loop(value):
 def test_the_builder_refuses_a_stage_count_by_name(stages):
     with pytest.raises(ValueError, match="stages must be None or an integer from 1 to 4"):
         gemm("bf16", stages=stages)
+    with pytest.raises(ValueError, match=r"stages needs the TMA kernel \(aligned=True or None\)"):
+        gemm("bf16", stages=4, aligned=False)
 
 
 # endregion

@@ -119,7 +119,8 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
     which no copy is shared is refused by name.
 
     `stages` (1 to 4) asks `pipeline-loops` for that many ring stages for the K loop (`tile.stages` on the loop,
-    see `tessera.kernel_abi.STAGES_ATTR`); None takes the pipeline's own (two in the default pipeline).
+    see `tessera.kernel_abi.STAGES_ATTR`); None takes the pipeline's own (two in the default pipeline). It is the
+    TMA variant's: `aligned=False` refuses it, and the ld.global variant of `aligned=None` stays single-stage.
     `GEMM_SCHEDULES` names the combinations the runtime offers."""
     elt = check_dtype(dtype)
     shape = check_cluster("cluster", cluster, 2)
@@ -131,6 +132,9 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
     alpha, beta = check_factor("alpha", alpha), check_factor("beta", beta)
     if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= MAX_STAGES):
         raise ValueError(f"stages must be None or an integer from 1 to {MAX_STAGES}; got {stages!r}")
+    if stages is not None and aligned is False:
+        raise ValueError("stages needs the TMA kernel (aligned=True or None): with aligned=False the K loop reads "
+                         "A and B with ld.global and stays single-stage")
     lead = ["batch"] if batch else []
 
     def matrix(element, rows: str, cols: str) -> tuple:
