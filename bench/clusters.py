@@ -26,13 +26,14 @@ from tessera.interpreters.sm90.launch import run_target_kernel
 from tessera.kernel_abi import is_target_kernel, kernels, signature
 
 
-def run(module, inputs, level: str) -> tuple[np.ndarray, dict[str, int]]:
-    """(output, TMA bytes per CTA by tensor; empty at the ptx level, which has no counter)."""
+def run(module, inputs, level: str, pipeline: str | None = None) -> tuple[np.ndarray, dict[str, int]]:
+    """(output, TMA bytes per CTA by tensor; empty at the ptx level, which has no counter), lowered with
+    `pipeline` (None: the default)."""
     if level == "ptx":
-        return np.asarray(tessera.interpret(module, *inputs, level="ptx"), np.float32), {}
+        return np.asarray(tessera.interpret(module, *inputs, level="ptx", pipeline=pipeline), np.float32), {}
     sig = signature(kernels(module)[0])
     arguments, sizes = prepare_arguments(sig, list(inputs), {})
-    target = tessera.compile(module, target="target")
+    target = tessera.compile(module, target="target", pipeline=pipeline)
     fn = next(op for op in target.walk() if is_target_kernel(op))
     traffic: dict = {}
     run_target_kernel(fn, arguments, sizes, traffic=traffic)

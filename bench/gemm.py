@@ -1,7 +1,8 @@
 """GEMM TFLOP/s on an H100/H200: Tessera's GEMM (C = A B, bf16 inputs, f32 output) against torch.matmul
 (cuBLAS, bf16 output), on square problems M = N = K from 512 to 16k.
 
-    python bench/gemm.py [--size 512 1024 ...] [--dtype bf16|f16] [--repeats 30] [--warmup 5] [--out bench/results]
+    python bench/gemm.py [--size 512 1024 ...] [--dtype bf16|f16] [--schedule 128x128 128x256 ...] [--repeats 30]
+                         [--warmup 5] [--out bench/results]
 
 FLOPs = 2 * M * N * K. Every result is first checked against an fp64 PyTorch product of the same inputs
 under Tessera's GEMM tolerance (`tessera.reference.check_gemm`: twice the error of a plain f32 product plus
@@ -35,7 +36,9 @@ from harness import (  # noqa: E402 - bench/ is not a package; the harness lives
 SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def tessera_system(torch) -> System:
+def tessera_system(torch, schedule: str = "128x128") -> System:
+    """Tessera's GEMM with the tile schedule `schedule` (`tessera.kernels.gemm.GEMM_SCHEDULES`): "Tessera" for
+    the default, "Tessera <schedule>" for the others."""
     from tessera.runtime.attention import UnsupportedKernel
     from tessera.runtime.gemm import gemm_kernel
     from tessera.runtime.launch import prepare_torch
@@ -43,7 +46,7 @@ def tessera_system(torch) -> System:
     def build(inputs):
         a, b = inputs
         try:
-            kernel = gemm_kernel(a, b)
+            kernel = gemm_kernel(a, b, schedule=schedule)
         except UnsupportedKernel as why:
             raise Unsupported(str(why)) from None
         launch, (c,) = prepare_torch(kernel, a, b)
@@ -52,7 +55,7 @@ def tessera_system(torch) -> System:
             launch()
             return c
         return run
-    return System("Tessera", build)
+    return System("Tessera" if schedule == "128x128" else f"Tessera {schedule}", build)
 
 
 def cublas_system(torch) -> System:
@@ -84,6 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, nargs="+", default=list(SIZES), help="M = N = K")
     parser.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
+    parser.add_argument("--schedule", nargs="+", default=None,
+                        help="Tessera's tile schedules to time (default: all of tessera.kernels.gemm.GEMM_SCHEDULES)")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per system (median reported)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results", help="folder for JSON and PNG")
@@ -91,7 +96,9 @@ def main() -> None:
     torch = require_gpu()
 
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
-    systems = [tessera_system(torch), cublas_system(torch)]
+    from tessera.kernels.gemm import GEMM_SCHEDULES
+
+    systems = [tessera_system(torch, s) for s in args.schedule or GEMM_SCHEDULES] + [cublas_system(torch)]
     env = environment(torch)
     print(f"{env['device']}: torch {env['torch']} (CUDA {env['cuda']}), tessera {env['tessera']}, {env['ptxas']}")
     widths = print_header(systems)

@@ -22,12 +22,14 @@ FIRST_RUN = STAGES
 times sum to 383 s (install 11, compile 10, fidelity 30, backward_parts 9, tests 76, gemm 6, backward 53,
 forward 88, fp8 35 (hung, cut), variants 65 in a call of its own, report 0.4), so the variants fit beside the
 rest within `SESSION_LIMIT_S`."""
-BUDGETS_S = {"install": 20, "compile": 20, "fidelity": 35, "probes": 10, "backward_parts": 15, "tests": 80, "gemm": 10,
-             "backward": 60, "forward": 125, "variants": 120, "fp8": 40, "report": 5}
+BUDGETS_S = {"install": 20, "compile": 20, "fidelity": 35, "probes": 10, "backward_parts": 15, "tests": 75, "gemm": 20,
+             "backward": 60, "forward": 120, "variants": 120, "fp8": 40, "report": 5}
 """Seconds of wall time each stage may take on the GPU machine before it is cut (what it wrote is kept): the
 2026-11-30 session's times (`FIRST_RUN`) with a margin; the forward and the variants more, since FlexAttention
 now compiles every row (`harness.compile_strictly`: about 12 compiles in the forward grid, 24 in the variants',
-1.5-4.4 s each there) where it ran some eagerly then; the tests' 76 s included the FP8 test's 45 s limit."""
+1.5-4.4 s each there) where it ran some eagerly then; the tests' 76 s included the FP8 test's 45 s limit
+(75 s now, to make room for probes); the gemm stage 20 s for its ten rows (`gemm_rows`: the default and cuBLAS,
+then each other schedule alone; two rows took 6 s there)."""
 ITEM_LIMITS_S = {"fidelity": 20, "backward_parts": 20, "gemm": 20, "backward": 30, "forward": 90, "fp8": 30,
                  "variants": 90}
 """Seconds one item (a fidelity case, a benchmark row) of these stages may run before the stage is cut there
@@ -77,6 +79,16 @@ HEAD_DIMS = (128, 64, 256)
 TOKENS = 16384
 HIDDEN = 2048
 GEMM_SIZES = (4096, 8192)
+GEMM_SCHEDULES = ("128x128", "128x256", "128x256-cluster2", "128x256-pingpong", "128x256-cluster2-pingpong")
+"""Tessera's GEMM tile schedules, the names of `tessera.kernels.gemm.GEMM_SCHEDULES` in its order (not imported:
+this module runs before Tessera is installed; tests/test_gpu_session.py checks they agree): the default 128 x
+128 two-stage kernel the first sessions measured at half of cuBLAS, then the 128 x 256 four-stage tile, alone and
+in 2 x 1 clusters, then each with ping-pong consumers (docs/performance.md, "GEMM"). `gemm_rows` times the
+default beside cuBLAS first, then each other schedule alone, one row each, in this order: none of them has run
+on a GPU yet (ping-pong never has), and a kernel that hangs cuts the stage at its row, so the rows before it,
+the default and cuBLAS first, are kept, and a resumed call skips only that row."""
+QUICK_GEMM_SCHEDULE = "128x256-cluster2-pingpong"
+"""The schedule the quick dry run compiles and host-checks beside the default: every change of the others in one."""
 WARMUP, REPEATS = 3, 10
 """Per timed system and configuration (median of REPEATS after WARMUP; bench/attention.py's timing)."""
 
@@ -116,7 +128,10 @@ def attention_rows(direction: str) -> list[dict]:
 
 
 def gemm_rows() -> list[dict]:
-    return [dict(M=n, N=n, K=n, dtype="bf16") for n in GEMM_SIZES]
+    """Tessera's default GEMM and cuBLAS at each size (the rows of the earlier sessions, unchanged), then one row
+    per other schedule and size, `schedule` naming it (`GEMM_SCHEDULES`)."""
+    return [dict(M=n, N=n, K=n, dtype="bf16") for n in GEMM_SIZES] + \
+        [dict(M=n, N=n, K=n, dtype="bf16", schedule=s) for s in GEMM_SCHEDULES[1:] for n in GEMM_SIZES]
 
 
 def attention_flops(row: dict) -> float:
@@ -127,7 +142,7 @@ def attention_flops(row: dict) -> float:
 
 SYSTEMS = {"forward": 6, "fp8": 3, "backward": 4, "gemm": 2}
 """Systems timed per row at most: Tessera, SDPA's three backends (forward: and Triton, FlexAttention); Tessera FP8
-with and without V's rearrangement, cuDNN FP8; cuBLAS."""
+with and without V's rearrangement, cuDNN FP8; Tessera's GEMM and cuBLAS (a schedule's row: Tessera's alone)."""
 FP8_CHECK_S = 1.0
 """Seconds a pessimistic FP8 row spends in its checks (float64 on a slice per system: bench/attention.fp8_check)."""
 SLOW_TFLOPS, CHECK_TFLOPS, ROW_OVERHEAD_S = 100.0, 20.0, 0.5
@@ -181,10 +196,10 @@ def backward_configs(head_dim: int, causal: bool) -> list:
     return kernel_configs(BackwardConfig.checked(head_dim, causal, "bf16", None))
 
 
-def gemm_config(aligned: bool = True):
+def gemm_config(aligned: bool = True, schedule: str = "128x128"):
     from tessera.runtime.gemm import gemm_config as config
 
-    return config("bf16", aligned=aligned)
+    return config("bf16", aligned=aligned, schedule=schedule)
 
 
 def fp8_config(head_dim: int, causal: bool):
@@ -197,7 +212,7 @@ def fp8_config(head_dim: int, causal: bool):
 def row_configs(row: dict) -> list:
     """The kernels Tessera runs for one benchmark row."""
     if "M" in row:
-        return [gemm_config()]
+        return [gemm_config(schedule=row.get("schedule", GEMM_SCHEDULES[0]))]
     if row["dtype"] == "e4m3":
         return [fp8_config(row["head_dim"], row["causal"])]
     if row["direction"] == "forward":

@@ -80,6 +80,7 @@ def kernel_plan(quick: bool) -> list:
         if not quick or case.name in gpu_fidelity.QUICK:
             configs += gpu_fidelity.case_configs(case)
     if quick:
+        configs.append(gpu_plan.gemm_config(schedule=gpu_plan.QUICK_GEMM_SCHEDULE))  # host-checked on the GEMM rows
         configs.append(gpu_plan.fp8_config(**QUICK_FP8))
         configs.append(gpu_plan.forward_config(**QUICK_BACKWARD, return_lse=True))
     return gpu_plan.unique(configs + gpu_variants.kernel_jobs(quick))
@@ -368,7 +369,8 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     writer.set("environment", attention.environment(torch))
     args = SimpleNamespace(warmup=gpu_plan.WARMUP, repeats=gpu_plan.REPEATS)
     if name == "gemm":
-        systems = [gemm.tessera_system(torch), gemm.cublas_system(torch)]
+        schedules = {s: gemm.tessera_system(torch, s) for s in gpu_plan.GEMM_SCHEDULES}
+        systems = [*schedules.values(), gemm.cublas_system(torch)]
     elif name == "backward":
         systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
             attention_backward_gpu.sdpa_backward_systems(torch)
@@ -385,12 +387,15 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         writer.running(row)  # a row past the stage's item limit is cut by gpu_session.run_stage
         seed = sum(int(v) for v in row.values() if isinstance(v, int | bool))
         generator = torch.Generator(device="cuda").manual_seed(seed)
+        timed = systems  # a GEMM row: the default and cuBLAS, or its schedule alone (gpu_plan.gemm_rows)
+        if name == "gemm":
+            timed = [schedules[row["schedule"]]] if "schedule" in row else [schedules["128x128"], systems[-1]]
         try:
             inputs, check, flops = _row_inputs(torch, name, row, generator)
-            records = attention.measure(torch, systems, inputs, row, flops, check, args)
+            records = attention.measure(torch, timed, inputs, row, flops, check, args)
         except Exception as error:  # noqa: BLE001 - out of memory in a check, say: the row says so, the next runs
             records = [attention.Record(s.name, row, "error", note=f"{type(error).__name__}: {error}"[:500])
-                       for s in systems]
+                       for s in timed]
         for record in records:
             writer.add("records", asdict(record))
         inputs = check = None

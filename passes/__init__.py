@@ -234,6 +234,12 @@ options (`warp-specialize{pingpong=true}`, more stages): bench/pipeline.py. `mul
 kernels without a `tile.cluster` unchanged; a clustered kernel's shared refills become TMA multicasts.
 `hoist-invariant-descriptors` computes the Q operand's wgmma descriptors once where the budgets allow."""
 
+PINGPONG_PIPELINE = allocated(SPECIALIZED_PIPELINE.replace(",warp-specialize,", ",warp-specialize{pingpong=true},", 1))
+"""`DEFAULT_PIPELINE` with the consumer warpgroups taking turns at the tensor core (`warp-specialize{pingpong=true}`):
+each issues its k-step's wgmmas after the other has committed its own, so one warpgroup's wait for its group
+overlaps the other's wgmmas. The GEMM's "-pingpong" schedules (`tessera.kernels.gemm.GEMM_SCHEDULES`); no
+fallback (a kernel whose registers do not fit is refused)."""
+
 DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 """The full pipeline: `SPECIALIZED_PIPELINE` then `allocate-registers`, from Tile IR to register-allocated
 Target IR ready for the PTX printer. Where a kernel's registers do not fit it, it falls back to two stages

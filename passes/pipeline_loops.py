@@ -42,6 +42,10 @@ full key blocks, then over its partial ones) share one ring: a later loop number
 the sum of the earlier loops' trip counts (`%ring_base`), so the sequence goes on and the ring holds N
 stages however many loops refill it. A tile that loops refill otherwise gets one ring per loop.
 
+A loop may ask for its own depth: `tile.stages = N` on the `scf.for` (`kernel_abi.STAGES_ATTR`, N from 1 to
+`MAX_STAGES`) replaces the pass's `stages` option for that loop (and for the later loops continuing its rings,
+which must ask for the same N or nothing); any other value is refused, naming the loop.
+
 Loops without copies, and loops whose copies all go to ring stages already (pipelined loops), are left
 alone. A loop with a copy of a tensor whose rows TMA cannot read (`bulk_copyable`) is left single-stage and
 says so: it gets the `tile.unpipelined` remark (`tessera.ir.remarks`), located at the loop and naming the copy
@@ -76,15 +80,25 @@ from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.block_batch import describe_op
-from tessera.kernel_abi import KERNEL_ATTR, rows_aligned, signature
+from tessera.kernel_abi import KERNEL_ATTR, MAX_STAGES, STAGES_ATTR, rows_aligned, signature
 from tessera.sm90 import facts
 
-MAX_STAGES = 4
-"""The deepest ring the pass builds (the contract's N is 1 to 4)."""
 
 
 class PipelineLoopsError(DiagnosticException):
     """A loop that copies but does not have the canonical shape; the message names the op and the rule."""
+
+
+def requested_stages(loop: scf.ForOp, default: int) -> int:
+    """The ring depth `loop` asks for with `tile.stages` (module docstring), else `default`; a value that is not
+    an integer from 1 to MAX_STAGES is refused (PipelineLoopsError) at the loop."""
+    attr = loop.attributes.get(STAGES_ATTR)
+    if attr is None:
+        return default
+    value = attr.value.data if isinstance(attr, IntegerAttr) else None
+    if not isinstance(value, int) or not 1 <= value <= MAX_STAGES:
+        _refuse(loop, f"{STAGES_ATTR} must be an integer from 1 to {MAX_STAGES}, got {attr}")
+    return value
 
 
 def _refuse(op: Operation, message: str) -> NoReturn:
@@ -536,10 +550,17 @@ class PipelineLoopsPass(ModulePass):
             for copy in copies:
                 refilled_by.setdefault(copy.dest, set()).add(loop)
         shapes = [match_canonical_loop(loop, copies, refilled_by) for loop, copies in owned.items()]
-        last_of: dict[tuple, LoopPipeliner] = {}  # (block, tiles) -> the pipeliner of the latest such loop
-        for shape in shapes:
+        depths = [requested_stages(shape.loop, self.stages) for shape in shapes]
+        first_depth: dict[tuple, int] = {}
+        for shape, depth in zip(shapes, depths):
             key = (shape.loop.parent_block(), tuple(shape.tiles))
-            pipeliner = LoopPipeliner(shape, self.stages, follows=last_of.get(key))
+            if first_depth.setdefault(key, depth) != depth:
+                _refuse(shape.loop, f"asks for {depth} stages, but continues the rings of an earlier loop of "
+                                    f"{first_depth[key]} stages ({STAGES_ATTR} must agree)")
+        last_of: dict[tuple, LoopPipeliner] = {}  # (block, tiles) -> the pipeliner of the latest such loop
+        for shape, depth in zip(shapes, depths):
+            key = (shape.loop.parent_block(), tuple(shape.tiles))
+            pipeliner = LoopPipeliner(shape, depth, follows=last_of.get(key))
             pipeliner.run()
             last_of[key] = pipeliner
         for alloc in {a for shape in shapes for a in shape.tiles}:

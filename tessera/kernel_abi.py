@@ -76,6 +76,12 @@ an 8-bit P.V wgmma reads V^T in (`sm90.cvt_pack_fp8`). Every level takes the arr
 interpreter restores the keys' own order on the host. The kernel must promise (`tile.divisible`) that the
 innermost size is a multiple of 16."""
 KEY_ORDERS = ("p8",)
+STAGES_ATTR = "tile.stages"
+"""`tile.stages = N : i64` on an `scf.for` that copies: the loop asks `pipeline-loops` for a ring of N stages
+(1 to `MAX_STAGES`) instead of the pass's `stages` option, e.g. a GEMM K loop whose tiles are
+small enough for four stages where the attention loops keep two. Loops without it take the option."""
+MAX_STAGES = 4
+"""The deepest ring `pipeline-loops` builds (the pipelined contract's N is 1 to 4)."""
 ROLES = ("in", "out", "scratch")
 KINDS = {"attention": (("Q", "K", "V"), ("O",)), "gemm": (("A", "B"), ("C",)), "custom": (None, None),
          "attention_backward": (None, None)}

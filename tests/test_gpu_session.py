@@ -28,6 +28,7 @@ import gpu_session  # noqa: E402
 import gpu_stages  # noqa: E402
 import gpu_tests  # noqa: E402
 
+from tessera.kernels.gemm import GEMM_SCHEDULES  # noqa: E402
 from tessera.numerics import BF16  # noqa: E402
 
 # region Stages and budgets
@@ -176,7 +177,9 @@ def test_the_grid_is_flashattention_3s():
     assert {(r["head_dim"], r["causal"]) for r in forward} == {(d, c) for d in (64, 128, 256) for c in (False, True)}
     row = dict(seq=1024, batch=16, heads=16, head_dim=128, causal=True, direction="backward")
     assert gpu_plan.attention_flops(row) == 2.5 * 4 * 1024**2 * 128 * 16 * 16 / 2
-    assert [r["M"] for r in gpu_plan.gemm_rows()] == [4096, 8192]
+    assert [(r["M"], r.get("schedule")) for r in gpu_plan.gemm_rows()[:3]] == [(4096, None), (8192, None),
+                                                                               (4096, "128x256")]
+    assert gpu_plan.GEMM_SCHEDULES == tuple(GEMM_SCHEDULES) and gpu_plan.QUICK_GEMM_SCHEDULE in GEMM_SCHEDULES
 
 
 def test_the_fp8_grid_and_fa3s_published_figures():
@@ -411,7 +414,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert all(stages[s]["status"] == "ok" for s in gpu_plan.STAGES)
     assert "bench/gpu_wheels.sh" in stages["install"]["wheels"]["message"]
     compiled = stages["compile"]["compiled"]
-    assert len(compiled) == stages["compile"]["kernels"] == 13 and all("error" not in k for k in compiled)
+    assert len(compiled) == stages["compile"]["kernels"] == 14 and all("error" not in k for k in compiled)
     assert {k["builder"] for k in compiled} == {"flash_attention", "attention_combine", "flash_attention_paged",
                                                "gemm", *(f"attention_backward_{p}" for p in ("preprocess", "main",
                                                                                              "postprocess")),
@@ -423,11 +426,12 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
     assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
     assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
-    assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 2, "variants": 8}  # at 2k
+    assert plan["benchmark_rows"] == {"forward": 36, "fp8": 18, "backward": 36, "gemm": 10, "variants": 8}  # at 2k
     parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
     assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]
-    assert [r["host_check"] for r in checked] == ["ok", "ok"]
+    assert {r["config"].get("schedule", "128x128"): r["host_check"] for r in checked} == {  # both sizes alike
+        s: "ok" if s in ("128x128", gpu_plan.QUICK_GEMM_SCHEDULE) else "not in --quick" for s in GEMM_SCHEDULES}
     backward = json.loads((out / "stages" / "backward.json").read_text())["records"]  # the quick kernels' rows
     assert [r["host_check"] for r in backward if (r["config"]["head_dim"], r["config"]["causal"]) == (64, True)] == \
         ["ok"] * 6

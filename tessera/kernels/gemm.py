@@ -38,7 +38,7 @@ from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
 from tessera.dialects.tile_types import element_byte_width
-from tessera.kernel_abi import DIVISIBLE_ATTR, SPECIALIZE_ATTR
+from tessera.kernel_abi import DIVISIBLE_ATTR, MAX_STAGES, SPECIALIZE_ATTR, STAGES_ATTR
 from tessera.kernels.common import (
     ArgSpec,
     TileBuilder,
@@ -56,6 +56,33 @@ from tessera.kernels.common import (
     shared_tile,
 )
 from tessera.sm90 import facts
+
+
+GEMM_SCHEDULES = {
+    "128x128": {},
+    "128x256": dict(block_n=256, stages=4),
+    "128x256-cluster2": dict(block_n=256, stages=4, cluster=(2, 1)),
+    "128x256-pingpong": dict(block_n=256, stages=4, pingpong=True),
+    "128x256-cluster2-pingpong": dict(block_n=256, stages=4, cluster=(2, 1), pingpong=True),
+}
+"""The tile schedules `tessera.runtime.gemm` offers: `gemm` keyword arguments, and `pingpong` for the pass
+pipeline (`passes.PINGPONG_PIPELINE` where True). "128x128" (the default, the one measured on an H200): 128 x 128
+x 64 tiles, the pipeline's two stages. "128x256": CUTLASS's cooperative Hopper tile, 128 x 256 x 64, each
+consumer warpgroup a 64 x 256 slab (m64n256k16 wgmma), four stages (4 x 48 KiB of shared memory): half the
+shared-memory and L2 bytes per FLOP of B, twice the tensor-core work per k-step's barrier round
+(docs/performance.md, "GEMM"). "-cluster2": in 2 x 1 clusters, each B copy multicast to the two M-blocks of a
+cluster (CUTLASS's 2x1 cluster). "-pingpong": the two consumer warpgroups issue their k-step's wgmmas in turn,
+so that one's wait for its wgmmas overlaps the other's instead of both draining the tensor core at once."""
+DEFAULT_GEMM_SCHEDULE = "128x128"
+
+
+def check_schedule(schedule: object) -> tuple[dict, bool]:
+    """(the builder keyword arguments, whether the consumers ping-pong) of a `GEMM_SCHEDULES` name; ValueError
+    naming the known ones otherwise."""
+    if not isinstance(schedule, str) or schedule not in GEMM_SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(map(repr, GEMM_SCHEDULES))}; got {schedule!r}")
+    options = dict(GEMM_SCHEDULES[schedule])
+    return options, options.pop("pingpong", False)
 
 
 def check_factor(name: str, value: object) -> float:
@@ -80,7 +107,8 @@ def gemm_name(dtype: str, transpose_a: bool = False, transpose_b: bool = False, 
 
 def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: int = 64, *,
          transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0, beta: float = 0.0,
-         bias: bool = False, batch: bool = False, aligned: bool | None = None, cluster: tuple[int, int] = (1, 1)) -> ModuleOp:
+         bias: bool = False, batch: bool = False, aligned: bool | None = None, cluster: tuple[int, int] = (1, 1),
+         stages: int | None = None) -> ModuleOp:
     """The GEMM kernel (module docstring). Defaults: 128x128 output tiles (one f32 accumulator of 64 KiB over
     the block) and BK = 64, so a bf16/f16 K-major tile row is exactly one 128-byte swizzle span; A and B
     tiles take 16 + 16 KiB of shared memory per stage. Arguments: A, B, then C_in when beta != 0, then bias
@@ -88,7 +116,12 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
 
     `cluster=(X, Y)` groups X M-blocks by Y N-blocks into a cluster: (2, 1) shares each B copy between the two
     blocks of a cluster (CUTLASS's 2x1 cluster: on sm_90a, a TMA multicast), (1, 2) each A copy; a shape under
-    which no copy is shared is refused by name."""
+    which no copy is shared is refused by name.
+
+    `stages` (1 to 4) asks `pipeline-loops` for that many ring stages for the K loop (`tile.stages` on the loop,
+    see `tessera.kernel_abi.STAGES_ATTR`); None takes the pipeline's own (two in the default pipeline). It is the
+    TMA variant's: `aligned=False` refuses it, and the ld.global variant of `aligned=None` stays single-stage.
+    `GEMM_SCHEDULES` names the combinations the runtime offers."""
     elt = check_dtype(dtype)
     shape = check_cluster("cluster", cluster, 2)
     bm, bn, bk = (check_block(n, v) for n, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)))
@@ -97,6 +130,11 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
     if aligned is not None:
         aligned = check_flag("aligned", aligned)
     alpha, beta = check_factor("alpha", alpha), check_factor("beta", beta)
+    if stages is not None and (isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= MAX_STAGES):
+        raise ValueError(f"stages must be None or an integer from 1 to {MAX_STAGES}; got {stages!r}")
+    if stages is not None and aligned is False:
+        raise ValueError("stages needs the TMA kernel (aligned=True or None): with aligned=False the K loop reads "
+                         "A and B with ld.global and stays single-stage")
     lead = ["batch"] if batch else []
 
     def matrix(element, rows: str, cols: str) -> tuple:
@@ -153,6 +191,8 @@ def gemm(dtype: str = "bf16", block_m: int = 128, block_n: int = 128, block_k: i
 
     acc_init = b.fill(0.0, register_tile([bm, bn]), "acc_init")
     (acc,) = b.for_loop(n_k, [acc_init], ["acc"], k_step)
+    if stages is not None:
+        acc.owner.attributes[STAGES_ATTR] = IntegerAttr(stages, 64)
     out = b.scale(acc, alpha, "scaled") if alpha != 1 else acc
     # The bias first: C_in's addresses are the store's, so from C_in's load on they stay live (register
     # pressure: the accumulator, C_in and those offsets are 3 x 64 registers per thread at 128 x 128).

@@ -1,6 +1,7 @@
 """`gemm(a, b, ...)`: C = alpha op(A) op(B) + beta C + bias on the GPU with Tessera's GEMM kernel.
 
-    gemm(a, b, *, transpose_a=False, transpose_b=False, alpha=1.0, beta=None, c=None, bias=None, level=None)
+    gemm(a, b, *, transpose_a=False, transpose_b=False, alpha=1.0, beta=None, c=None, bias=None, level=None,
+         schedule="128x128")
 
 A and B are bf16 or f16 (one type), C, the optional addend `c` and the optional `bias` float32. `a` is [M, K]
 ([K, M] with `transpose_a`: the kernel reads it as A^T, through the tensor core's transpose bit, never a copy),
@@ -14,10 +15,18 @@ for a CUDA tensor also a 16-byte aligned address) the kernel reads them with TMA
 specialized; otherwise it reads them with ld.global (the `gemm(aligned=False)` kernel, whose K loop stays
 single-stage). Both go through the same default pipeline; the host description
 (`gemm_kernel(...).host.copies`) says which copy each operand gets.
+
+`schedule` picks the TMA kernel's tile schedule (`tessera.kernels.gemm.GEMM_SCHEDULES`): "128x128" (the
+default), "128x256" (CUTLASS's cooperative 128 x 256 x 64 tile, four stages), "128x256-cluster2" (that tile
+in 2 x 1 clusters sharing B by TMA multicast), and each of the two with "-pingpong" (the consumer warpgroups
+issue their wgmmas in turn: `passes.PINGPONG_PIPELINE`). Every schedule adds the products in the same order,
+so their results are bitwise equal; the ld.global kernel is 128 x 128 under all of them, and the 128 x 256
+ones refuse beta != 0 (C_in's registers do not fit beside the larger accumulator).
 """
 
 from __future__ import annotations
 
+from tessera.passes import DEFAULT_PIPELINE, PINGPONG_PIPELINE
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import CompiledKernel, KernelConfig, built_module, compile_kernel
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
@@ -28,10 +37,13 @@ ROW_MULTIPLE = 8
 
 
 def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
-                beta: float = 0.0, bias: bool = False, batch: bool = False, aligned: bool = True) -> KernelConfig:
+                beta: float = 0.0, bias: bool = False, batch: bool = False, aligned: bool = True,
+                schedule: str = "128x128") -> KernelConfig:
     """The configuration of the GEMM kernel for these options (the builder's keyword arguments; only those
-    that differ from the defaults are named, so the plain kernel keeps one key)."""
-    from tessera.kernels.gemm import check_factor
+    that differ from the defaults are named, so the plain kernel keeps one key). `schedule` names the tile
+    schedule (`tessera.kernels.gemm.GEMM_SCHEDULES`), whose arguments join the options of the TMA kernel
+    (`aligned`); the ld.global kernel is 128 x 128 under every schedule."""
+    from tessera.kernels.gemm import check_factor, check_schedule
 
     options = {"dtype": dtype}
     given = dict(transpose_a=transpose_a, transpose_b=transpose_b, alpha=check_factor("alpha", alpha),
@@ -39,7 +51,14 @@ def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: 
     # `aligned` is always named (True or False): the builder's default, None, is the kernel specialized at launch
     defaults = dict(transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0, bias=False, batch=False, aligned=None)
     options.update({k: v for k, v in given.items() if v != defaults[k]})
-    return KernelConfig.of("gemm", **options)
+    tiles, pingpong = check_schedule(schedule)
+    if tiles.get("block_n", 128) > 128 and beta != 0:
+        raise ValueError(f"gemm: schedule {schedule!r} does not take beta != 0: C_in's registers do not fit beside "
+                         "its 64 x 256 accumulator slab per consumer warpgroup (the kernel would spill); use "
+                         "schedule '128x128'")
+    if not aligned:  # the ld.global kernel keeps 128 x 128: at 128 x 256 it needs 273 registers a thread
+        return KernelConfig.of("gemm", **options)
+    return KernelConfig.of("gemm", PINGPONG_PIPELINE if pingpong else DEFAULT_PIPELINE, **options, **tiles)
 
 
 def _shape(name: str, x) -> tuple[int, ...]:
@@ -68,7 +87,7 @@ def _rows_aligned(x) -> bool:
 
 
 def check_gemm_arguments(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
-                         beta: float | None = None, c=None, bias=None) -> KernelConfig:
+                         beta: float | None = None, c=None, bias=None, schedule: str = "128x128") -> KernelConfig:
     """The kernel configuration for well-formed arguments; ValueError (UnsupportedKernel for an element type no
     kernel takes) naming the argument and the rule otherwise."""
     transpose_a, transpose_b = _flag("transpose_a", transpose_a), _flag("transpose_b", transpose_b)
@@ -109,7 +128,7 @@ def check_gemm_arguments(a, b, *, transpose_a: bool = False, transpose_b: bool =
             raise ValueError(f"gemm: {label} must be float32 (the output's type), got {dtype_name(x)}")
     aligned = _rows_aligned(a) and _rows_aligned(b)
     return gemm_config(DTYPES[name], transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
-                       bias=bias is not None, batch=bool(lead), aligned=aligned)
+                       bias=bias is not None, batch=bool(lead), aligned=aligned, schedule=schedule)
 
 
 def gemm_kernel(a, b, **options) -> CompiledKernel:
@@ -119,15 +138,17 @@ def gemm_kernel(a, b, **options) -> CompiledKernel:
 
 @no_backward("gemm")
 def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
-         beta: float | None = None, c=None, bias=None, level: str | None = None):
+         beta: float | None = None, c=None, bias=None, level: str | None = None, schedule: str = "128x128"):
     """alpha op(a) op(b) + beta c + bias in float32 (see the module docstring). `level=None` runs on the GPU;
     "tile", "target" or "ptx" runs the very kernel the GPU would run in that interpreter (`tessera.launch`),
-    returning NumPy arrays (CPU tensors for PyTorch inputs)."""
+    returning NumPy arrays (CPU tensors for PyTorch inputs). `schedule` picks the tile schedule
+    (`tessera.kernels.gemm.GEMM_SCHEDULES`: "128x128", the default, "128x256", "128x256-cluster2", each of
+    those two with "-pingpong")."""
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import LEVELS
 
     config = check_gemm_arguments(a, b, transpose_a=transpose_a, transpose_b=transpose_b, alpha=alpha, beta=beta,
-                                  c=c, bias=bias)
+                                  c=c, bias=bias, schedule=schedule)
     if level is not None and (not isinstance(level, str) or level not in LEVELS):
         raise ValueError(f"gemm: level must be None (the GPU) or one of {', '.join(map(repr, LEVELS))}; got {level!r}")
     inputs = [a, b] + [x for x in (c, bias) if x is not None]
@@ -138,5 +159,6 @@ def gemm(a, b, *, transpose_a: bool = False, transpose_b: bool = False, alpha: f
 
     torch_in = is_torch_tensor(a)
     arrays = [torch_to_numpy(x.cpu()) if torch_in else x for x in inputs]
-    out = entry.launch(built_module(config), *arrays, level=level)
+    pipeline = config.pipeline if level != "tile" and config.pipeline != DEFAULT_PIPELINE else None
+    out = entry.launch(built_module(config), *arrays, level=level, pipeline=pipeline)
     return numpy_to_torch(out) if torch_in else out

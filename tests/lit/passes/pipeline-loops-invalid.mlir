@@ -306,3 +306,25 @@ func.func @f(%A: !tile.tile<?x64xbf16, global>, %n: index) {
   }
   func.return
 }
+
+// -----
+
+// A loop may ask for its own ring depth (tile.stages, the GEMM builder's stages=), from 1 to 4 like the option.
+// CHECK: pipeline-loops: %r = scf.for %j = %c0 to %n step %c1 iter_args(%acc = %z) -> (!tile.tile<64x64xf32, register>) {: tile.stages must be an integer from 1 to 4, got 5 : i64
+func.func @f(%A: !tile.tile<?x64xbf16, global>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %s = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+  %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+  %r = scf.for %j = %c0 to %n step %c1 iter_args(%acc = %z) -> (!tile.tile<64x64xf32, register>) {
+    %w = tile.view %A[%j, %c0] : !tile.tile<?x64xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %w, %s : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %next = tile.mma %s, %s, %acc transpose_b : !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+    tile.barrier
+    scf.yield %next : !tile.tile<64x64xf32, register>
+  } {tile.stages = 5 : i64}
+  func.return
+}
