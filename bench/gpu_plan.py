@@ -47,15 +47,23 @@ SECOND_RUN = "python bench/gpu_session.py --out $OUT --stages install compile {s
 """The second command, self-contained: the stages named measure their whole grids again and read nothing of
 the first call's (the device tool empties $OUT before each command). `second_run` fills in the stages from the
 first call's session.json, which comes back at $OUT's top level."""
+FP8_PROBE = "python bench/gpu_fp8_probe.py --out $OUT/fp8probe"
+"""Appended to the second command when the first call's fp8 stage did not finish: which FP8 kernels finish on the
+GPU, each in its own process under a time limit (about 30 s), and whether the old setmaxnreg split, put back
+alone, hangs (bench/gpu_fp8_probe.py: the cause the CPU found for the 2026-11-30 hang)."""
 
 
 def second_run(session: dict) -> str | None:
     """The second command for a first call whose session.json is `session`: the stages it planned that did not
-    finish (cut, failed, not run for want of time), install, compile and report aside; None when all did."""
+    finish (cut, failed, not run for want of time), install, compile and report aside, then `FP8_PROBE` when the
+    fp8 stage is among them; None when all finished."""
     stages = session.get("stages", {})
     left = [name for name in STAGES if name in stages and name not in ("install", "compile", "report")
             and stages[name].get("status") != "ok"]
-    return SECOND_RUN.format(stages=" ".join(left)) if left else None
+    if not left:
+        return None
+    command = SECOND_RUN.format(stages=" ".join(left))
+    return f"{command}; {FP8_PROBE}" if "fp8" in left else command
 
 
 GPU_TESTS = (("runtime", ("tests/test_runtime.py",), None, 8),

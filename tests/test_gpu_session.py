@@ -133,8 +133,10 @@ def test_the_second_call_is_self_contained_and_names_what_the_first_did_not_fini
     first["stages"]["variants"] = {"status": "not run: the session's time is spent"}
     first["stages"]["compile"] = {"status": "failed (exit 1)"}
     assert gpu_plan.second_run(first) == ("python bench/gpu_session.py --out $OUT --stages install compile variants "
-                                          "fp8 report")
+                                          "fp8 report; python bench/gpu_fp8_probe.py --out $OUT/fp8probe")
     assert "--resume" not in gpu_plan.SECOND_RUN and "$OUT/" not in gpu_plan.SECOND_RUN
+    first["stages"]["fp8"] = {"status": "ok"}  # the probe only when the FP8 forward did not finish
+    assert gpu_plan.second_run(first) == "python bench/gpu_session.py --out $OUT --stages install compile variants report"
 
 
 def test_the_budgets_cover_every_stage_and_fit_the_session(tmp_path):
