@@ -53,7 +53,9 @@ FP8_CHECK_HEADS, FP8_CHECK_ROWS = 2, 64
 # region Attention systems
 
 
-def tessera_system(torch, cluster: int = 1) -> System:
+def tessera_system(torch, cluster: int = 1, tile: str | None = None) -> System:
+    """Tessera's forward as `tessera.attention` runs it ("Tessera"), in clusters of `cluster` query blocks, or
+    with `tile` (`gpu_plan.FORWARD_TILES`: "Tessera <tile>")."""
     from tessera.runtime.attention import UnsupportedKernel, attention_config, check_attention_arguments
     from tessera.runtime.compiler import compile_kernel
     from tessera.runtime.launch import prepare_torch
@@ -64,7 +66,12 @@ def tessera_system(torch, cluster: int = 1) -> System:
             head_dim, dtype = check_attention_arguments(q, k, v)
             if cluster != 1 and causal:
                 raise UnsupportedKernel("clusters share K/V only without causal (the members' key ranges differ)")
-            kernel = compile_kernel(attention_config(head_dim, causal, dtype, None, cluster=cluster))
+            if tile is not None:
+                import gpu_plan
+
+                kernel = compile_kernel(gpu_plan.forward_config(head_dim, causal, tile=tile))
+            else:
+                kernel = compile_kernel(attention_config(head_dim, causal, dtype, None, cluster=cluster))
         except UnsupportedKernel as why:
             raise Unsupported(str(why)) from None
         launch, (o,) = prepare_torch(kernel, q, k, v)
@@ -73,7 +80,7 @@ def tessera_system(torch, cluster: int = 1) -> System:
             launch()
             return o
         return run
-    return System("Tessera" if cluster == 1 else f"Tessera cluster {cluster}", build)
+    return System(f"Tessera {tile}" if tile else "Tessera" if cluster == 1 else f"Tessera cluster {cluster}", build)
 
 
 def sdpa_systems(torch) -> list[System]:

@@ -135,6 +135,20 @@ def attention_rows(direction: str) -> list[dict]:
     return rows
 
 
+FORWARD_TILES = {"192x128": {"block_m": 192}, "128x176": {"block_n": 176}, "pingpong": {}}
+"""Head_dim 64 forward kernels beside the default, each timed alone on `forward_tile_rows` (docs/performance.md,
+"Where Tessera trails cuDNN on the H200"): FlashAttention-3's 192 query rows (three consumer warpgroups), 176 keys
+a trip, the consumers taking turns at the tensor cores (`PINGPONG_PIPELINE`, last: the flash kernel has never
+run with it). The first and the last compute the default's output bit for bit at the three levels on the CPU,
+176 keys its own (other key blocks); none has run on a GPU."""
+
+
+def forward_tile_rows() -> list[dict]:
+    """The head_dim 64 forward rows at 512 and 16k (causal at 16k only), once per `FORWARD_TILES` entry (`tile`)."""
+    return [{**row, "tile": tile} for tile in FORWARD_TILES for row in attention_rows("forward")
+            if row["head_dim"] == 64 and row["seq"] in (512, 16384) and not (row["causal"] and row["seq"] == 512)]
+
+
 def gemm_rows() -> list[dict]:
     """Tessera's default GEMM and cuBLAS at each size (the rows of the earlier sessions, unchanged), then one row
     per other schedule and size, `schedule` naming it (`GEMM_SCHEDULES`)."""
@@ -166,6 +180,8 @@ bench/gpu_variants.py)."""
 
 def benchmark_rows(name: str) -> list[dict]:
     """The rows of benchmark stage `name`."""
+    if name == "forward":
+        return attention_rows(name) + forward_tile_rows()
     return gemm_rows() if name == "gemm" else fp8_rows() if name == "fp8" else attention_rows(name)
 
 
@@ -184,12 +200,20 @@ def stage_estimate_s(name: str) -> float:
 # region Kernel configurations (what the runtime compiles for each row)
 
 
-def forward_config(head_dim: int, causal: bool, return_lse: bool = False):
+def forward_config(head_dim: int, causal: bool, return_lse: bool = False, tile: str | None = None):
     """The forward kernel `tessera.attention` runs (with `return_lse`: the one the backward's O and LSE come
-    from, bench/attention_backward_gpu.py)."""
+    from, bench/attention_backward_gpu.py); with `tile`, that kernel as `FORWARD_TILES[tile]` changes it."""
+    from dataclasses import replace
+
+    from tessera.passes import PINGPONG_PIPELINE
     from tessera.runtime.attention import attention_config
 
-    return attention_config(head_dim, causal, "bf16", None, return_lse=return_lse)
+    config = attention_config(head_dim, causal, "bf16", None, return_lse=return_lse)
+    if tile is None:
+        return config
+    options = {**dict(config.options), **FORWARD_TILES[tile]}
+    return replace(config, options=tuple(sorted(options.items())),
+                   pipeline=PINGPONG_PIPELINE if tile == "pingpong" else config.pipeline)
 
 
 def backward_configs(head_dim: int, causal: bool) -> list:
@@ -224,7 +248,7 @@ def row_configs(row: dict) -> list:
     if row["dtype"] == "e4m3":
         return [fp8_config(row["head_dim"], row["causal"])]
     if row["direction"] == "forward":
-        return [forward_config(row["head_dim"], row["causal"])]
+        return [forward_config(row["head_dim"], row["causal"], tile=row.get("tile"))]
     backward = backward_configs(row["head_dim"], row["causal"])
     return [forward_config(row["head_dim"], row["causal"], return_lse=True), *backward] if backward else []
 

@@ -382,6 +382,7 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         systems = [attention.tessera_system(torch)] + attention.sdpa_systems(torch) + \
             [s for s in (attention.triton_system(torch), attention.flex_system(torch)) if s is not None]
         systems = [capped(s, FLEX_SHARE_S) if s.name == "FlexAttention" else s for s in systems]
+        tiles = {t: attention.tessera_system(torch, tile=t) for t in gpu_plan.FORWARD_TILES}
     writer.set("systems", [s.name for s in systems])
     for row in rows:
         writer.running(row)  # a row past the stage's item limit is cut by gpu_session.run_stage
@@ -390,6 +391,8 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
         timed = systems  # a GEMM row: the default and cuBLAS, or its schedule alone (gpu_plan.gemm_rows)
         if name == "gemm":
             timed = [schedules[row["schedule"]]] if "schedule" in row else [schedules["128x128"], systems[-1]]
+        elif "tile" in row:  # a forward row of gpu_plan.forward_tile_rows: that kernel alone
+            timed = [tiles[row["tile"]]]
         try:
             inputs, check, flops = _row_inputs(torch, name, row, generator)
             records = attention.measure(torch, timed, inputs, row, flops, check, args)

@@ -1049,6 +1049,16 @@ DOCUMENTED = {
     # (FlashAttention-3's hopper/heuristics.h sizes its split-KV waves for the same GPU)
     "SM_COUNT": 132,
     "L2_BYTES": 50 * 2**20,
+    # the same whitepaper: 989.4 dense FP16/BF16 tensor TFLOP/s (FP32 accumulate) at the 1830 MHz boost clock,
+    # i.e. 4096 FLOP a clock an SM; four SM sub-partitions, one warp scheduler each. CUDA C++ Programming Guide,
+    # "Arithmetic Instructions", compute capability 9.0: 16 exp2 (special function) and 128 fp32 fma results a
+    # clock per SM (test_throughputs_are_the_documented_figures checks the product)
+    "TENSOR_PEAK_BF16_FLOPS": 989.4e12,
+    "CLOCK_HZ": 1.83e9,
+    "TENSOR_BF16_FLOP_PER_CLOCK": 4096,
+    "EX2_PER_CLOCK": 16,
+    "FP32_FMA_PER_CLOCK": 128,
+    "SCHEDULERS": 4,
     # [P#alternate-floating-point-data-formats]: ".e4m3 ... .e5m2" 8-bit floats; e4m3 (bias 7, no infinity,
     # S.1111.111 is NaN) reaches 1.75 x 2^8, e5m2 (bias 15, IEEE-like) 1.75 x 2^15
     "FP8_FORMATS": ("e4m3", "e5m2"),
@@ -1399,5 +1409,20 @@ def test_integer_rounding_modifiers_are_the_ptx_isa_sentences():
         assert integer_rounding_mnemonic(function) == f"cvt.{modifier}.f32.f32"
     with pytest.raises(ValueError, match="round"):
         integer_rounding_mnemonic("round")
+
+# endregion
+
+
+# region Per-SM throughputs (H100 whitepaper; CUDA C++ Programming Guide, arithmetic instruction throughput)
+
+
+def test_throughputs_are_the_documented_figures():
+    # [WP]: 989.4 dense bf16 tensor TFLOP/s at a 1830 MHz boost clock on 132 SMs; [CPG], cc 9.0: 16 exp2 and
+    # 128 fp32 fma results per clock per SM; four warp schedulers a SM.
+    assert F.TENSOR_PEAK_BF16_FLOPS == 989.4e12 and F.CLOCK_HZ == 1830e6
+    assert (F.EX2_PER_CLOCK, F.FP32_FMA_PER_CLOCK, F.SCHEDULERS) == (16, 128, 4)
+    assert abs(F.TENSOR_BF16_FLOP_PER_CLOCK * 132 * 1830e6 / 989.4e12 - 1) < 1e-3
+    # an m64n128k16 wgmma (2 x 64 x 128 x 16 FLOP) is 64 clocks of an SM's tensor cores
+    assert 2 * 64 * 128 * 16 // F.TENSOR_BF16_FLOP_PER_CLOCK == 64
 
 # endregion

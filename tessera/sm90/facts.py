@@ -14,6 +14,7 @@ The facts live in one module per topic; this module re-exports them all:
   fp8         e4m3/e5m2, cvt.rn.satfinite, the k32 A fragment    [P#alternate-floating-point-data-formats, -cvt]
   launch      grid and block limits of a launch                   [CCG]
   approx      error bounds of lg2.approx                          [P#floating-point-instructions-lg2]
+  throughput  per-SM rates: tensor FLOP, ex2, FP32, issue a clock     [H100 whitepaper; CPG]
   wgmma_numerics  Hopper's tensor-core block FMA (measured model)  [KM25: Khattak & Mikaitis 2025]
 
 Sources: [P#x] = PTX ISA 9.1, https://docs.nvidia.com/cuda/parallel-thread-execution/#x;
@@ -118,6 +119,14 @@ from tessera.sm90.tma import (
     TensorMapSwizzle,
     tensor_map_swizzle,
     tensor_map_swizzle_bytes,
+)
+from tessera.sm90.throughput import (
+    CLOCK_HZ,
+    EX2_PER_CLOCK,
+    FP32_FMA_PER_CLOCK,
+    SCHEDULERS,
+    TENSOR_BF16_FLOP_PER_CLOCK,
+    TENSOR_PEAK_BF16_FLOPS,
 )
 from tessera.sm90.warp import (
     MAX_SHARED_MEMORY_PER_BLOCK,
