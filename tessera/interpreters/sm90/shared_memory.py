@@ -90,9 +90,11 @@ class SharedMemory:
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
         self.buffers: dict[tuple[str, int], Buffer] = {}
-        # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
-        self.read_at = records(cta, size, -1, np.int64)
-        self.reader = records(cta, size, -1, np.int32)
+        # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts (a lone
+        # CTA has no peer to read them: None, and no per-byte records to fill for every CTA)
+        in_cluster = cta.cluster is not None
+        self.read_at = records(cta, size, -1, np.int64) if in_cluster else None
+        self.reader = records(cta, size, -1, np.int32) if in_cluster else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
