@@ -169,29 +169,35 @@ class Sm90Functions(InterpreterFunctions):
     def run_descriptor_advance(self, interpreter: Interpreter, op: sm90.DescriptorAdvanceOp, args: PythonValues):
         (descriptor,) = args
         delta = facts.descriptor_start_delta(_prop(op, "bytes"))
+        descriptor = descriptor.astype(np.int64, copy=False)
+        self._check_start_field(op, (descriptor & 0x3FFF) + delta)
+        return (descriptor + delta,)
+
+    def _check_start_field(self, op: Operation, field: np.ndarray) -> None:
+        """A descriptor's moved start address field (`field`, per thread) must stay below 2^14 in every active
+        thread (the threads are looked up only where some thread's overflows)."""
+        if field.max(initial=0) <= 0x3FFF:
+            return
         threads = self._threads()
-        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
         if (field[threads] > 0x3FFF).any():
             self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
                           threads[np.argmax(field[threads] > 0x3FFF)])
-        return (descriptor.astype(np.int64) + delta,)
 
     @impl(sm90.DescriptorOffsetOp)
     def run_descriptor_offset(self, interpreter: Interpreter, op: sm90.DescriptorOffsetOp, args: PythonValues):
         descriptor, offset = args
-        threads = self._threads()
         offset = np.asarray(offset).astype(np.int64)
         offset = np.broadcast_to(offset, descriptor.shape)
-        bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
-        if bad.any():
-            self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
-                          threads[np.argmax(bad)])
+        if offset.min(initial=0) < 0 or (offset & 15).any():  # some thread's is bad: is an active one's?
+            threads = self._threads()
+            bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
+            if bad.any():
+                self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
+                              threads[np.argmax(bad)])
         delta = offset >> 4
-        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
-        if (field[threads] > 0x3FFF).any():
-            self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
-                          threads[np.argmax(field[threads] > 0x3FFF)])
-        return (descriptor.astype(np.int64) + delta,)
+        descriptor = descriptor.astype(np.int64, copy=False)
+        self._check_start_field(op, (descriptor & 0x3FFF) + delta)
+        return (descriptor + delta,)
 
     @impl(sm90.WgmmaMmaAsyncOp)
     def run_wgmma(self, interpreter: Interpreter, op: sm90.WgmmaMmaAsyncOp, args: PythonValues):
