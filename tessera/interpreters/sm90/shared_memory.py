@@ -79,12 +79,14 @@ class SharedMemory:
         self.data = records(cta, size, 0, np.uint8)
         self.state = records(cta, size, 0, np.int8)
         self.barrier = records(cta, size, -1, np.int32)
-        self.phase = records(cta, size, 0, np.int64)
+        # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
+        # clocks): every copy that lands writes a box of them, and every CTA fills them
+        self.phase = records(cta, size, 0, np.int32)
         self.writer = records(cta, size, -1, np.int32)
         self.generic_writes = False
         """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
         -1, and a write has no generic write to be ordered after (`HappensBefore.check_write`)."""
-        self.written_at = records(cta, size, 0, np.int64)
+        self.written_at = records(cta, size, 0, np.int32)
         self.write_op = records(cta, size, -1, np.int32)
         self.is_mbarrier = records(cta, size, False, bool)
         self.changes = 0
