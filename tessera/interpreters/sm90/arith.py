@@ -91,6 +91,8 @@ _INTEGER = {
 _DIVISIONS = frozenset((arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp,
                         arith.CeilDivSIOp, arith.CeilDivUIOp))
 """By exact type, as `_INTEGER` is looked up (xDSL's op classes make `isinstance` cost microseconds)."""
+_SHIFTS = frozenset((arith.ShLIOp, arith.ShRSIOp, arith.ShRUIOp))
+"""The `_INTEGER` ops that read the bit width (the others are given 0)."""
 
 
 def _signed_zero_order(result, a, b, larger: bool):
@@ -238,8 +240,12 @@ class RegisterArithFunctions(InterpreterFunctions):
         dtype = a.dtype
         if dtype == np.bool_:
             a, b = a.astype(np.int8), b.astype(np.int8)
-        with np.errstate(all="ignore"):
-            result = _INTEGER[kind](a, b, bit_width(op.results[0].type))
+        width = bit_width(op.results[0].type) if kind in _SHIFTS else 0
+        if kind in _DIVISIONS or a.ndim == 0 or b.ndim == 0:  # may warn (an overflowing division, scalar math)
+            with np.errstate(all="ignore"):
+                result = _INTEGER[kind](a, b, width)
+        else:  # integer arithmetic on arrays wraps without warnings (NumPy does not check it)
+            result = _INTEGER[kind](a, b, width)
         result = np.asarray(result)
         if dtype == np.bool_:
             return ((result & 1).astype(bool),)

@@ -208,6 +208,8 @@ class Followers:
             return
         if isinstance(leader, np.ndarray) and isinstance(followers, np.ndarray) and \
                 followers.shape[1:] == leader.shape:
+            if followers.strides[0] == 0 and followers.base is leader and followers.strides[1:] == leader.strides:
+                return  # a broadcast of the leader's own array (`broadcast`): its bytes, nothing to compare
             equal = followers == leader
             if equal.all():
                 return

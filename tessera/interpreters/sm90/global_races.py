@@ -107,10 +107,17 @@ class _Side:
         self.cta, self.thread, self.time = full(NONE, np.int32), full(NONE, np.int32), full(NONE, np.int64)
         self.op, self.atomic, self.proxy_async = full(NONE, np.int32), full(False, bool), full(False, bool)
 
-    def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False) -> None:
+    def set(self, where, cta: int, threads, time: int, op: int, atomic: bool, proxy_async: bool = False,
+            span: tuple[int, int] | None = None) -> None:
+        """Record an access of the bytes `where` (`threads` one per byte or one for all); `span` (low, high): `where`
+        holds every byte of [low, high) once, in any order, so that the fields with one value for every byte are
+        written as that slice instead of by index."""
         for records, value in ((self.cta, cta), (self.thread, threads), (self.time, time), (self.op, op),
                                (self.atomic, atomic), (self.proxy_async, proxy_async)):
-            put(records, where, value)
+            if span is not None and np.ndim(value) == 0:
+                records[span[0]:span[1]] = value
+            else:
+                put(records, where, value)
 
     def copy_from(self, other: _Side, where) -> None:
         if not other.recorded:  # none recorded there: so none here either
@@ -209,8 +216,9 @@ class GlobalAccesses:
         if record.deferred:
             self._settle(record)
         rank, now = grid_rank(cta), cta.tick()
+        span = None
         if cta.races and write and not atomic:
-            self._check_together(cta, op, tensor, offsets, threads)
+            span = self._check_together(cta, op, tensor, offsets, threads)
         if cta.races:
             if write and record.until is not None:
                 self._check_until(cta, op, tensor, offsets, threads, rank, record.until)
@@ -222,12 +230,15 @@ class GlobalAccesses:
         here = self._index(op)
         if write:
             record.written = True
-            record.write.set(offsets, rank, threads, now, here, atomic, proxy_async)
-            for side in (record.read, record.other_read):
-                if side.recorded:
-                    put(side.cta, offsets, NONE)
+            record.write.set(offsets, rank, threads, now, here, atomic, proxy_async, span)
+            cleared = [side.cta for side in (record.read, record.other_read) if side.recorded]
             if record.until is not None:
-                put(record.until.cta, offsets, NONE)
+                cleared.append(record.until.cta)
+            for records in cleared:
+                if span is None:
+                    put(records, offsets, NONE)
+                else:
+                    records[span[0]:span[1]] = NONE
             return
         self._record_read(record, offsets, rank, threads, now, here, atomic, proxy_async)
 
@@ -406,23 +417,27 @@ class GlobalAccesses:
                    int(their_cta[j]) != rank)
 
     def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
-                        threads: np.ndarray) -> None:
+                        threads: np.ndarray) -> tuple[int, int] | None:
         """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads).
         A store whose bytes are all distinct (the usual) is told by marking them in a table over their span (a
         span at most `_MARKED_SPAN` times their count: a tile's rows; else by one unstable sort); only one with a
-        byte written twice takes the stable sort that finds the first pair from two threads."""
+        byte written twice takes the stable sort that finds the first pair from two threads. Returns (low, high)
+        where the bytes are every byte of [low, high) once (a contiguous tile: `_Side.set` writes it as a slice)."""
         if len(offsets) < 2:
-            return
+            return None
         low, high = int(offsets.min()), int(offsets.max())
         if high - low < _MARKED_SPAN * len(offsets):
             marks = np.zeros(high - low + 1, bool)
             marks[offsets - low] = True
-            if np.count_nonzero(marks) == len(offsets):
-                return
+            if high - low + 1 == len(offsets):  # as many bytes as the span holds: distinct if all are marked
+                if marks.all():
+                    return low, high + 1
+            elif np.count_nonzero(marks) == len(offsets):
+                return None
         else:
             ordered_offsets = np.sort(offsets)
             if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
-                return
+                return None
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])

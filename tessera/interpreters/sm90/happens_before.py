@@ -73,7 +73,7 @@ class HappensBefore:
     """The happens-before state of one CTA (see the module docstring)."""
 
     def __init__(self, cta: CtaView, races: bool = True):
-        threads, size = cta.threads, cta.smem_bytes
+        threads = cta.threads
         self.cta = cta
         self.races = races
         # int32 clocks (a CTA's clock counts its events, far below 2^31), as the PTX executor's: an acquire's
@@ -88,17 +88,16 @@ class HappensBefore:
         [T_rank, T] times, `grid[c][w, r]` the latest time such that thread w of CTA c's accesses before it happen
         before thread r's present point (as `ordered`, on CTA c's clock). Carried by every edge; empty (and free)
         in a kernel without semaphores."""
-        self.reader = records(cta, size, -1, np.int32)
-        self.read_at = records(cta, size, -1, np.int64)
-        self.read_op = records(cta, size, -1, np.int32)
-        # bytes read concurrently since their last write: read_row[byte] (-1: none) indexes read_clock/read_ops
-        self.read_row = records(cta, size, -1, np.int32)
+        # per byte, its latest generic read (reader, time, op; -1 none) and bytes read concurrently since their last
+        # write: read_row[byte] (-1: none) indexes read_clock/read_ops. Allocated at the first generic read
+        # (`_read_records`): a kernel whose shared memory is read only by wgmma and TMA stores fills none of them.
+        self.reader = self.read_at = self.read_op = self.read_row = None
         self.read_clock = np.full((0, threads), -1, np.int64)
         self.read_ops = np.full((0, threads), -1, np.int32)
         self._free_rows: list[int] = []
         self.generic_reads = False
-        """Whether any generic read has been noted (`note_read`): until then `reader` and `read_row` hold -1 at
-        every byte, so a write has no read to be ordered after and none to clear (`check_write`)."""
+        """Whether any generic read has been noted (`note_read`): until then the per-byte read records are None
+        (-1 at every byte), so a write has no read to be ordered after and none to clear (`check_write`)."""
         self.ops: list[Operation] = []
         self._op_index: dict[int, int] = {}
 
@@ -227,6 +226,8 @@ class HappensBefore:
     # region accesses
     def note_read(self, op: Operation, addresses: np.ndarray, threads: np.ndarray) -> None:
         """A generic read of `addresses` (flat bytes) by `threads` (same shape)."""
+        if not self.generic_reads:
+            self._read_records()
         now, index = self.cta.tick(), self.op_index(op)
         previous, before = self.reader[addresses], self.read_at[addresses]
         concurrent = (previous >= 0) & (previous != threads)
@@ -244,6 +245,14 @@ class HappensBefore:
         self.reader[addresses] = threads
         self.read_at[addresses] = now
         self.read_op[addresses] = index
+
+    def _read_records(self) -> None:
+        """The per-byte read records, -1 everywhere (no byte read yet)."""
+        size = self.cta.smem_bytes
+        self.reader = records(self.cta, size, -1, np.int32)
+        self.read_at = records(self.cta, size, -1, np.int64)
+        self.read_op = records(self.cta, size, -1, np.int32)
+        self.read_row = records(self.cta, size, -1, np.int32)
 
     def _note_concurrent(self, addresses, threads, new, kept, now: int, index: int) -> None:
         """Give the bytes `addresses[new]` a read vector clock holding their last read, then note this read in

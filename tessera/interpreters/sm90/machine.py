@@ -30,6 +30,20 @@ def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.S
     return 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
 
 
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    """`numerics.flush_f32` of `x` (.ftz), passed over where `x` holds no subnormal. Zeros fail that function's own
+    early check (they are below the smallest normal too), and an exponential's input and output hold zeros (a
+    row's maximum minus itself, a masked score's exp2), so every ex2 took the flush's passes."""
+    x = np.asarray(x, np.float32)
+    small = np.abs(x) < _F32_TINY
+    if not small.any() or not x[small].any():  # none, or only zeros: nothing to flush
+        return x
+    return flush_f32(x)
+
+
 def _prop(op, name: str) -> int:
     return getattr(op, name).value.data
 
@@ -170,29 +184,35 @@ class Sm90Functions(InterpreterFunctions):
     def run_descriptor_advance(self, interpreter: Interpreter, op: sm90.DescriptorAdvanceOp, args: PythonValues):
         (descriptor,) = args
         delta = facts.descriptor_start_delta(_prop(op, "bytes"))
+        descriptor = descriptor.astype(np.int64, copy=False)
+        self._check_start_field(op, (descriptor & 0x3FFF) + delta)
+        return (descriptor + delta,)
+
+    def _check_start_field(self, op: Operation, field: np.ndarray) -> None:
+        """A descriptor's moved start address field (`field`, per thread) must stay below 2^14 in every active
+        thread (the threads are looked up only where some thread's overflows)."""
+        if field.max(initial=0) <= 0x3FFF:
+            return
         threads = self._threads()
-        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
         if (field[threads] > 0x3FFF).any():
             self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
                           threads[np.argmax(field[threads] > 0x3FFF)])
-        return (descriptor.astype(np.int64) + delta,)
 
     @impl(sm90.DescriptorOffsetOp)
     def run_descriptor_offset(self, interpreter: Interpreter, op: sm90.DescriptorOffsetOp, args: PythonValues):
         descriptor, offset = args
-        threads = self._threads()
         offset = np.asarray(offset).astype(np.int64)
         offset = np.broadcast_to(offset, descriptor.shape)
-        bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
-        if bad.any():
-            self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
-                          threads[np.argmax(bad)])
+        if offset.min(initial=0) < 0 or (offset & 15).any():  # some thread's is bad: is an active one's?
+            threads = self._threads()
+            bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
+            if bad.any():
+                self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
+                              threads[np.argmax(bad)])
         delta = offset >> 4
-        field = (descriptor.astype(np.int64) & 0x3FFF) + delta
-        if (field[threads] > 0x3FFF).any():
-            self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
-                          threads[np.argmax(field[threads] > 0x3FFF)])
-        return (descriptor.astype(np.int64) + delta,)
+        descriptor = descriptor.astype(np.int64, copy=False)
+        self._check_start_field(op, (descriptor & 0x3FFF) + delta)
+        return (descriptor + delta,)
 
     @impl(sm90.WgmmaMmaAsyncOp)
     def run_wgmma(self, interpreter: Interpreter, op: sm90.WgmmaMmaAsyncOp, args: PythonValues):
@@ -243,19 +263,19 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.Ex2ApproxOp)
     def run_ex2(self, interpreter: Interpreter, op: sm90.Ex2ApproxOp, args: PythonValues):
         with np.errstate(over="ignore"):
-            return (flush_f32(np.exp2(flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (_ftz(np.exp2(_ftz(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.RcpApproxOp)
     def run_rcp(self, interpreter: Interpreter, op: sm90.RcpApproxOp, args: PythonValues):
         with np.errstate(divide="ignore", over="ignore"):
-            return (flush_f32((1.0 / flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (_ftz((1.0 / _ftz(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.Lg2ApproxOp)
     def run_lg2(self, interpreter: Interpreter, op: sm90.Lg2ApproxOp, args: PythonValues):
         """`lg2.approx.ftz.f32`: the correctly rounded log2 of the flushed input (within
         `facts.LG2_APPROX_ERROR` of the hardware's); lg2(+-0) = -inf, lg2(x < 0) = NaN."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            return (np.log2(flush_f32(args[0]).astype(np.float64)).astype(np.float32),)
+            return (np.log2(_ftz(args[0]).astype(np.float64)).astype(np.float32),)
 
     @impl(sm90.TanhApproxOp)
     def run_tanh(self, interpreter: Interpreter, op: sm90.TanhApproxOp, args: PythonValues):
@@ -268,8 +288,8 @@ class Sm90Functions(InterpreterFunctions):
         """`rsqrt.approx.ftz.f32`: the correctly rounded 1/sqrt of the flushed input (within
         `approx.RSQRT_APPROX_RELATIVE_ERROR`); rsqrt(+-0) = +-inf, NaN for x < 0."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            x = flush_f32(args[0]).astype(np.float64)
-            return (flush_f32((1.0 / np.sqrt(x)).astype(np.float32)),)
+            x = _ftz(args[0]).astype(np.float64)
+            return (_ftz((1.0 / np.sqrt(x)).astype(np.float32)),)
 
     @impl(sm90.CvtOp)
     def run_cvt(self, interpreter: Interpreter, op: sm90.CvtOp, args: PythonValues):

@@ -30,9 +30,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects import func
+from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.interpreter import Interpreter, InterpreterFunctions, ReturnedValues, Successor
+from xdsl.interpreter import Interpreter, InterpreterFunctions, ReturnedValues, Successor, impl
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import InterpretationError
 
@@ -148,6 +148,20 @@ def _implementations(functions: Sequence[InterpreterFunctions]) -> dict[type, tu
     return interpreter._impls._impl_dict  # noqa: SLF001
 
 
+_XDSL_IMPL_CODE = impl(arith.AddiOp)(lambda functions, interpreter, op, args: ()).__code__
+"""The code of the wrapper xDSL's `impl` puts around an implementation (`_plain`)."""
+
+
+def _plain(implementation: Callable) -> Callable | None:
+    """The function xDSL's `impl` wrapped into `implementation` (it returns the result values; the wrapper only
+    packs them with no terminator value), or None if `implementation` is no such wrapper (a terminator's, or
+    another xDSL's): calling it directly spares an `OpImplResult` and a call at every run of an op."""
+    code = getattr(implementation, "__code__", None)
+    if code is not _XDSL_IMPL_CODE or "func" not in code.co_freevars:
+        return None
+    return implementation.__closure__[code.co_freevars.index("func")].cell_contents
+
+
 def _observer_key(listener: Interpreter.Listener) -> object:
     """What decides which ops `listener` observes, the same for every CTA of a launch: its `observes_key`
     (required with `observes`), None for a listener that observes every op."""
@@ -195,6 +209,7 @@ class _Steps:
                 raise InterpretationError(f"Could not find interpretation function for op {op.name}")
             return missing
         position, implementation = entry
+        plain = _plain(implementation)
         count = len(writes)
 
         def step(cta: CompiledCta):
@@ -212,10 +227,13 @@ class _Steps:
                 for j in before:
                     wills[j](op, args)
             try:
-                result = implementation(cta.functions[position], cta, op, args)
+                if plain is not None:
+                    results, terminator = plain(cta.functions[position], cta, op, args), None
+                else:
+                    result = implementation(cta.functions[position], cta, op, args)
+                    results, terminator = result.values, result.terminator_value
             except Exception as error:  # noqa: BLE001 - xDSL's handling: the op's error diagnostic
                 op.emit_error("Error while interpreting op", error)
-            results = result.values
             if len(results) != count:
                 raise InterpretationError(f"Number of operation results ({count}) doesn't match the number of "
                                           f"implementation results ({len(results)}) of {op.name}")
@@ -226,7 +244,7 @@ class _Steps:
             for slot, value in zip(writes, results):
                 values[slot] = value
             if followers is not None and followers.dropped is None:
-                if result.terminator_value is not None:
+                if terminator is not None:
                     cta.last_shadow = fargs
                 else:
                     try:
@@ -239,7 +257,7 @@ class _Steps:
                     else:
                         for slot, value in zip(writes, follower_results):
                             shadow[slot] = value
-            return result.terminator_value
+            return terminator
 
         return step
 

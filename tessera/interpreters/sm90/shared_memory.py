@@ -79,20 +79,24 @@ class SharedMemory:
         self.data = records(cta, size, 0, np.uint8)
         self.state = records(cta, size, 0, np.int8)
         self.barrier = records(cta, size, -1, np.int32)
-        self.phase = records(cta, size, 0, np.int64)
+        # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
+        # clocks): every copy that lands writes a box of them, and every CTA fills them
+        self.phase = records(cta, size, 0, np.int32)
         self.writer = records(cta, size, -1, np.int32)
         self.generic_writes = False
         """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
         -1, and a write has no generic write to be ordered after (`HappensBefore.check_write`)."""
-        self.written_at = records(cta, size, 0, np.int64)
+        self.written_at = records(cta, size, 0, np.int32)
         self.write_op = records(cta, size, -1, np.int32)
         self.is_mbarrier = records(cta, size, False, bool)
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
         self.buffers: dict[tuple[str, int], Buffer] = {}
-        # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts.
-        self.read_at = records(cta, size, -1, np.int64)
-        self.reader = records(cta, size, -1, np.int32)
+        # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts (a lone
+        # CTA has no peer to read them: None, and no per-byte records to fill for every CTA)
+        in_cluster = cta.cluster is not None
+        self.read_at = records(cta, size, -1, np.int64) if in_cluster else None
+        self.reader = records(cta, size, -1, np.int32) if in_cluster else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""

@@ -210,9 +210,10 @@ class WgmmaUnit:
         self.committed: list[list[int]] = [[] for _ in range(groups)]
         self.done = np.full(groups, -1, np.int64)
         self.registry: dict[int, Pending] = {}
-        # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none);
+        # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none; int32,
+        # as a CTA's group count stays far below 2^31: half the bytes every CTA fills);
         # group_ops[(w, g)]: the first wgmma of that group, for messages.
-        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int64)
+        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int32)
         self.newest_read = np.full(groups, -1, np.int64)  # the newest group of each warpgroup that read shared memory
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
