@@ -445,10 +445,10 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
 
     def launch_zeroed(kernel, *inputs, **sizes):
         time.sleep(0.001)  # the zero fills
-        launch.prepare(kernel, {}, {})()
+        launch.prepare_planned(kernel, None, {}, 0)()
         return [Tensor()] * (1 if kernel.config.builder.endswith("postprocess") else 3)
 
-    def prepare(kernel, views, sizes, *rest, **options):
+    def prepare_planned(kernel, plan, tensors, *rest, **options):
         return lambda: time.sleep(0.002)
 
     config = SimpleNamespace(attention=SimpleNamespace(head_dim=128, causal=False, dtype="bf16", scale=0.1,
@@ -458,7 +458,7 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
     monkeypatch.setattr(backward, "check_backward_arguments", lambda *arguments: config)
     monkeypatch.setattr(compiler, "compile_kernel", lambda c: SimpleNamespace(config=c))
     monkeypatch.setattr(launch, "launch_zeroed", launch_zeroed)
-    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "prepare_planned", prepare_planned)
     monkeypatch.setattr(tessera, "attention", lambda *a, **k: (Tensor(), Tensor()))
     q = Tensor()
     parts = backward_parts.measure(torch, q, q, q, q, causal=False, warmup=1, repeats=3)
@@ -468,6 +468,6 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
     assert {"check", "lookup", "preprocess", "main", "postprocess", "prepare[main]"} <= set(parts["host"])
     assert parts["wall"] >= parts["gpu_span"] >= sum(parts["kernel"].values()) + sum(parts["zero_fill"].values())
     assert parts["plain"] >= 9  # three parts of 3 ms
-    assert launch.launch_zeroed is launch_zeroed and launch.prepare is prepare  # restored
+    assert launch.launch_zeroed is launch_zeroed and launch.prepare_planned is prepare_planned  # restored
     assert compiler.compile_kernel(1).config == 1
     assert [r["seq"] for r in backward_parts.rows()] == [512, 1024, 2048] * 2

@@ -119,8 +119,22 @@ def lowering(config: KernelConfig) -> dict:
 
 
 def kernel_key(config: KernelConfig) -> str:
-    """The cache key of `config`'s kernel, compiled here: `lowering(config)` and the two versions."""
-    return cache_key(lowering(config), tessera_version(), ptxas_version())
+    """The cache key of `config`'s kernel, compiled here: `lowering(config)` and the two versions (worked out
+    once per configuration, versions and spilling rule: every GPU call looks its kernels up)."""
+    from tessera.lowering.fallback import spilling_allowed
+
+    known = (config, spilling_allowed(), tessera_version(), ptxas_version())
+    key = _KEYS.get(known)
+    if key is None:
+        if len(_KEYS) >= KEYS_KEPT:
+            _KEYS.pop(next(iter(_KEYS)))
+        key = _KEYS[known] = cache_key(lowering(config), tessera_version(), ptxas_version())
+    return key
+
+
+KEYS_KEPT = 1024
+"""Cache keys `kernel_key` keeps (the first kept is dropped for a new one)."""
+_KEYS: dict[tuple, str] = {}
 
 
 _COMPILED: dict[str, CompiledKernel] = {}
