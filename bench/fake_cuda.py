@@ -9,14 +9,17 @@ overhead benchmark (`launch_overhead.py`) and the runtime's tests (tests/test_ru
 - `FakeCudaTorch`: PyTorch as the runtime sees it (`tessera.runtime.launch._torch`), with CUDA tensors that
   are CPU tensors claiming device cuda:0 (`cuda_like`): `data_ptr()`, strides and dtypes are the real ones, so
   everything the runtime reads from a tensor is what it reads on a GPU. `zeros`/`empty` on a CUDA device make
-  such tensors (`zeros` is counted in `zero_fills`, the fill kernels a GPU would run), and `cuda.current_stream`
-  is a fixed stream. Nothing here imports torch: it takes the caller's.
+  such tensors (`zeros` is counted in `zero_fills`, the fill kernels a GPU would run), `cuda.current_stream`
+  is a fixed stream and `cuda.Event` reads the host clock (`FakeEvent`). Torch operations on a pretend CUDA
+  tensor give plain CPU tensors: wrap a result with `cuda_like` to pass it on. Nothing here imports torch: it
+  takes the caller's.
 """
 
 from __future__ import annotations
 
 import ctypes
 import enum
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -175,6 +178,19 @@ class FakeCudaApi:
         return None
 
 
+class FakeEvent:
+    """`torch.cuda.Event` on the host clock: `record` reads it, `elapsed_time` gives milliseconds."""
+
+    def __init__(self, enable_timing: bool = False):
+        self.at = None
+
+    def record(self, stream=None) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        return (other.at - self.at) * 1e3
+
+
 class FakeCudaTorch:
     """PyTorch as `tessera.runtime.launch` uses it, with CPU tensors standing for CUDA tensors (see the module
     docstring). Attributes other than those below are the real torch's."""
@@ -187,40 +203,50 @@ class FakeCudaTorch:
         host, whose cost on a GPU does not grow with the size: the fill is a kernel on the stream)."""
         self.zero_fills = 0
         """How many `zeros` on the CUDA device were made (a fill kernel each on a GPU)."""
-        self.device = torch.device("cuda", 0)
-        device = self.device
-
-        class CudaLike(torch.Tensor):
-            """A CPU tensor that says it is on cuda:0; torch operations on it give plain tensors (no
-            `__torch_function__` dispatch, which would add a Python call to every attribute the runtime reads)."""
-
-            __torch_function__ = torch._C._disabled_torch_function_impl
-            is_cuda = property(lambda self: True)
-            device = property(lambda self: device)
-
-        self.CudaLike = CudaLike
+        self._classes: dict[int, type] = {}
         stream = SimpleNamespace(cuda_stream=FAKE_STREAM)
         self.cuda = SimpleNamespace(current_stream=lambda device=None: stream, current_device=lambda: 0,
-                                    synchronize=lambda device=None: None)
+                                    synchronize=lambda device=None: None, Event=FakeEvent)
 
     def __getattr__(self, name):
         return getattr(self._torch, name)
 
-    def cuda_like(self, x):
-        """The CPU tensor `x` (its storage, strides and dtype) as a tensor on cuda:0."""
-        return x.as_subclass(self.CudaLike)
+    def cuda_like(self, x, index: int = 0):
+        """The CPU tensor `x` (its storage, strides and dtype) as a tensor on cuda:`index`."""
+        return x.as_subclass(self._class(index))
 
-    def _on_cuda(self, device) -> bool:
-        return device is not None and self._torch.device(device).type == "cuda"
+    def _class(self, index: int) -> type:
+        if index not in self._classes:
+            device = self._torch.device("cuda", index)
+
+            class CudaLike(self._torch.Tensor):
+                """A CPU tensor that says it is on a CUDA device; torch operations on it give plain tensors (no
+                `__torch_function__` dispatch, which would add a Python call to every attribute read)."""
+
+                __torch_function__ = self._torch._C._disabled_torch_function_impl
+                is_cuda = property(lambda self: True)
+                device = property(lambda self: device)
+
+            self._classes[index] = CudaLike
+        return self._classes[index]
+
+    def _cuda_index(self, device) -> int | None:
+        """The CUDA device index `device` names, None for another device."""
+        if device is None:
+            return None
+        device = self._torch.device(device)
+        return (device.index or 0) if device.type == "cuda" else None
 
     def zeros(self, *shape, dtype=None, device=None, **options):
-        if not self._on_cuda(device):
+        index = self._cuda_index(device)
+        if index is None:
             return self._torch.zeros(*shape, dtype=dtype, device=device, **options)
         self.zero_fills += 1
         make = self._torch.zeros if self.fill else self._torch.empty
-        return self.cuda_like(make(*shape, dtype=dtype, **options))
+        return self.cuda_like(make(*shape, dtype=dtype, **options), index)
 
     def empty(self, *shape, dtype=None, device=None, **options):
-        if not self._on_cuda(device):
+        index = self._cuda_index(device)
+        if index is None:
             return self._torch.empty(*shape, dtype=dtype, device=device, **options)
-        return self.cuda_like(self._torch.empty(*shape, dtype=dtype, **options))
+        return self.cuda_like(self._torch.empty(*shape, dtype=dtype, **options), index)

@@ -49,9 +49,9 @@ class LaunchPlan:
     """A kernel's launch on tensors of one signature, checked: `sizes` bound, `views` every tensor's shape,
     byte strides and element type (at address 0), `inputs` the sources of the inputs in order, `made` the
     (source, shape, dtype) of each output and scratch buffer to allocate (row-major), `outputs` the sources of
-    the outputs in argument order, the launch shape, the parameter layout, `map_sources` each tensor-map parameter's tensor. What it makes through a driver (the
-    encoded maps, by parameter and address; the launch configuration and its description for errors, by
-    stream) is kept for the last driver it was given."""
+    the outputs in argument order, the launch shape, the parameter layout, `map_sources` each tensor-map
+    parameter's tensor. What it makes through a driver (the encoded maps, by parameter and address; the launch
+    configuration and its description for errors, by stream) is kept for the last driver it was given."""
 
     host: object
     sizes: dict[str, int]

@@ -1,0 +1,179 @@
+"""Launch plans (`tessera.runtime.launch_plan`): the host path of a launch on CUDA tensors, run for real against
+the fake driver and pretend CUDA tensors of bench/fake_cuda.py (no GPU). A second call of one signature checks
+nothing again and encodes no tensor map, and makes no driver call but the context and the launch (no copy, no
+synchronisation); a call of another shape, stride, element type or device is checked again, with the diagnostic
+an unplanned call gets; a tensor map is never reused for another address or shape, and an address the driver
+would refuse is refused after a good call too. Counts, not times (bench/launch_overhead.py times them). The GEMM
+kernel (about 1 s to compile); the backward's three kernels under -m slow (about 5 s)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessera.runtime import launch as launch_module
+from tessera.runtime.compiler import compile_kernel
+from tessera.runtime.driver import Driver
+from tessera.runtime.gemm import gemm_config
+from tessera.runtime.launch_plan import forget_plans
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from fake_cuda import FakeCudaApi, FakeCudaTorch  # noqa: E402 - bench/ is not a package
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed")
+M = K = N = 128
+CONTEXT_AND_LAUNCH = ["cuCtxSetCurrent", "cuLaunchKernelEx"]
+"""The driver calls of a planned launch whose tensor maps are encoded already."""
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Every test compiles into one throwaway cache, never the user's."""
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernel-cache"))
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """(fake driver API, fake torch, counter of `check_inputs` calls) installed in `tessera.runtime.launch`; no plan
+    kept before or after."""
+    api, fake = FakeCudaApi(), FakeCudaTorch(torch)
+    driver = Driver(api)
+    checks = []
+    check_inputs = launch_module.check_inputs
+
+    def counted(*args, **kwargs):
+        checks.append(args[1])
+        return check_inputs(*args, **kwargs)
+
+    monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
+    monkeypatch.setattr(launch_module, "check_inputs", counted)
+    forget_plans()
+    yield api, fake, checks
+    forget_plans()
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return compile_kernel(gemm_config("bf16"))
+
+
+def cuda(fake, *shape, dtype=torch.bfloat16, index: int = 0):
+    return fake.cuda_like(torch.zeros(shape, dtype=dtype), index)
+
+
+def calls_of(api, call) -> list[str]:
+    """The driver calls `call()` makes."""
+    before = len(api.calls)
+    call()
+    return api.names()[before:]
+
+
+def test_a_second_call_of_one_signature_checks_nothing_again_and_encodes_nothing(gpu, kernel):
+    api, fake, checks = gpu
+    a, b = cuda(fake, M, K), cuda(fake, K, N)
+    first = calls_of(api, lambda: launch_module.run(kernel, a, b))
+    assert first.count("cuTensorMapEncodeTiled") == 2 and len(checks) == 1  # A's map and B's
+    assert calls_of(api, lambda: launch_module.run(kernel, a, b)) == CONTEXT_AND_LAUNCH
+    assert len(checks) == 1
+    first, second = api.launches[-2:]
+    assert first.grid == second.grid and first.stream == second.stream == 0x5EED
+    # the parameters differ in C's address only: a fresh output each call
+    assert len({x.data_ptr() for x in (launch_module.run(kernel, a, b), launch_module.run(kernel, a, b))}) == 2
+
+
+def test_a_new_address_gets_its_own_map_checked_and_encoded(gpu, kernel):
+    api, fake, checks = gpu
+    a, b = cuda(fake, M, K), cuda(fake, K, N)
+    launch_module.run(kernel, a, b)
+    other = cuda(fake, M, K)
+    assert calls_of(api, lambda: launch_module.run(kernel, other, b)) == [
+        "cuTensorMapEncodeTiled", "cuCtxSetCurrent", "cuLaunchKernelEx"]
+    assert api.maps[-1][2] == other.data_ptr() and len(checks) == 1
+    # 2 bytes past a 16-byte boundary: refused by the rule, as on a first call, before the driver is asked
+    misaligned = cuda(fake, M * K + 8).narrow(0, 1, M * K).view(M, K)
+    with pytest.raises(ValueError, match=r"gemm_bf16: tensor map A_map128 \(tensor 0\): cuTensorMapEncodeTiled would "
+                                         r"refuse it: .*globalAddress must be 16-byte aligned"):
+        calls_of(api, lambda: launch_module.run(kernel, fake.cuda_like(misaligned), b))
+    assert calls_of(api, lambda: launch_module.run(kernel, a, b)) == CONTEXT_AND_LAUNCH  # both maps kept
+
+
+@pytest.mark.parametrize("change", ["shape", "stride", "dtype", "device"])
+def test_another_signature_is_checked_again(gpu, kernel, change):
+    """One call plans; a call whose A differs in one of what the checks read is checked again and gets the
+    diagnostic a call with nothing planned gets."""
+    api, fake, checks = gpu
+    a, b = cuda(fake, M, K), cuda(fake, K, N)
+    launch_module.run(kernel, a, b)
+    wide = cuda(fake, M, 2 * K)
+    changed = {"shape": fake.cuda_like(a[: M // 2]),  # A's address, half its rows
+               "stride": fake.cuda_like(wide[:, :K]),  # A's shape, rows 512 bytes apart
+               "dtype": cuda(fake, M, K, dtype=torch.float16),
+               "device": cuda(fake, M, K, index=1)}[change]
+    if change == "device":
+        b = cuda(fake, K, N, index=1)
+    if change in ("shape", "stride"):
+        before = len(api.maps)
+        launch_module.run(kernel, changed, b)
+        encoded, _ = api.maps[before:]  # A's map for its new dims or strides, B's in the new plan
+        assert encoded[2] == changed.data_ptr() and list(encoded[3]) == list(reversed(changed.shape))
+        assert list(encoded[4]) == [changed.stride(0) * 2]
+    else:
+        with pytest.raises(Exception) as planned:
+            launch_module.run(kernel, changed, b)
+        forget_plans()
+        with pytest.raises(type(planned.value)) as unplanned:
+            launch_module.run(kernel, changed, b)
+        assert str(planned.value) == str(unplanned.value)
+        assert {"dtype": "input tensor 0 (A_map128) must be bfloat16, got float16",
+                "device": "no CUDA device 1: the driver sees 1 device(s)"}[change] in str(planned.value)
+    assert len(checks) >= 2
+
+
+def test_a_plan_is_kept_per_host_description(gpu, kernel):
+    """A plan is its kernel's: another host description (an equal copy here) on tensors of the same signature is
+    planned (checked) afresh."""
+    api, fake, checks = gpu
+    a, b = cuda(fake, M, K), cuda(fake, K, N)
+    launch_module.run(kernel, a, b)
+    launch_module.run(dataclasses.replace(kernel, host=dataclasses.replace(kernel.host)), a, b)
+    assert len(checks) == 2
+
+
+@pytest.mark.slow
+def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once(gpu):
+    """`tessera.attention_backward` on CUDA tensors: per call three launches, no copy between host and device, no
+    synchronisation, every output zeroed on the stream; each tensor map encoded once per address (the fake's
+    allocations move, as a caching allocator's need not); a second call plans nothing."""
+    import tessera
+
+    api, fake, checks = gpu
+    q, k, v, do = (cuda(fake, 1, 2, 200, 64) for _ in range(4))
+    o, lse = cuda(fake, 1, 2, 200, 64), cuda(fake, 1, 2, 200, dtype=torch.float32)
+    tessera.attention_backward(q, k, v, o, lse, do)
+    planned = len(checks)
+    fills = fake.zero_fills
+    names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do))
+    assert len(checks) == planned == 3
+    assert names.count("cuLaunchKernelEx") == 3 and fake.zero_fills - fills == 7
+    assert set(names) <= {"cuCtxSetCurrent", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"}
+    assert len(set(map(repr, api.maps))) == len(api.maps)  # no map encoded twice
+
+
+def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
+    """bench/backward_parts.py (the GPU session's stage) wraps runtime functions by name: through the real
+    `launch_zeroed`, its timers see the part's zero fills, its prepare and its kernel (a renamed function would
+    leave them empty)."""
+    import backward_parts
+
+    api, fake, _ = gpu
+    with backward_parts.instrumented(fake) as calls:
+        backward_parts.new_call(calls)
+        launch_module.launch_zeroed(kernel, cuda(fake, M, K), cuda(fake, K, N))
+    (call,) = calls
+    assert set(call["spans"]) == set(call["kernels"]) == {"gemm"} and {"gemm", "prepare[gemm]"} <= set(call["host"])
+    assert launch_module.launch_zeroed.__name__ == "launch_zeroed"  # restored
