@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
+from tessera.runtime.compiler import remembered
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
@@ -58,7 +59,6 @@ def _dtype_name(x) -> str:
 def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level):
     """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
     TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
-    from tessera.kernels import BackwardConfig
     from tessera.kernels.attention_backward_config import HEAD_DIMS
     from tessera.runtime.launch import is_torch_tensor
 
@@ -105,9 +105,16 @@ def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, 
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     try:
-        return BackwardConfig.checked(head_dim, causal, DTYPES[names["q"]], scale, deterministic=deterministic)
+        return _checked_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
     except ValueError as error:
         raise ValueError(f"{WHERE}: {error}") from None
+
+
+@remembered
+def _checked_config(head_dim, causal, dtype, scale, deterministic):
+    from tessera.kernels import BackwardConfig
+
+    return BackwardConfig.checked(head_dim, causal, dtype, scale, deterministic=deterministic)
 
 
 def _builder_options(config) -> dict:
@@ -233,11 +240,16 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
 def kernel_configs(config) -> list:
     """The `KernelConfig`s of the three kernels (preprocess, main, postprocess) that the GPU runs for `config` (a
     `BackwardConfig`), with the backward's pipeline: the kernel cache's keys."""
+    return list(_kernel_configs(config, _pipeline()))
+
+
+@remembered
+def _kernel_configs(config, pipeline: str) -> tuple:
     from tessera.runtime.compiler import KernelConfig
 
     options = _builder_options(config)
-    return [KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options)
-            for part in ("preprocess", "main", "postprocess")]
+    return tuple(KernelConfig.of(f"attention_backward_{part}", pipeline, **options)
+                 for part in ("preprocess", "main", "postprocess"))
 
 
 def _run_gpu(config, q, k, v, o, lse, do):

@@ -58,6 +58,27 @@ class KernelConfig:
         return f"{self.builder}(" + ", ".join(f"{k}={v!r}" for k, v in self.options) + ")"
 
 
+def remembered(function):
+    """`function` (checked arguments -> a configuration, raising on bad ones) remembered per arguments, so that
+    every GPU call of an entry point does not check and build its kernels' configurations again. Arguments are
+    told apart by type too (True from 1, 0.5 from numpy's 0.5: each is checked once for itself); a call with an
+    argument that cannot be hashed, or one that raises, is not remembered (it raises again)."""
+    kept = functools.lru_cache(maxsize=REMEMBERED, typed=True)(function)
+
+    @functools.wraps(function)
+    def configuration(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return function(*args, **kwargs)
+        return kept(*args, **kwargs)
+    return configuration
+
+
+REMEMBERED = 256
+"""Configurations `remembered` keeps per function (the least recently used is dropped for a new one)."""
+
+
 @dataclass(frozen=True)
 class CompiledKernel:
     """A kernel ready to load: PTX, cubin (None without ptxas), and its host description."""
