@@ -18,7 +18,7 @@ from tessera.runtime import launch as launch_module
 from tessera.runtime.compiler import compile_kernel
 from tessera.runtime.driver import Driver
 from tessera.runtime.gemm import gemm_config
-from tessera.runtime.launch_plan import forget_plans
+from tessera.runtime.launch_plan import forget_plans, signature
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
@@ -132,6 +132,13 @@ def test_another_signature_is_checked_again(gpu, kernel, change):
         assert {"dtype": "input tensor 0 (A_map128) must be bfloat16, got float16",
                 "device": "no CUDA device 1: the driver sees 1 device(s)"}[change] in str(planned.value)
     assert len(checks) >= 2
+
+
+def test_launch_sizes_are_told_apart_by_type():
+    """bind_launch_sizes refuses True where it takes 1: the two are different signatures (and a size that cannot
+    be hashed is not planned, so that the checks name it)."""
+    assert signature([], {"seq_q": True}) != signature([], {"seq_q": 1}) == signature([], {"seq_q": 1})
+    assert signature([], {"seq_q": [1]}) is None
 
 
 def test_a_plan_is_kept_per_host_description(gpu, kernel):

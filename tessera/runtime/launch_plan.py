@@ -37,11 +37,17 @@ step's layers each launch on their own tensors, and PyTorch's caching allocator 
 addresses the last call of that shape freed."""
 
 
-def signature(inputs: Sequence, launch: Mapping[str, int] | None) -> tuple:
+def signature(inputs: Sequence, launch: Mapping[str, int] | None) -> tuple | None:
     """What the planned checks read of `inputs` (PyTorch CUDA tensors: the caller knows) and the launch sizes:
-    each tensor's shape, strides, element type and device."""
-    return (tuple((tuple(x.shape), x.stride(), x.dtype, x.device) for x in inputs),
-            tuple(sorted((launch or {}).items())))
+    each tensor's shape, strides, element type and device, each launch size's value and type (True is refused
+    where 1 is taken); None when a launch size cannot be hashed (not planned: the checks say what is wrong)."""
+    key = (tuple((tuple(x.shape), x.stride(), x.dtype, x.device) for x in inputs),
+           tuple(sorted((name, type(value), value) for name, value in (launch or {}).items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 @dataclass
