@@ -154,8 +154,9 @@ def test_a_plan_is_kept_per_host_description(gpu, kernel):
 @pytest.mark.slow
 def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once(gpu):
     """`tessera.attention_backward` on CUDA tensors: per call three launches, no copy between host and device, no
-    synchronisation, every output zeroed on the stream; each tensor map encoded once per address (the fake's
-    allocations move, as a caching allocator's need not); a second call plans nothing."""
+    synchronisation, two zero fills on the stream (the main kernel's dK and dV; it adds dQ into the
+    preprocess's dq_accum); each tensor map encoded once per address (the fake's allocations move, as a
+    caching allocator's need not); a second call plans nothing."""
     import tessera
 
     api, fake, checks = gpu
@@ -166,15 +167,15 @@ def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once
     fills = fake.zero_fills
     names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do))
     assert len(checks) == planned == 3
-    assert names.count("cuLaunchKernelEx") == 3 and fake.zero_fills - fills == 7
+    assert names.count("cuLaunchKernelEx") == 3 and fake.zero_fills - fills == 2  # dK and dV only
     assert set(names) <= {"cuCtxSetCurrent", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"}
     assert len(set(map(repr, api.maps))) == len(api.maps)  # no map encoded twice
 
 
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
     """bench/backward_parts.py (the GPU session's stage) wraps runtime functions by name: through the real
-    `launch_zeroed`, its timers see the part's zero fills, its prepare and its kernel (a renamed function would
-    leave them empty)."""
+    `launch_zeroed` (which calls `launch_on_tensors`, as the backward does), its timers see the part's zero
+    fills, its prepare and its kernel (a renamed function would leave them empty)."""
     import backward_parts
 
     api, fake, _ = gpu
@@ -183,4 +184,40 @@ def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
         launch_module.launch_zeroed(kernel, cuda(fake, M, K), cuda(fake, K, N))
     (call,) = calls
     assert set(call["spans"]) == set(call["kernels"]) == {"gemm"} and {"gemm", "prepare[gemm]"} <= set(call["host"])
-    assert launch_module.launch_zeroed.__name__ == "launch_zeroed"  # restored
+    assert launch_module.launch_on_tensors.__name__ == "launch_on_tensors"  # restored
+
+
+def test_the_backward_preprocess_and_postprocess_write_every_element(rng):
+    """The GPU path gives the preprocess and the postprocess outputs without a zero fill, and the main kernel adds
+    into the preprocess's dq_accum (`attention_backward._run_torch`): at Tile level, on outputs that start as
+    NaN, both write every element (dPsum, LSE2, dq_accum = 0 on the padding rows too; dQ), as on zeroed ones."""
+    import numpy as np
+
+    from tessera import api
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+    from tessera.numerics import BF16
+    from tessera.runtime.attention_backward import _builder_options, check_backward_arguments
+    from tessera.runtime.compiler import KernelConfig, built_module
+
+    o, do = (rng.standard_normal((1, 2, 70, 64)).astype(BF16) for _ in range(2))
+    lse = rng.standard_normal((1, 2, 70)).astype(np.float32)
+    lse[0, 1, 3] = -np.inf  # a row that sees no key
+    config = check_backward_arguments(o, o, o, o, lse, do, False, None, False, "tile")
+    kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))
+
+    def run(module, inputs, fill, **sizes):
+        sig = api.find_kernel(module)
+        arguments, bound = prepare_arguments(sig, inputs, sizes)
+        for array, arg in zip(arguments, sig.args):
+            if arg.role != "in":
+                array[...] = fill
+        run_grid(sig, module, arguments, bound)
+        return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+    zeroed, unfilled = (run(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
+    assert not np.isnan(unfilled[2]).any() and not unfilled[2].any()  # dq_accum = 0, all 128 rows
+    for a, b in zip(zeroed, unfilled):
+        assert np.array_equal(a, b)
+    dq_accum = rng.standard_normal(zeroed[2].shape).astype(np.float32)
+    zeroed, unfilled = (run(kernels.postprocess, [dq_accum], fill, seq_q=70) for fill in (0, np.nan))
+    assert np.array_equal(zeroed[0].astype(np.float32), unfilled[0].astype(np.float32))

@@ -272,12 +272,14 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):
-    """The three kernels on CUDA tensors, on torch's current stream; every output and scratch buffer is
-    allocated zeroed (dq_accum is added into; the semaphores count from 0): `launch_zeroed`."""
+    """The three kernels on CUDA tensors, on torch's current stream (`launch_on_tensors`). The preprocess writes
+    every element of dPsum, LSE2 and dq_accum, padding rows included (dq_accum = 0: `padded_rows`), and the
+    postprocess every element of dQ, so their outputs are not zero-filled first; the main kernel adds into the
+    preprocess's dq_accum, and its dK and dV (and semaphores) are allocated zeroed, as before."""
 
-    from tessera.runtime.launch import launch_zeroed
+    from tessera.runtime.launch import launch_on_tensors
 
-    dpsum, lse2, _ = launch_zeroed(pre, o, do, lse.contiguous())
-    dq_accum, dk, dv = launch_zeroed(main, q, k, v, do, lse2, dpsum)
-    (dq,) = launch_zeroed(post, dq_accum, seq_q=q.shape[2])
+    dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.contiguous(), zeroed=False)
+    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, dpsum, into={6: dq_accum})
+    (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])
     return dq, dk, dv

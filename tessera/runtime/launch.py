@@ -322,10 +322,10 @@ def _cuda_device(kernel: CompiledKernel, inputs: Sequence, refusal: str):
 
 
 def _on_tensors(kernel: CompiledKernel, inputs: Sequence, sizes: Mapping[str, int] | None, stream: int | None,
-                zeroed: bool) -> tuple[PreparedLaunch, list]:
-    """`prepare_torch` and `launch_zeroed`: the checks (planned, `launch_plan`; the compiled module's every
-    call), then the outputs and scratch buffers allocated on the inputs' device (zeroed: `torch.zeros`, a fill
-    on the stream) and the launch prepared (`prepare_planned`)."""
+                zeroed: bool, into: Mapping[int, object] | None = None) -> tuple[PreparedLaunch, list]:
+    """`prepare_torch` and `launch_on_tensors`: the checks (planned, `launch_plan`; the compiled module's every
+    call), then the outputs and scratch buffers given (`into`, checked) or allocated on the inputs' device
+    (zeroed: `torch.zeros`, a fill on the stream) and the launch prepared (`prepare_planned`)."""
     torch = _torch()
     plan = plan_for(kernel, inputs, sizes)
     check_compiled_launch(f"@{kernel.name}", kernel, inputs, plan.sizes)  # before the GPU is asked
@@ -334,10 +334,30 @@ def _on_tensors(kernel: CompiledKernel, inputs: Sequence, sizes: Mapping[str, in
         stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
     allocate = torch.zeros if zeroed else torch.empty
-    made = {source: allocate(shape, dtype=_torch_dtype(dtype), device=device) for source, shape, dtype in plan.made}
+    into = into or {}
+    unknown = set(into) - {source for source, _, _ in plan.made}
+    if unknown:
+        raise ValueError(f"@{kernel.name}: no output or scratch buffer {', '.join(map(str, sorted(unknown)))} to give "
+                         f"(its outputs and scratch buffers: {', '.join(str(source) for source, _, _ in plan.made)})")
+    made = {source: _given(kernel, source, into[source], shape, dtype, device) if source in into else
+            allocate(shape, dtype=_torch_dtype(dtype), device=device) for source, shape, dtype in plan.made}
     tensors = {**dict(zip(plan.inputs, inputs)), **made}
     launch = prepare_planned(kernel, plan, tensors, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))
     return launch, [made[source] for source in plan.outputs]
+
+
+def _given(kernel: CompiledKernel, source: int, x, shape: tuple[int, ...], dtype: np.dtype, device):
+    """`x`, given as the kernel's tensor `source`, if it is the contiguous CUDA tensor on `device` of the shape
+    and element type the kernel writes there; ValueError naming what differs otherwise."""
+    if not (is_torch_tensor(x) and x.is_cuda and x.device == device and tuple(x.shape) == tuple(shape)
+            and element_dtype(x) == dtype and x.is_contiguous()):
+        got = type(x).__name__
+        if is_torch_tensor(x):
+            got = f"a {dtype_name(x)} tensor of shape {tuple(x.shape)} on {x.device}"
+            got += "" if x.is_contiguous() else ", not contiguous"
+        raise ValueError(f"@{kernel.name}: tensor {source} must be a contiguous {dtype.name} tensor of shape "
+                         f"{tuple(shape)} on {device}, got {got}")
+    return x
 
 
 def prepare_planned(kernel: CompiledKernel, plan: LaunchPlan, tensors: Mapping[int, object], stream: int,
@@ -393,9 +413,19 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 # endregion
 
 
+def launch_on_tensors(kernel, *inputs, zeroed: bool = True, into: Mapping[int, object] | None = None,
+                      **launch: int) -> list:
+    """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) and return its outputs
+    in argument order. Its outputs and scratch buffers are those given in `into` (by Tile IR argument index; the
+    caller vouches for their contents, which the kernel may add into) or allocated here: zeroed on the stream
+    with `zeroed` (for a kernel that adds into them or leaves elements unwritten), else left as allocated (for a
+    kernel that writes every element). `launch`: the kernel's launch sizes."""
+    prepared, outputs = _on_tensors(kernel, inputs, launch, None, zeroed, into)
+    prepared()
+    return outputs
+
+
 def launch_zeroed(kernel, *inputs, **launch: int) -> list:
     """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
     scratch buffers allocated zeroed; its outputs in argument order. `launch`: the kernel's launch sizes."""
-    prepared, outputs = _on_tensors(kernel, inputs, launch, None, zeroed=True)
-    prepared()
-    return outputs
+    return launch_on_tensors(kernel, *inputs, **launch)
