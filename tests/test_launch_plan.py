@@ -221,3 +221,23 @@ def test_the_backward_preprocess_and_postprocess_write_every_element(rng):
     dq_accum = rng.standard_normal(zeroed[2].shape).astype(np.float32)
     zeroed, unfilled = (run(kernels.postprocess, [dq_accum], fill, seq_q=70) for fill in (0, np.nan))
     assert np.array_equal(zeroed[0].astype(np.float32), unfilled[0].astype(np.float32))
+
+
+def test_given_outputs_are_checked(gpu, kernel):
+    """`launch_on_tensors(..., into=)` takes an output of the kernel's shape, element type and device, contiguous,
+    and refuses anything else by name (C of the GEMM is tensor 2: f32 [M, N])."""
+    api, fake, _ = gpu
+    a, b = cuda(fake, M, K), cuda(fake, K, N)
+    c = cuda(fake, M, N, dtype=torch.float32)
+    (out,) = launch_module.launch_on_tensors(kernel, a, b, into={2: c})
+    assert out is c and api.names()[-1] == "cuLaunchKernelEx"
+    wrong = {"shape": (cuda(fake, M, N + 8, dtype=torch.float32), r"got a float32 tensor of shape \(128, 136\)"),
+             "dtype": (cuda(fake, M, N), r"got a bfloat16 tensor"),
+             "layout": (fake.cuda_like(cuda(fake, N, M, dtype=torch.float32).t()), r"got .*, not contiguous"),
+             "device": (cuda(fake, M, N, dtype=torch.float32, index=1), r"got .* on cuda:1")}
+    for given, message in wrong.values():
+        with pytest.raises(ValueError, match=r"@gemm_bf16: tensor 2 must be a contiguous float32 tensor of shape "
+                                             rf"\(128, 128\) on cuda:0, {message}"):
+            launch_module.launch_on_tensors(kernel, a, b, into={2: given})
+    with pytest.raises(ValueError, match=r"no output or scratch buffer 0 to give \(its outputs and scratch buffers: 2\)"):
+        launch_module.launch_on_tensors(kernel, a, b, into={0: c})
