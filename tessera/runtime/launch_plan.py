@@ -20,6 +20,7 @@ lists) depend on more than the signature and run on every call, outside the plan
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -77,10 +78,11 @@ class LaunchPlan:
     configs: dict[int, tuple[object, str]] = field(default_factory=dict)
 
     def _through(self, driver) -> None:
-        if self.driver is not driver:
-            self.driver = driver
-            self.maps.clear()
-            self.configs.clear()
+        with _LOCK:
+            if self.driver is not driver:
+                self.driver = driver
+                self.maps.clear()
+                self.configs.clear()
 
     def parameters(self, driver, addresses: Mapping[int, int]) -> tuple[ParameterBuffer,
                                                                         dict[str, TensorMapArguments]]:
@@ -102,13 +104,14 @@ class LaunchPlan:
         views = {source: replace(view, address=addresses[source]) for source, view in self.views.items()}
         found = {}
         for name, arguments in tensor_map_arguments(self.host, self.sizes, views).items():
-            kept = self.maps.setdefault(name, OrderedDict())
-            address = addresses[self.map_sources[name]]
-            if address not in kept:
-                if len(kept) >= MAPS_KEPT:
-                    kept.popitem(last=False)
-                kept[address] = (arguments, driver.encode_tensor_map(arguments, self.host.kernel))
-            found[name] = kept[address]
+            with _LOCK:
+                kept = self.maps.setdefault(name, OrderedDict())
+                address = addresses[self.map_sources[name]]
+                if address not in kept:
+                    if len(kept) >= MAPS_KEPT:
+                        kept.popitem(last=False)
+                    kept[address] = (arguments, driver.encode_tensor_map(arguments, self.host.kernel))
+                found[name] = kept[address]
         return found
 
     def config(self, driver, stream: int) -> tuple[object, str]:
@@ -120,27 +123,32 @@ class LaunchPlan:
                                           self.explicit_cluster)
             detail = (f"grid {self.grid}, block {self.block}, cluster {self.cluster}, dynamic shared memory "
                       f"{self.smem_bytes} bytes, stream {stream:#x}")
-            known = self.configs[stream] = (config, detail)
+            with _LOCK:
+                known = self.configs.setdefault(stream, (config, detail))
         return known
 
 
 _PLANS: OrderedDict[tuple, LaunchPlan] = OrderedDict()
+_LOCK = threading.Lock()
+"""Held while the kept plans, or a plan's maps and configurations, change (threads may launch at once)."""
 
 
 def kept_plan(host, key: tuple) -> LaunchPlan | None:
     """The plan kept for `host`'s kernel on tensors of signature `key` (`signature`), or None."""
-    plan = _PLANS.get((id(host), key))
-    if plan is None or plan.host is not host:  # the plan holds its host: an id names no other while it is kept
-        return None
-    _PLANS.move_to_end((id(host), key))
+    with _LOCK:
+        plan = _PLANS.get((id(host), key))
+        if plan is None or plan.host is not host:  # the plan holds its host: an id names no other while it is kept
+            return None
+        _PLANS.move_to_end((id(host), key))
     return plan
 
 
 def keep_plan(key: tuple, plan: LaunchPlan) -> None:
     """Keep `plan` for tensors of signature `key` (dropping the least recently used past `PLANS_KEPT`)."""
-    if len(_PLANS) >= PLANS_KEPT:
-        _PLANS.popitem(last=False)
-    _PLANS[(id(plan.host), key)] = plan
+    with _LOCK:
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.popitem(last=False)
+        _PLANS[(id(plan.host), key)] = plan
 
 
 def made_plan(host, sizes: Mapping[str, int], views: Mapping[int, TensorView], launch_shape: tuple) -> LaunchPlan:
@@ -158,4 +166,5 @@ def made_plan(host, sizes: Mapping[str, int], views: Mapping[int, TensorView], l
 
 def forget_plans() -> None:
     """Drop every kept plan (and with them the encoded tensor maps)."""
-    _PLANS.clear()
+    with _LOCK:
+        _PLANS.clear()
