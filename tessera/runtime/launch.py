@@ -10,9 +10,11 @@
 PyTorch is never imported here: a tensor is recognised only if the caller's torch is already loaded.
 
 Every host-side check (sizes bound from the shapes, element types, tensor-map rules, grid limits) runs
-before the driver is touched, so a wrong call fails the same way with or without a GPU. `prepare` does the
-per-call work once (encode the tensor maps, pack the parameters) and returns a launch that only calls
-`cuLaunchKernelEx`, which is what the benchmarks time.
+before the driver is touched, so a wrong call fails the same way with or without a GPU. On CUDA tensors the
+checks run once per signature (shapes, strides, element types, device, launch sizes: `plan_for`, whose plans
+`tessera.runtime.launch_plan` keeps) and a tensor map is encoded once per address. `prepare` (`prepare_planned`
+on CUDA tensors) does the per-call work once (encode the tensor maps, pack the parameters) and returns a launch
+that only calls `cuLaunchKernelEx`, which is what the benchmarks time.
 """
 
 from __future__ import annotations
@@ -362,7 +364,7 @@ def _given(kernel: CompiledKernel, source: int, x, shape: tuple[int, ...], dtype
 
 def prepare_planned(kernel: CompiledKernel, plan: LaunchPlan, tensors: Mapping[int, object], stream: int,
                     device: int = 0, driver: Driver | None = None, keep: tuple = ()) -> PreparedLaunch:
-    """`prepare` for a planned launch (`launch_plan.plan_for`) on `tensors` (CUDA tensors by Tile IR argument
+    """`prepare` for a planned launch (`plan_for`) on `tensors` (CUDA tensors by Tile IR argument
     index): the parameters packed for their addresses (tensor maps encoded only for addresses not seen), the
     kept launch configuration, the kernel loaded."""
     driver = driver or get_driver()
