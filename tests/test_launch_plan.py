@@ -241,3 +241,22 @@ def test_given_outputs_are_checked(gpu, kernel):
             launch_module.launch_on_tensors(kernel, a, b, into={2: given})
     with pytest.raises(ValueError, match=r"no output or scratch buffer 0 to give \(its outputs and scratch buffers: 2\)"):
         launch_module.launch_on_tensors(kernel, a, b, into={0: c})
+
+
+@pytest.mark.slow
+def test_the_overhead_benchmark_counts_the_driver_calls_of_each_entry_point():
+    """bench/launch_overhead.py through the public entry points at its shapes (the head_dim 128 kernels: about
+    15 s to compile): a planned call's driver calls are one context and one launch per kernel, and only the
+    backward's dK and dV are zero-filled."""
+    import launch_overhead
+
+    results = launch_overhead.measure(calls=2, repeats=1)
+    expected = {"forward": (1, 0), "backward": (3, 2), "gemm": (1, 0)}
+    for name, (kernels, fills) in expected.items():
+        row = results[name]
+        calls = row["driver_calls"]
+        assert calls["cuCtxSetCurrent"] == calls["cuLaunchKernelEx"] == kernels
+        # a map of an output whose fake allocation moved may be encoded (a caching allocator's need not move)
+        assert set(calls) <= {"cuCtxSetCurrent", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"}
+        assert row["zero_fills"] == fills and row["planned_speedup"] > 0
+        assert {"check", "lookup", "plan", "prepare", "launch", "allocate"} <= set(row["stages_us"])
