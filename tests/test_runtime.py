@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -61,7 +60,7 @@ from tessera.sm90.facts import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fake_cuda import FakeCudaApi, FakeCudaTorch, FakeResult  # noqa: E402 - bench/ is not a package
+from fake_cuda import FakeCudaApi, FakeResult  # noqa: E402 - bench/ is not a package
 GPU_REASON = cuda_unavailable_reason()
 needs_gpu = pytest.mark.gpu  # skipped without a GPU by tests/conftest.py; bench/gpu_session.py runs these
 needs_no_gpu = pytest.mark.skipif(GPU_REASON is None, reason="a GPU is present; this checks the no-GPU behaviour")
