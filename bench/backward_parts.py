@@ -4,8 +4,8 @@
 The first H200 session measured the backward at 46 TFLOP/s at seq 512 and 118 at 2k against 310-489 from 4k up
 (head_dim 128): a fixed cost per call. `tessera.attention_backward` on CUDA tensors checks its arguments, looks
 its three kernels up (`compile_kernel`: in memory after the first call), then for each of preprocess (dO.O), main
-and postprocess (dQ's conversion) allocates its outputs and launches it (`launch_on_tensors`: the zero fills of
-the main kernel's dK and dV are kernels too; `prepare_planned` packs the parameters on the
+and postprocess (dQ's conversion) allocates its outputs and launches it (`launch_on_tensors`: no zero fill
+but the deterministic kernel's semaphores; `prepare_planned` packs the parameters on the
 host, encoding a tensor map only for an address it has not seen, `tessera.runtime.launch_plan`). `instrumented`
 wraps those four functions of the runtime, unchanged, with timers: host seconds around each (perf_counter), CUDA
 events on the current stream around each `launch_on_tensors` (zero fills and kernel) and around the kernel's own

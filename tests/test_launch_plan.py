@@ -154,9 +154,9 @@ def test_a_plan_is_kept_per_host_description(gpu, kernel):
 @pytest.mark.slow
 def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once(gpu):
     """`tessera.attention_backward` on CUDA tensors: per call three launches, no copy between host and device, no
-    synchronisation, two zero fills on the stream (the main kernel's dK and dV; it adds dQ into the
-    preprocess's dq_accum); each tensor map encoded once per address (the fake's allocations move, as a
-    caching allocator's need not); a second call plans nothing."""
+    synchronisation, no zero fill (the main kernel adds dQ into the preprocess's dq_accum); each tensor map
+    encoded once per address (the fake's allocations move, as a caching allocator's need not); a second call
+    plans nothing. The deterministic kernel's semaphores are zeroed."""
     import tessera
 
     api, fake, checks = gpu
@@ -167,9 +167,11 @@ def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once
     fills = fake.zero_fills
     names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do))
     assert len(checks) == planned == 3
-    assert names.count("cuLaunchKernelEx") == 3 and fake.zero_fills - fills == 2  # dK and dV only
+    assert names.count("cuLaunchKernelEx") == 3 and fake.zero_fills == fills == 0
     assert set(names) <= {"cuCtxSetCurrent", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"}
     assert len(set(map(repr, api.maps))) == len(api.maps)  # no map encoded twice
+    tessera.attention_backward(q, k, v, o, lse, do, deterministic=True)
+    assert fake.zero_fills == 1  # its semaphores, which count from 0
 
 
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
@@ -187,10 +189,17 @@ def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
     assert launch_module.launch_on_tensors.__name__ == "launch_on_tensors"  # restored
 
 
-def test_the_backward_preprocess_and_postprocess_write_every_element(rng):
-    """The GPU path gives the preprocess and the postprocess outputs without a zero fill, and the main kernel adds
-    into the preprocess's dq_accum (`attention_backward._run_torch`): at Tile level, on outputs that start as
-    NaN, both write every element (dPsum, LSE2, dq_accum = 0 on the padding rows too; dQ), as on zeroed ones."""
+@pytest.mark.parametrize("head_dim, heads_k, seq_q, seq_k, causal, deterministic", [
+    (64, 2, 70, 90, False, False),     # the query-rows main kernel
+    (64, 1, 90, 70, True, False),      # GQA, causal, more queries than keys
+    (128, 2, 70, 130, True, True),     # the key-rows main kernel, its semaphores
+], ids=["d64", "d64-gqa-causal", "d128-causal-deterministic"])
+def test_the_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, head_dim, heads_k, seq_q, seq_k,
+                                                                          causal, deterministic):
+    """The GPU path zero-fills none of the backward's buffers but the semaphores (`attention_backward._run_torch`):
+    at Tile level, on outputs that start as NaN, the preprocess writes every element (dPsum, LSE2, dq_accum = 0 on
+    the padding rows too), the main kernel every element of dK and dV (adding into the preprocess's dq_accum), the
+    postprocess every element of dQ: the results are those of zeroed outputs, bit for bit."""
     import numpy as np
 
     from tessera import api
@@ -199,28 +208,35 @@ def test_the_backward_preprocess_and_postprocess_write_every_element(rng):
     from tessera.runtime.attention_backward import _builder_options, check_backward_arguments
     from tessera.runtime.compiler import KernelConfig, built_module
 
-    o, do = (rng.standard_normal((1, 2, 70, 64)).astype(BF16) for _ in range(2))
-    lse = rng.standard_normal((1, 2, 70)).astype(np.float32)
+    q, o, do = (rng.standard_normal((1, 2, seq_q, head_dim)).astype(BF16) for _ in range(3))
+    k, v = (rng.standard_normal((1, heads_k, seq_k, head_dim)).astype(BF16) for _ in range(2))
+    lse = rng.standard_normal((1, 2, seq_q)).astype(np.float32)
     lse[0, 1, 3] = -np.inf  # a row that sees no key
-    config = check_backward_arguments(o, o, o, o, lse, do, False, None, False, "tile")
+    config = check_backward_arguments(q, k, v, o, lse, do, causal, None, deterministic, "tile")
     kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))
 
-    def run(module, inputs, fill, **sizes):
+    def run(module, inputs, fill, given=None, **sizes):
+        """The outputs of `module` on `inputs`, its outputs (but `given`, and scratch buffers) first `fill`."""
         sig = api.find_kernel(module)
         arguments, bound = prepare_arguments(sig, inputs, sizes)
-        for array, arg in zip(arguments, sig.args):
-            if arg.role != "in":
+        for index, (array, arg) in enumerate(zip(arguments, sig.args)):
+            if arg.role == "out":
                 array[...] = fill
+            if index in (given or {}):
+                array[...] = given[index]
         run_grid(sig, module, arguments, bound)
-        return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+        return [a.astype(np.float32) for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+    def same(zeroed, unfilled):
+        return all(np.array_equal(a, b) for a, b in zip(zeroed, unfilled))
 
     zeroed, unfilled = (run(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
-    assert not np.isnan(unfilled[2]).any() and not unfilled[2].any()  # dq_accum = 0, all 128 rows
-    for a, b in zip(zeroed, unfilled):
-        assert np.array_equal(a, b)
-    dq_accum = rng.standard_normal(zeroed[2].shape).astype(np.float32)
-    zeroed, unfilled = (run(kernels.postprocess, [dq_accum], fill, seq_q=70) for fill in (0, np.nan))
-    assert np.array_equal(zeroed[0].astype(np.float32), unfilled[0].astype(np.float32))
+    assert same(zeroed, unfilled) and not unfilled[2].any()  # dq_accum = 0 on every row, the padding's too
+    dpsum, lse2, dq_accum = unfilled
+    zeroed, unfilled = (run(kernels.main, [q, k, v, do, lse2, dpsum], fill, {6: dq_accum}) for fill in (0, np.nan))
+    assert same(zeroed, unfilled)
+    zeroed, unfilled = (run(kernels.postprocess, [unfilled[0]], fill, seq_q=seq_q) for fill in (0, np.nan))
+    assert same(zeroed, unfilled)
 
 
 def test_given_outputs_are_checked(gpu, kernel):
@@ -246,12 +262,12 @@ def test_given_outputs_are_checked(gpu, kernel):
 @pytest.mark.slow
 def test_the_overhead_benchmark_counts_the_driver_calls_of_each_entry_point():
     """bench/launch_overhead.py through the public entry points at its shapes (the head_dim 128 kernels: about
-    15 s to compile): a planned call's driver calls are one context and one launch per kernel, and only the
-    backward's dK and dV are zero-filled."""
+    15 s to compile): a planned call's driver calls are one context and one launch per kernel, and nothing is
+    zero-filled."""
     import launch_overhead
 
     results = launch_overhead.measure(calls=2, repeats=1)
-    expected = {"forward": (1, 0), "backward": (3, 2), "gemm": (1, 0)}
+    expected = {"forward": (1, 0), "backward": (3, 0), "gemm": (1, 0)}
     for name, (kernels, fills) in expected.items():
         row = results[name]
         calls = row["driver_calls"]

@@ -272,14 +272,15 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):
-    """The three kernels on CUDA tensors, on torch's current stream (`launch_on_tensors`). The preprocess writes
-    every element of dPsum, LSE2 and dq_accum, padding rows included (dq_accum = 0: `padded_rows`), and the
-    postprocess every element of dQ, so their outputs are not zero-filled first; the main kernel adds into the
-    preprocess's dq_accum, and its dK and dV (and semaphores) are allocated zeroed, as before."""
+    """The three kernels on CUDA tensors, on torch's current stream (`launch_on_tensors`), with no zero fill but
+    the deterministic kernel's semaphores (which count from 0): the preprocess writes every element of dPsum,
+    LSE2 and dq_accum, padding rows included (dq_accum = 0: `padded_rows`), the main kernel adds into that
+    dq_accum and stores every block of dK and dV (`finish_main`, after its loops, whether or not a query block
+    saw the key block), and the postprocess writes every element of dQ."""
 
-    from tessera.runtime.launch import launch_on_tensors
+    from tessera.runtime.launch import SCRATCH, launch_on_tensors
 
     dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.contiguous(), zeroed=False)
-    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, dpsum, into={6: dq_accum})
+    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, dpsum, into={6: dq_accum}, zeroed=SCRATCH)
     (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])
     return dq, dk, dv

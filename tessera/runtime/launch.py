@@ -324,7 +324,7 @@ def _cuda_device(kernel: CompiledKernel, inputs: Sequence, refusal: str):
 
 
 def _on_tensors(kernel: CompiledKernel, inputs: Sequence, sizes: Mapping[str, int] | None, stream: int | None,
-                zeroed: bool, into: Mapping[int, object] | None = None) -> tuple[PreparedLaunch, list]:
+                zeroed: bool | str, into: Mapping[int, object] | None = None) -> tuple[PreparedLaunch, list]:
     """`prepare_torch` and `launch_on_tensors`: the checks (planned, `launch_plan`; the compiled module's every
     call), then the outputs and scratch buffers given (`into`, checked) or allocated on the inputs' device
     (zeroed: `torch.zeros`, a fill on the stream) and the launch prepared (`prepare_planned`)."""
@@ -335,14 +335,18 @@ def _on_tensors(kernel: CompiledKernel, inputs: Sequence, sizes: Mapping[str, in
     if stream is None:
         stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    allocate = torch.zeros if zeroed else torch.empty
     into = into or {}
     unknown = set(into) - {source for source, _, _ in plan.made}
     if unknown:
         raise ValueError(f"@{kernel.name}: no output or scratch buffer {', '.join(map(str, sorted(unknown)))} to give "
                          f"(its outputs and scratch buffers: {', '.join(str(source) for source, _, _ in plan.made)})")
-    made = {source: _given(kernel, source, into[source], shape, dtype, device) if source in into else
-            allocate(shape, dtype=_torch_dtype(dtype), device=device) for source, shape, dtype in plan.made}
+    made = {}
+    for source, shape, dtype in plan.made:
+        if source in into:
+            made[source] = _given(kernel, source, into[source], shape, dtype, device)
+        else:
+            zero = source not in plan.outputs if zeroed == SCRATCH else zeroed
+            made[source] = (torch.zeros if zero else torch.empty)(shape, dtype=_torch_dtype(dtype), device=device)
     tensors = {**dict(zip(plan.inputs, inputs)), **made}
     launch = prepare_planned(kernel, plan, tensors, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))
     return launch, [made[source] for source in plan.outputs]
@@ -415,16 +419,21 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 # endregion
 
 
-def launch_on_tensors(kernel, *inputs, zeroed: bool = True, into: Mapping[int, object] | None = None,
+def launch_on_tensors(kernel, *inputs, zeroed: bool | str = True, into: Mapping[int, object] | None = None,
                       **launch: int) -> list:
     """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) and return its outputs
     in argument order. Its outputs and scratch buffers are those given in `into` (by Tile IR argument index; the
     caller vouches for their contents, which the kernel may add into) or allocated here: zeroed on the stream
-    with `zeroed` (for a kernel that adds into them or leaves elements unwritten), else left as allocated (for a
-    kernel that writes every element). `launch`: the kernel's launch sizes."""
+    with `zeroed` True (for a kernel that adds into them or leaves elements unwritten), the scratch buffers only
+    with `zeroed=SCRATCH`, else left as allocated (for a kernel that writes every element). `launch`: the
+    kernel's launch sizes."""
     prepared, outputs = _on_tensors(kernel, inputs, launch, None, zeroed, into)
     prepared()
     return outputs
+
+
+SCRATCH = "scratch"
+"""`launch_on_tensors(..., zeroed=SCRATCH)`: only the kernel's scratch buffers zeroed (semaphores count from 0)."""
 
 
 def launch_zeroed(kernel, *inputs, **launch: int) -> list:
