@@ -794,3 +794,26 @@ def test_attention_on_torch_cuda_tensors_in_place(rng):
 
 
 # endregion
+
+
+@needs_gpu
+@pytest.mark.parametrize("head_dim, heads_k, causal", [(128, 2, True), (64, 4, False)], ids=["d128-gqa-causal", "d64"])
+def test_attention_backward_on_torch_cuda_tensors_twice(rng, head_dim, heads_k, causal):
+    """The backward on CUDA tensors, twice on one signature: the second call planned (`tessera.runtime.launch_plan`)
+    and its buffers, none zero-filled (`attention_backward._run_torch`), cut from memory freed full of NaN; both
+    against the float64 gradient."""
+    torch = pytest.importorskip("torch", reason="PyTorch not installed")
+    from tessera.reference import check_attention_backward
+
+    b, h, sq, sk = 1, 4, 300, 200
+    q = torch.randn(b, h, sq, head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, heads_k, sk, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn_like(q)
+    o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True)
+    inputs = [x.float().cpu().numpy() for x in (q, k, v, o, do)]
+    for _ in range(2):
+        grads = tessera.attention_backward(q, k, v, o, lse, do, causal=causal)
+        comparisons = check_attention_backward([g.float().cpu().numpy() for g in grads], *inputs, BF16, causal)
+        assert all(c.ok for c in comparisons), comparisons
+        del grads
+        torch.full((64 << 20,), float("nan"), device="cuda")  # freed at once: the next call's buffers reuse it
