@@ -9,7 +9,8 @@ overhead benchmark (`launch_overhead.py`) and the runtime's tests (tests/test_ru
 - `FakeCudaTorch`: PyTorch as the runtime sees it (`tessera.runtime.launch._torch`), with CUDA tensors that
   are CPU tensors claiming device cuda:0 (`cuda_like`): `data_ptr()`, strides and dtypes are the real ones, so
   everything the runtime reads from a tensor is what it reads on a GPU. `zeros`/`empty` on a CUDA device make
-  such tensors (`zeros` is counted in `zero_fills`, the fill kernels a GPU would run), `cuda.current_stream`
+  such tensors, in the memory of dead ones of the same size where there is some, as PyTorch's caching allocator
+  does (`zeros` is counted in `zero_fills`, the fill kernels a GPU would run), `cuda.current_stream`
   is a fixed stream and `cuda.Event` reads the host clock (`FakeEvent`). Torch operations on a pretend CUDA
   tensor give plain CPU tensors: wrap a result with `cuda_like` to pass it on. Nothing here imports torch: it
   takes the caller's.
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import math
 import time
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -204,6 +207,8 @@ class FakeCudaTorch:
         self.zero_fills = 0
         """How many `zeros` on the CUDA device were made (a fill kernel each on a GPU)."""
         self._classes: dict[int, type] = {}
+        self._free: dict[tuple[int, int], list] = {}
+        self._itemsize: dict = {}
         stream = SimpleNamespace(cuda_stream=FAKE_STREAM)
         self.cuda = SimpleNamespace(current_stream=lambda device=None: stream, current_device=lambda: 0,
                                     synchronize=lambda device=None: None, Event=FakeEvent)
@@ -242,11 +247,27 @@ class FakeCudaTorch:
         if index is None:
             return self._torch.zeros(*shape, dtype=dtype, device=device, **options)
         self.zero_fills += 1
-        make = self._torch.zeros if self.fill else self._torch.empty
-        return self.cuda_like(make(*shape, dtype=dtype, **options), index)
+        made = self._cached(shape, dtype, index)
+        if self.fill:
+            made.zero_()
+        return made
 
     def empty(self, *shape, dtype=None, device=None, **options):
         index = self._cuda_index(device)
         if index is None:
             return self._torch.empty(*shape, dtype=dtype, device=device, **options)
-        return self.cuda_like(self._torch.empty(*shape, dtype=dtype, **options), index)
+        return self._cached(shape, dtype, index)
+
+    def _cached(self, shape, dtype, index: int):
+        """A pretend CUDA tensor of `shape` and `dtype` in memory a dead one of the same bytes left, as PyTorch's
+        caching allocator gives it (so a call's outputs get the addresses the last call's freed), else new."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        dtype = dtype or self._torch.get_default_dtype()
+        if dtype not in self._itemsize:
+            self._itemsize[dtype] = self._torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * self._itemsize[dtype]
+        free = self._free.setdefault((index, nbytes), [])
+        block = free.pop() if free else self._torch.empty(max(nbytes, 1), dtype=self._torch.uint8)
+        made = self.cuda_like(block[:nbytes].view(dtype).view(shape), index)
+        weakref.finalize(made, free.append, block)
+        return made

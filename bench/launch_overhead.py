@@ -14,7 +14,9 @@ For each entry point (forward and backward at batch 32, heads 16, seq 512, head_
 - `stages_us`: the time inside each stage of the host path per call (inclusive: `check_inputs` runs inside
   `plan` when a plan is made), from one instrumented run: the entry point's argument checks (`check`), the kernel
   lookup (`lookup`, `compile_kernel`), the device check (`device`, `usable_device`), the launch plan (`plan`),
-  the outputs' allocation (`allocate`), the parameters and tensor maps (`prepare`), the driver call (`launch`);
+  the outputs' allocation (`allocate`: the fake's, reusing freed memory as PyTorch's caching allocator does; on
+  a GPU, that allocator and a fill kernel's launch per zeroed buffer), the parameters and tensor maps
+  (`prepare`), the driver call (`launch`: the fake's, recording the call);
 - `driver_calls`: the driver calls per call, by name, and `zero_fills` (the fill kernels `torch.zeros` would
   issue): counts, not times.
 
