@@ -198,12 +198,16 @@ class FakeCudaTorch:
     """PyTorch as `tessera.runtime.launch` uses it, with CPU tensors standing for CUDA tensors (see the module
     docstring). Attributes other than those below are the real torch's."""
 
-    def __init__(self, torch, fill: bool = True):
+    def __init__(self, torch, fill: bool = True, api: FakeCudaApi | None = None):
         self._torch = torch
+        self.api = api
+        """Where the memory of the tensors made here is registered as device memory (`FakeCudaApi.memory`), for a
+        fake driver that runs its launches (the tests' `FakeCuda`)."""
         self.Tensor = torch.Tensor  # looked up on every `is_torch_tensor`: not through __getattr__
         self.fill = fill
         """Whether `zeros` on the CUDA device writes its zeros (False: left as `empty` leaves them, for timing the
-        host, whose cost on a GPU does not grow with the size: the fill is a kernel on the stream)."""
+        host, whose cost on a GPU does not grow with the size: the fill is a kernel on the stream), and new memory
+        is filled with 0xff bytes (NaN in every float type) as memory nobody zeroed may be."""
         self.zero_fills = 0
         """How many `zeros` on the CUDA device were made (a fill kernel each on a GPU)."""
         self._classes: dict[int, type] = {}
@@ -267,7 +271,14 @@ class FakeCudaTorch:
             self._itemsize[dtype] = self._torch.empty((), dtype=dtype).element_size()
         nbytes = math.prod(shape) * self._itemsize[dtype]
         free = self._free.setdefault((index, nbytes), [])
-        block = free.pop() if free else self._torch.empty(max(nbytes, 1), dtype=self._torch.uint8)
+        if free:
+            block = free.pop()
+        else:
+            block = self._torch.empty(max(nbytes, 1), dtype=self._torch.uint8)
+            if self.fill:
+                block.fill_(0xFF)
+            if self.api is not None:
+                self.api.memory[block.data_ptr()] = block.numpy()
         made = self.cuda_like(block[:nbytes].view(dtype).view(shape), index)
         weakref.finalize(made, free.append, block)
         return made

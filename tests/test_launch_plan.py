@@ -276,3 +276,44 @@ def test_the_overhead_benchmark_counts_the_driver_calls_of_each_entry_point():
         assert set(calls) <= {"cuCtxSetCurrent", "cuLaunchKernelEx", "cuTensorMapEncodeTiled"}
         assert row["zero_fills"] == fills and row["planned_speedup"] > 0
         assert {"check", "lookup", "plan", "prepare", "launch", "allocate"} <= set(row["stages_us"])
+
+
+@pytest.mark.slow
+def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rng):
+    """The GPU path of `tessera.attention_backward` end to end on the CPU: pretend CUDA tensors whose fresh memory
+    reads as NaN (nothing zero-filled but semaphores: the kernels must write what they read), the planned
+    launches with the preprocess's dq_accum handed to the main kernel, and the three kernels' PTX run by the
+    tests' fake driver in the PTX executor; twice (the second call planned, in memory the first one freed),
+    against the float64 gradient. GQA and causal, head_dim 64."""
+    import numpy as np
+
+    import tessera
+    from tessera.numerics import BF16
+    from tessera.reference import check_attention_backward
+    from tessera.runtime.attention_backward import check_backward_arguments, kernel_configs
+    from tessera.runtime.launch import numpy_to_torch
+    from test_runtime import FakeCuda
+
+    q, do = (rng.standard_normal((1, 2, 70, 64)).astype(BF16) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 50, 64)).astype(BF16) for _ in range(2))
+    o, lse = tessera.attention(q, k, v, causal=True, return_lse=True, level="tile")
+    config = check_backward_arguments(q, k, v, o, lse, do, True, None, False, None)
+    api = FakeCuda([compile_kernel(c) for c in kernel_configs(config)])
+    fake = FakeCudaTorch(torch, api=api)
+    driver = Driver(api)
+    monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
+    forget_plans()
+
+    def on_device(x):
+        host = numpy_to_torch(np.asarray(x))
+        return fake.empty(tuple(host.shape), dtype=host.dtype, device="cuda").copy_(host)
+
+    tensors = [on_device(x) for x in (q, k, v, o, lse, do)]
+    for _ in range(2):
+        grads = tessera.attention_backward(*tensors, causal=True)
+        comparisons = check_attention_backward([g.float().numpy() for g in grads], q, k, v, o, do, BF16, True)
+        assert all(c.ok for c in comparisons), comparisons
+        del grads
+    assert len(api.launches) == 6
+    forget_plans()
