@@ -255,7 +255,8 @@ def test_given_outputs_are_checked(gpu, kernel):
         with pytest.raises(ValueError, match=r"@gemm_bf16: tensor 2 must be a contiguous float32 tensor of shape "
                                              rf"\(128, 128\) on cuda:0, {message}"):
             launch_module.launch_on_tensors(kernel, a, b, into={2: given})
-    with pytest.raises(ValueError, match=r"no output or scratch buffer 0 to give \(its outputs and scratch buffers: 2\)"):
+    with pytest.raises(ValueError, match=r"no output or scratch buffer 0 to give \(its outputs and scratch "
+                                         r"buffers: 2\)"):
         launch_module.launch_on_tensors(kernel, a, b, into={0: c})
 
 
