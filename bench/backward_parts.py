@@ -4,18 +4,19 @@
 The first H200 session measured the backward at 46 TFLOP/s at seq 512 and 118 at 2k against 310-489 from 4k up
 (head_dim 128): a fixed cost per call. `tessera.attention_backward` on CUDA tensors checks its arguments, looks
 its three kernels up (`compile_kernel`: in memory after the first call), then for each of preprocess (dO.O), main
-and postprocess (dQ's conversion) allocates its outputs zeroed and launches it (`launch_zeroed`: the zero fills
-are kernels too; `prepare` encodes the tensor maps and packs the parameters on the host). `instrumented` wraps
-those four functions of the runtime, unchanged, with timers: host seconds around each (perf_counter), CUDA
-events on the current stream around each `launch_zeroed` (zero fills and kernel) and around the kernel's own
+and postprocess (dQ's conversion) allocates its outputs and launches it (`launch_on_tensors`: no zero fill
+but the deterministic kernel's semaphores; `prepare_planned` packs the parameters on the
+host, encoding a tensor map only for an address it has not seen, `tessera.runtime.launch_plan`). `instrumented`
+wraps those four functions of the runtime, unchanged, with timers: host seconds around each (perf_counter), CUDA
+events on the current stream around each `launch_on_tensors` (zero fills and kernel) and around the kernel's own
 launch, and events at the call's start and end. Per call (`sample`), in milliseconds:
 
 - `wall`: the call to its synchronisation (host); `gpu_span`: start to end event;
 - `kernel[part]` and `zero_fill[part]` (GPU) for preprocess, main, postprocess;
 - `gap`: GPU time between the parts, where the stream waits for the host: `before_preprocess` (argument
   checks, lookups), `preprocess_to_main`, `main_to_postprocess`, `after_postprocess`;
-- `host`: `check`, `lookup` (the three), `preprocess`, `main`, `postprocess` (each `launch_zeroed` call, of which
-  `prepare[part]`).
+- `host`: `check`, `lookup` (the three), `preprocess`, `main`, `postprocess` (each `launch_on_tensors` call, of which
+  `prepare[part]`, the `prepare_planned` call).
 
 `measure` reports each figure's median over the repeats, and `plain`: the median of the same call, timed
 without the timers (the benchmark's figure, so the timers' own cost shows).
@@ -46,8 +47,8 @@ def _part(kernel) -> str:
 
 @contextmanager
 def instrumented(torch):
-    """Within: the runtime's check_backward_arguments, compile_kernel, launch_zeroed and prepare timed (see the
-    module docstring); yields a list that gets one dict of raw timings (seconds and event pairs) per call to
+    """Within: the runtime's check_backward_arguments, compile_kernel, launch_on_tensors and prepare_planned timed (see
+    the module docstring); yields a list that gets one dict of raw timings (seconds and event pairs) per call to
     `new_call()`, the entries the wrappers fill."""
     import tessera.runtime.attention_backward as backward
     from tessera.runtime import compiler, launch
@@ -94,7 +95,7 @@ def instrumented(torch):
 
     wrapped = [(backward, "check_backward_arguments", lambda f: host_timer("check", f)),
                (compiler, "compile_kernel", lambda f: host_timer("lookup", f)),
-               (launch, "launch_zeroed", zeroed), (launch, "prepare", prepared)]
+               (launch, "launch_on_tensors", zeroed), (launch, "prepare_planned", prepared)]
     originals = [(module, name, getattr(module, name)) for module, name, _ in wrapped]
     try:
         for module, name, wrap in wrapped:
@@ -115,8 +116,8 @@ def sample(call: dict, wall_s: float, start, end) -> dict:
     spans, kernels = call["spans"], call["kernels"]
     missing = [p for p in PARTS if p not in spans or p not in kernels]
     if missing:
-        raise RuntimeError(f"the backward launched no {', '.join(missing)} through launch_zeroed/prepare: the "
-                           "runtime's calls changed; bench/backward_parts.py wraps them")
+        raise RuntimeError(f"the backward launched no {', '.join(missing)} through launch_on_tensors/prepare_planned: "
+                           "the runtime's calls changed; bench/backward_parts.py wraps them")
     marks = [start] + [e for p in PARTS for e in spans[p]] + [end]
     gaps = ("before_preprocess", "preprocess_to_main", "main_to_postprocess", "after_postprocess")
     return {"wall": wall_s * 1e3, "gpu_span": start.elapsed_time(end),

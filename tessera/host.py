@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
-from tessera.interpreters.sm90.target_abi import target_kernel
+from tessera.interpreters.sm90.target_abi import TargetKernel, target_kernel
 from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
 from tessera.lowering.fallback import PIPELINE_NOTE_ATTR
 from tessera.numerics import numpy_dtype
@@ -57,13 +58,19 @@ class HostDescription:
     params: tuple[Param, ...]
     op: func.FuncOp
 
+    @cached_property
+    def target(self) -> TargetKernel:
+        """The Target IR kernel's launch attributes and arguments (`target_kernel`), read once: a launch asks
+        for them on every call (the op is the compiled kernel's, never changed after compiling)."""
+        return target_kernel(self.op)
+
     @property
     def copies(self) -> dict[int, str]:
         """{Tile IR argument index: "tma" or "ld.global"} for every tensor the kernel stages in shared memory."""
         return {p.source: p.copy for p in self.params if p.copy is not None}
 
     def grid(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
-        return target_kernel(self.op).grid_size(sizes)
+        return self.target.grid_size(sizes)
 
     @property
     def clustered(self) -> bool:
@@ -97,8 +104,7 @@ class HostDescription:
         given sizes: data type, dims and byte strides (innermost first), box, element strides, swizzle,
         interleave none, OOB fill none (zeros)."""
         maps = {}
-        kernel = target_kernel(self.op)
-        for arg, block_arg, attrs in zip(kernel.args, self.op.body.blocks.first.args, self.op.arg_attrs.data):
+        for arg, block_arg, attrs in zip(self.target.args, self.op.body.blocks.first.args, self.op.arg_attrs.data):
             if arg.kind != "tensormap":
                 continue
             dtype = numpy_dtype(attrs.data[ELEMENT_ATTR])

@@ -375,7 +375,7 @@ def test_a_good_call_looks_for_the_gpu_before_compiling(monkeypatch):
     from tessera.runtime import launch as launch_module
 
     class NoGpu:
-        def device(self, ordinal=0):
+        def device(self, ordinal=0, current=True):
             raise CudaUnavailable("no CUDA device (test)")
 
     def must_not_be_called(*args, **kwargs):

@@ -457,7 +457,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
 
 def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_work(monkeypatch):
     """bench/backward_parts.py around the real `tessera.attention_backward` on a fake CUDA: tensors that say they
-    are on the GPU, events that read the host clock, a launch_zeroed that spends 1 ms before its kernel and
+    are on the GPU, events that read the host clock, a launch_on_tensors that spends 1 ms before its kernel and
     kernels of 2 ms. Each part's kernel and zero fill, the host work and the gaps come out; the runtime's
     functions are restored after."""
     from types import SimpleNamespace
@@ -489,12 +489,12 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
 
     torch = SimpleNamespace(Tensor=Tensor, cuda=SimpleNamespace(Event=Event, synchronize=lambda: None))
 
-    def launch_zeroed(kernel, *inputs, **sizes):
+    def launch_on_tensors(kernel, *inputs, **sizes):
         time.sleep(0.001)  # the zero fills
-        launch.prepare(kernel, {}, {})()
+        launch.prepare_planned(kernel, None, {}, 0)()
         return [Tensor()] * (1 if kernel.config.builder.endswith("postprocess") else 3)
 
-    def prepare(kernel, views, sizes, *rest, **options):
+    def prepare_planned(kernel, plan, tensors, *rest, **options):
         return lambda: time.sleep(0.002)
 
     config = SimpleNamespace(attention=SimpleNamespace(head_dim=128, causal=False, dtype="bf16", scale=0.1,
@@ -503,8 +503,8 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
     monkeypatch.setattr(launch, "usable_device", lambda inputs: 0)
     monkeypatch.setattr(backward, "check_backward_arguments", lambda *arguments: config)
     monkeypatch.setattr(compiler, "compile_kernel", lambda c: SimpleNamespace(config=c))
-    monkeypatch.setattr(launch, "launch_zeroed", launch_zeroed)
-    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "launch_on_tensors", launch_on_tensors)
+    monkeypatch.setattr(launch, "prepare_planned", prepare_planned)
     monkeypatch.setattr(tessera, "attention", lambda *a, **k: (Tensor(), Tensor()))
     q = Tensor()
     parts = backward_parts.measure(torch, q, q, q, q, causal=False, warmup=1, repeats=3)
@@ -514,6 +514,6 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
     assert {"check", "lookup", "preprocess", "main", "postprocess", "prepare[main]"} <= set(parts["host"])
     assert parts["wall"] >= parts["gpu_span"] >= sum(parts["kernel"].values()) + sum(parts["zero_fill"].values())
     assert parts["plain"] >= 9  # three parts of 3 ms
-    assert launch.launch_zeroed is launch_zeroed and launch.prepare is prepare  # restored
+    assert launch.launch_on_tensors is launch_on_tensors and launch.prepare_planned is prepare_planned  # restored
     assert compiler.compile_kernel(1).config == 1
     assert [r["seq"] for r in backward_parts.rows()] == [512, 1024, 2048] * 2

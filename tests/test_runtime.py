@@ -11,14 +11,12 @@ and the GEMM against the NumPy references.
 from __future__ import annotations
 
 import ctypes
-import enum
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -60,6 +58,9 @@ from tessera.sm90.facts import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from fake_cuda import FakeCudaApi, FakeResult  # noqa: E402 - bench/ is not a package
 GPU_REASON = cuda_unavailable_reason()
 needs_gpu = pytest.mark.gpu  # skipped without a GPU by tests/conftest.py; bench/gpu_session.py runs these
 needs_no_gpu = pytest.mark.skipif(GPU_REASON is None, reason="a GPU is present; this checks the no-GPU behaviour")
@@ -414,156 +415,27 @@ def test_import_tessera_loads_no_cuda_and_no_torch():
 # region Driver errors
 
 
-class FakeResult(enum.IntEnum):
-    CUDA_SUCCESS = 0
-    CUDA_ERROR_INVALID_VALUE = 1
-    CUDA_ERROR_NO_DEVICE = 100
-    CUDA_ERROR_INVALID_IMAGE = 200
-    CUDA_ERROR_NO_BINARY_FOR_GPU = 209
-    CUDA_ERROR_INVALID_PTX = 218
-    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
+class FakeCuda(FakeCudaApi):
+    """The driver functions the runtime calls, on the CPU (`bench/fake_cuda.py`), whose launches run: a launch
+    reads its parameter buffer by the PTX entry's parameter list (as the driver does) and runs the kernel's PTX
+    in the PTX executor, so what runs is the text and the bytes a GPU gets. `fail` maps a call name to the
+    CUresult it returns; `refuse_cubin` makes module loads of a cubin fail."""
 
-
-DESCRIPTIONS = {
-    FakeResult.CUDA_ERROR_INVALID_VALUE: "invalid argument",
-    FakeResult.CUDA_ERROR_NO_DEVICE: "no CUDA-capable device is detected",
-    FakeResult.CUDA_ERROR_NO_BINARY_FOR_GPU: "no kernel image is available for execution on the device",
-    FakeResult.CUDA_ERROR_INVALID_PTX: "a PTX JIT compilation failed",
-    FakeResult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: "too many resources requested for launch",
-}
-ELF_MAGIC = b"\x7fELF"
-
-
-class FakeCuda:
-    """The driver functions the runtime calls, on the CPU: device memory is host memory, tensor maps are
-    recorded, and a launch reads its parameter buffer by the PTX entry's parameter list (as the driver
-    does) and runs the kernel's PTX in the PTX executor, so what runs is the text and the bytes a GPU gets.
-    `fail` maps a call name to the CUresult it returns; `refuse_cubin` makes module loads of a cubin fail."""
-
-    CUresult = FakeResult
-    CUdevice_attribute = SimpleNamespace(
-        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR="major", CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor",
-        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT="sms", CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN="smem")
-    CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max_dynamic_smem")
-    CUlaunchAttributeID = SimpleNamespace(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4)
-    CUtensorMapDataType = CUtensorMapInterleave = CUtensorMapSwizzle = CUtensorMapL2promotion = int
-    CUtensorMapFloatOOBfill = cuuint64_t = cuuint32_t = CUstream = CUdeviceptr = int
-    CUlaunchConfig = SimpleNamespace
-
-    class CUlaunchAttribute:
-        def __init__(self):
-            self.value = SimpleNamespace(clusterDim=SimpleNamespace())
-
-    def __init__(self, kernels=(), capability=(9, 0), fail=None, refuse_cubin=False):
+    def __init__(self, kernels=(), **options):
+        super().__init__(**options)
         self.kernels = {k.name: k for k in kernels}
-        self.attributes = {"major": capability[0], "minor": capability[1], "sms": 132, "smem": 232448}
-        self.fail = dict(fail or {})
-        self.refuse_cubin = refuse_cubin
-        self.calls: list[tuple[str, tuple]] = []
-        self.memory: dict[int, np.ndarray] = {}
-        self.maps: list[tuple] = []
-        self.launches: list[SimpleNamespace] = []
-        self.function_attributes: dict[tuple, int] = {}
 
-    def _result(self, name, args, *values):
-        self.calls.append((name, args))
-        if name in self.fail:
-            return (self.fail[name],)
-        return (FakeResult.CUDA_SUCCESS, *values)
-
-    def cuGetErrorName(self, code):
-        return (FakeResult.CUDA_SUCCESS, FakeResult(code).name.encode())
-
-    def cuGetErrorString(self, code):
-        return (FakeResult.CUDA_SUCCESS, DESCRIPTIONS.get(FakeResult(code), "").encode())
-
-    def cuInit(self, flags):
-        return self._result("cuInit", (flags,))
-
-    def cuDeviceGetCount(self):
-        return self._result("cuDeviceGetCount", (), 1)
-
-    def cuDeviceGet(self, ordinal):
-        return self._result("cuDeviceGet", (ordinal,), ordinal)
-
-    def cuDeviceGetName(self, length, device):
-        return self._result("cuDeviceGetName", (length, device), b"Fake H100\0\0\0")
-
-    def cuDeviceGetAttribute(self, attribute, device):
-        return self._result("cuDeviceGetAttribute", (attribute, device), self.attributes[attribute])
-
-    def cuDevicePrimaryCtxRetain(self, device):
-        return self._result("cuDevicePrimaryCtxRetain", (device,), f"context{device}")
-
-    def cuCtxSetCurrent(self, context):
-        return self._result("cuCtxSetCurrent", (context,))
-
-    def cuModuleLoadData(self, address):
-        is_cubin = ctypes.string_at(address, 4) == ELF_MAGIC
-        if is_cubin and self.refuse_cubin:
-            self.calls.append(("cuModuleLoadData", ("cubin",)))
-            return (FakeResult.CUDA_ERROR_NO_BINARY_FOR_GPU,)
-        return self._result("cuModuleLoadData", ("cubin" if is_cubin else "ptx",), "module")
-
-    def cuModuleGetFunction(self, module, name):
-        return self._result("cuModuleGetFunction", (module, name), name.decode())
-
-    def cuFuncSetAttribute(self, function, attribute, value):
-        self.function_attributes[(function, attribute)] = value
-        return self._result("cuFuncSetAttribute", (function, attribute, value))
-
-    def cuTensorMapEncodeTiled(self, *args):
-        self.maps.append(args)
-        encoded = (ctypes.c_uint64 * 16)(len(self.maps) - 1)
-        return self._result("cuTensorMapEncodeTiled", args, SimpleNamespace(getPtr=lambda: ctypes.addressof(encoded),
-                                                                            keep=encoded))
-
-    def cuMemAlloc(self, nbytes):
-        buffer = np.zeros(nbytes + 256, np.uint8)
-        skip = -buffer.ctypes.data % 256  # the driver's allocations are 256-byte aligned
-        self.memory[buffer.ctypes.data + skip] = buffer[skip:skip + nbytes]
-        return self._result("cuMemAlloc", (nbytes,), buffer.ctypes.data + skip)
-
-    def cuMemFree(self, address):
-        self.memory.pop(address)
-        return self._result("cuMemFree", (address,))
-
-    def cuMemcpyHtoD(self, device, host, nbytes):
-        ctypes.memmove(device, host, nbytes)
-        return self._result("cuMemcpyHtoD", (device, host, nbytes))
-
-    def cuMemcpyDtoH(self, host, device, nbytes):
-        ctypes.memmove(host, device, nbytes)
-        return self._result("cuMemcpyDtoH", (host, device, nbytes))
-
-    def cuMemsetD8(self, device, value, nbytes):
-        ctypes.memset(device, value, nbytes)
-        return self._result("cuMemsetD8", (device, value, nbytes))
-
-    def cuStreamSynchronize(self, stream):
-        return self._result("cuStreamSynchronize", (stream,))
-
-    def cuLaunchKernelEx(self, config, function, parameters, extra):
-        result = self._result("cuLaunchKernelEx", (config, function, parameters, extra))
-        if result[0] != FakeResult.CUDA_SUCCESS:
-            return result
-        allowed = self.function_attributes.get((function, "max_dynamic_smem"), 48 * 1024)
-        if config.sharedMemBytes > allowed:  # what the driver says when the limit was not raised
-            return (FakeResult.CUDA_ERROR_INVALID_VALUE,)
+    def run(self, config, function, parameters, grid, block):
         kernel = self.kernels[function]
         entry = parse_ptx(kernel.ptx).entries[function]
         pointers = (ctypes.c_void_p * len(entry.params)).from_address(parameters)
         args = [self._argument(param, ctypes.string_at(pointer, param.element_bytes * param.count))
                 for param, pointer in zip(entry.params, pointers)]
-        grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
-        block = (config.blockDimX, config.blockDimY, config.blockDimZ)
-        self.launches.append(SimpleNamespace(grid=grid, block=block, smem=config.sharedMemBytes,
-                                             attributes=config.numAttrs, args=args))
+        self.launches[-1].args = args
         results = ptx_launch(kernel.ptx, function, grid, block, args, shared_bytes=config.sharedMemBytes)
         for arg, written in zip(args, results):
             if isinstance(arg, np.ndarray):
                 arg[...] = written
-        return result
 
     def _argument(self, param, raw: bytes):
         """A parameter's bytes as the PTX executor takes them: a tensor map (its 128 bytes hold the index of
@@ -922,3 +794,26 @@ def test_attention_on_torch_cuda_tensors_in_place(rng):
 
 
 # endregion
+
+
+@needs_gpu
+@pytest.mark.parametrize("head_dim, heads_k, causal", [(128, 2, True), (64, 4, False)], ids=["d128-gqa-causal", "d64"])
+def test_attention_backward_on_torch_cuda_tensors_twice(rng, head_dim, heads_k, causal):
+    """The backward on CUDA tensors, twice on one signature: the second call planned (`tessera.runtime.launch_plan`)
+    and its buffers, none zero-filled (`attention_backward._run_torch`), cut from memory freed full of NaN; both
+    against the float64 gradient."""
+    torch = pytest.importorskip("torch", reason="PyTorch not installed")
+    from tessera.reference import check_attention_backward
+
+    b, h, sq, sk = 1, 4, 300, 200
+    q = torch.randn(b, h, sq, head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, heads_k, sk, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn_like(q)
+    o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True)
+    inputs = [x.float().cpu().numpy() for x in (q, k, v, o, do)]
+    for _ in range(2):
+        grads = tessera.attention_backward(q, k, v, o, lse, do, causal=causal)
+        comparisons = check_attention_backward([g.float().cpu().numpy() for g in grads], *inputs, BF16, causal)
+        assert all(c.ok for c in comparisons), comparisons
+        del grads
+        torch.full((64 << 20,), float("nan"), device="cuda")  # freed at once: the next call's buffers reuse it

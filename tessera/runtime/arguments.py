@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,6 @@ import numpy as np
 
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
-from tessera.interpreters.sm90.target_abi import target_kernel
 from tessera.kernel_abi import (
     ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, kernel_kind, launch_size_names,
 )
@@ -76,10 +76,26 @@ class TensorView:
 
 
 def kernel_tensors(host: HostDescription) -> tuple[KernelTensor, ...]:
-    """The tensors `host`'s kernel takes, by Tile IR argument index."""
-    kernel = target_kernel(host.op)
+    """The tensors `host`'s kernel takes, by Tile IR argument index (read once per host description: every
+    launch asks)."""
+    known = _TENSORS.get(id(host))
+    if known is not None and known[0] is host:
+        return known[1]
+    found = _read_tensors(host)
+    if len(_TENSORS) >= TENSORS_KEPT:
+        _TENSORS.pop(next(iter(_TENSORS)))
+    _TENSORS[id(host)] = (host, found)  # the host itself is kept: its id names no other while it is here
+    return found
+
+
+TENSORS_KEPT = 256
+"""Host descriptions whose tensors `kernel_tensors` keeps (the first kept is dropped for a new one)."""
+_TENSORS: dict[int, tuple[HostDescription, tuple[KernelTensor, ...]]] = {}
+
+
+def _read_tensors(host: HostDescription) -> tuple[KernelTensor, ...]:
     found: dict[int, KernelTensor] = {}
-    for arg, attrs in zip(kernel.args, host.op.arg_attrs.data):
+    for arg, attrs in zip(host.target.args, host.op.arg_attrs.data):
         if arg.source is None:
             continue
         dtype = numpy_dtype(attrs.data[ELEMENT_ATTR])
@@ -152,44 +168,80 @@ def check_views(host: HostDescription, sizes: Mapping[str, int], views: Mapping[
 
 
 class ParameterBuffer:
-    """A kernel's parameters as cuLaunchKernel(Ex) takes them: one host value per parameter, in order, and
-    an array of pointers to those values (`address`). The driver copies the values at launch."""
+    """A kernel's parameters as cuLaunchKernel(Ex) takes them: an array of pointers to each parameter's value
+    (at `address`), followed by the values, in one host buffer (`storage`). The driver copies the values at
+    launch."""
 
-    def __init__(self, values: Sequence[ctypes._SimpleCData | ctypes.Array]):
-        self.values = list(values)
-        self.pointers = (ctypes.c_void_p * max(len(self.values), 1))(*(ctypes.addressof(v) for v in self.values))
+    def __init__(self, storage: ctypes.Array, lengths: Sequence[int]):
+        self.storage, self.lengths = storage, tuple(lengths)
 
     @property
     def address(self) -> int:
-        return ctypes.addressof(self.pointers)
+        return ctypes.addressof(self.storage)
 
     def value_bytes(self, index: int) -> bytes:
         """The bytes parameter `index` points to (what the driver will copy)."""
-        return ctypes.string_at(self.pointers[index], ctypes.sizeof(self.values[index]))
+        (pointer,) = struct.unpack_from("<Q", self.storage, 8 * index)
+        return ctypes.string_at(pointer, self.lengths[index])
+
+
+_VALUE_BYTES = {"tensormap": facts.TENSOR_MAP_BYTES, "pointer": 8, "size": 4}
+"""The bytes of each kind of parameter's value: `.param .align 64 .b8 [128]`, `.u64`, `.u32`."""
+
+
+class ParameterLayout:
+    """Where each parameter of `host`'s kernel launched over `sizes` sits in its `ParameterBuffer` (the array of
+    pointers first, then every value 8-byte aligned), with the named sizes written once into a template; `pack`
+    copies the template and writes a launch's device addresses, encoded tensor maps and the pointers to the
+    values. ValueError names a size that does not fit its `.u32` parameter and a parameter of unknown kind."""
+
+    def __init__(self, host: HostDescription, sizes: Mapping[str, int]):
+        self.kernel = host.kernel
+        offsets, lengths, self.pointers, self.maps = [], [], [], []
+        total = 8 * max(len(host.params), 1)
+        for param in host.params:
+            if param.kind not in _VALUE_BYTES:
+                raise ValueError(f"@{host.kernel}: parameter {param.name} has unknown kind '{param.kind}'")
+            offsets.append(total)
+            lengths.append(_VALUE_BYTES[param.kind])
+            total += -(-lengths[-1] // 8) * 8
+        self.offsets, self.lengths = tuple(offsets), tuple(lengths)
+        self.template = bytearray(total)
+        self._storage = ctypes.c_char * total
+        self._header = struct.Struct(f"<{len(offsets)}Q")
+        for param, offset in zip(host.params, offsets):
+            if param.kind == "size":
+                value = sizes[param.size]
+                if not 0 <= value < SIZE_PARAM_LIMIT:
+                    raise ValueError(f"@{host.kernel}: size {param.size} = {value} does not fit the 32-bit "
+                                     f"parameter {param.name}")
+                struct.pack_into("<I", self.template, offset, value)
+            elif param.kind == "pointer":
+                self.pointers.append((offset, param.source))
+            else:
+                self.maps.append((offset, param.name))
+
+    def pack(self, addresses: Mapping[int, int], tensor_maps: Mapping[str, bytes]) -> ParameterBuffer:
+        """The buffer of a launch on the tensors at `addresses` (device addresses by Tile IR argument index)
+        with the encoded `tensor_maps` (128 bytes each, by parameter name)."""
+        values = bytearray(self.template)
+        for offset, source in self.pointers:
+            struct.pack_into("<Q", values, offset, addresses[source])
+        for offset, name in self.maps:
+            encoded = tensor_maps[name]
+            if len(encoded) != facts.TENSOR_MAP_BYTES:
+                raise ValueError(f"@{self.kernel}: tensor map {name} is {len(encoded)} bytes, "
+                                 f"not {facts.TENSOR_MAP_BYTES}")
+            values[offset:offset + facts.TENSOR_MAP_BYTES] = encoded
+        storage = self._storage.from_buffer(values)  # the same memory, kept alive by the array
+        base = ctypes.addressof(storage)
+        self._header.pack_into(values, 0, *(base + offset for offset in self.offsets))
+        return ParameterBuffer(storage, self.lengths)
 
 
 def pack_parameters(host: HostDescription, sizes: Mapping[str, int], views: Mapping[int, TensorView],
                     tensor_maps: Mapping[str, bytes]) -> ParameterBuffer:
     """The parameter buffer of `host`'s kernel: each tensor map's 128 encoded bytes (`.param .align 64 .b8
     [128]`), each pointer's device address (`.u64`), each named size (`.u32`)."""
-    values: list = []
-    for param in host.params:
-        if param.kind == "tensormap":
-            encoded = tensor_maps[param.name]
-            if len(encoded) != facts.TENSOR_MAP_BYTES:
-                raise ValueError(f"@{host.kernel}: tensor map {param.name} is {len(encoded)} bytes, "
-                                 f"not {facts.TENSOR_MAP_BYTES}")
-            value = (ctypes.c_uint64 * (facts.TENSOR_MAP_BYTES // 8))()
-            ctypes.memmove(value, encoded, facts.TENSOR_MAP_BYTES)
-            values.append(value)
-        elif param.kind == "pointer":
-            values.append(ctypes.c_uint64(views[param.source].address))
-        elif param.kind == "size":
-            value = sizes[param.size]
-            if not 0 <= value < SIZE_PARAM_LIMIT:
-                raise ValueError(f"@{host.kernel}: size {param.size} = {value} does not fit the 32-bit parameter "
-                                 f"{param.name}")
-            values.append(ctypes.c_uint32(value))
-        else:
-            raise ValueError(f"@{host.kernel}: parameter {param.name} has unknown kind '{param.kind}'")
-    return ParameterBuffer(values)
+    layout = ParameterLayout(host, sizes)
+    return layout.pack({source: views[source].address for _, source in layout.pointers}, tensor_maps)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
+from tessera.runtime.compiler import remembered
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
@@ -58,7 +59,6 @@ def _dtype_name(x) -> str:
 def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level):
     """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
     TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
-    from tessera.kernels import BackwardConfig
     from tessera.kernels.attention_backward_config import HEAD_DIMS
     from tessera.runtime.launch import is_torch_tensor
 
@@ -105,9 +105,16 @@ def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, 
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     try:
-        return BackwardConfig.checked(head_dim, causal, DTYPES[names["q"]], scale, deterministic=deterministic)
+        return _checked_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
     except ValueError as error:
         raise ValueError(f"{WHERE}: {error}") from None
+
+
+@remembered
+def _checked_config(head_dim, causal, dtype, scale, deterministic):
+    from tessera.kernels import BackwardConfig
+
+    return BackwardConfig.checked(head_dim, causal, dtype, scale, deterministic=deterministic)
 
 
 def _builder_options(config) -> dict:
@@ -233,11 +240,16 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
 def kernel_configs(config) -> list:
     """The `KernelConfig`s of the three kernels (preprocess, main, postprocess) that the GPU runs for `config` (a
     `BackwardConfig`), with the backward's pipeline: the kernel cache's keys."""
+    return list(_kernel_configs(config, _pipeline()))
+
+
+@remembered
+def _kernel_configs(config, pipeline: str) -> tuple:
     from tessera.runtime.compiler import KernelConfig
 
     options = _builder_options(config)
-    return [KernelConfig.of(f"attention_backward_{part}", _pipeline(), **options)
-            for part in ("preprocess", "main", "postprocess")]
+    return tuple(KernelConfig.of(f"attention_backward_{part}", pipeline, **options)
+                 for part in ("preprocess", "main", "postprocess"))
 
 
 def _run_gpu(config, q, k, v, o, lse, do):
@@ -260,12 +272,15 @@ def _run_gpu(config, q, k, v, o, lse, do):
 
 
 def _run_torch(pre, main, post, q, k, v, o, lse, do):
-    """The three kernels on CUDA tensors, on torch's current stream; every output and scratch buffer is
-    allocated zeroed (dq_accum is added into; the semaphores count from 0): `launch_zeroed`."""
+    """The three kernels on CUDA tensors, on torch's current stream (`launch_on_tensors`), with no zero fill but
+    the deterministic kernel's semaphores (which count from 0): the preprocess writes every element of dPsum,
+    LSE2 and dq_accum, padding rows included (dq_accum = 0: `padded_rows`), the main kernel adds into that
+    dq_accum and stores every block of dK and dV (`finish_main`, after its loops, whether or not a query block
+    saw the key block), and the postprocess writes every element of dQ."""
 
-    from tessera.runtime.launch import launch_zeroed
+    from tessera.runtime.launch import SCRATCH, launch_on_tensors
 
-    dpsum, lse2, _ = launch_zeroed(pre, o, do, lse.contiguous())
-    dq_accum, dk, dv = launch_zeroed(main, q, k, v, do, lse2, dpsum)
-    (dq,) = launch_zeroed(post, dq_accum, seq_q=q.shape[2])
+    dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.contiguous(), zeroed=False)
+    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, dpsum, into={6: dq_accum}, zeroed=SCRATCH)
+    (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])
     return dq, dk, dv

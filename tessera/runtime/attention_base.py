@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.runtime.compiler import KernelConfig
+from tessera.runtime.compiler import KernelConfig, remembered
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 """The element types of q, k and v the kernels take, and the builders' names for them."""
@@ -17,6 +17,7 @@ class UnsupportedKernel(ValueError):
     """The arguments are well formed, but no Tessera kernel computes this (a head_dim, a dtype)."""
 
 
+@remembered
 def attention_config(head_dim: int, causal: bool = False, dtype: str = "bf16", scale: float | None = None,
                      return_lse: bool = False, num_splits: int = 1, cluster: int = 1,
                      bias_broadcast: tuple[str, ...] | None = None) -> KernelConfig:

@@ -58,6 +58,27 @@ class KernelConfig:
         return f"{self.builder}(" + ", ".join(f"{k}={v!r}" for k, v in self.options) + ")"
 
 
+def remembered(function):
+    """`function` (checked arguments -> a configuration, raising on bad ones) remembered per arguments, so that
+    every GPU call of an entry point does not check and build its kernels' configurations again. Arguments are
+    told apart by type too (True from 1, 0.5 from numpy's 0.5: each is checked once for itself); a call with an
+    argument that cannot be hashed, or one that raises, is not remembered (it raises again)."""
+    kept = functools.lru_cache(maxsize=REMEMBERED, typed=True)(function)
+
+    @functools.wraps(function)
+    def configuration(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return function(*args, **kwargs)
+        return kept(*args, **kwargs)
+    return configuration
+
+
+REMEMBERED = 256
+"""Configurations `remembered` keeps per function (the least recently used is dropped for a new one)."""
+
+
 @dataclass(frozen=True)
 class CompiledKernel:
     """A kernel ready to load: PTX, cubin (None without ptxas), and its host description."""
@@ -119,8 +140,22 @@ def lowering(config: KernelConfig) -> dict:
 
 
 def kernel_key(config: KernelConfig) -> str:
-    """The cache key of `config`'s kernel, compiled here: `lowering(config)` and the two versions."""
-    return cache_key(lowering(config), tessera_version(), ptxas_version())
+    """The cache key of `config`'s kernel, compiled here: `lowering(config)` and the two versions (worked out
+    once per configuration, versions and spilling rule: every GPU call looks its kernels up)."""
+    from tessera.lowering.fallback import spilling_allowed
+
+    known = (config, spilling_allowed(), tessera_version(), ptxas_version())
+    key = _KEYS.get(known)
+    if key is None:
+        if len(_KEYS) >= KEYS_KEPT:
+            _KEYS.pop(next(iter(_KEYS)))
+        key = _KEYS[known] = cache_key(lowering(config), tessera_version(), ptxas_version())
+    return key
+
+
+KEYS_KEPT = 1024
+"""Cache keys `kernel_key` keeps (the first kept is dropped for a new one)."""
+_KEYS: dict[tuple, str] = {}
 
 
 _COMPILED: dict[str, CompiledKernel] = {}

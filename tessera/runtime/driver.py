@@ -142,12 +142,14 @@ class Driver:
 
     # region Device and context
 
-    def device(self, ordinal: int = 0) -> Device:
+    def device(self, ordinal: int = 0, current: bool = True) -> Device:
         """Initialise the driver, make the primary context of device `ordinal` current in this thread and
-        return it; CudaUnavailable when there is no usable sm_90a device."""
+        return it; CudaUnavailable when there is no usable sm_90a device. `current=False`: a device found before
+        is returned without a driver call (for asking whether it is usable; a launch makes it current)."""
         known = self._devices.get(ordinal)
         if known is not None:
-            self.call("cuCtxSetCurrent", known.context)
+            if current:
+                self.call("cuCtxSetCurrent", known.context)
             return known
         api = self.api
         try:

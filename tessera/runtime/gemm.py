@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from tessera.passes import DEFAULT_PIPELINE, PINGPONG_PIPELINE
 from tessera.runtime.attention import DTYPES, UnsupportedKernel, check_tensor
-from tessera.runtime.compiler import CompiledKernel, KernelConfig, built_module, compile_kernel
+from tessera.runtime.compiler import CompiledKernel, KernelConfig, built_module, compile_kernel, remembered
 from tessera.runtime.launch import dtype_name, is_torch_tensor, usable_device
 from tessera.runtime.no_backward import no_backward
 
@@ -36,6 +36,7 @@ ROW_MULTIPLE = 8
 """Elements per 16-byte row granule of bf16/f16 (`facts.TENSOR_MAP_GLOBAL_ALIGNMENT` / 2): the sizes TMA can read."""
 
 
+@remembered
 def gemm_config(dtype: str = "bf16", *, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0,
                 beta: float = 0.0, bias: bool = False, batch: bool = False, aligned: bool = True,
                 schedule: str = "128x128") -> KernelConfig:

@@ -10,16 +10,18 @@
 PyTorch is never imported here: a tensor is recognised only if the caller's torch is already loaded.
 
 Every host-side check (sizes bound from the shapes, element types, tensor-map rules, grid limits) runs
-before the driver is touched, so a wrong call fails the same way with or without a GPU. `prepare` does the
-per-call work once (encode the tensor maps, pack the parameters) and returns a launch that only calls
-`cuLaunchKernelEx`, which is what the benchmarks time.
+before the driver is touched, so a wrong call fails the same way with or without a GPU. On CUDA tensors the
+checks run once per signature (shapes, strides, element types, device, launch sizes: `plan_for`, whose plans
+`tessera.runtime.launch_plan` keeps) and a tensor map is encoded once per address. `prepare` (`prepare_planned`
+on CUDA tensors) does the per-call work once (encode the tensor maps, pack the parameters) and returns a launch
+that only calls `cuLaunchKernelEx`, which is what the benchmarks time.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +37,7 @@ from tessera.runtime.arguments import (
 )
 from tessera.runtime.compiler import CompiledKernel
 from tessera.runtime.driver import CudaUnavailable, Device, Driver, get_driver
+from tessera.runtime.launch_plan import LaunchPlan, keep_plan, kept_plan, made_plan, signature
 from tessera.runtime.tensor_maps import TensorMapArguments, tensor_map_arguments
 from tessera.runtime.variant_launch import check_compiled_launch
 from tessera.sm90 import facts
@@ -103,8 +106,10 @@ def numpy_to_torch(a: np.ndarray):
 
 
 def _torch_dtype(dtype: np.dtype):
-    torch = _torch()
-    return getattr(torch, next(name for name, d in _DTYPES_BY_NAME.items() if d == np.dtype(dtype)))
+    return getattr(_torch(), _NAMES_BY_DTYPE[np.dtype(dtype)])
+
+
+_NAMES_BY_DTYPE = {dtype: name for name, dtype in _DTYPES_BY_NAME.items()}
 
 
 def view_of(x, address: int | None = None) -> TensorView:
@@ -161,6 +166,22 @@ def check_inputs(host: HostDescription, inputs: Sequence, launch: Mapping[str, i
     return sizes, views
 
 
+def plan_for(kernel: CompiledKernel, inputs: Sequence, launch: Mapping[str, int] | None = None) -> LaunchPlan:
+    """The launch plan of `kernel` on `inputs` (its inputs in order) with the launch sizes `launch`
+    (`tessera.runtime.launch_plan`): the one kept for their signature when they are all CUDA tensors, else made
+    after every check of `check_inputs` (which raises as ever) and kept when they are."""
+    key = signature(inputs, launch) if all(is_torch_tensor(x) and x.is_cuda for x in inputs) else None
+    if key is not None:
+        plan = kept_plan(kernel.host, key)
+        if plan is not None:
+            return plan
+    sizes, views = check_inputs(kernel.host, inputs, launch)
+    plan = made_plan(kernel.host, sizes, views, launch_shape(kernel.host, sizes))
+    if key is not None:
+        keep_plan(key, plan)
+    return plan
+
+
 # endregion
 
 # region Loading and launching
@@ -204,16 +225,21 @@ class PreparedLaunch:
     keep: tuple = ()
     explicit_cluster: bool = False
     """The kernel declares a cluster (`.explicitcluster`): the attribute is set even for (1, 1, 1)."""
+    config: object = field(default=None, repr=False)
+    """The driver's launch configuration (made here when not given: `LaunchPlan.config` gives a kept one)."""
+    detail: str | None = field(default=None, repr=False)
+    """The launch as a CudaError from cuLaunchKernelEx describes it."""
 
     def __post_init__(self) -> None:
-        self._config = self.driver.launch_config(self.grid, self.block, self.cluster, self.smem_bytes, self.stream,
-                                                 self.explicit_cluster)
-        self._detail = (f"grid {self.grid}, block {self.block}, cluster {self.cluster}, dynamic shared memory "
-                        f"{self.smem_bytes} bytes, stream {self.stream:#x}")
+        if self.config is None:
+            self.config = self.driver.launch_config(self.grid, self.block, self.cluster, self.smem_bytes,
+                                                    self.stream, self.explicit_cluster)
+            self.detail = (f"grid {self.grid}, block {self.block}, cluster {self.cluster}, dynamic shared memory "
+                           f"{self.smem_bytes} bytes, stream {self.stream:#x}")
 
     def __call__(self) -> None:
-        self.driver.launch(self.loaded.function, self.loaded.kernel.name, self._config, self.parameters.address,
-                           self._detail)
+        self.driver.launch(self.loaded.function, self.loaded.kernel.name, self.config, self.parameters.address,
+                           self.detail)
 
 
 def prepare(kernel: CompiledKernel, views: Mapping[int, TensorView], sizes: Mapping[str, int], stream: int = 0,
@@ -241,7 +267,7 @@ def usable_device(inputs: Sequence) -> int:
         device = cuda[0].device
         ordinal = device.index if device.index is not None else _torch().cuda.current_device()
     try:
-        get_driver().device(ordinal)
+        get_driver().device(ordinal, current=False)  # the launch makes its context current (`load`)
     except CudaUnavailable as error:
         raise CudaUnavailable(f"{error}; {CPU_ALTERNATIVE}") from None
     return ordinal
@@ -283,24 +309,73 @@ def prepare_torch(kernel: CompiledKernel, *inputs, stream: int | None = None,
     """A prepared launch of `kernel` on PyTorch CUDA tensors `inputs` (its inputs in order, used in place)
     into output tensors allocated here: (launch, outputs). Calling the launch issues the kernel on `stream`
     (default: torch's current stream of the inputs' device) and writes the outputs."""
-    torch = _torch()
+    _cuda_device(kernel, inputs, "prepare_torch takes PyTorch CUDA tensors")
+    return _on_tensors(kernel, inputs, sizes, stream, zeroed=False)
+
+
+def _cuda_device(kernel: CompiledKernel, inputs: Sequence, refusal: str):
+    """The one device of `inputs`, all PyTorch CUDA tensors; ValueError (`refusal` for other arrays) otherwise."""
     if not all(is_torch_tensor(x) and x.is_cuda for x in inputs):
-        raise ValueError(f"@{kernel.name}: prepare_torch takes PyTorch CUDA tensors")
+        raise ValueError(f"@{kernel.name}: {refusal}")
     devices = {x.device for x in inputs}
     if len(devices) != 1:
         raise ValueError(f"@{kernel.name}: inputs must be on one device, got {', '.join(map(str, devices))}")
-    (device,) = devices
-    sizes, views = check_inputs(kernel.host, inputs, sizes)
-    check_compiled_launch(f"@{kernel.name}", kernel, inputs, sizes)
-    made = {}
-    for tensor in _others(kernel):
-        made[tensor.source] = torch.empty(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype), device=device)
-        views[tensor.source] = view_of(made[tensor.source])
+    return next(iter(devices))
+
+
+def _on_tensors(kernel: CompiledKernel, inputs: Sequence, sizes: Mapping[str, int] | None, stream: int | None,
+                zeroed: bool | str, into: Mapping[int, object] | None = None) -> tuple[PreparedLaunch, list]:
+    """`prepare_torch` and `launch_on_tensors`: the checks (planned, `launch_plan`; the compiled module's every
+    call), then the outputs and scratch buffers given (`into`, checked) or allocated on the inputs' device
+    (zeroed: `torch.zeros`, a fill on the stream) and the launch prepared (`prepare_planned`)."""
+    torch = _torch()
+    plan = plan_for(kernel, inputs, sizes)
+    check_compiled_launch(f"@{kernel.name}", kernel, inputs, plan.sizes)  # before the GPU is asked
+    device = _cuda_device(kernel, inputs, "launches on the GPU take PyTorch CUDA tensors")
     if stream is None:
         stream = torch.cuda.current_stream(device).cuda_stream
     ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    launch = prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))
-    return launch, [made[t.source] for t in _others(kernel) if t.role == "out"]
+    into = into or {}
+    unknown = set(into) - {source for source, _, _ in plan.made}
+    if unknown:
+        raise ValueError(f"@{kernel.name}: no output or scratch buffer {', '.join(map(str, sorted(unknown)))} to give "
+                         f"(its outputs and scratch buffers: {', '.join(str(source) for source, _, _ in plan.made)})")
+    made = {}
+    for source, shape, dtype in plan.made:
+        if source in into:
+            made[source] = _given(kernel, source, into[source], shape, dtype, device)
+        else:
+            zero = source not in plan.outputs if zeroed == SCRATCH else zeroed
+            made[source] = (torch.zeros if zero else torch.empty)(shape, dtype=_torch_dtype(dtype), device=device)
+    tensors = {**dict(zip(plan.inputs, inputs)), **made}
+    launch = prepare_planned(kernel, plan, tensors, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))
+    return launch, [made[source] for source in plan.outputs]
+
+
+def _given(kernel: CompiledKernel, source: int, x, shape: tuple[int, ...], dtype: np.dtype, device):
+    """`x`, given as the kernel's tensor `source`, if it is the contiguous CUDA tensor on `device` of the shape
+    and element type the kernel writes there; ValueError naming what differs otherwise."""
+    if not (is_torch_tensor(x) and x.is_cuda and x.device == device and tuple(x.shape) == tuple(shape)
+            and element_dtype(x) == dtype and x.is_contiguous()):
+        got = type(x).__name__
+        if is_torch_tensor(x):
+            got = f"a {dtype_name(x)} tensor of shape {tuple(x.shape)} on {x.device}"
+            got += "" if x.is_contiguous() else ", not contiguous"
+        raise ValueError(f"@{kernel.name}: tensor {source} must be a contiguous {dtype.name} tensor of shape "
+                         f"{tuple(shape)} on {device}, got {got}")
+    return x
+
+
+def prepare_planned(kernel: CompiledKernel, plan: LaunchPlan, tensors: Mapping[int, object], stream: int,
+                    device: int = 0, driver: Driver | None = None, keep: tuple = ()) -> PreparedLaunch:
+    """`prepare` for a planned launch (`plan_for`) on `tensors` (CUDA tensors by Tile IR argument
+    index): the parameters packed for their addresses (tensor maps encoded only for addresses not seen), the
+    kept launch configuration, the kernel loaded."""
+    driver = driver or get_driver()
+    parameters, maps = plan.parameters(driver, {source: x.data_ptr() for source, x in tensors.items()})
+    config, detail = plan.config(driver, stream)
+    return PreparedLaunch(load(kernel, device, driver), plan.grid, plan.block, plan.cluster, plan.smem_bytes, stream,
+                          parameters, maps, driver, keep, plan.explicit_cluster, config, detail)
 
 
 def _run_torch(kernel: CompiledKernel, inputs: Sequence, stream: int | None,
@@ -344,20 +419,24 @@ def _run_numpy(kernel: CompiledKernel, inputs: list, stream: int,
 # endregion
 
 
+def launch_on_tensors(kernel, *inputs, zeroed: bool | str = True, into: Mapping[int, object] | None = None,
+                      **launch: int) -> list:
+    """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) and return its outputs
+    in argument order. Its outputs and scratch buffers are those given in `into` (by Tile IR argument index; the
+    caller vouches for their contents, which the kernel may add into) or allocated here: zeroed on the stream
+    with `zeroed` True (for a kernel that adds into them or leaves elements unwritten), the scratch buffers only
+    with `zeroed=SCRATCH`, else left as allocated (for a kernel that writes every element). `launch`: the
+    kernel's launch sizes."""
+    prepared, outputs = _on_tensors(kernel, inputs, launch, None, zeroed, into)
+    prepared()
+    return outputs
+
+
+SCRATCH = "scratch"
+"""`launch_on_tensors(..., zeroed=SCRATCH)`: only the kernel's scratch buffers zeroed (semaphores count from 0)."""
+
+
 def launch_zeroed(kernel, *inputs, **launch: int) -> list:
     """Launch `kernel` on CUDA tensors `inputs` (on torch's current stream of their device) into outputs and
     scratch buffers allocated zeroed; its outputs in argument order. `launch`: the kernel's launch sizes."""
-    sizes, views = check_inputs(kernel.host, inputs, launch)
-    check_compiled_launch(f"@{kernel.name}", kernel, inputs, sizes)  # before the GPU is asked
-    torch = _torch()
-    device = inputs[0].device
-    stream = torch.cuda.current_stream(device).cuda_stream
-    ordinal = device.index if device.index is not None else torch.cuda.current_device()
-    made = {}
-    for tensor in kernel_tensors(kernel.host):
-        if tensor.role != "in":
-            made[tensor.source] = torch.zeros(tensor.dims.evaluate(sizes), dtype=_torch_dtype(tensor.dtype),
-                                              device=device)
-            views[tensor.source] = view_of(made[tensor.source])
-    prepare(kernel, views, sizes, stream, ordinal, keep=(tuple(inputs), tuple(made.values())))()
-    return [made[t.source] for t in kernel_tensors(kernel.host) if t.role == "out"]
+    return launch_on_tensors(kernel, *inputs, **launch)
