@@ -232,6 +232,19 @@ def _units_hit(unit: np.ndarray, lanes: np.ndarray) -> np.ndarray:
     return hit[unit]
 
 
+_FULL_WARP = (1 << facts.WARP_SIZE) - 1
+"""The member mask of a whole warp."""
+
+
+def _whole_units(step: Step) -> int:
+    """The size of the units (warps, warpgroups) whose lanes that have not exited are all among the lanes `step`
+    just ran: its own for a collective whose members are all those lanes (no member mask but the whole warp's),
+    0 (none known) for any other step. `Scheduler._straight` runs collectives of units up to that size."""
+    if not step.unit or step.member_mask is not None or step.mask not in (None, _FULL_WARP):
+        return 0
+    return step.unit
+
+
 class Scheduler:
     """Runs the decoded `steps` of a machine until every lane has exited, or until a batch has taken
     `max_steps` steps (see the module docstring)."""
@@ -335,10 +348,14 @@ class Scheduler:
                     m.on_exit(np.unique(m.lane_cta[lanes]))
                     continue
                 step = steps[pc]
+                whole = 0  # the units `lanes` are whole of, for `_straight`
                 if step.unit:
+                    at_pc = len(lanes)
                     lanes = self._gather_collective(step, pc, lanes)
                     if lanes is None:
                         continue
+                    if len(lanes) == at_pc:  # (none made to wait: the running lanes are as they were)
+                        whole = _whole_units(step)
                 woken = m.woken
                 ran = 0 if step.control or step.unit else self._block(pc, lanes, limit)
                 if ran:
@@ -357,8 +374,8 @@ class Scheduler:
                     if len(active):
                         step.run(ALL if len(active) == len(all_lanes) else active)
                     m.pc[lanes] += 1
-                if not step.unit and self.rng is None and m.woken == woken and m.preferred is None:
-                    self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc)
+                if (whole or not step.unit) and self.rng is None and m.woken == woken and m.preferred is None:
+                    self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc, whole)
 
     def _block(self, pc: int, lanes: np.ndarray, limit: int) -> int:
         """Run the fused block at `pc` (`fuse`) for `lanes`, all the lanes there: the number of instructions it
@@ -384,27 +401,33 @@ class Scheduler:
         return block.length
 
     def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int,
-                  picked: int) -> None:
+                  picked: int, whole: int = 0) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
-        ran the plain step (or fused block) at `picked` (`candidates`: the pcs of the running lanes then, `big`
-        elsewhere), so as long as no other running lane is at or before their pc, no thread was woken (`m.woken`
-        still `woken`) and no release made others preferred, the schedule picks `lanes` again at the next pc, and
-        only them: plain
-        steps (neither control nor collective) never park, exit or move other threads. Stops before a control or
-        collective step, the next other running lane's pc, a wake, the end, or the step budget; the main loop
-        goes on from there, so the schedule and its results are the same as one full pick per step."""
+        ran the plain or collective step (or fused block) at `picked` (`candidates`: the pcs of the running lanes
+        then, `big` elsewhere), so as long as no other running lane is at or before their pc, no thread was woken
+        (`m.woken` still `woken`) and no release made others preferred, the schedule picks `lanes` again at the
+        next pc, and only them: plain and collective steps never park, exit or move other threads.
+
+        A collective step (a wgmma, a shuffle) runs here too when `lanes` are whole units of its size or larger
+        (`whole`: every lane of each of their warps or warpgroups that has not exited, as the collective just run
+        gathered them, `_whole_units`): `_gather_collective` would find every member of their units at this pc and
+        return `lanes` themselves, so the step runs for the same lanes at the same point of the same schedule (a
+        wgmma chain and the descriptor arithmetic between its wgmmas are one run, not a full pick per wgmma).
+        Stops before a control step, a collective of larger units than `whole`, the next other running lane's pc,
+        a wake, the end, or the step budget; the main loop goes on from there, so the schedule and its results are
+        the same as one full pick per step."""
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        if pc >= end or steps[pc].control or steps[pc].unit:
+        if pc >= end or steps[pc].control or steps[pc].unit > whole:
             return
         horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
         count, counts, start = len(m.lane_ids), self.counts, pc
         try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
-                if step.control or step.unit:
+                if step.control or step.unit > whole:
                     return
-                ran = self._block(pc, lanes, limit)
+                ran = 0 if step.unit else self._block(pc, lanes, limit)
                 if ran:
                     pc += ran
                     continue
