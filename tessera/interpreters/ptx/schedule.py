@@ -350,12 +350,12 @@ class Scheduler:
                 step = steps[pc]
                 whole = 0  # the units `lanes` are whole of, for `_straight`
                 if step.unit:
-                    at_pc = len(lanes)
-                    lanes = self._gather_collective(step, pc, lanes)
-                    if lanes is None:
+                    ready = self._gather_collective(step, pc, lanes)
+                    if ready is None:
                         continue
-                    if len(lanes) == at_pc:  # (none made to wait: the running lanes are as they were)
+                    if np.array_equal(ready, lanes):  # (none made to wait, none joined: which lanes run is as it was)
                         whole = _whole_units(step)
+                    lanes = ready
                 woken = m.woken
                 ran = 0 if step.control or step.unit else self._block(pc, lanes, limit)
                 if ran:
@@ -363,11 +363,7 @@ class Scheduler:
                 else:
                     guard = guards[pc]
                     active = lanes if guard is None else lanes[guard(lanes)]
-                    self.executed += 1
-                    if self.counts is not None and len(active):
-                        warps = m.unit_of[facts.WARP_SIZE][active]
-                        self.counts["thread_instructions"] += len(active)
-                        self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+                    self._executed(active)
                     if step.control:
                         step.run(lanes, active)
                         continue
@@ -404,47 +400,84 @@ class Scheduler:
                   picked: int, whole: int = 0) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
         ran the plain or collective step (or fused block) at `picked` (`candidates`: the pcs of the running lanes
-        then, `big` elsewhere), so as long as no other running lane is at or before their pc, no thread was woken
-        (`m.woken` still `woken`) and no release made others preferred, the schedule picks `lanes` again at the
-        next pc, and only them: plain and collective steps never park, exit or move other threads.
+        then, `big` elsewhere), so as long as no other running lane is at or before their pc (the *horizon*), no
+        thread was woken (`m.woken` still `woken`) and no release made others preferred, the schedule picks `lanes`
+        again at the next pc, and only them: plain steps, collectives and branches never park, exit or move
+        other threads, nor change which lanes may run.
 
-        A collective step (a wgmma, a shuffle) runs here too when `lanes` are whole units of its size or larger
-        (`whole`: every lane of each of their warps or warpgroups that has not exited, as the collective just run
-        gathered them, `_whole_units`): `_gather_collective` would find every member of their units at this pc and
-        return `lanes` themselves, so the step runs for the same lanes at the same point of the same schedule (a
-        wgmma chain and the descriptor arithmetic between its wgmmas are one run, not a full pick per wgmma).
-        Stops before a control step, a collective of larger units than `whole`, the next other running lane's pc,
-        a wake, the end, or the step budget; the main loop goes on from there, so the schedule and its results are
-        the same as one full pick per step."""
+        - A collective (a wgmma, a shuffle) gathers its lanes as the main loop would (`_gather_collective`, on
+          `lanes` at its pc: exactly what the main loop's pick would hand it). Where `lanes` are whole units of
+          its size or larger (`whole`: every lane of their warps or warpgroups that has not exited, as a collective
+          just run gathered them, `_whole_units`), the gather would return `lanes` themselves and is skipped: a
+          wgmma chain and the descriptor arithmetic between its wgmmas are one run. Where the gather makes some
+          lanes wait, the others run the step and the run stops there, as the main loop's would.
+        - A `bra` runs as in the main loop; the run goes on where every lane took it or none did (the lanes stay
+          together) and the pc they reach lies before the horizon (a loop's back edge, the skip over an `if`).
+
+        Stops before any other control step, at the horizon, a wake, the end, or the step budget; the main loop goes
+        on from there, so the schedule and its results are the same as one full pick per step."""
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        if pc >= end or steps[pc].control or steps[pc].unit > whole:
+        if pc >= end or steps[pc].control and steps[pc].inst.opcode != "bra":
             return
         horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
-        count, counts, start = len(m.lane_ids), self.counts, pc
-        try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
+        count, start = len(m.lane_ids), pc
+        try:  # the lanes' pcs move at the end (no plain step reads them), before a gather or branch, or a raise
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
-                if step.control or step.unit > whole:
-                    return
-                ran = 0 if step.unit else self._block(pc, lanes, limit)
+                if step.control:
+                    if step.inst.opcode != "bra":
+                        return
+                    m.pc[lanes] += pc - start
+                    start = pc
+                    guard = guards[pc]
+                    active = lanes if guard is None else lanes[guard(lanes)]
+                    self._executed(active)
+                    step.run(lanes, active)
+                    start = pc = int(m.pc[lanes[0]])  # (the branch moved the lanes' pcs)
+                    if 0 < len(active) < len(lanes):  # divergent: the main loop picks among them
+                        return
+                    continue
+                ran = 0
+                if step.unit > whole:
+                    m.pc[lanes] += pc - start
+                    start = pc
+                    ready = self._gather_collective(step, pc, lanes)
+                    if ready is None:
+                        return
+                    if not np.array_equal(ready, lanes):  # some wait (COLL), or lanes waiting there join
+                        self._run_plain(pc, ready, count)
+                        m.pc[ready] += 1
+                        return
+                    whole = _whole_units(step)
+                elif not step.unit:
+                    ran = self._block(pc, lanes, limit)
                 if ran:
                     pc += ran
                     continue
-                guard = guards[pc]
-                active = lanes if guard is None else lanes[guard(lanes)]
-                self.executed += 1
-                if counts is not None and len(active):
-                    warps = m.unit_of[facts.WARP_SIZE][active]
-                    counts["thread_instructions"] += len(active)
-                    counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
-                if len(active):
-                    step.run(ALL if len(active) == count else active)
+                self._run_plain(pc, lanes, count)
                 pc += 1
                 if m.woken != woken or m.preferred is not None:
                     return
         finally:
             m.pc[lanes] += pc - start
+
+    def _executed(self, active: np.ndarray) -> None:
+        """Count one step, and with `stats=` the thread and warp instructions of `active`, the lanes executing it."""
+        self.executed += 1
+        if self.counts is not None and len(active):
+            warps = self.m.unit_of[facts.WARP_SIZE][active]
+            self.counts["thread_instructions"] += len(active)
+            self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+
+    def _run_plain(self, pc: int, lanes: np.ndarray, count: int) -> None:
+        """Run the (plain or collective) step at `pc` for those of `lanes` its guard lets execute; `count`: the
+        machine's lanes. The lanes' pcs stay where they are."""
+        guard = self.guards[pc]
+        active = lanes if guard is None else lanes[guard(lanes)]
+        self._executed(active)
+        if len(active):
+            self.steps[pc].run(ALL if len(active) == count else active)
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`
