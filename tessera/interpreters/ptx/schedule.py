@@ -411,14 +411,17 @@ class Scheduler:
           just run gathered them, `_whole_units`), the gather would return `lanes` themselves and is skipped: a
           wgmma chain and the descriptor arithmetic between its wgmmas are one run. Where the gather makes some
           lanes wait, the others run the step and the run stops there, as the main loop's would.
-        - A `bra` runs as in the main loop; the run goes on where every lane took it or none did (the lanes stay
-          together) and the pc they reach lies before the horizon (a loop's back edge, the skip over an `if`).
+        - A control step (a branch, an mbarrier wait, a barrier) runs as in the main loop; the run goes on where
+          the lanes stay together and runnable (a `bra` every lane took or none did; another step after which every
+          lane still runs, at one pc: a wait on a completed phase), nothing was woken or preferred, and the pc they
+          reach lies before the horizon (a loop's back edge, the skip over an `if`). No other lane's status changed
+          (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same.
 
-        Stops before any other control step, at the horizon, a wake, the end, or the step budget; the main loop goes
-        on from there, so the schedule and its results are the same as one full pick per step."""
+        Stops at the horizon, a wake, lanes that part or block, the end, or the step budget; the main loop goes on
+        from there, so the schedule and its results are the same as one full pick per step."""
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        if pc >= end or steps[pc].control and steps[pc].inst.opcode != "bra":
+        if pc >= end:
             return
         horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
         count, start = len(m.lane_ids), pc
@@ -426,16 +429,17 @@ class Scheduler:
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
                 if step.control:
-                    if step.inst.opcode != "bra":
-                        return
                     m.pc[lanes] += pc - start
                     start = pc
                     guard = guards[pc]
                     active = lanes if guard is None else lanes[guard(lanes)]
                     self._executed(active)
                     step.run(lanes, active)
-                    start = pc = int(m.pc[lanes[0]])  # (the branch moved the lanes' pcs)
-                    if 0 < len(active) < len(lanes):  # divergent: the main loop picks among them
+                    start = pc = int(m.pc[lanes[0]])  # (the step moved the lanes' pcs)
+                    if step.inst.opcode == "bra":
+                        if 0 < len(active) < len(lanes):  # divergent: the main loop picks among them
+                            return
+                    elif m.woken != woken or m.preferred is not None or not self._together(lanes, pc):
                         return
                     continue
                 ran = 0
@@ -461,6 +465,11 @@ class Scheduler:
                     return
         finally:
             m.pc[lanes] += pc - start
+
+    def _together(self, lanes: np.ndarray, pc: int) -> bool:
+        """Whether every one of `lanes` still runs (none waits, parked or exited) and is at `pc`."""
+        m = self.m
+        return bool((m.status[lanes] == RUN).all() and (m.pc[lanes] == pc).all())
 
     def _executed(self, active: np.ndarray) -> None:
         """Count one step, and with `stats=` the thread and warp instructions of `active`, the lanes executing it."""
