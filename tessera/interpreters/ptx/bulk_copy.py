@@ -36,7 +36,8 @@ from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, Stride
 from tessera.interpreters.ptx.mbarrier import shared_addresses
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
+from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, \
+    unique_rows
 from tessera.interpreters.ptx.sync import U32
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
@@ -310,18 +311,21 @@ def decode_bulk(ops: Operands, inst, mods):
         issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
                                   *([np.broadcast_to(np.asarray(barriers, np.int64), lanes.shape)] if load else []),
                                   *([masks] if mask is not None else []))
-        for i in issued:
+        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
+            clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
+            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]
             if load:  # the CTAs the copy lands in, and the shared::cluster addresses of data and barrier there
-                shared_offsets(m, inst, one, smem_addresses[i:i + 1])
-                slots, offsets, _ = m.shared_target(one, smem_addresses[i:i + 1])
+                if clustered:
+                    shared_offsets(m, inst, one, smem_addresses[i:i + 1])
                 if mask is not None:
-                    targets = [(slot, cluster_address(m, slot, int(offsets[0])),
+                    targets = [(slot, cluster_address(m, slot, int(issued_offsets[k])),
                                 cluster_address(m, slot, int(barriers[i]) & OFFSET_MASK))
                                for slot in multicast_slots(m, inst, lane, int(masks[i]))]
                 else:
-                    targets = [(int(slots[0]), int(smem_addresses[i]), int(barriers[i]))]
+                    targets = [(int(issued_slots[k]), int(smem_addresses[i]), int(barriers[i]))]
             if tensor:
                 coordinates = [int(v[i]) for v in values]
                 if not load:
