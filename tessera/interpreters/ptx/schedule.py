@@ -360,15 +360,14 @@ class Scheduler:
                 ran = 0 if step.control or step.unit else self._block(pc, lanes, limit)
                 if ran:
                     m.pc[lanes] += ran
-                else:
+                elif step.control:
                     guard = guards[pc]
                     active = lanes if guard is None else lanes[guard(lanes)]
                     self._executed(active)
-                    if step.control:
-                        step.run(lanes, active)
-                        continue
-                    if len(active):
-                        step.run(ALL if len(active) == len(all_lanes) else active)
+                    step.run(lanes, active)
+                    continue
+                else:
+                    self._run_plain(pc, lanes, len(all_lanes))
                     m.pc[lanes] += 1
                 if (whole or not step.unit) and self.rng is None and m.woken == woken and m.preferred is None:
                     self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc, whole)
