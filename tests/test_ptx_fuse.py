@@ -225,6 +225,26 @@ def test_a_pending_wgmma_register_inside_a_block_is_reported_as_unfused():
     assert messages[0] == messages[1] and "before a wgmma.wait_group covers its group" in messages[1]
 
 
+def test_a_wgmma_register_touched_in_a_block_without_a_fence_names_the_same_line_as_unfused():
+    """A fused block's accesses to wgmma registers are one entry of the touch log (`touch_block`): the missing
+    fence before the P @ V wgmma is reported naming the block's last access to the register, as unfused."""
+    from test_ptx_hazards import _attention
+    from tessera.reference_attention import attention_operands
+
+    compiled = _attention(False)
+    lines = compiled[2].splitlines()
+    fence = [i for i, line in enumerate(lines) if "wgmma.fence" in line][1]
+    text = "\n".join(lines[:fence] + lines[fence + 1:]) + "\n"
+    messages = []
+    for fused in (False, True):
+        sig, host, _ = compiled
+        arrays, sizes = prepare_arguments(sig, attention_operands(np.random.default_rng(7), 64, 70, 64))
+        with pytest.raises(PtxHazardError) as caught:
+            launch_described(text, host, arrays, sizes, source="seeded.ptx", fuse=fused)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1] and "accessed it, with no wgmma.fence between them" in messages[1]
+
+
 def test_max_steps_and_stats_are_those_of_single_instructions():
     rng = np.random.default_rng(8)
     text = _random_program(rng, 30)

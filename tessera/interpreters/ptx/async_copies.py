@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
+from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.shared_chunks import as_chunks
 from tessera.interpreters.ptx.state import PARK, RUN
 from tessera.sm90 import facts
@@ -59,7 +60,7 @@ class AsyncCopies:
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
         clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
             and not (self.reading and self._read_by_wgmma(span))
-        lanes = np.broadcast_to(np.asarray(lanes), flat.shape)
+        lanes = per_lane(lanes, flat.shape)
         if self.tagged and not clear:
             flying = self.state[flat] == FLIGHT
             if atomic and flying.any():

@@ -31,12 +31,13 @@ import numpy as np
 
 from tessera.interpreters.ptx import atomics, mbarrier, memory, tensormaps
 from tessera.interpreters.ptx.cluster import OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
-from tessera.interpreters.ptx.decode import Operands, elements, opcode
+from tessera.interpreters.ptx.decode import Operands, elements, opcode, per_lane
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.mbarrier import shared_addresses
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
-from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, unique_rows
+from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, \
+    unique_rows
 from tessera.interpreters.ptx.sync import U32
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
@@ -295,33 +296,36 @@ def decode_bulk(ops: Operands, inst, mods):
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        smem_addresses = np.broadcast_to(np.asarray(smem(sel), np.int64), lanes.shape)
+        smem_addresses = per_lane(smem(sel), lanes.shape, np.int64)
         if barrier is not None:
             barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
         if mask is not None:
-            masks = np.broadcast_to(np.asarray(mask(sel), np.int64), lanes.shape)
+            masks = per_lane(mask(sel), lanes.shape, np.int64)
         if tensor:
-            maps = np.broadcast_to(np.asarray(map_address(sel), np.int64), lanes.shape)
-            values = [np.broadcast_to(np.asarray(c(sel), np.int64), lanes.shape) for c in coords]
+            maps = per_lane(map_address(sel), lanes.shape, np.int64)
+            values = [per_lane(c(sel), lanes.shape, np.int64) for c in coords]
         else:
-            sources = np.broadcast_to(np.asarray(global_address(sel), np.int64), lanes.shape)
-            sizes = np.broadcast_to(np.asarray(size(sel), np.int64), lanes.shape)
+            sources = per_lane(global_address(sel), lanes.shape, np.int64)
+            sizes = per_lane(size(sel), lanes.shape, np.int64)
         loaded: dict = {}  # the boxes this step read (`_tma_lane`)
         issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
-                                  *([np.broadcast_to(np.asarray(barriers, np.int64), lanes.shape)] if load else []),
+                                  *([per_lane(barriers, lanes.shape, np.int64)] if load else []),
                                   *([masks] if mask is not None else []))
-        for i in issued:
+        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
+            clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
+            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]
             if load:  # the CTAs the copy lands in, and the shared::cluster addresses of data and barrier there
-                shared_offsets(m, inst, one, smem_addresses[i:i + 1])
-                slots, offsets, _ = m.shared_target(one, smem_addresses[i:i + 1])
+                if clustered:
+                    shared_offsets(m, inst, one, smem_addresses[i:i + 1])
                 if mask is not None:
-                    targets = [(slot, cluster_address(m, slot, int(offsets[0])),
+                    targets = [(slot, cluster_address(m, slot, int(issued_offsets[k])),
                                 cluster_address(m, slot, int(barriers[i]) & OFFSET_MASK))
                                for slot in multicast_slots(m, inst, lane, int(masks[i]))]
                 else:
-                    targets = [(int(slots[0]), int(smem_addresses[i]), int(barriers[i]))]
+                    targets = [(int(issued_slots[k]), int(smem_addresses[i]), int(barriers[i]))]
             if tensor:
                 coordinates = [int(v[i]) for v in values]
                 if not load:
@@ -419,7 +423,7 @@ def decode_red_async(ops: Operands, inst, mods):
     nbytes = t.bits // 8
 
     def data(sel, lanes):
-        values = np.broadcast_to(np.asarray(read(sel), t.dtype), lanes.shape)
+        values = per_lane(read(sel), lanes.shape, t.dtype)
 
         def combine(value):
             def update(old: np.ndarray) -> np.ndarray:
@@ -442,7 +446,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
     def run(sel):
         lanes = lanes_of(m, sel)
         bytes_, updates = data(sel, lanes)
-        places = np.broadcast_to(np.asarray(address(sel), np.int64), lanes.shape)
+        places = per_lane(address(sel), lanes.shape, np.int64)
         barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
         memory.check_access(m, inst, "shared", lanes, places, nbytes, nbytes)
         slots = m.shared_target(lanes, places)[0]
@@ -509,9 +513,9 @@ def _decode_tma_reduce(ops: Operands, inst, mods):
 
     def run(sel):
         lanes = lanes_of(m, sel)
-        smem_addresses = np.broadcast_to(np.asarray(smem(sel), np.int64), lanes.shape)
-        maps = np.broadcast_to(np.asarray(map_address(sel), np.int64), lanes.shape)
-        values = [np.broadcast_to(np.asarray(c(sel), np.int64), lanes.shape) for c in coords]
+        smem_addresses = per_lane(smem(sel), lanes.shape, np.int64)
+        maps = per_lane(map_address(sel), lanes.shape, np.int64)
+        values = [per_lane(c(sel), lanes.shape, np.int64) for c in coords]
         for i in _issued_per_warp(m, lanes, smem_addresses, maps, *values):
             _tma_lane(m, inst, int(lanes[i]), int(maps[i]), [int(v[i]) for v in values], int(smem_addresses[i]),
                       False, combine=combine)

@@ -48,6 +48,16 @@ lane's last one, by enough that nvcc's delay loops (`while (clock64() - t0 < wai
 _CLOCK_COUNTERS = {"%clock": "%clock64", "%clock64": "%clock64", "%globaltimer": "%globaltimer"}
 
 
+def per_lane(values, shape: tuple, dtype=None) -> np.ndarray:
+    """`values` (what an operand reader returns: one value per lane, or one value for every lane) as an array of
+    `shape` (and `dtype`): `values` itself where it already is one, else broadcast (read-only; `np.broadcast_to`
+    costs some microseconds a call, the steps of a launch call it hundreds of times on arrays already in shape).
+    The caller never writes into it."""
+    if type(values) is np.ndarray and values.shape == shape and (dtype is None or values.dtype == dtype):
+        return values
+    return np.broadcast_to(np.asarray(values, dtype), shape)
+
+
 @dataclass
 class Step:
     inst: Instruction

@@ -176,6 +176,10 @@ class Block:
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
+        # where no instruction naming them has a guard, the block's accesses to wgmma registers as one touch: the
+        # registers, and the line of each one's last access (`WgmmaTracking.touch_block`)
+        self.touches = None if any(names and s.inst.guard is not None for s, names in zip(installed, watched)) else \
+            (self.watched_all, {name: s.inst.line for s, names in zip(installed, watched) for name in names})
         self.runs = 0  # times the block was reached: planned once it is hot (HOT)
         self.groups: list[list[_Op]] | None = None
 
@@ -368,7 +372,9 @@ class Block:
             else:
                 for machine_lanes, here in runs:
                     array[machine_lanes, indices] = values[:, here].T
-        if self.watched_all and tracker is not None:
+        if self.watched_all and tracker is not None and self.touches is not None:
+            tracker.touch_block(ALL if n == m.lanes else lanes, *self.touches)
+        elif self.watched_all and tracker is not None:
             every = n == m.lanes
             for inst, names in zip(self.insts, self.watched):
                 active = actives.get(id(inst), ALL)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank, shared_offsets
-from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode, per_lane
 from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
@@ -25,7 +25,7 @@ from tessera.sm90 import facts
 def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses) -> np.ndarray:
     """Shared::cluster addresses of an mbarrier operand (generic ones must be in the shared window), checked
     to be 8-byte aligned and inside the shared memory of a CTA of the cluster (`cluster.shared_offsets`)."""
-    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    addresses = per_lane(addresses, lanes.shape, np.int64)
     if space == "generic":
         inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
         if not inside.all():
@@ -215,7 +215,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         def run(sel):
             lanes = lanes_of(m, sel)
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
-            values = np.broadcast_to(np.asarray(amount(sel)), lanes.shape) if amount is not None else None
+            values = per_lane(amount(sel), lanes.shape) if amount is not None else None
             for i, (lane, a) in enumerate(zip(lanes, addresses)):
                 key = mbarrier_key(m, int(lane), int(a))
                 if action == "init":
@@ -250,7 +250,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         def run_arrive(sel):
             lanes = lanes_of(m, sel)
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
-            values = np.broadcast_to(np.asarray(extra(sel)), lanes.shape) if extra is not None else None
+            values = per_lane(extra(sel), lanes.shape) if extra is not None else None
             phases = np.empty(len(lanes), np.uint64)
             _released(m, inst, lanes, addresses)
             together = not expect and values is None and action != "arrive_drop" and len(lanes) > 1
@@ -276,7 +276,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
         if not len(active):
             return
         addresses = shared_addresses(m, inst, space, active, address(active))
-        tokens = np.broadcast_to(np.asarray(token(active)), active.shape)
+        tokens = per_lane(token(active), active.shape)
         done = np.empty(len(active), bool)
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
         local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()

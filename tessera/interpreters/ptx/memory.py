@@ -30,7 +30,7 @@ import numpy as np
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
-from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode
+from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode, per_lane
 from tessera.interpreters.ptx.global_accesses import WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
@@ -114,7 +114,7 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     return uint8 [n, nbytes]. Plain accesses (`watched`) are shown to the machine's reduction watch, if any
     (`reductions.ReductionWatch`); global accesses to the happens-before of global memory as `how`
     (`global_order`: weak or strong, generic or async proxy)."""
-    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    addresses = per_lane(addresses, lanes.shape, np.int64)
     align = nbytes if align is None else align
     if space == "generic":
         out = np.zeros((len(lanes), nbytes), np.uint8) if data is None else None
@@ -223,7 +223,7 @@ _STRONG_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel", "volatile")
 def sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tuple[np.ndarray, np.ndarray]:
     """(lanes, locations) of the strong accesses of `lanes` at `addresses` for release/acquire
     (`global_order`): a global byte's flat position, or -1 - the flat index of a shared byte."""
-    addresses = np.broadcast_to(np.asarray(addresses, np.int64), lanes.shape)
+    addresses = per_lane(addresses, lanes.shape, np.int64)
     if space == "generic":
         window = addresses // WINDOW_SIZE
         global_ = (addresses >= GLOBAL_BASE) & (window == 0)
@@ -543,10 +543,10 @@ def decode_cp_async(ops: Operands, inst, mods):
         data = np.zeros((len(lanes), size), np.uint8)
         reading = count > 0
         if reading.any():
-            source = np.broadcast_to(np.asarray(src(sel), np.int64), lanes.shape)
+            source = per_lane(src(sel), lanes.shape, np.int64)
             got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
-        target = np.broadcast_to(np.asarray(dst(sel), np.int64), lanes.shape)
+        target = per_lane(dst(sel), lanes.shape, np.int64)
         check_access(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
         m.tracker.cp_async_issued(inst, lanes, index)

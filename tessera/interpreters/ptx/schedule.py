@@ -233,6 +233,19 @@ def _units_hit(unit: np.ndarray, lanes: np.ndarray) -> np.ndarray:
     return hit[unit]
 
 
+_FULL_WARP = (1 << facts.WARP_SIZE) - 1
+"""The member mask of a whole warp."""
+
+
+def _whole_units(step: Step) -> int:
+    """The size of the units (warps, warpgroups) whose lanes that have not exited are all among the lanes `step`
+    just ran: its own for a collective whose members are all those lanes (no member mask but the whole warp's),
+    0 (none known) for any other step. `Scheduler._straight` runs collectives of units up to that size."""
+    if not step.unit or step.member_mask is not None or step.mask not in (None, _FULL_WARP):
+        return 0
+    return step.unit
+
+
 class Scheduler:
     """Runs the decoded `steps` of a machine until every lane has exited, or until a batch has taken
     `max_steps` steps (see the module docstring)."""
@@ -336,30 +349,29 @@ class Scheduler:
                     m.on_exit(np.unique(m.lane_cta[lanes]))
                     continue
                 step = steps[pc]
+                whole = 0  # the units `lanes` are whole of, for `_straight`
                 if step.unit:
-                    lanes = self._gather_collective(step, pc, lanes)
-                    if lanes is None:
+                    ready = self._gather_collective(step, pc, lanes)
+                    if ready is None:
                         continue
+                    if np.array_equal(ready, lanes):  # (none made to wait, none joined: which lanes run is as it was)
+                        whole = _whole_units(step)
+                    lanes = ready
                 woken = m.woken
                 ran = 0 if step.control or step.unit else self._block(pc, lanes, limit)
                 if ran:
                     m.pc[lanes] += ran
-                else:
+                elif step.control:
                     guard = guards[pc]
                     active = lanes if guard is None else lanes[guard(lanes)]
-                    self.executed += 1
-                    if self.counts is not None and len(active):
-                        warps = m.unit_of[facts.WARP_SIZE][active]
-                        self.counts["thread_instructions"] += len(active)
-                        self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
-                    if step.control:
-                        step.run(lanes, active)
-                        continue
-                    if len(active):
-                        step.run(ALL if len(active) == len(all_lanes) else active)
+                    self._executed(active)
+                    step.run(lanes, active)
+                    continue
+                else:
+                    self._run_plain(pc, lanes, len(all_lanes))
                     m.pc[lanes] += 1
-                if not step.unit and self.rng is None and m.woken == woken and m.preferred is None:
-                    self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc)
+                if (whole or not step.unit) and self.rng is None and m.woken == woken and m.preferred is None:
+                    self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc, whole)
 
     def _block(self, pc: int, lanes: np.ndarray, limit: int) -> int:
         """Run the fused block at `pc` (`fuse`) for `lanes`, all the lanes there: the number of instructions it
@@ -385,44 +397,96 @@ class Scheduler:
         return block.length
 
     def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int,
-                  picked: int) -> None:
+                  picked: int, whole: int = 0) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
-        ran the plain step (or fused block) at `picked` (`candidates`: the pcs of the running lanes then, `big`
-        elsewhere), so as long as no other running lane is at or before their pc, no thread was woken (`m.woken`
-        still `woken`) and no release made others preferred, the schedule picks `lanes` again at the next pc, and
-        only them: plain
-        steps (neither control nor collective) never park, exit or move other threads. Stops before a control or
-        collective step, the next other running lane's pc, a wake, the end, or the step budget; the main loop
-        goes on from there, so the schedule and its results are the same as one full pick per step."""
+        ran the plain or collective step (or fused block) at `picked` (`candidates`: the pcs of the running lanes
+        then, `big` elsewhere), so as long as no other running lane is at or before their pc (the *horizon*), no
+        thread was woken (`m.woken` still `woken`) and no release made others preferred, the schedule picks `lanes`
+        again at the next pc, and only them: plain steps, collectives and branches never park, exit or move
+        other threads, nor change which lanes may run.
+
+        - A collective (a wgmma, a shuffle) gathers its lanes as the main loop would (`_gather_collective`, on
+          `lanes` at its pc: exactly what the main loop's pick would hand it). Where `lanes` are whole units of
+          its size or larger (`whole`: every lane of their warps or warpgroups that has not exited, as a collective
+          just run gathered them, `_whole_units`), the gather would return `lanes` themselves and is skipped: a
+          wgmma chain and the descriptor arithmetic between its wgmmas are one run. Where the gather makes some
+          lanes wait, the others run the step and the run stops there, as the main loop's would.
+        - A control step (a branch, an mbarrier wait, a barrier) runs as in the main loop; the run goes on where
+          the lanes stay together and runnable (a `bra` every lane took or none did; another step after which every
+          lane still runs, at one pc: a wait on a completed phase), nothing was woken or preferred, and the pc they
+          reach lies before the horizon (a loop's back edge, the skip over an `if`). No other lane's status changed
+          (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same.
+
+        Stops at the horizon, a wake, lanes that part or block, the end, or the step budget; the main loop goes on
+        from there, so the schedule and its results are the same as one full pick per step."""
         m, steps, guards = self.m, self.steps, self.guards
         end = len(steps)
-        if pc >= end or steps[pc].control or steps[pc].unit:
+        if pc >= end:
             return
         horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
-        count, counts, start = len(m.lane_ids), self.counts, pc
-        try:  # the lanes' pcs move once at the end (no plain step reads them), also when a step raises
+        count, start = len(m.lane_ids), pc
+        try:  # the lanes' pcs move at the end (no plain step reads them), before a gather or branch, or a raise
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
-                if step.control or step.unit:
-                    return
-                ran = self._block(pc, lanes, limit)
+                if step.control:
+                    m.pc[lanes] += pc - start
+                    start = pc
+                    guard = guards[pc]
+                    active = lanes if guard is None else lanes[guard(lanes)]
+                    self._executed(active)
+                    step.run(lanes, active)
+                    start = pc = int(m.pc[lanes[0]])  # (the step moved the lanes' pcs)
+                    if step.inst.opcode == "bra":
+                        if 0 < len(active) < len(lanes):  # divergent: the main loop picks among them
+                            return
+                    elif m.woken != woken or m.preferred is not None or not self._together(lanes, pc):
+                        return
+                    continue
+                ran = 0
+                if step.unit > whole:
+                    m.pc[lanes] += pc - start
+                    start = pc
+                    ready = self._gather_collective(step, pc, lanes)
+                    if ready is None:
+                        return
+                    if not np.array_equal(ready, lanes):  # some wait (COLL), or lanes waiting there join
+                        self._run_plain(pc, ready, count)
+                        m.pc[ready] += 1
+                        return
+                    whole = _whole_units(step)
+                elif not step.unit:
+                    ran = self._block(pc, lanes, limit)
                 if ran:
                     pc += ran
                     continue
-                guard = guards[pc]
-                active = lanes if guard is None else lanes[guard(lanes)]
-                self.executed += 1
-                if counts is not None and len(active):
-                    warps = m.unit_of[facts.WARP_SIZE][active]
-                    counts["thread_instructions"] += len(active)
-                    counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
-                if len(active):
-                    step.run(ALL if len(active) == count else active)
+                self._run_plain(pc, lanes, count)
                 pc += 1
                 if m.woken != woken or m.preferred is not None:
                     return
         finally:
             m.pc[lanes] += pc - start
+
+    def _together(self, lanes: np.ndarray, pc: int) -> bool:
+        """Whether every one of `lanes` still runs (none waits, parked or exited) and is at `pc`."""
+        m = self.m
+        return bool((m.status[lanes] == RUN).all() and (m.pc[lanes] == pc).all())
+
+    def _executed(self, active: np.ndarray) -> None:
+        """Count one step, and with `stats=` the thread and warp instructions of `active`, the lanes executing it."""
+        self.executed += 1
+        if self.counts is not None and len(active):
+            warps = self.m.unit_of[facts.WARP_SIZE][active]
+            self.counts["thread_instructions"] += len(active)
+            self.counts["warp_instructions"] += int(np.count_nonzero(np.diff(warps))) + 1
+
+    def _run_plain(self, pc: int, lanes: np.ndarray, count: int) -> None:
+        """Run the (plain or collective) step at `pc` for those of `lanes` its guard lets execute; `count`: the
+        machine's lanes. The lanes' pcs stay where they are."""
+        guard = self.guards[pc]
+        active = lanes if guard is None else lanes[guard(lanes)]
+        self._executed(active)
+        if len(active):
+            self.steps[pc].run(ALL if len(active) == count else active)
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`

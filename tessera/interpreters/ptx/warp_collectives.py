@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
+from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode, per_lane
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, member_mask
@@ -76,7 +76,7 @@ def decode_shfl(ops: Operands, inst, mods):
         n = len(lanes)
         values = np.broadcast_to(read_a(m.lane_ids), (m.lanes,))
         b, c = np.asarray(read_b(sel), np.int64), np.asarray(read_c(sel), np.int64)
-        member = np.broadcast_to(np.asarray(mask(sel), np.int64), (n,))
+        member = per_lane(mask(sel), (n,), np.int64)
         executing = np.zeros(m.lanes, bool)
         executing[lanes] = True
         if b.ndim == 0 and c.ndim == 0:  # immediates (a butterfly's offset): one rule for every lane

@@ -268,6 +268,14 @@ class WgmmaTracking:
         self.touch_seq += 1
         self.touch_log.append((self.touch_seq, names, lanes, inst.line))
 
+    def touch_block(self, lanes: np.ndarray | slice, names: frozenset, lines: dict[str, int]) -> None:
+        """`touch` by the instructions of a fused block, each run by all of `lanes`: one entry of the log, naming
+        the registers `names` and the line of each one's last access (`lines`). No wgmma.fence can fall between
+        them, so every check that reads the log (`_touched_any`, `_touched`, `_dirty`) decides as on one entry
+        per instruction, and names the same line."""
+        self.touch_seq += 1
+        self.touch_log.append((self.touch_seq, names, lanes, lines))
+
     def _dirty(self) -> np.ndarray:
         """`dirty`, with the touches logged since it was last read: one write per distinct lanes object (the steps
         of a straight run share theirs), not one per instruction."""
@@ -296,13 +304,13 @@ class WgmmaTracking:
         """(whether each of `lanes` accessed register `name` since its last wgmma.fence, the line of its last
         such access)."""
         bad, line = np.zeros(len(lanes), bool), np.zeros(len(lanes), np.int32)
-        for seq, names, sel, at in self.touch_log:
+        for seq, names, sel, at in self.touch_log:  # (`at`: a line, or each register's, `touch_block`)
             if name in names:
                 hit = np.zeros(self.m.lanes, bool)
                 hit[sel] = True
                 here = hit[lanes] & (self.fence_seq[lanes] < seq)
                 bad |= here
-                line[here] = at
+                line[here] = at if type(at) is int else at[name]
         return bad, line
 
     def wgmma_fenced(self, lanes: np.ndarray) -> None:
