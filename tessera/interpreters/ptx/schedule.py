@@ -415,7 +415,9 @@ class Scheduler:
           the lanes stay together and runnable (a `bra` every lane took or none did; another step after which every
           lane still runs, at one pc: a wait on a completed phase), nothing was woken or preferred, and the pc they
           reach lies before the horizon (a loop's back edge, the skip over an `if`). No other lane's status changed
-          (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same.
+          (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same. A control
+          step that is a collective over more than the lanes' whole units (`setmaxnreg`, warpgroup-wide, on a
+          warp's run under delayed-warp) stops the run: the main loop gathers its warpgroup.
 
         Stops at the horizon, a wake, lanes that part or block, the end, or the step budget; the main loop goes on
         from there, so the schedule and its results are the same as one full pick per step."""
@@ -429,6 +431,8 @@ class Scheduler:
             while pc < horizon and self.executed < limit:
                 step = steps[pc]
                 if step.control:
+                    if step.unit > whole:  # a collective control step (setmaxnreg): the main loop gathers it
+                        return
                     m.pc[lanes] += pc - start
                     start = pc
                     guard = guards[pc]
