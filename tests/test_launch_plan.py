@@ -12,6 +12,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tessera.runtime import launch as launch_module
@@ -200,10 +201,7 @@ def test_the_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, h
     at Tile level, on outputs that start as NaN, the preprocess writes every element (dPsum, LSE2, dq_accum = 0 on
     the padding rows too), the main kernel every element of dK and dV (adding into the preprocess's dq_accum), the
     postprocess every element of dQ: the results are those of zeroed outputs, bit for bit."""
-    import numpy as np
 
-    from tessera import api
-    from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.numerics import BF16
     from tessera.runtime.attention_backward import _builder_options, check_backward_arguments
     from tessera.runtime.compiler import KernelConfig, built_module
@@ -215,28 +213,96 @@ def test_the_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, h
     config = check_backward_arguments(q, k, v, o, lse, do, causal, None, deterministic, "tile")
     kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))
 
-    def run(module, inputs, fill, given=None, **sizes):
-        """The outputs of `module` on `inputs`, its outputs (but `given`, and scratch buffers) first `fill`."""
-        sig = api.find_kernel(module)
-        arguments, bound = prepare_arguments(sig, inputs, sizes)
-        for index, (array, arg) in enumerate(zip(arguments, sig.args)):
-            if arg.role == "out":
-                array[...] = fill
-            if index in (given or {}):
-                array[...] = given[index]
-        run_grid(sig, module, arguments, bound)
-        return [a.astype(np.float32) for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+    assert_backward_writes_what_it_is_not_zeroed_for(kernels, [q, k, v, do], o, lse, [])
 
+
+def run_filled(module, inputs, fill, given=None, **sizes) -> list:
+    """The outputs (f32) of `module` in the Tile interpreter on `inputs`, its outputs first `fill` but those in
+    `given` (by argument index), which start as given (scratch buffers start zeroed)."""
+    from tessera import api
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+
+    sig = api.find_kernel(module)
+    arguments, bound = prepare_arguments(sig, inputs, sizes)
+    for index, (array, arg) in enumerate(zip(arguments, sig.args)):
+        if arg.role == "out":
+            array[...] = fill
+        if index in (given or {}):
+            array[...] = given[index]
+    run_grid(sig, module, arguments, bound)
+    return [a.astype(np.float32) for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+
+def assert_backward_writes_what_it_is_not_zeroed_for(kernels, qkvdo, o, lse, extra, zeroed_outputs=()) -> list:
+    """The backward's three `kernels` (`tessera.kernels.attention_backward`) on q, k, v, dO (`qkvdo`), O, LSE and
+    the main kernel's `extra` inputs (captured arrays, block lists), as the GPU path launches them: each kernel's
+    outputs starting as NaN give what zeroed ones give, bit for bit, but dq_accum (the preprocess's, handed to the
+    main kernel) and the main kernel's outputs `zeroed_outputs` (by index among its outputs: the accumulators
+    the launch zero-fills). dq_accum is 0 on every row after the preprocess. The main kernel's outputs."""
     def same(zeroed, unfilled):
-        return all(np.array_equal(a, b) for a, b in zip(zeroed, unfilled))
+        return len(zeroed) == len(unfilled) and all(np.array_equal(a, b) for a, b in zip(zeroed, unfilled))
 
-    zeroed, unfilled = (run(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
+    q, k, v, do = qkvdo
+    zeroed, unfilled = (run_filled(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
     assert same(zeroed, unfilled) and not unfilled[2].any()  # dq_accum = 0 on every row, the padding's too
     dpsum, lse2, dq_accum = unfilled
-    zeroed, unfilled = (run(kernels.main, [q, k, v, do, lse2, dpsum], fill, {6: dq_accum}) for fill in (0, np.nan))
+    main_inputs = [q, k, v, do, lse2, dpsum, *extra]
+    given = {len(main_inputs): dq_accum, **{len(main_inputs) + i: 0 for i in zeroed_outputs}}
+    zeroed, unfilled = (run_filled(kernels.main, main_inputs, fill, given) for fill in (0, np.nan))
     assert same(zeroed, unfilled)
-    zeroed, unfilled = (run(kernels.postprocess, [unfilled[0]], fill, seq_q=seq_q) for fill in (0, np.nan))
-    assert same(zeroed, unfilled)
+    seq_q = q.shape[2]
+    zeroed, post = (run_filled(kernels.postprocess, [unfilled[0]], fill, seq_q=seq_q) for fill in (0, np.nan))
+    assert same(zeroed, post)
+    return unfilled
+
+
+def _soft_cap(s, b, h, q, kv):
+    return 20 * np.tanh(s / 20)
+
+
+def _causal_mask(b, h, q, kv):
+    return q >= kv
+
+
+@pytest.mark.parametrize("case", ["causal-soft-cap-head-split", "gqa-mask-empty-key-blocks", "captured-bias-grads"])
+def test_the_modifiers_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, case):
+    """The GPU path of `tessera.attention_backward` with score_mod/mask_mod (`flex._backward_on_gpu`) zero-fills
+    only the captured arrays' gradients (added into by scatter-adds) and the semaphores: at Tile level, on outputs
+    that start as NaN, its three kernels give the zeroed outputs' results bit for bit. A causal soft-cap with
+    the main kernel split over head_dim (each thread block stores its slice of dK and dV); a GQA mask_mod under
+    which the last key blocks are seen by no query (empty work lists: dK = dV = 0 stored); a captured bias
+    whose gradient is accumulated (its output given zeroed, the rest NaN)."""
+
+    from tessera.numerics import BF16
+    from tessera.runtime import flex
+    from tessera.runtime.captured_gradients import captured_gradient_names
+
+    heads_k, seq_q, seq_k, causal, score_mod, mask_mod, grads, split = {
+        "causal-soft-cap-head-split": (2, 70, 90, True, _soft_cap, None, (), 2),
+        "gqa-mask-empty-key-blocks": (1, 70, 200, False, None, _causal_mask, (), None),
+        "captured-bias-grads": (2, 40, 70, False, "bias", None, ("bias",), None)}[case]
+    q, o, do = (rng.standard_normal((1, 2, seq_q, 64)).astype(BF16) for _ in range(3))
+    k, v = (rng.standard_normal((1, heads_k, seq_k, 64)).astype(BF16) for _ in range(2))
+    lse = (rng.standard_normal((1, 2, seq_q)) + 4).astype(np.float32)
+    if score_mod == "bias":
+        bias = rng.standard_normal((2, seq_q, seq_k)).astype(np.float32)
+
+        def score_mod(s, b, h, q, kv):
+            return s + bias[h, q, kv]
+        grads = tuple(captured_gradient_names("test", score_mod, None, True).values())
+    kernels, sparse = flex.backward_kernels(q, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=None,
+                                            level="tile", head_dim=64, dtype="bf16", head_split=split,
+                                            captured_grads=grads)
+    extra = flex._captured(score_mod, mask_mod)
+    if sparse:
+        c = kernels.config.attention
+        extra += flex.kept_block_mask(mask_mod, 1, 2, seq_q, seq_k, c.block_m, c.block_n).backward_inputs(heads_k)
+        assert not extra[-2][..., -1, :].any()  # the last key block: no query block visits it
+    _, dk, dv, *dcaptured = assert_backward_writes_what_it_is_not_zeroed_for(
+        kernels, [q, k, v, do], o, lse, extra, zeroed_outputs=range(3, 3 + len(grads)))
+    assert len(dcaptured) == len(grads) and all(np.isfinite(x).all() for x in (dk, dv, *dcaptured))
+    if sparse:
+        assert not dk[:, :, 128:].any() and not dv[:, :, 128:].any()  # keys no query sees (causal mask: q < 70)
 
 
 def test_given_outputs_are_checked(gpu, kernel):
@@ -286,7 +352,7 @@ def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rn
     launches with the preprocess's dq_accum handed to the main kernel, and the three kernels' PTX run by the
     tests' fake driver in the PTX executor; twice (the second call planned, in memory the first one freed),
     against the float64 gradient. GQA and causal, head_dim 64."""
-    import numpy as np
+
 
     import tessera
     from tessera.numerics import BF16

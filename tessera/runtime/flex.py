@@ -9,9 +9,9 @@ allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense k
 head_dim 128 its keys-on-rows 64 x 128 blocks, then one thread block per key block, where that lowers
 warp-specialized, else the builder's default with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
-compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
-`runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
-device beside q, k and v (tensors on q's device for PyTorch inputs).
+compile) and launches them like the dense kernels (`tessera.launch`; the backward's three as the dense backward's,
+`runtime.launch.launch_on_tensors` zero-filling only what is added into: `_backward_on_gpu`); the captured arrays
+and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs).
 
 Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
 seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
@@ -109,11 +109,17 @@ def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
     """Captured arrays and block lists as inputs beside q: tensors on q's device when q is a PyTorch tensor."""
     from tessera.runtime.launch import is_torch_tensor
 
+    from tessera.runtime.launch import _torch
+
     if not is_torch_tensor(q):
         return arrays
     import torch
 
-    return [torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for a in arrays]
+    hosts = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+    if not q.is_cuda:
+        return hosts
+    # through the runtime's torch (`launch._torch`), as the outputs are allocated: bench/fake_cuda.py's on the CPU
+    return [_torch().empty(tuple(h.shape), dtype=h.dtype, device=q.device).copy_(h) for h in hosts]
 
 
 def _numpy(x) -> np.ndarray:
@@ -447,23 +453,34 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
 def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
     """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
     kept beside the kept modules: `_compiled`) and launched as the dense backward launches its own
-    (`runtime.attention_backward`: outputs zeroed; dq_accum is added into)."""
-    from tessera.runtime.launch import is_torch_tensor, launch_zeroed
+    (`runtime.attention_backward._run_torch`) on CUDA tensors: nothing zero-filled but the deterministic kernel's
+    semaphores and the captured arrays' gradients, which the main kernel adds into (`tile.scatter_add`); the
+    preprocess writes every element of dPsum, LSE2 and dq_accum (0, its padding rows too), the main kernel adds
+    into that dq_accum and stores every block of dK and dV (`finish_main`, whether its work list is empty or
+    not), the postprocess writes every element of dQ (tests/test_flex_launch.py, on NaN-filled outputs). Other
+    arrays: `entry.launch`, every output and scratch buffer allocated zeroed."""
+    from tessera import api
+    from tessera.runtime.launch import SCRATCH, is_torch_tensor, launch_on_tensors
 
     pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
-        lse = lse.float().contiguous()
-        launch = launch_zeroed
-    else:
-        from tessera.runtime import entry
+        args = api.find_kernel(kernels.main).args
+        accum = next(i for i, arg in enumerate(args) if arg.name == "dQaccum")
+        adds_captured = sum(arg.role == "out" for arg in args) > 3  # d_<array> after dQaccum, dK, dV
+        dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.float().contiguous(), zeroed=False)
+        dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra),
+                                                         into={accum: dq_accum},
+                                                         zeroed=True if adds_captured else SCRATCH)
+        (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])  # dq_accum's rows are padded
+        return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
+    from tessera.runtime import entry
 
-        lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
+    lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
 
-        def launch(kernel, *inputs, **sizes):
-            out = entry.launch(kernel, *inputs, **sizes)
-            return list(out) if isinstance(out, tuple) else [out]
+    def launch(kernel, *inputs, **sizes):
+        out = entry.launch(kernel, *inputs, **sizes)
+        return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
     dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
-
