@@ -4,7 +4,8 @@ nothing again and encodes no tensor map, and makes no driver call but the contex
 synchronisation); a call of another shape, stride, element type or device is checked again, with the diagnostic
 an unplanned call gets; a tensor map is never reused for another address or shape, and an address the driver
 would refuse is refused after a good call too. Counts, not times (bench/launch_overhead.py times them). The GEMM
-kernel (about 1 s to compile); the backward's three kernels under -m slow (about 5 s)."""
+kernel (about 1 s to compile); the backward's three kernels, plain and with modifiers, under -m slow (about 5 s
+each). The backward kernels' writes (what the GPU path need not zero-fill) at Tile level."""
 
 from __future__ import annotations
 
@@ -175,6 +176,42 @@ def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once
     assert fake.zero_fills == 1  # its semaphores, which count from 0
 
 
+@pytest.mark.slow
+def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, monkeypatch):
+    """`tessera.attention_backward` with a score_mod reading a captured array and a mask_mod (block lists) on CUDA
+    tensors: per call three launches and nothing else (no zero fill: 7 before, every output and scratch buffer;
+    the captured arrays and lists go to the device through the runtime's torch); the main kernel adds into the
+    preprocess's dq_accum (the same memory). Compiles the three head_dim 64 kernels (about 5 s)."""
+    import tessera
+
+    api, fake, checks = gpu
+    slopes = np.asarray([0.5, 0.25], np.float32)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    q, k, v, do, o = (cuda(fake, 1, 2, 200, 64) for _ in range(5))
+    lse = cuda(fake, 1, 2, 200, dtype=torch.float32)
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    planned, fills = len(checks), fake.zero_fills
+    launched = []
+    launch_on_tensors = launch_module.launch_on_tensors
+
+    def recorded(kernel, *inputs, **options):
+        launched.append((options, launch_on_tensors(kernel, *inputs, **options)))
+        return launched[-1][1]
+
+    monkeypatch.setattr(launch_module, "launch_on_tensors", recorded)
+    names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal))
+    assert names == CONTEXT_AND_LAUNCH * 3 and len(checks) == planned == 3 and fake.zero_fills == fills == 0
+    (_, (_, _, dq_accum)), (main, _), _ = launched
+    (given,) = main["into"].values()
+    assert given is dq_accum and main["zeroed"] == launch_module.SCRATCH
+
+
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
     """bench/backward_parts.py (the GPU session's stage) wraps runtime functions by name: through the real
     `launch_zeroed` (which calls `launch_on_tensors`, as the backward does), its timers see the part's zero
@@ -334,7 +371,7 @@ def test_the_overhead_benchmark_counts_the_driver_calls_of_each_entry_point():
     import launch_overhead
 
     results = launch_overhead.measure(calls=2, repeats=1)
-    expected = {"forward": (1, 0), "backward": (3, 0), "gemm": (1, 0)}
+    expected = {"forward": (1, 0), "backward": (3, 0), "backward_mods": (3, 0), "gemm": (1, 0)}
     for name, (kernels, fills) in expected.items():
         row = results[name]
         calls = row["driver_calls"]

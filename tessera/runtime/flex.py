@@ -436,7 +436,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
-        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline)
+        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline, bool(captured_grads))
     torch_in = is_torch_tensor(q)
     q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
     pipeline = None if level == "tile" else pipeline
@@ -450,23 +450,21 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     return (*grads, dcaptured) if captured_grads else grads
 
 
-def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
+def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, adds_captured: bool = False):
     """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
     kept beside the kept modules: `_compiled`) and launched as the dense backward launches its own
     (`runtime.attention_backward._run_torch`) on CUDA tensors: nothing zero-filled but the deterministic kernel's
     semaphores and the captured arrays' gradients, which the main kernel adds into (`tile.scatter_add`); the
     preprocess writes every element of dPsum, LSE2 and dq_accum (0, its padding rows too), the main kernel adds
     into that dq_accum and stores every block of dK and dV (`finish_main`, whether its work list is empty or
-    not), the postprocess writes every element of dQ (tests/test_flex_launch.py, on NaN-filled outputs). Other
-    arrays: `entry.launch`, every output and scratch buffer allocated zeroed."""
-    from tessera import api
+    not), the postprocess writes every element of dQ (tests/test_launch_plan.py, on NaN-filled outputs);
+    `adds_captured`: the main kernel adds captured arrays' gradients (outputs after dV). Other arrays:
+    `entry.launch`, every output and scratch buffer allocated zeroed."""
     from tessera.runtime.launch import SCRATCH, is_torch_tensor, launch_on_tensors
 
     pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
-        args = api.find_kernel(kernels.main).args
-        accum = next(i for i, arg in enumerate(args) if arg.name == "dQaccum")
-        adds_captured = sum(arg.role == "out" for arg in args) > 3  # d_<array> after dQaccum, dK, dV
+        accum = 6 + len(extra)  # the main kernel's arguments: Q, K, V, dO, LSE2, dPsum, `extra`, dQaccum, ...
         dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.float().contiguous(), zeroed=False)
         dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra),
                                                          into={accum: dq_accum},
