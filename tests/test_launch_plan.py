@@ -19,6 +19,7 @@ import pytest
 from tessera.runtime import launch as launch_module
 from tessera.runtime.compiler import compile_kernel
 from tessera.runtime.driver import Driver
+from tessera.runtime.flex import forget_device_inputs
 from tessera.runtime.gemm import gemm_config
 from tessera.runtime.launch_plan import forget_plans, signature
 
@@ -41,7 +42,7 @@ def private_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def gpu(monkeypatch):
     """(fake driver API, fake torch, counter of `check_inputs` calls) installed in `tessera.runtime.launch`; no plan
-    kept before or after."""
+    and no modifiers' device input (`flex.device_inputs`) kept before or after."""
     api, fake = FakeCudaApi(), FakeCudaTorch(torch)
     driver = Driver(api)
     checks = []
@@ -55,8 +56,10 @@ def gpu(monkeypatch):
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     monkeypatch.setattr(launch_module, "check_inputs", counted)
     forget_plans()
+    forget_device_inputs()
     yield api, fake, checks
     forget_plans()
+    forget_device_inputs()
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +183,9 @@ def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once
 def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, monkeypatch):
     """`tessera.attention_backward` with a score_mod reading a captured array and a mask_mod (block lists) on CUDA
     tensors: per call three launches and nothing else (no zero fill: 7 before, every output and scratch buffer;
-    the captured arrays and lists go to the device through the runtime's torch); the main kernel adds into the
-    preprocess's dq_accum (the same memory). Compiles the three head_dim 64 kernels (about 5 s)."""
+    the captured arrays and lists go to the device through the runtime's torch, once: a second call reuses
+    them); the main kernel adds into the preprocess's dq_accum (the same memory). Compiles the three head_dim 64
+    kernels (about 5 s)."""
     import tessera
 
     api, fake, checks = gpu
@@ -201,15 +205,19 @@ def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, mon
     launch_on_tensors = launch_module.launch_on_tensors
 
     def recorded(kernel, *inputs, **options):
-        launched.append((options, launch_on_tensors(kernel, *inputs, **options)))
-        return launched[-1][1]
+        launched.append((inputs, options, launch_on_tensors(kernel, *inputs, **options)))
+        return launched[-1][2]
 
     monkeypatch.setattr(launch_module, "launch_on_tensors", recorded)
     names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal))
     assert names == CONTEXT_AND_LAUNCH * 3 and len(checks) == planned == 3 and fake.zero_fills == fills == 0
-    (_, (_, _, dq_accum)), (main, _), _ = launched
+    (_, _, (_, _, dq_accum)), (inputs, main, _), _ = launched
     (given,) = main["into"].values()
     assert given is dq_accum and main["zeroed"] == launch_module.SCRATCH
+    extra = inputs[6:]  # the slopes, Q_NUM_VISITS and Q_VISITS, on the device
+    assert len(extra) == 3 and extra[0].is_cuda and extra[0].tolist() == slopes.tolist()
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    assert all(a is b for a, b in zip(launched[-2][0][6:], extra))  # not made nor copied again
 
 
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
