@@ -184,7 +184,7 @@ def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, mon
     """`tessera.attention_backward` with a score_mod reading a captured array and a mask_mod (block lists) on CUDA
     tensors: per call three launches and nothing else (no zero fill: 7 before, every output and scratch buffer;
     the captured arrays and lists go to the device through the runtime's torch, once: a second call reuses
-    them); the main kernel adds into the preprocess's dq_accum (the same memory). Compiles the three head_dim 64
+    them, a call after the array changed in place copies its new values); the main kernel adds into the preprocess's dq_accum (the same memory). Compiles the three head_dim 64
     kernels (about 5 s)."""
     import tessera
 
@@ -218,6 +218,9 @@ def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, mon
     assert len(extra) == 3 and extra[0].is_cuda and extra[0].tolist() == slopes.tolist()
     tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
     assert all(a is b for a, b in zip(launched[-2][0][6:], extra))  # not made nor copied again
+    slopes[1] = 4.0  # changed in place: another fingerprint, its values on the device
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    assert launched[-2][0][6].tolist() == [0.5, 4.0] and fake.zero_fills == 0
 
 
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):

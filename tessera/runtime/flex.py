@@ -11,7 +11,8 @@ warp-specialized, else the builder's default with a warning). `level=None` compi
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's three as the dense backward's,
 `runtime.launch.launch_on_tensors` zero-filling only what is added into: `_backward_on_gpu`); the captured arrays
-and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs).
+and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs), once per kept
+kernel, sizes and device for CUDA tensors (`device_inputs`).
 
 Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
 seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
