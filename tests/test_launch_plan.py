@@ -432,3 +432,41 @@ def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rn
         del grads
     assert len(api.launches) == 6
     forget_plans()
+
+
+@pytest.mark.gpu
+def test_the_modifiers_backward_on_cuda_tensors_reads_nothing_it_did_not_write(monkeypatch):
+    """On the GPU: `tessera.attention_backward` with score_mod/mask_mod (GQA, block lists, a captured array) on
+    CUDA tensors whose every fresh float buffer starts as NaN (the runtime's torch.empty filled), twice (the second
+    call on the device inputs kept): dK and dV are those of the NumPy path (every output zeroed) bit for bit, dQ
+    (added by atomics, in no fixed order) within the float64 reference's tolerance."""
+    import tessera
+    from tessera import reference
+    from tessera.numerics import BF16
+    from tessera.runtime.launch import numpy_to_torch
+    from test_attention_mods_gpu import GPU_SHAPE, inputs, softcap_alibi, window
+
+    real = torch
+
+    class Poisoned:
+        """torch, but `empty` on a CUDA device gives float tensors filled with NaN."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def empty(self, *shape, **options):
+            made = real.empty(*shape, **options)
+            return made.fill_(float("nan")) if made.is_cuda and made.is_floating_point() else made
+
+    q, k, v, do = inputs(**GPU_SHAPE)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
+    expected = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window)
+    monkeypatch.setattr(launch_module, "_torch", lambda: Poisoned())
+    tensors = [numpy_to_torch(np.asarray(x)).cuda() for x in (q, k, v, o, lse, do)]
+    for _ in range(2):
+        grads = [g.float().cpu().numpy() for g in tessera.attention_backward(*tensors, score_mod=softcap_alibi,
+                                                                              mask_mod=window)]
+        assert np.array_equal(grads[1], expected[1].astype(np.float32))
+        assert np.array_equal(grads[2], expected[2].astype(np.float32))
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi, window)
+        assert all(c.ok for c in checks), [str(c) for c in checks]
