@@ -1,11 +1,13 @@
 """The host cost of one call of Tessera's GPU entry points, measured on the CPU: the real host path of
-`tessera.attention`, `tessera.attention_backward` and `tessera.gemm` on pretend CUDA tensors against a driver
-that runs nothing (`fake_cuda.py`), so what is timed is Tessera's Python and nothing else.
+`tessera.attention`, `tessera.attention_backward` (plain, and with modifiers) and `tessera.gemm` on pretend CUDA
+tensors against a driver that runs nothing (`fake_cuda.py`), so what is timed is Tessera's Python and nothing
+else.
 
     python bench/launch_overhead.py [--calls N] [--repeats R] [--against CHECKOUT [--rounds N]] [--json PATH]
 
 For each entry point (forward and backward at batch 32, heads 16, seq 512, head_dim 128, bf16: the GPU session's
-`backward_parts` row; GEMM 4096^3 bf16), after a warm-up, it reports:
+`backward_parts` row; `backward_mods`, the backward at that shape with ALiBi-style per-head slopes, a captured
+array, as score_mod and a causal mask_mod, `modifiers`; GEMM 4096^3 bf16), after a warm-up, it reports:
 - `us_per_call`: CPU time of this thread per call (`time.thread_time`, not wall time, which other processes on
   a shared machine inflate), the median of R runs of N calls;
 - `unplanned_us_per_call` and `planned_speedup`: the same with every kept launch plan dropped before each call
@@ -13,12 +15,17 @@ For each entry point (forward and backward at batch 32, heads 16, seq 512, head_
   what every call cost before launches were planned; the ratio of the two, from one run;
 - `stages_us`: the time inside each stage of the host path per call (inclusive: `check_inputs` runs inside
   `plan` when a plan is made), from one instrumented run: the entry point's argument checks (`check`), the kernel
-  lookup (`lookup`, `compile_kernel`), the device check (`device`, `usable_device`), the launch plan (`plan`),
+  lookup (`lookup`, `compile_kernel`; with modifiers `flex._compiled`), the modifiers' own work (`modifiers`:
+  their reads proved for the sizes, the kept kernels and block mask found by the modifiers' fingerprints, the
+  captured arrays and block lists put on the device), the device check (`device`, `usable_device`), the launch
+  plan (`plan`),
   the outputs' allocation (`allocate`: the fake's, reusing freed memory as PyTorch's caching allocator does; on
   a GPU, that allocator and a fill kernel's launch per zeroed buffer), the parameters and tensor maps
   (`prepare`), the driver call (`launch`: the fake's, recording the call);
 - `driver_calls`: the driver calls per call, by name, and `zero_fills` (the fill kernels `torch.zeros` would
   issue): counts, not times.
+An entry point a checkout cannot call on the fake driver (one from before the modifiers' captured arrays went
+to the device through the runtime's torch) gets `error` instead, naming why.
 
 `--against CHECKOUT` runs the same measurement in a subprocess on another checkout's `tessera` (a worktree of
 the base branch, say) and prints the ratio of its `us_per_call` to this one's (`speedup`), in the same run;
@@ -54,6 +61,11 @@ STAGES = (
     ("lookup", "tessera.runtime.attention", "compile_kernel"),
     ("lookup", "tessera.runtime.gemm", "compile_kernel"),
     ("lookup", "tessera.runtime.compiler", "compile_kernel"),
+    ("lookup", "tessera.runtime.flex", "_compiled"),
+    ("modifiers", "tessera.runtime.flex", "check_index_ranges"),
+    ("modifiers", "tessera.runtime.flex", "backward_kernels"),
+    ("modifiers", "tessera.runtime.flex", "kept_block_mask"),
+    ("modifiers", "tessera.runtime.flex", "as_inputs_of"),
     ("device", "tessera.runtime.attention", "usable_device"),
     ("device", "tessera.runtime.gemm", "usable_device"),
     ("device", "tessera.runtime.entry", "usable_device"),
@@ -93,9 +105,29 @@ def entry_points(torch, fake) -> dict:
     q, k, v, do = (cuda(*ATTENTION_SHAPE) for _ in range(4))
     o, lse = (fake.cuda_like(x) for x in tessera.attention(q, k, v, return_lse=True))  # lse: a reshape's
     a, b = cuda(GEMM_SIZE, GEMM_SIZE), cuda(GEMM_SIZE, GEMM_SIZE)
+    score_mod, mask_mod = modifiers()
     return {"forward": lambda: tessera.attention(q, k, v),
             "backward": lambda: tessera.attention_backward(q, k, v, o, lse, do),
+            "backward_mods": lambda: tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod,
+                                                                mask_mod=mask_mod),
             "gemm": lambda: tessera.gemm(a, b)}
+
+
+def modifiers() -> tuple:
+    """(score_mod, mask_mod) of `backward_mods`: ALiBi (its per-head slopes a captured array, a device input on
+    every call) and a causal mask (block lists)."""
+    import numpy as np
+
+    heads = ATTENTION_SHAPE[1]
+    slopes = np.asarray([2.0 ** (-8 * (h + 1) / heads) for h in range(heads)], np.float32)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    return alibi, causal
 
 
 def per_call_us(call, calls: int, repeats: int, before=None) -> float:
@@ -155,7 +187,12 @@ def measure(calls: int, repeats: int) -> dict:
     results = {}
     with fake_gpu(torch) as (api, fake):
         for name, call in entry_points(torch, fake).items():
-            for _ in range(3):
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 - reported, the other entry points measured
+                results[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+                continue
+            for _ in range(2):
                 call()
             row = {"us_per_call": per_call_us(call, calls, repeats)}
             if forget_plans is not None:
@@ -210,10 +247,12 @@ def main(argv=None) -> int:
             for side, again in (("this", measure(args.calls, args.repeats)),
                                 ("against", against(args.against, args.calls, args.repeats))):
                 for name, row in again.items():
-                    results[side][name]["us_per_call"] = min(results[side][name]["us_per_call"], row["us_per_call"])
+                    if "us_per_call" in row:
+                        results[side][name]["us_per_call"] = min(results[side][name]["us_per_call"],
+                                                                 row["us_per_call"])
         for name, row in results["this"].items():
             other = results["against"].get(name)
-            if other:
+            if other and "us_per_call" in other and "us_per_call" in row:
                 row["speedup"] = round(other["us_per_call"] / row["us_per_call"], 2)
     print(json.dumps(results, indent=1))
     if args.json is not None:

@@ -4,7 +4,8 @@ nothing again and encodes no tensor map, and makes no driver call but the contex
 synchronisation); a call of another shape, stride, element type or device is checked again, with the diagnostic
 an unplanned call gets; a tensor map is never reused for another address or shape, and an address the driver
 would refuse is refused after a good call too. Counts, not times (bench/launch_overhead.py times them). The GEMM
-kernel (about 1 s to compile); the backward's three kernels under -m slow (about 5 s)."""
+kernel (about 1 s to compile); the backward's three kernels, plain and with modifiers, under -m slow (about 5 s
+each). The backward kernels' writes (what the GPU path need not zero-fill) at Tile level."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tessera.runtime import launch as launch_module
 from tessera.runtime.compiler import compile_kernel
 from tessera.runtime.driver import Driver
+from tessera.runtime.flex import forget_device_inputs
 from tessera.runtime.gemm import gemm_config
 from tessera.runtime.launch_plan import forget_plans, signature
 
@@ -39,7 +42,7 @@ def private_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def gpu(monkeypatch):
     """(fake driver API, fake torch, counter of `check_inputs` calls) installed in `tessera.runtime.launch`; no plan
-    kept before or after."""
+    and no modifiers' device input (`flex.device_inputs`) kept before or after."""
     api, fake = FakeCudaApi(), FakeCudaTorch(torch)
     driver = Driver(api)
     checks = []
@@ -53,8 +56,10 @@ def gpu(monkeypatch):
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     monkeypatch.setattr(launch_module, "check_inputs", counted)
     forget_plans()
+    forget_device_inputs()
     yield api, fake, checks
     forget_plans()
+    forget_device_inputs()
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +179,50 @@ def test_the_backward_copies_nothing_waits_for_nothing_and_encodes_each_map_once
     assert fake.zero_fills == 1  # its semaphores, which count from 0
 
 
+@pytest.mark.slow
+def test_the_modifiers_backward_zero_fills_nothing_it_does_not_add_into(gpu, monkeypatch):
+    """`tessera.attention_backward` with a score_mod reading a captured array and a mask_mod (block lists) on CUDA
+    tensors: per call three launches and nothing else (no zero fill: 7 before, every output and scratch buffer;
+    the captured arrays and lists go to the device through the runtime's torch, once: a second call reuses
+    them, a call after the array changed in place copies its new values); the main kernel adds into the preprocess's dq_accum (the same memory). Compiles the three head_dim 64
+    kernels (about 5 s)."""
+    import tessera
+
+    api, fake, checks = gpu
+    slopes = np.asarray([0.5, 0.25], np.float32)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    q, k, v, do, o = (cuda(fake, 1, 2, 200, 64) for _ in range(5))
+    lse = cuda(fake, 1, 2, 200, dtype=torch.float32)
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    planned, fills = len(checks), fake.zero_fills
+    launched = []
+    launch_on_tensors = launch_module.launch_on_tensors
+
+    def recorded(kernel, *inputs, **options):
+        launched.append((inputs, options, launch_on_tensors(kernel, *inputs, **options)))
+        return launched[-1][2]
+
+    monkeypatch.setattr(launch_module, "launch_on_tensors", recorded)
+    names = calls_of(api, lambda: tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal))
+    assert names == CONTEXT_AND_LAUNCH * 3 and len(checks) == planned == 3 and fake.zero_fills == fills == 0
+    (_, _, (_, _, dq_accum)), (inputs, main, _), _ = launched
+    (given,) = main["into"].values()
+    assert given is dq_accum and main["zeroed"] == launch_module.SCRATCH
+    extra = inputs[6:]  # the slopes, Q_NUM_VISITS and Q_VISITS, on the device
+    assert len(extra) == 3 and extra[0].is_cuda and extra[0].tolist() == slopes.tolist()
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    assert all(a is b for a, b in zip(launched[-2][0][6:], extra))  # not made nor copied again
+    slopes[1] = 4.0  # changed in place: another fingerprint, its values on the device
+    tessera.attention_backward(q, k, v, o, lse, do, score_mod=alibi, mask_mod=causal)
+    assert launched[-2][0][6].tolist() == [0.5, 4.0] and fake.zero_fills == 0
+
+
 def test_backward_parts_times_what_launch_zeroed_calls(gpu, kernel):
     """bench/backward_parts.py (the GPU session's stage) wraps runtime functions by name: through the real
     `launch_zeroed` (which calls `launch_on_tensors`, as the backward does), its timers see the part's zero
@@ -200,10 +249,7 @@ def test_the_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, h
     at Tile level, on outputs that start as NaN, the preprocess writes every element (dPsum, LSE2, dq_accum = 0 on
     the padding rows too), the main kernel every element of dK and dV (adding into the preprocess's dq_accum), the
     postprocess every element of dQ: the results are those of zeroed outputs, bit for bit."""
-    import numpy as np
 
-    from tessera import api
-    from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.numerics import BF16
     from tessera.runtime.attention_backward import _builder_options, check_backward_arguments
     from tessera.runtime.compiler import KernelConfig, built_module
@@ -215,28 +261,96 @@ def test_the_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, h
     config = check_backward_arguments(q, k, v, o, lse, do, causal, None, deterministic, "tile")
     kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))
 
-    def run(module, inputs, fill, given=None, **sizes):
-        """The outputs of `module` on `inputs`, its outputs (but `given`, and scratch buffers) first `fill`."""
-        sig = api.find_kernel(module)
-        arguments, bound = prepare_arguments(sig, inputs, sizes)
-        for index, (array, arg) in enumerate(zip(arguments, sig.args)):
-            if arg.role == "out":
-                array[...] = fill
-            if index in (given or {}):
-                array[...] = given[index]
-        run_grid(sig, module, arguments, bound)
-        return [a.astype(np.float32) for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+    assert_backward_writes_what_it_is_not_zeroed_for(kernels, [q, k, v, do], o, lse, [])
 
+
+def run_filled(module, inputs, fill, given=None, **sizes) -> list:
+    """The outputs (f32) of `module` in the Tile interpreter on `inputs`, its outputs first `fill` but those in
+    `given` (by argument index), which start as given (scratch buffers start zeroed)."""
+    from tessera import api
+    from tessera.interpreters.launch import prepare_arguments, run_grid
+
+    sig = api.find_kernel(module)
+    arguments, bound = prepare_arguments(sig, inputs, sizes)
+    for index, (array, arg) in enumerate(zip(arguments, sig.args)):
+        if arg.role == "out":
+            array[...] = fill
+        if index in (given or {}):
+            array[...] = given[index]
+    run_grid(sig, module, arguments, bound)
+    return [a.astype(np.float32) for a, arg in zip(arguments, sig.args) if arg.role == "out"]
+
+
+def assert_backward_writes_what_it_is_not_zeroed_for(kernels, qkvdo, o, lse, extra, zeroed_outputs=()) -> list:
+    """The backward's three `kernels` (`tessera.kernels.attention_backward`) on q, k, v, dO (`qkvdo`), O, LSE and
+    the main kernel's `extra` inputs (captured arrays, block lists), as the GPU path launches them: each kernel's
+    outputs starting as NaN give what zeroed ones give, bit for bit, but dq_accum (the preprocess's, handed to the
+    main kernel) and the main kernel's outputs `zeroed_outputs` (by index among its outputs: the accumulators
+    the launch zero-fills). dq_accum is 0 on every row after the preprocess. The main kernel's outputs."""
     def same(zeroed, unfilled):
-        return all(np.array_equal(a, b) for a, b in zip(zeroed, unfilled))
+        return len(zeroed) == len(unfilled) and all(np.array_equal(a, b) for a, b in zip(zeroed, unfilled))
 
-    zeroed, unfilled = (run(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
+    q, k, v, do = qkvdo
+    zeroed, unfilled = (run_filled(kernels.preprocess, [o, do, lse], fill) for fill in (0, np.nan))
     assert same(zeroed, unfilled) and not unfilled[2].any()  # dq_accum = 0 on every row, the padding's too
     dpsum, lse2, dq_accum = unfilled
-    zeroed, unfilled = (run(kernels.main, [q, k, v, do, lse2, dpsum], fill, {6: dq_accum}) for fill in (0, np.nan))
+    main_inputs = [q, k, v, do, lse2, dpsum, *extra]
+    given = {len(main_inputs): dq_accum, **{len(main_inputs) + i: 0 for i in zeroed_outputs}}
+    zeroed, unfilled = (run_filled(kernels.main, main_inputs, fill, given) for fill in (0, np.nan))
     assert same(zeroed, unfilled)
-    zeroed, unfilled = (run(kernels.postprocess, [unfilled[0]], fill, seq_q=seq_q) for fill in (0, np.nan))
-    assert same(zeroed, unfilled)
+    seq_q = q.shape[2]
+    zeroed, post = (run_filled(kernels.postprocess, [unfilled[0]], fill, seq_q=seq_q) for fill in (0, np.nan))
+    assert same(zeroed, post)
+    return unfilled
+
+
+def _soft_cap(s, b, h, q, kv):
+    return 20 * np.tanh(s / 20)
+
+
+def _causal_mask(b, h, q, kv):
+    return q >= kv
+
+
+@pytest.mark.parametrize("case", ["causal-soft-cap-head-split", "gqa-mask-empty-key-blocks", "captured-bias-grads"])
+def test_the_modifiers_backward_kernels_write_every_element_they_are_not_zeroed_for(rng, case):
+    """The GPU path of `tessera.attention_backward` with score_mod/mask_mod (`flex._backward_on_gpu`) zero-fills
+    only the captured arrays' gradients (added into by scatter-adds) and the semaphores: at Tile level, on outputs
+    that start as NaN, its three kernels give the zeroed outputs' results bit for bit. A causal soft-cap with
+    the main kernel split over head_dim (each thread block stores its slice of dK and dV); a GQA mask_mod under
+    which the last key blocks are seen by no query (empty work lists: dK = dV = 0 stored); a captured bias
+    whose gradient is accumulated (its output given zeroed, the rest NaN)."""
+
+    from tessera.numerics import BF16
+    from tessera.runtime import flex
+    from tessera.runtime.captured_gradients import captured_gradient_names
+
+    heads_k, seq_q, seq_k, causal, score_mod, mask_mod, grads, split = {
+        "causal-soft-cap-head-split": (2, 70, 90, True, _soft_cap, None, (), 2),
+        "gqa-mask-empty-key-blocks": (1, 70, 200, False, None, _causal_mask, (), None),
+        "captured-bias-grads": (2, 40, 70, False, "bias", None, ("bias",), None)}[case]
+    q, o, do = (rng.standard_normal((1, 2, seq_q, 64)).astype(BF16) for _ in range(3))
+    k, v = (rng.standard_normal((1, heads_k, seq_k, 64)).astype(BF16) for _ in range(2))
+    lse = (rng.standard_normal((1, 2, seq_q)) + 4).astype(np.float32)
+    if score_mod == "bias":
+        bias = rng.standard_normal((2, seq_q, seq_k)).astype(np.float32)
+
+        def score_mod(s, b, h, q, kv):
+            return s + bias[h, q, kv]
+        grads = tuple(captured_gradient_names("test", score_mod, None, True).values())
+    kernels, sparse = flex.backward_kernels(q, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=None,
+                                            level="tile", head_dim=64, dtype="bf16", head_split=split,
+                                            captured_grads=grads)
+    extra = flex._captured(score_mod, mask_mod)
+    if sparse:
+        c = kernels.config.attention
+        extra += flex.kept_block_mask(mask_mod, 1, 2, seq_q, seq_k, c.block_m, c.block_n).backward_inputs(heads_k)
+        assert not extra[-2][..., -1, :].any()  # the last key block: no query block visits it
+    _, dk, dv, *dcaptured = assert_backward_writes_what_it_is_not_zeroed_for(
+        kernels, [q, k, v, do], o, lse, extra, zeroed_outputs=range(3, 3 + len(grads)))
+    assert len(dcaptured) == len(grads) and all(np.isfinite(x).all() for x in (dk, dv, *dcaptured))
+    if sparse:
+        assert not dk[:, :, 128:].any() and not dv[:, :, 128:].any()  # keys no query sees (causal mask: q < 70)
 
 
 def test_given_outputs_are_checked(gpu, kernel):
@@ -268,7 +382,7 @@ def test_the_overhead_benchmark_counts_the_driver_calls_of_each_entry_point():
     import launch_overhead
 
     results = launch_overhead.measure(calls=2, repeats=1)
-    expected = {"forward": (1, 0), "backward": (3, 0), "gemm": (1, 0)}
+    expected = {"forward": (1, 0), "backward": (3, 0), "backward_mods": (3, 0), "gemm": (1, 0)}
     for name, (kernels, fills) in expected.items():
         row = results[name]
         calls = row["driver_calls"]
@@ -286,7 +400,7 @@ def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rn
     launches with the preprocess's dq_accum handed to the main kernel, and the three kernels' PTX run by the
     tests' fake driver in the PTX executor; twice (the second call planned, in memory the first one freed),
     against the float64 gradient. GQA and causal, head_dim 64."""
-    import numpy as np
+
 
     import tessera
     from tessera.numerics import BF16
@@ -318,3 +432,41 @@ def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rn
         del grads
     assert len(api.launches) == 6
     forget_plans()
+
+
+@pytest.mark.gpu
+def test_the_modifiers_backward_on_cuda_tensors_reads_nothing_it_did_not_write(monkeypatch):
+    """On the GPU: `tessera.attention_backward` with score_mod/mask_mod (GQA, block lists, a captured array) on
+    CUDA tensors whose every fresh float buffer starts as NaN (the runtime's torch.empty filled), twice (the second
+    call on the device inputs kept): dK and dV are those of the NumPy path (every output zeroed) bit for bit, dQ
+    (added by atomics, in no fixed order) within the float64 reference's tolerance."""
+    import tessera
+    from tessera import reference
+    from tessera.numerics import BF16
+    from tessera.runtime.launch import numpy_to_torch
+    from test_attention_mods_gpu import GPU_SHAPE, inputs, softcap_alibi, window
+
+    real = torch
+
+    class Poisoned:
+        """torch, but `empty` on a CUDA device gives float tensors filled with NaN."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def empty(self, *shape, **options):
+            made = real.empty(*shape, **options)
+            return made.fill_(float("nan")) if made.is_cuda and made.is_floating_point() else made
+
+    q, k, v, do = inputs(**GPU_SHAPE)
+    o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
+    expected = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window)
+    monkeypatch.setattr(launch_module, "_torch", lambda: Poisoned())
+    tensors = [numpy_to_torch(np.asarray(x)).cuda() for x in (q, k, v, o, lse, do)]
+    for _ in range(2):
+        grads = [g.float().cpu().numpy() for g in tessera.attention_backward(*tensors, score_mod=softcap_alibi,
+                                                                              mask_mod=window)]
+        assert np.array_equal(grads[1], expected[1].astype(np.float32))
+        assert np.array_equal(grads[2], expected[2].astype(np.float32))
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, softcap_alibi, window)
+        assert all(c.ok for c in checks), [str(c) for c in checks]

@@ -9,9 +9,10 @@ allow (`BACKWARD_PIPELINE`; `WARP_SPECIALIZED_FIRST`: at head_dim 64 the dense k
 head_dim 128 its keys-on-rows 64 x 128 blocks, then one thread block per key block, where that lowers
 warp-specialized, else the builder's default with a warning). `level=None` compiles the very modules the interpreters run (`compile_module`:
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
-compile) and launches them like the dense kernels (`tessera.launch`; the backward's as
-`runtime.launch.launch_zeroed`); the captured arrays and block lists go to the
-device beside q, k and v (tensors on q's device for PyTorch inputs).
+compile) and launches them like the dense kernels (`tessera.launch`; the backward's three as the dense backward's,
+`runtime.launch.launch_on_tensors` zero-filling only what is added into: `_backward_on_gpu`); the captured arrays
+and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs), once per kept
+kernel, sizes and device for CUDA tensors (`device_inputs`).
 
 Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
 seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
@@ -109,11 +110,49 @@ def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
     """Captured arrays and block lists as inputs beside q: tensors on q's device when q is a PyTorch tensor."""
     from tessera.runtime.launch import is_torch_tensor
 
+    from tessera.runtime.launch import _torch
+
     if not is_torch_tensor(q):
         return arrays
     import torch
 
-    return [torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for a in arrays]
+    hosts = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+    if not q.is_cuda:
+        return hosts
+    # through the runtime's torch (`launch._torch`), as the outputs are allocated: bench/fake_cuda.py's on the CPU
+    return [_torch().empty(tuple(h.shape), dtype=h.dtype, device=q.device).copy_(h) for h in hosts]
+
+
+_ON_DEVICE: dict[tuple, tuple[object, list]] = {}
+"""The captured arrays and block lists of kept kernels on CUDA devices (`device_inputs`), by (the kernel module's
+id, the sizes, the device), beside the module (which the entry holds: its id names no other): at most 64, all
+dropped when full."""
+
+
+def device_inputs(module, q, sizes: tuple, make: Callable[[], list[np.ndarray]]) -> list:
+    """`as_inputs_of(q, make())`: the inputs `module` takes after its tensors (the captured arrays, the block
+    lists), kept for q on a CUDA device where `module` is kept (`_kept`: by the modifiers' fingerprints, which name
+    their code and their arrays' contents), by `sizes` (what the lists and arrays depend on beside the module)
+    and q's device: a repeated call on the GPU neither traces, makes the lists nor copies them to the device (a
+    synchronous copy from pageable memory) again. Made afresh for a module not kept or q elsewhere. The tensors
+    kept are shared and only read (kernel inputs)."""
+    from tessera.lowering.kept import kept_key
+    from tessera.runtime.launch import is_torch_tensor
+
+    if kept_key(module) is None or not (is_torch_tensor(q) and q.is_cuda):
+        return as_inputs_of(q, make())
+    key = (id(module), sizes, q.device)
+    found = _ON_DEVICE.get(key)
+    if found is None or found[0] is not module:
+        if len(_ON_DEVICE) >= 64:
+            _ON_DEVICE.clear()
+        found = _ON_DEVICE[key] = (module, as_inputs_of(q, make()))
+    return found[1]
+
+
+def forget_device_inputs() -> None:
+    """Drop every kept device input (`device_inputs`)."""
+    _ON_DEVICE.clear()
 
 
 def _numpy(x) -> np.ndarray:
@@ -286,9 +325,11 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
 
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
-    extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
     if level is None:  # the reads were proved in bounds for these sizes (`attention_mods`)
-        return entry.launch(_compiled(module), q, k, v, *as_inputs_of(q, extra))
+        extra = device_inputs(module, q, (*q.shape[:3], *k.shape[1:3]),
+                              lambda: forward_inputs(q, k, score_mod, mask_mod, block_n))
+        return entry.launch(_compiled(module), q, k, v, *extra)
+    extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
     out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
     if not is_torch_tensor(q):
         return out
@@ -420,17 +461,21 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    extra = _captured(score_mod, mask_mod)
-    if sparse:
-        c = kernels.config.attention
-        (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-        mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
-        extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
+    def inputs() -> list[np.ndarray]:
+        extra = _captured(score_mod, mask_mod)
+        if sparse:
+            c = kernels.config.attention
+            (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+            mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
+            extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
+        return extra
     from tessera import passes
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
-        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline)
+        extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), inputs)
+        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline, bool(captured_grads))
+    extra = inputs()
     torch_in = is_torch_tensor(q)
     q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
     pipeline = None if level == "tile" else pipeline
@@ -444,26 +489,36 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     return (*grads, dcaptured) if captured_grads else grads
 
 
-def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str):
+def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, adds_captured: bool = False):
     """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
-    kept beside the kept modules: `_compiled`) and launched as the dense backward launches its own
-    (`runtime.attention_backward`: outputs zeroed; dq_accum is added into)."""
-    from tessera.runtime.launch import is_torch_tensor, launch_zeroed
+    kept beside the kept modules: `_compiled`), the main one taking `extra` (`device_inputs`) after its tensors,
+    launched as the dense backward launches its own
+    (`runtime.attention_backward._run_torch`) on CUDA tensors: nothing zero-filled but the deterministic kernel's
+    semaphores and the captured arrays' gradients, which the main kernel adds into (`tile.scatter_add`); the
+    preprocess writes every element of dPsum, LSE2 and dq_accum (0, its padding rows too), the main kernel adds
+    into that dq_accum and stores every block of dK and dV (`finish_main`, whether its work list is empty or
+    not), the postprocess writes every element of dQ (tests/test_launch_plan.py, on NaN-filled outputs);
+    `adds_captured`: the main kernel adds captured arrays' gradients (outputs after dV). Other arrays:
+    `entry.launch`, every output and scratch buffer allocated zeroed."""
+    from tessera.runtime.launch import SCRATCH, is_torch_tensor, launch_on_tensors
 
     pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
-        lse = lse.float().contiguous()
-        launch = launch_zeroed
-    else:
-        from tessera.runtime import entry
+        accum = 6 + len(extra)  # the main kernel's arguments: Q, K, V, dO, LSE2, dPsum, `extra`, dQaccum, ...
+        dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.float().contiguous(), zeroed=False)
+        dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, dpsum, *extra,
+                                                         into={accum: dq_accum},
+                                                         zeroed=True if adds_captured else SCRATCH)
+        (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])  # dq_accum's rows are padded
+        return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
+    from tessera.runtime import entry
 
-        lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
+    lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
 
-        def launch(kernel, *inputs, **sizes):
-            out = entry.launch(kernel, *inputs, **sizes)
-            return list(out) if isinstance(out, tuple) else [out]
+    def launch(kernel, *inputs, **sizes):
+        out = entry.launch(kernel, *inputs, **sizes)
+        return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
-    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *as_inputs_of(q, extra))
+    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *extra)
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
-
