@@ -11,16 +11,18 @@ the H200"), pinned on the CPU with the very configurations the session compiles:
 - every run is race-checked: the PTX executor with its race detector on under each schedule (min-pc, adversarial,
   each CTA delayed, each warp delayed, each warpgroup delayed), the CTA simulator under round-robin and adversarial.
   A hazard, a deadlock or a run past the step budget (`MAX_STEPS`, a few seconds: a hang) fails the test naming
-  the tile, the level and the schedule (`_run`);
+  the tile, the level and the schedule (`_run`; two seeded bugs show it, `SEEDED`);
 - every row `forward_tile_rows` plans compiles as the GPU session compiles it (`compile_kernel`: ptxas, and the
-  setmaxnreg split against ptxas's count at entry, whose miss hung the FP8 forward on the H200) and passes the
-  dry run's host checks (`gpu_stages.plan_row`); the PTX the executor runs here is byte for byte the PTX the GPU
-  loads. The quick dry run (tests/test_gpu_session.py) compiles none of these rows' kernels: it compiles one
-  kernel per builder and launch path and marks the other rows "not in --quick"; the full dry run compiles them.
+  setmaxnreg split checked against ptxas's count at entry: a split past the CTA's registers hung the FP8 forward
+  on the H200) and passes the dry run's host checks (`gpu_stages.plan_row`); the PTX the executor runs here is
+  byte for byte the PTX the GPU loads. The quick dry run (tests/test_gpu_session.py) compiles none of these rows'
+  kernels: it compiles one kernel per builder and launch path and marks the other rows "not in --quick"; the full
+  dry run compiles them.
 
-The default suite runs one small shape (seq_q 200, seq_k 300, causal) at Tile level and in the PTX executor
-(min-pc, and the ping-pong's first consumer warpgroup late), and the causal rows' compiles; `-m slow` runs the
-whole level x schedule matrix on 300 and 700 keys, causal or not, every row's compile and ptxas's spill count.
+The default suite runs one small shape (seq_q 200, seq_k 300) at Tile level (causal or not, two batches of three
+heads) and in the PTX executor (causal: min-pc, and the ping-pong's first consumer warpgroup late), the seeded bugs
+and the causal rows' compiles (about 8 s of CPU); `-m slow` runs the whole level x schedule matrix on 300 and 700
+keys, causal or not, every row's compile and ptxas's spill count (about 90 s).
 """
 
 from __future__ import annotations
