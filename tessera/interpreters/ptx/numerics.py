@@ -35,9 +35,9 @@ def flush_f32(x: np.ndarray) -> np.ndarray:
     """`.ftz`: f32 subnormals become zero of the same sign."""
     x = np.asarray(x, np.float32)
     small = np.abs(x) < _F32_TINY
-    if not small.any():  # the common case: nothing to flush (zeros stay as they are)
-        return x
-    return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
+    if not small.any() or not x[small].any():  # nothing below the smallest normal but zeros, which stay as they are
+        return x  # (an exponential's input and output hold zeros: a row's maximum minus itself, a masked score)
+    return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
 def saturate(x: np.ndarray) -> np.ndarray:

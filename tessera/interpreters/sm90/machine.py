@@ -30,20 +30,6 @@ def _columns(op: sm90.LdGlobalOp | sm90.LdGlobalU16Op | sm90.StGlobalOp | sm90.S
     return 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
 
 
-_F32_TINY = np.float32(np.finfo(np.float32).tiny)
-
-
-def _ftz(x: np.ndarray) -> np.ndarray:
-    """`numerics.flush_f32` of `x` (.ftz), passed over where `x` holds no subnormal. Zeros fail that function's own
-    early check (they are below the smallest normal too), and an exponential's input and output hold zeros (a
-    row's maximum minus itself, a masked score's exp2), so every ex2 took the flush's passes."""
-    x = np.asarray(x, np.float32)
-    small = np.abs(x) < _F32_TINY
-    if not small.any() or not x[small].any():  # none, or only zeros: nothing to flush
-        return x
-    return flush_f32(x)
-
-
 def _prop(op, name: str) -> int:
     return getattr(op, name).value.data
 
@@ -263,19 +249,19 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.Ex2ApproxOp)
     def run_ex2(self, interpreter: Interpreter, op: sm90.Ex2ApproxOp, args: PythonValues):
         with np.errstate(over="ignore"):
-            return (_ftz(np.exp2(_ftz(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (flush_f32(np.exp2(flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.RcpApproxOp)
     def run_rcp(self, interpreter: Interpreter, op: sm90.RcpApproxOp, args: PythonValues):
         with np.errstate(divide="ignore", over="ignore"):
-            return (_ftz((1.0 / _ftz(args[0]).astype(np.float64)).astype(np.float32)),)
+            return (flush_f32((1.0 / flush_f32(args[0]).astype(np.float64)).astype(np.float32)),)
 
     @impl(sm90.Lg2ApproxOp)
     def run_lg2(self, interpreter: Interpreter, op: sm90.Lg2ApproxOp, args: PythonValues):
         """`lg2.approx.ftz.f32`: the correctly rounded log2 of the flushed input (within
         `facts.LG2_APPROX_ERROR` of the hardware's); lg2(+-0) = -inf, lg2(x < 0) = NaN."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            return (np.log2(_ftz(args[0]).astype(np.float64)).astype(np.float32),)
+            return (np.log2(flush_f32(args[0]).astype(np.float64)).astype(np.float32),)
 
     @impl(sm90.TanhApproxOp)
     def run_tanh(self, interpreter: Interpreter, op: sm90.TanhApproxOp, args: PythonValues):
@@ -288,8 +274,8 @@ class Sm90Functions(InterpreterFunctions):
         """`rsqrt.approx.ftz.f32`: the correctly rounded 1/sqrt of the flushed input (within
         `approx.RSQRT_APPROX_RELATIVE_ERROR`); rsqrt(+-0) = +-inf, NaN for x < 0."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            x = _ftz(args[0]).astype(np.float64)
-            return (_ftz((1.0 / np.sqrt(x)).astype(np.float32)),)
+            x = flush_f32(args[0]).astype(np.float64)
+            return (flush_f32((1.0 / np.sqrt(x)).astype(np.float32)),)
 
     @impl(sm90.CvtOp)
     def run_cvt(self, interpreter: Interpreter, op: sm90.CvtOp, args: PythonValues):
