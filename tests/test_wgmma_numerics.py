@@ -128,7 +128,7 @@ def test_unmodelled_combinations_are_refused_by_name():
 
 
 def test_product_order_inverts_fragment_order():
-    from tessera.interpreters.ptx.tensor_core_numerics import product_order
+    from tessera.interpreters.ptx.wgmma_accumulators import product_order
     from tessera.interpreters.ptx.wgmma import fragment_order
 
     d = np.arange(2 * 64 * 24, dtype=np.float64).reshape(2, 64, 24)

@@ -50,14 +50,6 @@ def wgmma_numerics(name: str):
             os.environ[ENVIRONMENT] = before
 
 
-def product_order(values: np.ndarray, n: int) -> np.ndarray:
-    """[warpgroups, 64, N] in product order (D', `wgmma.thread_order`) from accumulator values in fragment
-    order [warpgroups x 128 threads, N/2]: the inverse of `wgmma.fragment_order`."""
-    groups = values.shape[0] // facts.WARPGROUP_SIZE
-    pairs = values.reshape(groups * 32, 4, n // 8, 2, 2)  # [(w, g), q, h, m, l]
-    return pairs.transpose(0, 3, 1, 2, 4).reshape(groups, facts.WGMMA_M, n)
-
-
 def _accumulators(m, d_block, d_regs, lanes, n: int, dtype_name: str, groups: int) -> np.ndarray:
     """The accumulators of `lanes` in product order [groups, 64, N] float64: a chain's kept values
     (`wgmma_accumulators`) where it has them, the registers otherwise."""
@@ -72,7 +64,7 @@ def _accumulators(m, d_block, d_regs, lanes, n: int, dtype_name: str, groups: in
         values = halves.view(np.float16).reshape(len(lanes), -1)
     else:
         values = words.astype(np.uint32).view(np.float32)
-    return product_order(values.astype(np.float64), n).reshape(groups, facts.WGMMA_M, n)
+    return wgmma_accumulators.product_order(values.astype(np.float64), n).reshape(groups, facts.WGMMA_M, n)
 
 
 def modelled_product(m, inst, a_stack, b_stack, accumulate, lanes, d_block, d_regs, n: int,

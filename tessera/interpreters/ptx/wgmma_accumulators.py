@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tessera.sm90 import facts
+
 
 class Deferred(NamedTuple):
     """A chain's accumulators not yet in their registers: `values` [warpgroups, 64, N] f32 in product order (D'),
@@ -41,6 +43,15 @@ def _product_pairs(values: np.ndarray, runs: int) -> np.ndarray:
     n = values.shape[2]
     pairs = values.reshape(runs, -1, 2, 4, n // 8, 2).view(np.complex64)[..., 0]  # [runs, (w, g), m, q, h]
     return pairs.transpose(0, 1, 3, 4, 2)
+
+
+def product_order(values: np.ndarray, n: int) -> np.ndarray:
+    """[warpgroups, 64, N] in product order (D', `wgmma.thread_order`) from accumulator values of any type in
+    fragment order [warpgroups x 128 threads, N/2]: the inverse of `wgmma.fragment_order` (`_product_pairs` is
+    its f32 form as a view)."""
+    groups = values.shape[0] // facts.WARPGROUP_SIZE
+    pairs = values.reshape(groups * 32, 4, n // 8, 2, 2)  # [(w, g), q, h, m, l]
+    return pairs.transpose(0, 3, 1, 2, 4).reshape(groups, facts.WGMMA_M, n)
 
 
 def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.ndarray, add: bool) -> None:
