@@ -158,6 +158,7 @@ def parse_pipeline(spec: str):
     if not isinstance(spec, str):
         raise TypeError(f"a pipeline is a string such as 'canonicalize,cse'; got {type(spec).__name__}")
     try:
+        spec = expand_named_pipelines(spec)
         # ArgSpecParseError derives from BaseException in xDSL 0.74, so it must be named here.
         return PassPipeline.parse_spec(all_passes(), spec)
     except ArgSpecParseError as error:
@@ -167,6 +168,37 @@ def parse_pipeline(spec: str):
         raise PipelineError(f"bad pass pipeline '{spec}' at column {position}: {lines[-1].strip()}") from None
     except (ValueError, TypeError) as error:
         raise PipelineError(f"bad pass pipeline '{spec}': {str(error).strip()}") from None
+
+
+def pipeline_name(variable: str) -> str:
+    """The `-p` name of a `*_PIPELINE` string of this module: `DEFAULT_PIPELINE` -> `default-pipeline`."""
+    return variable.lower().replace("_", "-")
+
+
+def named_pipelines() -> dict[str, str]:
+    """The pipelines a spec may name as one element (`tessera-opt -p default-pipeline`, or
+    `-p 'default-pipeline,cse'`), as MLIR registers named pass pipelines: `pipeline_name(V)` -> V for each
+    `*_PIPELINE` string of this module."""
+    return {pipeline_name(name): value for name, value in globals().items()
+            if name.endswith("_PIPELINE") and isinstance(value, str)}
+
+
+_ELEMENT_SEPARATOR = re.compile(r",(?![^{]*})")  # commas outside {options}
+
+
+def expand_named_pipelines(spec: str) -> str:
+    """`spec` with each element that is exactly a named pipeline's name (`named_pipelines`) replaced by that
+    pipeline's passes; every other element (a pass, a pass with options, a malformed one) left as written."""
+    if "-pipeline" not in spec:
+        return spec
+    named = named_pipelines()
+    elements = _ELEMENT_SEPARATOR.split(spec)
+    for element in elements:
+        name = element.split("{", 1)[0].strip()
+        if name in named and name != element.strip():
+            raise ValueError(f"the named pipeline '{name}' takes no options; spell its passes out to give them "
+                             f"options: {named[name]}")
+    return ",".join(named.get(element.strip(), element) for element in elements)
 
 
 def apply_pipeline(module, spec: str) -> None:
@@ -245,7 +277,8 @@ DEFAULT_PIPELINE = allocated(SPECIALIZED_PIPELINE)
 Target IR ready for the PTX printer. Where a kernel's registers do not fit it, it falls back to two stages
 without a producer warpgroup, then to single-stage, with a warning (`tessera.lowering.fallback`). The default of every entry point: `tessera.compile` (every target),
 `tessera.interpret(level="target"|"ptx")`, `tessera.attention` and `tessera.runtime`, `tessera-run --level
-target`, and the README's main job, which spells it out."""
+target`, and the README's main job (`tessera-opt -p default-pipeline`: each `*_PIPELINE` string here is a
+pipeline `-p` takes by its kebab-case name, `named_pipelines`)."""
 
 PTX_PIPELINE = allocated(TARGET_PIPELINE)
 """The single-stage `TARGET_PIPELINE` with registers allocated: a named option (the slower kernel), kept for
@@ -283,6 +316,6 @@ def falls_back(passes) -> bool:
     passes = tuple(passes)
     # The pass count first: building the default pipeline to compare with imports every pass (a quarter second
     # of every `tessera-opt` start-up, with or without -p).
-    if len(passes) != len(re.split(r",(?![^{]*})", DEFAULT_PIPELINE)):  # commas outside {options}
+    if len(passes) != len(_ELEMENT_SEPARATOR.split(DEFAULT_PIPELINE)):
         return False
     return passes == _default_passes()

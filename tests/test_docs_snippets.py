@@ -126,12 +126,16 @@ def test_every_docs_page_is_linked_from_the_readme():
     assert unlinked == [], f"docs pages not linked from README.md's Documentation list: {unlinked}"
 
 
-def test_the_pipeline_spelled_out_is_the_default():
-    """The docs spell the default pipeline out for tessera-opt; it must stay `tessera.passes.DEFAULT_PIPELINE`."""
-    from tessera.passes import DEFAULT_PIPELINE
+def test_the_pipelines_the_docs_name_exist():
+    """The docs give tessera-opt the default pipeline by name (`-p default-pipeline`); a named pipeline they use
+    must be one of `tessera.passes.named_pipelines()`, and one spelled out to its register allocation must stay
+    `tessera.passes.DEFAULT_PIPELINE`."""
+    from tessera.passes import DEFAULT_PIPELINE, named_pipelines
 
+    named = [m for b in ALL_BLOCKS for m in re.findall(r"-p '?([a-z-]+-pipeline)\b", b.code)]
+    assert "default-pipeline" in named and set(named) <= set(named_pipelines()), named
     spelled = [m for b in ALL_BLOCKS for m in re.findall(r"-p '([^']*allocate-registers)'", b.code)]
-    assert spelled and all(p == DEFAULT_PIPELINE for p in spelled), (spelled, DEFAULT_PIPELINE)
+    assert all(p == DEFAULT_PIPELINE for p in spelled), (spelled, DEFAULT_PIPELINE)
 
 
 def _environment() -> dict[str, str]:

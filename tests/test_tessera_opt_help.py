@@ -42,7 +42,7 @@ def test_help_lists_every_tessera_pass_with_its_options_and_summary(help_text):
 
 def test_help_lists_the_pipelines_as_text_for_p(help_text):
     for name in ("DEFAULT_PIPELINE", "TARGET_PIPELINE", "PIPELINED_PIPELINE", "SPECIALIZED_PIPELINE", "PTX_PIPELINE"):
-        assert f"  {name}" in help_text
+        assert f"  {name.lower().replace('_', '-')} = tessera.passes.{name}" in help_text
         assert f"      {getattr(passes, name)}\n" in help_text  # on one line, to copy
     assert help_text.index("DEFAULT_PIPELINE") < help_text.index("TARGET_PIPELINE")
     assert "Targets (-t): mlir, ptx" in help_text
@@ -79,3 +79,37 @@ def test_a_usage_error_does_not_print_the_listing():
     assert proc.returncode == 2
     assert "invalid choice: 'nosuch'" in proc.stderr
     assert "Tessera's passes" not in proc.stderr + proc.stdout
+
+
+
+def _flash_tile_ir() -> str:
+    import tessera.kernels
+
+    return str(tessera.kernels.flash_attention(head_dim=64, causal=True, dtype="bf16"))
+
+
+def test_a_named_pipeline_is_its_passes(tmp_path):
+    """`-p default-pipeline` (the README's command) prints the same PTX as the pipeline spelled out, falls back
+    as the default does, and a named pipeline is one element among others."""
+    source = tmp_path / "flash.mlir"
+    source.write_text(_flash_tile_ir())
+    named = tessera_opt(str(source), "-p", "default-pipeline", "-t", "ptx")
+    spelled = tessera_opt(str(source), "-p", passes.DEFAULT_PIPELINE, "-t", "ptx")
+    assert named.returncode == spelled.returncode == 0, named.stderr
+    assert named.stdout == spelled.stdout and ".target sm_90a" in named.stdout
+    assert passes.falls_back(passes.parse_pipeline("default-pipeline").passes)
+    composed = [p.name for p in passes.parse_pipeline("cse, ptx-pipeline ,canonicalize").passes]
+    assert composed == ["cse", *[p.name for p in passes.parse_pipeline(passes.PTX_PIPELINE).passes], "canonicalize"]
+    assert set(passes.named_pipelines()) >= {"default-pipeline", "target-pipeline", "pingpong-pipeline"}
+
+
+def test_a_named_pipeline_with_options_is_refused_by_name(tmp_path):
+    source = tmp_path / "flash.mlir"
+    source.write_text(_flash_tile_ir())
+    proc = tessera_opt(str(source), "-p", "default-pipeline{stages=3}")
+    assert proc.returncode != 0
+    assert "the named pipeline 'default-pipeline' takes no options" in proc.stderr
+    with pytest.raises(passes.PipelineError, match="named pipeline 'ptx-pipeline' takes no options"):
+        passes.parse_pipeline("cse,ptx-pipeline{x=1}")
+    with pytest.raises(passes.PipelineError, match="default-pipelines"):  # a near name is an unknown pass
+        passes.parse_pipeline("default-pipelines")

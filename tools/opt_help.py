@@ -62,7 +62,7 @@ def _wrap(text: str, indent: str) -> str:
 
 def tessera_listing(available_passes: dict, available_targets: dict) -> str:
     """The help's epilogue: Tessera's passes, pipelines and targets, and how many of xDSL's others exist."""
-    from tessera.passes import PASSES, parse_pipeline
+    from tessera.passes import PASSES, parse_pipeline, pipeline_name
 
     lines = ["Tessera's passes (-p NAME, or NAME{option=value ...}; each option shown with its default):"]
     for name, factory in PASSES.items():
@@ -70,11 +70,12 @@ def tessera_listing(available_passes: dict, available_targets: dict) -> str:
         lines.append(f"  {name}{_options(pass_class)}")
         lines.append(_wrap(_first_sentence(pass_class.__doc__), " " * 6))
     lines.append("")
-    lines.append("Pipelines (tessera.passes.NAME in Python; give the text to -p):")
+    lines.append("Pipelines (-p NAME, alone or as one element of a pipeline; tessera.passes.VARIABLE in Python):")
     used = []
     for name, spec, doc in pipelines():
-        lines.append(f"  {name}" + (" (the default of tessera-run, tessera.compile and tessera.interpret)"
-                                    if name == "DEFAULT_PIPELINE" else ""))
+        lines.append(f"  {pipeline_name(name)} = tessera.passes.{name}"
+                     + (" (the default of tessera-run, tessera.compile and tessera.interpret)"
+                        if name == "DEFAULT_PIPELINE" else ""))
         if doc:
             lines.append(_wrap(doc, " " * 6))
         lines.append(f"      {spec}")
