@@ -69,8 +69,10 @@ class TmaLoadMulticastOp(IRDLOperation):
 @irdl_op_definition
 class MBarrierArriveClusterOp(IRDLOperation):
     """`sm90.mbarrier_arrive_cluster %remote`: one arrival on the mbarrier at shared::cluster address %remote
-    (from `sm90.mapa`; a peer's or this CTA's own), with release semantics at cluster scope. Prints as
-    `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%remote];`."""
+    (from `sm90.mapa`; a peer's or this CTA's own), with release semantics at cluster scope: it orders the
+    thread's earlier accesses (a consumer's reads of its slot) before what a waiter of the barrier's CTA does after
+    its wait (a producer's refill). Prints as `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%remote];`;
+    not at the default `.cta` scope, which does not reach a peer's threads [memory_model.MBARRIER_ARRIVE_SCOPE]."""
 
     name = "sm90.mbarrier_arrive_cluster"
     mbarrier = operand_def(I32)

@@ -50,7 +50,12 @@ Qualifiers .op_restrict and .sync_restrict restrict the class of memory operatio
 for which the fence instruction provides the memory ordering guarantees. When .op_restrict
 is .mbarrier_init, the synchronizing effect of the fence only applies to the prior
 mbarrier.init operations executed by the same thread on mbarrier objects in .shared::cta
-state space.
+state space. When .sync_restrict is .sync_restrict::shared::cta, .sem must be .release, and the
+effect of the fence only applies to operations performed on objects in .shared::cta state space.
+Likewise, when .sync_restrict is .sync_restrict::shared::cluster, .sem must be .acquire, and the
+effect of the fence only applies to operations performed on objects in .shared::cluster state space.
+When either .sync_restrict::shared::cta or .sync_restrict::shared::cluster is present, the .scope
+must be specified as .cluster.
 [...]
 The .proxykind qualifier indicates the bi-directional proxy ordering that is established between the memory
 accesses done between the generic proxy and the proxy specified by .proxykind.
@@ -58,6 +63,16 @@ Value .alias of the .proxykind qualifier refers to memory accesses performed usi
 aliased addresses to the same memory location. Value .async of the .proxykind qualifier specifies
 that the memory ordering is established between the async proxy and the generic proxy. The memory
 ordering is limited only to operations performed on objects in the state space specified.
+""",
+    # [P#parallel-synchronization-and-communication-instructions-mbarrier-arrive], mbarrier.arrive: Description
+    "parallel-synchronization-and-communication-instructions-mbarrier-arrive": """
+The optional .sem qualifier specifies a memory synchronizing effect as described in the Memory
+Consistency Model. If the .sem qualifier is absent, .release is assumed by default.
+The .relaxed qualifier does not provide any memory ordering semantics and visibility guarantees.
+The optional .scope qualifier indicates the set of threads that directly observe the memory
+synchronizing effect of this operation, as described in the Memory Consistency Model. If the .scope
+qualifier is not specified then it defaults to .cta. In contrast, the .shared::<scope> indicates the
+state space where the mbarrier resides.
 """,
     "parallel-synchronization-and-communication-instructions-mbarrier-init": """
 mbarrier.init.shared::cta.b64 [shMem], 12;
@@ -151,6 +166,12 @@ Consistency Model.
 """,
     # [P#parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait], Description
     "parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait": """
+When mbarrier.test_wait and mbarrier.try_wait operations with .acquire qualifier returns True, they
+form the acquire pattern as described in the Memory Consistency Model.
+The optional .scope qualifier indicates the set of threads that the mbarrier.test_wait and
+mbarrier.try_wait instructions can directly synchronize. If the .scope qualifier is not specified
+then it defaults to .cta. In contrast, the .shared::<scope> indicates the state space where the
+mbarrier resides.
 All cp.async operations requested prior, in program order, to cp.async.mbarrier.arrive during the completed
 phase by the participating threads of the CTA are performed and made visible to the executing thread.
 """,
@@ -169,7 +190,8 @@ def _words(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-ALL_RULES = tuple(dict.fromkeys(memory_model.PTX_EXECUTOR_RULES + memory_model.CTA_SIMULATOR_RULES))
+ALL_RULES = tuple(dict.fromkeys(memory_model.PTX_EXECUTOR_RULES + memory_model.CTA_SIMULATOR_RULES
+                                 + memory_model.LOWERING_RULES))
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.name)

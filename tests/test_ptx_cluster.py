@@ -456,7 +456,10 @@ EMPTY:
     (_RELEASE_TO.format("%r1", "%r1"), _EMPTY_WAIT, True),  # both releases sent home: the counts stay right
     (_RELEASE_TO.format(0, 1), "", True),  # the producer does not wait for the release
     (SYNC_CLUSTER, "", False),  # a cluster barrier orders every read before the refills
-], ids=["released-to-both", "released-home", "no-empty-wait", "cluster-barrier"])
+    # CUTLASS's form: .release at the default .cta scope and a .cta wait, which by the letter do not synchronize
+    # across CTAs [memory_model.MBARRIER_ARRIVE_SCOPE]; the executor follows NVIDIA's kernels and accepts it
+    (_RELEASE_TO.format(0, 1).replace(".release.cluster", ""), _EMPTY_WAIT.replace(".acquire.cluster", ""), False),
+], ids=["released-to-both", "released-home", "no-empty-wait", "cluster-barrier", "cta-scope-as-cutlass"])
 def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, empty_wait, reported):
     """[memory_model.WRITE_ORDER] A multicast refill writes the peer's slot too, so the issuing producer must be
     ordered after the peer's reads of it: the peer's threads arrive (remotely) on the producer's empty barrier,
@@ -468,6 +471,19 @@ def test_a_multicast_into_a_peer_follows_the_peers_release_of_the_slot(release, 
     peer = r"\(1, 0, 0\)" if empty_wait else r"\(\d, 0, 0\)"
     _run_refill(filled(_REFILL, RELEASE=release, EMPTY_WAIT=empty_wait), "", reported,
                 peer, r" .*\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\)")
+
+
+@pytest.mark.parametrize("release, empty_wait", [
+    (_RELEASE_TO.format(0, 1).replace(".release.cluster", ".relaxed.cluster"), _EMPTY_WAIT),
+    (_RELEASE_TO.format(0, 1), _EMPTY_WAIT.replace(".acquire.cluster", ".relaxed.cluster")),
+], ids=["relaxed-arrive", "relaxed-wait"])
+def test_a_relaxed_mbarrier_arrive_or_wait_is_refused_by_name(release, empty_wait):
+    """[memory_model.MBARRIER_ARRIVE_SCOPE] A .relaxed arrive or wait orders nothing: only with a release fence
+    before it (or an acquire fence after it) is it a release (acquire) pattern, which the executor does not model,
+    so it refuses the instruction by name rather than count it as a release (or acquire) it is not."""
+    with pytest.raises(PtxExecutionError, match=r"not supported by the PTX executor: mbarrier\.(arrive|try_wait)"
+                                                r"\.relaxed: it orders nothing"):
+        _run_refill(filled(_REFILL, RELEASE=release, EMPTY_WAIT=empty_wait), "", False)
 
 
 def _run_refill(body: str, extra_shared: str, reported: bool, peer: str = r"\(\d, 0, 0\)", tail: str = ""):

@@ -28,6 +28,9 @@ def print_tma_load_multicast(p: KernelPrinter, op: sm90.TmaLoadMulticastOp) -> N
 
 @handles(sm90.MBarrierArriveClusterOp)
 def print_arrive_cluster(p: KernelPrinter, op: sm90.MBarrierArriveClusterOp) -> None:
+    """`.release.cluster`, which ptxas makes MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR: `.cta` (CUTLASS's) does not
+    synchronize with a peer's waiter, and the cheaper fenced `.relaxed` form needs PTX ISA 8.6
+    (`memory_model.MBARRIER_ARRIVE_SCOPE`, `MBARRIER_RELEASE_FENCE`; `bench/remote_arrive.py` counts both)."""
     p.emit(f"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{p.reg(op.mbarrier)}]")
 
 

@@ -13,6 +13,12 @@
   `barrier.cluster.arrive.release` / `barrier.cluster.wait.acquire` by every thread of every block [PTX ISA,
   mbarrier, barrier.cluster]; and a block must not exit while a peer may still access its shared memory (a
   multicast into it, an arrive on its barriers): every block waits at a last cluster barrier.
+- A consumer releasing a multicast-filled slot to a peer's producer arrives with `.release` at `.cluster` scope:
+  the default `.cta` scope (CUTLASS's `mbarrier.arrive.shared::cluster.b64`) does not hold the peer's thread, so by
+  the PTX memory model it synchronizes with nothing there; the cheaper documented form (a
+  `fence.release.sync_restrict::shared::cta.cluster` before a `.relaxed.cluster` arrive) needs PTX ISA 8.6. The
+  argument, cited and tested against the ISA text, is `memory_model.MBARRIER_ARRIVE_SCOPE`, `MBARRIER_WAIT_SCOPE`
+  and `MBARRIER_RELEASE_FENCE`.
 - Multicast by slices (`multicast_slice_problem`): a cluster of C blocks shares a TMA box by each block issuing
   rows / C of it to every member, at the slice's offset in the destination; a slice lands where the whole box
   would put those rows only if it starts on a whole swizzle period (8 rows of the swizzle's width: 1024 bytes for

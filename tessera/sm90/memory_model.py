@@ -1,5 +1,6 @@
-"""The PTX memory model's ordering rules the simulators check, each cited from the PTX ISA with the sentence it
-rests on ([P#anchor] = https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor, PTX ISA 9.x).
+"""The PTX memory model's ordering rules the simulators check, and those the lowering's choice of synchronisation
+rests on (`LOWERING_RULES`: the remote mbarrier arrive's semantics and scope), each cited from the PTX ISA with the
+sentence it rests on ([P#anchor] = https://docs.nvidia.com/cuda/parallel-thread-execution/#anchor, PTX ISA 9.x).
 
 A `Rule` names the rule, its section anchor, the quoted sentence (verbatim, whitespace aside;
 tests/test_memory_model.py compares it with the ISA text transcribed there), what a simulator does with it, and
@@ -288,6 +289,56 @@ RELEASE_ACQUIRE = Rule(
     "at the location; ld.acquire, atom.acquire (or .acq_rel), or a strong read then an acquire fence, take in what "
     "was published there by threads whose scope and their own include each other (red's read forms no acquire)")
 
+MBARRIER_ARRIVE_SCOPE = Rule(
+    "an mbarrier arrive releases only to the threads of its scope",
+    "parallel-synchronization-and-communication-instructions-mbarrier-arrive",
+    "The optional .scope qualifier indicates the set of threads that directly observe the memory synchronizing "
+    "effect of this operation, as described in the Memory Consistency Model. If the .scope qualifier is not "
+    "specified then it defaults to .cta.",
+    "a consumer's release of a multicast-filled slot is an arrive on each producer's empty barrier, a peer CTA's "
+    "included; what it must order is the consumer's reads of its own CTA's slot (ld.shared, and wgmma reads a "
+    "wgmma.wait_group completed: WGMMA_GROUP_PER_WARPGROUP) before the peer producer's multicast writes into it "
+    "(WRITE_ORDER). That order exists only if the arrive (the release pattern's first operation) synchronizes "
+    "with the producer's successful try_wait (RELEASE_ACQUIRE), which needs the two morally strong: each "
+    "specifies a scope that includes the other's thread (MORALLY_STRONG). The default .cta scope names the "
+    "consumer's CTA, which does not hold the peer's producer, so CUTLASS's `mbarrier.arrive.shared::cluster.b64` "
+    "(ClusterBarrier::arrive(cta_id, pred), PipelineTmaAsync::consumer_release, which FlashAttention-3 uses) "
+    "orders nothing for the peer by the letter and leaves the reads and the refill in a data race (DATA_RACE); "
+    ".relaxed orders nothing at any scope. Tessera prints `mbarrier.arrive.release.cluster.shared::cluster.b64` "
+    "(ptxas: MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR per arrive); the one cheaper form the ISA documents for it is "
+    "MBARRIER_RELEASE_FENCE's, which needs PTX ISA 8.6. The simulators follow NVIDIA's kernels instead of the "
+    "letter here, as CP_ASYNC_PROXY does: a .release arrive of either scope on a peer's barrier is a release "
+    "to its waiters (CUTLASS's 2 x 1 cluster GEMM runs clean, docs/races-seeded-library.md), so neither reports "
+    "the .cta form; the PTX executor refuses a .relaxed arrive or wait by name (the fence that would make it a "
+    "release or acquire pattern is not modelled); the CTA simulator's `sm90.mbarrier_arrive_cluster` is "
+    ".release.cluster by definition")
+
+MBARRIER_WAIT_SCOPE = Rule(
+    "an mbarrier wait acquires only from the threads of its scope",
+    "parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait",
+    "The optional .scope qualifier indicates the set of threads that the mbarrier.test_wait and mbarrier.try_wait "
+    "instructions can directly synchronize. If the .scope qualifier is not specified then it defaults to .cta.",
+    "the other half of MBARRIER_ARRIVE_SCOPE's moral strength: the producer's wait on an empty barrier that a "
+    "peer's consumers release must name .cluster as well (`mbarrier.try_wait.parity.acquire.cluster`: ptxas adds "
+    "a CCTL.IVALL after each successful poll; or .relaxed.cluster then `fence.acquire.sync_restrict::shared::"
+    "cluster.cluster`, PTX ISA 8.6, no instruction). Tessera's producers, CUTLASS's and FlashAttention-3's wait "
+    "at the default .cta, so by the letter not even a .release.cluster arrive of a peer synchronizes with them; "
+    "neither simulator checks a wait's scope (docs/performance.md, GEMM)")
+
+MBARRIER_RELEASE_FENCE = Rule(
+    "a release fence restricted to shared::cta before a relaxed cluster arrive",
+    "parallel-synchronization-and-communication-instructions-membar",
+    "When .sync_restrict is .sync_restrict::shared::cta, .sem must be .release, and the effect of the fence only "
+    "applies to operations performed on objects in .shared::cta state space.",
+    "`fence.release.sync_restrict::shared::cta.cluster` then `mbarrier.arrive.relaxed.cluster.shared::cluster.b64` "
+    "(the ISA's own example, \"Release local shared memory\") is a release pattern at cluster scope (a release "
+    "fence followed by a strong write, RELEASE_ACQUIRE) whose fence orders exactly the consumer's accesses of its "
+    "own CTA's shared memory, the slot's reads included: what MBARRIER_ARRIVE_SCOPE asks for (the wgmma's "
+    "async-proxy reads reach either release through their wgmma.wait_group alike). ptxas 12.9, 13.0 and "
+    "13.5 make it MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S instead of MEMBAR.ALL.CTA + MEMBAR.ALL.GPU + ERRBAR + "
+    "CGAERRBAR. Both qualifiers need PTX ISA 8.6 (ptxas 12.8 or newer), and Tessera's kernels are .version 8.0 "
+    "for every ptxas from 12.1 (docs/passes.md), so it is not printed; neither simulator models the fence")
+
 PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE, MBARRIER_INIT_FENCE, PROXY_FENCE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
                       WGMMA_A_ROWS_PER_WARP, WGMMA_GROUP_PER_WARPGROUP,
@@ -301,12 +352,18 @@ CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, W
 """The rules the CTA simulator checks by happens-before (`tessera.interpreters.sm90.happens_before`), each naming
 its checker."""
 
+LOWERING_RULES = (MBARRIER_ARRIVE_SCOPE, MBARRIER_WAIT_SCOPE, MBARRIER_RELEASE_FENCE)
+"""The rules that decide which synchronisation the lowering prints (the remote arrive's semantics and scope), which
+the simulators do not check (a .relaxed arrive or wait aside: the PTX executor refuses it), each saying why."""
+
 # endregion
 
-__all__ = ["CTA_SIMULATOR_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT", "DATA_RACE",
+__all__ = ["CTA_SIMULATOR_RULES", "LOWERING_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT",
+           "DATA_RACE",
            "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
            "CP_ASYNC_ORDER", "CP_ASYNC_PROXY",
-           "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
+           "MBARRIER_ARRIVE_SCOPE", "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "MBARRIER_RELEASE_FENCE",
+           "MBARRIER_WAIT_SCOPE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",
            "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT", "WGMMA_WAIT_PER_THREAD", "WGMMA_A_ROWS_PER_WARP",
            "WGMMA_GROUP_PER_WARPGROUP",
            "MORALLY_STRONG", "RELEASE_ACQUIRE", "TMA_READ_UNTIL_COMPLETE"]

@@ -7,6 +7,9 @@ the phase completes, see `schedule`) and test_wait(.parity) (returns at once). A
 the phase number it arrived in. Generic addresses must fall in the shared window. Arrivals from many threads
 of one instruction are applied in lane order. `asynchrony` lands TMA copies when a wait finds every arrival of
 the phase in, records what each thread observed, and reports transaction counts that disagree with the copies.
+An arrive is a release and a successful wait an acquire at any .scope, a peer CTA's arrive included (as CUTLASS's
+cluster pipelines rely on; by the letter a .cta scope does not reach a peer: memory_model.MBARRIER_ARRIVE_SCOPE);
+a .relaxed arrive or wait, which orders nothing, is refused by name.
 """
 
 from __future__ import annotations
@@ -206,6 +209,9 @@ def decode_mbarrier(ops: Operands, inst, mods):
     if mods.take("noComplete"):
         raise ops.refuse(inst, "mbarrier .noComplete")
     space = take_space(mods, "generic")
+    if action not in ("init", "expect_tx", "complete_tx", "inval") and mods.take("relaxed"):
+        raise ops.refuse(inst, f"mbarrier.{action}.relaxed: it orders nothing [memory_model.MBARRIER_ARRIVE_SCOPE], "
+                               "and the release or acquire fence that would pair with it is not modelled")
     mods.drop("release", "acquire", "relaxed", "cta", "cluster", "b64")
     operands = list(inst.operands)
     if action in ("init", "expect_tx", "complete_tx", "inval"):
