@@ -5,7 +5,8 @@ Without a GPU, through the fake driver (`LoadedPtxCuda`: the PTX the runtime loa
 tests/test_runtime.py's `FakeCuda` runs it) and bench/fake_cuda.py's pretend CUDA tensors, whose fresh memory
 reads as NaN: the gradients of the GPU path are those of level "ptx" bit for bit (the same PTX, and the PTX
 executor adds the atomics in one order), and within the float64 tolerance of `captured_grads_checks`. The default
-suite runs one case (autograd on CUDA tensors, head_dim 64: about 8 s, mostly compiling the kernels); `-m slow` the
+suite runs autograd on CUDA tensors (head_dim 64: about 7 s of CPU, mostly compiling the kernels) and a training
+step's kernels remembered without a lowering (a stub pipeline); `-m slow` the
 matrix (a relative-position table, per-head scales, ALiBi slopes, a full [B, H, S, S] bias, GQA, causal masks,
 head_dim 64 and 128); with a GPU, `gpu`-marked tests run on it (bench/gpu_plan.py GPU_TESTS). Skipped without
 torch."""
@@ -208,6 +209,34 @@ def test_per_head_scale_and_full_bias_causal(fake_gpu, head_dim):
     on_gpu, at_ptx, checked = _gpu_and_ptx(scale_bias(2, 2, 30, 70, causal=True), (2, 2, 1, 30, 70), head_dim,
                                            seed=7, causal_flag=True)
     _assert_bitwise_and_accurate(on_gpu, at_ptx, checked)
+
+
+def test_a_training_step_lowers_no_kernel_again(monkeypatch):
+    """A learned table changed in place between steps changes the modifiers' fingerprint, so the backward's kernels
+    are built again (kept by it, `flex._kept`); whether their main kernels lower warp-specialized
+    (`flex.warp_specialized_refusal`) is remembered by their text too, which the table's contents do not change:
+    the second step lowers nothing (it lowered the 128 x 128 candidate again, 0.2 s at head_dim 64). The pipeline
+    is a stub: what is counted is how often it runs."""
+    import tessera.passes
+    from tessera.runtime import flex
+
+    lowered = []
+
+    class Lowering:
+        def apply(self, ctx, module):
+            lowered.append(module)
+
+    monkeypatch.setattr(tessera.passes, "parse_pipeline", lambda spec: Lowering())
+    monkeypatch.setattr(flex, "_FITS", {})
+    rel = np.linspace(-1, 1, 33).astype(np.float32)
+    options = dict(score_mod=lambda s, b, h, q, kv: s + rel[q - kv + 16], mask_mod=None, causal=False, scale=None,
+                   level=None, head_dim=64, dtype="bf16", captured_grads=("score_mod_rel",))
+    built = []
+    for _ in range(2):
+        kernels, sparse = flex.backward_kernels(None, **options)
+        built.append(flex.warp_specialized_first(None, kernels, sparse, **options)[0])
+        rel += 0.5  # the optimizer's step, in place
+    assert built[0] is not built[1] and len(lowered) == 1
 
 
 @pytest.mark.slow

@@ -52,9 +52,11 @@ _FITS: dict[Hashable, str | None] = {}
 def warp_specialized_refusal(module) -> str | None:
     """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
     stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
-    that configuration, such as its shared memory). Remembered by the key the module was kept under (`_kept`,
-    `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not print its kernels again
-    (the main kernel's text: about 40 ms at head_dim 64); by the module's text where no one kept it."""
+    that configuration, such as its shared memory). Remembered by the module's text, and by the key the module
+    was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not
+    print its kernels again (the main kernel's text: about 40 ms at head_dim 64); a kept module built again for
+    new contents of an array it reads (a training step's learned table: the kept key holds the contents, the text
+    does not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera.ir import make_context
@@ -62,17 +64,21 @@ def warp_specialized_refusal(module) -> str | None:
     from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
 
     kept = kept_key(module)
-    key = str(module) if kept is None else ("kept", kept)
-    if key not in _FITS:
+    if kept is not None and ("kept", kept) in _FITS:
+        return _FITS[("kept", kept)]
+    text = str(module)
+    if text not in _FITS:
         if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
             _FITS.clear()
         try:
             with without_cyclic_gc():
                 parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
-            _FITS[key] = None
+            _FITS[text] = None
         except DiagnosticException as error:
-            _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
-    return _FITS[key]
+            _FITS[text] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
+    if kept is not None:
+        _FITS[("kept", kept)] = _FITS[text]
+    return _FITS[text]
 
 
 def block_mask_mod(where: str, block_mask, mask_mod, seq_q: int, seq_k: int):
