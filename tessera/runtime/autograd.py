@@ -66,8 +66,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
     (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
     (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
     `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
-    `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here, before the forward runs, rather than leave its gradient silently unset. `block_mask`:
-    FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
+    `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
+    before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for its
+    mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
