@@ -266,6 +266,34 @@ def test_the_captured_arrays_change_between_steps(fake_gpu):
     assert not np.array_equal(grads[0], grads[1])
 
 
+@pytest.mark.slow
+def test_the_gpu_paths_main_kernel_at_head_dim_64_assembles_without_spilling():
+    """The main kernel the GPU path takes at head_dim 64 for a relative table and ALiBi slopes under a causal
+    mask_mod (64 x 64, warp-specialized: the 128 x 128 candidate is refused) has one red.global.add.f32 per
+    register of each scatter, and every ptxas found assembles it without a warning or a spill (at head_dim 128 the
+    single-stage rung spills, with the fallback's warning: docs/variant-gradients.md)."""
+    from tessera.runtime import flex
+
+    tables, make = rel_alibi(40, 40, heads=4)
+    score_mod, mask_mod = make({n: np.asarray(t, np.float32) for n, t in tables(np.random.default_rng(0)).items()})
+    options = dict(score_mod=score_mod, mask_mod=mask_mod, causal=False, scale=None, level=None, head_dim=64,
+                   dtype="bf16", captured_grads=("score_mod_rel", "score_mod_slopes"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernels, sparse = flex.backward_kernels(None, **options)
+        kernels, _, refused, taken = flex.warp_specialized_first(None, kernels, sparse, **options)
+        ptx = tessera.compile(kernels.main, target="ptx")
+    assert taken == "with 64 x 64 blocks" and len(refused) == 1
+    assert not [w for w in caught if "fell back" in str(w.message)]
+    # two scatters in each of the work lists' two loops (full and partial pairs), 32 registers a thread each
+    assert ptx.count("red.global.add.f32") == 2 * 2 * 64 * 64 // 128
+    tools = toolchain.find_all_ptxas()
+    assert tools
+    for tool in tools:
+        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
+        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
+
+
 # region on a GPU (bench/gpu_plan.py GPU_TESTS runs these; tests/conftest.py skips them without one)
 
 @pytest.mark.gpu
