@@ -418,7 +418,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
                             captured_grads: tuple[str, ...] = ()):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]), and with
     `captured_grads` (kernel input names, `runtime.captured_gradients`) a fourth item, the list of their gradients
-    (f32, each its array's shape; at Tile level only: the caller refuses the others); `pipeline` is
+    (f32, each its array's shape, at every level and on the GPU); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
     blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
