@@ -68,12 +68,13 @@ def second_run(session: dict) -> str | None:
 
 GPU_TESTS = (("runtime", ("tests/test_runtime.py",), None, 8),
              ("gpu-marked", ("tests/test_launch.py", "tests/test_launch_plan.py", "tests/test_attention_mods_gpu.py",
-                             "tests/test_fp8_gpu.py"), "gpu", 1))
+                             "tests/test_captured_gradients_gpu_path.py", "tests/test_fp8_gpu.py"), "gpu", 1))
 """The tests stage's selections in the order they run, cheap first, as (name, files, the -m expression or None
 for every test, pytest-xdist workers): tests/test_runtime.py whole (101 tests, 20 s on 8 workers on the H200),
 then each other file's `gpu` tests one at a time: a hand-written kernel; the modifiers' backward launched twice
 into NaN-filled memory (tests/test_launch_plan.py); the modifiers' forward and backward
-(five kernels compiled there); the FP8 forward last (three kernels compiled there; the first session's FP8
+(five kernels compiled there); autograd filling a learned table's .grad (four kernels: the captured gradients'
+red.global.add, never run on a GPU before); the FP8 forward last (three kernels compiled there; the first session's FP8
 stage recorded nothing in 40 s, and its tests stage stalled after one failure: an FP8 kernel that does not
 finish on the hardware would explain both). Every test file marking tests `gpu` must be here (the dry run
 checks)."""

@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 import tessera  # noqa: E402
 from tessera.interpreters.launch import prepare_arguments, run_grid  # noqa: E402
 from tessera.numerics import BF16, round_to  # noqa: E402
-from tessera.runtime.attention_backward import BackwardNotLowered  # noqa: E402
 from tessera.variants import ModTraceError  # noqa: E402
 from captured_grads_checks import assert_captured_grads, eager_captured_grads  # noqa: E402
 
@@ -152,7 +151,7 @@ INDEX_TABLE = np.arange(8).astype(np.float32)
 
 def test_what_gets_no_gradient_is_refused_by_name():
     """A captured tensor used as an index, one a mask_mod reads, one read at constant indices, an integer one,
-    a name the score_mod does not read, and captured gradients on the GPU or with deterministic=True."""
+    a name the score_mod does not read, and captured gradients with deterministic=True (on the GPU too)."""
     def as_index(s, b, h, q, kv):
         return s + TABLE[INDEX_TABLE[kv].astype(np.int32)]
     _refused(as_index, match="uses INDEX_TABLE as an index", captured_grads=["INDEX_TABLE"])
@@ -165,16 +164,15 @@ def test_what_gets_no_gradient_is_refused_by_name():
              captured_grads=["ints"])
     _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="'other' is not an array", error=ValueError,
              captured_grads=["other"])
-    _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="in the interpreters only", level=None,
-             error=BackwardNotLowered)
     _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="deterministic=True", error=ValueError, deterministic=True)
+    _refused(lambda s, b, h, q, kv: s + TABLE[kv], match="deterministic=True", error=ValueError, deterministic=True,
+             level=None)
     _refused(None, lambda b, h, q, kv: q >= kv, match="needs a score_mod", error=ValueError)
 
 
 def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
-    """A parameter read by a mask_mod, a 0-d one, or one on the GPU (level None: the scatter-add not yet run on
-    one), is refused by name when `autograd.attention` is called (no forward run whose backward would leave .grad
-    unset)."""
+    """A parameter read by a mask_mod, a 0-d one, or one with deterministic=True (added by atomics), is refused by
+    name when `autograd.attention` is called (no forward run whose backward would leave .grad unset)."""
     from tessera.runtime import autograd
 
     q, k, v, _, _ = _inputs(1, 2, 2, 8, 8)
@@ -185,8 +183,9 @@ def test_autograd_refuses_a_table_it_cannot_differentiate_before_the_forward():
     temperature = torch.nn.Parameter(torch.tensor(2.0))  # 0-d: a constant of the kernel (its .grad stayed None)
     with pytest.raises(ModTraceError, match="reads temperature, a 0-d tensor that requires grad"):
         autograd.attention(qt, kt, vt, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s * temperature)
-    with pytest.raises(ValueError, match="computed in the interpreters only"):
-        autograd.attention(qt, kt, vt, level=None, score_mod=lambda s, b, h, q_idx, kv_idx: s + table[kv_idx])
+    with pytest.raises(ValueError, match="requires grad, and deterministic=True"):
+        autograd.attention(qt, kt, vt, level=None, deterministic=True,
+                           score_mod=lambda s, b, h, q_idx, kv_idx: s + table[kv_idx])
 
 
 # region the matrix (-m slow): lengths 1/17/129/300, GQA, causal, tables by (h), (q - kv), (b, h, q, kv)

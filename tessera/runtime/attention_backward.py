@@ -188,9 +188,9 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
     `captured_grads` (True, or names of arrays the score_mod reads): (dq, dk, dv, grads), grads a dict of the
     gradients of those captured float arrays (f32, each its array's shape; by the name the function calls it,
     `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main
-    kernel (in no fixed order: not with `deterministic=True`). In the interpreters only for now (levels "tile",
-    "target", "ptx"; `tile.scatter_add` lowers to red.global.add.f32, not yet run on a GPU): level None is
-    refused by `BackwardNotLowered`."""
+    kernel (in no fixed order: not with `deterministic=True`), at every level: on the GPU (level None) the main
+    kernel adds them into f32 outputs the launch zero-fills (`tile.scatter_add` lowers to red.global.add.f32;
+    NumPy arrays, or tensors on q's device for PyTorch inputs)."""
     if block_mask is not None:
         from tessera.runtime.flex import block_mask_mod
 
@@ -207,9 +207,6 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
             from tessera.runtime.captured_gradients import captured_gradient_names
 
             names = captured_gradient_names(WHERE, score_mod, mask_mod, captured_grads)
-            if level is None:
-                raise BackwardNotLowered(f"{WHERE}: captured_grads runs in the interpreters only (level 'tile', "
-                                         "'target' or 'ptx'): its red.global.add scatter is not yet checked on a GPU")
             if config.deterministic:
                 raise ValueError(f"{WHERE}: captured_grads is not supported with deterministic=True: the gradients "
                                  "of captured arrays are added by atomic scatter-adds, in no fixed order")

@@ -9,10 +9,11 @@ and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `te
 them and the incoming gradient of O (with FlexAttention's `score_mod` / `mask_mod`, both take them:
 `tessera.runtime.flex`). A tensor the score_mod reads that requires grad (a learned bias table, ALiBi slopes)
 is an input of the Function too: the backward returns its gradient (`tessera.attention_backward(...,
-captured_grads=)`, in the interpreters), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run on the GPU with CUDA tensors (`level=None`), or with `level=`
-in an interpreter on CPU tensors (the same kernels, on NumPy). The forward's `return_lse` is the forward's
-own option (issue 14's LSE output): where `tessera.attention` does not take it, calling this raises the
-TypeError that says so.
+captured_grads=)`: accumulated in f32 by the main kernel's atomic adds, then cast to the tensor's dtype and put
+on its device, as FlexAttention does), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run
+on the GPU with CUDA tensors (`level=None`), or with `level=` in an interpreter on CPU tensors (the same
+kernels, on NumPy). The forward's `return_lse` is the forward's own option (issue 14's LSE output): where
+`tessera.attention` does not take it, calling this raises the TypeError that says so.
 
 Importing this module imports PyTorch (it is the one module of Tessera that does); `import tessera` does not.
 """
@@ -35,7 +36,7 @@ class AttentionFunction(torch.autograd.Function):
         o, lse = attention(q, k, v, causal=causal, scale=scale, return_lse=True, **options, **mods)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level, **mods)
-        ctx.captured = [(name, tensor.dtype) for name, tensor in zip(captured_grads, captured)]
+        ctx.captured = [(name, tensor.dtype, tensor.device) for name, tensor in zip(captured_grads, captured)]
         return o
 
     @staticmethod
@@ -47,20 +48,27 @@ class AttentionFunction(torch.autograd.Function):
         if not ctx.captured:
             dq, dk, dv = attention_backward(q, k, v, o, lse, do, **ctx.options)
             return dq, dk, dv, None, None, None, None, None, None, None
-        dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, _ in ctx.captured],
+        dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, *_ in ctx.captured],
                                                **ctx.options)
         return (dq, dk, dv, None, None, None, None, None, None, None,
-                *(grads[name].to(dtype) for name, dtype in ctx.captured))
+                *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured))
+
+
+def _as_captured(grad, dtype, device):
+    """A captured tensor's gradient (f32, on q's device) in that tensor's dtype (one rounding of the f32 sum, as
+    FlexAttention casts its captured gradients) and on its device (a bias table kept elsewhere than q)."""
+    return (grad if grad.device == device else grad.to(device)).to(dtype)
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
               level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
-    (`tessera.runtime.captured_gradients.captured_tensor_inputs`) in the interpreters; on the GPU (level None),
-    read by `mask_mod`, 0-d, or where no gradient reaches it (used as an index, read at constant indices), it is
-    refused by name here, before the forward runs, rather than leave its gradient silently unset. `block_mask`:
-    FlexAttention's, for its mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
+    (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
+    `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
+    `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
+    before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for its
+    mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
@@ -80,11 +88,10 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
             raise ValueError(f"attention: the mask_mod reads {', '.join(wanted['mask_mod'])}, which requires grad: a "
                              "mask passes no gradient (pass it detached, .detach(), or under torch.no_grad())")
         if wanted["score_mod"]:
-            if level is None:
+            if deterministic:
                 raise ValueError(f"attention: the score_mod reads {', '.join(wanted['score_mod'])}, which requires "
-                                 "grad: gradients of captured tensors are computed in the interpreters only for now "
-                                 "(level 'tile', 'target' or 'ptx'; the scatter-add is not yet checked on a GPU); "
-                                 "pass it detached, .detach(), or under torch.no_grad()")
+                                 "grad, and deterministic=True: the gradients of captured tensors are added by "
+                                 "atomic scatter-adds, in no fixed order (pass it detached, or deterministic=False)")
             names, tensors = captured_tensor_inputs("attention", score_mod, mask_mod, wanted["score_mod"])
     return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, tuple(names),
                                    *tensors)

@@ -52,9 +52,11 @@ _FITS: dict[Hashable, str | None] = {}
 def warp_specialized_refusal(module) -> str | None:
     """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
     stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
-    that configuration, such as its shared memory). Remembered by the key the module was kept under (`_kept`,
-    `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not print its kernels again
-    (the main kernel's text: about 40 ms at head_dim 64); by the module's text where no one kept it."""
+    that configuration, such as its shared memory). Remembered by the module's text, and by the key the module
+    was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not
+    print its kernels again (the main kernel's text: about 40 ms at head_dim 64); a kept module built again for
+    new contents of an array it reads (a training step's learned table: the kept key holds the contents, the text
+    does not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera.ir import make_context
@@ -62,17 +64,21 @@ def warp_specialized_refusal(module) -> str | None:
     from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
 
     kept = kept_key(module)
-    key = str(module) if kept is None else ("kept", kept)
-    if key not in _FITS:
+    if kept is not None and ("kept", kept) in _FITS:
+        return _FITS[("kept", kept)]
+    text = str(module)
+    if text not in _FITS:
         if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
             _FITS.clear()
         try:
             with without_cyclic_gc():
                 parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
-            _FITS[key] = None
+            _FITS[text] = None
         except DiagnosticException as error:
-            _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
-    return _FITS[key]
+            _FITS[text] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
+    if kept is not None:
+        _FITS[("kept", kept)] = _FITS[text]
+    return _FITS[text]
 
 
 def block_mask_mod(where: str, block_mask, mask_mod, seq_q: int, seq_k: int):
@@ -412,7 +418,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
                             captured_grads: tuple[str, ...] = ()):
     """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]), and with
     `captured_grads` (kernel input names, `runtime.captured_gradients`) a fourth item, the list of their gradients
-    (f32, each its array's shape; at Tile level only: the caller refuses the others); `pipeline` is
+    (f32, each its array's shape, at every level and on the GPU); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
     `deterministic`: the dQ additions of a query block in key-block order (with the block lists, each key block waits for its rank among the
     blocks that visit the query block, `BlockMask.transposed_ranks`). Below Tile level and on the GPU the main
@@ -474,7 +480,9 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
         extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), inputs)
-        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline, bool(captured_grads))
+        shapes = {a.name: a.array.shape for a in trace_mod(score_mod, "score_mod").arrays} if captured_grads else {}
+        return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline,
+                                tuple(shapes[name] for name in captured_grads))
     extra = inputs()
     torch_in = is_torch_tensor(q)
     q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
@@ -489,28 +497,31 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     return (*grads, dcaptured) if captured_grads else grads
 
 
-def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, adds_captured: bool = False):
+def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, captured_shapes: tuple = ()):
     """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
     kept beside the kept modules: `_compiled`), the main one taking `extra` (`device_inputs`) after its tensors,
-    launched as the dense backward launches its own
-    (`runtime.attention_backward._run_torch`) on CUDA tensors: nothing zero-filled but the deterministic kernel's
-    semaphores and the captured arrays' gradients, which the main kernel adds into (`tile.scatter_add`); the
-    preprocess writes every element of dPsum, LSE2 and dq_accum (0, its padding rows too), the main kernel adds
-    into that dq_accum and stores every block of dK and dV (`finish_main`, whether its work list is empty or
-    not), the postprocess writes every element of dQ (tests/test_launch_plan.py, on NaN-filled outputs);
-    `adds_captured`: the main kernel adds captured arrays' gradients (outputs after dV). Other arrays:
-    `entry.launch`, every output and scratch buffer allocated zeroed."""
-    from tessera.runtime.launch import SCRATCH, is_torch_tensor, launch_on_tensors
+    launched as the dense backward launches its own (`runtime.attention_backward._run_torch`) on CUDA tensors:
+    nothing zero-filled but the deterministic kernel's semaphores and the gradients of captured arrays
+    (`captured_shapes`: the shape of each output after dV, f32, which the main kernel adds into with
+    `tile.scatter_add`, a red.global.add.f32 per element read); the preprocess writes every element of dPsum, LSE2
+    and dq_accum (0, its padding rows too), the main kernel adds into that dq_accum and stores every block of dK
+    and dV (`finish_main`, whether its work list is empty or not), the postprocess writes every element of dQ
+    (tests/test_launch_plan.py, on NaN-filled outputs). Other arrays: `entry.launch`, every output and scratch
+    buffer allocated zeroed. Returns (dq, dk, dv), and the captured arrays' gradients (a list) as a fourth item
+    when there are any."""
+    from tessera.runtime.launch import SCRATCH, _torch, is_torch_tensor, launch_on_tensors
 
     pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
     if is_torch_tensor(q) and q.is_cuda:
-        accum = 6 + len(extra)  # the main kernel's arguments: Q, K, V, dO, LSE2, dPsum, `extra`, dQaccum, ...
+        accum = 6 + len(extra)  # the main kernel's arguments: Q, K, V, dO, LSE2, dPsum, `extra`, dQaccum, dK, dV, ...
         dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.float().contiguous(), zeroed=False)
+        torch = _torch()
+        added = {accum + 3 + i: torch.zeros(shape, dtype=torch.float32, device=q.device)
+                 for i, shape in enumerate(captured_shapes)}
         dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, dpsum, *extra,
-                                                         into={accum: dq_accum},
-                                                         zeroed=True if adds_captured else SCRATCH)
+                                                         into={accum: dq_accum, **added}, zeroed=SCRATCH)
         (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])  # dq_accum's rows are padded
-        return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
+        return (dq, dk, dv, dcaptured) if captured_shapes else (dq, dk, dv)
     from tessera.runtime import entry
 
     lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
@@ -521,4 +532,4 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, adds_ca
     dpsum, lse2, _ = launch(pre, o, do, lse)
     dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *extra)
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
-    return (dq, dk, dv, dcaptured) if dcaptured else (dq, dk, dv)
+    return (dq, dk, dv, dcaptured) if captured_shapes else (dq, dk, dv)
