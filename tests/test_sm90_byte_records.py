@@ -173,6 +173,26 @@ def test_read_box_is_the_per_byte_read():
             assert np.array_equal(tensor_map.read_box(coords), expected), coords
 
 
+def test_boxes_over_every_edge_read_their_inside_rows():
+    """A box over the tensor's edges in any dimensions, or wholly outside it (clipped to the rows inside: a last
+    key block), reads and records the bytes the map's element offsets name, as the per-byte path does."""
+    rng = np.random.default_rng(5)
+    padded = np.zeros((9, 6, 64), np.float16)[:, 1:5, :48]
+    for array, box in [(np.zeros((7, 5, 32), np.float16), (16, 4, 3)), (padded, (8, 3, 4)),
+                       (np.zeros((3, 48), np.uint8), (32, 2))]:
+        array[...] = rng.integers(0, 100, array.shape).astype(array.dtype)
+        tensor_map = TensorMap.encode("t", array, box, 0)
+        spec, e = tensor_map.spec, tensor_map.spec.element_bytes
+        for _ in range(40):
+            coords = [int(rng.integers(-b - 2, d + 2)) for b, d in zip(box, reversed(array.shape))]
+            offsets, valid = spec.box_byte_offsets(coords)
+            expected = np.where(valid[:, None], tensor_map.memory[np.where(valid, offsets, 0)[:, None] + np.arange(e)],
+                                0).reshape(-1)
+            assert np.array_equal(tensor_map.read_box(coords), expected), coords
+            recorded = (offsets[valid][:, None] + np.arange(e)).reshape(-1)
+            assert np.array_equal(tensor_map.box_offsets(coords), recorded), coords
+
+
 @pytest.mark.parametrize("swizzle", [32, 64, 128])
 def test_shared_box_lands_each_byte_at_its_swizzled_address(swizzle):
     """Bytes permuted as whole 16-byte chunks land where the swizzle puts each byte (facts.swizzle_address)."""
