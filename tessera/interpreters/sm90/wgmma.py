@@ -101,9 +101,15 @@ class OperandBytes:
         return cached[1], cached[2]
 
     def mark(self, records: np.ndarray, value) -> None:
-        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can."""
+        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can: each chunk's
+        records one item of a void dtype as wide as them (one copy per chunk instead of one per byte: half the
+        time of a [chunks, 16] fancy-index store)."""
         if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
-            records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
+            if records.flags.c_contiguous:
+                chunk = np.dtype((np.void, _CHUNK_BYTES * records.itemsize))
+                records.view(chunk)[self.chunks] = np.full(_CHUNK_BYTES, value, records.dtype).view(chunk)[0]
+            else:
+                records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
         else:
             records[self.byte_addresses] = value
 
