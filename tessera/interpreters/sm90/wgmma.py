@@ -106,12 +106,18 @@ class OperandBytes:
         time of a [chunks, 16] fancy-index store)."""
         if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
             if records.flags.c_contiguous:
-                chunk = np.dtype((np.void, _CHUNK_BYTES * records.itemsize))
+                chunk = _chunk_dtype(records.itemsize)
                 records.view(chunk)[self.chunks] = np.full(_CHUNK_BYTES, value, records.dtype).view(chunk)[0]
             else:
                 records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
         else:
             records[self.byte_addresses] = value
+
+
+@lru_cache(maxsize=None)
+def _chunk_dtype(itemsize: int) -> np.dtype:
+    """A void dtype as wide as one `_CHUNK_BYTES`-byte chunk's records of `itemsize` bytes (`OperandBytes.mark`)."""
+    return np.dtype((np.void, _CHUNK_BYTES * itemsize))
 
 
 @lru_cache(maxsize=4096)
