@@ -91,6 +91,8 @@ _INTEGER = {
 _DIVISIONS = frozenset((arith.DivSIOp, arith.RemSIOp, arith.DivUIOp, arith.RemUIOp, arith.FloorDivSIOp,
                         arith.CeilDivSIOp, arith.CeilDivUIOp))
 """By exact type, as `_INTEGER` is looked up (xDSL's op classes make `isinstance` cost microseconds)."""
+_UNSIGNED_DIVISIONS = frozenset((arith.DivUIOp, arith.RemUIOp, arith.CeilDivUIOp))
+"""The `_DIVISIONS` on unsigned operands: with no zero divisor they cannot overflow, nor warn."""
 _SHIFTS = frozenset((arith.ShLIOp, arith.ShRSIOp, arith.ShRUIOp))
 """The `_INTEGER` ops that read the bit width (the others are given 0)."""
 
@@ -239,7 +241,8 @@ class RegisterArithFunctions(InterpreterFunctions):
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         a, b = args
         kind = type(op)
-        if kind in _DIVISIONS:
+        division = kind in _DIVISIONS
+        if division and not b.all():  # some divisor is zero: an error where its thread is active
             zero = (b == 0) & row_mask(self.cta.active, b)
             if zero.any():
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
@@ -248,10 +251,11 @@ class RegisterArithFunctions(InterpreterFunctions):
         if dtype == np.bool_:
             a, b = a.astype(np.int8), b.astype(np.int8)
         width = bit_width(op.results[0].type) if kind in _SHIFTS else 0
-        if kind in _DIVISIONS or a.ndim == 0 or b.ndim == 0:  # may warn (an overflowing division, scalar math)
-            with np.errstate(all="ignore"):
+        if (division and kind not in _UNSIGNED_DIVISIONS) or a.ndim == 0 or b.ndim == 0:
+            with np.errstate(all="ignore"):  # may warn (an overflowing signed division, scalar math)
                 result = _INTEGER[kind](a, b, width)
-        else:  # integer arithmetic on arrays wraps without warnings (NumPy does not check it)
+        else:  # arithmetic on arrays wraps without warnings (NumPy does not check it); unsigned division by
+            # nonzero divisors (zeros were replaced above) cannot warn
             result = _INTEGER[kind](a, b, width)
         result = np.asarray(result)
         if dtype == np.bool_:
