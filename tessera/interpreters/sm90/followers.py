@@ -449,10 +449,10 @@ class Followers:
                        for low, high in (o.span for o in operands))
 
         def tile(read, what: str) -> np.ndarray:
-            addresses, byte_addresses = read.ordered(orders[what])
+            addresses, _ = read.ordered(orders[what])
             if types[what] in facts.FP8_FORMATS:
                 return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), types[what])
-            bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
+            bits = np.ascontiguousarray(read.gather(self.smem, orders[what])).view("<u2")
             bits = bits.reshape((count,) + addresses.shape)
             return facts.half_bits_to_f32(bits, types[what])
 

@@ -90,15 +90,44 @@ class OperandBytes:
         """(element addresses, their bytes flattened) with the rows (the extent axis) taken in `order` (None: as
         they are), so that a gather reads the tile already in that order (`fragment_view.operand_order`); kept
         per order (the plans' orders are kept arrays)."""
-        if order is None:
-            return self.addresses, self.byte_addresses
+        entry = self._ordered(order)
+        return entry[1], entry[2]
+
+    def _ordered(self, order: np.ndarray | None) -> tuple:
+        """(order, addresses, byte addresses, the aligned `_CHUNK_BYTES`-byte chunks those bytes are in order or
+        None where they are not whole chunks, the 16-bit elements they are in order or None), kept per order."""
         cached = self._orders.get(id(order))
         if cached is None or cached[0] is not order:
-            addresses = self.addresses[order]
-            byte_addresses = self.byte_addresses.reshape(len(self.addresses), -1)[order].reshape(-1)
-            addresses.flags.writeable = byte_addresses.flags.writeable = False
-            cached = self._orders[id(order)] = (order, addresses, byte_addresses)
-        return cached[1], cached[2]
+            if order is None:
+                addresses, byte_addresses = self.addresses, self.byte_addresses
+            else:
+                addresses = self.addresses[order]
+                byte_addresses = self.byte_addresses.reshape(len(self.addresses), -1)[order].reshape(-1)
+                addresses.flags.writeable = byte_addresses.flags.writeable = False
+            chunks = halves = None
+            if byte_addresses.size % _CHUNK_BYTES == 0:
+                runs = byte_addresses.reshape(-1, _CHUNK_BYTES)
+                if not (runs[:, 0] % _CHUNK_BYTES).any() and np.array_equal(runs, runs[:, :1] + np.arange(_CHUNK_BYTES)):
+                    chunks = runs[:, 0] // _CHUNK_BYTES
+                    chunks.flags.writeable = False
+            if chunks is None and byte_addresses.size == 2 * addresses.size and not (addresses % 2).any():
+                halves = (addresses // 2).reshape(-1)  # 16-bit elements (an MN-major tile): one item each
+                halves.flags.writeable = False
+            cached = self._orders[id(order)] = (order, addresses, byte_addresses, chunks, halves)
+        return cached
+
+    def gather(self, data: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+        """The operand's bytes of `data` ([..., shared bytes] uint8: a CTA's shared memory, or its followers')
+        with its rows in `order`, [..., bytes]: by 16-byte chunk where they are whole chunks (one item per chunk
+        of a void dtype: a seventh of the time of a gather by byte), else by 16-bit element where the elements
+        are two aligned bytes."""
+        _, _, byte_addresses, chunks, halves = self._ordered(order)
+        if data.flags.c_contiguous and data.shape[-1] % _CHUNK_BYTES == 0:
+            if chunks is not None:
+                return np.ascontiguousarray(data.view(_chunk_dtype(1))[..., chunks]).view(np.uint8)
+            if halves is not None:
+                return np.ascontiguousarray(data.view(np.uint16)[..., halves]).view(np.uint8)
+        return np.take(data, byte_addresses, axis=-1)
 
     def mark(self, records: np.ndarray, value) -> None:
         """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can: each chunk's
@@ -363,11 +392,11 @@ class WgmmaUnit:
         key = (int(descriptor), major, extent, k, ab)
         tile = tiles.get(key)
         if tile is None:
-            addresses, byte_addresses = operand.ordered(order)
+            addresses, _ = operand.ordered(order)
             if ab in facts.FP8_FORMATS:
                 tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
             else:
-                tile = facts.half_bits_to_f32(smem.data[byte_addresses].view("<u2").reshape(addresses.shape), ab)
+                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view("<u2").reshape(addresses.shape), ab)
             tiles[key] = tile
         return tile
 
