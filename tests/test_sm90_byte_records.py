@@ -199,7 +199,7 @@ def test_wgmma_operand_gather_is_the_per_byte_gather(major, swizzle):
     """A wgmma operand's bytes gathered by 16-byte chunk or 16-bit element (`OperandBytes.gather`) are the per-byte
     gather of its byte addresses, in every row order, for a CTA's shared memory and a batch's followers'."""
     from tessera.interpreters.sm90 import fragment_view
-    from tessera.interpreters.sm90.wgmma import operand_addresses
+    from tessera.interpreters.sm90.wgmma_operands import operand_addresses
     from tessera.sm90.descriptor import encode_descriptor
 
     rng = np.random.default_rng(7)

@@ -51,6 +51,7 @@ from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mas
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
+from tessera.interpreters.sm90.wgmma_operands import operand_addresses
 from tessera.sm90 import facts
 
 
@@ -442,7 +443,7 @@ class Followers:
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
 
         def operand(descriptor, major: str, extent: int):
-            return wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
+            return operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
 
         def same(operands) -> bool:
             return leaders and all(self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1].all()
