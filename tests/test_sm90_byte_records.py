@@ -173,6 +173,46 @@ def test_read_box_is_the_per_byte_read():
             assert np.array_equal(tensor_map.read_box(coords), expected), coords
 
 
+def test_boxes_over_every_edge_read_their_inside_rows():
+    """A box over the tensor's edges in any dimensions, or wholly outside it (clipped to the rows inside: a last
+    key block), reads and records the bytes the map's element offsets name, as the per-byte path does."""
+    rng = np.random.default_rng(5)
+    padded = np.zeros((9, 6, 64), np.float16)[:, 1:5, :48]
+    for array, box in [(np.zeros((7, 5, 32), np.float16), (16, 4, 3)), (padded, (8, 3, 4)),
+                       (np.zeros((3, 48), np.uint8), (32, 2))]:
+        array[...] = rng.integers(0, 100, array.shape).astype(array.dtype)
+        tensor_map = TensorMap.encode("t", array, box, 0)
+        spec, e = tensor_map.spec, tensor_map.spec.element_bytes
+        for _ in range(40):
+            coords = [int(rng.integers(-b - 2, d + 2)) for b, d in zip(box, reversed(array.shape))]
+            offsets, valid = spec.box_byte_offsets(coords)
+            expected = np.where(valid[:, None], tensor_map.memory[np.where(valid, offsets, 0)[:, None] + np.arange(e)],
+                                0).reshape(-1)
+            assert np.array_equal(tensor_map.read_box(coords), expected), coords
+            recorded = (offsets[valid][:, None] + np.arange(e)).reshape(-1)
+            assert np.array_equal(tensor_map.box_offsets(coords), recorded), coords
+
+
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_wgmma_operand_gather_is_the_per_byte_gather(major, swizzle):
+    """A wgmma operand's bytes gathered by 16-byte chunk or 16-bit element (`OperandBytes.gather`) are the per-byte
+    gather of its byte addresses, in every row order, for a CTA's shared memory and a batch's followers'."""
+    from tessera.interpreters.sm90 import fragment_view
+    from tessera.interpreters.sm90.wgmma_operands import operand_addresses
+    from tessera.sm90.descriptor import encode_descriptor
+
+    rng = np.random.default_rng(7)
+    smem = rng.integers(0, 256, (3, 64 << 10), dtype=np.uint8)
+    lbo, sbo = (128, 1024) if swizzle else (128, 256)
+    for extent, order in [(64, fragment_view.operand_order("A", 128)), (128, fragment_view.operand_order("B", 128)),
+                          (176, None)]:
+        operand = operand_addresses(encode_descriptor(4096, lbo, sbo, swizzle), major, extent, 16, 2)
+        _, byte_addresses = operand.ordered(order)
+        assert np.array_equal(operand.gather(smem[0], order), smem[0][byte_addresses])
+        assert np.array_equal(operand.gather(smem, order), np.take(smem, byte_addresses, axis=1))
+
+
 @pytest.mark.parametrize("swizzle", [32, 64, 128])
 def test_shared_box_lands_each_byte_at_its_swizzled_address(swizzle):
     """Bytes permuted as whole 16-byte chunks land where the swizzle puts each byte (facts.swizzle_address)."""

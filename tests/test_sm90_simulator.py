@@ -1296,8 +1296,8 @@ def test_a_register_split_past_the_ctas_registers_deadlocks():
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
 def test_wgmma_operand_records_marked_by_chunk_are_those_marked_by_byte(swizzle):
     """A wgmma operand's per-byte read records are written by 16-byte chunk where its bytes fill whole chunks
-    (`wgmma.OperandBytes.mark`): the same records as byte by byte, for both majors, bf16 and 8-bit k-steps."""
-    from tessera.interpreters.sm90.wgmma import operand_addresses
+    (`wgmma_operands.OperandBytes.mark`): the same records as byte by byte, for both majors, bf16 and 8-bit k-steps."""
+    from tessera.interpreters.sm90.wgmma_operands import operand_addresses
     from tessera.sm90.descriptor import encode_descriptor
 
     descriptor = encode_descriptor(1024, 2048 if swizzle else 128, 1024 if swizzle else 256, swizzle)

@@ -51,6 +51,7 @@ from tessera.interpreters.sm90.registers import as_unsigned64, dtype_of, row_mas
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
+from tessera.interpreters.sm90.wgmma_operands import operand_addresses
 from tessera.sm90 import facts
 
 
@@ -442,17 +443,17 @@ class Followers:
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
 
         def operand(descriptor, major: str, extent: int):
-            return wgmma_unit.operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
+            return operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
 
         def same(operands) -> bool:
             return leaders and all(self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1].all()
                        for low, high in (o.span for o in operands))
 
         def tile(read, what: str) -> np.ndarray:
-            addresses, byte_addresses = read.ordered(orders[what])
+            addresses, _ = read.ordered(orders[what])
             if types[what] in facts.FP8_FORMATS:
                 return facts.fp8_bits_to_f32(np.take(self.smem, addresses, axis=1), types[what])
-            bits = np.ascontiguousarray(np.take(self.smem, np.asarray(byte_addresses), axis=1)).view("<u2")
+            bits = np.ascontiguousarray(read.gather(self.smem, orders[what])).view("<u2")
             bits = bits.reshape((count,) + addresses.shape)
             return facts.half_bits_to_f32(bits, types[what])
 

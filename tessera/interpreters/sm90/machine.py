@@ -240,8 +240,9 @@ class Sm90Functions(InterpreterFunctions):
     @impl(sm90.SetMaxNRegOp)
     def run_setmaxnreg(self, interpreter: Interpreter, op: sm90.SetMaxNRegOp, args: PythonValues):
         cta, action, count = self.cta, op.action.data, _prop(op, "count")
+        program = getattr(interpreter, "kernel", None)  # the `program.CompiledKernel` the CTA runs
         for w in cta.converged_units(op, facts.WARPGROUP_SIZE, "setmaxnreg"):
-            set_max_registers(cta, op, w, action, count)
+            set_max_registers(cta, op, w, action, count, program)
         return ()
 
     # endregion

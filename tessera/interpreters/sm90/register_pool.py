@@ -22,25 +22,30 @@ from tessera.dialects import sm90
 from tessera.sm90 import facts
 
 
-def registers_at_entry(op: Operation) -> int:
+def registers_at_entry(op: Operation, program=None) -> int:
     """What ptxas gives each thread at entry of the kernel holding `op` (its `.reqntid` threads, one CTA per SM,
-    no more than its largest `setmaxnreg.inc`)."""
+    no more than its largest `setmaxnreg.inc`). `program`: the kernel's `program.CompiledKernel`, if the caller
+    has it: the kernel's `setmaxnreg` ops are then found once per kernel (a walk of every op at each CTA was a
+    fortieth of a causal flash launch), their attributes read here."""
     fn = op
     while fn is not None and not isinstance(fn, func.FuncOp):
         fn = fn.parent_op()
     from tessera.kernel_abi import TARGET_KERNEL_ATTR
 
     threads = fn.attributes[TARGET_KERNEL_ATTR].data["threads"].value.data
-    incs = [o.count.value.data for o in fn.walk() if isinstance(o, sm90.SetMaxNRegOp) and o.action.data == "inc"]
+    find = lambda: tuple(o for o in fn.walk() if isinstance(o, sm90.SetMaxNRegOp))  # noqa: E731
+    ops = find() if program is None else program.fact("setmaxnreg ops", find)
+    incs = [o.count.value.data for o in ops if o.action.data == "inc"]
     return facts.registers_at_entry(threads, largest_inc=max(incs) if incs else None)
 
 
-def set_max_registers(cta, op: Operation, warpgroup: int, action: str, count: int) -> None:
+def set_max_registers(cta, op: Operation, warpgroup: int, action: str, count: int, program=None) -> None:
     """Warpgroup `warpgroup` of `cta` executes `setmaxnreg.<action> count`: checked against its present count
     (`facts.check_setmaxnreg`), then registers given back to or taken from the CTA's pool, `.inc` blocking the
-    running strand until the pool has them (a deadlock when nothing will release them)."""
+    running strand until the pool has them (a deadlock when nothing will release them). `program`: as for
+    `registers_at_entry`."""
     if cta.entry_registers is None:
-        cta.entry_registers = registers_at_entry(op)
+        cta.entry_registers = registers_at_entry(op, program)
     current = cta.register_budget.get(warpgroup, cta.entry_registers)
     try:
         facts.check_setmaxnreg(action, count, current)

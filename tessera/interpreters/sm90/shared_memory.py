@@ -72,6 +72,13 @@ def _box_span(box: tuple) -> tuple[int, int]:
     return start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
 
 
+def _phase_keys(barriers: np.ndarray, phases: np.ndarray):
+    """The distinct (barrier, phase) tags of landed bytes, each as barrier << 32 | phase, ascending."""
+    if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
+        return [int(barriers[0]) << 32 | int(phases[0])]
+    return np.unique(barriers.astype(np.int64) << 32 | phases)
+
+
 class SharedMemory:
     def __init__(self, cta: CtaView, size: int):
         self.cta = cta
@@ -91,6 +98,9 @@ class SharedMemory:
         self.is_mbarrier = records(cta, size, False, bool)
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
+        self._landed: tuple = (None, None)
+        """((first line, end line, `changes`), the (barrier, phase) keys of those lines' bytes if every byte has
+        landed by TMA, else None): what `async_readable` found last, valid while no tag has changed since."""
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts (a lone
         # CTA has no peer to read them: None, and no per-byte records to fill for every CTA)
@@ -312,10 +322,10 @@ class SharedMemory:
     def _first_unseen(self, barriers: np.ndarray, phases: np.ndarray, readers: np.ndarray) -> tuple | None:
         """(barrier, phase, reader) of the first phase of `barriers` (with `phases`, landed bytes' tags) that one
         of `readers` has not observed complete; None if they observed all."""
-        if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
-            keys = [int(barriers[0]) << 32 | int(phases[0])]
-        else:
-            keys = np.unique(barriers.astype(np.int64) << 32 | phases)
+        return self._first_unseen_of(_phase_keys(barriers, phases), readers)
+
+    def _first_unseen_of(self, keys, readers: np.ndarray) -> tuple | None:
+        """`_first_unseen` of the (barrier, phase) keys `_phase_keys` gives."""
         for key in keys:
             barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
             unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
@@ -326,11 +336,15 @@ class SharedMemory:
     def async_readable(self, lines: slice, readers: np.ndarray) -> bool:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
-        span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-        if not (self.state[span] == LANDED).all() or (self.generic_writes and (self.writer[span] >= 0).any()):
+        key = (lines.start, lines.stop, self.changes)
+        if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
+            # of a wgmma read the same lines of B; only what each observed differs)
+            span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
+            landed = (self.state[span] == LANDED).all() and not (self.generic_writes and (self.writer[span] >= 0).any())
             # (a cp.async's bytes: the fence check)
-            return False
-        return self._first_unseen(self.barrier[span], self.phase[span], readers) is None
+            self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None)
+        keys = self._landed[1]
+        return keys is not None and self._first_unseen_of(keys, readers) is None
 
     def _check_proxy_fenced(self, op: Operation, stored: np.ndarray, readers: np.ndarray, what: str) -> None:
         """Generic stores at `stored` read through the async proxy by `readers` (a warpgroup's wgmma, or one

@@ -98,6 +98,9 @@ class TensorMap:
         shift = _inside_shift(spec, tuple(coords))
         if shift is not None:
             return _box_bytes_at_origin(spec) + shift
+        clipped = _clipped_rows(spec, tuple(coords))
+        if clipped is not None:  # the part inside the tensor is a box of its rows (or nothing)
+            return byte_box(*clipped[0]) if clipped[0] is not None else np.empty(0, np.int64)
         offsets, valid = spec.box_byte_offsets(coords)
         return (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
 
@@ -112,6 +115,14 @@ class TensorMap:
         shift = _inside_shift(spec, tuple(coords))
         if shift is not None:  # the whole box in the tensor: every byte read, none filled
             return self.memory[_box_bytes_at_origin(spec) + shift]
+        clipped = _clipped_rows(spec, tuple(coords))
+        if clipped is not None:  # a box over the tensor's edge (a last key block): its inside rows copied into
+            # zeros, instead of a gather of every byte and a select
+            rows, inside, shape = clipped
+            data = np.zeros(shape, np.uint8)
+            if rows is not None:
+                data[inside] = box_view(self.memory, *rows)
+            return data.reshape(-1)
         e = spec.element_bytes
         offsets, valid = spec.box_byte_offsets(coords)
         data = self.memory[offsets[:, None] + np.arange(e)]
@@ -143,6 +154,31 @@ def _inside_shift(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> int | N
             return None
         shift += c * strides[dim]
     return shift
+
+
+def _clipped_rows(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple | None:
+    """For a box with no interleave and unit element strides: (the rows of the tensor inside the box as
+    `_box_rows` gives them, or None if no element is inside; the slices of the box's rows they fill; the box's
+    rows' shape, outermost dimension first, the innermost row as its bytes). None for other boxes. The inside
+    elements, in row-major order, are the box's elements inside the tensor in shared-memory order, as
+    `box_byte_offsets` selects them."""
+    if spec.interleave != facts.TensorMapInterleave.NONE or any(s != 1 for s in spec.strides):
+        return None
+    e, strides = spec.element_bytes, (spec.element_bytes,) + tuple(spec.global_strides)
+    start, extents, slices = 0, [], []
+    for dim, c in enumerate(coords):
+        low, high = max(0, -c), min(spec.box_dims[dim], spec.global_dims[dim] - c)
+        if high <= low:
+            low = high = 0
+        start += (c + low) * strides[dim]
+        extents.append(high - low)
+        slices.append(slice(low * e, high * e) if dim == 0 else slice(low, high))
+    shape = tuple(reversed(spec.box_dims[1:])) + (spec.box_dims[0] * e,)
+    inside = tuple(reversed(slices))
+    if min(extents) == 0:
+        return None, inside, shape
+    rows = (start, tuple(reversed(extents[1:])) + (extents[0] * e,), tuple(reversed(spec.global_strides)) + (1,))
+    return rows, inside, shape
 
 
 def _box_rows(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple | None:

@@ -24,12 +24,13 @@ Happens-before (`happens_before`, `tessera.sm90.memory_model`): the time each gr
 must happen after that wait; and a wgmma's register operands (the accumulator, the A fragment) must have been
 written before the warpgroup's latest `wgmma_fence` (`RegisterWrites` records when each value feeding a wgmma
 was computed), except an accumulator chained from an earlier wgmma; a warpgroup's first wgmma needs a fence
-before it too. The listeners that keep those records and check operands before each op are in `wgmma_checks`.
+before it too. The listeners that keep those records and check operands before each op are in `wgmma_checks`;
+what an operand read through a descriptor touches (its addresses, chunks and gathers) is `wgmma_operands`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
+from tessera.interpreters.sm90.wgmma_operands import operand_addresses
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -66,63 +68,6 @@ class Pending:
     groups: np.ndarray
     kind: str
     op: Operation
-
-
-_CHUNK_BYTES = 16
-"""The unit of a swizzled operand's bytes: a wgmma reads whole aligned 16-byte chunks (`facts.swizzle` permutes
-them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`)."""
-
-
-@dataclass(frozen=True, eq=False)
-class OperandBytes:
-    """What a wgmma operand read through one descriptor touches (`operand_addresses`): its descriptor fields, the
-    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, and the aligned
-    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part)."""
-
-    fields: object
-    addresses: np.ndarray
-    byte_addresses: np.ndarray
-    span: tuple[int, int]
-    chunks: np.ndarray | None
-    _orders: dict = field(default_factory=dict, repr=False)
-
-    def ordered(self, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """(element addresses, their bytes flattened) with the rows (the extent axis) taken in `order` (None: as
-        they are), so that a gather reads the tile already in that order (`fragment_view.operand_order`); kept
-        per order (the plans' orders are kept arrays)."""
-        if order is None:
-            return self.addresses, self.byte_addresses
-        cached = self._orders.get(id(order))
-        if cached is None or cached[0] is not order:
-            addresses = self.addresses[order]
-            byte_addresses = self.byte_addresses.reshape(len(self.addresses), -1)[order].reshape(-1)
-            addresses.flags.writeable = byte_addresses.flags.writeable = False
-            cached = self._orders[id(order)] = (order, addresses, byte_addresses)
-        return cached[1], cached[2]
-
-    def mark(self, records: np.ndarray, value) -> None:
-        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can."""
-        if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
-            records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
-        else:
-            records[self.byte_addresses] = value
-
-
-@lru_cache(maxsize=4096)
-def operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int) -> OperandBytes:
-    """The `OperandBytes` of a wgmma operand read through `descriptor` (read-only arrays; a ring's few descriptors
-    repeat every trip). ValueError: a bad descriptor."""
-    fields = facts.decode_descriptor(descriptor)
-    addresses = np.asarray(facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
-                                                            np.arange(k)[None, :]), np.int64)
-    byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
-    distinct = np.unique(byte_addresses)
-    chunks = np.unique(distinct // _CHUNK_BYTES)
-    whole = len(distinct) == _CHUNK_BYTES * len(chunks)
-    for array in (addresses, byte_addresses, chunks):
-        array.flags.writeable = False
-    return OperandBytes(fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes),
-                        chunks if whole else None)
 
 
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
@@ -351,11 +296,11 @@ class WgmmaUnit:
         key = (int(descriptor), major, extent, k, ab)
         tile = tiles.get(key)
         if tile is None:
-            addresses, byte_addresses = operand.ordered(order)
+            addresses, _ = operand.ordered(order)
             if ab in facts.FP8_FORMATS:
                 tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
             else:
-                tile = facts.half_bits_to_f32(smem.data[byte_addresses].view("<u2").reshape(addresses.shape), ab)
+                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view("<u2").reshape(addresses.shape), ab)
             tiles[key] = tile
         return tile
 

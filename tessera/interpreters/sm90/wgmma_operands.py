@@ -1,0 +1,116 @@
+"""What a wgmma operand read through a shared-memory descriptor touches, for the CTA simulator's `wgmma`: its
+element and byte addresses (`facts.descriptor_element_address`), the span of those bytes, the aligned 16-byte
+chunks they fill, its bytes gathered from a CTA's shared memory (or a batch's followers') with its rows in a
+product's order, and its per-byte records written by chunk. Kept per descriptor (`operand_addresses`): a ring's
+few descriptors repeat every trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from tessera.sm90 import facts
+
+_CHUNK_BYTES = 16
+"""The unit of a swizzled operand's bytes: a wgmma reads whole aligned 16-byte chunks (`facts.swizzle` permutes
+them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`)."""
+
+
+@dataclass(frozen=True, eq=False)
+class OperandBytes:
+    """What a wgmma operand read through one descriptor touches (`operand_addresses`): its descriptor fields, the
+    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, and the aligned
+    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part)."""
+
+    fields: object
+    addresses: np.ndarray
+    byte_addresses: np.ndarray
+    span: tuple[int, int]
+    chunks: np.ndarray | None
+    _orders: dict = field(default_factory=dict, repr=False)
+
+    def ordered(self, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(element addresses, their bytes flattened) with the rows (the extent axis) taken in `order` (None: as
+        they are), so that a gather reads the tile already in that order (`fragment_view.operand_order`); kept
+        per order (the plans' orders are kept arrays)."""
+        entry = self._ordered(order)
+        return entry[1], entry[2]
+
+    def _ordered(self, order: np.ndarray | None) -> tuple:
+        """(order, addresses, byte addresses, the aligned `_CHUNK_BYTES`-byte chunks those bytes are in order or
+        None where they are not whole chunks, the 16-bit elements they are in order or None), kept per order."""
+        cached = self._orders.get(id(order))
+        if cached is None or cached[0] is not order:
+            if order is None:
+                addresses, byte_addresses = self.addresses, self.byte_addresses
+            else:
+                addresses = self.addresses[order]
+                byte_addresses = self.byte_addresses.reshape(len(self.addresses), -1)[order].reshape(-1)
+                addresses.flags.writeable = byte_addresses.flags.writeable = False
+            chunks = halves = None
+            if byte_addresses.size % _CHUNK_BYTES == 0:
+                runs = byte_addresses.reshape(-1, _CHUNK_BYTES)
+                whole = np.array_equal(runs, runs[:, :1] + np.arange(_CHUNK_BYTES))
+                if whole and not (runs[:, 0] % _CHUNK_BYTES).any():
+                    chunks = runs[:, 0] // _CHUNK_BYTES
+                    chunks.flags.writeable = False
+            if chunks is None and byte_addresses.size == 2 * addresses.size and not (addresses % 2).any():
+                halves = (addresses // 2).reshape(-1)  # 16-bit elements (an MN-major tile): one item each
+                halves.flags.writeable = False
+            cached = self._orders[id(order)] = (order, addresses, byte_addresses, chunks, halves)
+        return cached
+
+    def gather(self, data: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+        """The operand's bytes of `data` ([..., shared bytes] uint8: a CTA's shared memory, or its followers')
+        with its rows in `order`, [..., bytes]: by 16-byte chunk where they are whole chunks (one item per chunk
+        of a void dtype: a seventh of the time of a gather by byte), else by 16-bit element where the elements
+        are two aligned bytes."""
+        _, _, byte_addresses, chunks, halves = self._ordered(order)
+        if data.flags.c_contiguous and data.shape[-1] % _CHUNK_BYTES == 0:
+            if chunks is not None:
+                return np.ascontiguousarray(data.view(_chunk_dtype(1))[..., chunks]).view(np.uint8)
+            if halves is not None:
+                return np.ascontiguousarray(data.view(np.uint16)[..., halves]).view(np.uint8)
+        return np.take(data, byte_addresses, axis=-1)
+
+    def mark(self, records: np.ndarray, value) -> None:
+        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can: each chunk's
+        records one item of a void dtype as wide as them (one copy per chunk instead of one per byte: half the
+        time of a [chunks, 16] fancy-index store)."""
+        if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
+            if records.flags.c_contiguous:
+                chunk = _chunk_dtype(records.itemsize)
+                records.view(chunk)[self.chunks] = np.full(_CHUNK_BYTES, value, records.dtype).view(chunk)[0]
+            else:
+                records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
+        else:
+            records[self.byte_addresses] = value
+
+
+@lru_cache(maxsize=None)
+def _chunk_dtype(itemsize: int) -> np.dtype:
+    """A void dtype as wide as one `_CHUNK_BYTES`-byte chunk's records of `itemsize` bytes (`OperandBytes.mark`)."""
+    return np.dtype((np.void, _CHUNK_BYTES * itemsize))
+
+
+@lru_cache(maxsize=4096)
+def operand_addresses(descriptor: int, major: str, extent: int, k: int, element_bytes: int) -> OperandBytes:
+    """The `OperandBytes` of a wgmma operand read through `descriptor` (read-only arrays; a ring's few descriptors
+    repeat every trip). ValueError: a bad descriptor."""
+    fields = facts.decode_descriptor(descriptor)
+    addresses = np.asarray(facts.descriptor_element_address(fields, major, element_bytes, np.arange(extent)[:, None],
+                                                            np.arange(k)[None, :]), np.int64)
+    byte_addresses = (addresses.reshape(-1, 1) + np.arange(element_bytes)).reshape(-1)
+    distinct = np.unique(byte_addresses)
+    chunks = np.unique(distinct // _CHUNK_BYTES)
+    whole = len(distinct) == _CHUNK_BYTES * len(chunks)
+    for array in (addresses, byte_addresses, chunks):
+        array.flags.writeable = False
+    return OperandBytes(fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes),
+                        chunks if whole else None)
+
+
+__all__ = ["OperandBytes", "operand_addresses"]
