@@ -1,0 +1,177 @@
+"""The trace cache keys an array's contents only where the trace used them (`tessera.variants.trace.trace_mod`,
+`Trace.free`, docs/variants-arrays.md): a learned table read at traced indices and changed in place between
+training steps is neither traced, built nor proved again, and the next call reads its new values; an array whose
+contents the trace used (a read at a constant index, a search's boundaries, an index array the bounds proof
+reads, a float table made an integer, a 0-d array, a float64 table, any array of a mask_mod) changed in place is
+traced anew, and the result is bitwise the one a call with nothing kept gives. At Tile level, 32 tokens (about
+2 s of CPU); through the fake driver under `-m slow` (tests/test_captured_gradients_gpu_path.py's harness)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera
+from tessera import reference
+from tessera.numerics import BF16
+from tessera.runtime import flex
+from tessera.variants import ModTraceError, trace
+from tessera.variants.index_ranges import IndexRangeError
+from tessera.variants.trace import modifier_key, trace_mod
+
+SEQ = 32
+RNG = np.random.default_rng(5)
+Q, K, V = (RNG.standard_normal((1, 2, SEQ, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+
+
+def attend(score_mod=None, mask_mod=None):
+    return np.asarray(tessera.attention(Q, K, V, level="tile", score_mod=score_mod, mask_mod=mask_mod), np.float32)
+
+
+def fresh(score_mod=None, mask_mod=None):
+    """The result with nothing kept."""
+    trace._TRACES.clear()
+    flex._BUILT.clear()
+    return attend(score_mod, mask_mod)
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """The traces made (`trace._trace` calls), by kind; nothing kept before."""
+    made = []
+    real = trace._trace
+
+    def counted(fn, kind):
+        made.append(kind)
+        return real(fn, kind)
+    monkeypatch.setattr(trace, "_trace", counted)
+    trace._TRACES.clear()
+    flex._BUILT.clear()
+    return made
+
+
+def test_a_learned_table_changed_in_place_is_not_traced_again(traces, monkeypatch):
+    """A relative-position table and ALiBi slopes, both read at traced indices, changed in place (an optimizer's
+    step) three times: one trace, one kernel, and each call reads the table's new values (bitwise a call with
+    nothing kept, and within the reference's tolerance)."""
+    rel = np.linspace(-1, 1, 2 * SEQ - 1).astype(np.float32)
+    slopes = np.array([0.25, -0.5], np.float32)
+
+    def learned(score, b, h, q_idx, kv_idx):
+        return score + rel[q_idx - kv_idx + SEQ - 1] + slopes[h] * (kv_idx - q_idx)
+
+    first = trace_mod(learned, "score_mod")
+    assert first.free == {id(rel), id(slopes)}
+    results = [attend(learned)]
+    key = modifier_key(learned, "score_mod")
+    import tessera.kernels
+
+    monkeypatch.setattr(tessera.kernels, "flash_attention", None)  # a build would fail
+    for step in range(2):
+        rel += 0.75 * np.sin(np.arange(rel.size) + step).astype(np.float32)
+        slopes *= -2
+        results.append(attend(learned))
+        assert trace_mod(learned, "score_mod") is first and modifier_key(learned, "score_mod") == key
+    assert traces == ["score_mod"]
+    assert not np.array_equal(results[-1], results[-2])
+    check = reference.check_attention_mods(results[-1], Q, K, V, BF16, learned, None)
+    assert check.ok, check
+    monkeypatch.undo()
+    assert np.array_equal(results[-1], fresh(learned))
+
+
+def _constant_index():
+    w = np.array([0.5, 2.0], np.float32)
+    return (lambda s, b, h, q, kv: s * w[0]), None, w, lambda: w.__setitem__(0, -1.5)
+
+
+def _search_boundaries():
+    bounds = np.array([-8, -2, 0, 3], np.int32)
+    return (lambda s, b, h, q, kv: s + np.searchsorted(bounds, q - kv)), None, bounds, \
+        lambda: bounds.__setitem__(slice(None), [-20, -10, 10, 20])
+
+
+def _index_array():
+    table = np.array([0.0, 1.5, -2.0, 4.0], np.float32)
+    docs = np.repeat(np.array([0, 1], np.int32), SEQ // 2)
+    return (lambda s, b, h, q, kv: s + table[docs[kv]]), None, docs, lambda: docs.__setitem__(slice(4, 9), 3)
+
+
+def _float_as_index():
+    table = np.linspace(-2, 2, 2 * SEQ - 1).astype(np.float32)
+    shift = np.array([0.0, 3.0], np.float32)
+
+    def fn(s, b, h, q, kv):
+        return s + table[np.clip(q - kv + SEQ - 1 + shift[h].astype(np.int32), 0, 2 * SEQ - 2)]
+    return fn, None, shift, lambda: shift.__setitem__(0, -5.0)
+
+
+def _zero_d():
+    c = np.array(2.0, np.float32)
+    return (lambda s, b, h, q, kv: s * c), None, c, lambda: c.fill(-0.25)
+
+
+def _mask_table():
+    keep = np.array([1.0, 0.0], np.float32)
+    return None, (lambda b, h, q, kv: (q >= kv) | (keep[h] > 0.5)), keep, lambda: keep.__setitem__(1, 1.0)
+
+
+CONTENT_USES = {"a read at a constant index": _constant_index, "a search's boundaries": _search_boundaries,
+                "an index array": _index_array, "a float table made an index": _float_as_index,
+                "a 0-d array": _zero_d, "a mask_mod's table": _mask_table}
+
+
+@pytest.mark.parametrize("use", CONTENT_USES)
+def test_an_array_whose_contents_the_trace_used_is_traced_anew(use, traces):
+    score_mod, mask_mod, array, change = CONTENT_USES[use]()
+    fn, kind = (score_mod, "score_mod") if score_mod is not None else (mask_mod, "mask_mod")
+    before = attend(score_mod, mask_mod)
+    first = trace_mod(fn, kind)
+    assert id(array) not in first.free
+    change()
+    after = attend(score_mod, mask_mod)
+    assert trace_mod(fn, kind) is not first and traces == [kind, kind]
+    assert not np.array_equal(before, after)
+    assert np.array_equal(after, fresh(score_mod, mask_mod))
+
+
+def test_an_index_array_changed_to_read_outside_is_refused(traces):
+    """The bounds proof reads the index array's values: changed in place to read outside the table, the next call
+    proves again and refuses it by name (a proof kept from the first call would pass it)."""
+    table = np.array([0.0, 1.5], np.float32)
+    docs = np.zeros(SEQ, np.int32)
+
+    def by_document(s, b, h, q, kv):
+        return s + table[docs[q]]
+
+    attend(by_document)
+    docs[3] = 2
+    with pytest.raises(IndexRangeError, match="table"):
+        attend(by_document)
+
+
+def test_a_float64_table_changed_past_f32_is_refused(traces):
+    """A float64 table is checked to fit f32 when traced: its contents are keyed, so a value past f32's range
+    written in place is refused at the next call, not passed to the kernel as inf."""
+    bias = np.array([0.5, -0.5])
+
+    def biased(s, b, h, q, kv):
+        return s + bias[h]
+
+    trace_mod(biased, "score_mod")
+    bias[1] = 1e300
+    with pytest.raises(ModTraceError, match="overflows f32"):
+        trace_mod(biased, "score_mod")
+
+
+def test_a_float_remainder_keys_its_divisors_table():
+    """np.fmod's steps are sized by the largest value of the divisor's table (`float_division.magnitude_bound`):
+    that table's contents are keyed; a table added to the result is not."""
+    div = np.array([0.5, 3.0], np.float32)
+    add = np.array([1.0, 2.0], np.float32)
+
+    def remainder(s, b, h, q, kv):
+        return np.fmod(s, div[h]) + add[h]
+
+    assert trace_mod(remainder, "score_mod").free == {id(add)}
