@@ -142,7 +142,8 @@ def learned_table(torch, fake, seq: int):
     """(score_mod, the table): a relative-position bias table[q_idx - kv_idx + seq - 1], a pretend CUDA tensor."""
     import numpy as np
 
-    table = fake.cuda_like(torch.from_numpy(np.linspace(-1, 1, 2 * seq - 1, dtype=np.float32)))
+    values = torch.from_numpy(np.linspace(-1, 1, 2 * seq - 1, dtype=np.float32))
+    table = fake.empty(tuple(values.shape), dtype=values.dtype, device="cuda").copy_(values)
 
     def relative(score, b, h, q_idx, kv_idx):
         return score + table[q_idx - kv_idx + seq - 1]

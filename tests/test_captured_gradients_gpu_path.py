@@ -144,9 +144,9 @@ def _on_device(fake, x, requires_grad=False):
 
 
 def _captured_on_device(fake, array, dtype):
-    """A learned tensor on the pretend device (a leaf that requires grad: a pretend CUDA tensor cannot be an
-    `nn.Parameter`, whose detach() must keep its class)."""
-    return fake.cuda_like(torch.from_numpy(np.asarray(array, np.float32)).to(dtype)).requires_grad_(True)
+    """A learned tensor in pretend device memory (a leaf that requires grad: a pretend CUDA tensor cannot be an
+    `nn.Parameter`, whose detach() must keep its class); the kernels read an f32 one where it is."""
+    return _on_device(fake, torch.from_numpy(np.asarray(array, np.float32)).to(dtype), requires_grad=True)
 
 
 def _keep_on_device(monkeypatch, fake):

@@ -175,3 +175,73 @@ def test_a_float_remainder_keys_its_divisors_table():
         return np.fmod(s, div[h]) + add[h]
 
     assert trace_mod(remainder, "score_mod").free == {id(add)}
+
+
+@pytest.mark.slow
+def test_a_learned_table_on_the_device_through_the_fake_driver(traces, monkeypatch):
+    """Training steps on the GPU path (the fake driver runs the PTX the runtime loads): a relative-position table,
+    a pretend CUDA tensor read at traced indices, changed in place between steps; one trace, the kernels kept, and
+    each step's output and the table's gradient are those of its new values (float64 tolerances)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    import warnings
+
+    from captured_grads_checks import assert_captured_grads
+    from test_captured_gradients_gpu_path import LoadedPtxCuda, _on_device
+    from tessera.runtime import launch as launch_module
+    from tessera.runtime.driver import Driver
+    from tessera.runtime.launch_plan import forget_plans
+    from tessera import toolchain
+
+    sys_path_bench()
+    from fake_cuda import FakeCudaTorch
+
+    api = LoadedPtxCuda()
+    fake = FakeCudaTorch(torch, api=api)
+    driver = Driver(api)
+    monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
+    monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr(toolchain, "find_ptxas", lambda *args, **kwargs: None)
+    monkeypatch.setattr(flex, "WARP_SPECIALIZED_FIRST", {})  # the builder's 64 x 64 kernel (no refused candidate)
+    forget_plans()
+    flex.forget_device_inputs()
+    seq = 17
+    values = np.linspace(-1, 1, 2 * seq - 1).astype(np.float32)
+    rel = _on_device(fake, torch.from_numpy(values))  # in pretend device memory: the kernels read it there
+
+    def make(tables):
+        table = tables["rel"]
+        return (lambda s, b, h, q, kv: s + table[q - kv + seq - 1]), None
+
+    score_mod, _ = make({"rel": rel})
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((1, 2, seq, 64)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    qt, kt, vt, dot = (_on_device(fake, x) for x in (q, k, v, do))
+    try:
+        for step in range(2):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                o, made = tessera.attention(qt, kt, vt, score_mod=score_mod, return_lse=True)
+                lse = fake.cuda_like(made)  # a reshape, in which a pretend tensor loses its device (`made` kept:
+                # its memory is the LSE's)
+                *_, grads = tessera.attention_backward(qt, kt, vt, o, lse, dot, score_mod=score_mod,
+                                                       captured_grads=["table"])
+            now = {"rel": rel.detach().numpy().copy()}
+            out = o.detach().float().numpy()
+            check = reference.check_attention_mods(out, q, k, v, BF16, make(now)[0], None)
+            assert check.ok, (step, check)
+            assert_captured_grads({"rel": grads["table"].detach().numpy()}, q, k, v, do, out, make, now)
+            rel.add_(torch.from_numpy(np.cos(np.arange(values.size) * (step + 1)).astype(np.float32)))
+    finally:
+        forget_plans()
+        flex.forget_device_inputs()
+    assert traces == ["score_mod"]
+
+
+def sys_path_bench():
+    """bench/ on sys.path (its fake_cuda.py is not a package's)."""
+    import sys
+    from pathlib import Path
+
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)

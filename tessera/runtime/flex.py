@@ -117,6 +117,32 @@ def _captured(score_mod, mask_mod) -> list[np.ndarray]:
     return list(arrays.values())
 
 
+def _captured_beside(q, score_mod, mask_mod) -> list:
+    """`as_inputs_of(q, _captured(score_mod, mask_mod))`, except that a learned table (`Trace.learned`) that is
+    already a float32, contiguous tensor on q's CUDA device is passed as it is (the kernel only reads it, through
+    its address; a tensor that requires grad too, as q may): no copy to the host and
+    back on every call (a [batch, heads, seq_q, seq_k] bias is gigabytes at 16k tokens), and the kernel reads
+    its current values."""
+    found: dict[str, object] = {}
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        if fn is not None:
+            trace = trace_mod(fn, kind)
+            for captured in trace.arrays:
+                if captured.name not in found:
+                    source = trace.learned(captured)
+                    found[captured.name] = source if _on_device_as_is(source, q) else \
+                        as_inputs_of(q, [trace.kernel_input(captured)])[0]
+    return list(found.values())
+
+
+def _on_device_as_is(source, q) -> bool:
+    """Whether `source` is a tensor the kernel reads as it is beside q: float32, contiguous, on q's device."""
+    from tessera.runtime.launch import is_torch_tensor
+
+    return is_torch_tensor(source) and source.device == q.device and source.is_contiguous() and \
+        str(source.dtype) == "torch.float32"
+
+
 def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
     """Captured arrays and block lists as inputs beside q: tensors on q's device when q is a PyTorch tensor."""
     from tessera.runtime.launch import is_torch_tensor
@@ -139,26 +165,27 @@ _ON_DEVICE: dict[tuple, tuple[object, list]] = {}
 device), beside the module (which the entry holds: its id names no other): at most 64, all dropped when full."""
 
 
-def device_inputs(module, q, sizes: tuple, captured: list[np.ndarray], lists: Callable[[], list[np.ndarray]]) -> list:
-    """`as_inputs_of(q, captured + lists())`: the inputs `module` takes after its tensors (the captured arrays'
-    current values, `_captured`, then the block lists). The lists on a CUDA device are kept where `module` is kept
+def device_inputs(module, q, sizes: tuple, score_mod, mask_mod, lists: Callable[[], list[np.ndarray]]) -> list:
+    """The inputs `module` takes after its tensors: the modifiers' captured arrays with their current values
+    (`_captured_beside`: on every call, as a learned table changes between calls without the kernel changing),
+    then `as_inputs_of(q, lists())`, the block lists, which on a CUDA device are kept where `module` is kept
     (`_kept`: by the modifiers' keys, which hold the contents of every array of a mask_mod), by `sizes` (what the
     lists depend on beside the module) and q's device: a repeated call on the GPU neither makes the lists nor
-    copies them to the device (a synchronous copy from pageable memory) again. The captured arrays go to the device
-    on every call (a learned table changes between calls without the kernel changing). Made afresh for a module
-    not kept or q elsewhere. The tensors kept are shared and only read (kernel inputs)."""
+    copies them to the device (a synchronous copy from pageable memory) again. Made afresh for a module not kept
+    or q elsewhere. The tensors kept are shared and only read (kernel inputs)."""
     from tessera.lowering.kept import kept_key
     from tessera.runtime.launch import is_torch_tensor
 
+    captured = _captured_beside(q, score_mod, mask_mod)
     if kept_key(module) is None or not (is_torch_tensor(q) and q.is_cuda):
-        return as_inputs_of(q, captured + lists())
+        return captured + as_inputs_of(q, lists())
     key = (id(module), sizes, q.device)
     found = _ON_DEVICE.get(key)
     if found is None or found[0] is not module:
         if len(_ON_DEVICE) >= 64:
             _ON_DEVICE.clear()
         found = _ON_DEVICE[key] = (module, as_inputs_of(q, lists()))
-    return as_inputs_of(q, captured) + found[1]
+    return captured + found[1]
 
 
 def forget_device_inputs() -> None:
@@ -340,7 +367,7 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
     if level is None:  # the reads were proved in bounds for these sizes (`attention_mods`)
-        extra = device_inputs(module, q, (*q.shape[:3], *k.shape[1:3]), _captured(score_mod, mask_mod),
+        extra = device_inputs(module, q, (*q.shape[:3], *k.shape[1:3]), score_mod, mask_mod,
                               lambda: forward_inputs(q, k, None, mask_mod, block_n, captured=False))
         return entry.launch(_compiled(module), q, k, v, *extra)
     extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
@@ -486,7 +513,7 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
-        extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), _captured(score_mod, mask_mod), lists)
+        extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), score_mod, mask_mod, lists)
         shapes = {a.name: a.array.shape for a in trace_mod(score_mod, "score_mod").arrays} if captured_grads else {}
         return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline,
                                 tuple(shapes[name] for name in captured_grads))

@@ -132,18 +132,26 @@ class Trace:
         return False
 
     def kernel_inputs(self) -> list[np.ndarray]:
-        """The values of the captured arrays as the kernel takes them (f32 for floats, i32 for integers and
-        booleans, contiguous), in `arrays`' order: an array the function names read now (a learned table changed
-        in place since the trace: its new values), an input the tracer made as traced."""
-        values = []
-        for captured in self.arrays:
-            source = self.inputs.get(captured.name)
-            if source is None or id(source) not in self.free:  # its contents are the trace's (`trace_mod`)
-                array = captured.array
-            else:
-                array = torch_mods.as_numpy(source) if torch_mods.is_tensor(source) else source
-            values.append(np.ascontiguousarray(array, np.float32 if captured.dtype == F32 else np.int32))
-        return values
+        """`kernel_input` of each of `arrays`, in order."""
+        return [self.kernel_input(captured) for captured in self.arrays]
+
+    def kernel_input(self, captured: CapturedArray) -> np.ndarray:
+        """The values of the captured array as the kernel takes them (f32 for floats, i32 for integers and
+        booleans, contiguous): a `free` array (or tensor) the function names read now (a learned table changed
+        in place since the trace: its new values), any other as traced (its contents are the trace's:
+        `trace_mod`)."""
+        source = self.learned(captured)
+        if source is None:
+            array = captured.array
+        else:
+            array = torch_mods.as_numpy(source) if torch_mods.is_tensor(source) else source
+        return np.ascontiguousarray(array, np.float32 if captured.dtype == F32 else np.int32)
+
+    def learned(self, captured: CapturedArray):
+        """The array (or tensor) the function names that `captured` reads, where the trace holds for any of its
+        contents (`free`: the kernel input is its current values); else None."""
+        source = self.inputs.get(captured.name)
+        return source if source is not None and id(source) in self.free else None
 
 
 _TRACES: dict[Hashable, tuple[Trace, tuple[int, ...]]] = {}
