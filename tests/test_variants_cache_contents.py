@@ -117,7 +117,16 @@ def _mask_table():
     return None, (lambda b, h, q, kv: (q >= kv) | (keep[h] > 0.5)), keep, lambda: keep.__setitem__(1, 1.0)
 
 
-CONTENT_USES = {"a read at a constant index": _constant_index, "a search's boundaries": _search_boundaries,
+def _read_unwrapped():
+    w = np.array([0.5, 2.0], np.float32)
+    settings = {"tables": [w]}  # a container of containers: the tracer's proxies do not reach in
+
+    def fn(s, b, h, q, kv):
+        return s * w[h] + settings["tables"][0][1] * (q - kv)  # w[1] read raw: a constant of the kernel
+    return fn, None, w, lambda: w.__setitem__(1, -3.0)
+
+
+CONTENT_USES = {"a read at a constant index": _constant_index, "a read the proxies do not see": _read_unwrapped, "a search's boundaries": _search_boundaries,
                 "an index array": _index_array, "a float table made an index": _float_as_index,
                 "a 0-d array": _zero_d, "a mask_mod's table": _mask_table}
 

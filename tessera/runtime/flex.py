@@ -59,8 +59,9 @@ def warp_specialized_refusal(module) -> str | None:
     that configuration, such as its shared memory). Remembered by the module's text, and by the key the module
     was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not
     print its kernels again (the main kernel's text: about 40 ms at head_dim 64); a kept module built again for
-    new contents of an array it reads (a training step's learned table: the kept key holds the contents, the text
-    does not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks)."""
+    new contents of an array whose contents its trace used (a table read at a constant index: the kept key holds
+    those contents, the text may not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks). A
+    learned table read at traced indices keeps the module itself (`_kept`)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera.ir import make_context

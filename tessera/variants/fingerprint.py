@@ -69,11 +69,14 @@ def fingerprint(fn: Callable) -> Hashable | None:
     return None if found is None else found[0]
 
 
-def structure(fn: Callable) -> tuple[Hashable, list] | None:
+def structure(fn: Callable) -> tuple[Hashable, list, set[int]] | None:
     """(the key of `fn`'s code and values with each array by its identity, dtype and shape but not its contents,
-    the arrays met: NumPy arrays and torch tensors, each once, in the order met), or None where `fingerprint` is
-    None. Equal keys meet their arrays in one order."""
-    return _key(_Walk(contents=False), fn)
+    the arrays met: NumPy arrays and torch tensors, each once, in the order met, the ids of those the tracer may
+    read without its proxy: 0-d, or in a container of containers), or None where `fingerprint` is None. Equal keys
+    meet their arrays in one order."""
+    walk = _Walk(contents=False)
+    found = _key(walk, fn)
+    return None if found is None else (*found, walk.unwrapped)
 
 
 def digest(array) -> bytes:
@@ -95,25 +98,36 @@ def _key(walk: _Walk, fn: Callable) -> tuple[Hashable, list] | None:
 class _Walk:
     """One fingerprint: objects seen so far by id, so that a value read twice (an array, a recursive function)
     is keyed once and then by its ordinal; with `contents`, arrays by their bytes' digest too; `arrays` those
-    met."""
+    met, and `unwrapped` the ids of those met where the tracer may read them without its proxy
+    (`tessera.variants.rebinding` wraps the arrays a function reads, in tuples, lists and dicts of them, but not
+    in containers of containers, nor 0-d ones): their contents are always keyed (`Trace.free` excludes them)."""
 
     def __init__(self, contents: bool):
         self.seen: dict[int, int] = {}
         self.contents = contents
         self.arrays: list = []
+        self.unwrapped: set[int] = set()
+        self.nested = 0
+        """How many containers (tuples, lists, dicts) deep the value walked is, inside its variable."""
 
     def value(self, value: object) -> Hashable:
         if isinstance(value, _SCALARS):
             return type(value).__name__, repr(value)
+        if (isinstance(value, np.ndarray) or torch_mods.is_tensor(value)) and (self.nested > 1 or value.ndim == 0):
+            self.unwrapped.add(id(value))  # (before `seen`: an array met wrapped first may be read raw here)
         if id(value) in self.seen:
             return "same", self.seen[id(value)]
         self.seen[id(value)] = len(self.seen)
         if isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
             return self.array(value)
-        if isinstance(value, (tuple, list)):
-            return type(value).__name__, tuple(self.value(v) for v in value)
-        if isinstance(value, dict):
-            return "dict", tuple((self.value(k), self.value(v)) for k, v in value.items())
+        if isinstance(value, (tuple, list, dict)):
+            self.nested += 1
+            try:
+                if isinstance(value, dict):
+                    return "dict", tuple((self.value(k), self.value(v)) for k, v in value.items())
+                return type(value).__name__, tuple(self.value(v) for v in value)
+            finally:
+                self.nested -= 1
         if isinstance(value, functools.partial):
             return "partial", self.value(value.func), self.value(value.args), self.value(value.keywords)
         torch = torch_mods.torch_module()
@@ -144,6 +158,13 @@ class _Walk:
     def function(self, fn: types.FunctionType) -> Hashable:
         """A user's function: its code (and the file it is in) and the values it reads (closure cells, defaults,
         keyword defaults, the globals its code names)."""
+        nested, self.nested = self.nested, 0  # its variables, as `rebinding` rebinds them
+        try:
+            return self._function(fn)
+        finally:
+            self.nested = nested
+
+    def _function(self, fn: types.FunctionType) -> Hashable:
         code = fn.__code__
         cells = []
         for cell in fn.__closure__ or ():
@@ -160,6 +181,13 @@ class _Walk:
     def instance(self, obj: object) -> Hashable:
         """A method's or callable object's instance: its class (the Python functions and values of each class of
         its MRO) and its own attributes (its __dict__ and slots)."""
+        nested, self.nested = self.nested, 0  # its attributes, as `rebinding` rebinds them
+        try:
+            return self._instance(obj)
+        finally:
+            self.nested = nested
+
+    def _instance(self, obj: object) -> Hashable:
         cls = type(obj)
         classes = []
         for klass in cls.__mro__[:-1]:

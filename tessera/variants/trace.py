@@ -178,7 +178,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     found = structure(fn)
     if found is None:
         return _trace(fn, kind)
-    shape, arrays = found
+    shape, arrays, unwrapped = found
     key = (kind, shape, tracer_settings())
     kept = _TRACES.get(key)
     if kept is not None:
@@ -186,6 +186,7 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
         if trace.key[1] == tuple(digest(arrays[i]) for i in watched):
             return trace
     trace = _trace(fn, kind)
+    trace.free -= unwrapped  # (a proxy's reads are not all the function's reads of these)
     watched = tuple(i for i, array in enumerate(arrays) if id(array) not in trace.free)
     trace.key = (key, tuple(digest(arrays[i]) for i in watched))
     if kept is None and len(_TRACES) >= KEPT_TRACES:
