@@ -3,8 +3,9 @@
 training steps is neither traced, built nor proved again, and the next call reads its new values; an array whose
 contents the trace used (a read at a constant index, a search's boundaries, an index array the bounds proof
 reads, a float table made an integer, a 0-d array, a float64 table, any array of a mask_mod) changed in place is
-traced anew, and the result is bitwise the one a call with nothing kept gives. At Tile level, 32 tokens (about
-2 s of CPU); through the fake driver under `-m slow` (tests/test_captured_gradients_gpu_path.py's harness)."""
+traced anew, and the result is bitwise the one a call with nothing kept gives. At Tile level, 64 tokens
+(tests/test_attention_mods_kept.py's inputs and fixture); through the fake driver under `-m slow`
+(tests/test_captured_gradients_gpu_path.py's harness)."""
 
 from __future__ import annotations
 
@@ -16,39 +17,13 @@ import tessera
 from tessera import reference
 from tessera.numerics import BF16
 from tessera.runtime import flex
-from tessera.variants import ModTraceError, trace
+from tessera.variants import ModTraceError
 from tessera.variants.index_ranges import IndexRangeError
 from tessera.variants.trace import modifier_key, trace_mod
 
-SEQ = 32
-RNG = np.random.default_rng(5)
-Q, K, V = (RNG.standard_normal((1, 2, SEQ, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+from test_attention_mods_kept import K, Q, V, attend, fresh, traces  # noqa: F401 - traces: a fixture
 
-
-def attend(score_mod=None, mask_mod=None):
-    return np.asarray(tessera.attention(Q, K, V, level="tile", score_mod=score_mod, mask_mod=mask_mod), np.float32)
-
-
-def fresh(score_mod=None, mask_mod=None):
-    """The result with nothing kept."""
-    trace._TRACES.clear()
-    flex._BUILT.clear()
-    return attend(score_mod, mask_mod)
-
-
-@pytest.fixture
-def traces(monkeypatch):
-    """The traces made (`trace._trace` calls), by kind; nothing kept before."""
-    made = []
-    real = trace._trace
-
-    def counted(fn, kind):
-        made.append(kind)
-        return real(fn, kind)
-    monkeypatch.setattr(trace, "_trace", counted)
-    trace._TRACES.clear()
-    flex._BUILT.clear()
-    return made
+SEQ = Q.shape[2]
 
 
 def test_a_learned_table_changed_in_place_is_not_traced_again(traces, monkeypatch):
