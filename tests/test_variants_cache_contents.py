@@ -161,6 +161,21 @@ def test_a_float_remainder_keys_its_divisors_table():
     assert trace_mod(remainder, "score_mod").free == {id(add)}
 
 
+def test_contents_that_alternate_keep_a_trace_each(traces):
+    """A weight read at a constant index that alternates between two values (two configurations evaluated in
+    turn) is traced once per value: the traces of a structure's last few contents are kept."""
+    w = np.array([0.5, 2.0], np.float32)
+
+    def weighted(s, b, h, q, kv):
+        return s * w[0]
+
+    made = []
+    for value in (0.5, -1.0, 0.5, -1.0):
+        w[0] = value
+        made.append(trace_mod(weighted, "score_mod"))
+    assert traces == ["score_mod"] * 2 and made[0] is made[2] and made[1] is made[3] and made[0] is not made[1]
+
+
 @pytest.mark.slow
 def test_a_learned_table_on_the_device_through_the_fake_driver(traces, monkeypatch):
     """Training steps on the GPU path (the fake driver runs the PTX the runtime loads): a relative-position table,

@@ -154,10 +154,13 @@ class Trace:
         return source if source is not None and id(source) in self.free else None
 
 
-_TRACES: dict[Hashable, tuple[Trace, tuple[int, ...]]] = {}
-"""Traces kept by (kind, `structure` of the function, `tracer_settings`), each with the positions (in the
-structure's arrays) of the arrays whose digests its key holds: at most `KEPT_TRACES`, all dropped when full."""
+_TRACES: dict[Hashable, list[tuple[Trace, tuple[int, ...]]]] = {}
+"""Traces kept by (kind, `structure` of the function, `tracer_settings`): for each, the traces of its last
+`TRACES_PER_STRUCTURE` contents, each with the positions (in the structure's arrays) of the arrays whose digests
+its key holds (a weight read at a constant index that alternates between two values keeps both); at most
+`KEPT_TRACES` structures, all dropped when full."""
 KEPT_TRACES = 64
+TRACES_PER_STRUCTURE = 4
 
 
 def trace_mod(fn: Callable, kind: str) -> Trace:
@@ -181,17 +184,20 @@ def trace_mod(fn: Callable, kind: str) -> Trace:
     shape, arrays, unwrapped = found
     key = (kind, shape, tracer_settings())
     kept = _TRACES.get(key)
-    if kept is not None:
-        trace, watched = kept
-        if trace.key[1] == tuple(digest(arrays[i]) for i in watched):
+    digests: dict[int, bytes] = {}  # by position: an array digested once a call
+    for trace, watched in kept or ():
+        if trace.key[1] == tuple(digests.get(i) or digests.setdefault(i, digest(arrays[i])) for i in watched):
             return trace
     trace = _trace(fn, kind)
     trace.free -= unwrapped  # (a proxy's reads are not all the function's reads of these)
     watched = tuple(i for i, array in enumerate(arrays) if id(array) not in trace.free)
-    trace.key = (key, tuple(digest(arrays[i]) for i in watched))
-    if kept is None and len(_TRACES) >= KEPT_TRACES:
-        _TRACES.clear()
-    _TRACES[key] = (trace, watched)
+    trace.key = (key, tuple(digests.get(i) or digest(arrays[i]) for i in watched))
+    if kept is None:
+        if len(_TRACES) >= KEPT_TRACES:
+            _TRACES.clear()
+        kept = _TRACES[key] = []
+    kept.insert(0, (trace, watched))
+    del kept[TRACES_PER_STRUCTURE:]
     return trace
 
 
