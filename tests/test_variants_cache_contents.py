@@ -101,7 +101,8 @@ def _read_unwrapped():
     return fn, None, w, lambda: w.__setitem__(1, -3.0)
 
 
-CONTENT_USES = {"a read at a constant index": _constant_index, "a read the proxies do not see": _read_unwrapped, "a search's boundaries": _search_boundaries,
+CONTENT_USES = {"a read at a constant index": _constant_index, "a read the proxies do not see": _read_unwrapped,
+                "a search's boundaries": _search_boundaries,
                 "an index array": _index_array, "a float table made an index": _float_as_index,
                 "a 0-d array": _zero_d, "a mask_mod's table": _mask_table}
 
