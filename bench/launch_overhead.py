@@ -7,7 +7,10 @@ else.
 
 For each entry point (forward and backward at batch 32, heads 16, seq 512, head_dim 128, bf16: the GPU session's
 `backward_parts` row; `backward_mods`, the backward at that shape with ALiBi-style per-head slopes, a captured
-array, as score_mod and a causal mask_mod, `modifiers`; GEMM 4096^3 bf16), after a warm-up, it reports:
+array, as score_mod and a causal mask_mod, `modifiers`; `training_step`, a training step with a learned table:
+the forward and the backward with captured_grads at batch 8, heads 16, seq 512, head_dim 64, bf16, of a score_mod
+reading a relative-position table (a pretend CUDA tensor, f32) that the step changes in place first, as an
+optimizer does, `learned_table`, each call one step; GEMM 4096^3 bf16), after a warm-up, it reports:
 - `us_per_call`: CPU time of this thread per call (`time.thread_time`, not wall time, which other processes on
   a shared machine inflate), the median of R runs of N calls;
 - `unplanned_us_per_call` and `planned_speedup`: the same with every kept launch plan dropped before each call
@@ -53,7 +56,11 @@ sys.path.insert(0, str(HERE))
 from fake_cuda import FakeCudaApi, FakeCudaTorch  # noqa: E402 - bench/ is not a package
 
 ATTENTION_SHAPE = (32, 16, 512, 128)
+TRAINING_SHAPE = (8, 16, 512, 64)
 GEMM_SIZE = 4096
+SLOW_ROWS = {"training_step": 5}
+"""Rows measured with at most this many calls per timed run (a checkout that re-traces and rebuilds the kernels on
+every step takes a third of a second a call)."""
 STAGES = (
     ("check", "tessera.runtime.attention", "check_attention_arguments"),
     ("check", "tessera.runtime.attention_backward", "check_backward_arguments"),
@@ -106,7 +113,8 @@ def entry_points(torch, fake) -> dict:
     o, lse = (fake.cuda_like(x) for x in tessera.attention(q, k, v, return_lse=True))  # lse: a reshape's
     a, b = cuda(GEMM_SIZE, GEMM_SIZE), cuda(GEMM_SIZE, GEMM_SIZE)
     score_mod, mask_mod = modifiers()
-    return {"forward": lambda: tessera.attention(q, k, v),
+    return {"training_step": training_step(torch, fake),
+            "forward": lambda: tessera.attention(q, k, v),
             "backward": lambda: tessera.attention_backward(q, k, v, o, lse, do),
             "backward_mods": lambda: tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod,
                                                                 mask_mod=mask_mod),
@@ -128,6 +136,42 @@ def modifiers() -> tuple:
         return q_idx >= kv_idx
 
     return alibi, causal
+
+
+def learned_table(torch, fake, seq: int):
+    """(score_mod, the table): a relative-position bias table[q_idx - kv_idx + seq - 1], a pretend CUDA tensor."""
+    import numpy as np
+
+    values = torch.from_numpy(np.linspace(-1, 1, 2 * seq - 1, dtype=np.float32))
+    table = fake.empty(tuple(values.shape), dtype=values.dtype, device="cuda").copy_(values)
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + table[q_idx - kv_idx + seq - 1]
+
+    return relative, table
+
+
+def training_step(torch, fake):
+    """One training step's attention with a learned table (`learned_table`): the table changed in place (an
+    optimizer's step), then the forward and the backward with its gradient (`captured_grads`)."""
+    import warnings
+
+    import tessera
+
+    batch, heads, seq, head_dim = TRAINING_SHAPE
+    q, k, v, do = (fake.cuda_like(torch.empty(TRAINING_SHAPE, dtype=torch.bfloat16)) for _ in range(4))
+    relative, table = learned_table(torch, fake, seq)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the backward's rung warning
+        o, lse = (fake.cuda_like(x) for x in tessera.attention(q, k, v, score_mod=relative, return_lse=True))
+
+    def step():
+        table.add_(1e-3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tessera.attention(q, k, v, score_mod=relative, return_lse=True)
+            tessera.attention_backward(q, k, v, o, lse, do, score_mod=relative, captured_grads=["table"])
+    return step
 
 
 def per_call_us(call, calls: int, repeats: int, before=None) -> float:
@@ -194,18 +238,19 @@ def measure(calls: int, repeats: int) -> dict:
                 continue
             for _ in range(2):
                 call()
-            row = {"us_per_call": per_call_us(call, calls, repeats)}
+            calls_here = min(calls, SLOW_ROWS.get(name, calls))
+            row = {"us_per_call": per_call_us(call, calls_here, repeats)}
             if forget_plans is not None:
-                row["unplanned_us_per_call"] = per_call_us(call, calls, repeats, before=forget_plans)
+                row["unplanned_us_per_call"] = per_call_us(call, calls_here, repeats, before=forget_plans)
                 row["planned_speedup"] = round(row["unplanned_us_per_call"] / row["us_per_call"], 2)
                 call()  # plans again, for the counts below
             before, fills = len(api.calls), fake.zero_fills
             with timed_stages(fake) as spent:
-                for _ in range(calls):
+                for _ in range(calls_here):
                     call()
-            row["stages_us"] = {stage: round(ns / calls / 1e3, 1) for stage, ns in sorted(spent.items())}
-            row["driver_calls"] = {k: n / calls for k, n in sorted(Counter(api.names()[before:]).items())}
-            row["zero_fills"] = (fake.zero_fills - fills) / calls
+            row["stages_us"] = {stage: round(ns / calls_here / 1e3, 1) for stage, ns in sorted(spent.items())}
+            row["driver_calls"] = {k: n / calls_here for k, n in sorted(Counter(api.names()[before:]).items())}
+            row["zero_fills"] = (fake.zero_fills - fills) / calls_here
             results[name] = row
     return results
 

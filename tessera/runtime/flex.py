@@ -11,8 +11,14 @@ warp-specialized, else the builder's default with a warning). `level=None` compi
 the kernel cache keys them by their text; the captured arrays and lists are inputs, so new values need no new
 compile) and launches them like the dense kernels (`tessera.launch`; the backward's three as the dense backward's,
 `runtime.launch.launch_on_tensors` zero-filling only what is added into: `_backward_on_gpu`); the captured arrays
-and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs), once per kept
-kernel, sizes and device for CUDA tensors (`device_inputs`).
+and block lists go to the device beside q, k and v (tensors on q's device for PyTorch inputs): the block lists once
+per kept kernel, sizes and device for CUDA tensors, the captured arrays' current values on every call
+(`device_inputs`).
+
+Kernels and block masks are kept by the modifiers' traces' keys (`tessera.variants.trace.modifier_key`: their
+structure and the digests of just the arrays whose contents the trace used), so that a training step that changes
+a learned table in place (read at traced indices) neither traces, builds, compiles nor proves its reads again: the
+launch passes the table's new values.
 
 Before anything is built, every read of a captured array is proved inside its array for the launch's batch, heads,
 seq_q and seq_k (`tessera.variants.index_ranges.check_index_ranges`): a read that leaves it is refused by name.
@@ -27,10 +33,8 @@ from contextlib import nullcontext
 import numpy as np
 
 from tessera.lowering.kept import mark_built
-from tessera.variants.nodes import F32
-from tessera.variants.trace import trace_mod, tracer_settings
+from tessera.variants.trace import modifier_key, trace_mod, tracer_settings
 from tessera.variants.block_mask import create_block_mask
-from tessera.variants.fingerprint import fingerprint
 from tessera.variants.index_ranges import check_index_ranges
 
 
@@ -55,8 +59,9 @@ def warp_specialized_refusal(module) -> str | None:
     that configuration, such as its shared memory). Remembered by the module's text, and by the key the module
     was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not
     print its kernels again (the main kernel's text: about 40 ms at head_dim 64); a kept module built again for
-    new contents of an array it reads (a training step's learned table: the kept key holds the contents, the text
-    does not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks)."""
+    new contents of an array whose contents its trace used (a table read at a constant index: the kept key holds
+    those contents, the text may not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128 blocks). A
+    learned table read at traced indices keeps the module itself (`_kept`)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from tessera.ir import make_context
@@ -102,14 +107,41 @@ def block_mask_mod(where: str, block_mask, mask_mod, seq_q: int, seq_k: int):
 
 
 def _captured(score_mod, mask_mod) -> list[np.ndarray]:
-    """The arrays the modifiers read, in the kernels' argument order (each once)."""
+    """The arrays the modifiers read, in the kernels' argument order (each once), with their current values
+    (`Trace.kernel_inputs`: a learned table changed in place since the trace, its new values)."""
     arrays: dict[str, np.ndarray] = {}
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         if fn is not None:
-            for captured in trace_mod(fn, kind).arrays:  # in the kernel input's type (the GPU takes no other)
-                arrays.setdefault(captured.name, np.ascontiguousarray(
-                    captured.array, np.float32 if captured.dtype == F32 else np.int32))
+            trace = trace_mod(fn, kind)
+            for captured, values in zip(trace.arrays, trace.kernel_inputs()):  # the kernel input's type
+                arrays.setdefault(captured.name, values)
     return list(arrays.values())
+
+
+def _captured_beside(q, score_mod, mask_mod) -> list:
+    """`as_inputs_of(q, _captured(score_mod, mask_mod))`, except that a learned table (`Trace.learned`) that is
+    already a float32, contiguous tensor on q's CUDA device is passed as it is (the kernel only reads it, through
+    its address; a tensor that requires grad too, as q may): no copy to the host and
+    back on every call (a [batch, heads, seq_q, seq_k] bias is gigabytes at 16k tokens), and the kernel reads
+    its current values."""
+    found: dict[str, object] = {}
+    for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+        if fn is not None:
+            trace = trace_mod(fn, kind)
+            for captured in trace.arrays:
+                if captured.name not in found:
+                    source = trace.learned(captured)
+                    found[captured.name] = source if _on_device_as_is(source, q) else \
+                        as_inputs_of(q, [trace.kernel_input(captured)])[0]
+    return list(found.values())
+
+
+def _on_device_as_is(source, q) -> bool:
+    """Whether `source` is a tensor the kernel reads as it is beside q: float32, contiguous, on q's device."""
+    from tessera.runtime.launch import is_torch_tensor
+
+    return is_torch_tensor(source) and source.device == q.device and source.is_contiguous() and \
+        str(source.dtype) == "torch.float32"
 
 
 def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
@@ -130,30 +162,31 @@ def as_inputs_of(q, arrays: list[np.ndarray]) -> list:
 
 
 _ON_DEVICE: dict[tuple, tuple[object, list]] = {}
-"""The captured arrays and block lists of kept kernels on CUDA devices (`device_inputs`), by (the kernel module's
-id, the sizes, the device), beside the module (which the entry holds: its id names no other): at most 64, all
-dropped when full."""
+"""The block lists of kept kernels on CUDA devices (`device_inputs`), by (the kernel module's id, the sizes, the
+device), beside the module (which the entry holds: its id names no other): at most 64, all dropped when full."""
 
 
-def device_inputs(module, q, sizes: tuple, make: Callable[[], list[np.ndarray]]) -> list:
-    """`as_inputs_of(q, make())`: the inputs `module` takes after its tensors (the captured arrays, the block
-    lists), kept for q on a CUDA device where `module` is kept (`_kept`: by the modifiers' fingerprints, which name
-    their code and their arrays' contents), by `sizes` (what the lists and arrays depend on beside the module)
-    and q's device: a repeated call on the GPU neither traces, makes the lists nor copies them to the device (a
-    synchronous copy from pageable memory) again. Made afresh for a module not kept or q elsewhere. The tensors
-    kept are shared and only read (kernel inputs)."""
+def device_inputs(module, q, sizes: tuple, score_mod, mask_mod, lists: Callable[[], list[np.ndarray]]) -> list:
+    """The inputs `module` takes after its tensors: the modifiers' captured arrays with their current values
+    (`_captured_beside`: on every call, as a learned table changes between calls without the kernel changing),
+    then `as_inputs_of(q, lists())`, the block lists, which on a CUDA device are kept where `module` is kept
+    (`_kept`: by the modifiers' keys, which hold the contents of every array of a mask_mod), by `sizes` (what the
+    lists depend on beside the module) and q's device: a repeated call on the GPU neither makes the lists nor
+    copies them to the device (a synchronous copy from pageable memory) again. Made afresh for a module not kept
+    or q elsewhere. The tensors kept are shared and only read (kernel inputs)."""
     from tessera.lowering.kept import kept_key
     from tessera.runtime.launch import is_torch_tensor
 
+    captured = _captured_beside(q, score_mod, mask_mod)
     if kept_key(module) is None or not (is_torch_tensor(q) and q.is_cuda):
-        return as_inputs_of(q, make())
+        return captured + as_inputs_of(q, lists())
     key = (id(module), sizes, q.device)
     found = _ON_DEVICE.get(key)
     if found is None or found[0] is not module:
         if len(_ON_DEVICE) >= 64:
             _ON_DEVICE.clear()
-        found = _ON_DEVICE[key] = (module, as_inputs_of(q, make()))
-    return found[1]
+        found = _ON_DEVICE[key] = (module, as_inputs_of(q, lists()))
+    return captured + found[1]
 
 
 def forget_device_inputs() -> None:
@@ -168,17 +201,19 @@ def _numpy(x) -> np.ndarray:
 
 
 _BUILT: dict[Hashable, object] = {}
-"""Kernels built from modifiers, kept by the modifiers' fingerprints and the builder's options (`_kept`): at most
-64, all dropped when full."""
+"""Kernels built from modifiers, kept by the modifiers' keys and the builder's options (`_kept`): at most 64, all
+dropped when full."""
 
 
 def _kept(build: Callable, builder: str, score_mod, mask_mod, **options):
     """`build()`, kept in `_BUILT` by `builder`, `options`, the tracer's settings and the
-    `tessera.variants.fingerprint` of each modifier (its code and the values it reads, arrays by their identity
-    and contents), so that a repeated call neither traces nor builds; built anew where a modifier's fingerprint
-    cannot be told. What is kept is shared: not to be changed. The Tile IR modules built (the kernel, or a
+    `tessera.variants.trace.modifier_key` of each modifier (its code and the values it reads, arrays by their
+    identity, and by their contents where the trace used them: a learned table read at traced indices changed
+    in place keeps its kernels), so that a repeated call neither traces nor builds; built anew where a modifier's
+    key cannot be told. What is kept is shared: not to be changed. The Tile IR modules built (the kernel, or a
     backward's three) are marked kept (`tessera.lowering.kept.mark_kept`): the interpreters lower each once."""
-    prints = tuple(None if fn is None else fingerprint(fn) for fn in (score_mod, mask_mod))
+    prints = tuple(None if fn is None else modifier_key(fn, kind)
+                   for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")))
     if any(p is None and fn is not None for p, fn in zip(prints, (score_mod, mask_mod))):
         return build()
     key = (builder, prints, tracer_settings(),
@@ -304,14 +339,15 @@ def compiled_forward(q, k, *, score_mod, mask_mod, causal: bool, scale, return_l
     return _with_block_n_fallback(attempt, head_dim, block_n, None)
 
 
-def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None) -> list:
-    """The inputs the forward kernel with modifiers takes after q, k and v: the captured arrays, then (with a
-    mask_mod) the block lists of `block_mask` (default: `create_block_mask` for q's and k's shapes with the
-    kernel's blocks; one given must have them), as NumPy arrays (`as_inputs_of` puts them beside q)."""
+def forward_inputs(q, k, score_mod, mask_mod, block_n: int, block_mask=None, captured: bool = True) -> list:
+    """The inputs the forward kernel with modifiers takes after q, k and v: the captured arrays (not with
+    `captured` False), then (with a mask_mod) the block lists of `block_mask` (default: `create_block_mask` for
+    q's and k's shapes with the kernel's blocks; one given must have them), as NumPy arrays (`as_inputs_of` puts
+    them beside q)."""
     from tessera.kernels.attention_config import DEFAULT_BLOCK_M
 
     (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-    extra = _captured(score_mod, mask_mod)
+    extra = _captured(score_mod, mask_mod) if captured else []
     if mask_mod is not None:
         if block_mask is None:
             block_mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, DEFAULT_BLOCK_M, block_n)
@@ -332,8 +368,8 @@ def _forward(q, k, v, score_mod, mask_mod, causal, scale, return_lse, level, hea
     module = forward_module(q, k, score_mod=score_mod, mask_mod=mask_mod, causal=causal, scale=scale,
                             return_lse=return_lse, head_dim=head_dim, dtype=dtype, block_n=block_n)
     if level is None:  # the reads were proved in bounds for these sizes (`attention_mods`)
-        extra = device_inputs(module, q, (*q.shape[:3], *k.shape[1:3]),
-                              lambda: forward_inputs(q, k, score_mod, mask_mod, block_n))
+        extra = device_inputs(module, q, (*q.shape[:3], *k.shape[1:3]), score_mod, mask_mod,
+                              lambda: forward_inputs(q, k, None, mask_mod, block_n, captured=False))
         return entry.launch(_compiled(module), q, k, v, *extra)
     extra = forward_inputs(q, k, score_mod, mask_mod, block_n)
     out = api.interpret(module, *(_numpy(x) for x in (q, k, v)), *extra, level=level)
@@ -467,23 +503,22 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
 
-    def inputs() -> list[np.ndarray]:
-        extra = _captured(score_mod, mask_mod)
-        if sparse:
-            c = kernels.config.attention
-            (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
-            mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
-            extra += mask.backward_inputs(k.shape[1], ranks=deterministic)
-        return extra
+    def lists() -> list[np.ndarray]:
+        if not sparse:
+            return []
+        c = kernels.config.attention
+        (batch, heads, seq_q, _), seq_k = q.shape, k.shape[2]
+        mask = kept_block_mask(mask_mod, batch, heads, seq_q, seq_k, c.block_m, c.block_n)
+        return mask.backward_inputs(k.shape[1], ranks=deterministic)
     from tessera import passes
 
     pipeline = getattr(passes, BACKWARD_PIPELINE)
     if level is None:
-        extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), inputs)
+        extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), score_mod, mask_mod, lists)
         shapes = {a.name: a.array.shape for a in trace_mod(score_mod, "score_mod").arrays} if captured_grads else {}
         return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline,
                                 tuple(shapes[name] for name in captured_grads))
-    extra = inputs()
+    extra = _captured(score_mod, mask_mod) + lists()
     torch_in = is_torch_tensor(q)
     q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
     pipeline = None if level == "tile" else pipeline

@@ -24,11 +24,13 @@ from tessera.variants.tracing import ArrayOperand, Tracing
 @dataclass
 class Capture:
     """An array a modifier names, until it is indexed with a traced value: `name` as the user wrote it,
-    `unique` the kernel input's name, `array` the NumPy array (a torch tensor's copy); `captured` once checked."""
+    `unique` the kernel input's name, `array` the NumPy array (a torch tensor's copy), `source` the array or tensor
+    the function names; `captured` once checked."""
 
     name: str
     unique: str
     array: np.ndarray
+    source: object = None
     captured: CapturedArray | None = None
     opaque: str | None = None
     """The first use of the array other than a gather at traced indices (a read at constant indices, a search's
@@ -95,6 +97,7 @@ class ArrayProxy(ArrayOperand):
         read is); any other array is refused by name (it has no one value per score)."""
         arr, name = self._capture.array, self._capture.name
         if arr.ndim == 0:
+            self._capture.opaque = self._capture.opaque or f"its value read as a number ({name} without an index)"
             return arr[()]
         raise self._tracing.refuse(f"the captured array {name} of shape {arr.shape} used as a whole (index it with "
                                    f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}])")
@@ -102,6 +105,7 @@ class ArrayProxy(ArrayOperand):
     def searchsorted(self, v, side="left", sorter=None) -> Traced:
         """`array.searchsorted(v, side)`, NumPy's method: np.searchsorted (`tessera.variants.search_calls`)."""
         if not isinstance(v, Traced):
+            self._capture.opaque = self._capture.opaque or f"a search of a constant in {self._capture.name}"
             return self._capture.array.searchsorted(v, side, sorter)
         return v._search("np.searchsorted", self, v, side, sorter)
 

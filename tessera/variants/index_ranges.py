@@ -311,7 +311,21 @@ def check_index_ranges(score_mod: Callable | None = None, mask_mod: Callable | N
     dims = LaunchDims(batch, heads, seq_q, seq_k)
     for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
         if fn is not None:
-            check_trace(trace_mod(fn, kind), kind, dims)
+            trace = trace_mod(fn, kind)
+            key = (id(trace), kind, dims, EXACT_EVALUATION_LIMIT)
+            if _PROVED.get(key) is not trace:
+                check_trace(trace, kind, dims)
+                if len(_PROVED) >= 256:
+                    _PROVED.clear()
+                _PROVED[key] = trace
+
+
+_PROVED: dict[tuple, object] = {}
+"""The traces `check_index_ranges` proved, by (the trace's id, kind, dims, `EXACT_EVALUATION_LIMIT`), beside the
+trace (an id is only trusted while that trace is the one kept): at most 256, all dropped when full. `trace_mod`
+returns a kept trace only while the arrays whose values it used are unchanged, the index arrays the proof reads
+among them (`Trace.free`, the others, are those the proof's outcome does not depend on): its proof holds while it
+is returned."""
 
 
 # endregion

@@ -51,6 +51,13 @@ Where each part lives (all in `tessera.variants`):
 - `randomness`: the random draws a modifier makes while traced, which the tracer refuses;
 - `bounds_checks`: a modifier whose array reads are bounds-checked (the reference and the block mask call it so);
 - `fingerprint`: the key of what a modifier reads, by which `trace_mod` keeps its traces.
+
+A trace is kept by its function's structure (`fingerprint.structure`: arrays by identity, dtype and shape) and the
+digests of just the arrays whose contents it used (`Trace.free` names the others), so that a learned table read
+at traced indices and changed in place between calls is neither hashed nor traced again, while an array whose
+contents the trace used (a read at constant indices, a search's boundaries, an index array whose values the proof
+that reads stay in bounds reads, a table whose largest value sizes a float remainder's steps), and any array of
+a mask_mod (whose values make the block lists on the host), changed in place, is traced anew.
 """
 
 from __future__ import annotations
@@ -60,10 +67,12 @@ import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tessera.variants import searches, torch_mods
 from tessera.variants.callables import MASK_MOD_ARGS, SCORE_MOD_ARGS, compiled_original, function_name, underlying
 from tessera.variants.captured import ArrayProxy, Capture
-from tessera.variants.fingerprint import fingerprint
+from tessera.variants.fingerprint import digest, fingerprint, structure
 from tessera.variants.nodes import BOOL, F32, I32, CapturedArray, Count, Node, Read
 from tessera.variants.randomness import watching_draws
 from tessera.variants.rebinding import rebind_arrays
@@ -92,6 +101,18 @@ class Trace:
     opaque: dict[str, str] = field(default_factory=dict)
     """By kernel input name, the first use of an array other than a gather at traced indices (`Capture.opaque`):
     no gradient reaches it (`tessera.variants.derivative.captured_derivatives` refuses it)."""
+    inputs: dict[str, object] = field(default_factory=dict)
+    """By kernel input name, the array (or torch tensor) the function names, whose values the launch passes
+    (`kernel_inputs`); absent for an input the tracer made (a search's boundaries)."""
+    free: frozenset[int] = frozenset()
+    """The ids of the arrays (or torch tensors) the function names whose contents the trace did not use: score_mod
+    arrays read only at traced indices (f32 or narrower floats, not booleans), outside any integer value (the
+    bounds proof reads those) and any float remainder (whose steps a table's largest value sizes). The trace
+    holds for any contents of these (module docstring)."""
+    key: Hashable | None = None
+    """What the trace was made from: its kind, its function's structure, the tracer's settings and the digests of
+    the arrays not `free`; None for a function whose fingerprint cannot be told (`trace_mod`). Kernels built from
+    the trace are kept by it (`tessera.runtime.flex`)."""
 
     @property
     def name(self) -> str:
@@ -110,36 +131,84 @@ class Trace:
             stack.extend(n.args)
         return False
 
+    def kernel_inputs(self) -> list[np.ndarray]:
+        """`kernel_input` of each of `arrays`, in order."""
+        return [self.kernel_input(captured) for captured in self.arrays]
+
+    def kernel_input(self, captured: CapturedArray) -> np.ndarray:
+        """The values of the captured array as the kernel takes them (f32 for floats, i32 for integers and
+        booleans, contiguous): a `free` array (or tensor) the function names read now (a learned table changed
+        in place since the trace: its new values), any other as traced (its contents are the trace's:
+        `trace_mod`)."""
+        source = self.learned(captured)
+        if source is None:
+            array = captured.array
+        else:
+            array = torch_mods.as_numpy(source) if torch_mods.is_tensor(source) else source
+        return np.ascontiguousarray(array, np.float32 if captured.dtype == F32 else np.int32)
+
+    def learned(self, captured: CapturedArray):
+        """The array (or tensor) the function names that `captured` reads, where the trace holds for any of its
+        contents (`free`: the kernel input is its current values); else None."""
+        source = self.inputs.get(captured.name)
+        return source if source is not None and id(source) in self.free else None
 
 
-_TRACES: dict[Hashable, Trace] = {}
-"""Traces kept by (kind, `fingerprint` of the function, `tracer_settings`): at most `KEPT_TRACES`, all dropped
-when full."""
+_TRACES: dict[Hashable, list[tuple[Trace, tuple[int, ...]]]] = {}
+"""Traces kept by (kind, `structure` of the function, `tracer_settings`): for each, the traces of its last
+`TRACES_PER_STRUCTURE` contents, each with the positions (in the structure's arrays) of the arrays whose digests
+its key holds (a weight read at a constant index that alternates between two values keeps both); at most
+`KEPT_TRACES` structures, all dropped when full."""
 KEPT_TRACES = 64
+TRACES_PER_STRUCTURE = 4
 
 
 def trace_mod(fn: Callable, kind: str) -> Trace:
     """Trace `fn`, a "score_mod" (5 arguments, returns a number) or a "mask_mod" (4 arguments, returns a
     boolean), into a `Trace`; raises ModTraceError for what cannot be traced (module docstring).
 
-    A trace is kept by the function's `tessera.variants.fingerprint` (its code and the values it reads, arrays by
-    their contents): a call with a function whose fingerprint is kept returns that trace (shared: it is not to be
-    changed) without tracing; a captured array changed in place, a closure cell rebound or a global reassigned
-    is a new fingerprint, traced anew. A function whose fingerprint cannot be told is traced on every call."""
+    A trace is kept by the function's `tessera.variants.fingerprint.structure` (its code and the values it reads,
+    arrays by identity, dtype and shape) and the digests of the arrays whose contents the trace used (all but
+    `Trace.free`): a call with a function whose structure is kept and whose digests match returns that trace
+    (shared: it is not to be changed) without tracing, digesting only those arrays; a closure cell rebound, a
+    global reassigned or an array whose contents the trace used changed in place is traced anew. A function whose
+    fingerprint cannot be told is traced on every call."""
     if kind not in ("score_mod", "mask_mod"):
         raise ValueError(f"kind must be score_mod or mask_mod; got {kind!r}")
     if not callable(fn):
         raise TypeError(f"{kind} must be a function; got {type(fn).__name__}")
     fn = compiled_original(fn)  # @torch.compile: the function the user wrote
-    key = fingerprint(fn)
-    if key is None:
+    found = structure(fn)
+    if found is None:
         return _trace(fn, kind)
-    key = (kind, key, tracer_settings())
-    if key not in _TRACES:
+    shape, arrays, unwrapped = found
+    key = (kind, shape, tracer_settings())
+    kept = _TRACES.get(key)
+    digests: dict[int, bytes] = {}  # by position: an array digested once a call
+    for trace, watched in kept or ():
+        if trace.key[1] == tuple(digests.get(i) or digests.setdefault(i, digest(arrays[i])) for i in watched):
+            return trace
+    trace = _trace(fn, kind)
+    trace.free -= unwrapped  # (a proxy's reads are not all the function's reads of these)
+    watched = tuple(i for i, array in enumerate(arrays) if id(array) not in trace.free)
+    trace.key = (key, tuple(digests.get(i) or digest(arrays[i]) for i in watched))
+    if kept is None:
         if len(_TRACES) >= KEPT_TRACES:
             _TRACES.clear()
-        _TRACES[key] = _trace(fn, kind)
-    return _TRACES[key]
+        kept = _TRACES[key] = []
+    kept.insert(0, (trace, watched))
+    del kept[TRACES_PER_STRUCTURE:]
+    return trace
+
+
+def modifier_key(fn: Callable, kind: str) -> Hashable | None:
+    """The key of what kernels and block masks made from `fn` depend on: its trace's (`Trace.key`); for a function
+    that cannot be traced, its `fingerprint` (a mask only the host evaluates); None where neither can be told."""
+    try:
+        return trace_mod(fn, kind).key
+    except ModTraceError:
+        key = fingerprint(compiled_original(fn))
+        return None if key is None else ("untraced", kind, key, tracer_settings())
 
 
 def tracer_settings() -> tuple:
@@ -162,7 +231,7 @@ def _trace(fn: Callable, kind: str) -> Trace:
     def wrap(name: str, array) -> ArrayProxy:
         if id(array) not in used:  # one input per array; two arrays of one name get _2, _3, ...
             used[id(array)] = Capture(name, tracing.unique_name(name),
-                                       torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array)
+                                       torch_mods.as_numpy(array) if torch_mods.is_tensor(array) else array, array)
         return ArrayProxy(tracing, used[id(array)])
 
     traced_fn = rebind_arrays(fn, wrap)
@@ -194,8 +263,42 @@ def _trace(fn: Callable, kind: str) -> Trace:
         if node.dtype == BOOL:
             raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
         node = args[0]._convert(node, F32)
-    return Trace(fn, node, list(tracing.arrays.values()), tracing.reads, tracing.counts,
-                 {key: c.unique for key, c in used.items()}, {c.unique: c.opaque for c in used.values() if c.opaque})
+    arrays = list(tracing.arrays.values())
+    return Trace(fn, node, arrays, tracing.reads, tracing.counts, {key: c.unique for key, c in used.items()},
+                 {c.unique: c.opaque for c in used.values() if c.opaque},
+                 {c.unique: c.source for c in used.values()}, _free(kind, node, used))
+
+
+def _free(kind: str, result: Node, used: dict) -> frozenset[int]:
+    """`Trace.free`: the ids, among `used` (the Captures by their source's id), of the arrays whose contents the
+    trace of `result` did not use."""
+    if kind != "score_mod":
+        return frozenset()
+    read = _valued(result)
+    return frozenset(key for key, c in used.items()
+                     if c.captured is not None and c.opaque is None and not c.captured.boolean
+                     and c.captured.dtype == F32 and c.array.dtype.itemsize <= 4 and id(c.captured) not in read)
+
+
+_VALUED_OPS = ("floordiv", "mod", "fmod")
+"""Float operations whose construction reads the largest value of the tables under their operands
+(`tessera.variants.float_division.magnitude_bound`)."""
+
+
+def _valued(result: Node) -> set[int]:
+    """The ids of the CapturedArrays gathered under an i32 value (whose intervals, and so a gather's values, the
+    bounds proof reads: `tessera.variants.index_ranges`) or a float division of `result`'s graph."""
+    found, seen, stack = set(), set(), [(result, False)]
+    while stack:
+        node, under = stack.pop()
+        under = under or node.dtype == I32 or node.op in _VALUED_OPS
+        if (id(node), under) in seen:
+            continue
+        seen.add((id(node), under))
+        if under and node.op == "gather":
+            found.add(id(node.value))
+        stack.extend((arg, under) for arg in node.args)
+    return found
 
 
 def _refuse_draws(kind: str, fn: Callable, draws: list[tuple[str, str]]) -> None:
