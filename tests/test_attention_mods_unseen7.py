@@ -469,8 +469,9 @@ def test_torch_draws_are_refused():
 def test_autograd_takes_the_modifiers():
     """`tessera.runtime.autograd.attention(..., score_mod=, mask_mod=)` was a TypeError (FlexAttention's users
     train through autograd): its forward and backward take them, q.grad, k.grad and v.grad against the float64
-    reference. A captured tensor that requires grad gets its gradient at level "tile" (test_attention_mods_grad.py)
-    and is refused by name at a level that cannot compute it, before the forward runs."""
+    reference. A captured tensor that requires grad gets its gradient at every level (test_attention_mods_grad.py,
+    test_captured_gradients_gpu_path.py); with deterministic=True, which atomic scatter-adds cannot give, it is
+    refused by name before the forward runs."""
     from tessera.runtime import autograd
 
     score_mod, mask_mod = TORCH_VARIANTS["torch-document-window+alibi"]
@@ -487,8 +488,9 @@ def test_autograd_takes_the_modifiers():
             score_mod, mask_mod)
     assert all(c.ok for c in checks), [str(c) for c in checks]
     table = torch.nn.Parameter(torch.zeros(H))
-    with pytest.raises(ValueError, match="the score_mod reads table, which requires grad"):
-        autograd.attention(q, k, v, level=None, score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
+    with pytest.raises(ValueError, match="the score_mod reads table, which requires grad, and deterministic=True"):
+        autograd.attention(q, k, v, level=None, deterministic=True,
+                           score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
     with torch.no_grad():  # no graph: nothing is missing
         autograd.attention(q, k, v, level="tile", score_mod=lambda s, b, h, q_idx, kv_idx: s + table[h])
 
