@@ -98,8 +98,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
             self.r_async = np.zeros((1, s), np.int32)
         else:
-            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.w_mbarrier, self.w_atomic,
-                          self.r_async):
+            rows = np.flatnonzero(self.fenced_rows)  # the only rows of `fenced` that may hold a nonzero
+            if len(rows) == n:
+                self.fenced.fill(0)
+            elif len(rows):
+                self.fenced[rows] = 0
+            for array in (self.clock, self.fenced_rows, self.w_clock, self.w_mbarrier, self.w_atomic, self.r_async):
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
