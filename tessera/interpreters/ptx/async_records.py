@@ -99,7 +99,7 @@ class AsyncRecords:
         # a range: its records read as a range, and cleared only where some are (a refill of a slot whose bytes no
         # generic access touched since the last copy, the main loop's, clears nothing)
         index, rows = flat[None, :], None if known is None else clocks
-        read, written = self.reads.any_in(span), np.count_nonzero(self.w_clock[span]) > 0
+        read, written = self.reads.any_in(span), self.w_any and np.count_nonzero(self.w_clock[span]) > 0
         if read:
             self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
         if written:
@@ -201,6 +201,7 @@ class AsyncRecords:
         happens before [memory_model.CP_ASYNC_PROXY], not by a cp.async.wait_group."""
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_any = True
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
         self.reads.clear(index)

@@ -109,6 +109,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if self.peer_reads is not None:
             self.peer_reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
+        self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -217,6 +218,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_atomic[index] = atomic
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_any = True
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
         self.reads.clear(index)
@@ -330,7 +332,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
         Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
         (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
-        if span is not None and not np.count_nonzero(self.w_clock[span]):
+        if not self.w_any or (span is not None and not np.count_nonzero(self.w_clock[span])):
             return
         if hull is not None and not np.count_nonzero(self.w_clock[hull]):
             return
