@@ -397,7 +397,7 @@ class WgmmaTracking:
             self.chain = None
             return
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]
-        self.chain = (self.events, lanes.copy(), roles, ws, self.wg_open[ws], pending, shaped)
+        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped)  # (lanes: never modified)
 
     def chain_issued(self, inst, roles: WgmmaRoles) -> None:
         """`wgmma_issued` and `wgmma_shaped` of a wgmma that continues the chain (`chain_continues`): its open
