@@ -240,29 +240,8 @@ def test_a_warp_that_stores_and_fences_its_own_rows_of_a_needs_no_barrier():
         run(3)  # warp 1 stores warp 0's rows
 
 
-_CHAIN = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry chain(.param .u64 out)
-.reqntid 128, 1, 1
-{
-    .reg .f32 %f<8>;
-    .reg .b64 %rd<3>;
-    .reg .b32 %r<16>;
-    .reg .pred %p<2>;
-    .shared .align 128 .b8 tile[4096];
-    mov.u32 %r0, tile;
-    cvt.u64.u32 %rd0, %r0;
-    shr.u64 %rd0, %rd0, 4;
-    and.b64 %rd0, %rd0, 0x3FFF;
-    or.b64 %rd0, %rd0, 0x0000004000010000;
-    setp.ne.b64 %p0, %rd0, %rd0;
-    mov.u32 %r1, %tid.x;
-    ld.param.u64 %rd1, [out];
-    cvta.to.global.u64 %rd1, %rd1;
-    mul.wide.u32 %rd2, %r1, 4;
-    add.s64 %rd1, %rd1, %rd2;
-    mov.b32 %r4, 0;
+_CHAIN = checked(_KERNEL[:_KERNEL.index("    wgmma.fence.sync.aligned;")]).replace(
+    "entry groups", "entry chain").replace(".reg .b32 %r<2>;", ".reg .b32 %r<16>;") + """    mov.b32 %r4, 0;
     mov.b32 %r5, 0;
     mov.b32 %r6, 0;
     mov.b32 %r7, 0;
@@ -287,7 +266,7 @@ _SECOND_A = """    mov.b32 %r8, 0;
 
 
 def _chain(early: str = _SECOND_A, late: str = "", wait: str = "    wgmma.wait_group.sync.aligned 0;"):
-    text = filled(_CHAIN, EARLY=early, LATE=late, WAIT=wait)
+    text = filled(_CHAIN, WAITERS="128", EARLY=early, LATE=late, WAIT=wait)
     return launch(text, "chain", 1, 128, [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
 
 
@@ -297,11 +276,11 @@ def test_a_chain_of_wgmmas_is_checked_as_each_wgmma_alone():
     what each would alone: an A register of the second written after the fence, an accumulator read before the
     wait naming the chain's last wgmma."""
     assert np.array_equal(_chain(), np.zeros(128, np.float32))
-    with pytest.raises(PtxHazardError, match=r"^<ptx>:35: error: wgmma.mma_async\S*: uses %r8 as its A-fragment "
-                                             r"register after the instruction at line 29 accessed it, with no "
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:36: error: wgmma.mma_async\S*: uses %r8 as its A-fragment "
+                                             r"register after the instruction at line 30 accessed it, with no "
                                              r"wgmma.fence between them \(missing wgmma.fence\)"):
         _chain(early="", late=_SECOND_A)
-    with pytest.raises(PtxHazardError, match=r"^<ptx>:40: error: st.global.f32: touches %f0, an accumulator register "
-                                             r"of the wgmma.mma_async at line 37, before a wgmma.wait_group covers its "
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:41: error: st.global.f32: touches %f0, an accumulator register "
+                                             r"of the wgmma.mma_async at line 38, before a wgmma.wait_group covers its "
                                              r"group"):
         _chain(wait="")
