@@ -255,13 +255,9 @@ class WgmmaTracking:
             # the shared bytes these groups read last are read until now (happens_before): recorded per group,
             # never per byte, for every wait that completes a group for its threads (not only the first of the
             # warpgroup: any of them frees the bytes)
-            for w in ws.tolist():
-                mine = unit[lanes] == w
-                for last in np.unique(target[mine]).tolist():
-                    same = mine & (target == last)
-                    first = int(previous[same].min()) + 1
-                    if last >= first:
-                        self.hb.wgmma_groups_completed(w, first, last, lanes[same], inst)
+            for w, first, last, members in _completions(unit, lanes, ws, target, previous):
+                if last >= first:
+                    self.hb.wgmma_groups_completed(w, first, last, members, inst)
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
@@ -473,6 +469,27 @@ class WgmmaTracking:
                                         f"{wgmma.line}, before a wgmma.wait_group covers its group (group "
                                         f"{int(groups[ws[i]])} of warpgroup {int(ws[i]) % self.groups_per_cta} is "
                                         f"still pending){others}", lanes[i])
+
+
+def _completions(unit: np.ndarray, lanes: np.ndarray, ws: np.ndarray, target: np.ndarray, previous: np.ndarray):
+    """(warpgroup, first group, last group, its lanes that completed them) for each warpgroup of `ws` (ascending)
+    and each distinct `target` of its lanes (ascending), as a wait of `lanes` completes them (`target`: the last
+    group each lane completes, `previous`: the last it had completed). Lanes that are whole warpgroups, each
+    waiting for one group (a consumer's wait), are taken a warpgroup at a time without a search."""
+    size = facts.WARPGROUP_SIZE
+    if len(lanes) == len(ws) * size:
+        rows, targets = lanes.reshape(-1, size), target.reshape(-1, size)
+        if (unit[rows] == ws[:, None]).all() and (targets == targets[:, :1]).all():
+            firsts = previous.reshape(-1, size).min(axis=1) + 1
+            return [(w, first, last, row) for w, first, last, row in
+                    zip(ws.tolist(), firsts.tolist(), targets[:, 0].tolist(), rows)]
+    found = []
+    for w in ws.tolist():
+        mine = unit[lanes] == w
+        for last in np.unique(target[mine]).tolist():
+            same = mine & (target == last)
+            found.append((w, int(previous[same].min()) + 1, last, lanes[same]))
+    return found
 
 
 def _sole_entry(table: dict, names: tuple[str, ...]):
