@@ -103,13 +103,19 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 self.fenced.fill(0)
             elif len(rows):
                 self.fenced[rows] = 0
-            for array in (self.clock, self.fenced_rows, self.w_clock, self.w_mbarrier, self.w_atomic, self.r_async):
+            cleared = [self.clock, self.fenced_rows]
+            if self.w_any:  # (else no generic write since the last reset: every write record is zero)
+                cleared += [self.w_clock, self.w_mbarrier, self.w_atomic]
+            if self.r_any:
+                cleared.append(self.r_async)
+            for array in cleared:
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
             self.peer_reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
+        self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
