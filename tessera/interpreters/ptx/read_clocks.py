@@ -52,8 +52,9 @@ class ReadClocks:
         self.used = 0
 
     def reset(self) -> None:
-        self.clock.fill(0)
-        self.row.fill(0)
+        if self.any:  # (else no read recorded since the last reset: every record is zero)
+            self.clock.fill(0)
+            self.row.fill(0)
         self.used = 0
         self.shared = False
         self.any = False
