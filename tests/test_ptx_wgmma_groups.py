@@ -238,3 +238,49 @@ def test_a_warp_that_stores_and_fences_its_own_rows_of_a_needs_no_barrier():
                                              r"CTA \(0, 0, 0\) stored through the generic proxy .* no synchronisation "
                                              r"orders the store before this read\) \(thread \(0, 0, 0\)"):
         run(3)  # warp 1 stores warp 0's rows
+
+
+_CHAIN = checked(_KERNEL[:_KERNEL.index("    wgmma.fence.sync.aligned;")]).replace(
+    "entry groups", "entry chain").replace(".reg .b32 %r<2>;", ".reg .b32 %r<16>;") + """    mov.b32 %r4, 0;
+    mov.b32 %r5, 0;
+    mov.b32 %r6, 0;
+    mov.b32 %r7, 0;
+EARLY
+    wgmma.fence.sync.aligned;
+LATE
+    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, {%r4,%r5,%r6,%r7}, %rd0, %p0, 1, 1, 0;
+    add.s64 %rd0, %rd0, 2;
+    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, {%r8,%r9,%r10,%r11}, %rd0, 1, 1, 1, 0;
+    add.s64 %rd0, %rd0, 2;
+    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, {%r4,%r5,%r6,%r7}, %rd0, 1, 1, 1, 0;
+    wgmma.commit_group.sync.aligned;
+WAIT
+    st.global.f32 [%rd1], %f0;
+    ret;
+}
+"""
+_SECOND_A = """    mov.b32 %r8, 0;
+    mov.b32 %r9, 0;
+    mov.b32 %r10, 0;
+    mov.b32 %r11, 0;"""
+
+
+def _chain(early: str = _SECOND_A, late: str = "", wait: str = "    wgmma.wait_group.sync.aligned 0;"):
+    text = filled(_CHAIN, WAITERS="128", EARLY=early, LATE=late, WAIT=wait)
+    return launch(text, "chain", 1, 128, [np.full(128, 7, np.float32)], shared_bytes=4096)[0]
+
+
+def test_a_chain_of_wgmmas_is_checked_as_each_wgmma_alone():
+    """Three wgmmas on one accumulator, register A, nothing between them but descriptor arithmetic: the chain's
+    later wgmmas are checked through the state the first left (`WgmmaTracking.chain_continues`), and report
+    what each would alone: an A register of the second written after the fence, an accumulator read before the
+    wait naming the chain's last wgmma."""
+    assert np.array_equal(_chain(), np.zeros(128, np.float32))
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:36: error: wgmma.mma_async\S*: uses %r8 as its A-fragment "
+                                             r"register after the instruction at line 30 accessed it, with no "
+                                             r"wgmma.fence between them \(missing wgmma.fence\)"):
+        _chain(early="", late=_SECOND_A)
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:41: error: st.global.f32: touches %f0, an accumulator register "
+                                             r"of the wgmma.mma_async at line 38, before a wgmma.wait_group covers its "
+                                             r"group"):
+        _chain(wait="")

@@ -43,6 +43,14 @@ def _wrap(step: Step, before=None, after=None, watched: frozenset = frozenset())
     return Step(step.inst, run, step.control, step.unit, step.mask, step.member_mask, watched)
 
 
+def _a_roles(roles: WgmmaRoles | None) -> WgmmaRoles | None:
+    """The A registers of a wgmma.mma_async alone (None without register A): what `check_fenced` still walks for a
+    wgmma that continues a chain (`WgmmaTracking.chain_continues`)."""
+    if roles is None or not roles.a_operands:
+        return None
+    return WgmmaRoles({name: roles.kinds[name] for name in roles.a_operands}, (), roles.a_operands, roles.shape)
+
+
 def _group_count(inst) -> int:
     operand = inst.operands[0] if inst.operands else None
     return getattr(operand, "value", 0)
@@ -72,16 +80,30 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
                     tracker.check_registers(inst, _lanes(m, sel), names, {})
                 tracker.touch(inst, sel, touched)
         elif names:
-            def before(sel, inst=inst, names=names, roles=roles):
+            def before(sel, inst=inst, names=names, roles=roles,
+                       others=tuple(n for n in names if n not in (roles.results if roles else ())),
+                       a_roles=_a_roles(roles)):
+                lanes = _lanes(m, sel)
+                if roles and tracker.chain_continues(lanes, roles):  # the accumulators decided as for the last wgmma
+                    if others and tracker.pending:
+                        tracker.check_registers(inst, lanes, others, roles.kinds)
+                    if a_roles is not None:
+                        tracker.check_fenced(inst, lanes, a_roles)
+                    return
                 if tracker.pending:
-                    tracker.check_registers(inst, _lanes(m, sel), names, (roles or _NO_ROLES).kinds)
+                    tracker.check_registers(inst, lanes, names, (roles or _NO_ROLES).kinds)
                 if roles:
-                    tracker.check_fenced(inst, _lanes(m, sel), roles)
+                    tracker.check_fenced(inst, lanes, roles)
         mods = inst.modifiers
         if roles:
             def after(sel, inst=inst, roles=roles):
-                tracker.wgmma_issued(inst, _lanes(m, sel), roles)
-                tracker.wgmma_shaped(inst, _lanes(m, sel), roles)
+                lanes = _lanes(m, sel)
+                if tracker.chain_continues(lanes, roles):
+                    tracker.chain_issued(inst, roles)
+                    return
+                tracker.wgmma_issued(inst, lanes, roles)
+                tracker.wgmma_shaped(inst, lanes, roles)
+                tracker.chain_open(lanes, roles)
         elif inst.opcode == "wgmma" and "fence" in mods:
             def after(sel):
                 tracker.wgmma_fenced(_lanes(m, sel))

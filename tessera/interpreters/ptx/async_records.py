@@ -27,6 +27,7 @@ class AsyncRecords:
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
         self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
         self.completed_groups.append((0, -1))
+        self.r_any = True
         if group >= len(self.r_async):
             self.r_async = np.vstack([self.r_async, np.zeros((group + 1 - len(self.r_async), self.shared), np.int32)])
         for piece in flat if isinstance(flat, list) else (flat,):
@@ -99,7 +100,7 @@ class AsyncRecords:
         # a range: its records read as a range, and cleared only where some are (a refill of a slot whose bytes no
         # generic access touched since the last copy, the main loop's, clears nothing)
         index, rows = flat[None, :], None if known is None else clocks
-        read, written = self.reads.any_in(span), np.count_nonzero(self.w_clock[span]) > 0
+        read, written = self.reads.any_in(span), self.w_any and np.count_nonzero(self.w_clock[span]) > 0
         if read:
             self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
         if written:
@@ -159,7 +160,8 @@ class AsyncRecords:
 
     def _forget_async_reads(self, where: np.ndarray | slice) -> None:
         """The bytes `where` were written after their completed async reads: those no longer apply."""
-        self.r_async[:, where] = 0
+        if self.r_any:
+            self.r_async[:, where] = 0
         if self.wgmma_reads is not None:  # no wgmma reads them now (`asynchrony` refuses writes before)
             touched = self.chunk_span(where) if isinstance(where, slice) else self.chunk_of(where)
             if np.count_nonzero(self.wgmma_reads[:, touched]):
@@ -172,7 +174,7 @@ class AsyncRecords:
         if span.stop <= span.start:
             return found
         ends = self.r_async[:, span]
-        if np.count_nonzero(ends):  # (a count, cheaper than the bounds, finds a range no bulk store read)
+        if self.r_any and np.count_nonzero(ends):  # (a count, cheaper than the bounds, finds a range no bulk store read)
             for row, low, high in _row_bounds(ends):
                 found.update((low,) if low == high else _present(row, low))
         chunks = None if self.wgmma_reads is None else self.wgmma_reads[:, self.chunk_span(span)]
@@ -201,6 +203,7 @@ class AsyncRecords:
         happens before [memory_model.CP_ASYNC_PROXY], not by a cp.async.wait_group."""
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_any = True
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
         self.reads.clear(index)

@@ -115,7 +115,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         self.wg_open = np.zeros(self.warpgroups, np.int64)
         self.wg_done = np.full(self.warpgroups, -1, np.int64)
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
-        self.pending: dict[str, tuple[np.ndarray, str, object]] = {}
+        self.pending: dict[str, list] = {}  # register -> [groups per warpgroup, kind, its wgmma]
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         # accesses to wgmma registers outside a wgmma, as a log (sequence number, register names, lanes, line) and
@@ -128,8 +128,11 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         self.dirty_from = 0
         # accumulator register -> (lanes whose last wgmma on it came after their last wgmma.fence, that wgmma,
         # its shape)
-        self.shaped: dict[str, tuple[np.ndarray, object, str]] = {}
+        self.shaped: dict[str, list] = {}
         self.ever_fenced = np.zeros(m.lanes, bool)  # lanes that have issued a wgmma.fence [memory_model.WGMMA_FENCE]
+        # changes of the state above (`WgmmaTracking.chain_continues`), and the chain the last wgmma opened
+        self.events = 0
+        self.chain: tuple | None = None
         self.read_inst: dict[tuple[int, int], object] = {}
         if self.wg_read is not None:
             self.wg_read[:] = 0

@@ -98,13 +98,24 @@ class HappensBefore(SyncEdges, AsyncRecords):
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
             self.r_async = np.zeros((1, s), np.int32)
         else:
-            for array in (self.clock, self.fenced, self.fenced_rows, self.w_clock, self.w_mbarrier, self.w_atomic,
-                          self.r_async):
+            rows = np.flatnonzero(self.fenced_rows)  # the only rows of `fenced` that may hold a nonzero
+            if len(rows) == n:
+                self.fenced.fill(0)
+            elif len(rows):
+                self.fenced[rows] = 0
+            cleared = [self.clock, self.fenced_rows]
+            if self.w_any:  # (else no generic write since the last reset: every write record is zero)
+                cleared += [self.w_clock, self.w_mbarrier, self.w_atomic]
+            if self.r_any:
+                cleared.append(self.r_async)
+            for array in cleared:
                 array.fill(0)
             self.reads.reset()
         if self.peer_reads is not None:
             self.peer_reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
+        self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
+        self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -213,6 +224,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_atomic[index] = atomic
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_any = True
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
         self.reads.clear(index)
@@ -326,7 +338,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
         Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
         (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
-        if span is not None and not np.count_nonzero(self.w_clock[span]):
+        if not self.w_any or (span is not None and not np.count_nonzero(self.w_clock[span])):
             return
         if hull is not None and not np.count_nonzero(self.w_clock[hull]):
             return

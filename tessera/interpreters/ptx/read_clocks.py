@@ -43,6 +43,7 @@ class ReadClocks:
         self.row = np.zeros(size, np.int32)  # shared mode: pool row + 1
         self._allocate(_POOL_START)
         self.shared = False  # some byte is in shared mode
+        self.any = False  # some byte may hold a read (`record` ran since the last `reset`)
 
     def _allocate(self, rows: int) -> None:
         self.pool_clock = np.zeros((rows, self.threads), np.int32)
@@ -51,10 +52,12 @@ class ReadClocks:
         self.used = 0
 
     def reset(self) -> None:
-        self.clock.fill(0)
-        self.row.fill(0)
+        if self.any:  # (else no read recorded since the last reset: every record is zero)
+            self.clock.fill(0)
+            self.row.fill(0)
         self.used = 0
         self.shared = False
+        self.any = False
 
     def clear(self, index) -> None:
         """A write (checked) or an asynchronous copy replaced the bytes `index`: no read since."""
@@ -64,12 +67,14 @@ class ReadClocks:
 
     def any_in(self, span: slice) -> bool:
         """Whether some byte of the range `span` was read since its last write."""
-        return bool(np.count_nonzero(self.clock[span]) or (self.shared and np.count_nonzero(self.row[span])))
+        return self.any and bool(np.count_nonzero(self.clock[span])
+                                 or (self.shared and np.count_nonzero(self.row[span])))
 
     # region recording reads
     def record(self, lanes: np.ndarray, index: np.ndarray, epochs: np.ndarray, line: int, clocks: np.ndarray) -> None:
         """`lanes` (epochs: their own clock entries) read `index` [lanes, bytes] at `line`; `clocks` is the
         machine's [lane, thread] clock matrix (which earlier reads happen before these)."""
+        self.any = True
         n, k = index.shape
         flat = index.reshape(-1)
         readers = np.repeat(lanes, k)

@@ -149,6 +149,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
     viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
+    warpgroups = [None, None]  # the lanes object last run and where each of its warpgroups starts
     plans: dict[tuple, object] = {}  # (lanes, descriptor values) -> `wgmma_operands.ReadPlan`
 
     def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
@@ -177,16 +178,11 @@ def _wgmma_async(ops: Operands, inst, mods):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
-        groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-        size = facts.WARPGROUP_SIZE
-        if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-            starts = np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        if lanes is warpgroups[0]:  # the lanes of the last run (a loop's trip: the same object, never modified)
+            starts = warpgroups[1]
         else:
-            starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
-            counts = np.diff(starts, append=len(groups))
-            short = counts != size
-            if short.any():
-                raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+            starts = _warpgroup_starts(m, inst, lanes)
+            warpgroups[:] = [lanes, starts]
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
@@ -263,6 +259,20 @@ def _wgmma_async(ops: Operands, inst, mods):
             r[lanes] = columns[v]
 
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
+
+
+def _warpgroup_starts(m: Machine, inst, lanes: np.ndarray) -> np.ndarray:
+    """Where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups."""
+    groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
+    size = facts.WARPGROUP_SIZE
+    if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
+        return np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+    starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
+    counts = np.diff(starts, append=len(groups))
+    short = counts != size
+    if short.any():
+        raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
+    return starts
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

@@ -203,20 +203,22 @@ def _a_tile_bytes() -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _a_tile_bytes_in(rows: tuple[int, ...] | None) -> np.ndarray:
-    """`_a_tile_bytes` with the tile's rows in the order `rows` (None: as they are)."""
-    if rows is None:
-        return _a_tile_bytes()
-    index = _a_tile_bytes().reshape(facts.WGMMA_M, -1)[list(rows)].reshape(-1)
+def _a_tile_words_in(rows: tuple[int, ...] | None) -> np.ndarray:
+    """`_a_tile_bytes` by 32-bit word, with the tile's rows in the order `rows` (None: as they are): each register
+    holds 4 consecutive bytes of a row (`_a_tile_bytes`), so the tile [64, 8 words] is a gather of the 128
+    threads' 512 A registers ([thread, register] flattened), a word at a time."""
+    source = _a_tile_bytes().reshape(facts.WGMMA_M, -1, 4)
+    assert (source == source[..., :1] + np.arange(4)).all() and (source[..., 0] % 4 == 0).all(), \
+        "each A register holds 4 consecutive bytes of a tile row"
+    words = source[..., 0] // 4
+    index = (words if rows is None else words[list(rows)]).reshape(-1)
     index.setflags(write=False)
     return index
 
 
 def register_operands(words: np.ndarray, name: str, rows: tuple[int, ...] | None = None) -> np.ndarray:
     """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
-    (`words` [warpgroups, 128, 4]), in one gather; `rows`: the tiles' rows in this order."""
-    raw = np.take(np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(len(words), -1), _a_tile_bytes_in(rows),
-                  axis=1)
-    return multiplicand_values(raw.reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
+    (`words` [warpgroups, 128, 4]), in one gather of whole registers; `rows`: the tiles' rows in this order."""
+    raw = np.take(np.ascontiguousarray(words, np.uint32).reshape(len(words), -1), _a_tile_words_in(rows), axis=1)
+    return multiplicand_values(raw.view(np.uint8).reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
                                 .view(MULTIPLICANDS[name]), name)
-

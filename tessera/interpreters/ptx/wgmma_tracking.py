@@ -199,12 +199,22 @@ class WgmmaTracking:
         """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
         pending on the same groups share one array (never modified in place); the registers of one kind that
         share one entry (a chain's accumulators) get one new entry, set for all of them in one update."""
+        self.events += 1
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
         opened = self.wg_open[ws]
         self.wg_issued[ws] = opened
         for w in ws.tolist():
             self.last_wgmma[w] = inst
         updated: dict[int, np.ndarray] = {}  # id of an old groups array (or of None) -> its successor
+        for kind, names in (("result", roles.results), ("A operand", roles.a_operands)):
+            if names:
+                self._pend(inst, kind, names, ws, opened, updated)
+
+    def _pend(self, inst, kind: str, names: tuple[str, ...], ws: np.ndarray, opened: np.ndarray,
+              updated: dict[int, np.ndarray]) -> None:
+        """The registers `names` of kind `kind` of the wgmma `inst` of the warpgroups `ws` are pending in their
+        open groups `opened`; `updated`: each old groups array's successor made so far (shared, not copied
+        again)."""
 
         def successor(old) -> np.ndarray:
             groups = updated.get(id(old))
@@ -213,19 +223,17 @@ class WgmmaTracking:
                 groups[ws] = opened
             return groups
 
-        for kind, names in (("result", roles.results), ("A operand", roles.a_operands)):
-            if not names:
-                continue
-            olds = list(map(self.pending.get, names))
-            if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
-                old = olds[0]
-                self.pending.update(dict.fromkeys(names, (successor(None if old is None else old[0]), kind, inst)))
-            else:
-                self.pending.update(zip(names, [(successor(None if e is None else e[0]), kind, inst) for e in olds]))
+        olds = list(map(self.pending.get, names))
+        if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
+            old = olds[0]
+            self.pending.update(dict.fromkeys(names, [successor(None if old is None else old[0]), kind, inst]))
+        else:
+            self.pending.update(zip(names, [[successor(None if e is None else e[0]), kind, inst] for e in olds]))
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
         """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
         however the scheduler split the warpgroup's warps into steps)."""
+        self.events += 1
         warp_of = self.m.unit_of[facts.WARP_SIZE]
         self.warp_open[np.unique(warp_of[lanes])] += 1
         np.maximum.at(self.wg_open, self.m.unit_of[facts.WARPGROUP_SIZE][lanes], self.warp_open[warp_of[lanes]])
@@ -234,6 +242,7 @@ class WgmmaTracking:
         """wgmma.wait_group `keep` by `lanes`: for each executing thread, every group its warp committed but
         the `keep` newest is complete [memory_model.WGMMA_WAIT_PER_THREAD]; a thread that did not execute it
         has waited for nothing, whatever the other threads of its warpgroup did."""
+        self.events += 1
         if self.m.deferred:  # the chains' accumulators into their registers (`wgmma_accumulators`)
             write_back(self.m)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
@@ -246,13 +255,9 @@ class WgmmaTracking:
             # the shared bytes these groups read last are read until now (happens_before): recorded per group,
             # never per byte, for every wait that completes a group for its threads (not only the first of the
             # warpgroup: any of them frees the bytes)
-            for w in ws.tolist():
-                mine = unit[lanes] == w
-                for last in np.unique(target[mine]).tolist():
-                    same = mine & (target == last)
-                    first = int(previous[same].min()) + 1
-                    if last >= first:
-                        self.hb.wgmma_groups_completed(w, first, last, lanes[same], inst)
+            for w, first, last, members in _completions(unit, lanes, ws, target, previous):
+                if last >= first:
+                    self.hb.wgmma_groups_completed(w, first, last, members, inst)
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
@@ -266,6 +271,7 @@ class WgmmaTracking:
         """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
         `names` outside a wgmma: a wgmma.fence must follow (`dirty` learns it when next read)."""
         self.touch_seq += 1
+        self.events += 1
         self.touch_log.append((self.touch_seq, names, lanes, inst.line))
 
     def touch_block(self, lanes: np.ndarray | slice, names: frozenset, lines: dict[str, int]) -> None:
@@ -274,6 +280,7 @@ class WgmmaTracking:
         them, so every check that reads the log (`_touched_any`, `_touched`, `_dirty`) decides as on one entry
         per instruction, and names the same line."""
         self.touch_seq += 1
+        self.events += 1
         self.touch_log.append((self.touch_seq, names, lanes, lines))
 
     def _dirty(self) -> np.ndarray:
@@ -316,6 +323,7 @@ class WgmmaTracking:
     def wgmma_fenced(self, lanes: np.ndarray) -> None:
         self.ever_fenced[lanes] = True
         self.touch_seq += 1
+        self.events += 1
         self.fence_seq[lanes] = self.touch_seq
         dirty = self._dirty()
         dirty[lanes] = False
@@ -331,6 +339,7 @@ class WgmmaTracking:
         """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
         access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
         the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
+        self.events += 1
         shape, results = roles.shape, roles.results
         olds = list(map(self.shaped.get, results))
         if olds and len(set(map(id, olds))) == 1:  # every register in one entry (a chain's wgmmas)
@@ -340,7 +349,7 @@ class WgmmaTracking:
                 return
             unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
             unfenced[lanes] = True
-            self.shaped.update(dict.fromkeys(results, (unfenced, inst, shape)))
+            self.shaped.update(dict.fromkeys(results, [unfenced, inst, shape]))
             return
         updated: dict[int, tuple] = {}
         for name in results:
@@ -354,9 +363,50 @@ class WgmmaTracking:
                 else:
                     unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
                     unfenced[lanes] = True
-                    entry = (unfenced, inst, shape)
+                    entry = [unfenced, inst, shape]
                 updated[key] = entry
             self.shaped[name] = entry
+
+    def chain_continues(self, lanes: np.ndarray, roles: WgmmaRoles) -> bool:
+        """Whether a wgmma.mma_async of `lanes` with `roles` continues the chain the last one opened (`chain_open`):
+        the same lanes, accumulators and shape, and no change of the wgmma register state since (`events`: no
+        touch, wgmma.fence, commit, wait or other wgmma). Its checks of the accumulators then decide as the last
+        one's, which passed: they are pending as accumulators (`check_registers` passes over them), none was
+        touched since, and the last wgmma on them had this shape (`check_fenced` passes over them); only its A
+        registers (a register A differs at each K step) and other registers are checked
+        (`async_checks.install`)."""
+        chain = self.chain
+        if chain is None or chain[0] != self.events:
+            return False
+        last_lanes, last = chain[1], chain[2]
+        if roles is not last and (roles.shape != last.shape or roles.results != last.results):
+            return False
+        return lanes is last_lanes or (len(lanes) == len(last_lanes) and bool(np.array_equal(lanes, last_lanes)))
+
+    def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+        """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
+        `pending` and one of `shaped` that no other register shares, the chain's next wgmma (`chain_continues`)
+        is recorded by `chain_issued`, those entries updated in place."""
+        pending = _sole_entry(self.pending, roles.results)
+        shaped = _sole_entry(self.shaped, roles.results)
+        if pending is None or shaped is None:
+            self.chain = None
+            return
+        ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]
+        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped)  # (lanes: never modified)
+
+    def chain_issued(self, inst, roles: WgmmaRoles) -> None:
+        """`wgmma_issued` and `wgmma_shaped` of a wgmma that continues the chain (`chain_continues`): its open
+        groups, pending accumulators and unfenced lanes are those the chain's last wgmma left (no commit since,
+        the same lanes and accumulators), so for them only the wgmma they name changes (one assignment per entry,
+        not one per register); its A registers are made pending as `wgmma_issued` does."""
+        _, _, _, ws, opened, pending, shaped = self.chain
+        for w in ws.tolist():
+            self.last_wgmma[w] = inst
+        pending[2] = inst
+        shaped[1] = inst
+        if roles.a_operands:
+            self._pend(inst, "A operand", roles.a_operands, ws, opened, {})
 
     def check_fenced(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """A wgmma.mma_async of `lanes` uses `roles`' registers: none may be touched since a wgmma.fence (with
@@ -419,3 +469,33 @@ class WgmmaTracking:
                                         f"{wgmma.line}, before a wgmma.wait_group covers its group (group "
                                         f"{int(groups[ws[i]])} of warpgroup {int(ws[i]) % self.groups_per_cta} is "
                                         f"still pending){others}", lanes[i])
+
+
+def _completions(unit: np.ndarray, lanes: np.ndarray, ws: np.ndarray, target: np.ndarray, previous: np.ndarray):
+    """(warpgroup, first group, last group, its lanes that completed them) for each warpgroup of `ws` (ascending)
+    and each distinct `target` of its lanes (ascending), as a wait of `lanes` completes them (`target`: the last
+    group each lane completes, `previous`: the last it had completed). Lanes that are whole warpgroups, each
+    waiting for one group (a consumer's wait), are taken a warpgroup at a time without a search."""
+    size = facts.WARPGROUP_SIZE
+    if len(lanes) == len(ws) * size:
+        rows, targets = lanes.reshape(-1, size), target.reshape(-1, size)
+        if (unit[rows] == ws[:, None]).all() and (targets == targets[:, :1]).all():
+            firsts = previous.reshape(-1, size).min(axis=1) + 1
+            return [(w, first, last, row) for w, first, last, row in
+                    zip(ws.tolist(), firsts.tolist(), targets[:, 0].tolist(), rows)]
+    found = []
+    for w in ws.tolist():
+        mine = unit[lanes] == w
+        for last in np.unique(target[mine]).tolist():
+            same = mine & (target == last)
+            found.append((w, int(previous[same].min()) + 1, last, lanes[same]))
+    return found
+
+
+def _sole_entry(table: dict, names: tuple[str, ...]):
+    """The entry of `table` (`pending` or `shaped`) that every one of `names` holds and no other register does, or
+    None."""
+    first = table.get(names[0]) if names else None
+    if type(first) is not list or any(table.get(name) is not first for name in names):
+        return None
+    return first if sum(entry is first for entry in table.values()) == len(names) else None
