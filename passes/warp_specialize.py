@@ -94,7 +94,7 @@ def _refuse(op: Operation, message: str) -> None:
 
 
 def _contains_producer(op: Operation) -> bool:
-    return any(PRODUCER_ATTR in inner.attributes for inner in op.walk())
+    return any(PRODUCER_ATTR in inner.attributes for inner in walk_ops(op))
 
 
 def _is_pure(op: Operation) -> bool:
@@ -246,7 +246,7 @@ class _Split:
                     continue  # the consumers' loop-carried state: a stripped region yields nothing
                 if PRODUCER_ATTR in op.attributes:
                     kept[op] = True
-                    needed.update(operand for inner in op.walk() for operand in inner.operands)
+                    needed.update(operand for inner in walk_ops(op) for operand in inner.operands)
                 elif isinstance(op, scf.ForOp | scf.IfOp) and _contains_producer(op):
                     for region in op.regions:
                         for inner in region.blocks:
@@ -267,7 +267,7 @@ class _Split:
                         _refuse(op, "a ring refill depends on a value this op computes with side effects or "
                                     "loop-carried state; the producer cannot recompute it")
                     kept[op] = True
-                    needed.update(operand for inner in op.walk() for operand in inner.operands)
+                    needed.update(operand for inner in walk_ops(op) for operand in inner.operands)
 
         visit(ops)
         return kept

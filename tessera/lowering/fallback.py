@@ -224,7 +224,8 @@ def _consumer_budget(fn) -> int | None:
     None without one (not warp-specialized)."""
     from tessera.dialects import sm90
 
-    budgets = [op.count.value.data for op in fn.walk() if isinstance(op, sm90.SetMaxNRegOp) and op.action.data == "inc"]
+    budgets = [op.count.value.data for op in walk_ops(fn)
+               if isinstance(op, sm90.SetMaxNRegOp) and op.action.data == "inc"]
     return max(budgets, default=None)
 
 

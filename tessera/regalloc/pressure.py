@@ -209,21 +209,24 @@ class PressureMap:
         alternatives: dict = {}
         ranges: dict = {}  # root -> the merged spans of its values (one list, shared by a value's elements)
         several: dict = defaultdict(list)  # root -> the spans of each of its values, where it has more than one
-        roots = self.roots
+        roots, defs, uses, holds, end_of = self.roots, live.defs, live.uses, live.holds, live.end_of
         for value, elements in live.elements():  # every element of a value has the same spans
-            defined = live.defs[value]
+            defined = defs[value]
             spans = [(defined, defined)]
-            for use in live.uses.get(value, []):
-                block = op_at[use].parent_block()  # every op of a block has the same alternatives
-                if block not in alternatives:
-                    alternatives[block] = self._alternatives(op_at[use])
-                reach = [(defined, live.end_of(defined, use))]
-                for others, loop in alternatives[block]:
+            for use in uses.get(value, ()):
+                user = op_at[use]
+                block = user.parent  # every op of a block has the same alternatives
+                around = alternatives.get(block)
+                if around is None:
+                    around = alternatives[block] = self._alternatives(user)
+                reach = [(defined, end_of(defined, use))]
+                for others, loop in around:
                     if loop is None or loop[0] <= defined <= loop[1]:
                         for other in others:
                             reach = _subtract(reach, other)
                 spans += reach
-            spans = merge_ranges(spans + live.holds.get(value, []))  # once per value, not per element
+            held = holds.get(value)
+            spans = merge_ranges(spans + held if held else spans)  # once per value, not per element
             for group in roots[elements.start:elements.stop]:
                 if group in ranges:
                     several[group] += spans

@@ -40,6 +40,7 @@ CLASS_WIDTH = {"f32": 1, "acc": 1, "b32": 1, "b64": 2, "pred": 0}
 
 is_vector = subclass_test(VectorType)
 _is_constant = subclass_test(arith.ConstantOp)
+_is_wgmma = subclass_test(sm90.WgmmaMmaAsyncOp)
 _is_f32 = subclass_test(Float32Type)
 _is_index = subclass_test(IndexType)
 _is_integer = subclass_test(IntegerType)
@@ -99,15 +100,21 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
     needs neither registers nor instructions)."""
     found = {}
     for op in walk_ops(fn):
-        if not _is_constant(op) or register_class(op.result.type) is None:
+        if not _is_constant(op):
             continue
-        uses = list(op.result.uses)
-        if register_class(op.result.type) == "pred":  # only wgmma's scale-d takes a predicate immediate
-            takes = lambda use: isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.operation.scale_d is op.result  # noqa: E731
+        result = op.results[0]  # (the tuple, not the `result` accessor: about 1,900 reads a compile)
+        cls = register_class(result.type)
+        if cls is None:
+            continue
+        uses = list(result.uses)
+        if not uses:
+            continue
+        if cls == "pred":  # only wgmma's scale-d takes a predicate immediate
+            takes = all(_is_wgmma(use.operation) and use.operation.scale_d is result for use in uses)
         else:  # an immediate operand, or the accumulator a wgmma with scale-d = 0 does not read
-            takes = lambda use: use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) or (  # noqa: E731
-                isinstance(use.operation, sm90.WgmmaMmaAsyncOp) and use.index == 0 and not use.operation.accumulates)
-        if uses and all(takes(use) for use in uses):
+            takes = all(use.index in IMMEDIATE_OPERANDS.get(type(use.operation), ()) or (
+                use.index == 0 and _is_wgmma(use.operation) and not use.operation.accumulates) for use in uses)
+        if takes:
             attr = op.value
             if isinstance(attr, DenseIntOrFPElementsAttr):
                 values = list(attr.get_values())
@@ -115,5 +122,5 @@ def immediates(fn: func.FuncOp) -> dict[SSAValue, list[str]]:
                 values = [attr.value.data]
             else:
                 continue
-            found[op.result] = [immediate_text(v, op.result.type) for v in values]
+            found[result] = [immediate_text(v, result.type) for v in values]
     return found
