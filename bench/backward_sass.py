@@ -23,8 +23,8 @@ masks, softcap, varlen or the deterministic mode (`FA3_VARIANT`) assembled here;
 reduction (cp.reduce.async.bulk) is issued by a producer warp, outside the consumers' loop measured.
 
 `--mma-order`: the wgmma issue orders to compile each of ours with (`convert-tile-to-sm90{mma-order=...}`,
-`passes/convert_tile_to_sm90/mma_order.py`; default the pass's, "program", the builder's order: four drains a trip
-at head_dim 128); "first-read" is FlashAttention-3's placement (two); column `order`, and `waits` the loop's
+`passes/convert_tile_to_sm90/mma_order.py`; default the pass's, "first-read": FlashAttention-3's placement, two
+drains a trip); "program" is the builder's order (four at head_dim 128); column `order`, and `waits` the loop's
 `WARPGROUP.DEPBAR` (wgmma.wait_group) count.
 
 Columns: `loop` SASS instructions in the loop (static: each once), `/key` loop / block_n, `/64x64` loop per
@@ -78,7 +78,7 @@ def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop,
 
 
 def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None,
-            block: tuple[int, int] = (64, 64), deterministic: bool = False, order: str = "program"):
+            block: tuple[int, int] = (64, 64), deterministic: bool = False, order: str = "first-read"):
     """Our main kernel through pipeline `kind` with dQ by `mode` and the wgmma issue order `order`: a row, or the
     refusal's text."""
     bm, bn = block
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
     parser.add_argument("--deterministic", action="store_true", help="our kernels with deterministic=True")
     parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
-    parser.add_argument("--mma-order", nargs="+", default=["program"], choices=MMA_ORDERS,
+    parser.add_argument("--mma-order", nargs="+", default=["first-read"], choices=MMA_ORDERS,
                         help="wgmma issue orders of ours (convert-tile-to-sm90{mma-order=...})")
     parser.add_argument("--dq", nargs="+", default=["red", "bulk", "auto"], choices=("red", "bulk", "auto"),
                         help="dQ reductions of ours (convert-tile-to-sm90{atomic-add=...})")

@@ -90,13 +90,13 @@ class ConvertTileToSm90Pass(ModulePass):
     backward's main loop is as short and takes fewer registers, bench/backward_sass.py) or "stmatrix" (one
     stmatrix.x4 per 16-column slab); `convert-tile-to-sm90{store-shared=stmatrix}`."""
 
-    mma_order: str = "program"
-    """The issue order of each block's `tile.mma` groups (`mma_order.MMA_ORDERS`): "program" (the default), as
-    the builder wrote them, or "first-read", in the order their results are first read, each before the first
-    wait for an earlier group it may precede (the backward's S and dP together, dQ before dV and dK:
-    FlashAttention-3's); `convert-tile-to-sm90{mma-order=first-read}`. Not the default yet: at head_dim 128 the
-    backward's S and dP accumulators in flight beside LSE2, dK and dV leave ptxas 13.5 short (8 bytes spilled,
-    wgmmas serialized); see `mma_order`."""
+    mma_order: str = "first-read"
+    """The issue order of each block's `tile.mma` groups (`mma_order.MMA_ORDERS`): "first-read" (the default),
+    in the order their results are first read, each before the first wait for an earlier group it may precede,
+    with barriers waiting only for groups that read tiles other than ring stages (the backward's S and dP
+    together, dV across the barrier, dQ before dK: FlashAttention-3's placement), or "program", the builder's
+    order with every group retired at a barrier (the placement before it, for comparison);
+    `convert-tile-to-sm90{mma-order=program}`. See `mma_order`."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES, STORE_SHARED_MODES
@@ -111,9 +111,9 @@ class ConvertTileToSm90Pass(ModulePass):
             if self.mma_order == "first-read":
                 order_mmas(kernel)
             try:
-                lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
+                lowered = KernelLowering(kernel, self.atomic_add, self.store_shared, self.mma_order).run()
             except StagingDoesNotFit:  # auto's bulk staging does not fit: red, which stages nothing
-                lowered = KernelLowering(kernel, "red", self.store_shared).run()
+                lowered = KernelLowering(kernel, "red", self.store_shared, self.mma_order).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()
