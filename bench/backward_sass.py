@@ -24,8 +24,8 @@ reduction (cp.reduce.async.bulk) is issued by a producer warp, outside the consu
 
 `--mma-order`: the wgmma issue orders to compile each of ours with (`convert-tile-to-sm90{mma-order=...}`,
 `passes/convert_tile_to_sm90/mma_order.py`; default the pass's, "first-read": FlashAttention-3's placement, two
-drains a trip); "program" is the builder's order (four at head_dim 128); column `order`, and `waits` the loop's
-`WARPGROUP.DEPBAR` (wgmma.wait_group) count.
+drains a trip); "program" is the builder's order (four at head_dim 128); column `order`, `waits` the loop's
+`WARPGROUP.DEPBAR` (wgmma.wait_group) count and `drains` those that wait for every group (`0x0`).
 
 Columns: `loop` SASS instructions in the loop (static: each once), `/key` loop / block_n, `/64x64` loop per
 64 x 64 block of (query, key) work (loop x 4096 / (block_m block_n): the fair figure between different tiles).
@@ -60,13 +60,14 @@ FA3_TILES = {64: {False: (128, 128), True: (128, 128)}, 128: {False: (80, 128), 
 hopper/flash_bwd_launch_template.h)."""
 
 COLUMNS = ("kernel", "ptxas", "head_dim", "causal", "dQ", "order", "block", "threads", "registers", "spill", "loop",
-           "/key", "/64x64", "HGMMA", "RED", "UBLKRED", "BAR", "waits")
+           "/key", "/64x64", "HGMMA", "RED", "UBLKRED", "BAR", "waits", "drains")
 
 
 def _counts(loop) -> dict:
     counts = loop.opcode_counts
     counts = {op: sum(v for k, v in counts.items() if k.startswith(op)) for op in ("HGMMA", "RED", "UBLKRED", "BAR")}
-    return {**counts, "waits": sum(v for k, v in loop.opcode_counts.items() if k.startswith("WARPGROUP.DEPBAR"))}
+    waits = [i for i in loop.instructions if i.mnemonic.startswith("WARPGROUP.DEPBAR")]
+    return {**counts, "waits": len(waits), "drains": sum(i.operands.replace(" ", "").endswith(",0x0") for i in waits)}
 
 
 def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop, order="-") -> dict:

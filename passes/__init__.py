@@ -247,6 +247,13 @@ without a producer warpgroup, then to single-stage, with a warning (`tessera.low
 `tessera.interpret(level="target"|"ptx")`, `tessera.attention` and `tessera.runtime`, `tessera-run --level
 target`, and the README's main job, which spells it out."""
 
+PROGRAM_ORDER_PIPELINE = allocated(SPECIALIZED_PIPELINE.replace("convert-tile-to-sm90",
+                                                                 "convert-tile-to-sm90{mma-order=program}", 1))
+"""`DEFAULT_PIPELINE` with each block's wgmma groups in the builder's order and every group retired at a barrier
+(`convert-tile-to-sm90{mma-order=program}`: the placement before FlashAttention-3's, for comparison: the GPU
+session's backward rows `gpu_plan.backward_order_rows`); no fallback (a kernel whose registers do not fit is
+refused)."""
+
 PTX_PIPELINE = allocated(TARGET_PIPELINE)
 """The single-stage `TARGET_PIPELINE` with registers allocated: a named option (the slower kernel), kept for
 the tests that compare it with `DEFAULT_PIPELINE`."""
