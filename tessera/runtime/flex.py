@@ -51,7 +51,8 @@ _FITS: dict[Hashable, str | None] = {}
 
 def warp_specialized_refusal(module) -> str | None:
     """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
-    stages) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
+    stages; in its form with the wgmma groups in the builder's order where the default order's registers do not
+    fit, `tessera.lowering.fallback`) without falling back; else the refusal in a few words (a register budget's, or any other refusal of
     that configuration, such as its shared memory). Remembered by the key the module was kept under (`_kept`,
     `tessera.lowering.kept.kept_key`), so that a repeated call with modifiers does not print its kernels again
     (the main kernel's text: about 40 ms at head_dim 64); by the module's text where no one kept it."""
@@ -59,7 +60,8 @@ def warp_specialized_refusal(module) -> str | None:
 
     from tessera.ir import make_context
     from tessera.lowering.kept import kept_key
-    from tessera.passes import DEFAULT_PIPELINE, parse_pipeline, without_cyclic_gc
+    from tessera.passes import DEFAULT_PIPELINE, PROGRAM_ORDER_PIPELINE, parse_pipeline, without_cyclic_gc
+    from tessera.regalloc import RegisterBudgetError
 
     kept = kept_key(module)
     key = str(module) if kept is None else ("kept", kept)
@@ -68,7 +70,10 @@ def warp_specialized_refusal(module) -> str | None:
             _FITS.clear()
         try:
             with without_cyclic_gc():
-                parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
+                try:
+                    parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
+                except RegisterBudgetError:  # the rung's form with the wgmma groups in the builder's order
+                    parse_pipeline(PROGRAM_ORDER_PIPELINE).apply(make_context(), module.clone())
             _FITS[key] = None
         except DiagnosticException as error:
             _FITS[key] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
