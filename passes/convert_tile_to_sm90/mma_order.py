@@ -7,10 +7,10 @@ read earlier is waited for there too, and a group committed after the first read
 not run while that wait and the code after it do. `MMA_ORDERS`:
 
   "program"     the mmas stay where the builder wrote them, and a `tile.barrier` waits for every group;
-  "first-read"  (the default) in each block, the top-level mmas are committed in the order of their results'
-                first reads in the block (a result read only by the terminator, a loop-carried accumulator, is
-                read last; ties keep the program order), and each is issued before the first read of an
-                earlier group's result that it may precede:
+  "first-read"  (the default) in each block, the top-level mmas are placed one by one in the order of their
+                results' first reads in the block (a result read only by the terminator, a loop-carried
+                accumulator, is read last; ties keep the program order), each issued before the first read of
+                an earlier group's result that it may precede:
 
     1. Take the mmas in that order. Mma M whose result is read in the block (not a loop-carried
        accumulator only: that one is waited for at the trip's end whatever its place, and moving it up would
@@ -51,7 +51,10 @@ Registers: with S and dP in flight together, P is computed beside S, dP, dK, dV 
 allocator's consumer peak at head_dim 128, 64 x 128: 223 against 214 in program order, causal 224; at head_dim 64,
 128 x 128: 219 against 217, causal 221). ptxas 12.9, 13.0 and 13.5 assemble all four kernels without a spill or a
 serialized wgmma (bench/backward_sass.py --mma-order program first-read). The default pipeline keeps the bulk dQ
-reduction there: `red`, which `tessera.lowering.fallback` tries past `AUTO_BULK_HEADROOM`, peaks higher.
+reduction there: `red`, which `tessera.lowering.fallback` tries past `AUTO_BULK_HEADROOM`, peaks higher. Where the
+first-read order does not fit the consumers' budget (a score_mod's ops run while dP is in flight: the head_dim 64
+soft-cap backward at 128 x 128 needs 284 registers), the default pipeline lowers the kernel again with
+`mma-order=program`, silently (`tessera.lowering.fallback`, `Configuration.program`).
 """
 
 from __future__ import annotations
