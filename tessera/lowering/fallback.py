@@ -39,8 +39,10 @@ none), the configuration is compiled again in that form, silently (it is the sam
   - it compiles with fewer than `AUTO_BULK_HEADROOM` registers to spare under the consumers' budget: ptxas
     allocates the same code in more registers than the allocator counts, and the bulk reduction's register
     then costs a spill or moves (`AUTO_BULK_HEADROOM`); the `red` form is then kept unless its peak is
-    higher (the backward's main kernel at head_dim 128 with `mma-order=first-read` peaks at 223 with bulk and
-    225 with `red`, and ptxas 12.9 to 13.5 take the bulk form without a spill).
+    higher and the newest ptxas found takes the bulk form without a spill (the backward's main kernel at head_dim
+    128 with `mma-order=first-read` peaks at 223 with bulk and 225 with `red`, and ptxas 12.9 to 13.5 take the
+    bulk form without a spill; its soft-cap form in program order peaks at 227 with bulk and 229 with `red`, and
+    ptxas spills the bulk form: `red` then).
 
 A configuration may also name its form with the wgmma groups in the builder's order (`Configuration.program`:
 `convert-tile-to-sm90{mma-order=program}`, the warp-specialized one). Where the default order
@@ -216,7 +218,7 @@ def _fit(first: Configuration, module: ModuleOp, run: Callable[[str, ModuleOp], 
             except RegisterBudgetError:  # keep the bulk form, which fits
                 pass
             else:
-                if _peak(red) <= _peak(trial):  # else red costs registers: keep the bulk form
+                if _peak(red) <= _peak(trial) or _bulk_spills(trial):  # else keep the bulk form, the shorter
                     trial = red
     spilled = _spilled_when_tight(trial)
     if spilled is not None:
@@ -244,6 +246,13 @@ def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
                 f"and {spill}")
         return RegisterBudgetError(located(fn, f"@{fn.sym_name.data}: {need}"), summary=need)
     return None
+
+
+def _bulk_spills(trial: ModuleOp) -> bool:
+    """Whether the newest ptxas found spills `trial` (one kernel, lowered; False without a ptxas)."""
+    from tessera.lowering import spill_check
+
+    return spill_check.ptxas_spill(trial) is not None
 
 
 def _peak(lowered: ModuleOp) -> int:
