@@ -51,7 +51,8 @@ Registers: with S and dP in flight together, P is computed beside S, dP, dK, dV 
 allocator's consumer peak at head_dim 128, 64 x 128: 223 against 214 in program order, causal 224; at head_dim 64,
 128 x 128: 219 against 217, causal 221). ptxas 12.9, 13.0 and 13.5 assemble all four kernels without a spill or a
 serialized wgmma (bench/backward_sass.py --mma-order program first-read). The default pipeline keeps the bulk dQ
-reduction there: `red`, which `tessera.lowering.fallback` tries past `AUTO_BULK_HEADROOM`, peaks higher. Where the
+reduction there: `red`, which `tessera.lowering.fallback` tries past `AUTO_BULK_HEADROOM`, peaks higher, and ptxas
+takes the bulk form without a spill. Where the
 first-read order does not fit the consumers' budget (a score_mod's ops run while dP is in flight: the head_dim 64
 soft-cap backward at 128 x 128 needs 284 registers), the default pipeline lowers the kernel again with
 `mma-order=program`, silently (`tessera.lowering.fallback`, `Configuration.program`).
