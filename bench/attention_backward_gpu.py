@@ -13,28 +13,49 @@ never timed. Tessera's O and LSE come from its own forward (`tessera.attention(.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from harness import (
     CHECK_SCORE_BYTES, Record, System, Unsupported, attention_grid, measure, print_header, print_row, report_problems,
     sdpa_systems_of,
 )
 
 
-def tessera_backward_system(torch) -> System:
+def tessera_backward_system(torch, mma_order: str | None = None) -> System:
+    """`tessera.attention_backward`; with `mma_order` ("program", `gpu_plan.BACKWARD_ORDERS`), its kernels through
+    `passes.PROGRAM_ORDER_PIPELINE` (`convert-tile-to-sm90{mma-order=program}`) instead of the default pipeline,
+    for the rows that time the wgmma issue orders (the runtime's `BACKWARD_PIPELINE` set around each call)."""
     import tessera
+    import tessera.runtime.attention_backward as runtime
     from tessera.runtime.attention import UnsupportedKernel
+
+    if mma_order not in (None, "program"):
+        raise ValueError(f"mma_order must be None or 'program', got {mma_order!r}")
+
+    @contextmanager
+    def pipeline():
+        default = runtime.BACKWARD_PIPELINE
+        if mma_order is not None:
+            runtime.BACKWARD_PIPELINE = "PROGRAM_ORDER_PIPELINE"
+        try:
+            yield
+        finally:
+            runtime.BACKWARD_PIPELINE = default
 
     def build(inputs):
         q, k, v, do, causal = inputs
         try:
             o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True)
-            tessera.attention_backward(q, k, v, o, lse, do, causal=causal)  # compile (or fetch) the kernels
+            with pipeline():
+                tessera.attention_backward(q, k, v, o, lse, do, causal=causal)  # compile (or fetch) the kernels
         except (UnsupportedKernel, ValueError) as why:
             raise Unsupported(str(why).splitlines()[0]) from None
 
         def run():
-            return tessera.attention_backward(q, k, v, o, lse, do, causal=causal)
+            with pipeline():
+                return tessera.attention_backward(q, k, v, o, lse, do, causal=causal)
         return run
-    return System("Tessera", build)
+    return System("Tessera" if mma_order is None else f"Tessera mma-order={mma_order}", build)
 
 
 def sdpa_backward_systems(torch) -> list[System]:

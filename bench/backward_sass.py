@@ -3,7 +3,7 @@ the main loop (the innermost loop holding HGMMA: one query block of a key block'
 FlashAttention-3's Hopper backward side by side, each under every ptxas found.
 
     python bench/backward_sass.py [--head-dim 64 128] [--causal both|yes|no] [--deterministic] [--fa3]
-                                  [--ptxas 13.0 ...]
+                                  [--ptxas 13.0 ...] [--mma-order first-read program]
 
 Ours: the main kernel through
   "single"  the single-stage pipeline (`passes.PTX_PIPELINE`): 256 threads at block 128 x 128 and at 64 x 128
@@ -22,6 +22,11 @@ warpgroups and a producer; about half an hour of one core for the build), its ma
 masks, softcap, varlen or the deterministic mode (`FA3_VARIANT`) assembled here; a row per kernel. Its dQ
 reduction (cp.reduce.async.bulk) is issued by a producer warp, outside the consumers' loop measured.
 
+`--mma-order`: the wgmma issue orders to compile each of ours with (`convert-tile-to-sm90{mma-order=...}`,
+`passes/convert_tile_to_sm90/mma_order.py`; default the pass's, "first-read": FlashAttention-3's placement, two
+drains a trip); "program" is the builder's order (four at head_dim 128); column `order`, `waits` the loop's
+`WARPGROUP.DEPBAR` (wgmma.wait_group) count and `drains` those that wait for every group (`0x0`).
+
 Columns: `loop` SASS instructions in the loop (static: each once), `/key` loop / block_n, `/64x64` loop per
 64 x 64 block of (query, key) work (loop x 4096 / (block_m block_n): the fair figure between different tiles).
 Needs ptxas and nvdisasm (`.[ptx]`).
@@ -39,6 +44,7 @@ from harness import CAUSAL_CHOICES
 import tessera
 from tessera import passes
 from tessera.dialects.sm90_reductions import BulkReduceAddOp
+from tessera.passes.convert_tile_to_sm90.mma_order import MMA_ORDERS
 from tessera.kernels import attention_backward
 from tessera.toolchain import compile_ptx, find_all_ptxas
 from tessera.sass import disassemble, innermost_loop, parse_sass
@@ -53,30 +59,35 @@ FA3_TILES = {64: {False: (128, 128), True: (128, 128)}, 128: {False: (80, 128), 
 """(kBlockM, kBlockN) of FA3's sm90 backward by head dim and causal (run_mha_bwd_hdimN in
 hopper/flash_bwd_launch_template.h)."""
 
-COLUMNS = ("kernel", "ptxas", "head_dim", "causal", "dQ", "block", "threads", "registers", "spill", "loop", "/key",
-           "/64x64", "HGMMA", "RED", "UBLKRED", "BAR")
+COLUMNS = ("kernel", "ptxas", "head_dim", "causal", "dQ", "order", "block", "threads", "registers", "spill", "loop",
+           "/key", "/64x64", "HGMMA", "RED", "UBLKRED", "BAR", "waits", "drains")
 
 
 def _counts(loop) -> dict:
     counts = loop.opcode_counts
-    return {op: sum(v for k, v in counts.items() if k.startswith(op)) for op in ("HGMMA", "RED", "UBLKRED", "BAR")}
+    counts = {op: sum(v for k, v in counts.items() if k.startswith(op)) for op in ("HGMMA", "RED", "UBLKRED", "BAR")}
+    waits = [i for i in loop.instructions if i.mnemonic.startswith("WARPGROUP.DEPBAR")]
+    return {**counts, "waits": len(waits), "drains": sum(i.operands.replace(" ", "").endswith(",0x0") for i in waits)}
 
 
-def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop) -> dict:
-    return {"kernel": kernel, "ptxas": ptxas, "head_dim": head_dim, "causal": causal, "dQ": mode, "block": f"{bm}x{bn}",
+def _row(kernel, ptxas, head_dim, causal, mode, bm, bn, threads, function, loop, order="-") -> dict:
+    return {"kernel": kernel, "ptxas": ptxas, "head_dim": head_dim, "causal": causal, "dQ": mode, "order": order,
+            "block": f"{bm}x{bn}",
             "threads": threads, "registers": function.registers,
             "spill": function.spill_store_bytes + function.spill_load_bytes, "loop": len(loop),
             "/key": f"{len(loop) / bn:.2f}", "/64x64": f"{len(loop) * 4096 / (bm * bn):.0f}", **_counts(loop)}
 
 
 def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None = None,
-            block: tuple[int, int] = (64, 64), deterministic: bool = False):
-    """Our main kernel through pipeline `kind` with dQ by `mode`: a row, or the refusal's text."""
+            block: tuple[int, int] = (64, 64), deterministic: bool = False, order: str = "first-read"):
+    """Our main kernel through pipeline `kind` with dQ by `mode` and the wgmma issue order `order`: a row, or the
+    refusal's text."""
     bm, bn = block
-    pipeline = PIPELINES[kind].replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{atomic-add={mode}}}")
+    pipeline = PIPELINES[kind].replace("convert-tile-to-sm90",
+                                       f"convert-tile-to-sm90{{atomic-add={mode} mma-order={order}}}")
     main = attention_backward(head_dim=head_dim, causal=causal, block_m=bm, block_n=bn,
                               deterministic=deterministic).main
-    name = f"{kind} d{head_dim} {bm}x{bn} causal={causal}{' deterministic' if deterministic else ''} {mode}"
+    name = f"{kind} d{head_dim} {bm}x{bn} causal={causal}{' deterministic' if deterministic else ''} {mode} {order}"
     try:
         lowered = tessera.compile(main, target="target", pipeline=pipeline)
     except Exception as error:  # a register budget refusal: print it as the row
@@ -90,7 +101,7 @@ def measure(head_dim: int, causal: bool, mode: str, kind: str, ptxas: str | None
     result = compile_ptx(tessera.compile(main, target="ptx", pipeline=pipeline), ptxas=ptxas)
     (function,) = result.log.functions.values()
     loop = innermost_loop(disassemble(result.cubin), containing="HGMMA")
-    return _row(kind, result.ptxas.release, head_dim, causal, mode, bm, bn, threads, function, loop)
+    return _row(kind, result.ptxas.release, head_dim, causal, mode, bm, bn, threads, function, loop, order)
 
 
 FA3_PTX_VERSION = "8.0"
@@ -149,6 +160,10 @@ def main() -> None:
     parser.add_argument("--fa3", action="store_true", help="also FA3's backward (tests/ptx_library/build.py)")
     parser.add_argument("--deterministic", action="store_true", help="our kernels with deterministic=True")
     parser.add_argument("--ptxas", nargs="+", help="releases of ptxas to use (default: every one found), e.g. 13.0")
+    parser.add_argument("--mma-order", nargs="+", default=["first-read"], choices=MMA_ORDERS,
+                        help="wgmma issue orders of ours (convert-tile-to-sm90{mma-order=...})")
+    parser.add_argument("--dq", nargs="+", default=["red", "bulk", "auto"], choices=("red", "bulk", "auto"),
+                        help="dQ reductions of ours (convert-tile-to-sm90{atomic-add=...})")
     args = parser.parse_args()
     causals = CAUSAL_CHOICES[args.causal]
     print(" ".join(f"{c:>9}" for c in COLUMNS))
@@ -162,10 +177,12 @@ def main() -> None:
             for block in blocks:
                 for causal in causals:
                     for kind in PIPELINES:
-                        for mode in ("red", "bulk", "auto"):
+                        for mode in args.dq:
                             if args.deterministic and mode == "bulk":
                                 continue  # the semaphores keep auto at red, and bulk is no faster there
-                            rows.append(measure(head_dim, causal, mode, kind, path, block, args.deterministic))
+                            for order in args.mma_order:
+                                rows.append(measure(head_dim, causal, mode, kind, path, block, args.deterministic,
+                                                    order))
             if args.fa3:
                 rows += fa3_rows(head_dim, path)
             for row in rows:

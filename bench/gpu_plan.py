@@ -145,6 +145,19 @@ run with it). The first and the last compute the default's output bit for bit at
 176 keys its own (other key blocks); none has run on a GPU."""
 
 
+BACKWARD_ORDERS = ("program",)
+"""The backward's wgmma issue orders timed beside the default (`convert-tile-to-sm90{mma-order=...}`, docs/performance.md
+"Backward, head_dim 128, 16k"): "program", the builder's order and the placement the 2026-11-30 session measured
+(four drains a trip at head_dim 128), against the default "first-read" (FlashAttention-3's, two); each through
+`passes.PROGRAM_ORDER_PIPELINE`, Tessera's backward alone on `backward_order_rows`."""
+
+
+def backward_order_rows() -> list[dict]:
+    """The head_dim 128 backward rows at 16k, causal and not, once per `BACKWARD_ORDERS` entry (`mma_order`)."""
+    return [{**row, "mma_order": order} for order in BACKWARD_ORDERS for row in attention_rows("backward")
+            if row["head_dim"] == 128 and row["seq"] == 16384]
+
+
 def forward_tile_rows() -> list[dict]:
     """The head_dim 64 forward rows at 512 and 16k (causal at 16k only), once per `FORWARD_TILES` entry (`tile`)."""
     return [{**row, "tile": tile} for tile in FORWARD_TILES for row in attention_rows("forward")
@@ -184,6 +197,8 @@ def benchmark_rows(name: str) -> list[dict]:
     """The rows of benchmark stage `name`."""
     if name == "forward":
         return attention_rows(name) + forward_tile_rows()
+    if name == "backward":
+        return attention_rows(name) + backward_order_rows()
     return gemm_rows() if name == "gemm" else fp8_rows() if name == "fp8" else attention_rows(name)
 
 

@@ -374,6 +374,7 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
     elif name == "backward":
         systems = [attention_backward_gpu.tessera_backward_system(torch)] + \
             attention_backward_gpu.sdpa_backward_systems(torch)
+        orders = {o: attention_backward_gpu.tessera_backward_system(torch, o) for o in gpu_plan.BACKWARD_ORDERS}
     elif name == "fp8":
         systems = attention.tessera_fp8_systems(torch) + [attention.cudnn_fp8_system(torch)]
         writer.set("published", {"FA3 (paper, Figure 7)": [{"config": r, "tflops": gpu_plan.fa3_fp8_tflops(r)}
@@ -393,6 +394,8 @@ def _measure_rows(name: str, rows: list[dict], writer) -> None:
             timed = [schedules[row["schedule"]]] if "schedule" in row else [schedules["128x128"], systems[-1]]
         elif "tile" in row:  # a forward row of gpu_plan.forward_tile_rows: that kernel alone
             timed = [tiles[row["tile"]]]
+        elif "mma_order" in row:  # a backward row of gpu_plan.backward_order_rows: that kernel alone
+            timed = [orders[row["mma_order"]]]
         try:
             inputs, check, flops = _row_inputs(torch, name, row, generator)
             records = attention.measure(torch, timed, inputs, row, flops, check, args)

@@ -280,6 +280,13 @@ without a producer warpgroup, then to single-stage, with a warning (`tessera.low
 target`, and the README's main job (`tessera-opt -p default-pipeline`: each `*_PIPELINE` string here is a
 pipeline `-p` takes by its kebab-case name, `named_pipelines`)."""
 
+PROGRAM_ORDER_PIPELINE = allocated(SPECIALIZED_PIPELINE.replace("convert-tile-to-sm90",
+                                                                 "convert-tile-to-sm90{mma-order=program}", 1))
+"""`DEFAULT_PIPELINE` with each block's wgmma groups in the builder's order and every group retired at a barrier
+(`convert-tile-to-sm90{mma-order=program}`: the placement before FlashAttention-3's, for comparison: the GPU
+session's backward rows `gpu_plan.backward_order_rows`); no fallback (a kernel whose registers do not fit is
+refused)."""
+
 PTX_PIPELINE = allocated(TARGET_PIPELINE)
 """The single-stage `TARGET_PIPELINE` with registers allocated: a named option (the slower kernel), kept for
 the tests that compare it with `DEFAULT_PIPELINE`."""
@@ -293,17 +300,25 @@ default pipeline's last rung (`fallback_ladder`), never taken unless asked for o
 @cache
 def fallback_ladder() -> tuple:
     """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
-    with two stages (and its form with dQ by `red`, where auto's bulk reduction does not fit the registers), two
-    stages without a producer warpgroup, single-stage, then single-stage spilling."""
+    with two stages (and its forms with dQ by `red`, where auto's bulk reduction does not fit the registers, and
+    with the wgmma groups in the builder's order, where the default order does not), two stages without a
+    producer warpgroup, single-stage, then single-stage spilling."""
     from tessera.lowering.fallback import Configuration
 
     return (
         Configuration("warp-specialized with two stages", DEFAULT_PIPELINE,
-                      red=DEFAULT_PIPELINE.replace("convert-tile-to-sm90", "convert-tile-to-sm90{atomic-add=red}", 1)),
+                      red=_with_options(DEFAULT_PIPELINE, "atomic-add=red"),
+                      program=_with_options(DEFAULT_PIPELINE, "mma-order=program"),
+                      program_red=_with_options(DEFAULT_PIPELINE, "atomic-add=red mma-order=program")),
         Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
         Configuration("single-stage", PTX_PIPELINE),
         Configuration("single-stage spilling past 255 registers", SPILL_PIPELINE, spills=True),
     )
+
+
+def _with_options(pipeline: str, options: str) -> str:
+    """`pipeline` with convert-tile-to-sm90 given `options` (it has none in the pipelines here)."""
+    return pipeline.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{{options}}}", 1)
 
 
 @cache

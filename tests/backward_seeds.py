@@ -475,10 +475,12 @@ def apply_ptx(text: str, edit: Edit) -> str:
 # endregion
 # region the catalogue
 C, P = "consumer loop", "producer loop"
-_S_FENCE, _DP_FENCE, _DV_FENCE, _DK_FENCE, _DQ_FENCE = (At(C, "wgmma_fence", n) for n in range(5))
+_S_FENCE, _DP_FENCE, _DV_FENCE, _DQ_FENCE, _DK_FENCE = (At(C, "wgmma_fence", n) for n in range(5))
 _DQ_WAIT = At(C, "wait_group", 2)
-"""In every variant the loop's wgmma groups are S = Q K^T, dP = dO V^T (its accumulator starting at -dPsum), dV += P^T
-dO, dK += dS^T Q, dQ = dS K (one fence and one commit each); wait_group 0 after S, after dP and before dQ is added."""
+"""In every variant the loop's wgmma groups are, in convert-tile-to-sm90's default issue order (`mma-order=first-read`,
+FlashAttention-3's), S = Q K^T and dP = dO V^T (its accumulator set to -dPsum before S is issued), then after the
+barrier publishing P and dS, dV += P^T dO, dQ = dS K and dK += dS^T Q (one fence and one commit each); wait_group 1
+after dP (S read while dP runs), 0 before dS, 1 before dQ is added (dK still in flight) and 0 before the releases."""
 
 ALL = "RRRR"
 """What a seed must give, per (CTA simulator on one trip, on several; PTX executor on one trip, on several):
@@ -486,6 +488,9 @@ R reported (a hazard naming both sides, a deadlock naming what each blocked thre
 the CTA's exit), C clean with bitwise the unseeded kernel's outputs. Every C has its reason."""
 
 _ONE_TRIP = "on one trip nothing is refilled or overwritten"
+_DPSUM_BEFORE_S = ("dP's accumulator is set to -dPsum before S's fence (convert-tile-to-sm90's mma-order=first-read "
+                   "computes a wgmma's register operands before the groups in flight at its issue), and that fence "
+                   "orders the writes for every wgmma after it (memory_model.WGMMA_FENCE, at both levels)")
 _PRODUCER_ORDERS_SLOTS = ("the producer's one thread reduces trip t (its wait_group.read included) before it "
                           "refills Q for trip t + 2, which the consumers wait for before they store into trip t's "
                           "staging slot again: the slot's empty barrier adds no order here")
@@ -520,11 +525,11 @@ _WARP_SPECIALIZED = [
     ("expect_tx too large", "dO in the producer loop", Edit("scale", At(P, "expect_tx", 1), 2), "CRCR", _UNREACHED),
     ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
     ("wgmma.commit_group deleted", "S = Q K^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
-    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 3)), ALL, ""),
     ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
     ("wgmma.wait_group deleted", "after dP = dO V^T", Edit("delete", At(C, "wait_group", 1)), ALL, ""),
-    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
-    ("wgmma.wait_group weakened", "wait_group 0 -> 1 before dQ is added", Edit("pending", _DQ_WAIT, 1), ALL, ""),
+    ("dQ added without its wait", "the wait_group 1 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("wgmma.wait_group weakened", "wait_group 1 -> 2 before dQ is added", Edit("pending", _DQ_WAIT, 2), ALL, ""),
     ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", _S_FENCE), ALL, ""),
     ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
     ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)), ALL, ""),
@@ -551,8 +556,8 @@ _WARP_SPECIALIZED = [
      Edit("count", At("kernel", "init", 2), 64), "RRCR", _LEDGER),
     ("mbarrier count wrong", "Q's first full barrier counts two arrivals", Edit("count", At("kernel", "init", 1), 2),
      ALL, ""),
-    ("wgmma.fence deleted", "before dP - dPsum = dO V^T (its accumulator was just set to -dPsum)",
-     Edit("delete", _DP_FENCE), ALL, ""),
+    ("wgmma.fence deleted", "before dP - dPsum = dO V^T (its accumulator set to -dPsum before S's fence)",
+     Edit("delete", _DP_FENCE), "CCCC", _DPSUM_BEFORE_S),
     ("wgmma.fence deleted", "before dQ = dS K", Edit("delete", _DQ_FENCE), "CCCC", _ZERO_ACC),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
@@ -574,7 +579,7 @@ _WARP_SPECIALIZED = [
 ]
 
 _BULK = [
-    ("dQ added without its wait", "the wait_group 0 before dQ is staged", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("dQ added without its wait", "the wait_group 1 before dQ is staged", Edit("delete", _DQ_WAIT), ALL, ""),
     ("fence.proxy.async deleted", "after the dQ staging stores", Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),
     # the producer adds the staged dQ (convert-tile-to-sm90's reduction slots): consumers wait for a free slot,
     # store, fence and arrive on its full barrier ("release" 0 in their loop); the producer waits for it ("wait" 2 in
@@ -600,9 +605,11 @@ _SINGLE = [
     ("expect_tx too small", "Q/dO", Edit("scale", At(C, "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx too large", "K/V", Edit("scale", At("consumer", "expect_tx", 0), 1.5), ALL, ""),
     ("expect_tx deleted", "Q/dO", Edit("delete", At(C, "expect_tx", 0)), ALL, ""),
-    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ = dS K", Edit("delete", At(C, "commit", 3)), ALL, ""),
+    ("wgmma.commit_group deleted", "dK += dS^T Q, the trip's last (the wait_group 1 before dQ is added then leaves "
+     "dQ's group pending)", Edit("delete", At(C, "commit", 4)), ALL, ""),
     ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
-    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
+    ("dQ added without its wait", "the wait_group 1 before dQ is added", Edit("delete", _DQ_WAIT), ALL, ""),
     ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", _S_FENCE), ALL, ""),
     ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
     ("bar.sync deleted", "after mbarrier.init", Edit("delete", At("kernel", "bar_sync", 0)), ALL, ""),
@@ -622,23 +629,24 @@ _SINGLE = [
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
     # edits the memory model accepts in this kernel
-    ("wgmma.commit_group deleted", "dK += dS^T Q", Edit("delete", At(C, "commit", 3)), "CCCC",
-     "the next commit_group takes dK's wgmmas into dQ's group, and wait_group 0 completes both before anything "
-     "touches their registers or bytes"),
+    ("wgmma.commit_group deleted", "dV += P^T dO", Edit("delete", At(C, "commit", 2)), "CCCC",
+     "the next commit_group takes dV's wgmmas into dQ's group, and the wait_group 1 before dQ is added completes "
+     "both before anything touches their registers or bytes"),
     ("fence.proxy.async deleted", "after the P stores", Edit("delete", At(C, "fence_proxy", 0)), "CCCC",
      "each thread's fence after its dS stores covers its P stores too, before the barrier"),
     ("bar.sync deleted", "after the waits", Edit("delete", At(C, "bar_sync", 0)), "CCCC",
      "every thread waits on both mbarriers itself"),
 ]
 
-_R_S, _R_DP, _R_DV, _R_DK, _R_DQ = (At(C, "wgmma_fence", n) for n in range(5))
-_R_DK_WAIT, _R_DQ_WAIT = At(C, "wait_group", 2), At(C, "wait_group", 3)
+_R_S, _R_DP, _R_DV, _R_DQ, _R_DK = (At(C, "wgmma_fence", n) for n in range(5))
+_R_DQ_WAIT, _R_DK_WAIT = At(C, "wait_group", 2), At(C, "wait_group", 3)
 _R_PUBLISH, _R_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
-"""The keys-on-rows loop (each consumer warpgroup, 64 keys of the 128): S^T = K Q^T and dP^T = V dO^T (a fence,
-commit and wait_group 0 each; dP^T's accumulator starts at -dPsum), the dS^T stores and their fence.proxy.async,
-dV += P^T dO and dK += dS^T Q (A from registers; one wait_group 0 for both), the bar.sync that publishes dS^T to
-the other warpgroup, dQ^T = K^T dS^T (reads both warpgroups' dS^T rows) and its wait_group 0, the transposed
-red.global.add of dQ^T, the Q and dO releases (each empty barrier counts both warpgroups' 256 threads), and the
+"""The keys-on-rows loop (each consumer warpgroup, 64 keys of the 128), in convert-tile-to-sm90's default issue
+order (`mma-order=first-read`, FlashAttention-3's): S^T = K Q^T and dP^T = V dO^T committed together (dP^T's
+accumulator set to -dPsum before S^T's fence), wait_group 1 before P^T, wait_group 0 before dS^T, the dS^T stores
+and their fence.proxy.async, dV += P^T dO (A from registers; left in flight), the bar.sync that publishes dS^T to
+the other warpgroup, dQ^T = K^T dS^T (reads both warpgroups' dS^T rows) then dK += dS^T Q (A from registers), the
+wait_group 1 before the transposed red.global.add of dQ^T (dK in flight), the wait_group 0 and the Q and dO releases (each empty barrier counts both warpgroups' 256 threads), and the
 bar.sync at the end of the trip that pipeline-loops keeps because the body writes dS^T, a plain shared tile.
 LSE2 and dPsum come through shared memory, one-row rings riding on Q's and dO's barriers (convert-tile-to-sm90's
 riding rings): the producer's Q fill expects Q's and LSE2's bytes, the consumers' Q wait covers both, and the
@@ -661,16 +669,16 @@ _KEY_ROWS = [
     ("riding row left out", "the producer loop's Q fill expects Q's bytes, not its LSE2 row's",
      Edit("scale", At(P, "expect_tx", 0), _ROW_BYTES), "CRCR", _UNREACHED),
     ("wgmma.commit_group deleted", "S^T = K Q^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
-    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 3)), ALL, ""),
     ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
     ("wgmma.wait_group deleted", "after dP^T = V dO^T", Edit("delete", At(C, "wait_group", 1)), ALL, ""),
-    ("dQ^T added transposed without its wait", "the wait_group 0 before the transposed red",
+    ("dQ^T added transposed without its wait", "the wait_group 1 before the transposed red",
      Edit("delete", _R_DQ_WAIT), ALL, ""),
-    ("dQ^T added transposed without its wait", "wait_group 0 -> 1 before the transposed red",
-     Edit("pending", _R_DQ_WAIT, 1), ALL, ""),
+    ("dQ^T added transposed without its wait", "wait_group 1 -> 2 before the transposed red",
+     Edit("pending", _R_DQ_WAIT, 2), ALL, ""),
     ("wgmma.fence deleted", "before S^T = K Q^T", Edit("delete", _R_S), ALL, ""),
-    ("wgmma.fence deleted", "before dP^T = V dO^T (its accumulator was just set to -dPsum)",
-     Edit("delete", _R_DP), ALL, ""),
+    ("wgmma.fence deleted", "before dP^T = V dO^T (its accumulator set to -dPsum before S^T's fence)",
+     Edit("delete", _R_DP), "CCCC", _DPSUM_BEFORE_S),
     ("wgmma.fence deleted", "before dV += P^T dO (its A registers, P^T, were just written)",
      Edit("delete", _R_DV), ALL, ""),
     ("wgmma.fence deleted", "before dQ^T = K^T dS^T", Edit("delete", _R_DQ), "CCCC", _ZERO_ACC),
@@ -700,16 +708,13 @@ _KEY_ROWS = [
      ALL, ""),
     ("fence.mbarrier_init deleted", "after the inits", Edit("delete", At("kernel", "fence_mbarrier_init", 0)),
      "CCCC", _INIT_FENCE),
-    ("wgmma.wait_group deleted", "after dV and dK", Edit("delete", _R_DK_WAIT), "CCRR",
-     "levels differ: in Target IR (SSA values, no register allocated yet) nothing rewrites P^T's or dS^T's "
-     "registers, and the wait_group 0 after dQ^T completes dV's and dK's groups before the releases; the printed "
-     "PTX reuses an A-fragment register of dV for an address before that wait, a real race there"),
+    ("wgmma.wait_group deleted", "at the trip's end (dK += dS^T Q, committed after dQ^T, still in flight)",
+     Edit("delete", _R_DK_WAIT), ALL, ""),
+    ("slot released early", "Q, before the wait for dQ^T (dK += dS^T Q, committed after it, still reads Q)",
+     Edit("move", At(C, "release", 0), other=_R_DQ_WAIT), "CRCR", _UNREACHED),
     # edits the memory model accepts in this kernel
     ("wait deleted", "the producer's dO empty wait in its loop", Edit("delete", At(P, "wait", 1)), "CCCC",
      _Q_EMPTY_COVERS),
-    ("slot released early", "Q, before the wait for dQ^T (which reads K and dS^T, not Q)",
-     Edit("move", At(C, "release", 0), other=_R_DQ_WAIT), "CCCC",
-     "every wgmma reading Q (S^T and dK) has completed at the wait_group 0 after dK"),
     ("slot released early", "dO, before dV += P^T dO", Edit("move", At(C, "release", 1), other=_R_DV), "CCCC",
      _Q_EMPTY_COVERS),
     ("bar.sync deleted", "the consumers' bar.sync after the K/V wait", Edit("delete", At("consumer", "bar_sync", 0)),
@@ -729,9 +734,6 @@ transposed, fences them for the async proxy and arrives on the slot's full barri
 releases ("release" 1 and 2) and the end-of-trip bar.sync. The producer's loop fills the next trip's Q and dO, then
 waits on the full barrier of this trip's slot ("wait" 2), issues `cp.reduce.async.bulk`, waits for its read
 (`cp.async.bulk.wait_group.read 0`) and frees the slot ("release" 0)."""
-_STAGED_ORDERS_REFILL = ("the producer refills Q's slot for trip t + 2 only after its wait for trip t's staged dQ^T, "
-                         "which every consumer arrives at after the wait_group 0 that completes every wgmma reading "
-                         "trip t's Q: the staging slot's full barrier orders the refill as Q's empty barrier would")
 _SLOT_AFTER_REFILL = ("the producer's one thread reduces trip t (its wait_group.read included) before it fills Q for "
                       "trip t + 2, which the consumers wait for before they store into trip t's staging slot again: "
                       "the slot's empty barrier adds no order here")
@@ -740,15 +742,15 @@ _KEY_ROWS_BULK = [
     ("wait deleted", "the Q full wait in the consumer loop", Edit("delete", At(C, "wait", 0)), ALL, ""),
     ("wait deleted", "the dO full wait in the consumer loop", Edit("delete", At(C, "wait", 1)), ALL, ""),
     ("wait deleted", "the consumers' K/V wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
-    ("wait deleted", "the producer's Q empty wait in its loop", Edit("delete", At(P, "wait", 0)), "CCCC",
-     _STAGED_ORDERS_REFILL),
+    ("wait deleted", "the producer's Q empty wait in its loop (dK += dS^T Q still reads Q when dQ^T is staged)",
+     Edit("delete", At(P, "wait", 0)), "CRCR", _UNREACHED),
     ("parity flipped", "the Q full wait in the consumer loop", Edit("flip", At(C, "wait", 0)), ALL, ""),
     ("parity flipped", "the producer's first Q empty wait", Edit("flip", At("producer", "wait", 0)), ALL, ""),
     ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
     ("expect_tx deleted", "the producer's first dO", Edit("delete", At("producer", "expect_tx", 1)), ALL, ""),
     ("riding row left out", "the producer's first Q fill expects Q's bytes, not its LSE2 row's",
      Edit("scale", At("producer", "expect_tx", 0), _ROW_BYTES), ALL, ""),
-    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 4)), ALL, ""),
+    ("wgmma.commit_group deleted", "dQ^T = K^T dS^T", Edit("delete", At(C, "commit", 3)), ALL, ""),
     ("wgmma.wait_group deleted", "after S^T = K Q^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
     ("wgmma.fence deleted", "before dV += P^T dO (its A registers, P^T, were just written)",
      Edit("delete", _R_DV), ALL, ""),
@@ -759,9 +761,9 @@ _KEY_ROWS_BULK = [
      Edit("delete", _R_TRIP_END), "CRCR", _ONE_TRIP),
     ("slot release deleted", "Q's", Edit("delete", _B_Q), "RRCR", _LEDGER),
     # the staged dQ^T and the producer's bulk reduction
-    ("dQ^T staged without its wait", "the wait_group 0 before the staging stores", Edit("delete", _R_DQ_WAIT),
+    ("dQ^T staged without its wait", "the wait_group 1 before the staging stores", Edit("delete", _R_DQ_WAIT),
      ALL, ""),
-    ("dQ^T staged without its wait", "wait_group 0 -> 1 before the staging stores", Edit("pending", _R_DQ_WAIT, 1),
+    ("dQ^T staged without its wait", "wait_group 1 -> 2 before the staging stores", Edit("pending", _R_DQ_WAIT, 2),
      ALL, ""),
     ("fence.proxy.async deleted", "after the dQ^T staging stores (the bulk reduction reads through the async proxy)",
      Edit("delete", _B_STAGE_FENCE), ALL, ""),
@@ -788,11 +790,12 @@ _KEY_ROWS_BULK = [
 ]
 
 _D64_PUBLISH, _D64_TRIP_END = At(C, "bar_sync", 0), At(C, "bar_sync", 1)
-"""head_dim 64's loop (each consumer warpgroup, 64 queries of the 128): S = Q K^T, the P stores and their fence,
-dP = dO V^T, the dS stores and their fence, the bar.sync publishing P and dS to the other warpgroup (dV += P^T dO,
-dK += dS^T Q and dQ = dS K read all 128 rows), the three wgmmas and one wait_group 0, red.global.add of dQ, the Q
+"""head_dim 64's loop (each consumer warpgroup, 64 queries of the 128): S = Q K^T and dP = dO V^T committed together
+(wait_group 1 before P, 0 before dS), the P stores and their fence, the dS stores and their fence, the bar.sync
+publishing P and dS to the other warpgroup (dV += P^T dO, dK += dS^T Q and dQ = dS K read all 128 rows), the three
+wgmmas in the order dV, dQ, dK and a wait_group 1 (dK in flight), red.global.add of dQ, the wait_group 0 and the Q
 and dO releases, and the bar.sync at the end of the trip. With dQ bulk-reduced by the producer (the default): a
-wait for a free staging slot ("wait" 2) before that wait_group 0, then the staging stores, their fence
+wait for a free staging slot ("wait" 2) before that wait_group 1, then the staging stores, their fence
 ("fence_proxy" 2) and the arrive on the slot's full barrier ("release" 0) before Q's and dO's releases ("release" 1
 and 2); the producer's loop as the keys-on-rows kernel's (`_B_STAGED_WAIT`, `_B_READ`, `_B_FREED`)."""
 _D64 = [
@@ -802,7 +805,7 @@ _D64 = [
     ("expect_tx too small", "the producer's first Q", Edit("scale", At("producer", "expect_tx", 0), 0.5), ALL, ""),
     ("wgmma.commit_group deleted", "S = Q K^T", Edit("delete", At(C, "commit", 0)), ALL, ""),
     ("wgmma.wait_group deleted", "after S = Q K^T", Edit("delete", At(C, "wait_group", 0)), ALL, ""),
-    ("dQ added without its wait", "the wait_group 0 before dQ is added", Edit("delete", At(C, "wait_group", 2)),
+    ("dQ added without its wait", "the wait_group 1 before dQ is added", Edit("delete", At(C, "wait_group", 2)),
      ALL, ""),
     ("wgmma.fence deleted", "before S = Q K^T", Edit("delete", At(C, "wgmma_fence", 0)), ALL, ""),
     ("fence.proxy.async deleted", "after the dS stores", Edit("delete", At(C, "fence_proxy", 1)), ALL, ""),
@@ -831,7 +834,7 @@ _D64_BULK = [
      Edit("delete", _D64_TRIP_END), "CRCR", _ONE_TRIP),
     ("slot release deleted", "Q's", Edit("delete", _B_Q), "RRCR", _LEDGER),
     # the staged dQ and the producer's bulk reduction
-    ("dQ staged without its wait", "the wait_group 0 before the staging stores", Edit("delete", At(C, "wait_group", 2)),
+    ("dQ staged without its wait", "the wait_group 1 before the staging stores", Edit("delete", At(C, "wait_group", 2)),
      ALL, ""),
     ("fence.proxy.async deleted", "after the dQ staging stores (the bulk reduction reads through the async proxy)",
      Edit("delete", At(C, "fence_proxy", 2)), ALL, ""),

@@ -428,7 +428,7 @@ def test_the_quick_dry_run_compiles_builds_checks_and_writes_its_plan(tmp_path):
     assert executed["paged-decode-d64"]["outputs"]["o"]["ptx_error"] < 1e-2
     assert "python bench/gpu_session.py --prepare" in stages["fidelity"]["prepared"]["not_usable"][0]  # no .whl/
     assert set(json.loads((out / "fidelity" / "manifest.json").read_text())["cases"]) == set(gpu_stages.QUICK_EXECUTOR)
-    assert plan["benchmark_rows"] == {"forward": 45, "fp8": 18, "backward": 36, "gemm": 10, "variants": 8}  # at 2k
+    assert plan["benchmark_rows"] == {"forward": 45, "fp8": 18, "backward": 38, "gemm": 10, "variants": 8}  # at 2k
     parts = json.loads((out / "stages" / "backward_parts.json").read_text())["records"]
     assert len(parts) == 6 and all(r["host_check"] in ("ok", "not in --quick") for r in parts)
     checked = json.loads((out / "stages" / "gemm.json").read_text())["records"]

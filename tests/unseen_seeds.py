@@ -367,7 +367,12 @@ _SCALE_D_FENCE = ("the fence before dQ = dS K (scale-d 0): no instruction writes
                   "PTX executor judges the registers; the CTA simulator without a register allocation takes a "
                   "constant accumulator as no access (an immediate the scale-d 0 wgmma does not read) and finds no "
                   "read of dQ's chain after the previous fence")
-_MERGED_COMMIT = "the next commit takes the group, and the wait_group 0 after dQ completes it"
+_MERGED_COMMIT = ("dV's commit: the next commit (dQ's) takes its wgmmas, and the wait_group 1 before dQ is added "
+                  "completes that group (dK's, committed after dQ in convert-tile-to-sm90's default order, stays "
+                  "pending; deleting dQ's own commit leaves dQ in dK's group, pending there: reported)")
+_DPSUM_BEFORE_S = ("the fence before dP: dP's accumulator is set to -dPsum before S's fence (mma-order=first-read "
+                   "computes a wgmma's register operands before the groups in flight at its issue), which orders "
+                   "those writes for dP too (memory_model.WGMMA_FENCE)")
 _P_FENCE = ("the fence after the P stores: the fence after the dS stores and the bar.sync after it lie on the path "
             "from the P stores to the wgmma reading them too")
 _SEMAPHORE_BARRIER = ("the bar.syncs around the dQ additions order them with the semaphore (thread 0's ld.acquire "
@@ -375,8 +380,6 @@ _SEMAPHORE_BARRIER = ("the bar.syncs around the dQ additions order them with the
                       "race (memory_model.ATOMICS_ARE_INDIVISIBLE), so no rule of the memory model is broken; the "
                       "order of the f32 sums is what the semaphore fixes, and the bar.sync at the end of the trip "
                       "still orders every wgmma completion before the next trip's stores")
-_END_OF_TRIP_COVERED = ("the bar.sync after the dQ additions, after every thread's wgmma.wait_group 0, already orders "
-                        "the wgmma reads of P and dS before the next trip's stores")
 _LAST_V = "the last V slot release: no fill follows it on any shape, nothing waits on it again"
 _PV_FENCE = ("the wgmma.fence before S = Q K^T of the same iteration already orders every earlier access of P "
              "and O (nothing touches their registers in between; memory_model.WGMMA_FENCE)")
@@ -506,13 +509,14 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         (r"mbarrier count wrong: init #[48] counts", "CRCC", _SLOT_ONCE),
         (r"mbarrier count wrong: init #[37] counts", "CRCR", _ONE_BLOCK),
         (r"fence_mbarrier_init deleted", "CCCC", _INIT_FENCE),
-        (r"wgmma_fence deleted: wgmma_fence #[23]$", "CCCC", _CHAINED_FENCE),
-        (r"wgmma_fence deleted: wgmma_fence #4$", "CCCC", _SCALE_D_FENCE),
-        (r"commit deleted: commit #[23]$", "CCCC", _MERGED_COMMIT),
+        (r"wgmma_fence deleted: wgmma_fence #1$", "CCCC", _DPSUM_BEFORE_S),
+        (r"wgmma_fence deleted: wgmma_fence #[24]$", "CCCC", _CHAINED_FENCE),
+        (r"wgmma_fence deleted: wgmma_fence #3$", "CCCC", _SCALE_D_FENCE),
+        (r"commit deleted: commit #2$", "CCCC", _MERGED_COMMIT),
         (r"fence_proxy deleted: fence_proxy #0$", "CCCC", _P_FENCE),
         (r"bar_sync deleted: bar_sync #1$", "CCCC", _OWN_WAIT),
         (r"bar_sync deleted: bar_sync #[34]$", "CCCC", _SEMAPHORE_BARRIER),
-        (r"bar_sync deleted: bar_sync #5$", "CCCC", _END_OF_TRIP_COVERED),
+        (r"bar_sync deleted: bar_sync #5$", "CRCR", _ONE_BLOCK),
     ],
 }
 """kernel -> [(pattern on "kind: name", expected per cell, reason)], the first match deciding."""

@@ -26,7 +26,8 @@ How each piece maps:
   covers, with the parity of the execution it waits for (the loop trip, mod 2). `tile.barrier` is bar.sync 0.
 - `tile.mma` is a wgmma chain over K in steps of 16 (shared A and B through descriptors: K-major for A and
   for B^T, MN-major, imm-trans 1, for B and for A^T with `transpose_a`, each warpgroup its own 64-column box;
-  bf16/f16 A from registers, packed, for P x V), then commit and wait 0.
+  bf16/f16 A from registers, packed, for P x V), then commit; the group is waited for where its result is first
+  read (`wait_group N`), in the issue order of `mma_order` (the option `mma-order`).
 - Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
   shfl.sync.bfly; a row sum that only feeds the online softmax's running sum (l' = alpha l + rowsum P,
   carried by the loop) stays each thread's partial sum and is added across the lanes once, after the loop
@@ -89,18 +90,30 @@ class ConvertTileToSm90Pass(ModulePass):
     backward's main loop is as short and takes fewer registers, bench/backward_sass.py) or "stmatrix" (one
     stmatrix.x4 per 16-column slab); `convert-tile-to-sm90{store-shared=stmatrix}`."""
 
+    mma_order: str = "first-read"
+    """The issue order of each block's `tile.mma` groups (`mma_order.MMA_ORDERS`): "first-read" (the default),
+    in the order their results are first read, each before the first wait for an earlier group it may precede,
+    with barriers waiting only for groups that read tiles other than ring stages (the backward's S and dP
+    together, dV across the barrier, dQ before dK: FlashAttention-3's placement), or "program", the builder's
+    order with every group retired at a barrier (the placement before it, for comparison);
+    `convert-tile-to-sm90{mma-order=program}`. See `mma_order`."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES, STORE_SHARED_MODES
+        from tessera.passes.convert_tile_to_sm90.mma_order import MMA_ORDERS, order_mmas
 
         for option, value, modes in (("atomic-add", self.atomic_add, ATOMIC_ADD_MODES),
-                                     ("store-shared", self.store_shared, STORE_SHARED_MODES)):
+                                     ("store-shared", self.store_shared, STORE_SHARED_MODES),
+                                     ("mma-order", self.mma_order, MMA_ORDERS)):
             if value not in modes:
                 raise LoweringError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
         for kernel in kernels(op):
+            if self.mma_order == "first-read":
+                order_mmas(kernel)
             try:
-                lowered = KernelLowering(kernel, self.atomic_add, self.store_shared).run()
+                lowered = KernelLowering(kernel, self.atomic_add, self.store_shared, self.mma_order).run()
             except StagingDoesNotFit:  # auto's bulk staging does not fit: red, which stages nothing
-                lowered = KernelLowering(kernel, "red", self.store_shared).run()
+                lowered = KernelLowering(kernel, "red", self.store_shared, self.mma_order).run()
             kernel.parent_block().insert_op_before(lowered, kernel)
             kernel.detach()
             kernel.erase()

@@ -86,6 +86,7 @@ class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, Mma
     fn: func.FuncOp
     atomic_add_mode: str = "auto"  # how tile.atomic_add is lowered (backward.ATOMIC_ADD_MODES)
     store_shared_mode: str = "st_shared"  # how tile.store_shared is lowered (backward.STORE_SHARED_MODES)
+    mma_order: str = "first-read"  # the issue order of tile.mma groups (mma_order.MMA_ORDERS; the barriers' waits)
     sig: KernelSignature = field(init=False)
     values: dict = field(default_factory=dict)
     groups: dict = field(default_factory=dict)  # commit op -> Group

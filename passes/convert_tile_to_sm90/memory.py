@@ -378,9 +378,16 @@ class MemoryLowering:
         return e.op(arith.AndIOp(info.trip, e.index(1)))
 
     def _lower_BarrierOp(self, op: tile.BarrierOp, e: Emitter) -> None:
-        # Reads before the barrier are done after it (another thread may refill the tiles next): the
-        # tensor core's reads of shared operands included.
-        self._retire_all(e)
+        """Reads before the barrier are done after it (another thread may write the tiles next): the tensor
+        core's reads of shared operands included. With `mma-order=first-read` only those of tiles other than
+        ring stages: a group reading registers and stages only stays in flight (a stage is refilled once every
+        thread has released it, and `_lower_ReleaseOp` retires its readers first; `mma_order.py`)."""
+        if self.mma_order == "first-read":
+            plain = [p for p in self.pending if any(t.stage is None for t in p.reads)]
+            if plain:
+                self._retire(plain[-1].tile_value, e)
+        else:
+            self._retire_all(e)
         e.op(sm90.BarSyncOp(0, self.threads))
 
     def _window_access(self, op, window: Window, ty: TileType, e: Emitter,

@@ -38,7 +38,18 @@ none), the configuration is compiled again in that form, silently (it is the sam
   - the bulk form is refused for registers (the consumers' budget), or
   - it compiles with fewer than `AUTO_BULK_HEADROOM` registers to spare under the consumers' budget: ptxas
     allocates the same code in more registers than the allocator counts, and the bulk reduction's register
-    then costs a spill or moves (`AUTO_BULK_HEADROOM`).
+    then costs a spill or moves (`AUTO_BULK_HEADROOM`); the `red` form is then kept unless its peak is
+    higher and the newest ptxas found takes the bulk form without a spill (the backward's main kernel at head_dim
+    128 with `mma-order=first-read` peaks at 223 with bulk and 225 with `red`, and ptxas 12.9 to 13.5 take the
+    bulk form without a spill; its soft-cap form in program order peaks at 227 with bulk and 229 with `red`, and
+    ptxas spills the bulk form: `red` then).
+
+A configuration may also name its form with the wgmma groups in the builder's order (`Configuration.program`:
+`convert-tile-to-sm90{mma-order=program}`, the warp-specialized one). Where the default order
+(`mma-order=first-read`: a group issued before the wait for an earlier one it may precede, so that both groups'
+accumulators are live at once) is refused for registers, that form is compiled, silently (the same
+configuration), before the next configuration: a backward with a score_mod at head_dim 64 (128 x 128) needs 284
+registers a thread with its dP group in flight across the score_mod's ops, and fits 240 in the builder's order.
 
 A warp-specialized kernel that fits its consumers' budget with fewer than `CONSUMER_HEADROOM` registers to
 spare at the allocator's peak is tight: the count is no closer than that to what ptxas needs, on either side. Of
@@ -123,6 +134,12 @@ class Configuration:
     red: str | None = None
     """The pipeline spec of the same configuration with dQ by `red.global.add` (`atomic-add=red`), compiled
     where auto's bulk reduction does not fit the registers (module docstring); None: no such form."""
+    program: str | None = None
+    """The pipeline spec of the same configuration with the wgmma groups in the builder's order
+    (`convert-tile-to-sm90{mma-order=program}`), compiled where the default order does not fit the registers
+    (module docstring); None: no such form."""
+    program_red: str | None = None
+    """`program`'s form with dQ by `red`."""
 
 
 _SPILLING = ContextVar("tessera_fallback_spilling", default=True)
@@ -164,23 +181,35 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
         _take_parts(module, parts)
         return
     first, *rest = ladder
-    trial = module.clone()
     try:
-        run(first.pipeline, trial)
+        trial = _fit(first, module, run)
     except (PipelineLoopsError, SharedMemoryError) as error:  # loops of another shape than pipelining takes, or
         # two stages past a thread block's shared memory: the rungs without pipelining
         _lower_down(module, first, error, [c for c in rest if PIPELINE_LOOPS not in c.pipeline], run)
         return
     except RegisterBudgetError as error:
-        if not _takes_red(first, trial, refused=True):
+        if first.program is None:
             _lower_down(module, first, error, rest, run)
             return
-        trial = module.clone()
-        try:
-            run(first.red, trial)
-        except RegisterBudgetError as red_error:
-            _lower_down(module, first, red_error, rest, run)
+        try:  # the same configuration with the wgmma groups in the builder's order (module docstring)
+            trial = _fit(Configuration(first.name, first.program, red=first.program_red), module, run)
+        except RegisterBudgetError:
+            _lower_down(module, first, error, rest, run)
             return
+    take_body(module, trial)
+
+
+def _fit(first: Configuration, module: ModuleOp, run: Callable[[str, ModuleOp], None]) -> ModuleOp:
+    """`module` (one kernel) lowered in a copy by `first` or its form with dQ by `red` (module docstring); its
+    refusal raised."""
+    trial = module.clone()
+    try:
+        run(first.pipeline, trial)
+    except RegisterBudgetError:
+        if not _takes_red(first, trial, refused=True):
+            raise
+        trial = module.clone()
+        run(first.red, trial)
     else:
         if _takes_red(first, trial, refused=False):
             red = module.clone()
@@ -189,12 +218,12 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
             except RegisterBudgetError:  # keep the bulk form, which fits
                 pass
             else:
-                trial = red
+                if _peak(red) <= _peak(trial) or _bulk_spills(trial):  # else keep the bulk form, the shorter
+                    trial = red
     spilled = _spilled_when_tight(trial)
     if spilled is not None:
-        _lower_down(module, first, spilled, rest, run)
-        return
-    take_body(module, trial)
+        raise spilled
+    return trial
 
 
 def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
@@ -217,6 +246,19 @@ def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
                 f"and {spill}")
         return RegisterBudgetError(located(fn, f"@{fn.sym_name.data}: {need}"), summary=need)
     return None
+
+
+def _bulk_spills(trial: ModuleOp) -> bool:
+    """Whether the newest ptxas found spills `trial` (one kernel, lowered; False without a ptxas)."""
+    from tessera.lowering import spill_check
+
+    return spill_check.ptxas_spill(trial) is not None
+
+
+def _peak(lowered: ModuleOp) -> int:
+    """The allocator's peak of the kernel of `lowered` (one kernel, register-allocated)."""
+    return max((fn.attributes[REGISTERS_ATTR].data["peak"].value.data for fn in walk_ops(lowered)
+                if is_target_kernel(fn) and REGISTERS_ATTR in fn.attributes), default=0)
 
 
 def _consumer_budget(fn) -> int | None:
