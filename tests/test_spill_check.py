@@ -47,7 +47,9 @@ def answering(monkeypatch, answer):
 def test_a_tight_kernel_that_ptxas_spills_takes_the_next_configuration(monkeypatch):
     asked = answering(monkeypatch, PtxasSpill("gemm_swiglu_residual", PTXAS, 4, 4))
     _, description, fallbacks = compiled("gemm_swiglu_residual")
-    assert len(asked) == 1 and any("setmaxnreg" in str(op.name) for op in asked[0].walk())
+    # the warp-specialized configuration, then its form with the wgmma groups in the builder's order
+    # (`Configuration.program`, tried where the default order is refused for registers): each asked once
+    assert len(asked) == 2 and all(any("setmaxnreg" in str(op.name) for op in m.walk()) for m in asked)
     assert description.block == (256, 1, 1)  # no producer warpgroup
     refusal = ("warp-specialized with two stages: the consumer warpgroups' 235 registers per thread leave 5 of "
                "their 240, and ptxas 13.5.37 spills it, 4 bytes of spill stores and 4 of spill loads per thread")
