@@ -292,9 +292,12 @@ PTX_PIPELINE = allocated(TARGET_PIPELINE)
 the tests that compare it with `DEFAULT_PIPELINE`."""
 
 
-SPILL_PIPELINE = TARGET_PIPELINE + ",allocate-registers{spill=true}"
-"""`PTX_PIPELINE` letting ptxas spill the registers past 255 a thread (`allocate-registers{spill=true}`): the
-default pipeline's last rung (`fallback_ladder`), never taken unless asked for otherwise."""
+SPILL_PIPELINE = TARGET_PIPELINE.replace("convert-tile-to-sm90", "convert-tile-to-sm90{mma-order=program}", 1) \
+    + ",allocate-registers{spill=true}"
+"""`PTX_PIPELINE` letting ptxas spill the registers past 255 a thread (`allocate-registers{spill=true}`), with the
+wgmma groups in the builder's order (`mma-order=program`: no group issued ahead of a wait, so fewer accumulators
+live at once and the least to spill): the default pipeline's last rung (`fallback_ladder`), never taken unless
+asked for otherwise."""
 
 
 @cache
@@ -302,7 +305,8 @@ def fallback_ladder() -> tuple:
     """The default pipeline's configurations, largest first (`tessera.lowering.fallback`): warp-specialized
     with two stages (and its forms with dQ by `red`, where auto's bulk reduction does not fit the registers, and
     with the wgmma groups in the builder's order, where the default order does not), two stages without a
-    producer warpgroup, single-stage, then single-stage spilling."""
+    producer warpgroup, single-stage (each also in the builder's order where the default order does not fit),
+    then single-stage spilling."""
     from tessera.lowering.fallback import Configuration
 
     return (
@@ -310,8 +314,9 @@ def fallback_ladder() -> tuple:
                       red=_with_options(DEFAULT_PIPELINE, "atomic-add=red"),
                       program=_with_options(DEFAULT_PIPELINE, "mma-order=program"),
                       program_red=_with_options(DEFAULT_PIPELINE, "atomic-add=red mma-order=program")),
-        Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE)),
-        Configuration("single-stage", PTX_PIPELINE),
+        Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE),
+                      program=_with_options(allocated(PIPELINED_PIPELINE), "mma-order=program")),
+        Configuration("single-stage", PTX_PIPELINE, program=_with_options(PTX_PIPELINE, "mma-order=program")),
         Configuration("single-stage spilling past 255 registers", SPILL_PIPELINE, spills=True),
     )
 

@@ -45,11 +45,13 @@ none), the configuration is compiled again in that form, silently (it is the sam
     ptxas spills the bulk form: `red` then).
 
 A configuration may also name its form with the wgmma groups in the builder's order (`Configuration.program`:
-`convert-tile-to-sm90{mma-order=program}`, the warp-specialized one). Where the default order
-(`mma-order=first-read`: a group issued before the wait for an earlier one it may precede, so that both groups'
-accumulators are live at once) is refused for registers, that form is compiled, silently (the same
+`convert-tile-to-sm90{mma-order=program}`; every configuration but the spilling one has it). Where the default
+order (`mma-order=first-read`: a group issued before the wait for an earlier one it may precede, so that both
+groups' accumulators are live at once) is refused for registers, that form is compiled, silently (the same
 configuration), before the next configuration: a backward with a score_mod at head_dim 64 (128 x 128) needs 284
-registers a thread with its dP group in flight across the score_mod's ops, and fits 240 in the builder's order.
+registers a thread with its dP group in flight across the score_mod's ops, and fits 240 in the builder's order;
+the single-stage backward with three captured-gradient scatters at head_dim 64 needs 264 of 255 in the default
+order and fits in the builder's.
 
 A warp-specialized kernel that fits its consumers' budget with fewer than `CONSUMER_HEADROOM` registers to
 spare at the allocator's peak is tight: the count is no closer than that to what ptxas needs, on either side. Of
@@ -303,7 +305,13 @@ def _lower_down(module: ModuleOp, first: Configuration,
         with warnings.catch_warnings(record=True) as caught:  # a refused configuration's warnings are moot
             warnings.simplefilter("always")
             try:
-                run(configuration.pipeline, trial)
+                try:
+                    run(configuration.pipeline, trial)
+                except RegisterBudgetError:
+                    if configuration.program is None:
+                        raise
+                    trial = module.clone()  # the same configuration in the builder's wgmma order (module docstring)
+                    run(configuration.program, trial)
             except DiagnosticException as error:
                 failures.append((configuration, error))
                 continue
