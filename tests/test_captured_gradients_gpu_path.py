@@ -201,7 +201,7 @@ def test_autograd_fills_the_grads_of_cuda_tensors_through_the_driver(fake_gpu, m
 @pytest.mark.parametrize("head_dim", (64, 128))
 def test_relative_table_and_alibi_causal_gqa(fake_gpu, head_dim):
     """rel[q - kv + S - 1] and slopes[h] under a causal mask_mod, GQA 4:2, seq 40 x 40 (two key blocks): the GPU
-    path's gradients are level "ptx"'s bit for bit (at head_dim 128 the main kernel takes the spilling rung)."""
+    path's gradients are level "ptx"'s bit for bit (at head_dim 128 the main kernel takes the head split)."""
     on_gpu, at_ptx, checked = _gpu_and_ptx(rel_alibi(40, 40, heads=4), (1, 4, 2, 40, 40), head_dim, seed=5)
     _assert_bitwise_and_accurate(on_gpu, at_ptx, checked)
 
@@ -271,7 +271,7 @@ def test_the_gpu_paths_main_kernel_at_head_dim_64_assembles_without_spilling():
     """The main kernel the GPU path takes at head_dim 64 for a relative table and ALiBi slopes under a causal
     mask_mod (64 x 64, warp-specialized: the 128 x 128 candidate is refused) has one red.global.add.f32 per
     register of each scatter, and every ptxas found assembles it without a warning or a spill (at head_dim 128 the
-    single-stage rung spills, with the fallback's warning: docs/variant-gradients.md)."""
+    head split: tests/test_captured_gradients_head_split.py)."""
     from tessera.runtime import flex
 
     tables, make = rel_alibi(40, 40, heads=4)
