@@ -7,7 +7,8 @@ the kernel that fits warp-specialized where one thread block per key block spill
 The default suite (about 3 s of CPU) checks the Tile level against float64 autograd and bit for bit against the
 unsplit kernel, and that the builder's default at head_dim 128 is the split and lowers warp-specialized; `-m slow`
 the levels "target" and "ptx" through `tessera.attention_backward` (the runtime's choice: the split, no spill), the
-GPU path through the fake driver (bit for bit level "ptx"'s), and every ptxas found (no warning, no spill).
+GPU path through the fake driver (bit for bit level "ptx"'s), every ptxas found (no warning, no spill), and at
+head_dim 64 the rebuild with the split of a kernel that would spill (`flex.HEAD_SPLIT_FALLBACK`).
 Skipped without torch."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tessera import toolchain  # noqa: E402
 from tessera.kernels import attention_backward  # noqa: E402
 from tessera.runtime import flex  # noqa: E402
 from captured_grads_checks import assert_captured_grads  # noqa: E402
-from test_attention_mods_grad import _inputs, _rel_slopes_causal  # noqa: E402
+from test_attention_mods_grad import _inputs, _rel_slopes_causal, _tanh  # noqa: E402
 from test_captured_gradients_gpu_path import (  # noqa: E402,F401 - the fixtures the GPU path's test uses
     _assert_bitwise_and_accurate,
     _gpu_and_ptx,
@@ -152,5 +153,33 @@ def test_the_head_split_main_kernel_assembles_without_spilling_under_every_ptxas
     for tool in tools:
         result = toolchain.compile_ptx(ptx, ptxas=tool.path)
         assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
+
+
+@pytest.mark.slow
+def test_at_head_dim_64_a_kernel_that_would_spill_is_rebuilt_with_the_head_split():
+    """A soft-capped, per-head-scaled score times a full bias, plus a relative table and ALiBi slopes under a causal
+    mask_mod, at head_dim 64, needs 379 registers a thread single-stage: the backward is rebuilt with the head split
+    (`flex.HEAD_SPLIT_FALLBACK`, as without captured gradients; it was excluded while the split was refused), which
+    still spills (333 of 255), with the warnings naming both; its four gradients within the float64 tolerance."""
+    seq = 40
+
+    def make(t):
+        rel, slopes, bias, scale = t["rel"], t["slopes"], t["bias"], t["scale"]
+        return (lambda s, b, h, q, kv: 5 * _tanh(s * scale[h] / 5) * (1 + 0.1 * bias[b, h, q, kv])
+                + rel[q - kv + seq - 1] - slopes[h] * abs(q - kv), lambda b, h, q, kv: q >= kv)
+    rng = np.random.default_rng(0)
+    arrays = {"rel": rng.standard_normal(2 * seq - 1), "slopes": np.array([0.5, 0.25]),
+              "bias": rng.standard_normal((1, 2, seq, seq)), "scale": 1 + 0.25 * rng.standard_normal(2)}
+    arrays = {n: np.asarray(t, np.float32) for n, t in arrays.items()}
+    score_mod, mask_mod = make(arrays)
+    q, k, v, do, _ = _inputs(1, 2, 2, seq, seq, head_dim=64, seed=1)
+    with warnings.catch_warnings(record=True) as caught, np.errstate(invalid="ignore"):
+        warnings.simplefilter("always")
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level="tile")
+        *_, captured = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                                  level="ptx", captured_grads=True)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "rebuilt with head_split=2" in messages and "attention_backward_d64_bf16_head_split2" in messages
+    assert_captured_grads(captured, q, k, v, do, o, make, arrays)
 
 # endregion
