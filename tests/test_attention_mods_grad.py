@@ -258,8 +258,8 @@ def _rel_slopes_causal(seq_q, seq_k):
 @pytest.mark.parametrize("head_dim", (64, 128))
 def test_below_tile_level_the_scatter_is_red_global_add(level, head_dim):
     """The lowered main kernel (`tile.scatter_add` as one red.global.add.f32 a register) in the CTA simulator and
-    the PTX executor: GQA, a causal mask_mod, two tensors, one read twice (at head_dim 128 the single-stage rung
-    spills, with its warning)."""
+    the PTX executor: GQA, a causal mask_mod, two tensors, one read twice (at head_dim 128 the head split, with the
+    warning naming it: tests/test_captured_gradients_head_split.py)."""
     tables, make = _rel_slopes_causal(17, 30)
     _numpy_case(make, tables(np.random.default_rng(9)), (1, 2, 1, 17, 30), head_dim=head_dim, seed=9, level=level)
 

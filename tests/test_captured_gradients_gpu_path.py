@@ -201,7 +201,7 @@ def test_autograd_fills_the_grads_of_cuda_tensors_through_the_driver(fake_gpu, m
 @pytest.mark.parametrize("head_dim", (64, 128))
 def test_relative_table_and_alibi_causal_gqa(fake_gpu, head_dim):
     """rel[q - kv + S - 1] and slopes[h] under a causal mask_mod, GQA 4:2, seq 40 x 40 (two key blocks): the GPU
-    path's gradients are level "ptx"'s bit for bit (at head_dim 128 the main kernel takes the spilling rung)."""
+    path's gradients are level "ptx"'s bit for bit (at head_dim 128 the main kernel takes the head split)."""
     on_gpu, at_ptx, checked = _gpu_and_ptx(rel_alibi(40, 40, heads=4), (1, 4, 2, 40, 40), head_dim, seed=5)
     _assert_bitwise_and_accurate(on_gpu, at_ptx, checked)
 
@@ -271,7 +271,7 @@ def test_the_gpu_paths_main_kernel_at_head_dim_64_assembles_without_spilling():
     """The main kernel the GPU path takes at head_dim 64 for a relative table and ALiBi slopes under a causal
     mask_mod (64 x 64, warp-specialized: the 128 x 128 candidate is refused) has one red.global.add.f32 per
     register of each scatter, and every ptxas found assembles it without a warning or a spill (at head_dim 128 the
-    single-stage rung spills, with the fallback's warning: docs/variant-gradients.md)."""
+    head split: tests/test_captured_gradients_head_split.py)."""
     from tessera.runtime import flex
 
     tables, make = rel_alibi(40, 40, heads=4)
@@ -297,15 +297,17 @@ def test_the_gpu_paths_main_kernel_at_head_dim_64_assembles_without_spilling():
 # region on a GPU (bench/gpu_plan.py GPU_TESTS runs these; tests/conftest.py skips them without one)
 
 @pytest.mark.gpu
-def test_autograd_fills_learned_tables_on_the_gpu():
+@pytest.mark.parametrize("head_dim", (64, 128))
+def test_autograd_fills_learned_tables_on_the_gpu(head_dim):
     """On the GPU: a relative-position table and bf16 ALiBi slopes (nn.Parameters on cuda) under a causal
-    mask_mod, GQA 4:2, seq 300 x 300 (three key blocks), head_dim 64: .grad within the float64 tolerance (the
-    slopes' within bf16's rounding of it)."""
+    mask_mod, GQA 4:2, seq 300 x 300 (three key blocks at head_dim 64; at 128 the head split, where only the first
+    of a key block's two thread blocks scatters): .grad within the float64 tolerance (the slopes' within bf16's
+    rounding of it)."""
     from tessera.runtime import autograd
 
     seq = 300
     tables, make = rel_alibi(seq, seq, heads=4)
-    q, k, v, do, rng = _inputs(1, 4, 2, seq, seq, 64, seed=13)
+    q, k, v, do, rng = _inputs(1, 4, 2, seq, seq, head_dim, seed=13)
     arrays = {name: np.asarray(t, np.float32) for name, t in tables(rng).items()}
     leaves = {"rel": torch.nn.Parameter(torch.from_numpy(arrays["rel"]).cuda()),
               "slopes": torch.nn.Parameter(torch.from_numpy(arrays["slopes"]).to(torch.bfloat16).cuda())}

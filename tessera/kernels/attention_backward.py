@@ -138,9 +138,11 @@ def attention_backward(
     `captured_grads`: kernel input names (`CapturedArray.name`, e.g. "score_mod_rel") of float arrays the
     score_mod reads whose gradient the main kernel adds into outputs `d_<name>` after dV (f32, the array's
     shape), each score's dS_mod times d score_mod / d (the value read) scattered where it was read
-    (`tile.scatter_add`, atomic: not with `deterministic` nor `head_split` > 1, refused by name; the default
-    head split is then 1; `tile.scatter_add` lowers to one red.global.add.f32 per register). What gets no gradient is refused by name
-    (`tessera.variants.derivative.captured_derivatives`).
+    (`tile.scatter_add`, atomic: not with `deterministic`, refused by name; `tile.scatter_add` lowers to one
+    red.global.add.f32 per register). With `head_split` > 1 every thread block of a key block computes the whole
+    dS_mod, and only the first (head_dim columns from 0) adds it: the others' scatter indices lie outside the
+    arrays (`attention_backward_frame.split_scatter_index`), so each score's gradient is added once. What gets
+    no gradient is refused by name (`tessera.variants.derivative.captured_derivatives`).
     """
     if (score_mod is not None or mask_mod is not None) and block_m is None and block_n is None \
             and head_dim in MODS_BLOCKS and not isinstance(head_dim, bool):
@@ -149,11 +151,8 @@ def attention_backward(
     modified = score_mod is not None or mask_mod is not None
     if head_split is None:
         head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic \
-            and not cfg.key_rows and not captured_grads else 1
+            and not cfg.key_rows else 1
     check_choice("head_split", head_split, (1, 2))
-    if head_split > 1 and captured_grads:
-        raise ValueError(f"head_split={head_split} is not supported with captured_grads: each of a key block's "
-                         "head_split thread blocks computes every score, and each would add its gradient")
     if head_split > 1 and deterministic:
         raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
                          "count one addition per key block, and each of its head_split thread blocks adds one")

@@ -7,6 +7,7 @@ derivative, and the end (dK scaled, dK and dV stored). The two layouts are `atte
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.dialects import arith
@@ -150,13 +151,19 @@ def captured_gradient_scores(b, mods: AttentionMods | None, p: SSAValue, dp: SSA
     return b.binary(tile.MulOp, p, dp, "ds_mod")
 
 
-def add_captured_gradients(ctx, mods: AttentionMods | None, ds_mod: SSAValue | None, v: dict) -> None:
+def add_captured_gradients(ctx, mods: AttentionMods | None, ds_mod: SSAValue | None, v: dict,
+                           d0: SSAValue | None = None) -> None:
     """For each gather of an array in `mods.grads` (`captured_derivatives`), d_<array>[indices] += dS_mod
     d score_mod / d (the value read), per element of the score tile (`tile.scatter_add`, atomic). `ds_mod`
     (`captured_gradient_scores`) is in `ctx`'s layout (S or S^T); a hidden or padded score has P = 0 and adds 0
     (the finite guard keeps an infinite derivative there from making it NaN), and an index outside the array adds
     nothing. Emitted after dS's store, so that P and dP are dead and one tile, dS_mod, is live beside the
-    accumulators."""
+    accumulators.
+
+    `d0` (a head-split kernel's first head_dim column, `MainFrame.d0`): every thread block of a key block holds
+    the whole dS_mod (S and dP take the whole head_dim), so only the one with d0 = 0 adds; the others' scatters
+    are pushed outside the array (`split_scatter_index`), which `tile.scatter_add` drops, so each score's
+    gradient is added once."""
     if ds_mod is None:
         return
     b = ctx.b
@@ -168,7 +175,25 @@ def add_captured_gradients(ctx, mods: AttentionMods | None, ds_mod: SSAValue | N
             contribution = b.binary(tile.MulOp, ds_mod, ctx.emit(g.derivative), "dcaptured")
             if may_be_unbounded(Trace(mods.score_mod.function, g.derivative)):
                 contribution = finite_or_zero(b, contribution)
-        b.emit(tile.ScatterAddOp(contribution, v[f"d_{g.array.name}"], [ctx.emit(i) for i in g.indices]))
+        indices = [ctx.emit(i) for i in g.indices]
+        if d0 is not None:
+            indices = split_scatter_index(b, indices, g.array.array.shape, d0)
+        b.emit(tile.ScatterAddOp(contribution, v[f"d_{g.array.name}"], indices))
+
+
+def split_scatter_index(b, indices: list[SSAValue], shape, d0: SSAValue) -> list[SSAValue]:
+    """`indices` (a `tile.scatter_add`'s, into an array of `shape`) unchanged where `d0` is 0, else with one
+    index raised to at least its dimension, outside the array: max(i, floor) with floor = -2^31 (no i32 is
+    below it, so i itself) or the dimension (so every element is dropped, whatever i was). The index raised is
+    the one of most elements (a [BM, BN] coordinate tile is computed beside its use, so the max is one instruction
+    a register and holds nothing across other work; a row vector's raised copy is held beside dS_mod: 256
+    registers of 255 for a relative table with ALiBi under a causal mask at head_dim 128)."""
+    k = max(range(len(indices)), key=lambda j: math.prod(indices[j].type.get_shape()))
+    first = b.emit(arith.CmpiOp(d0, b.const(0), "eq"), "first_split")
+    floor = b.emit(arith.SelectOp(first, b.const(-2 ** 31), b.const(int(shape[k]))), "scatter_floor")
+    raised = b.binary(tile.ElementMaxOp, indices[k],
+                      b.emit(tile.SplatOp(floor, indices[k].type), "scatter_floor_tile"), "scatter_index")
+    return [raised if j == k else index for j, index in enumerate(indices)]
 
 
 def finite_or_zero(b, scored: SSAValue) -> SSAValue:

@@ -101,7 +101,7 @@ def build_main_query_rows(cfg: BackwardConfig, mods: AttentionMods | None = None
         ds_half = b.cast(ds, elt, "ds_half")
         b.emit(tile.StoreSharedOp(ds_half, smem["dS"]))
         if ds_mod is not None:
-            add_captured_gradients(ctx, mods, ds_mod, v)
+            add_captured_gradients(ctx, mods, ds_mod, v, d0 if head_split > 1 else None)
         b.barrier()  # P and dS published to every warp
         dv = b.mma(smem["P"], sliced["dO"], dv, "dv_next", transpose_a=True)    # P^T dO
         dk = b.mma(smem["dS"], sliced["Q"], dk, "dk_next", transpose_a=True)    # dS^T Q

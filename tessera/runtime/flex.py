@@ -484,7 +484,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
         if refused:
             warn(f"attention_backward: the main kernel with score_mod/mask_mod at head_dim {head_dim} does not fit "
                  f"warp-specialized {'; nor '.join(refused)}; built {taken}")
-    last = level == "tile" or deterministic or bool(captured_grads) or kernels.head_split >= HEAD_SPLIT_FALLBACK
+    last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():
             return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
