@@ -64,3 +64,15 @@ def assert_captured_grads(got: dict, q, k, v, do, o, make_mods, tables, rounding
         relative = 1e-3 + (rounding or {}).get(name, 0.0)
         bound = 2 * np.abs(same[name] - reference).max() + relative * np.abs(reference).max() + F32_FLOOR
         assert error <= bound, (name, error, bound)
+
+
+def assert_assembles_under_every_ptxas(ptx: str) -> None:
+    """Every ptxas found (`tessera.toolchain.find_all_ptxas`: 13.0 and the wheels' 12.x and 13.x) assembles `ptx`
+    without a warning or a spill."""
+    from tessera import toolchain
+
+    tools = toolchain.find_all_ptxas()
+    assert tools
+    for tool in tools:
+        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
+        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release

@@ -33,7 +33,8 @@ from tessera.runtime.driver import Driver  # noqa: E402
 from tessera.runtime.flex import forget_device_inputs  # noqa: E402
 from tessera.runtime.launch import numpy_to_torch  # noqa: E402
 from tessera.runtime.launch_plan import forget_plans  # noqa: E402
-from captured_grads_checks import BF16_ROUNDING, F32_FLOOR, assert_captured_grads, eager_captured_grads  # noqa: E402
+from captured_grads_checks import (BF16_ROUNDING, F32_FLOOR, assert_assembles_under_every_ptxas,  # noqa: E402
+                                   assert_captured_grads, eager_captured_grads)
 from test_runtime import FakeCuda  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -287,11 +288,7 @@ def test_the_gpu_paths_main_kernel_at_head_dim_64_assembles_without_spilling():
     assert not [w for w in caught if "fell back" in str(w.message)]
     # two scatters in each of the work lists' two loops (full and partial pairs), 32 registers a thread each
     assert ptx.count("red.global.add.f32") == 2 * 2 * 64 * 64 // 128
-    tools = toolchain.find_all_ptxas()
-    assert tools
-    for tool in tools:
-        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
-        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
+    assert_assembles_under_every_ptxas(ptx)
 
 
 # region on a GPU (bench/gpu_plan.py GPU_TESTS runs these; tests/conftest.py skips them without one)

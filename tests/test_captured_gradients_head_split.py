@@ -22,10 +22,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
 import tessera  # noqa: E402
-from tessera import toolchain  # noqa: E402
 from tessera.kernels import attention_backward  # noqa: E402
 from tessera.runtime import flex  # noqa: E402
-from captured_grads_checks import assert_captured_grads  # noqa: E402
+from captured_grads_checks import assert_assembles_under_every_ptxas, assert_captured_grads  # noqa: E402
 from test_attention_mods_grad import _inputs, _rel_slopes_causal, _tanh  # noqa: E402
 from test_captured_gradients_gpu_path import (  # noqa: E402,F401 - the fixtures the GPU path's test uses
     _assert_bitwise_and_accurate,
@@ -148,11 +147,7 @@ def test_the_head_split_main_kernel_assembles_without_spilling_under_every_ptxas
     assert taken == "with head_split=2" and kernels.head_split == 2 and len(refused) == 2
     assert not caught, [str(w.message) for w in caught]
     assert ptx.count("red.global.add.f32") % (64 * 64 // 128) == 0 and ptx.count("red.global.add.f32") > 0
-    tools = toolchain.find_all_ptxas()
-    assert tools
-    for tool in tools:
-        result = toolchain.compile_ptx(ptx, ptxas=tool.path)
-        assert result.warnings == () and not any(e.spills for e in result.entries.values()), tool.release
+    assert_assembles_under_every_ptxas(ptx)
 
 
 @pytest.mark.slow
