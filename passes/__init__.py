@@ -312,7 +312,7 @@ def fallback_ladder() -> tuple:
     return (
         Configuration("warp-specialized with two stages", DEFAULT_PIPELINE,
                       red=_with_options(DEFAULT_PIPELINE, "atomic-add=red"),
-                      program=_with_options(DEFAULT_PIPELINE, "mma-order=program"),
+                      program=PROGRAM_ORDER_PIPELINE,
                       program_red=_with_options(DEFAULT_PIPELINE, "atomic-add=red mma-order=program")),
         Configuration("two stages without a producer warpgroup", allocated(PIPELINED_PIPELINE),
                       program=_with_options(allocated(PIPELINED_PIPELINE), "mma-order=program")),
