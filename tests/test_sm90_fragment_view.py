@@ -60,3 +60,14 @@ def test_fragments_from_a_broadcast_accumulator(on):
     multiply_accumulate(a, b[:, :1], acc, out, np.array(on), 176)
     expected = _reference(a, np.broadcast_to(b[:, :1], b.shape), acc, np.broadcast_to(np.array(on), (3, 2)), 176)
     assert out.tobytes() == expected.tobytes()
+
+
+def test_a_leader_alone_takes_its_product_as_a_view():
+    """A leader with no followers passes operands [W, ...] against fragments [1, W, ...]: the product's lead dims
+    differ only by a 1 (reshaped, not copied); the bits are the gather's."""
+    rng = np.random.default_rng(3)
+    a, b, acc = _operands(rng, (2,), 176)
+    out = np.empty((1, 2, 128, 88), np.float32)
+    multiply_accumulate(a, b[:1], acc[None], out, np.array([True, False]), 176)
+    expected = _reference(a, np.broadcast_to(b[:1], b.shape), acc, np.array([True, False]), 176)
+    assert out[0].tobytes() == expected.tobytes()

@@ -256,3 +256,46 @@ def test_a_bar_arrive_releases_only_what_its_thread_did_before_arriving():
 
 
 # endregion
+
+
+# region happens-before edges before and after the first fence
+
+
+class _Cta:
+    """What `HappensBefore` reads of a CTA: its threads, its clock, the mbarrier phases its threads observed."""
+
+    def __init__(self, threads: int):
+        self.threads, self.cluster, self.rank, self.time = threads, None, 0, 0
+        self.mbarriers = type("MBarriers", (), {"observed": np.zeros((0, threads), np.int64)})()
+
+    def tick(self) -> int:
+        self.time += 1
+        return self.time
+
+
+def test_edges_before_the_first_fence_carry_no_fenced_times():
+    """Until a fence_proxy_async, a release carries the one read-only `unfenced` vector and acquires skip it; the
+    clocks after edges before, across and after the first fence are those of the full maxima (a unit whose
+    `fences` is on from the start)."""
+    from tessera.interpreters.sm90.happens_before import HappensBefore
+
+    def replay(eager: bool) -> HappensBefore:
+        hb = HappensBefore(_Cta(8))
+        hb.fences = eager
+        early = hb.release(np.arange(0, 4))  # before any fence
+        assert (early[1] is hb.unfenced) != eager
+        hb.acquire(np.arange(4, 8), early)
+        hb.fence_proxy_async(np.array([4]))
+        later = hb.release(np.array([4]))
+        hb.acquire(np.arange(0, 2), hb.join(early, later))
+        hb.acquire(np.array([7, 5]), early)  # an index array, an early message after the fence
+        hb.barrier(np.arange(8), np.arange(8))
+        return hb
+
+    lazy, eager = replay(False), replay(True)
+    assert lazy.ordered.tobytes() == eager.ordered.tobytes() and lazy.fenced.tobytes() == eager.fenced.tobytes()
+    # the fence by 4 covers what 0-3 released to it and its own accesses, and the barrier passes that on to all
+    assert (lazy.fenced[:5] >= 0).all() and (lazy.fenced[5:] == -1).all()
+
+
+# endregion

@@ -547,7 +547,7 @@ class Followers:
         leader = self.leader
         columns = 0 if op.column_bytes is None else np.asarray(op.column_bytes.get_values(), np.int64)
         words = unsigned(values) if values.dtype.kind in "iu" else values.view(np.uint32)  # as `machine` stores
-        ordered, clock = leader.hb.ordered.copy(), leader.clock
+        ordered, clock = leader.hb.ordered.copy(order="K"), leader.clock  # in its layout (`HappensBefore`)
         for f in np.nonzero(self.alive)[0]:
             selected = mask[f] & row_mask(leader.active, mask[f])
             thread, _ = np.nonzero(selected)

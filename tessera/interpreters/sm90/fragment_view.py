@@ -94,7 +94,7 @@ class FragmentPlan:
         if target is None:  # registers that are no view of pairs: through a temporary
             temporary = np.empty(out.shape, np.float32)
             target = self._arranged(temporary.view(np.complex64), lead)
-        on = np.broadcast_to(on, lead)
+        on = np.asarray(on)  # any and all are those of its broadcast over `lead` (never empty)
         everywhere = (slice(None),) * len(lead)
         if on.any():
             addend = _pairs(acc)
@@ -107,7 +107,7 @@ class FragmentPlan:
             if on.all():
                 np.add(product, widened, out=product)
             else:
-                for g in zip(*np.nonzero(on)):
+                for g in zip(*np.nonzero(np.broadcast_to(on, lead))):
                     np.add(product[g], widened[g], out=product[g])
         for s in self.split_values:
             np.copyto(target[everywhere + s], product[everywhere + s], casting="unsafe")
@@ -190,6 +190,11 @@ def operand_order(what: str, n: int) -> np.ndarray | None:
     return plan.row_order if what == "A" else plan.col_order
 
 
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` without its axes of length 1."""
+    return tuple(size for size in shape if size != 1)
+
+
 def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.ndarray, on: np.ndarray,
                         n: int, ordered: bool = False) -> None:
     """A wgmma's D for groups of warpgroups: `a` [..., 64, k] and `b` [..., n, k] f32 (bf16/f16/fp8 values, so
@@ -201,6 +206,8 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, acc: np.ndarray, out: np.n
     if plan is not None and not ordered:
         a, b = a[..., plan.row_order, :], b[..., plan.col_order, :]
     products = np.matmul(a.astype(np.float64), b.astype(np.float64).swapaxes(-1, -2))
+    if products.shape[:-2] != out.shape[:-2] and _squeezed(products.shape[:-2]) == _squeezed(out.shape[:-2]):
+        products = products.reshape(out.shape[:-2] + products.shape[-2:])  # leading 1s added or dropped: a view
     if products.shape[:-2] != out.shape[:-2]:  # its own, writable, C-contiguous
         products = np.array(np.broadcast_to(products, out.shape[:-2] + products.shape[-2:]), order="C")
     elif not products.flags.c_contiguous:  # NumPy may lay out a product of broadcast operands otherwise

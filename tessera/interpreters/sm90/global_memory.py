@@ -168,12 +168,17 @@ class GlobalMemory:
                 problem = serving_checks.check_byte_store(self.names[k], offset[tensor == k], cta.cta_id[2])
                 if problem:
                     cta.fail(op, problem, int(threads[np.argmax(tensor == k)]))
-        data = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes]
+        words = words.astype("<u4")
+        data = words.view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes]
         for k, sel in _by_tensor(tensor):
             if int(k) in self.atomic_targets and not atomic:
                 self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
             self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, True, atomic)
-            self._bytes[k][offset[sel][:, None] + np.arange(nbytes)] = data[sel]
+            target = self._bytes[k]
+            if nbytes == WORD_BYTES and target.size % WORD_BYTES == 0:  # aligned words (`_resolve`): one item each
+                target.view("<u4")[offset[sel] // WORD_BYTES] = words[sel]
+            else:
+                target[offset[sel][:, None] + np.arange(nbytes)] = data[sel]
 
     # region semaphores: release and acquire between CTAs (`global_races`)
     def _word(self, address: int) -> tuple[int, int]:

@@ -77,9 +77,18 @@ class HappensBefore:
         self.cta = cta
         self.races = races
         # int32 clocks (a CTA's clock counts its events, far below 2^31), as the PTX executor's: an acquire's
-        # column-wise maximum passes half the bytes of int64
-        self.ordered = records(cta, (threads, threads), -1, np.int32)
-        self.fenced = records(cta, (threads, threads), -1, np.int32)
+        # column-wise maximum passes half the bytes of int64. Each is the transposed view of an array whose rows are
+        # the threads' clocks (`ordered[w, r]` is row r, entry w): an acquire's maximum over its threads' columns and
+        # a release's join of them run over whole rows (a third of the time of strided columns)
+        self.ordered = records(cta, (threads, threads), -1, np.int32).T
+        self.fenced = records(cta, (threads, threads), -1, np.int32).T
+        self.unfenced = np.full(threads, -1, np.int32)
+        """The `fenced` times of a release made before any fence_proxy_async (-1 for every thread: read-only, one
+        array for all such messages, so that an acquire and a join tell it by identity and skip it)."""
+        self.unfenced.flags.writeable = False
+        self.fences = False
+        """Whether a fence_proxy_async has run (`fence_proxy_async`): until then `fenced` is -1 everywhere, and
+        releases carry `unfenced` instead of a column-wise maximum of it (flash attention has none)."""
         self.pending: dict[int, Message] = {}
         self.published: dict[int, Message] = {}
         self.cluster_pending: dict[int, Message] = {}
@@ -122,8 +131,9 @@ class HappensBefore:
         peers = None if cluster is None else (cluster.known[self.cta.rank, columns].max(axis=0),
                                               int(cluster.passed_at[self.cta.rank, columns].max()))
         grid = {rank: known[:, columns].max(axis=1) for rank, known in self.grid.items()} if self.grid else None
-        return (self.ordered[:, columns].max(axis=1), self.fenced[:, columns].max(axis=1),
-                observed[:, columns].max(axis=1, initial=0), peers, grid)
+        fenced = self.fenced.T[columns].max(axis=0) if self.fences else self.unfenced
+        return (self.ordered.T[columns].max(axis=0), fenced, observed[:, columns].max(axis=1, initial=0), peers,
+                grid)
 
     def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
@@ -136,12 +146,15 @@ class HappensBefore:
             known[columns] = np.maximum(known[columns], peers[0])
             passed = cluster.passed_at[rank]
             passed[columns] = np.maximum(passed[columns], peers[1])
+        clocks = self.ordered.T  # rows: the acquiring threads' clocks
         if isinstance(columns, slice):
-            np.maximum(self.ordered[:, columns], ordered[:, None], out=self.ordered[:, columns])
-            np.maximum(self.fenced[:, columns], fenced[:, None], out=self.fenced[:, columns])
+            np.maximum(clocks[columns], ordered, out=clocks[columns])
+            if fenced is not self.unfenced:  # the maximum with -1 everywhere changes nothing
+                np.maximum(self.fenced.T[columns], fenced, out=self.fenced.T[columns])
         else:
-            self.ordered[:, columns] = np.maximum(self.ordered[:, columns], ordered[:, None])
-            self.fenced[:, columns] = np.maximum(self.fenced[:, columns], fenced[:, None])
+            clocks[columns] = np.maximum(clocks[columns], ordered)
+            if fenced is not self.unfenced:
+                self.fenced.T[columns] = np.maximum(self.fenced.T[columns], fenced)
         if observed.any():  # a phase completion observed before the release is observed after the acquire
             known = self.cta.mbarriers.observed
             rows = slice(0, len(observed))
@@ -157,7 +170,8 @@ class HappensBefore:
             a, b = (np.pad(v, (0, max(len(a), len(b)) - len(v))) for v in (a, b))
         peers = old[3] if new[3] is None else new[3] if old[3] is None else (np.maximum(old[3][0], new[3][0]),
                                                                             max(old[3][1], new[3][1]))
-        return np.maximum(old[0], new[0]), np.maximum(old[1], new[1]), np.maximum(a, b), peers, \
+        fenced = old[1] if old[1] is new[1] else np.maximum(old[1], new[1])  # `unfenced` stays itself
+        return np.maximum(old[0], new[0]), fenced, np.maximum(a, b), peers, \
             join_cta_knowledge(old[4], new[4])
 
     def learn(self, threads, grid: dict) -> None:
@@ -220,6 +234,7 @@ class HappensBefore:
         now = self.cta.tick()
         index = np.arange(self.cta.threads)[columns]
         self.ordered[index, index] = now
+        self.fences = True
         self.fenced[:, columns] = np.maximum(self.fenced[:, columns], self.ordered[:, columns])
 
     # endregion
