@@ -31,9 +31,10 @@ Each part is what measurement found necessary, under ptxas 12.9, 13.0 and 13.5:
   sink it into the masked branch past the join: two instructions more).
 
 `trips` counts a trip as a path through the SASS from the loop's header back to it: the shortest one that issues
-every HGMMA of both mmas (and 80 MUFU.EX2) is the steady trip, the shortest that also runs the masks' FSELs the
-masked trip. (bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in the edited
-form is the inner loop `pv` heads, without the score mma: not comparable.)
+every HGMMA/QGMMA of both mmas (but the score mma's first, the `!UPT` one, which the edit's extra wgmma repeats)
+and nine tenths of the loop's MUFU is the steady trip, the shortest that also runs half of the loop's FSELs (the
+masks') the masked trip. (bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in
+the edited form is the inner loop `pv` heads, without the score mma: not comparable.)
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ from ptx_identity import CONFIGS, compile_ptx_text, configuration_name
 
 CANDIDATES = [(v, c) for v, c in CONFIGS if v == "flash_attention"]
 """The forwards whose loop overlap-softmax folds and whose masked trips branch (peel-masked-iterations)."""
+
+
+MMA = ("HGMMA", "QGMMA")
+"""The SASS of wgmma.mma_async: bf16/f16 and fp8."""
 
 
 class NotFoldable(ValueError):
@@ -89,7 +94,7 @@ def fold_epilogue(ptx: str) -> str:
     if not lines[k0].strip().startswith("mul.lo.s32"):
         raise NotFoldable("k0 is not one mul.lo")
     score = next((line for line in lines[head:first] if "wgmma.mma_async.sync" in line
-                  and line.rstrip().endswith(", 0, 1, 1, 0, 0;")), None)  # the score mma's first, scale-d 0
+                  and re.search(r", 0, 1, 1(, 0, 0)?;$", line.rstrip())), None)  # the score mma's first: scale-d 0
     if score is None:
         raise NotFoldable("no score wgmma with scale-d 0")
     epilogue = _index(lines, r"%last_trip = arith\.subi", end)
@@ -99,8 +104,9 @@ def fold_epilogue(ptx: str) -> str:
     out += lines[update_end + 1:masked + 1] + [f"    setp.eq.s32 %p_fold, {j}, {n};", "    @%p_fold bra $L__pv_exit;"]
     out += lines[masked + 1:end] + ["    bra $L__pv_dummy;"] + lines[end:epilogue] + lines[epilogue_end + 1:]
     ret = max(i for i, line in enumerate(out) if line.strip() == "ret;")
-    out[ret + 1:ret + 1] = ["$L__pv_dummy:", "    wgmma.fence.sync.aligned;", score, "    wgmma.commit_group.sync.aligned;",
-                            "    bra $L__pv;", "$L__pv_exit:", "    wgmma.wait_group.sync.aligned 0;", f"    {release}",
+    out[ret + 1:ret + 1] = ["$L__pv_dummy:", "    wgmma.fence.sync.aligned;", score,
+                            "    wgmma.commit_group.sync.aligned;", "    bra $L__pv;",
+                            "$L__pv_exit:", "    wgmma.wait_group.sync.aligned 0;", f"    {release}",
                             f"    bra {end_label};"]
     text = "\n".join(out)
     return re.sub(r"(\.reg \.pred %p<\d+>;)", r"\1\n    .reg .pred %p_fold;", text, count=1)
@@ -129,14 +135,14 @@ def trip(cubin: bytes, masked: bool) -> list:
     from tessera.sass import disassemble, parse_sass, sass_loops
 
     code = parse_sass(disassemble(cubin))
-    loop = max((lp for lp in sass_loops(code) if any(i.opcode == "HGMMA" for i in lp.instructions)), key=len)
-    mmas = sum(i.opcode == "HGMMA" and "!UPT" not in i.operands for i in loop.instructions)
+    loop = max((lp for lp in sass_loops(code) if any(i.opcode in MMA for i in lp.instructions)), key=len)
+    mmas = sum(i.opcode in MMA and "!UPT" not in i.operands for i in loop.instructions)
     everything = Counter(i.opcode for i in loop.instructions)
     at = {i.offset: k for k, i in enumerate(code)}
 
     def complete(path) -> bool:
         kinds = Counter(i.opcode for i in path)
-        issued = sum(i.opcode == "HGMMA" and "!UPT" not in i.operands for i in path)
+        issued = sum(i.opcode in MMA and "!UPT" not in i.operands for i in path)
         return issued >= mmas and kinds["MUFU"] >= 0.9 * everything["MUFU"] and (
             not masked or kinds["FSEL"] >= 0.5 * everything["FSEL"])
 
@@ -196,10 +202,10 @@ def check() -> int:
 
     rng = np.random.default_rng(0)
     failures = 0
-    for causal in (False, True):
-        module = tessera.kernels.flash_attention(head_dim=128, causal=causal)
+    for head_dim, causal in [(d, c) for d in (64, 128) for c in (False, True)]:
+        module = tessera.kernels.flash_attention(head_dim=head_dim, causal=causal)
         for seq_q, seq_k in [(64, 300), (130, 1), (100, 176), (200, 45)]:
-            q, k, v = (a.astype(np.float32) for a in attention_operands(rng, seq_q, seq_k, 128, heads=1))
+            q, k, v = (a.astype(np.float32) for a in attention_operands(rng, seq_q, seq_k, head_dim, heads=1))
             outputs = []
             for text in (printed_text, edited_text):
                 printed.ptx_text = text
@@ -209,7 +215,7 @@ def check() -> int:
                     printed.ptx_text = printed_text
             same = np.array_equal(*outputs, equal_nan=True)
             failures += not same
-            print(f"d128 causal={causal} {seq_q} x {seq_k}: {'bitwise equal' if same else 'DIFFERENT'}", flush=True)
+            print(f"d{head_dim} causal={causal} {seq_q} x {seq_k}: {'bitwise equal' if same else 'DIFFERENT'}", flush=True)
     return 1 if failures else 0
 
 
