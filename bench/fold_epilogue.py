@@ -18,12 +18,15 @@ The edit deletes that copy and runs the loop's own P.V once more:
               bra pv_dummy                                   // j == n: trip n runs only the P.V
     for_end:  (the code after the loop, the epilogue's P.V gone)
     ...       ret
-    pv_dummy: wgmma.fence; one score wgmma (scale-d 0, result unread); commit; bra pv
+    pv_dummy: wgmma.fence; one score wgmma (scale-d 0, result unread, on Q's and the K ring's base descriptors,
+              which the loop does not write); commit; bra pv
     pv_exit:  wait_group 0; V release of trip n-1; bra for_end
 
 Each part is what measurement found necessary, under ptxas 12.9, 13.0 and 13.5:
 - the score wgmma on the path into `pv`: without it (an empty group, or none) the registers of S reach the softmax
-  both from a wgmma and from the previous trip's arithmetic, and ptxas serializes every wgmma (C7514/C7515);
+  both from a wgmma and from the previous trip's arithmetic, and ptxas serializes every wgmma (C7514/C7515); on
+  the last trip's K descriptor instead of the ring's base it costs a steady trip a UMOV at d64 under 12.9, and that
+  register need not outlive its last read;
 - the exit test inside the masked trips' branch (trip n is always masked: j = n >= the unmasked trips), so a steady
   trip runs no instruction more; a test of its own after the P.V costs a steady trip a compare and a branch;
 - `pv_dummy` and `pv_exit` after the kernel's `ret` (placed before the latch, ptxas lays the steady path around
@@ -68,6 +71,23 @@ def _index(lines: list[str], pattern: str, start: int = 0, stop: int | None = No
     raise NotFoldable(f"no line matching {pattern!r}")
 
 
+def _written(lines: list[str], register: str, start: int, stop: int) -> list[int]:
+    """The lines in [start, stop) whose instruction writes `register` (its first operand)."""
+    return [i for i in range(start, stop) if re.match(rf"\s*@?[\w.!%]*\s*[a-z][\w.:]* {re.escape(register)},", lines[i])]
+
+
+def _invariant(lines: list[str], register: str, head: int, end: int) -> str:
+    """A descriptor register as valid after the loop as in it: `register` if the loop does not write it, else the
+    loop-invariant base it is an offset of (`add.s64 register, base, offset`: a ring's descriptor)."""
+    writes = _written(lines, register, head, end)
+    if not writes:
+        return register
+    offset = re.fullmatch(rf"\s*add\.s64 {re.escape(register)}, (%rd\d+), %rd\d+;", lines[writes[0]])
+    if offset is None or _written(lines, offset[1], head, end):
+        raise NotFoldable(f"{register} is neither loop-invariant nor an offset of an invariant descriptor")
+    return offset[1]
+
+
 def fold_epilogue(ptx: str) -> str:
     """`ptx` (printed with comments) with the epilogue's P.V folded into the main loop (module docstring)."""
     lines = ptx.split("\n")
@@ -97,6 +117,8 @@ def fold_epilogue(ptx: str) -> str:
                   and re.search(r", 0, 1, 1(, 0, 0)?;$", line.rstrip())), None)  # the score mma's first: scale-d 0
     if score is None:
         raise NotFoldable("no score wgmma with scale-d 0")
+    a, b = re.search(r"\}, (%rd\d+), (%rd\d+), 0, 1, 1", score).groups()
+    score = score.replace(f"}}, {a}, {b}, 0,", f"}}, {_invariant(lines, a, head, end)}, {_invariant(lines, b, head, end)}, 0,")
     epilogue = _index(lines, r"%last_trip = arith\.subi", end)
     epilogue_end = _index(lines, r"mbarrier\.arrive", epilogue)
 
