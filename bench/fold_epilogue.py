@@ -6,6 +6,7 @@ the SASS of the loop and the PTX executor make of it. An experiment for issue 28
     python bench/ptx_compare.py BEFORE AFTER                       # ptxas CPU, registers, spills, diagnostics
     python bench/fold_epilogue.py trips BEFORE AFTER [--only NAME]  # a steady and a masked trip's SASS, per ptxas
     python bench/fold_epilogue.py check                            # the edited PTX in the PTX executor
+    python bench/fold_epilogue.py compile [--repeat N]              # bench/compile.py's ratio to Triton, both ways
 
 overlap-softmax's folded loop (the default) issues trip t's score mma, then trip t-1's P.V under `scf.if t != 0`;
 the last trip's P.V runs after the loop, a second copy of its wgmmas (11 of the 30 at head_dim 128, 128 x 176).
@@ -36,7 +37,10 @@ Each part is what measurement found necessary, under ptxas 12.9, 13.0 and 13.5:
 `trips` counts a trip as a path through the SASS from the loop's header back to it: the shortest one that issues
 every HGMMA/QGMMA of both mmas (but the score mma's first, the `!UPT` one, which the edit's extra wgmma repeats)
 and nine tenths of the loop's MUFU is the steady trip, the shortest that also runs half of the loop's FSELs (the
-masks') the masked trip. (bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in
+masks') the masked trip. `compile` times, per Triton row of bench/compile.py and alternating in one run, Tessera's
+compile as it is, the same with ptxas given the edited PTX (made before the timed runs: the edit reads the
+comments, which tessera.compile does not print) and Triton's cold compile, best of N each.
+(bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in
 the edited form is the inner loop `pv` heads, without the score mma: not comparable.)
 """
 
@@ -73,7 +77,8 @@ def _index(lines: list[str], pattern: str, start: int = 0, stop: int | None = No
 
 def _written(lines: list[str], register: str, start: int, stop: int) -> list[int]:
     """The lines in [start, stop) whose instruction writes `register` (its first operand)."""
-    return [i for i in range(start, stop) if re.match(rf"\s*@?[\w.!%]*\s*[a-z][\w.:]* {re.escape(register)},", lines[i])]
+    written = re.compile(rf"\s*@?[\w.!%]*\s*[a-z][\w.:]* {re.escape(register)},")
+    return [i for i in range(start, stop) if written.match(lines[i])]
 
 
 def _invariant(lines: list[str], register: str, head: int, end: int) -> str:
@@ -118,7 +123,8 @@ def fold_epilogue(ptx: str) -> str:
     if score is None:
         raise NotFoldable("no score wgmma with scale-d 0")
     a, b = re.search(r"\}, (%rd\d+), (%rd\d+), 0, 1, 1", score).groups()
-    score = score.replace(f"}}, {a}, {b}, 0,", f"}}, {_invariant(lines, a, head, end)}, {_invariant(lines, b, head, end)}, 0,")
+    invariant = f"}}, {_invariant(lines, a, head, end)}, {_invariant(lines, b, head, end)}, 0,"
+    score = score.replace(f"}}, {a}, {b}, 0,", invariant)
     epilogue = _index(lines, r"%last_trip = arith\.subi", end)
     epilogue_end = _index(lines, r"mbarrier\.arrive", epilogue)
 
@@ -237,19 +243,63 @@ def check() -> int:
                     printed.ptx_text = printed_text
             same = np.array_equal(*outputs, equal_nan=True)
             failures += not same
-            print(f"d{head_dim} causal={causal} {seq_q} x {seq_k}: {'bitwise equal' if same else 'DIFFERENT'}", flush=True)
+            verdict = "bitwise equal" if same else "DIFFERENT"
+            print(f"d{head_dim} causal={causal} {seq_q} x {seq_k}: {verdict}", flush=True)
     return 1 if failures else 0
+
+
+def compile_ratios(repeat: int) -> int:
+    """bench/compile.py's Tessera / Triton CPU ratio with and without the edit, alternating in one run."""
+    import compile as bench
+    import triton_attention
+    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
+    if triton_attention.load() is None:
+        print("Triton is not installed")
+        return 1
+    import tessera
+
+    configs = [(v, c) for v, c in bench.CONFIGS if v == "flash_attention" and "block_n" not in c
+               and c.get("head_dim") in (64, 128)]  # Triton's rows
+    edited = {}
+    for variant, config in configs:
+        module = getattr(tessera.kernels, variant)(**config)
+        apply_pipeline(module, DEFAULT_PIPELINE)
+        printed = print_ptx(module, registers=allocated_registers, comments=False)
+        edited[printed] = fold_epilogue(print_ptx(module, registers=allocated_registers))
+    assemble = bench.compile_ptx
+    for variant, config in configs:
+        runs: dict[str, list] = {"now": [], "folded": [], "Triton": []}
+        for _ in range(max(1, repeat)):
+            runs["now"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
+            bench.compile_ptx = lambda ptx, *a, **k: assemble(edited.get(ptx, ptx), *a, **k)
+            try:
+                runs["folded"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
+            finally:
+                bench.compile_ptx = assemble
+            runs["Triton"].append(bench.triton_compile(config))
+        best = {kind: min(measured, key=lambda m: m.cpu) for kind, measured in runs.items()}
+        triton = best["Triton"].cpu
+        print(f"{configuration_name(variant, config)}: Triton {triton:.2f} CPU s; " + "; ".join(
+            f"{kind} {best[kind].cpu:.2f} = {best[kind].cpu / triton:.2f} (ptxas {best[kind].ptxas_cpu:.3f})"
+            for kind in ("now", "folded")), flush=True)
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("save", "trips", "check"))
+    parser.add_argument("mode", choices=("save", "trips", "check", "compile"))
     parser.add_argument("before", type=Path, nargs="?")
     parser.add_argument("after", type=Path, nargs="?")
     parser.add_argument("--only", help="only configurations whose name contains this")
+    parser.add_argument("--repeat", type=int, default=3, help="compile: best of N")
     args = parser.parse_args()
     if args.mode == "check":
         return check()
+    if args.mode == "compile":
+        return compile_ratios(args.repeat)
     if args.before is None or args.after is None:
         parser.error(f"{args.mode} needs BEFORE and AFTER directories")
     (save if args.mode == "save" else trips)(args.before, args.after, args.only)
