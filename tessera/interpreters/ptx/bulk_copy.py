@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -143,15 +144,23 @@ def _box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.
     return data
 
 
-def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
-              slot: int | None = None, barrier: int | None = None, combine=None, loaded: dict | None = None):
-    """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
-    thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
-    shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
-    `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor.
-    `loaded`: the boxes' data read by the step so far ((map, coords) -> `_box_data`): the CTAs of a batch
-    loading the same K or V tile read global memory once (nothing writes it between their copies)."""
-    slot = int(m.lane_cta[lane]) if slot is None else slot
+class _Box(NamedTuple):
+    """What a tensor copy of the box at given coordinates into shared offset `smem` needs, checked (`_tma_box`)."""
+
+    tmap: TensorMapObject
+    offsets: np.ndarray  # `_box_offsets`
+    valid: np.ndarray
+    layout: tuple | None
+    size: int  # the box's bytes in shared memory
+    swizzle: int
+    dense: tuple[int, int] | None  # `_swizzled`
+    chunks: np.ndarray | None
+
+
+def _tma_box(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool) -> _Box:
+    """The tensor map, box and swizzled shared bytes of a tensor copy by `lane` between the box at `coords` and
+    shared offset `smem`, after the checks of its operands (coordinates for the map's rank, `smem`'s alignment,
+    the box inside shared memory, `serving_checks` for a load): they depend on those values alone."""
     tmap = _tensor_map(m, inst, lane, map_address)
     spec = tmap.spec
     if len(coords) != spec.rank:
@@ -161,14 +170,29 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if load and serving_checks.active() and \
             (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
         raise m.error(inst, problem, lane)
-    e = spec.element_bytes
     offsets, valid, layout = _box_offsets(spec, tuple(coords))
-    size = len(offsets) * e
+    size = len(offsets) * spec.element_bytes
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
     swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
     _, dense, chunks = _swizzled(smem, size, swizzle)
+    return _Box(tmap, offsets, valid, layout, size, swizzle, dense, chunks)
+
+
+def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
+              slot: int | None = None, barrier: int | None = None, combine=None, loaded: dict | None = None):
+    """One thread's tensor copy between the box at `coords` and shared offset `smem` of CTA slot `slot` (the
+    thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
+    shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
+    `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor.
+    `loaded`: the boxes' data read by the step so far ((map, coords) -> `_box_data`): the CTAs of a batch
+    loading the same K or V tile read global memory once (nothing writes it between their copies)."""
+    slot = int(m.lane_cta[lane]) if slot is None else slot
+    tmap, offsets, valid, layout, size, swizzle, dense, chunks = _tma_box(m, inst, lane, map_address, coords, smem,
+                                                                          load)
+    spec = tmap.spec
+    e = spec.element_bytes
     base = slot * m.shared_bytes
     shared_index = _swizzled_at(base, smem, size, swizzle)
     span = None if dense is None else slice(base + dense[0], base + dense[1])
@@ -209,6 +233,41 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst,
                            ASYNC if combine is None else ASYNC_REDUCE)
     return spec.box_bytes
+
+
+def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, values: list[np.ndarray],
+                        smem: np.ndarray, barriers: np.ndarray, loaded: dict) -> bool:
+    """The TMA loads of `lanes` (ascending, one thread of each of several CTAs) as one unit where every CTA does
+    the same thing: the same box (map, coordinates) into the same offset of its own shared memory, completing on
+    the mbarrier at the same offset of its own: the operands checked and the box read once, each thread's global
+    read records made in order (`_tma_lane`'s), and the copies' checks and records in shared memory made over
+    the CTAs' ranges at once (`AsyncCopies.loads_clear`, `issue_loads`). Returns False, having changed nothing,
+    where the loads differ or a check of one might report: the caller then issues them one by one, in order,
+    which reports the same as ever (the global records are made in the same order either way, and the
+    shared-memory checks, which the global ones never affect, pass)."""
+    slots = m.lane_cta[lanes]
+    if not ((maps == maps[0]).all() and (smem == smem[0]).all() and (barriers == barriers[0]).all()
+            and all((v == v[0]).all() for v in values) and (np.diff(slots) > 0).all()
+            and 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT):
+        return False
+    map_address, coords, barrier = int(maps[0]), [int(v[0]) for v in values], int(barriers[0])
+    tmap, offsets, valid, layout, size, swizzle, dense, chunks = _tma_box(m, inst, int(lanes[0]), map_address, coords,
+                                                                          int(smem[0]), True)
+    keys = [(slot, barrier) for slot in slots.tolist()]
+    if layout is None or dense is None or chunks is None or not m.tracker.loads_clear(lanes, keys, dense):
+        return False
+    box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
+    data = loaded.get((map_address, tuple(coords)))
+    if data is None:
+        data = loaded[(map_address, tuple(coords))] = _box_data(m, tmap, offsets, valid, box)
+    order = getattr(m, "global_order", None)
+    for lane, key in zip(lanes.tolist(), keys):
+        memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
+        if order is not None:
+            order.read_until(inst, lane, box, m.tracker.barrier(key), m.mbarriers[key].phase)
+    indices = [_swizzled_at(key[0] * m.shared_bytes, int(smem[0]), size, swizzle) for key in keys]
+    m.tracker.issue_loads(inst, lanes, keys, dense, indices, data, chunks, tmap.spec.box_bytes, "TMA load")
+    return True
 
 
 @lru_cache(maxsize=1024)
@@ -314,6 +373,10 @@ def decode_bulk(ops: Operands, inst, mods):
         if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
             clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
             issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        if tensor and load and mask is None and not clustered and len(issued) > 1 and \
+                _tma_loads_together(m, inst, lanes[issued], maps[issued], [v[issued] for v in values],
+                                    smem_addresses[issued], barriers[issued], loaded):
+            return
         for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]

@@ -292,24 +292,14 @@ def decode_mbarrier(ops: Operands, inst, mods):
             write(active, np.ones(len(active), bool))  # each CTA's lanes on its barrier with one token: all passed
             m.pc[active] += 1
             return
-        if local and len(active) > 1:
-            groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
-            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
-            which = which.reshape(-1)
+        tested = None if runs is None else _wait_landing_together(m, inst, active, tokens, parity, runs)
+        if tested is not None:  # each CTA's lanes on its barrier with one token, their copies landed at once
+            for (key, at), (ok, lane, state) in zip(runs, tested):
+                done[at] = ok
+                if ok:
+                    m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
         else:
-            first, which = np.arange(len(active)), np.arange(len(active))
-        for g, i in enumerate(first.tolist()):
-            lane, a = int(active[i]), int(addresses[i])
-            state = barrier_state(m, inst, lane, a)
-            try:
-                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
-                if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
-                    ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
-            except ValueError as error:
-                raise m.error(inst, str(error), lane) from None
-            done[which == g] = ok
-            if ok:
-                m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
+            _wait_one_by_one(m, inst, active, addresses, tokens, parity, local, done)
         passed = active[done]
         for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
             here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
@@ -328,6 +318,58 @@ def decode_mbarrier(ops: Operands, inst, mods):
             m.park_test[failed] = True
 
     return Step(inst, run_wait, control=True)
+
+
+def _wait_one_by_one(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
+                     local: bool, done: np.ndarray) -> None:
+    """`run_wait`'s test of `active` (into `done`) once per group of lanes of one CTA on one barrier with one
+    token, each group's copies landed (`AsyncTracker.land_for_wait`) before it is tested again."""
+    if local and len(active) > 1:
+        groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
+        _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
+        which = which.reshape(-1)
+    else:
+        first, which = np.arange(len(active)), np.arange(len(active))
+    for g, i in enumerate(first.tolist()):
+        lane, a = int(active[i]), int(addresses[i])
+        state = barrier_state(m, inst, lane, a)
+        try:
+            ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+            if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
+                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+        except ValueError as error:
+            raise m.error(inst, str(error), lane) from None
+        done[which == g] = ok
+        if ok:
+            m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
+
+
+def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndarray, parity: bool, groups: list
+                           ) -> list[tuple[bool, int, facts.MBarrierState]] | None:
+    """`run_wait`'s test of each group of `active` (their own CTA's barrier, one token each, in CTA order), the
+    copies in flight on every barrier that fails with all its arrivals in landed together
+    (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each is
+    tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
+    (nothing done) where a barrier is not initialised or a test would raise: the caller then tests the groups
+    one by one, which reports as it always has."""
+    states, failed = [], []
+    for key, at in groups:
+        state = m.mbarriers.get(key)
+        if state is None:
+            return None
+        token = int(tokens[at][0])
+        try:
+            ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
+        except ValueError:
+            return None
+        states.append((ok, int(active[at][0]), state, token))
+        if not ok and key in m.tracker.in_flight and state.pending == 0:
+            failed.append(key)
+    if not failed:
+        return [(ok, lane, state) for ok, lane, state, _ in states]
+    m.tracker.land_keys(inst, failed)
+    return [(ok or (state.try_wait_parity(token & 1) if parity else state.test_wait(token)), lane, state)
+            for ok, lane, state, token in states]
 
 
 def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
