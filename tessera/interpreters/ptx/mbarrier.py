@@ -129,7 +129,13 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
     if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
-        for key, at in _own_barriers(m, lanes, addresses):
+        runs = _own_barriers(m, lanes, addresses)
+        block = m.tracker.hb.cta_block(lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
+        keys = [key for key, _ in runs]
+        if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
+            m.tracker.arriving_ctas(keys, block)
+            return
+        for key, at in runs:
             m.tracker.hb.arrive(inst, key, lanes[at])
             m.tracker.arriving(key, lanes[at])
         return
@@ -146,6 +152,20 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
         for slot in np.unique(m.lane_cta[arriving[~home]]).tolist():  # a peer CTA's release (clusters)
             m.tracker.hb.arrive_from_peer(key, arriving[m.lane_cta[arriving] == slot], grid_rank(m, slot),
                                           grid_rank(m, key[0]))
+
+
+def _arrived(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+    """`lanes` arrived on the mbarriers at `addresses` (`AsyncTracker.arrived`, for the messages), per barrier in
+    (address, CTA) order: one address in every CTA is a run of lanes per CTA, found without a sort."""
+    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all() and len(lanes) and \
+            addresses.min() == addresses.max():
+        for key, at in _own_barriers(m, lanes, addresses):
+            m.tracker.arrived(inst, key, lanes[at])
+        return
+    for a in np.unique(addresses):
+        here = lanes[addresses == a]
+        for cta in np.unique(m.lane_cta[here]):
+            m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
 
 
 def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:
@@ -263,10 +283,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
             if not (together and _arrive_together(m, inst, lanes, addresses, phases)):
                 _arrive_each(m, inst, lanes, addresses, values, phases, lambda count, tx: lambda s: arrive(s, count, tx),
                              expect)
-            for a in np.unique(addresses):
-                here = lanes[addresses == a]
-                for cta in np.unique(m.lane_cta[here]):
-                    m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
+            _arrived(m, inst, lanes, addresses)
             state_out(sel, phases)
         return run_arrive
     # try_wait / test_wait
@@ -300,6 +317,10 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
         else:
             _wait_one_by_one(m, inst, active, addresses, tokens, parity, local, done)
+        if tested is not None and done.all() and _observe_together(m, inst, active, runs):
+            write(active, np.ones(len(active), bool))
+            m.pc[active] += 1
+            return
         passed = active[done]
         for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
             here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
@@ -390,6 +411,23 @@ def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
         passes.append((key, active[at], lane, state))
     for key, here, lane, state in passes:
         m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
+    if _observe_together(m, inst, active, groups):
+        return True
+    for key, here, lane, state in passes:
         m.tracker.observe(key, here, state.phase)
         m.tracker.hb.waited(inst, key, here)
+    return True
+
+
+def _observe_together(m: Machine, inst, active: np.ndarray, groups: list) -> bool:
+    """The successful waits of each CTA's run of `active` on its own barrier (`groups`, in CTA order) observed and
+    acquired for every CTA at once (`AsyncTracker.observe_ctas`, `HappensBefore.waited_ctas`), where the runs are
+    the same lanes of consecutive CTAs and every barrier has its instance; False (nothing done) where not, or
+    where the acquires must be made one by one (`waited_ctas`): the caller then goes barrier by barrier."""
+    block = m.tracker.hb.cta_block(active, groups) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
+    keys = [key for key, _ in groups]
+    if block is None or any(key not in m.tracker.barriers for key in keys) or \
+            not m.tracker.hb.waited_ctas(inst, keys, block):
+        return False
+    m.tracker.observe_ctas(keys, block, [m.mbarriers[key].phase for key in keys])
     return True
