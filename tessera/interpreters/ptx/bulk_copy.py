@@ -261,14 +261,15 @@ def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, v
     if data is None:
         data = loaded[(map_address, tuple(coords))] = _box_data(m, tmap, offsets, valid, box)
     order = getattr(m, "global_order", None)
-    if order is not None and m.memory.log is None and order.read_box_ctas(inst, lanes, box, ASYNC):  # as one
-        for lane, key in zip(lanes.tolist(), keys):
+    together = order is not None and m.memory.log is None
+    for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):  # the global reads: the rest as one where they can be
+        if together and i < len(keys) - 1 and order.read_box_ctas(inst, lanes[i:], box, ASYNC):
+            for lane_, key_ in zip(lanes[i:].tolist(), keys[i:]):
+                order.read_until(inst, lane_, box, m.tracker.barrier(key_), m.mbarriers[key_].phase)
+            break
+        memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
+        if order is not None:
             order.read_until(inst, lane, box, m.tracker.barrier(key), m.mbarriers[key].phase)
-    else:
-        for lane, key in zip(lanes.tolist(), keys):
-            memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
-            if order is not None:
-                order.read_until(inst, lane, box, m.tracker.barrier(key), m.mbarriers[key].phase)
     indices = [_swizzled_at(key[0] * m.shared_bytes, int(smem[0]), size, swizzle) for key in keys]
     m.tracker.issue_loads(inst, lanes, keys, dense, indices, data, chunks, tmap.spec.box_bytes, "TMA load")
     return True
