@@ -237,7 +237,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
 
 def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, values: list[np.ndarray],
                         smem: np.ndarray, barriers: np.ndarray, loaded: dict) -> bool:
-    """The TMA loads of `lanes` (ascending, one thread of each of several CTAs) as one unit where every CTA does
+    """The TMA loads of `lanes` (ascending, one thread of each of one or more CTAs) as one unit where every CTA does
     the same thing: the same box (map, coordinates) into the same offset of its own shared memory, completing on
     the mbarrier at the same offset of its own: the operands checked and the box read once, each thread's global
     read records made in order (`_tma_lane`'s), and the copies' checks and records in shared memory made over
@@ -378,7 +378,7 @@ def decode_bulk(ops: Operands, inst, mods):
         if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
             clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
             issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
-        if tensor and load and mask is None and not clustered and len(issued) > 1 and \
+        if tensor and load and mask is None and not clustered and \
                 _tma_loads_together(m, inst, lanes[issued], maps[issued], [v[issued] for v in values],
                                     smem_addresses[issued], barriers[issued], loaded):
             return
