@@ -125,11 +125,17 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
 
 
-def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+def _local(addresses: np.ndarray) -> bool:
+    """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
+    return bool(((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all())
+
+
+def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None = None) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
-    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
-    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
-        runs = _own_barriers(m, lanes, addresses)
+    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`). `runs`:
+    `_own_barriers(m, lanes, addresses)` where the caller has it."""
+    if _local(addresses):  # each lane's own CTA: (CTA, address)
+        runs = _own_barriers(m, lanes, addresses) if runs is None else runs
         block = m.tracker.hb.cta_block(lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
         keys = [key for key, _ in runs]
         if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
@@ -154,12 +160,12 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
                                           grid_rank(m, key[0]))
 
 
-def _arrived(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+def _arrived(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None) -> None:
     """`lanes` arrived on the mbarriers at `addresses` (`AsyncTracker.arrived`, for the messages), per barrier in
-    (address, CTA) order: one address in every CTA is a run of lanes per CTA, found without a sort."""
-    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all() and len(lanes) and \
-            addresses.min() == addresses.max():
-        for key, at in _own_barriers(m, lanes, addresses):
+    (address, CTA) order: one address in every CTA is a run of lanes per CTA (`runs`, `_own_barriers`'s slices,
+    where the caller has them), found without a sort."""
+    if runs is not None and isinstance(runs[0][1], slice):  # one address: (CTA, address) order is (address, CTA)
+        for key, at in runs:
             m.tracker.arrived(inst, key, lanes[at])
         return
     for a in np.unique(addresses):
@@ -176,13 +182,13 @@ def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, exp
         phases[i] = apply(m, inst, lane, a, action(count, tx))
 
 
-def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
-    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier, when each barrier
-    has that many pending (the phase can only complete with the last of them, as one by one); False (nothing
-    applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
-    if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
+def _arrive_together(m: Machine, inst, lanes, phases, groups: list | None) -> bool:
+    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier (`groups`:
+    `_own_barriers`'s, None where a lane names another CTA's barrier), when each barrier has that many pending (the
+    phase can only complete with the last of them, as one by one); False (nothing applied) when some barrier has
+    fewer pending or a lane names another CTA's barrier."""
+    if groups is None:
         return False
-    groups = _own_barriers(m, lanes, addresses)
     counts = [len(lanes[at]) for _, at in groups]
     if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
         return False
@@ -278,12 +284,13 @@ def decode_mbarrier(ops: Operands, inst, mods):
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
             values = per_lane(extra(sel), lanes.shape) if extra is not None else None
             phases = np.empty(len(lanes), np.uint64)
-            _released(m, inst, lanes, addresses)
+            runs = _own_barriers(m, lanes, addresses) if len(lanes) and _local(addresses) else None
+            _released(m, inst, lanes, addresses, runs)
             together = not expect and values is None and action != "arrive_drop" and len(lanes) > 1
-            if not (together and _arrive_together(m, inst, lanes, addresses, phases)):
+            if not (together and _arrive_together(m, inst, lanes, phases, runs)):
                 _arrive_each(m, inst, lanes, addresses, values, phases, lambda count, tx: lambda s: arrive(s, count, tx),
                              expect)
-            _arrived(m, inst, lanes, addresses)
+            _arrived(m, inst, lanes, addresses, runs)
             state_out(sel, phases)
         return run_arrive
     # try_wait / test_wait
