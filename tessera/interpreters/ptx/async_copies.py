@@ -252,6 +252,7 @@ class AsyncCopies:
         whole = size // _CHUNK * _CHUNK
         shared = as_chunks(m.shared.reshape(-1, size)[:, :whole])  # [CTA, chunk]
         for (low, high, _), group in groups.items():
+            group.sort(key=lambda landing: landing[0].layout[0])  # by CTA (`_rows` takes them ascending)
             slots = np.array([copy.layout[0] // size for copy, _, _ in group])
             rows, chunks = self.hb._rows(slots), group[0][0].layout[1]
             data = group[0][0].data
