@@ -122,13 +122,13 @@ class ByteCounter:
             counter.gathered += len(lanes) * size
             return read_source(m, inst, lanes, addresses, size)
 
-        from tessera.interpreters.ptx import bulk_copy
+        from tessera.interpreters.ptx import bulk_copy, tma_boxes
 
         tma_lane = bulk_copy._tma_lane
 
         def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest, **options):
             if load:
-                spec = bulk_copy._tensor_map(m, inst, lane, map_address).spec
+                spec = tma_boxes.tensor_map(m, inst, lane, map_address).spec
                 _, valid = spec.box_byte_offsets(coords)
                 counter.tma += int(valid.sum()) * spec.element_bytes
             return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest, **options)
@@ -138,7 +138,7 @@ class ByteCounter:
         def counted_together(m, inst, lanes, maps, values, *rest):  # each CTA's copy of one box (else `_tma_lane`)
             if not loads_together(m, inst, lanes, maps, values, *rest):
                 return False
-            spec = bulk_copy._tensor_map(m, inst, int(lanes[0]), int(maps[0])).spec
+            spec = tma_boxes.tensor_map(m, inst, int(lanes[0]), int(maps[0])).spec
             _, valid = spec.box_byte_offsets([int(v[0]) for v in values])
             counter.tma += len(lanes) * int(valid.sum()) * spec.element_bytes
             return True
