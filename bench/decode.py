@@ -122,18 +122,29 @@ class ByteCounter:
             counter.gathered += len(lanes) * size
             return read_source(m, inst, lanes, addresses, size)
 
-        from tessera.interpreters.ptx import bulk_copy
+        from tessera.interpreters.ptx import bulk_copy, tma_boxes
 
         tma_lane = bulk_copy._tma_lane
 
-        def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest):
+        def counted_lane(m, inst, lane, map_address, coords, smem, load, *rest, **options):
             if load:
-                spec = bulk_copy._tensor_map(m, inst, lane, map_address).spec
+                spec = tma_boxes.tensor_map(m, inst, lane, map_address).spec
                 _, valid = spec.box_byte_offsets(coords)
                 counter.tma += int(valid.sum()) * spec.element_bytes
-            return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest)
+            return tma_lane(m, inst, lane, map_address, coords, smem, load, *rest, **options)
+
+        loads_together = bulk_copy._tma_loads_together
+
+        def counted_together(m, inst, lanes, maps, values, *rest):  # each CTA's copy of one box (else `_tma_lane`)
+            if not loads_together(m, inst, lanes, maps, values, *rest):
+                return False
+            spec = tma_boxes.tensor_map(m, inst, int(lanes[0]), int(maps[0])).spec
+            _, valid = spec.box_byte_offsets([int(v[0]) for v in values])
+            counter.tma += len(lanes) * int(valid.sum()) * spec.element_bytes
+            return True
 
         for owner, name, new in ((bulk_copy, "_tma_lane", counted_lane),
+                                 (bulk_copy, "_tma_loads_together", counted_together),
                                  (tma.TensorMap, "read_box", counted_box),
                                  (global_memory.GlobalMemory, "load_words", counted_words),
                                  (global_memory.GlobalMemory, "load_bytes", counted_bytes),

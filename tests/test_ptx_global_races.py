@@ -797,12 +797,12 @@ def _assert_same_records(a, b) -> None:
 
 
 def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it():
-    """`_box_offsets`' layout: the bytes inside the tensor as one strided box (a box wholly inside, or clipped by
+    """`tma_boxes.box_offsets`' layout: the bytes inside the tensor as one strided box (a box wholly inside, or clipped by
     the tensor's edge on any side), None when none is inside."""
     import ml_dtypes
 
     from tessera.interpreters.ptx.global_accesses import StridedBox
-    from tessera.interpreters.ptx.bulk_copy import _box_offsets
+    from tessera.interpreters.ptx.tma_boxes import box_offsets
     from tessera.interpreters.sm90.tma import TensorMap
 
     rng = np.random.default_rng(4)
@@ -810,7 +810,7 @@ def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it()
         spec = TensorMap.encode("t", np.zeros(shape, dtype), box, 0).spec
         for _ in range(10):
             coords = tuple(int(rng.integers(-box[-1 - k] - 2, shape[-1 - k] + 2)) for k in range(len(shape)))
-            offsets, valid, layout = _box_offsets(spec, coords)
+            offsets, valid, layout = box_offsets(spec, coords)
             if not valid.any():
                 assert layout is None
                 continue

@@ -127,6 +127,53 @@ class AsyncCopies:
         if state.pending == 0:
             self.wake(key)
 
+    def loads_clear(self, lanes: np.ndarray, keys: list[tuple[int, int]], dense: tuple[int, int]) -> bool:
+        """Whether `issue` of one load by each of `lanes` (one thread of each CTA of `keys`, ascending) into the
+        bytes `dense` of its own CTA's shared memory (offsets, whole 16-byte chunks), completing on its own
+        CTA's mbarrier `keys[i]`, would pass every check without a walk of the bytes: nothing staged, every
+        barrier initialised, no byte in flight, no pending wgmma or bulk store reading one (`check_writable`'s
+        range path), and `HappensBefore.async_writes_clear`. Decided over the CTAs' ranges at once; changes
+        nothing."""
+        m = self.m
+        if self.staged or self.bulk_reads or any(key not in m.mbarriers for key in keys):
+            return False
+        slots = np.array([key[0] for key in keys])
+        rows, (low, high) = self.hb._rows(slots), dense
+        if self.tagged and (self.state.reshape(-1, m.shared_bytes)[rows, low:high] == FLIGHT).any():
+            return False
+        if self.reading and self._read_by_wgmma_ctas(rows, low // _CHUNK, -(-high // _CHUNK)):
+            return False
+        return self.hb.async_writes_clear(lanes, slots, rows, dense)
+
+    def issue_loads(self, inst, lanes: np.ndarray, keys: list[tuple[int, int]], dense: tuple[int, int],
+                    indices: list[np.ndarray], data: np.ndarray, chunks: np.ndarray, nbytes: int, kind: str) -> None:
+        """`issue` of the loads `loads_clear` passed, as one unit: `lanes[i]`'s copy of `data` into the bytes
+        `indices[i]` (`dense` of CTA `keys[i][0]`, whole chunks `chunks` in order: it lands a chunk at a time)
+        completing `nbytes` on the mbarrier `keys[i]`. The copies are made in issue order, as one by one; their
+        bytes are tagged in flight and their completed async reads forgotten over the CTAs' ranges at once, and
+        the threads parked on a barrier whose arrivals are all in are woken."""
+        m = self.m
+        first, (low, high) = len(self.copies), dense
+        slots = np.array([key[0] for key in keys])
+        for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):
+            base = key[0] * m.shared_bytes
+            acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
+            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, slice(base + low, base + high),
+                        layout=(base, chunks))
+            self.copies[first + i] = copy
+            self.in_flight.setdefault(key, []).append(copy)
+        rows = self.hb._rows(slots)
+        self.hb.async_writes(rows, low // _CHUNK, -(-high // _CHUNK))
+        self.tagged = True
+        self.state.reshape(-1, m.shared_bytes)[rows, low:high] = FLIGHT
+        self.tag.reshape(-1, m.shared_bytes)[rows, low:high] = np.arange(first, first + len(keys),
+                                                                          dtype=self.tag.dtype)[:, None]
+        self._forget_ranges([slice(slot * m.shared_bytes + low, slot * m.shared_bytes + high)
+                             for slot in slots.tolist()])
+        for key in keys:
+            if m.mbarriers[key].pending == 0:
+                self.wake(key)
+
     def wake(self, key: tuple[int, int]) -> None:
         """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
         m = self.m
@@ -147,50 +194,108 @@ class AsyncCopies:
 
     def land(self, inst, key: tuple[int, int], lane: int) -> None:
         """Land the copies in flight on the mbarrier at `key`, in issue order; see the module docstring."""
+        self.land_keys(inst, [key])
+
+    def land_keys(self, inst, keys: list[tuple[int, int]]) -> None:
+        """Land the copies in flight on each mbarrier of `keys` (each with every arrival of its phase in), one
+        barrier after another, each one's in issue order: the complete-tx of each copy counted in that order
+        (reporting, as `land` always has, a phase that completes before its last copy or that ends with more bytes
+        than its expect_tx announced), then the bytes (`_land_bytes`), then each barrier's change."""
         from tessera.interpreters.ptx.mbarrier import barrier_changed
 
         m = self.m
-        state = m.mbarriers[key]
-        b = self.barrier(key)
-        copies = self.in_flight.pop(key)
-        before = state.phase
-        for i, copy in enumerate(copies):
-            if state.phase != before:
-                left = sum(c.nbytes for c in copies[i:])
-                raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase {before} "
-                                             f"with {len(copies) - i} copies ({left} bytes) still in flight on it: "
-                                             f"its expect_tx{self.last_arrival_at(key)} announced fewer bytes than "
-                                             "the copies deliver", copy.lane)
-            phase = state.phase
-            if copy.combine is not None:
-                m.shared[copy.index] = copy.combine(m.shared[copy.index])
-            elif copy.layout == "ordered":
-                m.shared[copy.span] = copy.data
-            elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
-                base, chunks = copy.layout
-                as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
+        landed, befores = [], []
+        for key in keys:
+            state = m.mbarriers[key]
+            b = self.barrier(key)
+            copies = self.in_flight.pop(key)
+            before = state.phase
+            befores.append(before)
+            for i, copy in enumerate(copies):
+                if state.phase != before:
+                    left = sum(c.nbytes for c in copies[i:])
+                    raise self.hazard(copy.inst, f"the mbarrier at shared address {key[1]:#x} completed phase "
+                                                 f"{before} with {len(copies) - i} copies ({left} bytes) still in "
+                                                 f"flight on it: its expect_tx{self.last_arrival_at(key)} announced "
+                                                 "fewer bytes than the copies deliver", copy.lane)
+                landed.append((copy, b, state.phase))
+                try:
+                    state.complete_tx(copy.nbytes)
+                except ValueError as error:
+                    raise self.hazard(copy.inst, f"mbarrier at {key[1]:#x}: {error}", copy.lane) from None
+            if state.phase == before and state.pending == 0 and state.tx_count < 0:
+                raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} "
+                                                   f"delivered {-state.tx_count} bytes more than its expect_tx "
+                                                   f"announced for phase {state.phase}{self.last_arrival_at(key)} "
+                                                   f"(tx-count {state.tx_count} with every arrival in)",
+                                  copies[-1].lane)
+        self._land_bytes(landed)
+        for key, before in zip(keys, befores):
+            barrier_changed(m, key, before, m.mbarriers[key], prefer=False)
+
+    def _land_bytes(self, landed: list[tuple[Copy, int, int]]) -> None:
+        """The bytes of the copies `landed` ((copy, barrier instance, phase) each, in landing order) land: written
+        into shared memory and tagged `LANDED` with their barrier and phase, a range one copy landed whole kept
+        (`landed_ranges`). Where every copy lands whole 16-byte chunks (TMA boxes), the copies of one layout (the
+        same offset in each CTA's shared memory: a batch's CTAs' K or V tile) land over the CTAs' ranges at once:
+        in-flight copies never share a byte, so the order of their writes is immaterial."""
+        m = self.m
+        size = m.shared_bytes
+        if len(landed) < 2 or not all(isinstance(c.layout, tuple) and c.span is not None for c, _, _ in landed):
+            for copy, b, phase in landed:
+                self._land_copy(copy, b, phase)
+            return
+        groups: dict[tuple, list] = {}
+        for copy, b, phase in landed:
+            base, chunks = copy.layout
+            groups.setdefault((copy.span.start - base, copy.span.stop - base, id(chunks)), []).append((copy, b, phase))
+        whole = size // _CHUNK * _CHUNK
+        shared = as_chunks(m.shared.reshape(-1, size)[:, :whole])  # [CTA, chunk]
+        for (low, high, _), group in groups.items():
+            group.sort(key=lambda landing: landing[0].layout[0])  # by CTA (`_rows` takes them ascending)
+            slots = np.array([copy.layout[0] // size for copy, _, _ in group])
+            rows, chunks = self.hb._rows(slots), group[0][0].layout[1]
+            data = group[0][0].data
+            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group):
+                shared[rows, chunks] = as_chunks(data)
             else:
-                m.shared[copy.index] = copy.data
-            where = copy.index if copy.span is None else copy.span
-            self.state[where] = LANDED
-            self.tag[where] = b
-            self.phase[where] = phase
-            self._forget_ranges(where)
-            if copy.span is not None:
-                if copy.span.start not in self.landed_ranges:  # (its bytes' ranges were forgotten above)
-                    bisect.insort(self.landed_starts, copy.span.start)
-                self.landed_ranges[copy.span.start] = (copy.span.stop, b, phase)
+                for copy, _, _ in group:
+                    shared[copy.layout[0] // size, chunks] = as_chunks(copy.data)
+            self.state.reshape(-1, size)[rows, low:high] = LANDED
+            self.tag.reshape(-1, size)[rows, low:high] = np.array([b for _, b, _ in group], self.tag.dtype)[:, None]
+            self.phase.reshape(-1, size)[rows, low:high] = np.array([p for _, _, p in group], self.phase.dtype)[:, None]
+        self._forget_ranges([copy.span for copy, _, _ in landed])
+        for copy, b, phase in landed:
+            self._keep_range(copy.span, b, phase)
             copy.data = None
-            try:
-                state.complete_tx(copy.nbytes)
-            except ValueError as error:
-                raise self.hazard(copy.inst, f"mbarrier at {key[1]:#x}: {error}", copy.lane) from None
-        if state.phase == before and state.pending == 0 and state.tx_count < 0:
-            raise self.hazard(copies[-1].inst, f"the copies on the mbarrier at shared address {key[1]:#x} delivered "
-                                               f"{-state.tx_count} bytes more than its expect_tx announced for phase "
-                                               f"{state.phase}{self.last_arrival_at(key)} (tx-count {state.tx_count} "
-                                               "with every arrival in)", copies[-1].lane)
-        barrier_changed(m, key, before, state, prefer=False)
+
+    def _land_copy(self, copy: Copy, b: int, phase: int) -> None:
+        """One copy's bytes land (`_land_bytes`)."""
+        m = self.m
+        if copy.combine is not None:
+            m.shared[copy.index] = copy.combine(m.shared[copy.index])
+        elif copy.layout == "ordered":
+            m.shared[copy.span] = copy.data
+        elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
+            base, chunks = copy.layout
+            as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
+        else:
+            m.shared[copy.index] = copy.data
+        where = copy.index if copy.span is None else copy.span
+        self.state[where] = LANDED
+        self.tag[where] = b
+        self.phase[where] = phase
+        self._forget_ranges(where)
+        if copy.span is not None:
+            self._keep_range(copy.span, b, phase)
+        copy.data = None
+
+    def _keep_range(self, span: slice, b: int, phase: int) -> None:
+        """The range `span` landed whole from one copy on barrier instance `b` in `phase` (its bytes' ranges
+        forgotten before): kept in `landed_ranges`."""
+        if span.start not in self.landed_ranges:
+            bisect.insort(self.landed_starts, span.start)
+        self.landed_ranges[span.start] = (span.stop, b, phase)
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
         """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.sm90 import facts
+
+_CHUNK = facts.SWIZZLE_CHUNK_BYTES
+
 
 class AsyncRecords:
     """The asynchronous accesses of `HappensBefore` (its base class: the clocks and records are `HappensBefore`'s)."""
@@ -112,6 +116,51 @@ class AsyncRecords:
             self.w_clock[span] = 0
         if self.peer_read_any:
             self.peer_reads.clear(span)
+
+    def async_writes_clear(self, lanes: np.ndarray, slots: np.ndarray, rows: slice | np.ndarray,
+                           dense: tuple[int, int]) -> bool:
+        """Whether `async_write` of one copy by each of `lanes` into the range `dense` (offsets, whole 16-byte
+        chunks) of its own CTA's shared memory (`slots`; `rows`, the same as a slice where they are consecutive)
+        passes every check and clears no generic record: with races on, no generic read or write, peer read or
+        completed bulk-store read (`r_async`) recorded in the ranges, and every completed wgmma read of their
+        bytes (`_span_completions`, here over the CTAs' ranges at once) ordered before the lane's present point.
+        Changes nothing."""
+        if not self.races or self.r_any or self.peer_read_any:
+            return False
+        size = self._cta_bytes()
+        spans = [slice(slot * size + dense[0], slot * size + dense[1]) for slot in slots.tolist()]
+        if self.reads.any and any(self.reads.any_in(span) for span in spans):
+            return False
+        if self.w_any and any(np.count_nonzero(self.w_clock[span]) for span in spans):
+            return False
+        if not self.completions or self.wgmma_reads is None:
+            return True
+        per_cta = self._per_cta()
+        reads = self.wgmma_reads.reshape(per_cta, len(self.wgmma_groups) // per_cta, -1)[
+            :, rows, dense[0] // _CHUNK:-(-dense[1] // _CHUNK)]  # [warpgroup of its CTA, CTA, chunk]
+        if not np.count_nonzero(reads):
+            return True
+        lows, highs, width = reads.min(axis=2).tolist(), reads.max(axis=2).tolist(), self.wgmma_groups.shape[1]
+        for i, (lane, slot) in enumerate(zip(lanes.tolist(), slots.tolist())):
+            found: set[int] = set()
+            for r in range(per_cta):
+                for last in (lows[r][i],) if lows[r][i] == highs[r][i] else _present(reads[r, i], lows[r][i]):
+                    if 0 < last <= width:
+                        found.add(int(self.wgmma_groups[slot * per_cta + r, last - 1]))
+            found.discard(0)
+            clock = self.clock[lane]
+            for c in found:
+                readers, epochs = self.completions[c - 1][:2]
+                if not (clock[readers % self.threads] >= epochs).any():
+                    return False
+        return True
+
+    def async_writes(self, rows: slice | np.ndarray, first: int, stop: int) -> None:
+        """`async_write` of the copies `async_writes_clear` passed (their chunks [first, stop) of each CTA of
+        `rows`): their bytes' completed wgmma reads no longer apply (`_forget_async_reads`), at once."""
+        if self.races and self.completions and self.wgmma_reads is not None:
+            per_cta = self._per_cta()
+            self.wgmma_reads.reshape(per_cta, len(self.wgmma_groups) // per_cta, -1)[:, rows, first:stop] = 0
 
     def _async_write_checks(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, known, clocks) -> None:
         """`async_write`'s generic checks of the bytes `flat`, byte by byte."""

@@ -222,6 +222,28 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         if len(self.observed):
             self.carrying[b] = np.maximum(self.carrying[b], self.observed[:, lanes].max(axis=1))
 
+    def observe_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice], phases: list[int]) -> None:
+        """`observe` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier `keys[k]`
+        (each with its instance: `barrier` makes them in the order of its calls) in `phases[k]`, at once."""
+        barriers = np.array([self.barriers[key] for key in keys])
+        ctas, within = block
+        self.seen_runs.clear()
+        # [barrier, CTA, lane]
+        observed = self.observed.reshape(len(self.observed), -1, self.m.threads)[:, ctas, within]
+        k = np.arange(len(keys))
+        observed[barriers, k] = np.maximum(observed[barriers, k], np.array(phases, observed.dtype)[:, None])
+        np.maximum(observed, self.carried[barriers].T[:, :, None], out=observed)
+        self.last_wait.reshape(-1, self.m.threads)[ctas, within] = barriers[:, None]
+
+    def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
+        """`arriving` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier
+        `keys[k]`, at once (the barriers' instances made first, in order, as one by one)."""
+        barriers = [self.barrier(key) for key in keys]
+        if len(self.observed):
+            ctas, within = block
+            seen = self.observed.reshape(len(self.observed), -1, self.m.threads)[:, ctas, within].max(axis=2)
+            self.carrying[barriers] = np.maximum(self.carrying[barriers], seen.T)
+
     def published(self, key: tuple[int, int]) -> None:
         """The pending phase of the mbarrier at `key` completed: its waiters learn what its arrivals carried."""
         b = self.barrier(key)

@@ -23,124 +23,24 @@ it lands), each completing on the receiving CTA's mbarrier.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import atomics, mbarrier, memory, tensormaps
+from tessera.interpreters.ptx import atomics, mbarrier, memory
 from tessera.interpreters.ptx.cluster import OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode, per_lane
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
 from tessera.interpreters.ptx.mbarrier import shared_addresses
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
-from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
-from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine, \
-    unique_rows
+from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, Machine, unique_rows
 from tessera.interpreters.ptx.sync import U32
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
+from tessera.interpreters.ptx.tma_boxes import box_data, checked_box, swizzled_at
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters import serving_checks
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
-
-
-@dataclass(frozen=True)
-class TensorMapObject:
-    """A tensor map placed in parameter space: the encode arguments and the global address they name."""
-
-    name: str
-    spec: facts.TensorMapSpec
-    address: int
-
-
-# region TMA
-def _tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
-    offset = address - PARAM_WINDOW
-    found = m.tensor_maps.get(offset) if 0 <= offset < WINDOW_SIZE else None
-    if found is None and GLOBAL_BASE <= address:  # built on the device (`tensormaps`)
-        spec = tensormaps.read_map(m, inst, lane, address)
-        return TensorMapObject(f"the tensor map at {address:#x}", spec, spec.global_address)
-    if found is None:
-        raise m.error(inst, f"address {address:#x} is not the generic address of a tensor-map parameter, nor a "
-                            "global address (a map built on the device)", lane)
-    return found
-
-
-def _oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
-    """The bytes a load writes for an element outside the tensor: zeros, or with FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-    a quiet NaN of the element type (the hardware's "OOB-NaN"; its exact bits are not documented)."""
-    if spec.oob_fill == facts.TensorMapFloatOOBFill.NONE:
-        return np.zeros(spec.element_bytes, np.uint8)
-    dtype = {2: np.float16, 4: np.float32, 8: np.float64}[spec.element_bytes]
-    if spec.dtype == facts.TensorMapDataType.BFLOAT16:
-        dtype = ml_dtypes.bfloat16
-    return np.frombuffer(np.array(np.nan, dtype).tobytes(), np.uint8)
-
-
-@lru_cache(maxsize=4096)
-def _box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple | None]:
-    """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
-    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
-    form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
-    `global_accesses.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
-    copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
-    offsets, valid = spec.box_byte_offsets(list(coords))
-    offsets.setflags(write=False)
-    valid.setflags(write=False)
-    if not valid.any() or not offsets.size:
-        return offsets, valid, None
-    counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
-                                      else spec.strides[k])) for k in reversed(range(spec.rank))]
-    grid, inside = offsets.reshape(counts), valid.reshape(counts)
-    if not valid.all():  # the part inside the tensor, when it is a box: a range of indices along each axis
-        ranges = []
-        for axis in range(len(counts)):
-            hit = np.flatnonzero(inside.any(axis=tuple(a for a in range(len(counts)) if a != axis)))
-            if hit[-1] - hit[0] + 1 != len(hit):
-                return offsets, valid, None
-            ranges.append(slice(int(hit[0]), int(hit[-1]) + 1))
-        if not inside[tuple(ranges)].all() or inside.sum() != inside[tuple(ranges)].size:
-            return offsets, valid, None
-        grid = grid[tuple(ranges)]
-        counts = list(grid.shape)
-    shape, strides = [spec.element_bytes], [1]
-    for axis in reversed(range(len(counts))):
-        if counts[axis] == 1:
-            continue
-        step = int(grid[(0,) * axis + (1,) + (0,) * (len(counts) - axis - 1)] - grid[(0,) * len(counts)])
-        if step == shape[0] * strides[0]:
-            shape[0] *= counts[axis]
-        else:
-            shape.insert(0, counts[axis])
-            strides.insert(0, step)
-    layout = (int(grid[(0,) * len(counts)]), tuple(shape), tuple(strides))
-    box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
-    return offsets, valid, layout if np.array_equal(box, offsets[valid]) else None
-
-
-def _box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.ndarray, box) -> np.ndarray:
-    """The bytes a load of the box reads (row-major; elements outside the tensor filled, `_oob_fill`), a copy
-    of global memory as it is now: the `StridedBox` `box` of the elements inside read as a strided view, else
-    (`box` None) gathered by `offsets`. Read-only: the copies of one box by several CTAs of a step share it."""
-    e = tmap.spec.element_bytes
-    if box is not None and valid.all():  # the whole box lies in the tensor (mostly)
-        data = box.view(m.memory.buffer).flatten()
-    elif box is not None:  # the tensor's edge clips the box: the elements inside are the box's rows of `valid`
-        data = np.empty((len(offsets), e), np.uint8)
-        data[:] = _oob_fill(tmap.spec)
-        data[valid] = box.view(m.memory.buffer).reshape(-1, e)
-        data = data.reshape(-1)
-    else:
-        data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
-        if not valid.all():
-            data = np.where(valid[:, None], data, _oob_fill(tmap.spec)).astype(np.uint8)
-        data = data.reshape(-1)
-    data.setflags(write=False)
-    return data
 
 
 def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], smem: int, load: bool,
@@ -149,35 +49,22 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
     shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
     `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor.
-    `loaded`: the boxes' data read by the step so far ((map, coords) -> `_box_data`): the CTAs of a batch
+    `loaded`: the boxes' data read by the step so far ((map, coords) -> `box_data`): the CTAs of a batch
     loading the same K or V tile read global memory once (nothing writes it between their copies)."""
     slot = int(m.lane_cta[lane]) if slot is None else slot
-    tmap = _tensor_map(m, inst, lane, map_address)
+    tmap, offsets, valid, layout, size, swizzle, dense, chunks = checked_box(m, inst, lane, map_address, coords, smem,
+                                                                          load)
     spec = tmap.spec
-    if len(coords) != spec.rank:
-        raise m.error(inst, f"a rank-{spec.rank} tensor map needs {spec.rank} coordinates, got {len(coords)}", lane)
-    if smem % facts.TMA_SMEM_ALIGNMENT:
-        raise m.error(inst, f"shared address {smem:#x} is not {facts.TMA_SMEM_ALIGNMENT}-byte aligned", lane)
-    if load and serving_checks.active() and \
-            (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
-        raise m.error(inst, problem, lane)
     e = spec.element_bytes
-    offsets, valid, layout = _box_offsets(spec, tuple(coords))
-    size = len(offsets) * e
-    if smem < 0 or smem + size > m.shared_bytes:
-        raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
-                            f"({m.shared_bytes} bytes)", lane)
-    swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
-    _, dense, chunks = _swizzled(smem, size, swizzle)
     base = slot * m.shared_bytes
-    shared_index = _swizzled_at(base, smem, size, swizzle)
+    shared_index = swizzled_at(base, smem, size, swizzle)
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
         key = (map_address, tuple(coords))
         data = None if loaded is None else loaded.get(key)
         if data is None:
-            data = _box_data(m, tmap, offsets, valid, box)  # a copy: the data as it is at issue
+            data = box_data(m, tmap, offsets, valid, box)  # a copy: the data as it is at issue
             if loaded is not None:
                 loaded[key] = data
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
@@ -189,7 +76,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
-        data = _box_data(m, tmap, offsets, valid, None)
+        data = box_data(m, tmap, offsets, valid, None)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
@@ -211,24 +98,44 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     return spec.box_bytes
 
 
-@lru_cache(maxsize=1024)
-def _swizzled(smem: int, size: int, swizzle: int) -> tuple[np.ndarray, tuple[int, int] | None, np.ndarray | None]:
-    """The swizzled shared offsets of the `size` bytes of a box at `smem` (read-only; a ring's slots give a
-    handful of values, kept across copies, CTAs and launches), their range when they fill one (`dense_range`),
-    and the 16-byte chunks they are, in order, when they are whole chunks (`chunks_in_order`: every swizzle
-    moves whole chunks)."""
-    offsets = facts.swizzle_address(smem + np.arange(size, dtype=np.int64), swizzle)
-    offsets.setflags(write=False)
-    return offsets, dense_range(offsets), chunks_in_order(offsets)
-
-
-@lru_cache(maxsize=64)
-def _swizzled_at(base: int, smem: int, size: int, swizzle: int) -> np.ndarray:
-    """`_swizzled`'s offsets from `base` (a CTA's shared memory in the batch): read-only, kept across copies and
-    launches (a ring's slots in each CTA of a batch: a few dozen), not made again for every copy."""
-    index = base + _swizzled(smem, size, swizzle)[0]
-    index.setflags(write=False)
-    return index
+def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, values: list[np.ndarray],
+                        smem: np.ndarray, barriers: np.ndarray, loaded: dict) -> bool:
+    """The TMA loads of `lanes` (ascending, one thread of each of one or more CTAs) as one unit where every CTA does
+    the same thing: the same box (map, coordinates) into the same offset of its own shared memory, completing on
+    the mbarrier at the same offset of its own: the operands checked and the box read once, each thread's global
+    read records made in order (`_tma_lane`'s), and the copies' checks and records in shared memory made over
+    the CTAs' ranges at once (`AsyncCopies.loads_clear`, `issue_loads`). Returns False, having changed nothing,
+    where the loads differ or a check of one might report: the caller then issues them one by one, in order,
+    which reports the same as ever (the global records are made in the same order either way, and the
+    shared-memory checks, which the global ones never affect, pass)."""
+    slots = m.lane_cta[lanes]
+    if not ((maps == maps[0]).all() and (smem == smem[0]).all() and (barriers == barriers[0]).all()
+            and all((v == v[0]).all() for v in values) and (np.diff(slots) > 0).all()
+            and 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT):
+        return False
+    map_address, coords, barrier = int(maps[0]), [int(v[0]) for v in values], int(barriers[0])
+    tmap, offsets, valid, layout, size, swizzle, dense, chunks = checked_box(m, inst, int(lanes[0]), map_address, coords,
+                                                                          int(smem[0]), True)
+    keys = [(slot, barrier) for slot in slots.tolist()]
+    if layout is None or dense is None or chunks is None or not m.tracker.loads_clear(lanes, keys, dense):
+        return False
+    box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
+    data = loaded.get((map_address, tuple(coords)))
+    if data is None:
+        data = loaded[(map_address, tuple(coords))] = box_data(m, tmap, offsets, valid, box)
+    order = getattr(m, "global_order", None)
+    together = order is not None and m.memory.log is None
+    for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):  # the global reads: the rest as one where they can be
+        if together and i < len(keys) - 1 and order.read_box_ctas(inst, lanes[i:], box, ASYNC):
+            for lane_, key_ in zip(lanes[i:].tolist(), keys[i:]):
+                order.read_until(inst, lane_, box, m.tracker.barrier(key_), m.mbarriers[key_].phase)
+            break
+        memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
+        if order is not None:
+            order.read_until(inst, lane, box, m.tracker.barrier(key), m.mbarriers[key].phase)
+    indices = [swizzled_at(key[0] * m.shared_bytes, int(smem[0]), size, swizzle) for key in keys]
+    m.tracker.issue_loads(inst, lanes, keys, dense, indices, data, chunks, tmap.spec.box_bytes, "TMA load")
+    return True
 
 
 def _coords(ops: Operands, inst, operand):
@@ -314,6 +221,10 @@ def decode_bulk(ops: Operands, inst, mods):
         if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
             clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
             issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        if tensor and load and mask is None and not clustered and \
+                _tma_loads_together(m, inst, lanes[issued], maps[issued], [v[issued] for v in values],
+                                    smem_addresses[issued], barriers[issued], loaded):
+            return
         for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]

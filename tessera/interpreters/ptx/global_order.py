@@ -176,6 +176,21 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self._read_into(box, s, 0 if s else w, 0 if s else e, l_, lanes, np.array([mine], np.int64),
                         np.array([now], np.int64), inst.line)
 
+    def read_box_ctas(self, inst, lanes: np.ndarray, box: StridedBox, kind: int) -> bool:
+        """`read_box` of `lanes` (one thread of each of several CTAs, in order) reading `box`, as one read where
+        its records are kept as one (`boxes`) and no lane knows of another CTA (`HappensBefore.remote`): none of
+        the lanes' reads then happens before another's, so the readers the box keeps are those one by one would
+        leave (the earlier readers that happen before none of them, then the lanes, in order), in one set.
+        False (nothing done) elsewhere: the caller reads one by one."""
+        hb = self.m.tracker.hb
+        entry = self.boxes.get(box)
+        if entry is None or hb.remote or not hb.races or len(lanes) < 2:
+            return False
+        s, w, e, l_ = entry[:4]
+        entry[0] = self._next_set(s, 0 if s else w, 0 if s else e, l_, lanes, self.lane_who[lanes] | kind,
+                                  hb.clock[lanes, lanes % self.m.threads], inst.line)
+        return True
+
     def _read_box_records(self, inst, lane: int, entry: list, kind: int) -> None:
         """`read_box` of a box whose records are kept as one (`boxes`): the same decision on its one record."""
         hb = self.m.tracker.hb

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tessera.interpreters.ptx.bulk_copy import TensorMapObject
+from tessera.interpreters.ptx.tma_boxes import TensorMapObject
 from tessera.interpreters.ptx.params import ParamStruct, TensorMapArg
 from tessera.interpreters.ptx.state import fail
 from tessera.interpreters.ptx.syntax import Module

@@ -20,7 +20,7 @@ from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
     alu, atomics, bulk_copy, compare, floats, ldmatrix, logic, mbarrier, memory, reductions, schedule, simd, sync,
     warp_collectives, warp_mma, wgmma, wmma,
 )
-from tessera.interpreters.ptx.bulk_copy import TensorMapObject
+from tessera.interpreters.ptx.tma_boxes import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
 from tessera.interpreters.ptx import async_checks, ptxas_rules
 from tessera.interpreters.ptx.decode import Operands, decode

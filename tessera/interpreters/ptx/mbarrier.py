@@ -125,11 +125,23 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
 
 
-def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> None:
+def _local(addresses: np.ndarray) -> bool:
+    """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
+    return bool(((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all())
+
+
+def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None = None) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
-    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`)."""
-    if ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():  # each lane's own CTA: (CTA, address)
-        for key, at in _own_barriers(m, lanes, addresses):
+    before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`). `runs`:
+    `_own_barriers(m, lanes, addresses)` where the caller has it."""
+    if _local(addresses):  # each lane's own CTA: (CTA, address)
+        runs = _own_barriers(m, lanes, addresses) if runs is None else runs
+        block = m.tracker.hb.cta_block(lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
+        keys = [key for key, _ in runs]
+        if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
+            m.tracker.arriving_ctas(keys, block)
+            return
+        for key, at in runs:
             m.tracker.hb.arrive(inst, key, lanes[at])
             m.tracker.arriving(key, lanes[at])
         return
@@ -148,6 +160,20 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -> Non
                                           grid_rank(m, key[0]))
 
 
+def _arrived(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None) -> None:
+    """`lanes` arrived on the mbarriers at `addresses` (`AsyncTracker.arrived`, for the messages), per barrier in
+    (address, CTA) order: one address in every CTA is a run of lanes per CTA (`runs`, `_own_barriers`'s slices,
+    where the caller has them), found without a sort."""
+    if runs is not None and isinstance(runs[0][1], slice):  # one address: (CTA, address) order is (address, CTA)
+        for key, at in runs:
+            m.tracker.arrived(inst, key, lanes[at])
+        return
+    for a in np.unique(addresses):
+        here = lanes[addresses == a]
+        for cta in np.unique(m.lane_cta[here]):
+            m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
+
+
 def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:
     """Apply the arrivals of `lanes` one by one, in lane order (a phase may complete between two of them)."""
     for i, (lane, a) in enumerate(zip(lanes.tolist(), addresses.tolist())):
@@ -156,13 +182,13 @@ def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, exp
         phases[i] = apply(m, inst, lane, a, action(count, tx))
 
 
-def _arrive_together(m: Machine, inst, lanes, addresses, phases) -> bool:
-    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier, when each barrier
-    has that many pending (the phase can only complete with the last of them, as one by one); False (nothing
-    applied) when some barrier has fewer pending or a lane names another CTA's barrier."""
-    if not ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all():
+def _arrive_together(m: Machine, inst, lanes, phases, groups: list | None) -> bool:
+    """The single arrivals of `lanes` applied as one arrival of their count per mbarrier (`groups`:
+    `_own_barriers`'s, None where a lane names another CTA's barrier), when each barrier has that many pending (the
+    phase can only complete with the last of them, as one by one); False (nothing applied) when some barrier has
+    fewer pending or a lane names another CTA's barrier."""
+    if groups is None:
         return False
-    groups = _own_barriers(m, lanes, addresses)
     counts = [len(lanes[at]) for _, at in groups]
     if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
         return False
@@ -258,15 +284,13 @@ def decode_mbarrier(ops: Operands, inst, mods):
             addresses = shared_addresses(m, inst, space, lanes, address(sel))
             values = per_lane(extra(sel), lanes.shape) if extra is not None else None
             phases = np.empty(len(lanes), np.uint64)
-            _released(m, inst, lanes, addresses)
+            runs = _own_barriers(m, lanes, addresses) if len(lanes) and _local(addresses) else None
+            _released(m, inst, lanes, addresses, runs)
             together = not expect and values is None and action != "arrive_drop" and len(lanes) > 1
-            if not (together and _arrive_together(m, inst, lanes, addresses, phases)):
+            if not (together and _arrive_together(m, inst, lanes, phases, runs)):
                 _arrive_each(m, inst, lanes, addresses, values, phases, lambda count, tx: lambda s: arrive(s, count, tx),
                              expect)
-            for a in np.unique(addresses):
-                here = lanes[addresses == a]
-                for cta in np.unique(m.lane_cta[here]):
-                    m.tracker.arrived(inst, (int(cta), int(a)), here[m.lane_cta[here] == cta])
+            _arrived(m, inst, lanes, addresses, runs)
             state_out(sel, phases)
         return run_arrive
     # try_wait / test_wait
@@ -292,24 +316,18 @@ def decode_mbarrier(ops: Operands, inst, mods):
             write(active, np.ones(len(active), bool))  # each CTA's lanes on its barrier with one token: all passed
             m.pc[active] += 1
             return
-        if local and len(active) > 1:
-            groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
-            _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
-            which = which.reshape(-1)
+        tested = None if runs is None else _wait_landing_together(m, inst, active, tokens, parity, runs)
+        if tested is not None:  # each CTA's lanes on its barrier with one token, their copies landed at once
+            for (key, at), (ok, lane, state) in zip(runs, tested):
+                done[at] = ok
+                if ok:
+                    m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
         else:
-            first, which = np.arange(len(active)), np.arange(len(active))
-        for g, i in enumerate(first.tolist()):
-            lane, a = int(active[i]), int(addresses[i])
-            state = barrier_state(m, inst, lane, a)
-            try:
-                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
-                if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
-                    ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
-            except ValueError as error:
-                raise m.error(inst, str(error), lane) from None
-            done[which == g] = ok
-            if ok:
-                m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
+            _wait_one_by_one(m, inst, active, addresses, tokens, parity, local, done)
+        if tested is not None and done.all() and _observe_together(m, inst, active, runs):
+            write(active, np.ones(len(active), bool))
+            m.pc[active] += 1
+            return
         passed = active[done]
         for key in set(zip(m.lane_cta[passed].tolist(), addresses[done].tolist())):
             here = passed[(m.lane_cta[passed] == key[0]) & (addresses[done] == key[1])]
@@ -330,6 +348,58 @@ def decode_mbarrier(ops: Operands, inst, mods):
     return Step(inst, run_wait, control=True)
 
 
+def _wait_one_by_one(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
+                     local: bool, done: np.ndarray) -> None:
+    """`run_wait`'s test of `active` (into `done`) once per group of lanes of one CTA on one barrier with one
+    token, each group's copies landed (`AsyncTracker.land_for_wait`) before it is tested again."""
+    if local and len(active) > 1:
+        groups = np.stack([m.lane_cta[active], addresses, tokens.astype(np.int64) & (1 if parity else -1)], axis=1)
+        _, first, which = unique_rows(groups, return_index=True, return_inverse=True)
+        which = which.reshape(-1)
+    else:
+        first, which = np.arange(len(active)), np.arange(len(active))
+    for g, i in enumerate(first.tolist()):
+        lane, a = int(active[i]), int(addresses[i])
+        state = barrier_state(m, inst, lane, a)
+        try:
+            ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+            if not ok and m.tracker.land_for_wait(inst, (int(m.lane_cta[lane]), a), lane):
+                ok = state.try_wait_parity(int(tokens[i]) & 1) if parity else state.test_wait(int(tokens[i]))
+        except ValueError as error:
+            raise m.error(inst, str(error), lane) from None
+        done[which == g] = ok
+        if ok:
+            m.cluster_state.observed(lane, mbarrier_key(m, lane, a), state.phase)
+
+
+def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndarray, parity: bool, groups: list
+                           ) -> list[tuple[bool, int, facts.MBarrierState]] | None:
+    """`run_wait`'s test of each group of `active` (their own CTA's barrier, one token each, in CTA order), the
+    copies in flight on every barrier that fails with all its arrivals in landed together
+    (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each is
+    tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
+    (nothing done) where a barrier is not initialised or a test would raise: the caller then tests the groups
+    one by one, which reports as it always has."""
+    states, failed = [], []
+    for key, at in groups:
+        state = m.mbarriers.get(key)
+        if state is None:
+            return None
+        token = int(tokens[at][0])
+        try:
+            ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
+        except ValueError:
+            return None
+        states.append((ok, int(active[at][0]), state, token))
+        if not ok and key in m.tracker.in_flight and state.pending == 0:
+            failed.append(key)
+    if not failed:
+        return [(ok, lane, state) for ok, lane, state, _ in states]
+    m.tracker.land_keys(inst, failed)
+    return [(ok or (state.try_wait_parity(token & 1) if parity else state.test_wait(token)), lane, state)
+            for ok, lane, state, token in states]
+
+
 def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
                      groups: list) -> bool:
     """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
@@ -348,6 +418,23 @@ def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
         passes.append((key, active[at], lane, state))
     for key, here, lane, state in passes:
         m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
+    if _observe_together(m, inst, active, groups):
+        return True
+    for key, here, lane, state in passes:
         m.tracker.observe(key, here, state.phase)
         m.tracker.hb.waited(inst, key, here)
+    return True
+
+
+def _observe_together(m: Machine, inst, active: np.ndarray, groups: list) -> bool:
+    """The successful waits of each CTA's run of `active` on its own barrier (`groups`, in CTA order) observed and
+    acquired for every CTA at once (`AsyncTracker.observe_ctas`, `HappensBefore.waited_ctas`), where the runs are
+    the same lanes of consecutive CTAs and every barrier has its instance; False (nothing done) where not, or
+    where the acquires must be made one by one (`waited_ctas`): the caller then goes barrier by barrier."""
+    block = m.tracker.hb.cta_block(active, groups) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
+    keys = [key for key, _ in groups]
+    if block is None or any(key not in m.tracker.barriers for key in keys) or \
+            not m.tracker.hb.waited_ctas(inst, keys, block):
+        return False
+    m.tracker.observe_ctas(keys, block, [m.mbarriers[key].phase for key in keys])
     return True

@@ -102,6 +102,65 @@ class SyncEdges:
         self.check_init(inst, key, lanes)
         self.pending[key] = self.join(self.pending.get(key), self._release(lanes))
 
+    def cta_block(self, lanes: np.ndarray, runs: list[tuple[object, slice]]) -> tuple[slice, slice] | None:
+        """(CTA slots, lanes within each CTA) when the `runs` of `lanes` (slices of positions, one per CTA, in CTA
+        order: `mbarrier._own_barriers`'s) are the same consecutive lanes of consecutive CTAs (a batch's consumer
+        warpgroups), so that any [lane, ...] array viewed as [CTA, lane of its CTA, ...] holds them as a block,
+        without a copy; else None."""
+        t = self.threads
+        first = [int(lanes[at.start]) for _, at in runs]
+        n = runs[0][1].stop - runs[0][1].start
+        if any(at.stop - at.start != n or int(lanes[at.stop - 1]) - int(lanes[at.start]) + 1 != n for _, at in runs):
+            return None
+        slot, offset = divmod(first[0], t)
+        if first != [(slot + k) * t + offset for k in range(len(runs))]:
+            return None
+        return slice(slot, slot + len(runs)), slice(offset, offset + n)
+
+    def arrive_ctas(self, inst, keys: list[tuple[int, int]], lanes: np.ndarray, block: tuple[slice, slice]) -> bool:
+        """`arrive` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
+        every CTA's join at once. False (nothing done) where some init check would report (`check_init`), or a
+        lane's fenced clock or knowledge of other CTAs joins in: the caller then arrives key by key."""
+        t = self.threads
+        ctas, within = block
+        if self.remote or self.fenced_rows.reshape(-1, t)[ctas, within].any():
+            return False
+        clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
+        if not self._inits_seen(keys, clocks):
+            return False
+        joined = clocks.max(axis=1)  # [CTA, thread]
+        self.clock[lanes, lanes % t] += 1
+        for k, key in enumerate(keys):
+            self.pending[key] = self.join(self.pending.get(key), (joined[k], np.zeros(2 * t, np.int32), None))
+        return True
+
+    def _inits_seen(self, keys: list[tuple[int, int]], clocks: np.ndarray) -> bool:
+        """Whether `check_init` passes for the lanes of each CTA (`clocks`: their rows, [CTA, lane, thread]) on
+        its mbarrier `keys[k]`."""
+        records = [(k, self.inits[key]) for k, key in enumerate(keys) if key in self.inits] if self.races else []
+        if not records:
+            return True
+        rows = np.array([k for k, _ in records])
+        columns = np.array([lane % self.threads for _, (lane, _, _) in records])
+        epochs = np.array([epoch for _, (_, epoch, _) in records])
+        return not (clocks[rows, :, columns] < epochs[:, None]).any()
+
+    def waited_ctas(self, inst, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> bool:
+        """`waited` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
+        every CTA's acquire at once. False (nothing done) where some init check would report, or a published
+        release carries a fenced clock or knowledge of other CTAs: the caller then acquires key by key."""
+        t = self.threads
+        ctas, within = block
+        done = [self.published.get(key) for key in keys]
+        if any(d is not None and (d[2] or d[1].any()) for d in done):
+            return False
+        clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
+        if not self._inits_seen(keys, clocks):
+            return False
+        zero = np.zeros(t, self.clock.dtype)
+        np.maximum(clocks, np.stack([zero if d is None else d[0] for d in done])[:, None, :], out=clocks)
+        return True
+
     def arrive_from_peer(self, key: tuple[int, int], lanes: np.ndarray, rank: int, home: int) -> None:
         """`lanes` (all of the CTA of grid rank `rank`) arrive on the mbarrier at `key` of another CTA of their
         cluster (grid rank `home`), through a shared::cluster address: a release into its pending phase, carried

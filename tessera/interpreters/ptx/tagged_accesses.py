@@ -174,18 +174,21 @@ class TaggedAccesses:
             known = self.seen_runs[(b, first, last)] = int(self.observed[b, first:last + 1].min())
         return known
 
-    def _forget_ranges(self, where: np.ndarray | slice) -> None:
-        """The bytes `where` change their asynchrony state: the landed ranges holding one no longer apply."""
+    def _forget_ranges(self, where: np.ndarray | slice | list[slice]) -> None:
+        """The bytes `where` (or those of each range of a list) change their asynchrony state: the landed ranges
+        holding one no longer apply."""
         if not self.landed_ranges:
             return
-        if isinstance(where, slice):
-            low, high = where.start, where.stop
+        if isinstance(where, list):
+            bounds = [(span.start, span.stop) for span in where]
+        elif isinstance(where, slice):
+            bounds = [(where.start, where.stop)]
         elif where.size:
-            low, high = int(where.min()), int(where.max()) + 1
+            bounds = [(int(where.min()), int(where.max()) + 1)]
         else:
             return
         self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
-                              if not (start < high and kept[0] > low)}
+                              if not any(start < high and kept[0] > low for low, high in bounds)}
         self.landed_starts = sorted(self.landed_ranges)
 
     def _landed_cover(self, span: slice) -> tuple[int, int] | None:

@@ -172,6 +172,14 @@ class WgmmaTracking:
         chunks = self.hb.chunk_span(span)
         return bool((self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
 
+    def _read_by_wgmma_ctas(self, rows: slice | np.ndarray, first: int, stop: int) -> bool:
+        """`_read_by_wgmma` of the chunks [first, stop) of each CTA of `rows` (CTA slots) at once."""
+        if stop <= first:
+            return False
+        gpc = self.groups_per_cta
+        reads = self.wg_read.reshape(gpc, self.m.ctas, -1)[:, rows, first:stop].max(axis=2)  # [warpgroup, CTA]
+        return bool((reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T).any())
+
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
         if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():

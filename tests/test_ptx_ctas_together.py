@@ -1,0 +1,76 @@
+"""The CTAs of a batch as one unit in the PTX executor's TMA and mbarrier paths: a step's TMA loads of one box into
+the same offset of each CTA (`bulk_copy._tma_loads_together`), a wait step's landings (`mbarrier._wait_landing_
+together`), the arrives and successful waits of the same lanes of consecutive CTAs (`HappensBefore.arrive_ctas`,
+`mbarrier._observe_together`) and the loads' global read records (`GlobalOrder.read_box_ctas`). On a grid of three
+CTAs of the warp-specialized flash kernel they give the same bits as the one-CTA-at-a-time paths, and every seeded
+bug of tests/race_seeds.py that reaches them is reported with the same text, or deadlocks the same way."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import bulk_copy, mbarrier
+from tessera.interpreters.ptx.global_order import GlobalOrder
+from tessera.interpreters.ptx.happens_before import HappensBefore
+from tessera.interpreters.ptx.state import PtxExecutionError
+from tessera.reference_attention import attention_operands
+
+from race_seeds import FLASH_BUGS, seed
+from test_ptx_hazards import _attention, _run
+
+SEQ_Q, SEQ_K = 384, 300  # three CTAs of 128 queries, three key blocks (the last one clipped)
+
+TOGETHER = {bulk_copy: ("_tma_loads_together", False), mbarrier: ("_wait_landing_together", None),
+            HappensBefore: ("arrive_ctas", False), GlobalOrder: ("read_box_ctas", False)}
+"""The entry points of the CTAs-as-one paths, and what each returns when it declines (nothing done)."""
+
+BUGS = ["wait deleted: the K empty wait in the producer loop", "expect_tx too small: the producer's first K",
+        "expect_tx too large: the producer's first V", "slot released before the read: V, right after its full wait",
+        "bar.sync deleted: after mbarrier.init", "mbarrier count wrong: empty barrier counts half the consumers"]
+
+
+def _launch(text: str):
+    """The output of the kernel `text` on the three-CTA grid, or the text of the error it stops with."""
+    try:
+        return _run(_attention(True), text, attention_operands(np.random.default_rng(7), SEQ_Q, SEQ_K, 64))[3]
+    except PtxExecutionError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def _one_by_one(monkeypatch) -> None:
+    for owner, (name, declined) in TOGETHER.items():
+        monkeypatch.setattr(owner, name, lambda *args, declined=declined: declined)
+    monkeypatch.setattr(mbarrier, "_observe_together", lambda *args: False)
+
+
+def test_the_grid_takes_the_paths_and_gives_the_same_bits(monkeypatch):
+    taken: Counter = Counter()
+    for owner, (name, _) in TOGETHER.items():
+        original = getattr(owner, name)
+
+        def counted(*args, original=original, name=name):
+            result = original(*args)
+            taken[name] += result not in (False, None)
+            return result
+        monkeypatch.setattr(owner, name, counted)
+    together = _launch(_attention(True)[2])
+    assert isinstance(together, np.ndarray)
+    assert all(taken[name] for name, _ in TOGETHER.values()), taken
+    monkeypatch.undo()
+    _one_by_one(monkeypatch)
+    alone = _launch(_attention(True)[2])
+    assert together.dtype == alone.dtype and together.tobytes() == alone.tobytes()
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_a_seeded_bug_reports_the_same(bug, monkeypatch):
+    kind, name, edit = next(b for b in FLASH_BUGS if f"{b[0]}: {b[1]}" == bug)
+    text = seed(_attention(True)[2], edit)
+    together = _launch(text)
+    _one_by_one(monkeypatch)
+    alone = _launch(text)
+    assert isinstance(together, str) and "error" in together, together  # each of these is reported on this grid
+    assert together == alone
