@@ -116,9 +116,11 @@ class Liveness:
         start = self.counter
         self.position[op] = start
         self.ops.append(op)
+        defs, skip, uses = self.defs, self.skip, self.uses
         for operand in op._operands:  # noqa: SLF001 (the tuple itself: the `operands` view costs a call each)
-            if register_class(operand.type) is not None and operand not in self.skip:
-                self.uses[operand].append(start)
+            # A value with registers is defined (program order) before it is read: one lookup, mostly.
+            if operand in defs or (operand not in skip and register_class(operand.type) is not None):
+                uses[operand].append(start)
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)

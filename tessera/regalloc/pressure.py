@@ -110,12 +110,22 @@ class PressureMap:
     _branch_aware: dict | None = None
     _values_of: dict | None = None
     _op_at_position: dict | None = None
+    _region_peaks: dict | None = None  # op -> its regions' peaks (the kernel is unchanged while this map is kept)
 
     def region_pressure(self, op: Operation) -> list[int]:
         return [peak.registers for peak in self.region_peaks(op)]
 
     def region_peaks(self, op: Operation) -> list[PressurePeak]:
-        """The pressure peak of each region of `op` (an empty region: 0 registers, nothing live)."""
+        """The pressure peak of each region of `op` (an empty region: 0 registers, nothing live). Worked out once
+        per op: warp-specialize and hoist-invariant-descriptors both ask about the split of the same kernel."""
+        if self._region_peaks is None:
+            self._region_peaks = {}
+        found = self._region_peaks.get(op)
+        if found is None:
+            found = self._region_peaks[op] = self._find_region_peaks(op)
+        return list(found)
+
+    def _find_region_peaks(self, op: Operation) -> list[PressurePeak]:
         if op not in self.live.position:
             raise ValueError(f"{op.name} is not an op of @{self.live.fn.sym_name.data}")
         if self._branch_aware is None:
