@@ -189,12 +189,12 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
     allocate-registers writes) do not take part. (An op's operand tuple is read directly: xDSL replaces it
     whenever an operand changes, and its `operands` view costs a Python call per operand; a compile takes five
-    fingerprints of its kernel.)"""
-    return tuple((op, op._operands) if _is_not_read(op) else  # noqa: SLF001
-                 (op, op._operands,  # noqa: SLF001
-                  tuple(op.attributes.items()) if op.attributes else (),
-                  tuple(op.properties.items()) if op.properties else ())
-                 for op in walk_ops(fn.body))
+    fingerprints of its kernel; a list built and made a tuple, not a generator resumed once an op.)"""
+    return tuple([(op, op._operands) if _is_not_read(op) else  # noqa: SLF001
+                  (op, op._operands,  # noqa: SLF001
+                   tuple(op.attributes.items()) if op.attributes else (),
+                   tuple(op.properties.items()) if op.properties else ())
+                  for op in walk_ops(fn.body)])
 
 
 def _allocate(fn: func.FuncOp) -> Allocation:
