@@ -49,17 +49,41 @@ class Allocation:
     def __init__(self, names: dict[SSAValue, list[str]] | None = None, counts: dict[str, int] | None = None,
                  peak: int = 0, peak_position: int = 0, at_peak: PressurePeak | None = None,
                  _pressure_map: PressureMap | None = None, *,
-                 assign: Callable[[], tuple[dict, dict]] | None = None):
+                 assign: Callable[[], tuple[dict, dict]] | None = None,
+                 find_peak: Callable[[], PressurePeak] | None = None):
         self._names, self._counts, self._assign = names, counts, assign
-        self.peak = peak
-        self.peak_position = peak_position
-        self.at_peak = at_peak
-        """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
+        self._peak, self._peak_position, self._at_peak = peak, peak_position, at_peak
+        self._find_peak = find_peak
         self._pressure_map = _pressure_map
 
     def _assigned(self) -> None:
         if self._assign is not None:
             (self._names, self._counts), self._assign = self._assign(), None
+
+    def _peaked(self) -> None:
+        # The kernel's peak is found when first asked for: warp-specialize asks only for its regions' peaks
+        # (`region_peaks`) of a kernel that hoist-invariant-descriptors then changes.
+        if self._find_peak is not None:
+            at_peak, self._find_peak = self._find_peak(), None
+            self._peak, self._peak_position, self._at_peak = at_peak.registers, at_peak.position, at_peak
+
+    @property
+    def peak(self) -> int:
+        """The most 32-bit registers per thread live at one position of the kernel (program order)."""
+        self._peaked()
+        return self._peak
+
+    @property
+    def peak_position(self) -> int:
+        """The first position where `peak` is reached."""
+        self._peaked()
+        return self._peak_position
+
+    @property
+    def at_peak(self) -> PressurePeak | None:
+        """Where the peak is and what is live there (`PressurePeak.describe` says it in words)."""
+        self._peaked()
+        return self._at_peak
 
     @property
     def names(self) -> dict[SSAValue, list[str]]:
@@ -78,7 +102,8 @@ class Allocation:
         return f"Allocation(peak={self.peak}, peak_position={self.peak_position})"
 
     def __getstate__(self) -> dict:
-        self._assigned()  # a copy or a pickle carries the names, not the function that works them out
+        self._assigned()  # a copy or a pickle carries the names and the peak, not the functions that work them out
+        self._peaked()
         return dict(self.__dict__)
 
     @property
@@ -164,12 +189,12 @@ def _fingerprint(fn: func.FuncOp) -> tuple:
     are held by the memo, so their identities are not reused). The kernel's own attributes (the summary
     allocate-registers writes) do not take part. (An op's operand tuple is read directly: xDSL replaces it
     whenever an operand changes, and its `operands` view costs a Python call per operand; a compile takes five
-    fingerprints of its kernel.)"""
-    return tuple((op, op._operands) if _is_not_read(op) else  # noqa: SLF001
-                 (op, op._operands,  # noqa: SLF001
-                  tuple(op.attributes.items()) if op.attributes else (),
-                  tuple(op.properties.items()) if op.properties else ())
-                 for op in walk_ops(fn.body))
+    fingerprints of its kernel; a list built and made a tuple, not a generator resumed once an op.)"""
+    return tuple([(op, op._operands) if _is_not_read(op) else  # noqa: SLF001
+                  (op, op._operands,  # noqa: SLF001
+                   tuple(op.attributes.items()) if op.attributes else (),
+                   tuple(op.properties.items()) if op.properties else ())
+                  for op in walk_ops(fn.body)])
 
 
 def _allocate(fn: func.FuncOp) -> Allocation:
@@ -216,7 +241,6 @@ def _allocate_fresh(fn: func.FuncOp, previous: tuple | None = None) -> Allocatio
     parameters = set(fn.body.block.args)
     widths.update({root: 0 for root in _roots_made_of(live, root_list, ranges, parameters)})  # in the constant bank
     pressure = PressureMap(live, root_list, ranges, widths)
-    at_peak = pressure.kernel_peak()
 
     def assign() -> tuple[dict, dict]:
         """The linear scan and the names (module docstring), run when the names are first asked for."""
@@ -286,8 +310,7 @@ def _allocate_fresh(fn: func.FuncOp, previous: tuple | None = None) -> Allocatio
 
         return names, dict(counts)
 
-    return Allocation(peak=at_peak.registers, peak_position=at_peak.position, at_peak=at_peak, _pressure_map=pressure,
-                      assign=assign)
+    return Allocation(_pressure_map=pressure, assign=assign, find_peak=pressure.kernel_peak)
 
 
 def _descriptor_roots(live: Liveness, roots: list[int]) -> set[int]:

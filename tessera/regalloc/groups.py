@@ -49,21 +49,26 @@ def register_groups(fn: func.FuncOp, live: Liveness, constants: dict) -> tuple[U
                 continue
             pos = live.position[op]
             roots = groups.run_roots(live.element(operand), element_count(operand.type))
-            carried = reads.loops
-            # (a group no loop carries is read last where its interval ends: most groups)
-            dies_here = all((reads.last_read(r, pos, intervals) if carried.get(r) else intervals[r][1]) <= pos
-                            for r in roots)
+            carried, last_read = reads.loops, reads.last_read
+            # (a group no loop carries is read last where its interval ends: most groups; a loop, not a generator
+            # in all(): a resumed frame per element)
+            dies_here = True
+            for r in roots:
+                if (last_read(r, pos, intervals) if carried.get(r) else intervals[r][1]) > pos:
+                    dies_here = False
+                    break
             distinct = len(set(roots)) == len(roots)  # not a broadcast or a shuffle with repeats
             if dies_here and distinct:
                 result_first = live.element(result)
-                find, merge = groups.find, reads.merge
+                find, merge, parent = groups.find, reads.merge, groups.parent
                 for i, r in enumerate(roots):
                     result_root = find(result_first + i)
                     (a, b), (c, d) = intervals[r], intervals[result_root]
                     merged = (a if a < c else c, b if b > d else d)
-                    groups.union(r, result_root)
+                    root = find(r)  # groups.union(r, result_root), inline: result_root is a root
+                    if root != result_root:
+                        parent[result_root] = root
                     intervals.pop(result_root, None)
-                    root = find(r)
                     intervals[root] = merged
                     low = lowest.pop(r) if result_root == r else min(lowest.pop(r), lowest.pop(result_root))
                     lowest[root] = low

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ class Liveness:
     _ends: dict = field(default_factory=dict)       # (definition, use) -> end_of
     _read_ends: dict = field(default_factory=dict)  # value -> read_end
     _elements: list | None = None                   # elements(), once the values are all defined
+    _groups: dict = field(default_factory=dict)     # block -> ([position], [op]) of its wgmma commits and waits
 
     def element(self, value: SSAValue, index: int = 0) -> int:
         """The number of element `index` of `value` (numbered on first sight)."""
@@ -76,11 +78,11 @@ class Liveness:
         state = (False, 0)  # (own group committed, groups committed after it)
         op, start = mma, self.position[mma]
         while True:
-            retire, state = _scan_for_retirement(op.next_op, state)
+            block = op.parent_block()
+            retire, state = self._scan_for_retirement(block, self.position[op], state)  # the ops after `op`
             if retire is not None:
                 ranges.append((start, self.position[retire]))
                 break
-            block = op.parent_block()
             parent = block.parent_op() if block is not None else None
             if parent is None or isinstance(parent, func.FuncOp):
                 ranges.append((start, self.end[block.last_op]))  # never retired: to the end of the kernel
@@ -89,7 +91,7 @@ class Liveness:
                 ranges.append((start, self.end[parent]))  # through the latch
                 trip = None
                 if isinstance(parent, scf.ForOp):  # the next trip, from the top of the body
-                    trip, _ = _scan_for_retirement(parent.body.block.first_op, state)
+                    trip, _ = self._scan_for_retirement(parent.body.block, 0, state)
                 ranges.append((self.position[parent], self.position[trip] if trip is not None else self.end[parent]))
             else:
                 ranges.append((start, self.end[block.last_op]))
@@ -116,9 +118,17 @@ class Liveness:
         start = self.counter
         self.position[op] = start
         self.ops.append(op)
+        if _is_commit_or_wait(op):
+            found = self._groups.get(op.parent)
+            if found is None:
+                found = self._groups[op.parent] = ([], [])
+            found[0].append(start)
+            found[1].append(op)
+        defs, skip, uses = self.defs, self.skip, self.uses
         for operand in op._operands:  # noqa: SLF001 (the tuple itself: the `operands` view costs a call each)
-            if register_class(operand.type) is not None and operand not in self.skip:
-                self.uses[operand].append(start)
+            # A value with registers is defined (program order) before it is read: one lookup, mostly.
+            if operand in defs or (operand not in skip and register_class(operand.type) is not None):
+                uses[operand].append(start)
         for region in op.regions:
             for block in region.blocks:
                 self._block(block, start)
@@ -164,18 +174,22 @@ class Liveness:
         return self._read_ends[value]
 
 
-def _scan_for_retirement(op: Operation | None, state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
-    """Scan `op` and the ops after it in its block for the wgmma_wait_group that retires a group, given
-    `state` = (its group is committed, groups committed after it). Returns the wait (or None) and the state
-    at the end of the scan."""
-    committed, after = state
-    while op is not None:
-        if _is_commit(op):
-            committed, after = True, after + 1 if committed else 0
-        elif _is_wait(op) and committed and after >= op.pending.value.data:
-            return op, (committed, after)
-        op = op._next_op  # noqa: SLF001 (the `next_op` property's field)
-    return None, (committed, after)
+    def _scan_for_retirement(self, block: Block | None, after_position: int,
+                             state: tuple[bool, int]) -> tuple[Operation | None, tuple[bool, int]]:
+        """Scan the ops of `block` after position `after_position` for the wgmma_wait_group that retires a
+        group, given `state` = (its group is committed, groups committed after it). Returns the wait (or None)
+        and the state at the end of the scan. Only the block's commits and waits change either, so only those
+        are visited (`_groups`, listed as `run` numbers the ops): a scan from each wgmma over every op after it
+        was a third of the liveness."""
+        committed, after = state
+        positions, ops = self._groups.get(block, ((), ()))
+        for k in range(bisect.bisect_right(positions, after_position), len(ops)):
+            op = ops[k]
+            if _is_commit(op):
+                committed, after = True, after + 1 if committed else 0
+            elif committed and after >= op.pending.value.data:
+                return op, (committed, after)
+        return None, (committed, after)
 
 
 def merge_ranges(ranges) -> list[tuple[int, int]]:
@@ -210,7 +224,7 @@ is_loop = subclass_test((scf.ForOp, scf.WhileOp))
 is_if = subclass_test(scf.IfOp)
 is_register_move = subclass_test((vector.ShuffleOp, vector.BroadcastOp, vector.ExtractOp))
 _is_commit = subclass_test(sm90.WgmmaCommitGroupOp)
-_is_wait = subclass_test(sm90.WgmmaWaitGroupOp)
+_is_commit_or_wait = subclass_test((sm90.WgmmaCommitGroupOp, sm90.WgmmaWaitGroupOp))
 is_wgmma = subclass_test(sm90.WgmmaMmaAsyncOp)
 
 

@@ -110,12 +110,22 @@ class PressureMap:
     _branch_aware: dict | None = None
     _values_of: dict | None = None
     _op_at_position: dict | None = None
+    _region_peaks: dict | None = None  # op -> its regions' peaks (the kernel is unchanged while this map is kept)
 
     def region_pressure(self, op: Operation) -> list[int]:
         return [peak.registers for peak in self.region_peaks(op)]
 
     def region_peaks(self, op: Operation) -> list[PressurePeak]:
-        """The pressure peak of each region of `op` (an empty region: 0 registers, nothing live)."""
+        """The pressure peak of each region of `op` (an empty region: 0 registers, nothing live). Worked out once
+        per op: warp-specialize and hoist-invariant-descriptors both ask about the split of the same kernel."""
+        if self._region_peaks is None:
+            self._region_peaks = {}
+        found = self._region_peaks.get(op)
+        if found is None:
+            found = self._region_peaks[op] = self._find_region_peaks(op)
+        return list(found)
+
+    def _find_region_peaks(self, op: Operation) -> list[PressurePeak]:
         if op not in self.live.position:
             raise ValueError(f"{op.name} is not an op of @{self.live.fn.sym_name.data}")
         if self._branch_aware is None:
@@ -206,7 +216,8 @@ class PressureMap:
         live = self.live
         op_at = {position: op for op, position in live.position.items()}
         op_at.update({stop: loop for loop, _, stop in live.loops})  # the latch reads the bound and the step
-        alternatives: dict = {}
+        alternatives: dict = {}  # block -> `_alternatives` of its ops
+        around_use: dict = {}  # position of a use -> the alternatives of its op's block
         ranges: dict = {}  # root -> the merged spans of its values (one list, shared by a value's elements)
         several: dict = defaultdict(list)  # root -> the spans of each of its values, where it has more than one
         roots, defs, uses, holds, end_of = self.roots, live.defs, live.uses, live.holds, live.end_of
@@ -214,11 +225,14 @@ class PressureMap:
             defined = defs[value]
             spans = [(defined, defined)]
             for use in uses.get(value, ()):
-                user = op_at[use]
-                block = user.parent  # every op of a block has the same alternatives
-                around = alternatives.get(block)
+                around = around_use.get(use)  # (an int key: a block's hash is a Python call)
                 if around is None:
-                    around = alternatives[block] = self._alternatives(user)
+                    user = op_at[use]
+                    block = user.parent  # every op of a block has the same alternatives
+                    around = alternatives.get(block)
+                    if around is None:
+                        around = alternatives[block] = self._alternatives(user)
+                    around_use[use] = around
                 reach = [(defined, end_of(defined, use))]
                 for others, loop in around:
                     if loop is None or loop[0] <= defined <= loop[1]:
