@@ -246,6 +246,33 @@ def test_what_no_configuration_fits_is_refused_naming_each():
     assert all("333 registers per thread are live at once, over the budget of 255" in line for line in lines[2:])
 
 
+def test_the_first_rung_is_asked_in_both_wgmma_orders_without_lowering_the_module():
+    """`first_rung_refusal` (what `runtime.flex` asks): gemm_glu lowers warp-specialized in the default wgmma order,
+    so the builder's order is not tried; gemm_glu_rows' consumers need more than their budget in both orders, and
+    the builder's order's refusal is returned. Neither module is changed."""
+    from tessera.ir import make_context
+    from tessera.lowering.fallback import first_rung_refusal
+    from tessera.passes import parse_pipeline
+
+    first = ladder()[0]
+    for name, tried_specs, refused in (("gemm_glu", [first.pipeline], False),
+                                       ("gemm_glu_rows", [first.pipeline, first.program], True)):
+        module, tried = load(name), []
+
+        def run(spec, m):
+            tried.append(spec)
+            parse_pipeline(spec).apply(make_context(), m)
+
+        before = str(module)
+        error = first_rung_refusal(module, ladder(), run)
+        assert tried == tried_specs and str(module) == before
+        if refused:
+            assert isinstance(error, RegisterBudgetError) and "the consumer warpgroups need" in str(error)
+            assert "mma-order=program" in first.program
+        else:
+            assert error is None
+
+
 def test_a_named_pipeline_does_not_fall_back():
     from tessera.passes import SPECIALIZED_PIPELINE, allocated
 

@@ -62,15 +62,17 @@ from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
 from tessera.passes.convert_tile_to_sm90.clear_rows import ClearRowsLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
+from tessera.passes.convert_tile_to_sm90.copies import CopyLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
-from tessera.passes.convert_tile_to_sm90.memory import MemoryLowering
 from tessera.passes.convert_tile_to_sm90.mma import MmaLowering
 from tessera.passes.convert_tile_to_sm90.reduction_slots import ReductionSlotsLowering, StagingDoesNotFit
 from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
+from tessera.passes.convert_tile_to_sm90.shared_tiles import SharedTileLowering
 from tessera.passes.convert_tile_to_sm90.tidy import tidy_kernel
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
+from tessera.passes.convert_tile_to_sm90.windows import WindowLowering
 
 
 HANDLED = ("tile", "scf", "func")
@@ -78,9 +80,9 @@ HANDLED = ("tile", "scf", "func")
 
 
 @dataclass
-class KernelLowering(BackwardLowering, MemoryLowering, RegisterTileLowering, MmaLowering, AttentionLowering,
-                     ElementwiseLowering, ControlFlowLowering, ServingLowering, TransposeLowering,
-                     ReductionSlotsLowering, ClearRowsLowering):
+class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering, RegisterTileLowering,
+                     MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering, ServingLowering,
+                     TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp

@@ -67,6 +67,9 @@ refusal is its own kernel's.
 
 Pipelines other than the default (a spec that differs in any pass or option) are applied as written, without
 fallback: a user who names a configuration gets that configuration or its refusal.
+
+A caller that only asks whether a module lowers on the first rung, and why not (`tessera.runtime.flex`, choosing
+among its own configurations the first that lowers warp-specialized), asks `first_rung_refusal`.
 """
 
 from __future__ import annotations
@@ -199,6 +202,28 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
             _lower_down(module, first, error, rest, run)
             return
     take_body(module, trial)
+
+
+def first_rung_refusal(module: ModuleOp, ladder: Sequence[Configuration],
+                       run: Callable[[str, ModuleOp], None]) -> DiagnosticException | None:
+    """None when `module` lowers with the first configuration of `ladder` (`tessera.passes.fallback_ladder()`:
+    warp-specialized with two stages), in the default wgmma order or, where that order is refused for registers,
+    in its form with the groups in the builder's order (`Configuration.program`); else that refusal (the
+    builder's order's, when the default order was refused for registers). `run(spec, module)` applies a pipeline
+    spec; each try lowers a copy, `module` is left as it is. Only the configuration's two orders are tried: not
+    its form with dQ by `red`, nor ptxas on a tight kernel, nor a kernel at a time (module docstring), and every
+    refusal, of registers or not, is returned."""
+    first = ladder[0]
+    try:
+        try:
+            run(first.pipeline, module.clone())
+        except RegisterBudgetError:
+            if first.program is None:
+                raise
+            run(first.program, module.clone())
+    except DiagnosticException as error:
+        return error
+    return None
 
 
 def _fit(first: Configuration, module: ModuleOp, run: Callable[[str, ModuleOp], None]) -> ModuleOp:

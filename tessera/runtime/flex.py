@@ -54,21 +54,19 @@ _FITS: dict[Hashable, str | None] = {}
 
 
 def warp_specialized_refusal(module) -> str | None:
-    """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two
-    stages; in its form with the wgmma groups in the builder's order where the default order's registers do not
-    fit, `tessera.lowering.fallback`) without falling back; else the refusal in a few words (a register budget's,
-    or any other refusal of that configuration, such as its shared memory). Remembered by the module's text, and
-    by the key the module was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a repeated call with
-    modifiers does not print its kernels again (the main kernel's text: about 40 ms at head_dim 64); a kept module
-    built again for new contents of an array whose contents its trace used (a table read at a constant index: the
-    kept key holds those contents, the text may not) is printed, not lowered again (0.2 s at head_dim 64, 128 x 128
-    blocks). A learned table read at traced indices keeps the module itself (`_kept`)."""
-    from xdsl.utils.exceptions import DiagnosticException
-
+    """None when `module`'s kernels lower with the default pipeline's first rung (warp-specialized, two stages; in
+    its form with the wgmma groups in the builder's order where the default order's registers do not fit:
+    `tessera.lowering.fallback.first_rung_refusal`) without falling back; else the refusal in a few words (a
+    register budget's, or any other refusal of that configuration, such as its shared memory). Remembered by the
+    module's text, and by the key the module was kept under (`_kept`, `tessera.lowering.kept.kept_key`), so that a
+    repeated call with modifiers does not print its kernels again (the main kernel's text: about 40 ms at head_dim
+    64); a kept module built again for new contents of an array whose contents its trace used (a table read at a
+    constant index: the kept key holds those contents, the text may not) is printed, not lowered again (0.2 s at
+    head_dim 64, 128 x 128 blocks). A learned table read at traced indices keeps the module itself (`_kept`)."""
     from tessera.ir import make_context
+    from tessera.lowering.fallback import first_rung_refusal
     from tessera.lowering.kept import kept_key
-    from tessera.passes import DEFAULT_PIPELINE, PROGRAM_ORDER_PIPELINE, parse_pipeline, without_cyclic_gc
-    from tessera.regalloc import RegisterBudgetError
+    from tessera.passes import fallback_ladder, parse_pipeline, without_cyclic_gc
 
     kept = kept_key(module)
     if kept is not None and ("kept", kept) in _FITS:
@@ -77,15 +75,10 @@ def warp_specialized_refusal(module) -> str | None:
     if text not in _FITS:
         if len(_FITS) >= 64:  # a bounded memory: the texts hold whole kernels
             _FITS.clear()
-        try:
-            with without_cyclic_gc():
-                try:
-                    parse_pipeline(DEFAULT_PIPELINE).apply(make_context(), module.clone())
-                except RegisterBudgetError:  # the rung's form with the wgmma groups in the builder's order
-                    parse_pipeline(PROGRAM_ORDER_PIPELINE).apply(make_context(), module.clone())
-            _FITS[text] = None
-        except DiagnosticException as error:
-            _FITS[text] = (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
+        with without_cyclic_gc():
+            error = first_rung_refusal(module, fallback_ladder(),
+                                       lambda spec, m: parse_pipeline(spec).apply(make_context(), m))
+        _FITS[text] = None if error is None else (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
     if kept is not None:
         _FITS[("kept", kept)] = _FITS[text]
     return _FITS[text]

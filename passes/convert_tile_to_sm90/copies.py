@@ -1,0 +1,189 @@
+"""convert-tile-to-sm90, copies into shared memory: `tile.cp_async` as TMA boxes (thread 0, on a copy group's
+mbarrier or, for a ring stage, the producer's fill on the slot's full barrier) or, for tensors whose rows need not
+start on 16 bytes, by every thread (`ld.global.u16`, swizzled `st.shared.b16`); the copy groups
+(`tile.cp_commit_group`, `tile.cp_wait_group`) and the parities of the phases their waits wait for."""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import (
+    IntegerAttr,
+    UnitAttr,
+    i32,
+)
+from xdsl.ir import Operation, SSAValue
+
+from tessera.dialects import sm90, tile
+from tessera.kernel_abi import rows_aligned
+from tessera.lowering.emitter import Emitter
+from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.common import (
+    CLUSTER_SHARED_ATTR,
+    PRODUCER_ATTR,
+    refuse,
+    SharedTile,
+    Window,
+    Group,
+)
+
+
+class CopyLowering:
+    """The copy handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _lower_CpAsyncOp(self, op: tile.CpAsyncOp, e: Emitter) -> None:
+        window, dest = self._get(op.source), self._get(op.dest)
+        if not self._tma_allowed(window.arg):
+            if dest.stage is not None:
+                refuse(op, f"ring stages are filled by TMA, but the rows of %{self.sig.args[window.arg].name} need not "
+                            "start on 16 bytes (its innermost size is not promised a multiple of 16 bytes by "
+                            "tile.divisible): lower the kernel without pipeline-loops, or promise the sizes")
+            self._retire_readers(dest.address, e)
+            self._copy_by_threads(op, window, dest, e)
+            return
+        rows = window.shape[0]
+        self._retire_readers(dest.address, e)
+        if self._is_transposed_stage(op.dest):
+            self._fill_transposed_stage(op, window, dest, e)
+            return
+        tmap = self.entry_args[self.map_args[(window.arg, rows, dest.swizzle)]]
+        if dest.stage is not None:
+            self._fill_stage(op, window, dest, tmap, e, shared=op.cluster_shared is not None)
+            return
+        group = self.groups[self.copy_group[op]]
+        group.nbytes += dest.rows * dest.cols * dest.elt_bytes
+
+        e.if_(self.is_thread0, lambda t: self._tma_boxes(t, window, dest, tmap, group.barrier))
+
+    def _tma_allowed(self, arg: int) -> bool:
+        """Whether TMA can read argument `arg`: each of its rows starts on a multiple of
+        `facts.TENSOR_MAP_GLOBAL_ALIGNMENT` bytes whatever the sizes (`kernel_abi.rows_aligned`)."""
+        return rows_aligned(self.sig, arg, facts.TENSOR_MAP_GLOBAL_ALIGNMENT)
+
+    def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
+        """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
+        loads L = rows x cols / threads elements with `ld.global.u16` (zero outside the tensor) and stores them
+        with `st.shared.b16` at their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma
+        (the `tile.barrier` that follows publishes them to the block). Thread t takes column c = t mod cols of
+        rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
+        L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
+        line = dest.swizzle  # the bytes of a row of a box
+        period = facts.swizzle_period_bytes(line) // line
+        if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
+            refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
+                        f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
+        per_thread = rows * cols // threads
+        *lead, row0, col0 = window.indices
+        dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
+        column = e.op(arith.RemUIOp(self.tid, e.index(cols)))
+        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
+        row, col = e.addi(row0, first_row), e.addi(col0, column)
+        # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
+        # (unsigned, a column before the tensor, col < 0, is past it)
+        rows_left = e.op(arith.SubiOp(dims[-2], row))
+        inside = e.cmpi(col, dims[-1], "slt" if window.starts_inside else "ult")
+        rows_left = e.op(arith.SelectOp(inside, rows_left, e.index(0)))
+        rows_left = self._lead_limit(e, window, dims, rows_left)
+        mask = self._below(e, rows_left, list(range(per_thread)))
+        if not window.starts_inside:
+            mask = e.andi(mask, self._not_before(e, row, list(range(per_thread))))
+        wide = [e.to_i64(d) for d in dims]
+        base = self._element_address(e, window.arg, [*lead, row, col], wide, elt)
+        pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
+        offsets = e.muli(e.broadcast(pitch, per_thread), e.dense(i32, list(range(per_thread))))
+        values = e.op(sm90.LdGlobalU16Op(base, offsets, mask, per_thread))
+        # Shared: box column // box_cols, byte (column mod box_cols) x elt of row first_row + i, whose swizzle
+        # XORs the byte's 16-byte chunk with a pattern of the row's place in the 8-row period (the tile's base
+        # and first_row x line are multiples of the period; the byte stays inside its swizzle span).
+        box = e.op(arith.DivUIOp(column, e.index(dest.box_cols)))
+        byte = e.muli(e.op(arith.RemUIOp(column, e.index(dest.box_cols))), e.index(elt))
+        start = e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(first_row, e.index(line)))
+        start = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(start, i32))))
+        pattern = [int(facts.swizzle_address(i * line, line)) - i * line for i in range(per_thread)]
+        swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
+        addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * line for i in range(per_thread)])), swizzled)
+        e.op(sm90.StSharedB16Op(addresses, values))
+        e.op(sm90.FenceProxyAsyncOp())
+
+    def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue,
+                   shared: bool = False) -> None:
+        coords = list(reversed(window.indices))
+        for b in range(dest.boxes):
+            inner = t.addi(coords[0], t.index(b * dest.box_cols)) if b else coords[0]
+            box_addr = t.op(arith.AddiOp(dest.address, t.op(arith.ConstantOp(IntegerAttr(b * dest.box_bytes, i32)))))
+            load = t.op(sm90.TmaLoadOp(tmap, [inner] + coords[1:], box_addr, barrier))
+            if shared:
+                load.attributes[CLUSTER_SHARED_ATTR] = UnitAttr()
+
+    def _fill_stage(self, op: tile.CpAsyncOp, window: Window, dest: SharedTile, tmap: SSAValue, e: Emitter,
+                    shared: bool = False) -> None:
+        """Thread 0, the producer: wait until every thread released the slot's previous contents (the empty
+        barrier's phase of the previous trip around the ring), expect the copy's bytes on the full barrier,
+        issue the boxes on it. The scf.if is marked `sm90.producer` for warp-specialize. The boxes of a
+        `cluster_shared` copy are marked `sm90.cluster_shared` for multicast-cluster-copies. A ring that rides on
+        the previous copy's ring (`riding_rings.py`) only issues its box: that copy waited and expected its
+        bytes too."""
+        stage = dest.stage
+        ring = op.dest.owner.source.owner
+        riding = ring in self.riding.leader
+        nbytes = self.riding.expect_bytes.get(ring, dest.rows * dest.cols * dest.elt_bytes)
+
+        def produce(t: Emitter):
+            if not riding:
+                parity = self._phase_parity(stage, t, flip=True)
+                t.spin_until(lambda w: w.op(sm90.MBarrierTryWaitParityOp(stage.empty, parity)))
+                t.op(sm90.MBarrierArriveExpectTxOp(stage.full, nbytes))
+            self._tma_boxes(t, window, dest, tmap, stage.full, shared)
+        e.if_(self.is_thread0, produce).attributes[PRODUCER_ATTR] = UnitAttr()
+
+    def _lower_CpCommitGroupOp(self, op: tile.CpCommitGroupOp, e: Emitter) -> None:
+        self.outstanding.append(op)
+        if op in self.ring_commits:
+            return  # ring stages signal their own full barriers
+        if op in self.phase_counters:  # a counted phase (control.py): this execution's count, then one more
+            self.commit_phase[op] = self.phase_counters[op]
+            self.phase_counters[op] = e.addi(self.phase_counters[op], e.index(1))
+        if op in self.gather_commits:
+            e.op(sm90.CpAsyncCommitGroupOp())  # every thread closes its own group
+            return
+        group = self.groups[op]
+
+        def arrive(t: Emitter):
+            if group.nbytes:
+                t.op(sm90.MBarrierArriveExpectTxOp(group.barrier, group.nbytes))
+            else:
+                t.op(sm90.MBarrierArriveOp(group.barrier))
+        e.if_(self.is_thread0, arrive)
+
+    def _lower_CpWaitGroupOp(self, op: tile.CpWaitGroupOp, e: Emitter) -> None:
+        pending = op.pending.value.data
+        waited = self.outstanding[: len(self.outstanding) - pending] if pending else list(self.outstanding)
+        self._wait_for(op, waited, e)
+        self.outstanding = [c for c in self.outstanding if c not in waited]
+
+    def _wait_for(self, op: Operation, commits: list, e: Emitter) -> None:
+        """Every thread spins on the mbarrier of each group until the phase its copies complete is done."""
+        gathers = [c for c in self.outstanding if c in self.gather_commits]
+        if any(c in self.gather_commits for c in commits):
+            # cp.async groups are per thread and complete in order: leave pending those committed after the
+            # last one waited for; then make the copies visible to wgmma (the generic proxy wrote them).
+            last = max(gathers.index(c) for c in commits if c in self.gather_commits)
+            e.op(sm90.CpAsyncWaitGroupOp(len(gathers) - 1 - last))
+            e.op(sm90.FenceProxyAsyncOp())
+        for commit in commits:
+            if commit in self.ring_commits or commit in self.gather_commits:
+                continue  # waited for at the stage's first read, on its full barrier, or just above
+            group = self.groups[commit]
+            parity = self._parity(op, commit, group, e)
+            e.spin_until(lambda t: t.op(sm90.MBarrierTryWaitParityOp(group.barrier, parity)))
+
+    def _parity(self, wait: Operation, commit: Operation, group: Group, e: Emitter) -> SSAValue:
+        """The parity of the barrier phase that the execution of `commit` being waited for completes."""
+        if group.loop is None:
+            return e.index(0)
+        info = next((l for l in self.loops if l.op is group.loop), None)
+        if info is None:
+            refuse(wait, "waiting after a loop for copies committed inside it is not supported")
+        if commit not in self.committed_this_trip:
+            refuse(wait, "waits for copies committed in an earlier loop trip need pipeline-loops (not supported yet)")
+        return e.op(arith.AndIOp(info.trip, e.index(1)))
