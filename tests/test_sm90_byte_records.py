@@ -130,6 +130,28 @@ def test_record_pool_lends_refilled_arrays():
     assert pool.full((3, 5), 0, np.int32).dtype == np.int32
 
 
+def test_record_pool_refills_only_what_a_borrower_changed():
+    """An array whose borrower says which part it changed is refilled there only (nothing, some rows), and a free
+    array already holding the value asked for is lent before one that must be refilled; every array lent holds
+    its value everywhere."""
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    untouched = pool.full((3, 5), -1, np.int32, changed=lambda: None)
+    rows = pool.full((3, 5), -1, np.int32, changed=lambda: np.array([1]))
+    rows[1] = 4
+    zeros = pool.full((3, 5), 0, np.int32)
+    zeros[...] = 7
+    pool.reclaim()
+    assert pool.full((3, 5), 0, np.int32) is zeros  # lent with 0, its changes unsaid: refilled all over
+    again = [pool.full((3, 5), -1, np.int32) for _ in range(2)]
+    assert {id(a) for a in again} == {id(untouched), id(rows)}
+    assert (zeros == 0).all() and all((a == -1).all() for a in again)
+    pool.reclaim()
+    rows[...] = 5  # said to have changed all of it (no `changed`): refilled all over, even for the same value
+    assert all((pool.full((3, 5), -1, np.int32) == -1).all() for _ in range(2))
+
+
 def test_record_pool_lends_launch_records_until_the_launch_ends():
     """A launch's own records (its global race records) stay lent when its CTAs' are reclaimed, and are lent
     again, refilled, only after the launch."""
