@@ -235,6 +235,30 @@ def test_wgmma_operand_gather_is_the_per_byte_gather(major, swizzle):
         assert np.array_equal(operand.gather(smem, order), np.take(smem, byte_addresses, axis=1))
 
 
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_wgmma_operand_mark_is_the_per_byte_store(major, swizzle):
+    """A wgmma operand's records stored by run of chunks (`OperandBytes.mark`) are the per-byte store at its byte
+    addresses, for int32 and int64 records, a row of a 2-D record array, records whose size is not a whole number
+    of runs, and records that are not contiguous."""
+    from tessera.interpreters.sm90.wgmma_operands import operand_addresses
+    from tessera.sm90.descriptor import encode_descriptor
+
+    lbo, sbo = (128, 1024) if swizzle else (128, 256)
+    for extent, k in [(64, 16), (176, 16), (128, 8)]:
+        operand = operand_addresses(encode_descriptor(4096, lbo, sbo, swizzle), major, extent, k, 32 // k)
+        assert swizzle == 0 or operand.runs is not None
+        for size, dtype in [(64 << 10, np.int32), ((64 << 10) + 48, np.int64)]:
+            records, expected = np.full((3, size), -1, dtype), np.full((3, size), -1, dtype)
+            operand.mark(records[1], 7)
+            expected[1][operand.byte_addresses] = 7
+            assert np.array_equal(records, expected), (extent, k, size)
+        strided, expected = np.full((64 << 10, 2), -1, np.int32), np.full((64 << 10, 2), -1, np.int32)
+        operand.mark(strided[:, 1], 5)  # not contiguous: through a [runs, run bytes] view
+        expected[operand.byte_addresses, 1] = 5
+        assert np.array_equal(strided, expected)
+
+
 @pytest.mark.parametrize("swizzle", [32, 64, 128])
 def test_shared_box_lands_each_byte_at_its_swizzled_address(swizzle):
     """Bytes permuted as whole 16-byte chunks land where the swizzle puts each byte (facts.swizzle_address)."""
