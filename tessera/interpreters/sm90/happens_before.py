@@ -323,8 +323,10 @@ class HappensBefore:
                 freed = np.unique(rows[rows >= 0])
                 self._free_rows.extend(freed.tolist())
                 put(self.read_row, addresses, -1)
-        for groups in self.cta.wgmma.read_group:
-            put(groups, addresses, -1)
+        wgmma = self.cta.wgmma
+        for w, groups in enumerate(wgmma.read_group):
+            if wgmma.newest_read[w] >= 0:  # else the row is -1 everywhere already (no wgmma of w read)
+                put(groups, addresses, -1)
 
     def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
               thread: int, missing: str) -> None:

@@ -435,7 +435,8 @@ class SharedMemory:
         put(self.phase, addresses, phase)
         if not isinstance(writers, int) or writers >= 0:
             self.generic_writes = True
-        put(self.writer, addresses, writers)
+        if self.generic_writes:  # else every `writer` is -1 already, a TMA's included
+            put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
 
