@@ -130,6 +130,28 @@ def test_record_pool_lends_refilled_arrays():
     assert pool.full((3, 5), 0, np.int32).dtype == np.int32
 
 
+def test_record_pool_refills_only_what_a_borrower_changed():
+    """An array whose borrower says which part it changed is refilled there only (nothing, some rows), and a free
+    array already holding the value asked for is lent before one that must be refilled; every array lent holds
+    its value everywhere."""
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    untouched = pool.full((3, 5), -1, np.int32, changed=lambda: None)
+    rows = pool.full((3, 5), -1, np.int32, changed=lambda: np.array([1]))
+    rows[1] = 4
+    zeros = pool.full((3, 5), 0, np.int32)
+    zeros[...] = 7
+    pool.reclaim()
+    assert pool.full((3, 5), 0, np.int32) is zeros  # lent with 0, its changes unsaid: refilled all over
+    again = [pool.full((3, 5), -1, np.int32) for _ in range(2)]
+    assert {id(a) for a in again} == {id(untouched), id(rows)}
+    assert (zeros == 0).all() and all((a == -1).all() for a in again)
+    pool.reclaim()
+    rows[...] = 5  # said to have changed all of it (no `changed`): refilled all over, even for the same value
+    assert all((pool.full((3, 5), -1, np.int32) == -1).all() for _ in range(2))
+
+
 def test_record_pool_lends_launch_records_until_the_launch_ends():
     """A launch's own records (its global race records) stay lent when its CTAs' are reclaimed, and are lent
     again, refilled, only after the launch."""
@@ -211,6 +233,30 @@ def test_wgmma_operand_gather_is_the_per_byte_gather(major, swizzle):
         _, byte_addresses = operand.ordered(order)
         assert np.array_equal(operand.gather(smem[0], order), smem[0][byte_addresses])
         assert np.array_equal(operand.gather(smem, order), np.take(smem, byte_addresses, axis=1))
+
+
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_wgmma_operand_mark_is_the_per_byte_store(major, swizzle):
+    """A wgmma operand's records stored by run of chunks (`OperandBytes.mark`) are the per-byte store at its byte
+    addresses, for int32 and int64 records, a row of a 2-D record array, records whose size is not a whole number
+    of runs, and records that are not contiguous."""
+    from tessera.interpreters.sm90.wgmma_operands import operand_addresses
+    from tessera.sm90.descriptor import encode_descriptor
+
+    lbo, sbo = (128, 1024) if swizzle else (128, 256)
+    for extent, k in [(64, 16), (176, 16), (128, 8)]:
+        operand = operand_addresses(encode_descriptor(4096, lbo, sbo, swizzle), major, extent, k, 32 // k)
+        assert swizzle == 0 or operand.runs is not None
+        for size, dtype in [(64 << 10, np.int32), ((64 << 10) + 48, np.int64)]:
+            records, expected = np.full((3, size), -1, dtype), np.full((3, size), -1, dtype)
+            operand.mark(records[1], 7)
+            expected[1][operand.byte_addresses] = 7
+            assert np.array_equal(records, expected), (extent, k, size)
+        strided, expected = np.full((64 << 10, 2), -1, np.int32), np.full((64 << 10, 2), -1, np.int32)
+        operand.mark(strided[:, 1], 5)  # not contiguous: through a [runs, run bytes] view
+        expected[operand.byte_addresses, 1] = 5
+        assert np.array_equal(strided, expected)
 
 
 @pytest.mark.parametrize("swizzle", [32, 64, 128])

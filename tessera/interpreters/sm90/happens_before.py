@@ -81,7 +81,10 @@ class HappensBefore:
         # the threads' clocks (`ordered[w, r]` is row r, entry w): an acquire's maximum over its threads' columns and
         # a release's join of them run over whole rows (a third of the time of strided columns)
         self.ordered = records(cta, (threads, threads), -1, np.int32).T
-        self.fenced = records(cta, (threads, threads), -1, np.int32).T
+        self.fenced = records(cta, (threads, threads), -1, np.int32, self._fenced_changed).T
+        self.fenced_written = False
+        """Whether `fenced` has been written (a fence_proxy_async, an acquire of a release that carried fenced
+        times): until then it is -1 everywhere, and its pool refills none of it (`records`)."""
         self.unfenced = np.full(threads, -1, np.int32)
         """The `fenced` times of a release made before any fence_proxy_async (-1 for every thread: read-only, one
         array for all such messages, so that an acquire and a join tell it by identity and skip it)."""
@@ -135,6 +138,10 @@ class HappensBefore:
         return (self.ordered.T[columns].max(axis=0), fenced, observed[:, columns].max(axis=1, initial=0), peers,
                 grid)
 
+    def _fenced_changed(self):
+        """What of `fenced` may differ from -1 (`records`): all of it once written, else nothing."""
+        return Ellipsis if self.fenced_written else None
+
     def acquire(self, threads: np.ndarray, message: Message) -> None:
         columns = _columns(threads)
         ordered, fenced, observed, peers, grid = message
@@ -150,10 +157,12 @@ class HappensBefore:
         if isinstance(columns, slice):
             np.maximum(clocks[columns], ordered, out=clocks[columns])
             if fenced is not self.unfenced:  # the maximum with -1 everywhere changes nothing
+                self.fenced_written = True
                 np.maximum(self.fenced.T[columns], fenced, out=self.fenced.T[columns])
         else:
             clocks[columns] = np.maximum(clocks[columns], ordered)
             if fenced is not self.unfenced:
+                self.fenced_written = True
                 self.fenced.T[columns] = np.maximum(self.fenced.T[columns], fenced)
         if observed.any():  # a phase completion observed before the release is observed after the acquire
             known = self.cta.mbarriers.observed
@@ -234,7 +243,7 @@ class HappensBefore:
         now = self.cta.tick()
         index = np.arange(self.cta.threads)[columns]
         self.ordered[index, index] = now
-        self.fences = True
+        self.fences = self.fenced_written = True
         self.fenced[:, columns] = np.maximum(self.fenced[:, columns], self.ordered[:, columns])
 
     # endregion
@@ -314,8 +323,10 @@ class HappensBefore:
                 freed = np.unique(rows[rows >= 0])
                 self._free_rows.extend(freed.tolist())
                 put(self.read_row, addresses, -1)
-        for groups in self.cta.wgmma.read_group:
-            put(groups, addresses, -1)
+        wgmma = self.cta.wgmma
+        for w, groups in enumerate(wgmma.read_group):
+            if wgmma.newest_read[w] >= 0:  # else the row is -1 everywhere already (no wgmma of w read)
+                put(groups, addresses, -1)
 
     def _race(self, op: Operation, what: str, address: int, other: Operation | None, other_thread: int, did: str,
               thread: int, missing: str) -> None:

@@ -5,7 +5,10 @@ twenty arrays, 19 MB for a 214 KB, 384-thread CTA. Allocating them afresh for ev
 4 KB page (about 19 ms a CTA, 8% of a flash attention CTA's simulation); refilling the previous CTA's arrays
 costs a tenth of it. A `RecordPool` lends arrays to the units of the CTAs it is given to (`full`), and takes
 back every array it lent when the launch says those CTAs are done (`reclaim`): the next CTA's units get them
-refilled with their initial values, so each CTA starts from the state a fresh allocation gives.
+refilled with their initial values, so each CTA starts from the state a fresh allocation gives. A unit that
+knows which part of an array it may have changed says so when it borrows it (`changed`), and only that part is
+refilled: a flash attention CTA leaves its generic-write records, its fenced clocks and the producer warpgroup's
+wgmma read records as they were lent (11 of a causal 512 x 1 launch's 29 MB of refills).
 
 A launch of a few CTAs (flash attention at 512 tokens: one batch) never reuses its own pool, so the pools outlive
 their launch (`launch_pool`): a launch that ends takes its arrays back and leaves its pool for the next launch,
@@ -30,31 +33,41 @@ IDLE_POOL_BYTES = 256 << 20
 
 
 class RecordPool:
-    """Arrays lent to the CTAs of one launch since the last `reclaim`, and the free ones by (shape, dtype)."""
+    """Arrays lent to the CTAs of one launch since the last `reclaim`, and the free ones by (shape, dtype), each
+    with the bytes of the value it was filled with and the part of it its borrower may have changed."""
 
     def __init__(self) -> None:
-        self._free: dict[tuple, list[np.ndarray]] = {}
-        self._lent: list[np.ndarray] = []
-        self._launch: list[np.ndarray] = []
+        self._free: dict[tuple, list[tuple[np.ndarray, bytes, object]]] = {}
+        self._lent: list[tuple[np.ndarray, bytes, object]] = []
+        self._launch: list[tuple[np.ndarray, bytes, object]] = []
 
-    def full(self, shape, value, dtype, launch: bool = False) -> np.ndarray:
+    def full(self, shape, value, dtype, launch: bool = False, changed=None) -> np.ndarray:
         """An array of `shape` and `dtype` filled with `value`, as `np.full` gives, lent until `reclaim` (with
-        `launch`, until the launch ends: `reclaim(launch=True)`)."""
+        `launch`, until the launch ends: `reclaim(launch=True)`). `changed`: called when the array is taken back,
+        the part of it the borrower may have set to something other than `value` (an index of the array; None:
+        none of it), so that the next borrower asking for the same value gets it refilled there only (without
+        `changed`, all of it is refilled). A free array already holding the value asked for is lent first."""
         key = (tuple(shape) if isinstance(shape, tuple) else (shape,), np.dtype(dtype))
+        filled = np.full(1, value, dtype).tobytes()
         free = self._free.get(key)
         if free:
-            array = free.pop()
-            array.fill(value)
+            index = next((i for i in range(len(free) - 1, -1, -1) if free[i][1] == filled), len(free) - 1)
+            array, was, dirty = free.pop(index)
+            if was != filled or dirty is Ellipsis:
+                array.fill(value)
+            elif dirty is not None:
+                array[dirty] = value
         else:
             array = np.full(shape, value, dtype)
-        (self._launch if launch else self._lent).append(array)
+        (self._launch if launch else self._lent).append((array, filled, changed))
         return array
 
     def reclaim(self, launch: bool = False) -> None:
         """The CTAs lent arrays so far are done with them (none of their units is used again); with `launch`, so
         is the launch with its own records."""
-        for array in self._lent + (self._launch if launch else []):
-            self._free.setdefault((array.shape, array.dtype), []).append(array)
+        for array, filled, changed in self._lent + (self._launch if launch else []):
+            dirty = Ellipsis if changed is None else changed()
+            self._free.setdefault((array.shape, array.dtype), []).append((array, filled, dirty))
         self._lent = []
         if launch:
             self._launch = []
@@ -62,8 +75,8 @@ class RecordPool:
     @property
     def nbytes(self) -> int:
         """The bytes of every array the pool holds, lent or free."""
-        return sum(a.nbytes for a in self._lent + self._launch) + sum(a.nbytes for free in self._free.values()
-                                                                      for a in free)
+        return sum(entry[0].nbytes for entries in (self._lent, self._launch, *self._free.values())
+                   for entry in entries)
 
 
 _idle: list[RecordPool] = []
@@ -87,10 +100,11 @@ def launch_pool(enabled: bool = True) -> Iterator[RecordPool | None]:
             _idle[:] = [pool]
 
 
-def records(cta, shape, value, dtype) -> np.ndarray:
-    """A record array for `cta`'s units: from its launch's pool (`cta.pool`), else newly allocated."""
+def records(cta, shape, value, dtype, changed=None) -> np.ndarray:
+    """A record array for `cta`'s units: from its launch's pool (`cta.pool`; `changed` as `RecordPool.full`
+    takes it), else newly allocated."""
     pool = getattr(cta, "pool", None)
-    return np.full(shape, value, dtype) if pool is None else pool.full(shape, value, dtype)
+    return np.full(shape, value, dtype) if pool is None else pool.full(shape, value, dtype, changed=changed)
 
 
 __all__ = ["IDLE_POOL_BYTES", "RecordPool", "launch_pool", "records"]

@@ -89,12 +89,13 @@ class SharedMemory:
         # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
         # clocks): every copy that lands writes a box of them, and every CTA fills them
         self.phase = records(cta, size, 0, np.int32)
-        self.writer = records(cta, size, -1, np.int32)
         self.generic_writes = False
         """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
-        -1, and a write has no generic write to be ordered after (`HappensBefore.check_write`)."""
-        self.written_at = records(cta, size, 0, np.int32)
-        self.write_op = records(cta, size, -1, np.int32)
+        -1, `written_at` 0 and `write_op` -1 (only generic writes set them), and a write has no generic write to be
+        ordered after (`HappensBefore.check_write`)."""
+        self.writer = records(cta, size, -1, np.int32, self._generic_records_changed)
+        self.written_at = records(cta, size, 0, np.int32, self._generic_records_changed)
+        self.write_op = records(cta, size, -1, np.int32, self._generic_records_changed)
         self.is_mbarrier = records(cta, size, False, bool)
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
@@ -107,6 +108,11 @@ class SharedMemory:
         in_cluster = cta.cluster is not None
         self.read_at = records(cta, size, -1, np.int64) if in_cluster else None
         self.reader = records(cta, size, -1, np.int32) if in_cluster else None
+
+    def _generic_records_changed(self):
+        """What of `writer`, `written_at` and `write_op` may differ from their initial values (`records`): all of
+        them once a generic write ran, else nothing."""
+        return Ellipsis if self.generic_writes else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
@@ -429,7 +435,8 @@ class SharedMemory:
         put(self.phase, addresses, phase)
         if not isinstance(writers, int) or writers >= 0:
             self.generic_writes = True
-        put(self.writer, addresses, writers)
+        if self.generic_writes:  # else every `writer` is -1 already, a TMA's included
+            put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
 

@@ -155,11 +155,12 @@ class WgmmaUnit:
         self.committed: list[list[int]] = [[] for _ in range(groups)]
         self.done = np.full(groups, -1, np.int64)
         self.registry: dict[int, Pending] = {}
-        # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none; int32,
-        # as a CTA's group count stays far below 2^31: half the bytes every CTA fills);
-        # group_ops[(w, g)]: the first wgmma of that group, for messages.
-        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int32)
         self.newest_read = np.full(groups, -1, np.int64)  # the newest group of each warpgroup that read shared memory
+        # read_group[w, byte]: the newest group of warpgroup w with a wgmma reading that shared byte (-1: none; int32,
+        # as a CTA's group count stays far below 2^31: half the bytes every CTA fills; a row is refilled for the
+        # next CTA only if its warpgroup read: `_read_rows_changed`);
+        # group_ops[(w, g)]: the first wgmma of that group, for messages.
+        self.read_group = records(cta, (groups, cta.smem_bytes), -1, np.int32, self._read_rows_changed)
         self.group_ops: dict[tuple[int, int], Operation] = {}
         # _completed[w][g]: the time group g of warpgroup w completed (-1: not yet); wait_ops[(w, g)]: the wait
         self._completed = [np.full(16, -1, np.int64) for _ in range(groups)]
@@ -182,6 +183,13 @@ class WgmmaUnit:
         self.heads: dict[int, int] = {}
 
     # region mma_async
+    def _read_rows_changed(self):
+        """The rows of `read_group` that may differ from -1 (`records`): those of the warpgroups that read shared
+        memory (only `_shared_operand` sets a group there, and sets `newest_read` with it; a producer warpgroup's row
+        stays -1)."""
+        rows = np.flatnonzero(self.newest_read >= 0)
+        return None if not len(rows) else Ellipsis if len(rows) == len(self.newest_read) else rows
+
     def mma(self, op: sm90.WgmmaMmaAsyncOp, acc: np.ndarray, a: np.ndarray, b: np.ndarray,
             scale_d: np.ndarray | None, followers=None, fargs: tuple = ()) -> np.ndarray:
         """D of `op` (pending on the warpgroups' open groups), after the checks. With `followers` (a batch's

@@ -22,14 +22,19 @@ them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`
 @dataclass(frozen=True, eq=False)
 class OperandBytes:
     """What a wgmma operand read through one descriptor touches (`operand_addresses`): its descriptor fields, the
-    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, and the aligned
-    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part)."""
+    [extent, k] element addresses, their bytes flattened, the span [low, high) of those bytes, the aligned
+    `_CHUNK_BYTES`-byte chunks they fill exactly (None where some chunk is filled only in part), and those chunks
+    as aligned runs of `run_chunks` chunks (the most, a power of two, that they all come in: a k-step of a 128B
+    swizzled K-major tile fills two chunks of each 128-byte line, next to each other; an MN-major tile's rows are
+    whole runs of 16), `runs` the index of each run."""
 
     fields: object
     addresses: np.ndarray
     byte_addresses: np.ndarray
     span: tuple[int, int]
     chunks: np.ndarray | None
+    runs: np.ndarray | None = None
+    run_chunks: int = 1
     _orders: dict = field(default_factory=dict, repr=False)
 
     def ordered(self, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -77,23 +82,41 @@ class OperandBytes:
         return np.take(data, byte_addresses, axis=-1)
 
     def mark(self, records: np.ndarray, value) -> None:
-        """`records[byte_addresses] = value` for a 1-D per-byte record array, by chunk where it can: each chunk's
-        records one item of a void dtype as wide as them (one copy per chunk instead of one per byte: half the
-        time of a [chunks, 16] fancy-index store)."""
-        if self.chunks is not None and records.size % _CHUNK_BYTES == 0:
-            if records.flags.c_contiguous:
-                chunk = _chunk_dtype(records.itemsize)
-                records.view(chunk)[self.chunks] = np.full(_CHUNK_BYTES, value, records.dtype).view(chunk)[0]
+        """`records[byte_addresses] = value` for a 1-D per-byte record array, by run of chunks where it can: each
+        run's records one item of a void dtype as wide as them (one copy per run instead of one per byte; a third
+        of the copies of one per chunk for flash attention's operands). The runs lie inside the records (the
+        operand's span is checked first), so a tail shorter than a run is left out of the view."""
+        if self.runs is not None:
+            width = _CHUNK_BYTES * self.run_chunks
+            usable = records[:records.size - records.size % width]
+            if usable.flags.c_contiguous:
+                run = _chunk_dtype(records.itemsize * self.run_chunks)
+                usable.view(run)[self.runs] = np.full(width, value, records.dtype).view(run)[0]
             else:
-                records.reshape(-1, _CHUNK_BYTES)[self.chunks] = value
+                usable.reshape(-1, width)[self.runs] = value
         else:
             records[self.byte_addresses] = value
 
 
 @lru_cache(maxsize=None)
 def _chunk_dtype(itemsize: int) -> np.dtype:
-    """A void dtype as wide as one `_CHUNK_BYTES`-byte chunk's records of `itemsize` bytes (`OperandBytes.mark`)."""
+    """A void dtype as wide as one `_CHUNK_BYTES`-byte chunk's records of `itemsize` bytes (`OperandBytes.mark`:
+    a run's records with `itemsize` the records' times the run's chunks)."""
     return np.dtype((np.void, _CHUNK_BYTES * itemsize))
+
+
+def _runs(chunks: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the index of each run, the chunks in a run) for ascending distinct `chunks`, where the runs are the
+    longest aligned power-of-two blocks of chunks that they all fill whole."""
+    length = 1
+    while len(chunks) % (2 * length) == 0:
+        blocks = chunks.reshape(-1, 2 * length)
+        if (blocks[:, 0] % (2 * length)).any() or not np.array_equal(blocks, blocks[:, :1] + np.arange(2 * length)):
+            break
+        length *= 2
+    runs = chunks[::length] // length
+    runs.flags.writeable = False
+    return runs, length
 
 
 @lru_cache(maxsize=4096)
@@ -109,8 +132,9 @@ def operand_addresses(descriptor: int, major: str, extent: int, k: int, element_
     whole = len(distinct) == _CHUNK_BYTES * len(chunks)
     for array in (addresses, byte_addresses, chunks):
         array.flags.writeable = False
+    runs, run_chunks = _runs(chunks) if whole else (None, 1)
     return OperandBytes(fields, addresses, byte_addresses, (int(addresses.min()), int(addresses.max()) + element_bytes),
-                        chunks if whole else None)
+                        chunks if whole else None, runs, run_chunks)
 
 
 __all__ = ["OperandBytes", "operand_addresses"]
