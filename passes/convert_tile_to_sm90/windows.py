@@ -103,7 +103,6 @@ class WindowLowering:
         wide = [e.to_i64(d) for d in dims]
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
         base = self._element_address(e, window.arg, [*lead, row, col], wide, elt)
-        lanes = len(row_offsets)
         pitch = e.op(arith.IndexCastOp(e.muli(dims[-1], e.index(elt)), i32))
         # One offset per distinct row, shuffled out to the registers: two registers live, not one per register
         # (a load in a loop keeps them live across it: the bias of attention).
