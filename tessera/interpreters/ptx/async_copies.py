@@ -18,7 +18,7 @@ import numpy as np
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.shared_chunks import as_chunks
-from tessera.interpreters.ptx.state import PARK, RUN
+from tessera.interpreters.ptx.state import PARK, RUN, consecutive
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -138,7 +138,7 @@ class AsyncCopies:
         if self.staged or self.bulk_reads or any(key not in m.mbarriers for key in keys):
             return False
         slots = np.array([key[0] for key in keys])
-        rows, (low, high) = self.hb._rows(slots), dense
+        rows, (low, high) = consecutive(slots), dense
         if self.tagged and (self.state.reshape(-1, m.shared_bytes)[rows, low:high] == FLIGHT).any():
             return False
         if self.reading and self._read_by_wgmma_ctas(rows, low // _CHUNK, -(-high // _CHUNK)):
@@ -162,7 +162,7 @@ class AsyncCopies:
                         layout=(base, chunks))
             self.copies[first + i] = copy
             self.in_flight.setdefault(key, []).append(copy)
-        rows = self.hb._rows(slots)
+        rows = consecutive(slots)
         self.hb.async_writes(rows, low // _CHUNK, -(-high // _CHUNK))
         self.tagged = True
         self.state.reshape(-1, m.shared_bytes)[rows, low:high] = FLIGHT
@@ -252,9 +252,9 @@ class AsyncCopies:
         whole = size // _CHUNK * _CHUNK
         shared = as_chunks(m.shared.reshape(-1, size)[:, :whole])  # [CTA, chunk]
         for (low, high, _), group in groups.items():
-            group.sort(key=lambda landing: landing[0].layout[0])  # by CTA (`_rows` takes them ascending)
+            group.sort(key=lambda landing: landing[0].layout[0])  # by CTA (`consecutive` takes them ascending)
             slots = np.array([copy.layout[0] // size for copy, _, _ in group])
-            rows, chunks = self.hb._rows(slots), group[0][0].layout[1]
+            rows, chunks = consecutive(slots), group[0][0].layout[1]
             data = group[0][0].data
             if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group):
                 shared[rows, chunks] = as_chunks(data)

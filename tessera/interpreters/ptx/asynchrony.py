@@ -54,7 +54,7 @@ import numpy as np
 from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.happens_before import HappensBefore
-from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError
+from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError, consecutive
 from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaTracking
 from tessera.sm90 import facts
@@ -202,7 +202,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         it complete, and what the threads arriving on it had observed."""
         b = self.barrier(key)
         self.seen_runs.clear()
-        columns = HappensBefore._rows(lanes)
+        columns = consecutive(lanes)
         if isinstance(columns, slice):  # consecutive lanes (a warpgroup, a CTA's consumers): in place
             observed = self.observed[:, columns]
             np.maximum(observed[b], phase, out=observed[b])

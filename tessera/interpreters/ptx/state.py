@@ -44,6 +44,14 @@ the shared memory of the CTA of cluster rank `rank`; an address below 2^24 is th
 shared::cta window lies inside the shared::cluster window). `mapa` makes them (see `cluster`)."""
 
 
+def consecutive(lanes: np.ndarray):
+    """`lanes` (ascending, distinct, not empty) as a slice where they are consecutive (a view: no copy), else as
+    they are."""
+    first, last = int(lanes[0]), int(lanes[-1])
+    return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
+        else lanes
+
+
 def unique_rows(rows: np.ndarray, return_index: bool = False, return_inverse: bool = False,
                 return_counts: bool = False):
     """`np.unique(rows, axis=0, ...)` of an integer array [n, k], in the same order with the same extras: the

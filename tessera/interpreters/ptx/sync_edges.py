@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.ptx.state import consecutive
+
 
 class SyncEdges:
     """The synchronisation edges of `HappensBefore` (its base class: the clocks and records are `HappensBefore`'s)."""
 
-    @staticmethod
-    def _rows(lanes: np.ndarray):
-        """`lanes` as a slice where they are consecutive (a view: no copy), else as they are."""
-        first, last = int(lanes[0]), int(lanes[-1])
-        return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
-            else lanes
-
     def _release(self, lanes: np.ndarray) -> tuple:
         """(clock, fenced, remote): the join of `lanes`' clocks, fenced clocks and knowledge of other CTAs
         (None: none); their own epochs advance past it."""
-        rows = self._rows(lanes)
+        rows = consecutive(lanes)
         c = self.clock[rows].max(axis=0)
         f = self.fenced[rows].max(axis=0) if self.fenced_rows[rows].any() else np.zeros(2 * self.threads, np.int32)
         self.clock[lanes, lanes % self.threads] += 1
@@ -64,7 +59,7 @@ class SyncEdges:
 
     def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray, r: dict | None = None) -> None:
         self.learn(lanes, r)
-        rows = self._rows(lanes)
+        rows = consecutive(lanes)
         fenced = bool(f.any())
         if isinstance(rows, slice):
             np.maximum(self.clock[rows], c, out=self.clock[rows])
@@ -189,7 +184,7 @@ class SyncEdges:
         t = self.threads
         released = []
         for lanes, rank in members:
-            rows = self._rows(lanes)
+            rows = consecutive(lanes)
             row = np.concatenate([self.clock[rows].max(axis=0), self.fenced[rows, t:].max(axis=0)])
             released.append((rank, row, self._remote_of(lanes)))
         for lanes, rank in members:
