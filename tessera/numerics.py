@@ -118,6 +118,9 @@ F32_LARGEST = float(np.finfo(np.float32).max)
 LOG2E = 1.4426950408889634
 """log2(e): below Tile level exp(x) is computed as ex2(x log2 e)."""
 
+LN2 = 0.6931471805599453
+"""ln(2): below Tile level log(x) is computed as lg2(x) ln 2."""
+
 
 def exp2_factor(factor: float) -> float:
     """The f32 multiplier C that turns exp(factor x - m) into ex2(x C - m log2 e) (convert-tile-to-sm90 folds a

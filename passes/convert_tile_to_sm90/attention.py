@@ -22,10 +22,8 @@ from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import is_fp8
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import quad_shuffle_offsets
-from tessera.numerics import F32_LARGEST, exp2_factor
+from tessera.numerics import F32_LARGEST, LN2, LOG2E, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (
-    LN2,
-    LOG2E,
     RoundOnStore,
     Scaled,
     refuse,

@@ -13,7 +13,6 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.ir.diagnostics import located
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
-from tessera.numerics import LOG2E  # noqa: F401 (the lowerings import it from here)
 from tessera.sm90 import facts
 
 
@@ -21,7 +20,6 @@ LINE = facts.SWIZZLE_LINE_BYTES                     # bytes of one 128B-swizzled
 CORE_ROWS = facts.swizzle_period_bytes(128) // LINE  # rows per swizzle atom, 8 for every width (the descriptor SBO)
 SWIZZLES = tuple(m for m in facts.SWIZZLE_MODES if m)  # the widths shared tiles may have: 32, 64, 128
 K_STEP = 16                                         # wgmma k for 16-bit types
-LN2 = 0.6931471805599453
 PRODUCER_ATTR = "sm90.producer"
 """Marks the scf.if in which thread 0 refills a ring stage: the work warp-specialize gives the producer."""
 PRODUCER_WARPGROUP_ATTR = "sm90.producer_warpgroup"
