@@ -169,7 +169,8 @@ class Block:
     opcode, modifiers, immediates and register types form a *group* that runs as one call of the decoder's
     closure over the members' lanes side by side (flat arrays of members x lanes); a guarded instruction is a
     group of its own. Each version is a row of one [versions, lanes] array per storage type; a group's
-    destinations take consecutive rows, so that a group reading them in the same order reads a view."""
+    destinations take consecutive rows, so that a group reading them in the same order reads a view, and a
+    group's members are put in the order that reads the most of its operands so (`_view_order`)."""
 
     def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset]):
         self.m, self.start, self.length = m, start, len(installed)
