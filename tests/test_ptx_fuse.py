@@ -338,3 +338,52 @@ $L_loop:
     errors = [_error(text, [np.zeros(4, np.uint32)], 32, fused) for fused in (False, True)]
     assert str(errors[0]) == str(errors[1]) and "div.s32: division by zero" in str(errors[1])
     assert np.array_equal(machines[0].pc, machines[1].pc)
+
+
+def test_a_reduction_trees_first_sums_read_their_operands_as_views(monkeypatch):
+    """16 f32 values a thread, squared by one group and summed pairwise as a softmax row sum is (the pairs in another
+    order than the squares were written: (f8, f0), (f12, f4), ...): the sums' members are ordered so that both
+    operands are consecutive rows, read without a gather, and the bits are those of the unfused run."""
+    squares = "\n".join(f"    mul.rn.f32 %f{16 + i}, %f{i}, %f{i};" for i in range(16))
+    pairs = [(8, 0), (12, 4), (9, 1), (13, 5), (10, 2), (14, 6), (11, 3), (15, 7)]
+    sums = "\n".join(f"    add.rn.f32 %f{32 + j}, %f{16 + a}, %f{16 + b};" for j, (a, b) in enumerate(pairs))
+    loads = "\n".join(f"    ld.global.f32 %f{i}, [%rd3+{4 * i}];" for i in range(16))
+    stores = "\n".join(f"    st.global.f32 [%rd4+{4 * j}], %f{32 + j};" for j in range(8))
+    text = f""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 k_in, .param .u64 k_out)
+{{
+    .reg .b32 %r<2>;
+    .reg .f32 %f<40>;
+    .reg .b64 %rd<7>;
+    ld.param.u64 %rd1, [k_in];
+    ld.param.u64 %rd2, [k_out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd5, %r1, 64;
+    mul.wide.u32 %rd6, %r1, 32;
+    add.s64 %rd3, %rd1, %rd5;
+    add.s64 %rd4, %rd2, %rd6;
+{loads}
+{squares}
+{sums}
+{stores}
+    ret;
+}}
+"""
+    blocks = []
+    plan = fuse.Block._plan
+
+    def kept(self, n):
+        blocks.append(self)
+        return plan(self, n)
+
+    monkeypatch.setattr(fuse.Block, "_plan", kept)
+    data = np.random.default_rng(11).standard_normal((64, 16)).astype(np.float32)
+    plain, fused = _run_both(text, [data, np.zeros((64, 8), np.float32)], block=64)
+    block = max(blocks, key=lambda b: b.length)  # the squares and the sums
+    _, steps = next(iter(block.plans.values()))
+    assert [len(members) for members in block.groups] == [16, 8]
+    assert [gathers for _, gathers, _, _ in steps] == [[], []]  # both groups' operands are views
+    assert fused[1].tobytes() == plain[1].tobytes()
+    assert np.array_equal(plain[1], np.float32(data[:, [a for a, _ in pairs]] ** 2 + data[:, [b for _, b in pairs]] ** 2))

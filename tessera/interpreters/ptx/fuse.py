@@ -169,7 +169,8 @@ class Block:
     opcode, modifiers, immediates and register types form a *group* that runs as one call of the decoder's
     closure over the members' lanes side by side (flat arrays of members x lanes); a guarded instruction is a
     group of its own. Each version is a row of one [versions, lanes] array per storage type; a group's
-    destinations take consecutive rows, so that a group reading them in the same order reads a view."""
+    destinations take consecutive rows, so that a group reading them in the same order reads a view, and a
+    group's members are put in the order that reads the most of its operands so (`_view_order`)."""
 
     def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset]):
         self.m, self.start, self.length = m, start, len(installed)
@@ -244,6 +245,7 @@ class Block:
         for _, version in inputs:
             place(version)
         for members in self.groups:
+            members[:] = _view_order(members, self.row)
             for j in range(len(members[0].dests)):
                 for op in members:
                     place(op.dests[j][1])
@@ -255,20 +257,17 @@ class Block:
 
     def _transfers(self, versions: list[tuple[str, int]]) -> list[tuple]:
         """The registers `versions` name, grouped by the array that holds them in the machine (`register_home`):
-        (that array, its axis of registers, their indices there, the storage type, their rows here)."""
+        (that array, its axis of registers, their indices there, the storage type, their rows here); indices
+        and rows that are consecutive are slices (a wgmma block's accumulators, a block's outputs: views, not
+        gathers)."""
         grouped: dict[int, tuple] = {}
         for name, v in versions:
             array, index, axis = self.m.register_home[name]
             entry = grouped.setdefault(id(array), (array, axis, [], self.storage_of[v], []))
             entry[2].append(index)
             entry[4].append(self.row[v])
-        transfers = []
-        for array, axis, indices, dtype, rows in grouped.values():
-            rows = np.array(rows, np.int64)
-            consecutive = bool((np.diff(rows) == 1).all())
-            rows = slice(int(rows[0]), int(rows[0]) + len(rows)) if consecutive else rows
-            transfers.append((array, axis, np.array(indices, np.int64), dtype, rows))
-        return transfers
+        return [(array, axis, _as_slice(indices), dtype, _as_slice(rows))
+                for array, axis, indices, dtype, rows in grouped.values()]
 
     def _operand_array(self, files: dict, versions: list[int], n: int):
         """(the flat [members x lanes] array of one operand position, None) where it is a view of consecutive
@@ -331,13 +330,13 @@ class Block:
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
             if runs is None:
-                into[...] = array[indices[:, None], lanes] if axis == 0 else array[lanes][:, indices].T
+                into[...] = array[_outer(indices, lanes)] if axis == 0 else array[lanes][:, indices].T
             elif axis == 0:  # rows of a register file
                 for machine_lanes, here in runs:
                     into[:, here] = array[indices, machine_lanes]
             else:  # columns of a block of wgmma registers
                 for machine_lanes, here in runs:
-                    into[:, here] = array[machine_lanes][:, indices].T
+                    into[:, here] = array[machine_lanes, indices].T
             if type(rows) is not slice:
                 files[dtype][rows] = into
         actives = {}
@@ -363,9 +362,9 @@ class Block:
             values = files[dtype][rows]
             if runs is None:
                 if axis == 0:
-                    array[indices[:, None], lanes] = values
+                    array[_outer(indices, lanes)] = values
                 else:
-                    array[lanes[:, None], indices] = values.T
+                    array[_outer(lanes, indices)] = values.T
             elif axis == 0:
                 for machine_lanes, here in runs:
                     array[indices, machine_lanes] = values[:, here]
@@ -382,6 +381,44 @@ class Block:
                     sel = (ALL if every else lanes) if active is ALL else lanes[active]
                     tracker.touch(inst, sel, names)
         return True
+
+
+def _consecutive(rows: list[int]) -> bool:
+    return all(b == a + 1 for a, b in zip(rows, rows[1:]))
+
+
+def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
+    """A group's members (independent: any order runs the same) in the order that leaves the fewest of its source
+    operands to gather before each run (`Block._operand_array`): as they are, or sorted by the rows of one
+    source operand (all placed: `row`), whichever makes more operands consecutive rows (a reduction tree's
+    sums read the pairs their producers wrote in another order)."""
+    if len(members) < 2:
+        return members
+
+    def gathers(order: list[_Op]) -> int:
+        return sum(not _consecutive([row[op.sources[j][1]] for op in order]) for j in range(len(order[0].sources)))
+
+    best, fewest = members, gathers(members)
+    for j in range(len(members[0].sources)):
+        order = sorted(members, key=lambda op: row[op.sources[j][1]])
+        count = gathers(order)
+        if count < fewest:
+            best, fewest = order, count
+    return best
+
+
+def _as_slice(positions: list[int]) -> slice | np.ndarray:
+    """`positions` (not empty) as a slice where they are consecutive and ascending, else as an int64 array."""
+    positions = np.array(positions, np.int64)
+    if (np.diff(positions) == 1).all():
+        return slice(int(positions[0]), int(positions[0]) + len(positions))
+    return positions
+
+
+def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
+    """The index of the block [rows x columns] of a 2-D array (each a slice or an int64 array): an array of rows
+    as a column where the columns are an array too."""
+    return (rows[:, None], columns) if type(rows) is not slice and type(columns) is not slice else (rows, columns)
 
 
 MAX_RUNS = 16

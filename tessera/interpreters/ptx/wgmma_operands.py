@@ -150,8 +150,8 @@ def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None)
     one operand of one wgmma): once per descriptor value for every CTA reading through it (the CTAs of a batch run
     the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole chunks
     in order; `rows`: the tiles' rows (of `extent`) in this order (the gather puts them there at no cost). ([(positions
-    in `reads`, index into shared memory's chunks or bytes, whether by chunk)], the operands' shape [len(reads),
-    extent, K])."""
+    in `reads`, index into shared memory's chunks (`shared_chunks`) or bytes, whether by chunk)], the operands'
+    shape [len(reads), extent, K])."""
     size = m.shared_bytes
     by_value: dict[tuple, list[int]] = {}
     for i, (_, key, _) in enumerate(reads):
@@ -161,20 +161,32 @@ def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None)
         decoded = reads[positions[0]][2]
         ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
         chunks = decoded[7]
-        if chunks is not None and size % CHUNK == 0:
-            index, by_chunk = ctas * (size // CHUNK) + chunks, True
-        else:  # byte by byte (an MN-major tile: whole chunks out of order; gathering them first is slower)
-            index, by_chunk = ctas * size + decoded[1], False
+        by_chunk = chunks is not None
+        # by chunk: the chunks of each CTA; else byte by byte (an MN-major tile: whole chunks out of order,
+        # gathering them first is slower)
+        index = chunks[None, :] if by_chunk else ctas * size + decoded[1]
         if rows is not None:  # each row of the tile is a run of the index (its K bytes, or their chunks)
-            index = index.reshape(len(positions), len(rows), -1)[:, rows].reshape(len(positions), -1)
+            index = index.reshape(len(index), len(rows), -1)[:, rows].reshape(len(index), -1)
+        if by_chunk:  # chunk numbers of the whole buffer, or [CTA, chunk] pairs where CTAs' windows are not whole chunks
+            index = ctas * (size // CHUNK) + index if size % CHUNK == 0 else (ctas, index)
         parts.append((positions, index, by_chunk))
     return parts, (len(reads), *reads[0][2][0].shape)
+
+
+def shared_chunks(m: Machine) -> np.ndarray:
+    """The shared memory of every CTA of the batch as `CHUNK_ITEM`s (a view): [chunks] where a CTA's window is whole
+    chunks, else [CTA, chunk] (each CTA's window from its own first byte, its last partial chunk left out), as
+    `tile_gathers` indexes it."""
+    size = m.shared_bytes
+    if size % CHUNK == 0:
+        return as_chunks(m.shared)
+    return as_chunks(m.shared.reshape(-1, size)[:, :size // CHUNK * CHUNK])
 
 
 def descriptor_tiles(m: Machine, gathers: tuple, name: str) -> np.ndarray:
     """[reads, extent, K] float64: the operands `gathers` (`tile_gathers`) hold."""
     parts, shape = gathers
-    chunked = as_chunks(m.shared) if any(by_chunk for *_, by_chunk in parts) else None
+    chunked = shared_chunks(m) if any(by_chunk for *_, by_chunk in parts) else None
     gathered = [(positions, (chunked[index].view(np.uint8) if by_chunk else m.shared[index]).reshape(len(positions), -1))
                 for positions, index, by_chunk in parts]
     if len(gathered) == 1:
