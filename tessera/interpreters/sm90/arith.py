@@ -106,7 +106,7 @@ def _signed_zero_order(result, a, b, larger: bool):
         return result
     # NumPy's choice between +0 and -0 can be wrong only where it gave -0 for the larger (+0 for the smaller)
     sign = np.signbit(result)
-    if not ((result == 0) & (sign if larger else ~sign)).any():
+    if not np.count_nonzero((result == 0) & (sign if larger else ~sign)):
         return result
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
@@ -242,7 +242,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         a, b = args
         kind = type(op)
         division = kind in _DIVISIONS
-        if division and not b.all():  # some divisor is zero: an error where its thread is active
+        if division and np.count_nonzero(b) != b.size:  # some divisor is zero: an error where its thread is active
             zero = (b == 0) & row_mask(self.cta.active, b)
             if zero.any():
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))

@@ -212,10 +212,10 @@ class Followers:
             if followers.strides[0] == 0 and followers.base is leader and followers.strides[1:] == leader.strides:
                 return  # a broadcast of the leader's own array (`broadcast`): its bytes, nothing to compare
             equal = followers == leader
-            if equal.all():
+            if np.count_nonzero(equal) == equal.size:
                 return
             differs = ~equal.reshape(self.count, -1).all(axis=1) & self.alive
-            if differs.any():
+            if np.count_nonzero(differs):
                 self.leave(differs, _differs(op), op, followers)
             return
         raise FollowerDropout(_differs(op))
@@ -446,8 +446,9 @@ class Followers:
             return operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
 
         def same(operands) -> bool:
-            return leaders and all(self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1].all()
-                       for low, high in (o.span for o in operands))
+            lines = (self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1] for low, high in
+                     (o.span for o in operands))
+            return leaders and all(np.count_nonzero(span) == len(span) for span in lines)
 
         def tile(read, what: str) -> np.ndarray:
             addresses, _ = read.ordered(orders[what])

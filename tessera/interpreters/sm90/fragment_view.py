@@ -96,7 +96,7 @@ class FragmentPlan:
             target = self._arranged(temporary.view(np.complex64), lead)
         on = np.asarray(on)  # any and all are those of its broadcast over `lead` (never empty)
         everywhere = (slice(None),) * len(lead)
-        if on.any():
+        if np.count_nonzero(on):
             addend = _pairs(acc)
             addend = None if addend is None else self._arranged(addend, lead)
             if addend is None:
@@ -104,7 +104,7 @@ class FragmentPlan:
             widened = np.empty(product.shape, np.complex128)
             for s in self.split_values:
                 np.copyto(widened[everywhere + s], addend[everywhere + s])
-            if on.all():
+            if np.count_nonzero(on) == on.size:
                 np.add(product, widened, out=product)
             else:
                 for g in zip(*np.nonzero(np.broadcast_to(on, lead))):

@@ -252,14 +252,14 @@ class MBarriers:
         while True:
             barriers = self.get_all(op, threads, addresses)
             bad = (parity[threads] != 0) & (parity[threads] != 1)
-            if bad.any():
+            if np.count_nonzero(bad):
                 t = threads[np.argmax(bad)]
                 self.cta.fail(op, f"phase parity must be 0 or 1, got {int(parity[t])}", t)
             for barrier in {b.index: b for b in barriers}.values():
                 self.cta.tma.land_all(barrier)
             phases = np.array([b.state.phase for b in barriers], np.int64)
             done = parity[threads] != (phases & 1)
-            if done.any():
+            if np.count_nonzero(done):
                 break
             waited = {b.index: (b, b.state.phase) for b in barriers}
             tma = self.cta.tma

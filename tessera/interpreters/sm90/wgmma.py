@@ -269,7 +269,7 @@ class WgmmaUnit:
     def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
         mine = values[int(threads[0]):int(threads[-1]) + 1]  # a warpgroup's threads, in order
         differ = mine != mine[0]
-        if differ.any():
+        if np.count_nonzero(differ):
             t = int(threads[np.argmax(differ)])
             self.cta.fail(op, f"the {what} must be the same in all threads of warpgroup "
                               f"{threads[0] // facts.WARPGROUP_SIZE}: thread {int(threads[0])} has {mine[0]}, "
@@ -404,7 +404,7 @@ class WgmmaUnit:
         smem = self.cta.smem
         lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
         verified = self._verified[warpgroup, lines]
-        if (verified >= smem.changed[lines]).all():
+        if not np.count_nonzero(verified < smem.changed[lines]):
             smem.note_read(byte_addresses, threads[0])
             return
         if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
@@ -428,7 +428,7 @@ class WgmmaUnit:
                 finished = outstanding[: len(outstanding) - pending]
                 self.done[w] = finished[-1]
                 self._record_completion(op, w, finished)
-        self.registry = {k: p for k, p in self.registry.items() if (p.groups > self.done).any()}
+        self.registry = {k: p for k, p in self.registry.items() if np.count_nonzero(p.groups > self.done)}
 
     def cluster_completed_at(self, warpgroup: int, groups: np.ndarray) -> np.ndarray:
         """`completed_at` on the cluster clock (-1: not yet), in a CTA of a cluster."""
@@ -494,7 +494,7 @@ class WgmmaUnit:
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
-        if (self.newest_read <= self.done).all():
+        if not np.count_nonzero(self.newest_read > self.done):
             return  # no wgmma that read shared memory is pending
         pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if pending.any():
