@@ -436,8 +436,9 @@ class Followers:
         where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`). Their rows are in
         `fragment_view.operand_order`, as the leader's. With `leaders`, None for an operand read from shared
         memory wholly on `same_lines`: every follower's tiles are the leader's."""
-        n, (ab, b_type) = op.n.value.data, op.multiplicand_types
-        types = {"A": ab, "B": b_type}
+        form = wgmma_unit.wgmma_form(op)
+        n, ab = form.n, form.a_type
+        types = {"A": ab, "B": form.b_type}
         size, count = facts.WARPGROUP_SIZE, self.count
         element_bytes = facts.WGMMA_K_BYTES // k
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
@@ -459,18 +460,18 @@ class Followers:
             return facts.half_bits_to_f32(bits, types[what])
 
         descriptors = [int(b[w * size]) for w in warpgroups]
-        b_reads = {d: operand(d, "MN" if op.trans_b.value.data else "K", n) for d in descriptors}
+        b_reads = {d: operand(d, "MN" if form.trans_b else "K", n) for d in descriptors}
         b_stack = None
         if not same(b_reads.values()):
             b_tiles = {d: tile(read, "B") for d, read in b_reads.items()}
             b_stack = (b_tiles[descriptors[0]][:, None] if len(b_tiles) == 1
                        else np.stack([b_tiles[d] for d in descriptors], axis=1))
-        if op.a_in_registers:
+        if form.a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
             a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k, orders["A"]).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
             return a_stack, b_stack
-        a_reads = [operand(int(a[w * size]), "MN" if op.trans_a.value.data else "K", m) for w in warpgroups]
+        a_reads = [operand(int(a[w * size]), "MN" if form.trans_a else "K", m) for w in warpgroups]
         if same(a_reads):
             return None, b_stack
         return np.stack([tile(read, "A") for read in a_reads], axis=1), b_stack
@@ -481,15 +482,15 @@ class Followers:
         merged, self.merged_wgmma = self.merged_wgmma, None
         acc, a, b, *scale = args
         facc, fa, fb, *fscale = fargs
+        form = wgmma_unit.wgmma_form(op)
         self.same(op, b, fb)
-        if not op.a_in_registers:
+        if not form.a_in_registers:
             self.same(op, a, fa)
         if scale:
             self.same(op, scale[0], fscale[0])
         if merged is not None and merged[0] is leader_result:
             return merged[1]
-        n, ab = op.n.value.data, op.ab_type.data
-        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        n, ab, m, k = form.n, form.a_type, form.m, form.k
         size, count = facts.WARPGROUP_SIZE, self.count
         warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
         if not warpgroups:
