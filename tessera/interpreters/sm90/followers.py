@@ -490,7 +490,7 @@ class Followers:
             self.same(op, scale[0], fscale[0])
         if merged is not None and merged[0] is leader_result:
             return merged[1]
-        n, ab, m, k = form.n, form.a_type, form.m, form.k
+        n, m, k = form.n, form.m, form.k
         size, count = facts.WARPGROUP_SIZE, self.count
         warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
         if not warpgroups:
