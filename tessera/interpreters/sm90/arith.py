@@ -284,8 +284,9 @@ class RegisterArithFunctions(InterpreterFunctions):
     # endregion
     # region floats
     def _float(self, interpreter: Interpreter, op: Operation, args: PythonValues):
-        with np.errstate(all="ignore"):
-            return self._result(op, _FLOAT[type(op)](*args))
+        # overflows and invalid operations are IEEE results, not warnings: the strands run under
+        # np.errstate(all="ignore") (`strands`)
+        return self._result(op, _FLOAT[type(op)](*args))
 
     for _op in _FLOAT:
         locals()[f"run_{_op.__name__}"] = impl(_op)(_float)
