@@ -432,7 +432,8 @@ class RegisterArithFunctions(InterpreterFunctions):
 
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
-        v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
+        v1, v2 = args  # a scalar operand (one lane) as a vector of one: no generator at each of ~700 runs a launch
+        v1, v2 = (v1 if v1.ndim == 2 else v1[:, None]), (v2 if v2.ndim == 2 else v2[:, None])
         plan = shuffle_plan(op, v1.shape[1])
         if isinstance(plan, tuple):
             if plan[0] == 2:  # a concatenation: no gather
