@@ -311,24 +311,24 @@ class Followers:
     # region running an op
     def run(self, op: Operation, impl, functions, args: tuple, fargs: tuple, results: tuple) -> tuple:
         """The follower values of `op`'s results (the leader's `results` computed from `args`)."""
-        rule = follower_rule(op)
+        rule = follower_rule(op)  # (map, not generators: this runs at every op of a batch)
         if rule == "control":
             return self.control_results
         if rule == "as leader":
             for leader, followers in zip(args, fargs):
                 self.same(op, leader, followers)
-            return tuple(self.broadcast(r) for r in results)
+            return tuple(map(self.broadcast, results))
         if rule == "checked":
             for leader, followers in zip(args, fargs):
                 self.same(op, leader, followers)
             return ()
         if rule == "pure":
-            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
-                return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
+            if all(map(self._uniform, args, fargs)):
+                return tuple(map(self.broadcast, results))  # the leader's operands: its results
             return self._run_pure(op, impl, functions, fargs, args)
         if rule == "vector.shuffle":
-            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
-                return tuple(self.broadcast(r) for r in results)
+            if all(map(self._uniform, args, fargs)):
+                return tuple(map(self.broadcast, results))
             return (shuffle_followers(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)

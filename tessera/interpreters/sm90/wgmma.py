@@ -43,7 +43,7 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import take
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
-from tessera.interpreters.sm90.registers import as_unsigned64
+from tessera.interpreters.sm90.registers import as_unsigned64, filled
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.wgmma_operands import operand_addresses
 from tessera.sm90 import facts
@@ -480,7 +480,7 @@ class WgmmaUnit:
     def _groups_of(self, value) -> np.ndarray:
         entry = self.registry.get(id(value))
         if entry is None or entry.array is not value:
-            return np.full(len(self.done), -1, np.int64)
+            return filled(len(self.done), -1, np.int64)
         return entry.groups
 
     # endregion
