@@ -358,13 +358,13 @@ class Followers:
 
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
-        wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
+        wide = tuple([a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs])
         kind = type(op)
         own = self._pure_of.get(kind)
         if own is None:
             own = self._pure_of[kind] = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
-        return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
+        return tuple([r.reshape((count, threads) + r.shape[1:]) for r in out])  # (a list: no generator)
 
     def _special_register(self, op: sm90.SpecialRegOp, functions) -> np.ndarray:
         value = self._special.get(op)
