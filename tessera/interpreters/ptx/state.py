@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.interpreters import ranges
 from tessera.interpreters.ptx.syntax import Entry, Instruction
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -44,12 +45,8 @@ the shared memory of the CTA of cluster rank `rank`; an address below 2^24 is th
 shared::cta window lies inside the shared::cluster window). `mapa` makes them (see `cluster`)."""
 
 
-def consecutive(lanes: np.ndarray):
-    """`lanes` (ascending, distinct, not empty) as a slice where they are consecutive (a view: no copy), else as
-    they are."""
-    first, last = int(lanes[0]), int(lanes[-1])
-    return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
-        else lanes
+consecutive = ranges.consecutive
+"""`ranges.consecutive` (shared with the CTA simulator), under the name the executor's modules import from here."""
 
 
 def unique_rows(rows: np.ndarray, return_index: bool = False, return_inverse: bool = False,

@@ -106,7 +106,7 @@ def _signed_zero_order(result, a, b, larger: bool):
         return result
     # NumPy's choice between +0 and -0 can be wrong only where it gave -0 for the larger (+0 for the smaller)
     sign = np.signbit(result)
-    if not ((result == 0) & (sign if larger else ~sign)).any():
+    if not np.count_nonzero((result == 0) & (sign if larger else ~sign)):
         return result
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
@@ -242,7 +242,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         a, b = args
         kind = type(op)
         division = kind in _DIVISIONS
-        if division and not b.all():  # some divisor is zero: an error where its thread is active
+        if division and np.count_nonzero(b) != b.size:  # some divisor is zero: an error where its thread is active
             zero = (b == 0) & row_mask(self.cta.active, b)
             if zero.any():
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
@@ -284,8 +284,9 @@ class RegisterArithFunctions(InterpreterFunctions):
     # endregion
     # region floats
     def _float(self, interpreter: Interpreter, op: Operation, args: PythonValues):
-        with np.errstate(all="ignore"):
-            return self._result(op, _FLOAT[type(op)](*args))
+        # overflows and invalid operations are IEEE results, not warnings: the strands run under
+        # np.errstate(all="ignore") (`strands`)
+        return self._result(op, _FLOAT[type(op)](*args))
 
     for _op in _FLOAT:
         locals()[f"run_{_op.__name__}"] = impl(_op)(_float)
@@ -431,7 +432,8 @@ class RegisterArithFunctions(InterpreterFunctions):
 
     @impl(vector.ShuffleOp)
     def run_shuffle(self, interpreter: Interpreter, op: vector.ShuffleOp, args: PythonValues):
-        v1, v2 = (x if x.ndim == 2 else x[:, None] for x in args)
+        v1, v2 = args  # a scalar operand (one lane) as a vector of one: no generator at each of ~700 runs a launch
+        v1, v2 = (v1 if v1.ndim == 2 else v1[:, None]), (v2 if v2.ndim == 2 else v2[:, None])
         plan = shuffle_plan(op, v1.shape[1])
         if isinstance(plan, tuple):
             if plan[0] == 2:  # a concatenation: no gather

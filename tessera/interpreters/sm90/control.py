@@ -182,14 +182,14 @@ class DivergentControlFunctions(InterpreterFunctions):
         active = strand.active
         then_threads, else_threads = active & condition, active & ~condition
         has_else = bool(op.false_region.blocks)
-        if not else_threads.any() or not has_else:
-            if not then_threads.any():
+        if not np.count_nonzero(else_threads) or not has_else:
+            if not np.count_nonzero(then_threads):
                 if followers is not None:
                     followers.control_results = ()
                 return ()
             values = self._run(interpreter, op.true_region, (), condition, "if_then", follow)
             return self._follow_branch(interpreter, followers, values)
-        if not then_threads.any():
+        if not np.count_nonzero(then_threads):
             values = self._run(interpreter, op.false_region, (), ~condition, "if_else", follow)
             return self._follow_branch(interpreter, followers, values)
         # Divergent: the else-branch waits, in case the then-branch blocks on its threads. It sees the SSA

@@ -159,7 +159,7 @@ class CtaState(NamesThreads):
             self.fail(op, f"{what} needs whole groups of {unit} threads, but the CTA has {self.threads} threads")
         groups = active.reshape(-1, unit)
         partial = groups.any(axis=1) & ~groups.all(axis=1)
-        if partial.any():
+        if np.count_nonzero(partial):
             g = int(np.argmax(partial))
             inactive = g * unit + int(np.argmax(~groups[g]))
             kind = "warp" if unit == facts.WARP_SIZE else "warpgroup"

@@ -87,7 +87,7 @@ REGION_OPS = ("pure", "vector.shuffle", "sm90.special", "terminator")
 
 def shuffle_followers(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """`vector.shuffle` of the followers' [F, T, N] values at once (`arith.run_shuffle`'s lanes)."""
-    v1, v2 = (x if x.ndim == 3 else x[:, :, None] for x in (first, second))
+    v1, v2 = (first if first.ndim == 3 else first[:, :, None]), (second if second.ndim == 3 else second[:, :, None])
     plan = shuffle_plan(op, v1.shape[2])
     if isinstance(plan, tuple):
         if plan[0] == 2:  # a concatenation

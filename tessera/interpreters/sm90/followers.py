@@ -212,10 +212,10 @@ class Followers:
             if followers.strides[0] == 0 and followers.base is leader and followers.strides[1:] == leader.strides:
                 return  # a broadcast of the leader's own array (`broadcast`): its bytes, nothing to compare
             equal = followers == leader
-            if equal.all():
+            if np.count_nonzero(equal) == equal.size:
                 return
             differs = ~equal.reshape(self.count, -1).all(axis=1) & self.alive
-            if differs.any():
+            if np.count_nonzero(differs):
                 self.leave(differs, _differs(op), op, followers)
             return
         raise FollowerDropout(_differs(op))
@@ -311,24 +311,24 @@ class Followers:
     # region running an op
     def run(self, op: Operation, impl, functions, args: tuple, fargs: tuple, results: tuple) -> tuple:
         """The follower values of `op`'s results (the leader's `results` computed from `args`)."""
-        rule = follower_rule(op)
+        rule = follower_rule(op)  # (map, not generators: this runs at every op of a batch)
         if rule == "control":
             return self.control_results
         if rule == "as leader":
             for leader, followers in zip(args, fargs):
                 self.same(op, leader, followers)
-            return tuple(self.broadcast(r) for r in results)
+            return tuple(map(self.broadcast, results))
         if rule == "checked":
             for leader, followers in zip(args, fargs):
                 self.same(op, leader, followers)
             return ()
         if rule == "pure":
-            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
-                return tuple(self.broadcast(r) for r in results)  # the leader's operands: its results
+            if all(map(self._uniform, args, fargs)):
+                return tuple(map(self.broadcast, results))  # the leader's operands: its results
             return self._run_pure(op, impl, functions, fargs, args)
         if rule == "vector.shuffle":
-            if all(self._uniform(leader, followers) for leader, followers in zip(args, fargs)):
-                return tuple(self.broadcast(r) for r in results)
+            if all(map(self._uniform, args, fargs)):
+                return tuple(map(self.broadcast, results))
             return (shuffle_followers(op, *fargs),)
         if rule == "sm90.special":
             return (self._special_register(op, functions),)
@@ -358,13 +358,13 @@ class Followers:
 
     def _run_wide(self, op: Operation, impl, fargs: tuple) -> tuple:
         count, threads = self.count, self.leader.threads
-        wide = tuple(a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs)
+        wide = tuple([a.reshape((count * threads,) + a.shape[2:]) if isinstance(a, np.ndarray) else a for a in fargs])
         kind = type(op)
         own = self._pure_of.get(kind)
         if own is None:
             own = self._pure_of[kind] = self._pure["machine" if isinstance(op, PURE_SM90) else "arith"]
         out = impl(own, self, op, wide).values
-        return tuple(r.reshape((count, threads) + r.shape[1:]) for r in out)
+        return tuple([r.reshape((count, threads) + r.shape[1:]) for r in out])  # (a list: no generator)
 
     def _special_register(self, op: sm90.SpecialRegOp, functions) -> np.ndarray:
         value = self._special.get(op)
@@ -436,8 +436,9 @@ class Followers:
         where every warpgroup reads the same B, as the leader's (`WgmmaUnit.mma`). Their rows are in
         `fragment_view.operand_order`, as the leader's. With `leaders`, None for an operand read from shared
         memory wholly on `same_lines`: every follower's tiles are the leader's."""
-        n, (ab, b_type) = op.n.value.data, op.multiplicand_types
-        types = {"A": ab, "B": b_type}
+        form = wgmma_unit.wgmma_form(op)
+        n, ab = form.n, form.a_type
+        types = {"A": ab, "B": form.b_type}
         size, count = facts.WARPGROUP_SIZE, self.count
         element_bytes = facts.WGMMA_K_BYTES // k
         orders = {"A": fragment_view.operand_order("A", n), "B": fragment_view.operand_order("B", n)}
@@ -446,8 +447,9 @@ class Followers:
             return operand_addresses(as_unsigned64(descriptor), major, extent, k, element_bytes)
 
         def same(operands) -> bool:
-            return leaders and all(self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1].all()
-                       for low, high in (o.span for o in operands))
+            lines = (self.same_lines[low // EPOCH_BYTES:(high - 1) // EPOCH_BYTES + 1] for low, high in
+                     (o.span for o in operands))
+            return leaders and all(np.count_nonzero(span) == len(span) for span in lines)
 
         def tile(read, what: str) -> np.ndarray:
             addresses, _ = read.ordered(orders[what])
@@ -458,18 +460,18 @@ class Followers:
             return facts.half_bits_to_f32(bits, types[what])
 
         descriptors = [int(b[w * size]) for w in warpgroups]
-        b_reads = {d: operand(d, "MN" if op.trans_b.value.data else "K", n) for d in descriptors}
+        b_reads = {d: operand(d, "MN" if form.trans_b else "K", n) for d in descriptors}
         b_stack = None
         if not same(b_reads.values()):
             b_tiles = {d: tile(read, "B") for d, read in b_reads.items()}
             b_stack = (b_tiles[descriptors[0]][:, None] if len(b_tiles) == 1
                        else np.stack([b_tiles[d] for d in descriptors], axis=1))
-        if op.a_in_registers:
+        if form.a_in_registers:
             registers = fa[:, rows].reshape((-1,) + fa.shape[2:])
             a_stack = wgmma_unit.WgmmaUnit._register_tiles(registers, ab, m, k, orders["A"]).reshape(  # noqa: SLF001
                 count, len(warpgroups), m, k)
             return a_stack, b_stack
-        a_reads = [operand(int(a[w * size]), "MN" if op.trans_a.value.data else "K", m) for w in warpgroups]
+        a_reads = [operand(int(a[w * size]), "MN" if form.trans_a else "K", m) for w in warpgroups]
         if same(a_reads):
             return None, b_stack
         return np.stack([tile(read, "A") for read in a_reads], axis=1), b_stack
@@ -480,15 +482,15 @@ class Followers:
         merged, self.merged_wgmma = self.merged_wgmma, None
         acc, a, b, *scale = args
         facc, fa, fb, *fscale = fargs
+        form = wgmma_unit.wgmma_form(op)
         self.same(op, b, fb)
-        if not op.a_in_registers:
+        if not form.a_in_registers:
             self.same(op, a, fa)
         if scale:
             self.same(op, scale[0], fscale[0])
         if merged is not None and merged[0] is leader_result:
             return merged[1]
-        n, ab = op.n.value.data, op.ab_type.data
-        m, _, k = facts.wgmma_shape(n, ab, "f32")
+        n, m, k = form.n, form.m, form.k
         size, count = facts.WARPGROUP_SIZE, self.count
         warpgroups = self.leader.converged_units(op, size, "wgmma_mma_async")
         if not warpgroups:

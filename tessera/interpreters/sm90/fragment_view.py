@@ -24,7 +24,7 @@ against the flat index it replaces; a layout without such a plan falls back to t
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
@@ -73,6 +73,9 @@ class FragmentPlan:
     pairs_shape: tuple[int, ...]
     pairs_axes: tuple[int, ...]
 
+    _layouts: dict = field(default_factory=dict, init=False, repr=False)
+    """`_layout` per number of leading dims."""
+
     @cached_property
     def split_values(self) -> tuple[tuple[int, ...], ...]:
         """Every value of the split digits, in order."""
@@ -84,45 +87,57 @@ class FragmentPlan:
         same leading dims (`out` written in place, through a view where its registers are contiguous), `on` a bool
         per group. Three passes, each with one long inner loop: D widened into the product's order, the float64
         sum in place, the round to f32 into the fragments (one pass that adds and narrows at once runs NumPy's
-        buffered casting loop, about twice as slow)."""
+        buffered casting loop, about twice as slow). The passes are slice assignments (the casts `np.copyto`
+        makes, without its Python dispatch), by the index of each split value kept per number of leading dims."""
         lead = products.shape[:-2]
-        rest = tuple(self.pairs_shape[a] for a in self.pairs_axes[len(self.split):])
-        product = products.view(np.complex128).reshape(lead + self.split + rest)
+        shape, axes, parts = self._layout(len(lead))
+        product = products.view(np.complex128).reshape(lead + shape)
         into = _pairs(out)
-        target = None if into is None else self._arranged(into, lead)
+        target = None if into is None else self._arranged(into, lead, axes)
         temporary = None
         if target is None:  # registers that are no view of pairs: through a temporary
             temporary = np.empty(out.shape, np.float32)
-            target = self._arranged(temporary.view(np.complex64), lead)
+            target = self._arranged(temporary.view(np.complex64), lead, axes)
         on = np.asarray(on)  # any and all are those of its broadcast over `lead` (never empty)
-        everywhere = (slice(None),) * len(lead)
-        if on.any():
+        switched_on = np.count_nonzero(on)
+        if switched_on:
             addend = _pairs(acc)
-            addend = None if addend is None else self._arranged(addend, lead)
+            addend = None if addend is None else self._arranged(addend, lead, axes)
             if addend is None:
-                addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead)
+                addend = self._arranged(np.ascontiguousarray(acc).view(np.complex64), lead, axes)
             widened = np.empty(product.shape, np.complex128)
-            for s in self.split_values:
-                np.copyto(widened[everywhere + s], addend[everywhere + s])
-            if on.all():
+            for part in parts:
+                widened[part] = addend[part]
+            if switched_on == on.size:
                 np.add(product, widened, out=product)
             else:
                 for g in zip(*np.nonzero(np.broadcast_to(on, lead))):
                     np.add(product[g], widened[g], out=product[g])
-        for s in self.split_values:
-            np.copyto(target[everywhere + s], product[everywhere + s], casting="unsafe")
+        for part in parts:
+            target[part] = product[part]
         if temporary is not None:
             out[...] = temporary
 
-    def _arranged(self, pairs: np.ndarray, lead: tuple[int, ...]) -> np.ndarray | None:
-        """Complex pairs [..., 128, n / 4] as [..., split digits, the other digits in product order] (a view;
-        None where the pairs cannot be split into digits without a copy)."""
+    def _layout(self, leading: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple, ...]]:
+        """For `leading` leading dims: the product's shape after them ([split digits, the other digits in product
+        order]), the transpose that arranges the pairs so, and the index of each split value."""
+        layout = self._layouts.get(leading)
+        if layout is None:
+            rest = tuple(self.pairs_shape[a] for a in self.pairs_axes[len(self.split):])
+            axes = tuple(range(leading)) + tuple(leading + a for a in self.pairs_axes)
+            parts = tuple((slice(None),) * leading + s for s in self.split_values)
+            layout = self._layouts[leading] = (self.split + rest, axes, parts)
+        return layout
+
+    def _arranged(self, pairs: np.ndarray, lead: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray | None:
+        """Complex pairs [..., 128, n / 4] as [..., split digits, the other digits in product order] (a view
+        transposed by `axes`, `_layout`'s; None where the pairs cannot be split into digits without a copy)."""
         digits = pairs.view()
         try:
             digits.shape = lead + self.pairs_shape
         except AttributeError:
             return None
-        return digits.transpose(tuple(range(len(lead))) + tuple(len(lead) + a for a in self.pairs_axes))
+        return digits.transpose(axes)
 
 
 def _pairs(registers: np.ndarray) -> np.ndarray | None:

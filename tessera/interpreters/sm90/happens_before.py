@@ -41,6 +41,7 @@ from xdsl.ir import Operation
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
+from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
 from tessera.sm90 import facts
@@ -63,10 +64,7 @@ def _columns(threads: np.ndarray):
     """Thread indices (or a [T] mask) as a slice where they are consecutive (a view), else as an index array."""
     if threads.dtype == np.bool_:
         threads = np.nonzero(threads)[0]
-    if len(threads) and int(threads[-1]) - int(threads[0]) + 1 == len(threads):
-        if len(threads) < 2 or threads[1] > threads[0]:
-            return slice(int(threads[0]), int(threads[-1]) + 1)
-    return threads
+    return consecutive(threads) if len(threads) else threads
 
 
 class HappensBefore:

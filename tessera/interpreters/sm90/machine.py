@@ -177,7 +177,7 @@ class Sm90Functions(InterpreterFunctions):
     def _check_start_field(self, op: Operation, field: np.ndarray) -> None:
         """A descriptor's moved start address field (`field`, per thread) must stay below 2^14 in every active
         thread (the threads are looked up only where some thread's overflows)."""
-        if field.max(initial=0) <= 0x3FFF:
+        if not np.count_nonzero(field > 0x3FFF):
             return
         threads = self._threads()
         if (field[threads] > 0x3FFF).any():

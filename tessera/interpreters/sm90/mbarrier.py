@@ -96,15 +96,20 @@ class MBarriers:
     def get_all(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> list[MBarrier]:
         """`get` for each of `threads` (at `addresses[thread]`): one lookup per distinct address, the init's
         visibility checked for all threads at once."""
+        return self._get_all(op, threads, addresses)[0]
+
+    def _get_all(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> tuple[list, MBarrier | None]:
+        """(`get_all`, the one barrier every thread of two or more addresses, else None): a caller that knows
+        them to be one barrier reads its fields once instead of once per thread."""
         mine = addresses[threads]
         if len(threads) < 2 or not (mine == mine[0]).all():
-            return [self.get(op, int(t), int(addresses[t])) for t in threads]
+            return [self.get(op, int(t), int(addresses[t])) for t in threads], None
         barrier = self.get(op, int(threads[0]), int(mine[0]))
         init = barrier.init_thread
         unseen = (threads != init) & (self.cta.hb.ordered[init, threads] <= barrier.init_time)
         if unseen.any():
             self.get(op, int(threads[np.argmax(unseen)]), int(mine[0]))  # reports it
-        return [barrier] * len(threads)
+        return [barrier] * len(threads), barrier
 
     def _active_threads(self) -> np.ndarray:
         return np.nonzero(self.cta.active)[0]
@@ -250,16 +255,17 @@ class MBarriers:
         blocks until one of those barriers changes (or reports the deadlock)."""
         threads = self._active_threads()
         while True:
-            barriers = self.get_all(op, threads, addresses)
+            barriers, one = self._get_all(op, threads, addresses)  # `one`: every thread's (the usual)
             bad = (parity[threads] != 0) & (parity[threads] != 1)
-            if bad.any():
+            if np.count_nonzero(bad):
                 t = threads[np.argmax(bad)]
                 self.cta.fail(op, f"phase parity must be 0 or 1, got {int(parity[t])}", t)
-            for barrier in {b.index: b for b in barriers}.values():
+            for barrier in ((one,) if one is not None else {b.index: b for b in barriers}.values()):
                 self.cta.tma.land_all(barrier)
-            phases = np.array([b.state.phase for b in barriers], np.int64)
+            phases = (np.full(len(threads), one.state.phase, np.int64) if one is not None
+                      else np.array([b.state.phase for b in barriers], np.int64))
             done = parity[threads] != (phases & 1)
-            if done.any():
+            if np.count_nonzero(done):
                 break
             waited = {b.index: (b, b.state.phase) for b in barriers}
             tma = self.cta.tma
@@ -270,10 +276,17 @@ class MBarriers:
         result = np.zeros(self.cta.threads, bool)
         result[threads[done]] = True
         seen = threads[done]
-        indices = np.array([b.index for b in barriers], np.int64)[done]
-        np.maximum.at(self.observed, (indices, seen), phases[done])
-        for index in np.unique(indices).tolist():
-            self.cta.hb.waited(index, seen[indices == index])
+        if one is not None:  # one barrier: its row of `observed`, once (the threads are distinct)
+            indices = np.full(len(seen), one.index, np.int64)
+            observed = self.observed[one.index]
+            observed[seen] = np.maximum(observed[seen], one.state.phase)
+            if len(seen):
+                self.cta.hb.waited(one.index, seen)
+        else:
+            indices = np.array([b.index for b in barriers], np.int64)[done]
+            np.maximum.at(self.observed, (indices, seen), phases[done])
+            for index in np.unique(indices).tolist():
+                self.cta.hb.waited(index, seen[indices == index])
         self.last_waited[seen] = indices
         if self.cta.cluster is not None:
             for index in np.unique(indices):

@@ -354,7 +354,7 @@ class RegisterFileChecker(Interpreter.Listener):
             if self.cta.wgmma.fenced_at[w] < 0:
                 continue  # no fence yet: `WgmmaUnit` reports the first wgmma
             touched = self.touched[w, columns]
-            if (touched >= 0).any():
+            if np.count_nonzero(touched >= 0):
                 j = int(np.argmax(touched >= 0))
                 other = self.touch_ops[int(touched[j])]
                 self.cta.fail(op, f"accesses register {names[j]} (its accumulator or A fragment), which "
@@ -417,7 +417,7 @@ class RegisterFileChecker(Interpreter.Listener):
         """Refuse `op` writing (`written`: the register columns, names and values) a register of a wgmma of an
         active warpgroup whose group is pending."""
         done = self.cta.wgmma.done
-        if (self.newest <= done).all():
+        if not np.count_nonzero(self.newest > done):
             return  # no register is in flight
         columns, names, values = written
         warpgroups = self._warpgroups(active)

@@ -104,7 +104,15 @@ def full(ty: Attribute, threads: int, value) -> np.ndarray:
         value = np.asarray(value, np.int64).astype(dtype)  # two's-complement wrap
     elif dtype.kind == "b":
         value = np.asarray(value).astype(bool)
-    return np.full(thread_shape(ty, threads), value, dtype)
+    return filled(thread_shape(ty, threads), value, dtype)
+
+
+def filled(shape, value, dtype) -> np.ndarray:
+    """`np.full(shape, value, dtype)` (the same cast of `value`) without its Python-level dispatch, a few
+    microseconds at each of the hundreds of small arrays a launch fills."""
+    array = np.empty(shape, dtype)
+    array.fill(value)
+    return array
 
 
 def row_mask(mask: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -170,13 +170,13 @@ class SharedMemory:
         """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
         still writing them, no pending wgmma reading them."""
         over = take(self.is_mbarrier, addresses)
-        if over.any():
+        if np.count_nonzero(over):
             i = np.argmax(over)
             self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
                           int(threads[i]))
         state = take(self.state, addresses)
         flying = state == IN_FLIGHT
-        if flying.any():
+        if np.count_nonzero(flying):
             i = np.argmax(flying)
             address = int(addresses[i])
             other = next((c for c in self.cta.tma.in_flight if (c.addresses == address).any()), None)
@@ -187,7 +187,7 @@ class SharedMemory:
                               "(write-after-write race with the async proxy: the slot's empty barrier wait or its "
                               "release comes too early)", int(threads[i]))
         copying = state == CP_ASYNC
-        if copying.any():
+        if np.count_nonzero(copying):
             i = np.argmax(copying)
             self.cta.fail(op, f"{what} writes {self.locate(addresses[i])} while thread "
                               f"{int(self.writer[addresses[i]])}'s cp.async into it is still in flight", int(threads[i]))
@@ -335,7 +335,7 @@ class SharedMemory:
         for key in keys:
             barrier, phase = int(key >> 32), int(key & 0xFFFFFFFF)
             unseen = self.cta.mbarriers.observed[barrier, readers] <= phase
-            if unseen.any():
+            if np.count_nonzero(unseen):
                 return barrier, phase, int(readers[np.argmax(unseen)])
         return None
 

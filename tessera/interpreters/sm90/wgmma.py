@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from xdsl.dialects import arith, scf
@@ -43,7 +43,7 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import take
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
-from tessera.interpreters.sm90.registers import as_unsigned64
+from tessera.interpreters.sm90.registers import as_unsigned64, filled
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.wgmma_operands import operand_addresses
 from tessera.sm90 import facts
@@ -68,6 +68,36 @@ class Pending:
     groups: np.ndarray
     kind: str
     op: Operation
+
+
+class WgmmaForm(NamedTuple):
+    """What a wgmma op's attributes and operand types say, read at each of its runs: n, A's and B's types
+    (`multiplicand_types`), the transposes, the instruction's m and k (`facts.wgmma_shape`) and whether A is in
+    registers (`a_in_registers`)."""
+
+    n: int
+    a_type: str
+    b_type: str
+    trans_a: int
+    trans_b: int
+    m: int
+    k: int
+    a_in_registers: bool
+
+
+def wgmma_form(op: sm90.WgmmaMmaAsyncOp) -> WgmmaForm:
+    """`op`'s `WgmmaForm`, kept on the op while its properties and operand tuple are the same objects (xDSL's
+    accessors cost some 6 us a run of a wgmma, `a_in_registers` 2.5 us of it; xDSL replaces the operand tuple
+    when an operand is rewired)."""
+    key = (tuple(op.properties.values()), op._operands)  # noqa: SLF001 - the tuple itself, not a view of it
+    cached = op.__dict__.get("_tessera_wgmma_form")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    n, (a_type, b_type) = op.n.value.data, op.multiplicand_types
+    m, _, k = facts.wgmma_shape(n, a_type, "f32")
+    form = WgmmaForm(n, a_type, b_type, op.trans_a.value.data, op.trans_b.value.data, m, k, op.a_in_registers)
+    op.__dict__["_tessera_wgmma_form"] = (key, form)
+    return form
 
 
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
@@ -197,10 +227,7 @@ class WgmmaUnit:
         tiles stacked after the leader's, one matrix product, one pass into the fragments
         (`Followers.merged_wgmma` hands their result over)."""
         cta = self.cta
-        n, (ab, b_type) = op.n.value.data, op.multiplicand_types
-        trans_a, trans_b = op.trans_a.value.data, op.trans_b.value.data
-        m, _, k = facts.wgmma_shape(n, ab, "f32")
-        a_in_registers = op.a_in_registers
+        n, ab, b_type, trans_a, trans_b, m, k, a_in_registers = wgmma_form(op)
         warpgroups = cta.converged_units(op, facts.WARPGROUP_SIZE, "wgmma_mma_async")
         if cta.races:
             self._check_fenced(op, warpgroups, acc, a if a_in_registers else None, scale_d)
@@ -220,7 +247,7 @@ class WgmmaUnit:
                                                 tiles, b_order))
             accumulate.append(scale_d is None or bool(self._uniform(op, scale_d, threads, "scale-d predicate")))
         if not warpgroups:
-            return self._register(op, acc.copy(), acc, a, warpgroups)
+            return self._register(op, acc.copy(), acc, a, warpgroups, a_in_registers)
         rows = _warpgroup_rows(warpgroups)
         a_stack = (self._register_tiles(a[rows], ab, m, k, a_order) if a_in_registers else np.stack(a_tiles))
         b_stack = b_tiles[0][None] if all(t is b_tiles[0] for t in b_tiles) else np.stack(b_tiles)
@@ -252,15 +279,15 @@ class WgmmaUnit:
         result = results[0]
         if followers is not None:
             followers.merged_wgmma = (result, results[1:])
-        return self._register(op, result, acc, a, warpgroups)
+        return self._register(op, result, acc, a, warpgroups, a_in_registers)
 
     def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
-                  warpgroups: list[int]) -> np.ndarray:
-        """`result` (and an RS wgmma's A registers) pending on the warpgroups' open groups."""
+                  warpgroups: list[int], a_in_registers: bool) -> np.ndarray:
+        """`result` (and an RS wgmma's A registers, `a_in_registers`) pending on the warpgroups' open groups."""
         groups = self._groups_of(acc).copy()
         groups[warpgroups] = self.open[warpgroups]
         self.registry[id(result)] = Pending(result, groups, "result", op)
-        if op.a_in_registers:
+        if a_in_registers:
             a_groups = self._groups_of(a).copy()
             a_groups[warpgroups] = self.open[warpgroups]
             self.registry[id(a)] = Pending(a, a_groups, "A operand", op)
@@ -269,7 +296,7 @@ class WgmmaUnit:
     def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
         mine = values[int(threads[0]):int(threads[-1]) + 1]  # a warpgroup's threads, in order
         differ = mine != mine[0]
-        if differ.any():
+        if np.count_nonzero(differ):
             t = int(threads[np.argmax(differ)])
             self.cta.fail(op, f"the {what} must be the same in all threads of warpgroup "
                               f"{threads[0] // facts.WARPGROUP_SIZE}: thread {int(threads[0])} has {mine[0]}, "
@@ -404,7 +431,7 @@ class WgmmaUnit:
         smem = self.cta.smem
         lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
         verified = self._verified[warpgroup, lines]
-        if (verified >= smem.changed[lines]).all():
+        if not np.count_nonzero(verified < smem.changed[lines]):
             smem.note_read(byte_addresses, threads[0])
             return
         if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
@@ -428,7 +455,7 @@ class WgmmaUnit:
                 finished = outstanding[: len(outstanding) - pending]
                 self.done[w] = finished[-1]
                 self._record_completion(op, w, finished)
-        self.registry = {k: p for k, p in self.registry.items() if (p.groups > self.done).any()}
+        self.registry = {k: p for k, p in self.registry.items() if np.count_nonzero(p.groups > self.done)}
 
     def cluster_completed_at(self, warpgroup: int, groups: np.ndarray) -> np.ndarray:
         """`completed_at` on the cluster clock (-1: not yet), in a CTA of a cluster."""
@@ -453,7 +480,7 @@ class WgmmaUnit:
     def _groups_of(self, value) -> np.ndarray:
         entry = self.registry.get(id(value))
         if entry is None or entry.array is not value:
-            return np.full(len(self.done), -1, np.int64)
+            return filled(len(self.done), -1, np.int64)
         return entry.groups
 
     # endregion
@@ -494,7 +521,7 @@ class WgmmaUnit:
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
-        if (self.newest_read <= self.done).all():
+        if not np.count_nonzero(self.newest_read > self.done):
             return  # no wgmma that read shared memory is pending
         pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if pending.any():

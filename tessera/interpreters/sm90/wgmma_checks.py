@@ -195,6 +195,9 @@ class PendingUseChecker(Interpreter.Listener):
 
     def __init__(self, unit: WgmmaUnit):
         self.unit = unit
+        # `will_interpret_op` is the unit's check itself: it runs before some 2,000 ops a launch, and a method
+        # that only calls it cost a Python frame at each
+        self.will_interpret_op = unit.check_uses
 
     observes_key = "PendingUseChecker"
 
@@ -202,6 +205,3 @@ class PendingUseChecker(Interpreter.Listener):
     def observes(op: Operation) -> tuple[bool, bool]:
         """(before, after) for `program`: only an op with operands can read a pending value."""
         return bool(op.operands), False
-
-    def will_interpret_op(self, op: Operation, args: tuple) -> None:
-        self.unit.check_uses(op, args)

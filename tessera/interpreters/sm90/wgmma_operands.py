@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tessera.interpreters.sm90.registers import filled
 from tessera.sm90 import facts
 
 _CHUNK_BYTES = 16
@@ -91,7 +92,7 @@ class OperandBytes:
             usable = records[:records.size - records.size % width]
             if usable.flags.c_contiguous:
                 run = _chunk_dtype(records.itemsize * self.run_chunks)
-                usable.view(run)[self.runs] = np.full(width, value, records.dtype).view(run)[0]
+                usable.view(run)[self.runs] = filled(width, value, records.dtype).view(run)[0]
             else:
                 usable.reshape(-1, width)[self.runs] = value
         else:

@@ -1,0 +1,22 @@
+"""Index arrays as slices where they are consecutive, shared by the PTX executor and the CTA simulator.
+
+Both simulators keep their state as NumPy arrays over threads (lanes) and address the threads of one instruction,
+a warpgroup or a CTA with index arrays. Where those indices are consecutive (the usual: a warpgroup, a CTA's
+consumers), a slice selects the same elements as a view, so reading and writing through it costs no gather or
+scatter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def consecutive(lanes: np.ndarray):
+    """`lanes` (ascending, distinct, not empty) as a slice where they are consecutive (a view: no copy), else as
+    they are."""
+    first, last = int(lanes[0]), int(lanes[-1])
+    return slice(first, last + 1) if last - first + 1 == len(lanes) and (len(lanes) < 2 or lanes[1] > first) \
+        else lanes
+
+
+__all__ = ["consecutive"]
