@@ -191,7 +191,8 @@ class TargetIrText:
 class KernelPrinter:
     """Prints one Target IR kernel (see the module docstring)."""
 
-    def __init__(self, fn: func.FuncOp, text: TargetIrText | None, registers: RegisterFile):
+    def __init__(self, fn: func.FuncOp, text: TargetIrText | None, registers: RegisterFile, *,
+                 fold_epilogue: bool = True):
         self.fn = fn
         self.kernel = fn.sym_name.data
         self.text = text
@@ -203,6 +204,10 @@ class KernelPrinter:
         self.holders: dict[str, list[SSAValue]] = defaultdict(list)
         self.prepared: dict[Operation, list[str]] = {}  # wgmma -> result registers its accumulator was copied to
         self.folded: dict[Operation, str] = {}  # ops printed as part of another one -> where
+        self.fold_epilogue = fold_epilogue
+        """Whether a flash forward's epilogue P.V is folded into its loop where it can be (`fold_epilogue`)."""
+        self.else_entries: dict[Operation, list[str]] = {}  # scf.if -> instructions opening its else-branch
+        self.tail: list[str] = []  # lines after the kernel's `ret`: blocks reached only by branches
         self.current: Operation | None = None
         self.smem_base: str | None = None
         self._labels = 0
@@ -499,7 +504,7 @@ class KernelPrinter:
             declarations = self.registers.declarations()
         except UnsupportedType as e:
             self.refuse(None, str(e))
-        return head + [f"{INDENT}{d}" for d in declarations] + self.out + ["}"]
+        return head + [f"{INDENT}{d}" for d in declarations] + self.out + self.tail + ["}"]
 
     # endregion
 
