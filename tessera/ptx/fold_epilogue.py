@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xdsl.dialects import arith, scf, vector
+from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import Pure
 
@@ -124,6 +124,27 @@ def _guarded(loop: scf.ForOp, lb: int) -> bool:
     else:
         return False
     return c is not None and c >= lb
+
+
+UNIFORM_SPECIAL_REGISTERS = ("ctaid.", "nctaid.", "ntid.")
+"""Special registers every thread of a CTA reads alike (and ptxas knows it)."""
+
+
+def _uniform(value: SSAValue, seen: set | None = None) -> bool:
+    """Whether `value` is computed from kernel parameters, constants and the CTA's index by arithmetic alone, so
+    that ptxas sees a branch on it as uniform: the fold's exit test compares the loop bound with the iv."""
+    seen = set() if seen is None else seen
+    if value in seen:
+        return True
+    seen.add(value)
+    owner = value.owner
+    if not isinstance(owner, Operation):
+        return isinstance(owner.parent_op(), func.FuncOp)  # a kernel parameter
+    if isinstance(owner, sm90.SpecialRegOp):
+        return owner.register.data.startswith(UNIFORM_SPECIAL_REGISTERS)
+    if owner.regions or owner.dialect_name() != "arith":
+        return False
+    return all(_uniform(v, seen) for v in owner.operands)
 
 
 def _masked_on_last_trip(cond: SSAValue, iv: SSAValue, ub: SSAValue, lb: int) -> bool:
@@ -244,6 +265,8 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
         return "not a loop from a constant lb >= 0 by step 1"
     if not _guarded(loop, lb):
         return "not under a branch that runs it only when ub > lb"
+    if not _uniform(loop.ub):
+        return "the loop bound is not computed from parameters and the CTA's index alone (a non-uniform exit test)"
     body = loop.body.block
     iv = body.args[0]
     ops = list(body.ops)
