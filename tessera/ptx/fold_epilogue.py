@@ -28,7 +28,10 @@ inside an `scf.if`), so it is the printer's and no pass's. It is chosen only whe
 (`find_fold`); anywhere else the loop prints as before.
 
 - The loop: `scf.for` with constant lb >= 0 and step 1, in the then-block of an `scf.if` that runs it only when
-  ub > lb (`arith.cmpi sgt, %ub, %c` with a constant c >= lb), so trip n = ub is reached.
+  ub > lb (`arith.cmpi sgt, %ub, %c` with a constant c >= lb), so trip n = ub is reached; ub computed by
+  arithmetic from kernel parameters, constants and the CTA's index, so that ptxas sees the exit test as uniform
+  (the paged and varlen forwards load their key counts: left from inside the loop on such a count, ptxas guards
+  the loop's shuffles against divergence, 32 SASS instructions more a steady trip).
 - `%first_trip = arith.cmpi eq, %iv, lb` in the body; after it, the update `scf.if %first_trip` with one result:
   its then-branch yields an iter_arg (the accumulator), its else-branch is one wgmma chain from that iter_arg
   over shuffles of another iter_arg (P), committed and yielded; then only wait_groups, constants and the masked
@@ -40,8 +43,9 @@ inside an `scf.if`), so it is the printer's and no pass's. It is chosen only whe
   immediate constant). The sunk ops read only constants, the iv and values from outside the loop.
 - The score mma's first wgmma: A_pre's first wgmma, scale-d a constant false, A and B descriptors (not A in
   registers) defined outside the loop or `sm90.descriptor_offset`s of descriptors defined outside it.
-- The epilogue: the contiguous run in the loop's block from `arith.subi %ub, 1` (after the loop) to the first
-  `sm90.mbarrier_arrive` after it: pure ops, one V wait (`scf.while` of `mbarrier_try_wait_parity`), one fence,
+- The epilogue: the contiguous run in the loop's block after the reduction of the loop's other results (flash's
+  l across the quad; two-pass attention's second loop carries no statistics and is left alone), from
+  `arith.subi %ub, 1` to the first `sm90.mbarrier_arrive` after it: pure ops, one V wait (`scf.while` of `mbarrier_try_wait_parity`), one fence,
   a wgmma chain from the loop's accumulator result over shuffles of its P result with the update chain's shuffle
   masks and wgmma properties, one commit, `wgmma_wait_group 0`, the arrive. Nothing after it reads an epilogue
   value but the chain's last result, which becomes the update `scf.if`'s result (the same registers by the
@@ -63,6 +67,7 @@ from xdsl.dialects import arith, func, scf, vector
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import Pure
 
+from tessera.analysis.loop_trips import constant_index, defined_in
 from tessera.dialects import sm90
 from tessera.ptx.kernel import KernelPrinter
 from tessera.ptx.machine import wgmma_instruction
@@ -87,24 +92,11 @@ class EpilogueFold:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def _constant(value: SSAValue) -> int | None:
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and hasattr(op.value, "value") and isinstance(op.value.value.data, int):
-        return op.value.value.data
-    return None
-
-
 def _top(block: Block, op: Operation | None) -> Operation | None:
     """The op of `block` that is or holds `op`."""
     while op is not None and op.parent_block() is not block:
         op = op.parent_op()
     return op
-
-
-def _inside(region_op: Operation, value: SSAValue) -> bool:
-    owner = value.owner
-    op = owner if isinstance(owner, Operation) else owner.parent_op()
-    return op is not None and (op is region_op or region_op.is_ancestor(op))
 
 
 def _guarded(loop: scf.ForOp, lb: int) -> bool:
@@ -118,9 +110,9 @@ def _guarded(loop: scf.ForOp, lb: int) -> bool:
     lhs, rhs = cond.operands
     predicate = cond.predicate.value.data
     if predicate == 4 and lhs is loop.ub:  # sgt: ub > c
-        c = _constant(rhs)
+        c = constant_index(rhs)
     elif predicate == 2 and rhs is loop.ub:  # slt: c < ub
-        c = _constant(lhs)
+        c = constant_index(lhs)
     else:
         return False
     return c is not None and c >= lb
@@ -156,7 +148,7 @@ def _masked_on_last_trip(cond: SSAValue, iv: SSAValue, ub: SSAValue, lb: int) ->
     if not isinstance(upper, arith.MaxSIOp):
         return False
     for inner, bound in (upper.operands, reversed(upper.operands)):
-        c = _constant(bound)
+        c = constant_index(bound)
         if c is not None and c <= lb and isinstance(inner.owner, arith.MinSIOp) and ub in inner.owner.operands:
             return True
     return False
@@ -206,7 +198,7 @@ def _epilogue(loop: scf.ForOp, acc_result: SSAValue, p_result: SSAValue, loop_ch
         return "no V release after the loop"
     ops.append(op)
     last_trip = ops[0]
-    if not (isinstance(last_trip, arith.SubiOp) and last_trip.lhs is loop.ub and _constant(last_trip.rhs) == 1):
+    if not (isinstance(last_trip, arith.SubiOp) and last_trip.lhs is loop.ub and constant_index(last_trip.rhs) == 1):
         return "the epilogue does not start with the last trip's index (ub - 1)"
     kinds = [type(o) for o in ops]
     if any(kinds.count(k) != 1 for k in (sm90.WgmmaFenceOp, sm90.WgmmaCommitGroupOp, sm90.WgmmaWaitGroupOp, scf.WhileOp)):
@@ -236,10 +228,10 @@ def _epilogue(loop: scf.ForOp, acc_result: SSAValue, p_result: SSAValue, loop_ch
 
 def _invariant_descriptor(loop: scf.ForOp, value: SSAValue) -> SSAValue | None:
     """`value` if the loop does not define it, the base it offsets if it is a descriptor_offset of such a one."""
-    if not _inside(loop, value):
+    if not defined_in(value, loop.body.block):
         return value
     op = value.owner
-    if isinstance(op, sm90.DescriptorOffsetOp) and not _inside(loop, op.descriptor):
+    if isinstance(op, sm90.DescriptorOffsetOp) and not defined_in(op.descriptor, loop.body.block):
         return op.descriptor
     return None
 
@@ -260,7 +252,7 @@ def _immediate(p: KernelPrinter, value: SSAValue) -> bool:
 
 def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     """How `loop` prints with its epilogue folded in, or the first condition of the module docstring it fails."""
-    lb, step = _constant(loop.lb), _constant(loop.step)
+    lb, step = constant_index(loop.lb), constant_index(loop.step)
     if lb is None or lb < 0 or step != 1:
         return "not a loop from a constant lb >= 0 by step 1"
     if not _guarded(loop, lb):
@@ -272,7 +264,7 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     ops = list(body.ops)
     position = {op: i for i, op in enumerate(ops)}
     first = next((op for op in ops if isinstance(op, arith.CmpiOp) and op.predicate.value.data == 0
-                  and op.lhs is iv and _constant(op.rhs) == lb), None)
+                  and op.lhs is iv and constant_index(op.rhs) == lb), None)
     if first is None:
         return "no first-trip test"
     ifs = [op for op in ops[position[first]:] if isinstance(op, scf.IfOp)]
@@ -328,7 +320,7 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     while True:  # the largest set whose results only the masks (or each other) read, from sunk or outside values
         kept = [o for o in sunk
                 if all(_top(masks, u.operation) is not None or u.operation in sunk for r in o.results for u in r.uses)
-                and all(v is iv or not _inside(loop, v) or _immediate(p, v) or v.owner in sunk for v in o.operands)]
+                and all(v is iv or not defined_in(v, loop.body.block) or _immediate(p, v) or v.owner in sunk for v in o.operands)]
         if kept == sunk:
             break
         sunk = kept
