@@ -71,7 +71,7 @@ CANDIDATES = [(v, c) for v, c in CONFIGS if v == "flash_attention"]
 """The forwards whose loop overlap-softmax folds and whose masked trips branch (peel-masked-iterations) and whose
 key count ptxas sees as uniform: the dense forward's configurations. The edit applies to the paged and varlen
 forwards too, but their key counts are loaded from global memory: with the loop left from inside it on such a
-count, ptxas guards the loop's shuffles against divergence (+32 to +33 SASS a steady trip under 12.9, 13.0 and
+count, ptxas guards the loop's shuffles against divergence (+30 to +35 SASS a steady trip under 12.9, 13.0 and
 13.5), so the printer leaves them unfolded and `compare` expects them as printed without the fold."""
 
 
