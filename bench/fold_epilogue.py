@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 import tessera
-from ptx_identity import CONFIGS, PIPELINE, configuration_name
+from ptx_identity import CONFIGS, PIPELINE, configuration_name, first_difference
 from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
@@ -196,9 +196,8 @@ def compare(only: str | None) -> int:
             print(f"{name}: equal to {kind} up to names ({len(ours)} lines)", flush=True)
             continue
         failures += 1
-        first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        print(f"{name}: DIFFERS at instruction line {first + 1}: printed "
-              f"{ours[first] if first < len(ours) else '<end>'!r}, expected {theirs[first] if first < len(theirs) else '<end>'!r}")
+        line, want, have = first_difference(theirs, ours)
+        print(f"{name}: DIFFERS at instruction line {line}: printed {have!r}, expected {want!r}")
     return 1 if failures else 0
 
 
