@@ -7,6 +7,8 @@ PTX allows [P#control-flow-instructions-bra]; whether the ops inside may diverge
   block arguments; %init moves into them, the loop is skipped if !(lb < ub) (signed), and at the latch the
   yielded values move into them all at once (a parallel copy, so `yield %b, %a` swaps through a scratch
   register) before iv += step and the backward branch while iv < ub. The results are the carried registers.
+  A flash forward's loop whose epilogue runs the last trip's P.V again is printed re-entered for that trip
+  instead (`fold_epilogue`), where it is recognised; the epilogue's ops are then comments.
 - `scf.if`: `@!%p bra` around the then-block (and an else-block); each branch moves its yielded values into
   the result registers.
 - `scf.while`: the before-block's arguments are registers, the condition's forwarded values are the after-

@@ -12,6 +12,8 @@ each registers itself for its op classes with `@handles(...)` and gets the `Kern
   destination and the jobs print in order; with an assignment that reuses registers (in-place vector ops, loop
   latches, swaps) the order is what keeps the semantics;
 - the liveness question of in-place updates (`may_overwrite`): may an op write over a value's registers?
+- the hooks of `fold_epilogue`'s unstructured form: instructions that open an `scf.if`'s else-branch
+  (`else_entries`) and blocks placed after the kernel's `ret` (`tail`).
 
 Everything printed is deterministic: the same IR gives the same text.
 """
