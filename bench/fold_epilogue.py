@@ -1,16 +1,18 @@
-"""The flash forward's last P.V folded into its loop, by hand on the printed PTX (not a pass): what ptxas' time,
-the SASS of the loop and the PTX executor make of it. An experiment for issue 28's compile row
-(docs/compile-time.md, "compile15"); nothing in the compiler emits this form.
+"""The flash forward's last P.V folded into its loop: the printer does it (tessera/ptx/fold_epilogue.py, the
+default since compile17); this script makes the same edit by hand on the PTX printed without it
+(`print_ptx(fold_epilogue=False)`, the form before compile17), the oracle the printer is held to, and measures what
+ptxas, the SASS of the loop and the PTX executor make of it (docs/compile-time.md, "compile15", "compile17").
 
-    python bench/fold_epilogue.py save BEFORE AFTER [--only NAME]   # printed PTX, and the same PTX edited
+    python bench/fold_epilogue.py save BEFORE AFTER [--only NAME]   # PTX printed unfolded, and that PTX edited
+    python bench/fold_epilogue.py compare [--only NAME]             # the printer's PTX = the hand edit, up to names
     python bench/ptx_compare.py BEFORE AFTER                       # ptxas CPU, registers, spills, diagnostics
     python bench/fold_epilogue.py trips BEFORE AFTER [--only NAME]  # a steady and a masked trip's SASS, per ptxas
-    python bench/fold_epilogue.py check                            # the edited PTX in the PTX executor
+    python bench/fold_epilogue.py check                            # the printer's fold in the PTX executor
     python bench/fold_epilogue.py compile [--repeat N]              # bench/compile.py's ratio to Triton, both ways
 
 overlap-softmax's folded loop (the default) issues trip t's score mma, then trip t-1's P.V under `scf.if t != 0`;
 the last trip's P.V runs after the loop, a second copy of its wgmmas (11 of the 30 at head_dim 128, 128 x 176).
-The edit deletes that copy and runs the loop's own P.V once more:
+The edit (and the printer) deletes that copy and runs the loop's own P.V once more:
 
     for:      A_pre(j)  (the K wait and the score mma S_j)
     pv:       first = j == 0, the V slot of j - 1; if !first { V wait, P.V(j-1) }
@@ -34,12 +36,17 @@ Each part is what measurement found necessary, under ptxas 12.9, 13.0 and 13.5:
   them with a compare more); `k0 = j * block_n`, read only by the masks, computed after `pv` (else ptxas cannot
   sink it into the masked branch past the join: two instructions more).
 
+`compare` holds the printer to the hand edit: for every flash forward of bench/ptx_identity.py, the instruction
+lines of the printed PTX equal those of the hand edit of the unfolded PTX once registers and labels are renamed in
+order of first appearance (the printer's names for its exit test's predicate and its labels are its own), and every
+other configuration prints as without the fold. `check` runs the printer's folded PTX against the unfolded one in
+the PTX executor, bitwise, on one and several trips.
+
 `trips` counts a trip as a path through the SASS from the loop's header back to it: the shortest one that issues
 every HGMMA/QGMMA of both mmas (but the score mma's first, the `!UPT` one, which the edit's extra wgmma repeats)
 and nine tenths of the loop's MUFU is the steady trip, the shortest that also runs half of the loop's FSELs (the
 masks') the masked trip. `compile` times, per Triton row of bench/compile.py and alternating in one run, Tessera's
-compile as it is, the same with ptxas given the edited PTX (made before the timed runs: the edit reads the
-comments, which tessera.compile does not print) and Triton's cold compile, best of N each.
+compile printed unfolded, the same printed as by default (folded) and Triton's cold compile, best of N each.
 (bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in
 the edited form is the inner loop `pv` heads, without the score mma: not comparable.)
 """
@@ -54,10 +61,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ptx_identity import CONFIGS, compile_ptx_text, configuration_name
+import tessera
+from ptx_identity import CONFIGS, PIPELINE, configuration_name, first_difference
+from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
+from tessera.ptx.module import print_ptx
+from tessera.ptx.target import allocated_registers
 
 CANDIDATES = [(v, c) for v, c in CONFIGS if v == "flash_attention"]
-"""The forwards whose loop overlap-softmax folds and whose masked trips branch (peel-masked-iterations)."""
+"""The forwards whose loop overlap-softmax folds and whose masked trips branch (peel-masked-iterations) and whose
+key count ptxas sees as uniform: the dense forward's configurations. The edit applies to the paged and varlen
+forwards too, but their key counts are loaded from global memory: with the loop left from inside it on such a
+count, ptxas guards the loop's shuffles against divergence (+30 to +35 SASS a steady trip under 12.9, 13.0 and
+13.5), so the printer leaves them unfolded and `compare` expects them as printed without the fold."""
 
 
 MMA = ("HGMMA", "QGMMA")
@@ -140,6 +155,52 @@ def fold_epilogue(ptx: str) -> str:
     return re.sub(r"(\.reg \.pred %p<\d+>;)", r"\1\n    .reg .pred %p_fold;", text, count=1)
 
 
+def unfolded_ptx(variant: str, config: dict) -> tuple[str, str]:
+    """One configuration's PTX through bench/ptx_identity.py's pipeline, printed without the fold and with it."""
+    module = getattr(tessera.kernels, variant)(**config)
+    apply_pipeline(module, PIPELINE)
+    return (print_ptx(module, registers=allocated_registers, fold_epilogue=False),
+            print_ptx(module, registers=allocated_registers))
+
+
+def normalized(ptx: str) -> list[str]:
+    """The instruction lines of `ptx` (no comments, no register declarations), registers and labels renamed in
+    order of first appearance."""
+    names: dict[str, str] = {}
+    lines = []
+    for line in ptx.splitlines():
+        text = line.strip()
+        if not text or text.startswith("//") or text.startswith(".reg"):
+            continue
+        lines.append(re.sub(r"%[A-Za-z_]\w*|\$L__\w+", lambda m: names.setdefault(m[0], f"%n{len(names)}"), line))
+    return lines
+
+
+def compare(only: str | None) -> int:
+    """The printer's PTX against the hand edit of the unfolded PTX (module docstring)."""
+    failures = 0
+    for variant, config in CONFIGS:
+        name = configuration_name(variant, config)
+        if only and only not in name:
+            continue
+        before, printed = unfolded_ptx(variant, config)
+        try:
+            expected = fold_epilogue(before) if (variant, config) in CANDIDATES else before
+        except NotFoldable as why:
+            print(f"{name}: NOT EDITED ({why})")
+            failures += 1
+            continue
+        ours, theirs = normalized(printed), normalized(expected)
+        if ours == theirs:
+            kind = "the hand edit" if expected is not before else "the unfolded PTX"
+            print(f"{name}: equal to {kind} up to names ({len(ours)} lines)", flush=True)
+            continue
+        failures += 1
+        line, want, have = first_difference(theirs, ours)
+        print(f"{name}: DIFFERS at instruction line {line}: printed {have!r}, expected {want!r}")
+    return 1 if failures else 0
+
+
 def save(before: Path, after: Path, only: str | None) -> None:
     before.mkdir(parents=True, exist_ok=True)
     after.mkdir(parents=True, exist_ok=True)
@@ -147,7 +208,7 @@ def save(before: Path, after: Path, only: str | None) -> None:
         name = configuration_name(variant, config)
         if only and only not in name:
             continue
-        ptx = compile_ptx_text(variant, config)
+        ptx, _ = unfolded_ptx(variant, config)
         try:
             edited = fold_epilogue(ptx)
         except NotFoldable as why:
@@ -217,16 +278,15 @@ def trips(before: Path, after: Path, only: str | None) -> None:
 
 
 def check() -> int:
-    """The edited PTX against the printed one in the PTX executor, bitwise, on one and several trips."""
-    import tessera
+    """The printer's folded PTX against the unfolded one in the PTX executor, bitwise, on one and several trips."""
     import tessera.interpreters.ptx.printed as printed
     from tessera.reference_attention import attention_operands
 
     printed_text = printed.ptx_text
 
-    def edited_text(module):
+    def unfolded_text(module):
         text, allocated = printed_text(module)
-        return fold_epilogue(text), allocated
+        return print_ptx(allocated, registers=allocated_registers, fold_epilogue=False), allocated
 
     rng = np.random.default_rng(0)
     failures = 0
@@ -235,7 +295,7 @@ def check() -> int:
         for seq_q, seq_k in [(64, 300), (130, 1), (100, 176), (200, 45)]:
             q, k, v = (a.astype(np.float32) for a in attention_operands(rng, seq_q, seq_k, head_dim, heads=1))
             outputs = []
-            for text in (printed_text, edited_text):
+            for text in (unfolded_text, printed_text):
                 printed.ptx_text = text
                 try:
                     outputs.append(tessera.interpret(module, q, k, v, level="ptx"))
@@ -249,48 +309,39 @@ def check() -> int:
 
 
 def compile_ratios(repeat: int) -> int:
-    """bench/compile.py's Tessera / Triton CPU ratio with and without the edit, alternating in one run."""
+    """bench/compile.py's Tessera / Triton CPU ratio printed without the fold and with it, alternating in one run."""
+    import functools
+
     import compile as bench
     import triton_attention
-    from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
-    from tessera.ptx.module import print_ptx
-    from tessera.ptx.target import allocated_registers
 
     if triton_attention.load() is None:
         print("Triton is not installed")
         return 1
-    import tessera
-
     configs = [(v, c) for v, c in bench.CONFIGS if v == "flash_attention" and "block_n" not in c
                and c.get("head_dim") in (64, 128)]  # Triton's rows
-    edited = {}
+    printer = bench.print_ptx
     for variant, config in configs:
-        module = getattr(tessera.kernels, variant)(**config)
-        apply_pipeline(module, DEFAULT_PIPELINE)
-        printed = print_ptx(module, registers=allocated_registers, comments=False)
-        edited[printed] = fold_epilogue(print_ptx(module, registers=allocated_registers))
-    assemble = bench.compile_ptx
-    for variant, config in configs:
-        runs: dict[str, list] = {"now": [], "folded": [], "Triton": []}
+        runs: dict[str, list] = {"unfolded": [], "folded": [], "Triton": []}
         for _ in range(max(1, repeat)):
-            runs["now"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
-            bench.compile_ptx = lambda ptx, *a, **k: assemble(edited.get(ptx, ptx), *a, **k)
+            bench.print_ptx = functools.partial(printer, fold_epilogue=False)
             try:
-                runs["folded"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
+                runs["unfolded"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
             finally:
-                bench.compile_ptx = assemble
+                bench.print_ptx = printer
+            runs["folded"].append(bench.tessera_compile(variant, config, DEFAULT_PIPELINE))
             runs["Triton"].append(bench.triton_compile(config))
         best = {kind: min(measured, key=lambda m: m.cpu) for kind, measured in runs.items()}
         triton = best["Triton"].cpu
         print(f"{configuration_name(variant, config)}: Triton {triton:.2f} CPU s; " + "; ".join(
             f"{kind} {best[kind].cpu:.2f} = {best[kind].cpu / triton:.2f} (ptxas {best[kind].ptxas_cpu:.3f})"
-            for kind in ("now", "folded")), flush=True)
+            for kind in ("unfolded", "folded")), flush=True)
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("save", "trips", "check", "compile"))
+    parser.add_argument("mode", choices=("save", "compare", "trips", "check", "compile"))
     parser.add_argument("before", type=Path, nargs="?")
     parser.add_argument("after", type=Path, nargs="?")
     parser.add_argument("--only", help="only configurations whose name contains this")
@@ -300,6 +351,8 @@ def main() -> int:
         return check()
     if args.mode == "compile":
         return compile_ratios(args.repeat)
+    if args.mode == "compare":
+        return compare(args.only)
     if args.before is None or args.after is None:
         parser.error(f"{args.mode} needs BEFORE and AFTER directories")
     (save if args.mode == "save" else trips)(args.before, args.after, args.only)

@@ -14,6 +14,11 @@ flash builder's, `FLASH_BLOCK_N`: 176 at head_dim 128), its HGMMA count, and the
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
+Since compile17 the printer runs the last trip's P.V in the loop (tessera/ptx/fold_epilogue.py): in the rows
+whose loop it prints that way (the full pipeline's and "all"; HGMMA 12 at head_dim 128 where the others have 19)
+the smallest loop holding HGMMA is the inner loop its re-entry label heads, without the score mma: not a trip.
+`python bench/fold_epilogue.py trips` counts the steady and masked trips as paths through the SASS
+(docs/compile-time.md, compile15 and compile17).
 The cluster rows (flash attention with clusters of two query blocks sharing K/V, GEMM 2x1 sharing B, both by
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).

@@ -48,6 +48,13 @@ def instruction_lines(ptx: str) -> list[str]:
     return [line for line in ptx.splitlines() if not line.lstrip().startswith("//")]
 
 
+def first_difference(expected: list[str], got: list[str]) -> tuple[int, str, str]:
+    """(line number from 1, expected line, got line) where two line lists first differ (`<end>` past one's end)."""
+    first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    return (first + 1, expected[first] if first < len(expected) else "<end>",
+            got[first] if first < len(got) else "<end>")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("save", "check"))
@@ -73,9 +80,8 @@ def main() -> int:
             print(f"{name}: identical instructions ({len(got)} lines; {same})")
             continue
         failures += 1
-        first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
-        print(f"{name}: DIFFERS at instruction line {first + 1}: "
-              f"{expected[first] if first < len(expected) else '<end>'!r} != {got[first] if first < len(got) else '<end>'!r}")
+        line, want, have = first_difference(expected, got)
+        print(f"{name}: DIFFERS at instruction line {line}: {want!r} != {have!r}")
     return 1 if failures else 0
 
 

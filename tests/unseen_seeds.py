@@ -19,6 +19,10 @@ wait on the V slot's full barrier). The forwards' consumer loops run their first
 the previous trip's P.V update, its V wait and V release under a branch the first trip takes past them), so their
 V release, alone under that branch, has no op before it to be moved before.
 
+The PTX is printed without the printer's fold of a forward's last P.V into its loop (compile17), so that it
+has the Target IR's synchronisation ops one for one; the folded form's are seeded by tests/race_seeds.py (the
+flash forward) and tests/tessera_seeds.py (split-KV).
+
 `mechanical(kernel)` lists every seed: each op of a kind of `backward_seeds.KINDS` deleted (an mbarrier.init is
 miscounted instead, a multicast's CTA mask set to the first CTA only), each wait's parity flipped, each expect_tx halved and doubled, each init counting one more
 arrival and half its arrivals, each bar.sync counting one warp less, each wgmma.wait_group allowing one more group
@@ -173,14 +177,19 @@ ALL = "RRRR"
 
 @lru_cache(maxsize=None)
 def compiled(kernel: str):
-    """(signature, Target IR module, PTX text) of `kernel`."""
+    """(signature, Target IR module, PTX text) of `kernel`: the PTX printed op for op as the Target IR has it
+    (`fold_epilogue=False`: the printer's fold runs a forward's epilogue P.V in its loop and prints the
+    epilogue's V wait nowhere, which would leave the seeds' n-th op of a kind a different op at each level)."""
+    from tessera.ptx.module import print_ptx
+    from tessera.ptx.target import allocated_registers
+
     spec = KERNELS[kernel]
     module = spec.build()
     options = {} if spec.pipeline is None else {"pipeline": spec.pipeline}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lowered = tessera.compile(module, target="target", **options)
-        text = tessera.compile(module, target="ptx", **options)
+    text = print_ptx(lowered, registers=allocated_registers, fold_epilogue=False)
     return find_kernel(module), lowered, text
 
 

@@ -7,7 +7,8 @@
 `tessera-opt kernel.mlir -p assign-swizzle,convert-tile-to-sm90,canonicalize,cse -t ptx` prints the same
 (`PtxTarget`, registered by `register`). Files: `registers` (register classes and names), `kernel` (one
 entry: parameters, names of values, parallel assignments, comments), `arith`, `machine`, `control` (the ops),
-`module` (the header and the kernels), `target` (the tessera-opt target).
+`fold_epilogue` (a flash forward's last P.V run by its loop), `module` (the header and the kernels), `target`
+(the tessera-opt target).
 """
 
 from __future__ import annotations

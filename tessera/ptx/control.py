@@ -7,6 +7,8 @@ PTX allows [P#control-flow-instructions-bra]; whether the ops inside may diverge
   block arguments; %init moves into them, the loop is skipped if !(lb < ub) (signed), and at the latch the
   yielded values move into them all at once (a parallel copy, so `yield %b, %a` swaps through a scratch
   register) before iv += step and the backward branch while iv < ub. The results are the carried registers.
+  A flash forward's loop whose epilogue runs the last trip's P.V again is printed re-entered for that trip
+  instead (`fold_epilogue`), where it is recognised; the epilogue's ops are then comments.
 - `scf.if`: `@!%p bra` around the then-block (and an else-block); each branch moves its yielded values into
   the result registers.
 - `scf.while`: the before-block's arguments are registers, the condition's forwarded values are the after-
@@ -20,6 +22,7 @@ from xdsl.dialects import arith, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from tessera.ptx.arith import is_true_constant
+from tessera.ptx.fold_epilogue import find_fold, print_fold_blocks, print_folded_body
 from tessera.ptx.kernel import KernelPrinter, handles
 from tessera.ptx.registers import B32, PRED, is_register
 
@@ -61,15 +64,23 @@ def print_for(p: KernelPrinter, op: scf.ForOp) -> None:
     top, end = p.new_label("for"), p.new_label("for_end")
     skip = p.temp(PRED)
     p.emit(f"setp.ge.s32 {skip}, {iv}, {ub}", f"@{skip} bra {end}")
+    fold = find_fold(p, op) if p.fold_epilogue else None
     p.place_label(top)
-    p.print_block(body)
+    if fold is None:
+        p.print_block(body)
+    else:
+        print_folded_body(p, fold, iv, ub)
     p.comment(f"latch of {p.name(iv_arg)}")
     _yield_moves(p, carried, _terminator_operands(body))
     again = p.temp(PRED)
     p.emit(f"add.s32 {iv}, {iv}, {step}", f"setp.lt.s32 {again}, {iv}, {ub}", f"@{again} bra {top}")
+    if fold is not None:
+        print_fold_blocks(p, fold, end)
     p.place_label(end)
     for result, registers in zip(op.results, carried, strict=True):
         p.alias(result, registers)
+    if fold is not None:
+        p.alias(fold.result, p.regs(fold.update.results[0]))
 
 
 @handles(scf.IfOp)
@@ -87,6 +98,7 @@ def print_if(p: KernelPrinter, op: scf.IfOp) -> None:
     if has_else:
         p.emit(f"bra {end}")
         p.place_label(otherwise)
+        p.emit(*p.else_entries.get(op, ()))
         p.print_block(else_block)
         _yield_moves(p, results, _terminator_operands(else_block))
     p.place_label(end)

@@ -12,6 +12,8 @@ each registers itself for its op classes with `@handles(...)` and gets the `Kern
   destination and the jobs print in order; with an assignment that reuses registers (in-place vector ops, loop
   latches, swaps) the order is what keeps the semantics;
 - the liveness question of in-place updates (`may_overwrite`): may an op write over a value's registers?
+- the hooks of `fold_epilogue`'s unstructured form: instructions that open an `scf.if`'s else-branch
+  (`else_entries`) and blocks placed after the kernel's `ret` (`tail`).
 
 Everything printed is deterministic: the same IR gives the same text.
 """
@@ -191,7 +193,8 @@ class TargetIrText:
 class KernelPrinter:
     """Prints one Target IR kernel (see the module docstring)."""
 
-    def __init__(self, fn: func.FuncOp, text: TargetIrText | None, registers: RegisterFile):
+    def __init__(self, fn: func.FuncOp, text: TargetIrText | None, registers: RegisterFile, *,
+                 fold_epilogue: bool = True):
         self.fn = fn
         self.kernel = fn.sym_name.data
         self.text = text
@@ -203,6 +206,10 @@ class KernelPrinter:
         self.holders: dict[str, list[SSAValue]] = defaultdict(list)
         self.prepared: dict[Operation, list[str]] = {}  # wgmma -> result registers its accumulator was copied to
         self.folded: dict[Operation, str] = {}  # ops printed as part of another one -> where
+        self.fold_epilogue = fold_epilogue
+        """Whether a flash forward's epilogue P.V is folded into its loop where it can be (`fold_epilogue`)."""
+        self.else_entries: dict[Operation, list[str]] = {}  # scf.if -> instructions opening its else-branch
+        self.tail: list[str] = []  # lines after the kernel's `ret`: blocks reached only by branches
         self.current: Operation | None = None
         self.smem_base: str | None = None
         self._labels = 0
@@ -499,7 +506,7 @@ class KernelPrinter:
             declarations = self.registers.declarations()
         except UnsupportedType as e:
             self.refuse(None, str(e))
-        return head + [f"{INDENT}{d}" for d in declarations] + self.out + ["}"]
+        return head + [f"{INDENT}{d}" for d in declarations] + self.out + self.tail + ["}"]
 
     # endregion
 

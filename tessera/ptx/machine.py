@@ -245,23 +245,29 @@ def print_wgmma(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp) -> None:
             p.move(d, p.regs(op.acc), F32)
     if len(set(d)) != len(d):
         p.refuse(op, "the accumulator registers must be distinct")
+    a = "{" + ", ".join(p.regs(op.a)) + "}" if op.a_in_registers else p.reg(op.a)
+    p.emit(wgmma_instruction(p, op, d, a, p.reg(op.b)))
+
+
+def wgmma_instruction(p: KernelPrinter, op: sm90.WgmmaMmaAsyncOp, d: list[str], a: str, b: str) -> str:
+    """The `wgmma.mma_async` instruction of `op` writing the registers `d`, with A (`{...}` registers or a
+    descriptor) and B's descriptor as given: the op's own operands, or others of the same values
+    (fold_epilogue's dummy score wgmma reads loop-invariant descriptors)."""
     ab, b_type = op.multiplicand_types
     _, n, k = facts.wgmma_shape(_int(op, "n"), ab, "f32")
-    b = p.reg(op.b)
     if op.scale_d is None or isinstance(op.scale_d.owner, arith.ConstantOp):
         scale_d = "1" if op.accumulates else "0"
     else:
         scale_d = p.reg(op.scale_d)
     trans_b = _int(op, "trans_b")
-    a = "{" + ", ".join(p.regs(op.a)) + "}" if op.a_in_registers else p.reg(op.a)
     if ab in facts.FP8_FORMATS:  # K-major only: the 8-bit forms have no imm-trans operands
         flags = f"{scale_d}, 1, 1"
     elif op.a_in_registers:
         flags = f"{scale_d}, 1, 1, {trans_b}"
     else:
         flags = f"{scale_d}, 1, 1, {_int(op, 'trans_a')}, {trans_b}"
-    p.emit(f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{b_type} "
-           f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
+    return (f"wgmma.mma_async.sync.aligned.m{facts.WGMMA_M}n{n}k{k}.f32.{ab}.{b_type} "
+            f"{{{', '.join(d)}}}, {a}, {b}, {flags}")
 
 
 @handles(sm90.WgmmaWaitGroupOp)

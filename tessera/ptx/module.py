@@ -56,6 +56,7 @@ def print_ptx(
     registers: RegisterAssignment | Callable[[func.FuncOp], RegisterAssignment] | None = None,
     *,
     comments: bool = True,
+    fold_epilogue: bool = True,
 ) -> str:
     """The PTX module of `module`'s Target IR kernels. `registers` optionally names the registers of values,
     as a mapping or per kernel (e.g. `lambda fn: tessera.regalloc.allocate_registers(fn).names`); other
@@ -63,7 +64,8 @@ def print_ptx(
     cannot print. `comments=False` leaves out the comment before each op's instructions (its Target IR
     line): the same instructions, a third fewer lines, and no printing of the module's Target IR to name
     them (what ptxas alone reads: `tessera.compile(target="cubin")`); parameters are then named after the
-    arguments' name hints."""
+    arguments' name hints. `fold_epilogue=False` prints a flash forward's last P.V after its loop, as the
+    Target IR has it, instead of running it in the loop (`tessera.ptx.fold_epilogue`)."""
     text = TargetIrText(module) if comments else None
     lines = [
         f".version {PTX_VERSION}",
@@ -74,6 +76,6 @@ def print_ptx(
     ]
     for fn in target_kernels(module):
         names = registers(fn) if callable(registers) else registers
-        printer = KernelPrinter(fn, text, RegisterFile(names or {}))
+        printer = KernelPrinter(fn, text, RegisterFile(names or {}), fold_epilogue=fold_epilogue)
         lines += [""] + printer.print_kernel()
     return "\n".join(lines) + "\n"
