@@ -58,10 +58,10 @@ class AsyncCopies:
         and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
-        clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
-            and not (self.reading and self._read_by_wgmma(span))
+        clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
         lanes = per_lane(lanes, flat.shape)
         if self.tagged and not clear:
+            self.write_out(flat)
             flying = self.state[flat] == FLIGHT
             if atomic and flying.any():
                 flying[flying] = [self.copies[int(c)].combine is None for c in self.tag[flat[flying]]]
@@ -120,10 +120,13 @@ class AsyncCopies:
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
         self.tagged = True
-        where = index if span is None else span
-        self.state[where] = FLIGHT
-        self.tag[where] = ident
-        self._forget_ranges(where)  # (`async_write` cleared the bytes' generic records)
+        if span is None:
+            self.write_out(index)
+            self.state[index] = FLIGHT
+            self.tag[index] = ident
+        else:
+            self.keep_tags(span, FLIGHT, ident)
+        self._forget_ranges(index if span is None else span)  # (`async_write` cleared the bytes' generic records)
         if state.pending == 0:
             self.wake(key)
 
@@ -139,7 +142,8 @@ class AsyncCopies:
             return False
         slots = np.array([key[0] for key in keys])
         rows, (low, high) = consecutive(slots), dense
-        if self.tagged and (self.state.reshape(-1, m.shared_bytes)[rows, low:high] == FLIGHT).any():
+        if self.tagged and any(self.flight_in(slice(slot * m.shared_bytes + low, slot * m.shared_bytes + high))
+                               for slot in slots.tolist()):
             return False
         if self.reading and self._read_by_wgmma_ctas(rows, low // _CHUNK, -(-high // _CHUNK)):
             return False
@@ -154,22 +158,19 @@ class AsyncCopies:
         the threads parked on a barrier whose arrivals are all in are woken."""
         m = self.m
         first, (low, high) = len(self.copies), dense
-        slots = np.array([key[0] for key in keys])
+        slots, spans = np.array([key[0] for key in keys]), []
         for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):
             base = key[0] * m.shared_bytes
             acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
-            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, slice(base + low, base + high),
-                        layout=(base, chunks))
+            spans.append(slice(base + low, base + high))
+            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, spans[-1], layout=(base, chunks))
             self.copies[first + i] = copy
             self.in_flight.setdefault(key, []).append(copy)
-        rows = consecutive(slots)
-        self.hb.async_writes(rows, low // _CHUNK, -(-high // _CHUNK))
+        self.hb.async_writes(consecutive(slots), low // _CHUNK, -(-high // _CHUNK))
         self.tagged = True
-        self.state.reshape(-1, m.shared_bytes)[rows, low:high] = FLIGHT
-        self.tag.reshape(-1, m.shared_bytes)[rows, low:high] = np.arange(first, first + len(keys),
-                                                                          dtype=self.tag.dtype)[:, None]
-        self._forget_ranges([slice(slot * m.shared_bytes + low, slot * m.shared_bytes + high)
-                             for slot in slots.tolist()])
+        for i, span in enumerate(spans):  # (their tags kept as ranges: `tag_ranges`)
+            self.keep_tags(span, FLIGHT, first + i)
+        self._forget_ranges(spans)
         for key in keys:
             if m.mbarriers[key].pending == 0:
                 self.wake(key)
@@ -261,11 +262,9 @@ class AsyncCopies:
             else:
                 for copy, _, _ in group:
                     shared[copy.layout[0] // size, chunks] = as_chunks(copy.data)
-            self.state.reshape(-1, size)[rows, low:high] = LANDED
-            self.tag.reshape(-1, size)[rows, low:high] = np.array([b for _, b, _ in group], self.tag.dtype)[:, None]
-            self.phase.reshape(-1, size)[rows, low:high] = np.array([p for _, _, p in group], self.phase.dtype)[:, None]
         self._forget_ranges([copy.span for copy, _, _ in landed])
         for copy, b, phase in landed:
+            self.keep_tags(copy.span, LANDED, b, phase)
             self._keep_range(copy.span, b, phase)
             copy.data = None
 
@@ -281,12 +280,15 @@ class AsyncCopies:
             as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
         else:
             m.shared[copy.index] = copy.data
-        where = copy.index if copy.span is None else copy.span
-        self.state[where] = LANDED
-        self.tag[where] = b
-        self.phase[where] = phase
-        self._forget_ranges(where)
-        if copy.span is not None:
+        if copy.span is None:
+            self.write_out(copy.index)
+            self.state[copy.index] = LANDED
+            self.tag[copy.index] = b
+            self.phase[copy.index] = phase
+            self._forget_ranges(copy.index)
+        else:
+            self.keep_tags(copy.span, LANDED, b, phase)
+            self._forget_ranges(copy.span)
             self._keep_range(copy.span, b, phase)
         copy.data = None
 
@@ -320,6 +322,7 @@ class AsyncCopies:
         self.check_writable(inst, np.repeat(lanes, index.shape[1]), flat, "the cp.async")
         ident = len(self.copies)
         self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
+        self.write_out(flat)
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
         self._forget_ranges(flat)
@@ -331,12 +334,14 @@ class AsyncCopies:
         thread wrote them now, and other threads see them only through synchronisation that follows this
         point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive (`through_mbarrier`) that arrive and
         every later release of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
+        self.write_out(index)
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
         self._forget_ranges(index)
         self.hb.landed(lanes, index, lines, through_mbarrier)
 
     def describe_flight(self, flat: int) -> str:
+        self.write_out(slice(flat, flat + 1))
         copy = self.copies[int(self.tag[flat])]
         if copy.kind == "cp.async":
             return (f"the cp.async at line {copy.inst.line} into it has not landed (no cp.async.wait_group or "

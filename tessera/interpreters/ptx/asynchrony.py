@@ -44,7 +44,8 @@ complete and checking every access against the tags:
   which arrive released the slot.
 
 Registers and statuses are per lane (one thread of one CTA of the batch); tags are per byte of `Machine.shared`
-(all CTAs of the batch). Everything is reset with the batch (`reset`).
+(all CTAs of the batch), a range a copy fills kept as one until something needs its bytes' (`tag_ranges`).
+Everything is reset with the batch (`reset`).
 """
 
 from __future__ import annotations
@@ -55,15 +56,17 @@ from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError, consecutive
+from tessera.interpreters.ptx.tag_ranges import TagRanges
 from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaTracking
 from tessera.sm90 import facts
 
 
-class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
+class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     """The asynchrony state of a machine's batch; see the module docstring (its wgmma half: `wgmma_tracking`,
     its copies into shared memory: `async_copies`, the checks of shared-memory reads and writes against the
-    bytes' tags: `tagged_accesses`). Created by `async_checks.install`."""
+    bytes' tags: `tagged_accesses`, a copied range's tags kept as one: `tag_ranges`). Created by
+    `async_checks.install`."""
 
     def __init__(self, m: Machine):
         self.m = m
@@ -88,6 +91,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         m = self.m
         self.hb.reset()
         self.state[:] = PLAIN
+        # a copied range's tags, start -> (stop, state, tag, phase), not written into `state`, `tag`, `phase`
+        # (`tag_ranges`): they override those arrays over the range
+        self.tag_ranges: dict[int, tuple[int, int, int, int]] = {}
+        self.tag_starts: list[int] = []  # the keys of `tag_ranges`, ascending (the ranges are disjoint)
         # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
         # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
         self.landed_ranges: dict[int, tuple[int, int, int]] = {}

@@ -14,6 +14,7 @@ import bisect
 import numpy as np
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, PLAIN
+from tessera.interpreters.ptx.tag_ranges import byte_bounds
 
 
 _ALL_PLAIN = ()  # `AsyncTracker._range_summary` of a range no asynchronous copy wrote
@@ -34,6 +35,7 @@ class TaggedAccesses:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
+                self.write_out(index)
                 state = self.state[index]
                 if state.any() and self.hb.races:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
@@ -47,6 +49,7 @@ class TaggedAccesses:
             self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
+        self.write_out(index)
         state = self.state[index]
         if state.any():
             readers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
@@ -94,6 +97,7 @@ class TaggedAccesses:
 
     def _released_early(self, reader: int, flat: int) -> str:
         """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""
+        self.write_out(slice(flat, flat + 1))
         copy = self.copies[int(self.tag[flat])]
         if copy.acquired is None:
             return ""
@@ -122,6 +126,7 @@ class TaggedAccesses:
             if span is not None:
                 self.async_read(inst, lanes, flat, what, own_rows=own_rows)  # raises, naming the byte, or passes
                 return
+        self.write_out(flat)
         state = self.state[flat]
         if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
@@ -179,13 +184,8 @@ class TaggedAccesses:
         holding one no longer apply."""
         if not self.landed_ranges:
             return
-        if isinstance(where, list):
-            bounds = [(span.start, span.stop) for span in where]
-        elif isinstance(where, slice):
-            bounds = [(where.start, where.stop)]
-        elif where.size:
-            bounds = [(int(where.min()), int(where.max()) + 1)]
-        else:
+        bounds = byte_bounds(where)
+        if not bounds:
             return
         self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
                               if not any(start < high and kept[0] > low for low, high in bounds)}
@@ -216,6 +216,13 @@ class TaggedAccesses:
         cover = self._landed_cover(span)
         if cover is not None:
             return cover
+        kept = self.tags_covering(span)
+        if kept is not None:  # (`tag_ranges`: the same summary as the bytes')
+            b = kept[0][1]
+            if all(state == LANDED and tag == b for state, tag, _ in kept):
+                return b, max(phase for _, _, phase in kept)
+            return None
+        self.write_out(span)
         state = self.state[span]
         summary = None
         if not state.any():
