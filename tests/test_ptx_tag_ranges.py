@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, PLAIN
+from tessera.interpreters.ptx.byte_ranges import ByteRanges
 from tessera.interpreters.ptx.tag_ranges import TagRanges
 
 from race_seeds import FLASH_BUGS, seed
@@ -22,13 +23,13 @@ class _Tags(TagRanges):
 
     def __init__(self):
         self.state, self.tag, self.phase = np.zeros(64, np.int8), np.zeros(64, np.int32), np.zeros(64, np.int32)
-        self.tag_ranges, self.tag_starts, self.tagged = {}, [], True
+        self.tag_ranges, self.tagged = ByteRanges(), True
 
     def view(self) -> list[tuple[int, int, int]]:
         """Every byte's (state, tag, phase) as a check sees them: kept ranges over the arrays."""
         kept = _Tags()
         kept.state[:], kept.tag[:], kept.phase[:] = self.state, self.tag, self.phase
-        for start, (stop, state, tag, phase) in self.tag_ranges.items():
+        for start, (stop, (state, tag, phase)) in self.tag_ranges.ranges.items():
             kept.state[start:stop], kept.tag[start:stop] = state, tag
             if state == LANDED:
                 kept.phase[start:stop] = phase
@@ -40,18 +41,18 @@ def test_a_kept_range_overrides_the_bytes_and_is_written_out_where_bytes_are_nee
     tags.keep_tags(slice(16, 32), FLIGHT, 3)
     assert tags.state.any() == 0 and tags.flight_in(slice(20, 24)) and not tags.flight_in(slice(0, 16))
     tags.keep_tags(slice(16, 32), LANDED, 1, 5)  # the landing replaces the issue's range: nothing written out
-    assert tags.tag_starts == [16] and not tags.state.any()
-    assert tags.tags_covering(slice(18, 30)) == [(LANDED, 1, 5)] and tags.tags_covering(slice(8, 30)) is None
+    assert tags.tag_ranges.starts == [16] and not tags.state.any()
+    assert tags.tag_ranges.covering(18, 30) == [(LANDED, 1, 5)] and tags.tag_ranges.covering(8, 30) is None
     tags.keep_tags(slice(32, 48), LANDED, 1, 6)
-    assert tags.tags_covering(slice(24, 40)) == [(LANDED, 1, 5), (LANDED, 1, 6)]
+    assert tags.tag_ranges.covering(24, 40) == [(LANDED, 1, 5), (LANDED, 1, 6)]
     before = tags.view()
     tags.keep_tags(slice(40, 56), FLIGHT, 4)  # reaches into a kept range: that one is written out first
-    assert tags.tag_starts == [16, 40] and (tags.state[32:40] == LANDED).all() and (tags.phase[32:40] == 6).all()
+    assert tags.tag_ranges.starts == [16, 40] and (tags.state[32:40] == LANDED).all() and (tags.phase[32:40] == 6).all()
     assert tags.view()[:40] == before[:40] and tags.view()[40:56] == [(FLIGHT, 4, 0)] * 16
     tags.write_out(np.array([[30, 17]]))  # an index: the ranges its hull meets
-    assert tags.tag_starts == [40] and tags.view()[16:32] == [(LANDED, 1, 5)] * 16
+    assert tags.tag_ranges.starts == [40] and tags.view()[16:32] == [(LANDED, 1, 5)] * 16
     assert tags.flight_in(slice(0, 41)) and not tags.flight_in(slice(0, 40))  # (written out: from the bytes)
-    assert tags.tag_starts == []
+    assert not tags.tag_ranges
     assert tags.view()[40:56] == [(FLIGHT, 4, 0)] * 16 and tags.view()[56:] == [(PLAIN, 0, 0)] * 8
 
 

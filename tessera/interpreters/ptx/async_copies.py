@@ -10,7 +10,6 @@ hazard. cp.async bytes are `FLIGHT` from issue until the issuing thread's wait l
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -295,9 +294,7 @@ class AsyncCopies:
     def _keep_range(self, span: slice, b: int, phase: int) -> None:
         """The range `span` landed whole from one copy on barrier instance `b` in `phase` (its bytes' ranges
         forgotten before): kept in `landed_ranges`."""
-        if span.start not in self.landed_ranges:
-            bisect.insort(self.landed_starts, span.start)
-        self.landed_ranges[span.start] = (span.stop, b, phase)
+        self.landed_ranges.put(span.start, span.stop, (b, phase))
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
         """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still

@@ -53,6 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
+from tessera.interpreters.ptx.byte_ranges import ByteRanges
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError, consecutive
@@ -91,14 +92,12 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         m = self.m
         self.hb.reset()
         self.state[:] = PLAIN
-        # a copied range's tags, start -> (stop, state, tag, phase), not written into `state`, `tag`, `phase`
-        # (`tag_ranges`): they override those arrays over the range
-        self.tag_ranges: dict[int, tuple[int, int, int, int]] = {}
-        self.tag_starts: list[int] = []  # the keys of `tag_ranges`, ascending (the ranges are disjoint)
-        # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
-        # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
-        self.landed_ranges: dict[int, tuple[int, int, int]] = {}
-        self.landed_starts: list[int] = []  # the keys of `landed_ranges`, ascending (the ranges are disjoint)
+        # a copied range's tags (state, tag, phase), not written into `state`, `tag`, `phase` (`tag_ranges`):
+        # they override those arrays over the range
+        self.tag_ranges = ByteRanges()
+        # ranges that one copy landed whole (a swizzled TMA box), with (barrier, phase), while none of their
+        # bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
+        self.landed_ranges = ByteRanges()
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
