@@ -117,6 +117,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
+        # (CTA start, stop, thread start, stop) -> [low, high]: bounds of a block's clock rows (`sync_edges`)
+        self.block_bounds: dict[tuple[int, int, int, int], list] = {}
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
