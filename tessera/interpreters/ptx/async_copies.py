@@ -17,7 +17,7 @@ import numpy as np
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.shared_chunks import as_chunks
-from tessera.interpreters.ptx.state import PARK, RUN, consecutive
+from tessera.interpreters.ptx.state import RUN, consecutive
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -176,9 +176,11 @@ class AsyncCopies:
 
     def wake(self, key: tuple[int, int]) -> None:
         """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+        from tessera.interpreters.ptx.mbarrier import parked_on
+
         m = self.m
-        parked = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
-        if parked.any():
+        parked = parked_on(m, key)
+        if len(parked):
             m.status[parked] = RUN
             m.woken += 1
             m.park_address[parked] = -1
