@@ -47,10 +47,15 @@ class ByteRanges:
     def covering(self, low: int, high: int) -> list | None:
         """The values of the ranges, in order, when together they hold every byte of [low, high) (non-empty);
         else None."""
-        if high <= low or not self.starts:
+        starts = self.starts
+        if high <= low or not starts:
             return None
-        covered, found, starts, ranges = low, [], self.starts, self.ranges
-        for start in starts[max(bisect.bisect_right(starts, covered) - 1, 0):]:
+        first = max(bisect.bisect_right(starts, low) - 1, 0)
+        stop, value = self.ranges[starts[first]]
+        if starts[first] <= low and stop >= high:  # (one range holds them all: a K step inside one box)
+            return [value]
+        covered, found, ranges = low, [], self.ranges
+        for start in starts[first:]:
             stop, value = ranges[start]
             if stop <= covered:
                 continue

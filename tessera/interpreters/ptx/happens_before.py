@@ -123,6 +123,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.inits_seen: set[tuple] = set()  # (keys, block) whose `_inits_seen` passed since the last init
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
         # the wgmma groups (first, last) each completion was made for (reads_completed's: none, (0, -1))
         self.completed_groups: list[tuple[int, int]] = []

@@ -131,7 +131,7 @@ class SyncEdges:
         if self.remote or self.fenced_rows.reshape(-1, t)[ctas, within].any():
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
-        if not self._inits_seen(keys, clocks):
+        if not self._inits_seen(keys, block, clocks):
             return False
         bounds = self._bounds_of(block)
         if bounds[1] is None:
@@ -144,16 +144,23 @@ class SyncEdges:
             self.pending[key] = self.join(self.pending.get(key), (joined[k], np.zeros(2 * t, np.int32), None))
         return True
 
-    def _inits_seen(self, keys: list[tuple[int, int]], clocks: np.ndarray) -> bool:
-        """Whether `check_init` passes for the lanes of each CTA (`clocks`: their rows, [CTA, lane, thread]) on
-        its mbarrier `keys[k]`."""
+    def _inits_seen(self, keys: list[tuple[int, int]], block: tuple[slice, slice], clocks: np.ndarray) -> bool:
+        """Whether `check_init` passes for the lanes of each CTA of `block` (`clocks`: their rows, [CTA, lane,
+        thread]) on its mbarrier `keys[k]`. Once it passed it passes until an init (`inits_seen`: clocks only
+        grow)."""
         records = [(k, self.inits[key]) for k, key in enumerate(keys) if key in self.inits] if self.races else []
         if not records:
+            return True
+        seen = (tuple(keys), block[0].start, block[0].stop, block[1].start, block[1].stop)
+        if seen in self.inits_seen:
             return True
         rows = np.array([k for k, _ in records])
         columns = np.array([lane % self.threads for _, (lane, _, _) in records])
         epochs = np.array([epoch for _, (_, epoch, _) in records])
-        return not (clocks[rows, :, columns] < epochs[:, None]).any()
+        if (clocks[rows, :, columns] < epochs[:, None]).any():
+            return False
+        self.inits_seen.add(seen)
+        return True
 
     def waited_ctas(self, inst, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> bool:
         """`waited` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
@@ -165,7 +172,7 @@ class SyncEdges:
         if any(d is not None and (d[2] or d[1].any()) for d in done):
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
-        if not self._inits_seen(keys, clocks):
+        if not self._inits_seen(keys, block, clocks):
             return False
         zero = np.zeros(t, self.clock.dtype)
         published = np.stack([zero if d is None else d[0] for d in done])  # [CTA, thread]
@@ -289,6 +296,7 @@ class SyncEdges:
     def init(self, inst, key: tuple[int, int], lane: int) -> None:
         """`mbarrier.init` by `lane`: a write of the barrier that its later users must be ordered after."""
         self.inits[key] = (lane, int(self.clock[lane, lane % self.threads]), inst.line)
+        self.inits_seen.clear()
         self.pending.pop(key, None)
         self.published.pop(key, None)
 
