@@ -16,7 +16,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
-from tessera.interpreters.ptx.shared_chunks import as_chunks
+from tessera.interpreters.ptx.shared_chunks import CHUNK_ITEM, as_chunks
 from tessera.interpreters.ptx.state import RUN, consecutive
 from tessera.sm90 import facts
 
@@ -258,8 +258,14 @@ class AsyncCopies:
             slots = np.array([copy.layout[0] // size for copy, _, _ in group])
             rows, chunks = consecutive(slots), group[0][0].layout[1]
             data = group[0][0].data
-            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group):
-                shared[rows, chunks] = as_chunks(data)
+            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group) \
+                    and len(chunks) * _CHUNK == high - low:
+                # the box's chunks put in shared-memory order once, then copied into each CTA's range as it lies
+                # (a slice and an index over [CTA, chunk] make NumPy's slowest scatter: some ten times these two)
+                first = low // _CHUNK  # (the chunks fill [low, high): `chunks` is an order of that range's)
+                ordered = np.empty(len(chunks), CHUNK_ITEM)
+                ordered[chunks - first] = as_chunks(data)
+                shared[rows, first:first + len(chunks)] = ordered
             else:
                 for copy, _, _ in group:
                     shared[copy.layout[0] // size, chunks] = as_chunks(copy.data)
