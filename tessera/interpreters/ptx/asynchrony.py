@@ -244,7 +244,12 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         observed = self.observed.reshape(len(self.observed), -1, self.m.threads)[:, ctas, within]
         k = np.arange(len(keys))
         observed[barriers, k] = np.maximum(observed[barriers, k], np.array(phases, observed.dtype)[:, None])
-        np.maximum(observed, self.carried[barriers].T[:, :, None], out=observed)
+        carried = self.carried[barriers].T  # [barrier, CTA]: only the barriers some arrival had seen a phase of
+        rows = np.flatnonzero(carried.any(axis=1))
+        if len(rows) == len(carried):
+            np.maximum(observed, carried[:, :, None], out=observed)
+        elif len(rows):
+            observed[rows] = np.maximum(observed[rows], carried[rows][:, :, None])
         self.last_wait.reshape(-1, self.m.threads)[ctas, within] = barriers[:, None]
 
     def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
