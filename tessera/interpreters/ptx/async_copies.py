@@ -10,15 +10,14 @@ hazard. cp.async bytes are `FLIGHT` from issue until the issuing thread's wait l
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
-from tessera.interpreters.ptx.shared_chunks import as_chunks
-from tessera.interpreters.ptx.state import PARK, RUN, consecutive
+from tessera.interpreters.ptx.shared_chunks import CHUNK_ITEM, as_chunks
+from tessera.interpreters.ptx.state import RUN, consecutive
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -58,10 +57,10 @@ class AsyncCopies:
         and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
-        clear = span is not None and not (self.tagged and (self.state[span] == FLIGHT).any()) \
-            and not (self.reading and self._read_by_wgmma(span))
+        clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
         lanes = per_lane(lanes, flat.shape)
         if self.tagged and not clear:
+            self.write_out(flat)
             flying = self.state[flat] == FLIGHT
             if atomic and flying.any():
                 flying[flying] = [self.copies[int(c)].combine is None for c in self.tag[flat[flying]]]
@@ -120,10 +119,13 @@ class AsyncCopies:
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
         self.tagged = True
-        where = index if span is None else span
-        self.state[where] = FLIGHT
-        self.tag[where] = ident
-        self._forget_ranges(where)  # (`async_write` cleared the bytes' generic records)
+        if span is None:
+            self.write_out(index)
+            self.state[index] = FLIGHT
+            self.tag[index] = ident
+        else:
+            self.keep_tags(span, FLIGHT, ident)
+        self._forget_ranges(index if span is None else span)  # (`async_write` cleared the bytes' generic records)
         if state.pending == 0:
             self.wake(key)
 
@@ -139,7 +141,8 @@ class AsyncCopies:
             return False
         slots = np.array([key[0] for key in keys])
         rows, (low, high) = consecutive(slots), dense
-        if self.tagged and (self.state.reshape(-1, m.shared_bytes)[rows, low:high] == FLIGHT).any():
+        if self.tagged and any(self.flight_in(slice(slot * m.shared_bytes + low, slot * m.shared_bytes + high))
+                               for slot in slots.tolist()):
             return False
         if self.reading and self._read_by_wgmma_ctas(rows, low // _CHUNK, -(-high // _CHUNK)):
             return False
@@ -154,31 +157,30 @@ class AsyncCopies:
         the threads parked on a barrier whose arrivals are all in are woken."""
         m = self.m
         first, (low, high) = len(self.copies), dense
-        slots = np.array([key[0] for key in keys])
+        slots, spans = np.array([key[0] for key in keys]), []
         for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):
             base = key[0] * m.shared_bytes
             acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
-            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, slice(base + low, base + high),
-                        layout=(base, chunks))
+            spans.append(slice(base + low, base + high))
+            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, spans[-1], layout=(base, chunks))
             self.copies[first + i] = copy
             self.in_flight.setdefault(key, []).append(copy)
-        rows = consecutive(slots)
-        self.hb.async_writes(rows, low // _CHUNK, -(-high // _CHUNK))
+        self.hb.async_writes(consecutive(slots), low // _CHUNK, -(-high // _CHUNK))
         self.tagged = True
-        self.state.reshape(-1, m.shared_bytes)[rows, low:high] = FLIGHT
-        self.tag.reshape(-1, m.shared_bytes)[rows, low:high] = np.arange(first, first + len(keys),
-                                                                          dtype=self.tag.dtype)[:, None]
-        self._forget_ranges([slice(slot * m.shared_bytes + low, slot * m.shared_bytes + high)
-                             for slot in slots.tolist()])
+        for i, span in enumerate(spans):  # (their tags kept as ranges: `tag_ranges`)
+            self.keep_tags(span, FLIGHT, first + i)
+        self._forget_ranges(spans)
         for key in keys:
             if m.mbarriers[key].pending == 0:
                 self.wake(key)
 
     def wake(self, key: tuple[int, int]) -> None:
         """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+        from tessera.interpreters.ptx.mbarrier import parked_on
+
         m = self.m
-        parked = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
-        if parked.any():
+        parked = parked_on(m, key)
+        if len(parked):
             m.status[parked] = RUN
             m.woken += 1
             m.park_address[parked] = -1
@@ -256,16 +258,20 @@ class AsyncCopies:
             slots = np.array([copy.layout[0] // size for copy, _, _ in group])
             rows, chunks = consecutive(slots), group[0][0].layout[1]
             data = group[0][0].data
-            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group):
-                shared[rows, chunks] = as_chunks(data)
+            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group) \
+                    and len(chunks) * _CHUNK == high - low:
+                # the box's chunks put in shared-memory order once, then copied into each CTA's range as it lies
+                # (a slice and an index over [CTA, chunk] make NumPy's slowest scatter: some ten times these two)
+                first = low // _CHUNK  # (the chunks fill [low, high): `chunks` is an order of that range's)
+                ordered = np.empty(len(chunks), CHUNK_ITEM)
+                ordered[chunks - first] = as_chunks(data)
+                shared[rows, first:first + len(chunks)] = ordered
             else:
                 for copy, _, _ in group:
                     shared[copy.layout[0] // size, chunks] = as_chunks(copy.data)
-            self.state.reshape(-1, size)[rows, low:high] = LANDED
-            self.tag.reshape(-1, size)[rows, low:high] = np.array([b for _, b, _ in group], self.tag.dtype)[:, None]
-            self.phase.reshape(-1, size)[rows, low:high] = np.array([p for _, _, p in group], self.phase.dtype)[:, None]
         self._forget_ranges([copy.span for copy, _, _ in landed])
         for copy, b, phase in landed:
+            self.keep_tags(copy.span, LANDED, b, phase)
             self._keep_range(copy.span, b, phase)
             copy.data = None
 
@@ -281,21 +287,22 @@ class AsyncCopies:
             as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
         else:
             m.shared[copy.index] = copy.data
-        where = copy.index if copy.span is None else copy.span
-        self.state[where] = LANDED
-        self.tag[where] = b
-        self.phase[where] = phase
-        self._forget_ranges(where)
-        if copy.span is not None:
+        if copy.span is None:
+            self.write_out(copy.index)
+            self.state[copy.index] = LANDED
+            self.tag[copy.index] = b
+            self.phase[copy.index] = phase
+            self._forget_ranges(copy.index)
+        else:
+            self.keep_tags(copy.span, LANDED, b, phase)
+            self._forget_ranges(copy.span)
             self._keep_range(copy.span, b, phase)
         copy.data = None
 
     def _keep_range(self, span: slice, b: int, phase: int) -> None:
         """The range `span` landed whole from one copy on barrier instance `b` in `phase` (its bytes' ranges
         forgotten before): kept in `landed_ranges`."""
-        if span.start not in self.landed_ranges:
-            bisect.insort(self.landed_starts, span.start)
-        self.landed_ranges[span.start] = (span.stop, b, phase)
+        self.landed_ranges.put(span.start, span.stop, (b, phase))
 
     def phase_changed(self, inst, key: tuple[int, int], lane: int) -> None:
         """The mbarrier at `key` completed a phase through an arrive or complete_tx instruction: copies still
@@ -320,6 +327,7 @@ class AsyncCopies:
         self.check_writable(inst, np.repeat(lanes, index.shape[1]), flat, "the cp.async")
         ident = len(self.copies)
         self.copies[ident] = Copy("cp.async", inst, int(lanes[0]), None, None, 0, None)
+        self.write_out(flat)
         self.state[flat] = FLIGHT
         self.tag[flat] = ident
         self._forget_ranges(flat)
@@ -331,12 +339,14 @@ class AsyncCopies:
         thread wrote them now, and other threads see them only through synchronisation that follows this
         point [memory_model.CP_ASYNC_COMPLETION]; at a cp.async.mbarrier.arrive (`through_mbarrier`) that arrive and
         every later release of the thread carry them [memory_model.CP_ASYNC_MBARRIER]."""
+        self.write_out(index)
         lines = np.array([self.copies[int(t)].inst.line for t in self.tag[index[:, 0]]], np.int32)
         self.state[index.reshape(-1)] = PLAIN
         self._forget_ranges(index)
         self.hb.landed(lanes, index, lines, through_mbarrier)
 
     def describe_flight(self, flat: int) -> str:
+        self.write_out(slice(flat, flat + 1))
         copy = self.copies[int(self.tag[flat])]
         if copy.kind == "cp.async":
             return (f"the cp.async at line {copy.inst.line} into it has not landed (no cp.async.wait_group or "

@@ -44,7 +44,8 @@ complete and checking every access against the tags:
   which arrive released the slot.
 
 Registers and statuses are per lane (one thread of one CTA of the batch); tags are per byte of `Machine.shared`
-(all CTAs of the batch). Everything is reset with the batch (`reset`).
+(all CTAs of the batch), a range a copy fills kept as one until something needs its bytes' (`tag_ranges`).
+Everything is reset with the batch (`reset`).
 """
 
 from __future__ import annotations
@@ -52,18 +53,21 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
+from tessera.interpreters.ptx.byte_ranges import ByteRanges
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError, consecutive
+from tessera.interpreters.ptx.tag_ranges import TagRanges
 from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaTracking
 from tessera.sm90 import facts
 
 
-class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
+class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     """The asynchrony state of a machine's batch; see the module docstring (its wgmma half: `wgmma_tracking`,
     its copies into shared memory: `async_copies`, the checks of shared-memory reads and writes against the
-    bytes' tags: `tagged_accesses`). Created by `async_checks.install`."""
+    bytes' tags: `tagged_accesses`, a copied range's tags kept as one: `tag_ranges`). Created by
+    `async_checks.install`."""
 
     def __init__(self, m: Machine):
         self.m = m
@@ -88,22 +92,24 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         m = self.m
         self.hb.reset()
         self.state[:] = PLAIN
-        # ranges that one copy landed whole (a swizzled TMA box), start -> (stop, barrier, phase), while none of
-        # their bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
-        self.landed_ranges: dict[int, tuple[int, int, int]] = {}
-        self.landed_starts: list[int] = []  # the keys of `landed_ranges`, ascending (the ranges are disjoint)
+        # a copied range's tags (state, tag, phase), not written into `state`, `tag`, `phase` (`tag_ranges`):
+        # they override those arrays over the range
+        self.tag_ranges = ByteRanges()
+        # ranges that one copy landed whole (a swizzled TMA box), with (barrier, phase), while none of their
+        # bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
+        self.landed_ranges = ByteRanges()
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}
         self.staged: list[tuple[np.ndarray, np.ndarray]] = []
+        # the per-barrier arrays below are views of the first len(barriers) rows of `_barrier_rows`' arrays, kept
+        # (zeroed where used) across batches and grown by doubling, not made again for each barrier of each batch
+        if not hasattr(self, "_barrier_rows"):
+            self._barrier_rows = _BarrierRows(0, m.lanes)
+        self._barrier_rows.clear(len(getattr(self, "barriers", ())))
         self.barriers: dict[tuple[int, int], int] = {}
-        self.observed = np.zeros((0, m.lanes), np.int64)  # [barrier, lane]: phases known complete
+        self._view_barriers(0)
         self.seen_runs: dict[tuple[int, int, int], int] = {}  # `_seen` of runs of lanes, until `observed` changes
-        # [barrier, barrier]: what the arrivals on it had observed when they arrived, for its completed phases
-        # (`carried`, what a waiter learns) and its pending one (`carrying`, published when it completes)
-        self.carried = np.zeros((0, 0), np.int64)
-        self.carrying = np.zeros((0, 0), np.int64)
-        self.released = np.zeros((0, m.lanes), np.int32)  # [barrier, lane]: line of the lane's last arrive
         self.last_wait = np.full(m.lanes, -1, np.int64)  # barrier instance a lane last waited on
         self.last_arrival: dict[tuple[int, int], tuple[int, int]] = {}  # mbarrier -> (line, lane) of its last arrive
         # wgmma groups [memory_model.WGMMA_WAIT_PER_THREAD]: a commit numbers the groups of each executing warp
@@ -188,14 +194,20 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         b = self.barriers.get(key)
         if b is None:
             b = self.barriers[key] = len(self.barriers)
-            lanes = self.m.lanes
-            self.observed = np.concatenate([self.observed, np.zeros((1, lanes), np.int64)])
-            self.released = np.concatenate([self.released, np.zeros((1, lanes), np.int32)])
-            for name in ("carried", "carrying"):
-                grown = np.zeros((b + 1, b + 1), np.int64)
-                grown[:b, :b] = getattr(self, name)
-                setattr(self, name, grown)
+            if b == self._barrier_rows.capacity:
+                self._barrier_rows = self._barrier_rows.grown(max(8, 2 * b))
+            self._view_barriers(b + 1)
         return b
+
+    def _view_barriers(self, n: int) -> None:
+        """`observed`, `released`, `carried` and `carrying` as views of the first `n` barriers' rows."""
+        rows = self._barrier_rows
+        self.observed = rows.observed[:n]  # [barrier, lane]: phases known complete
+        self.released = rows.released[:n]  # [barrier, lane]: line of the lane's last arrive
+        # [barrier, barrier]: what the arrivals on it had observed when they arrived, for its completed phases
+        # (`carried`, what a waiter learns) and its pending one (`carrying`, published when it completes)
+        self.carried = rows.carried[:n, :n]
+        self.carrying = rows.carrying[:n, :n]
 
     def observe(self, key: tuple[int, int], lanes: np.ndarray, phase: int) -> None:
         """`lanes` saw the mbarrier at `key` in `phase` after a successful wait: they know every phase before
@@ -232,7 +244,12 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
         observed = self.observed.reshape(len(self.observed), -1, self.m.threads)[:, ctas, within]
         k = np.arange(len(keys))
         observed[barriers, k] = np.maximum(observed[barriers, k], np.array(phases, observed.dtype)[:, None])
-        np.maximum(observed, self.carried[barriers].T[:, :, None], out=observed)
+        carried = self.carried[barriers].T  # [barrier, CTA]: only the barriers some arrival had seen a phase of
+        rows = np.flatnonzero(carried.any(axis=1))
+        if len(rows) == len(carried):
+            np.maximum(observed, carried[:, :, None], out=observed)
+        elif len(rows):
+            observed[rows] = np.maximum(observed[rows], carried[rows][:, :, None])
         self.last_wait.reshape(-1, self.m.threads)[ctas, within] = barriers[:, None]
 
     def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
@@ -328,6 +345,32 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses):
                                                       "wgmma.wait_group cover it", lane)
 
     # endregion
+
+
+class _BarrierRows:
+    """The storage of `AsyncTracker`'s per-barrier arrays for `capacity` barriers (zeros where unused)."""
+
+    def __init__(self, capacity: int, lanes: int):
+        self.capacity = capacity
+        self.observed = np.zeros((capacity, lanes), np.int64)
+        self.released = np.zeros((capacity, lanes), np.int32)
+        self.carried = np.zeros((capacity, capacity), np.int64)
+        self.carrying = np.zeros((capacity, capacity), np.int64)
+
+    def grown(self, capacity: int) -> "_BarrierRows":
+        """A copy with room for `capacity` barriers."""
+        rows = _BarrierRows(capacity, self.observed.shape[1])
+        n = self.capacity
+        rows.observed[:n], rows.released[:n] = self.observed, self.released
+        rows.carried[:n, :n], rows.carrying[:n, :n] = self.carried, self.carrying
+        return rows
+
+    def clear(self, used: int) -> None:
+        """Zero the rows of the first `used` barriers (a new batch)."""
+        for array in (self.observed, self.released):
+            array[:used] = 0
+        for array in (self.carried, self.carrying):
+            array[:used, :used] = 0
 
 
 __all__ = ["AsyncTracker", "PtxDeadlockError", "PtxHazardError"]

@@ -117,10 +117,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
+        # (CTA start, stop, thread start, stop) -> [low, high]: bounds of a block's clock rows (`sync_edges`)
+        self.block_bounds: dict[tuple[int, int, int, int], list] = {}
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.inits_seen: set[tuple] = set()  # (keys, block) whose `_inits_seen` passed since the last init
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
         # the wgmma groups (first, last) each completion was made for (reads_completed's: none, (0, -1))
         self.completed_groups: list[tuple[int, int]] = []

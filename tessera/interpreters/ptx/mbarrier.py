@@ -61,15 +61,25 @@ def barrier_state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierSt
     return state
 
 
+def parked_on(m, key: tuple[int, int]) -> np.ndarray:
+    """The lanes parked on the mbarrier at `key` = (CTA slot, address), ascending: found among the parked lanes
+    (a few), not by comparisons over every lane."""
+    parked = np.flatnonzero(m.status == PARK)
+    if len(parked):
+        parked = parked[(m.park_address[parked] == key[1]) & (m.lane_cta[parked] == key[0])]
+    return parked
+
+
 def barrier_changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
              prefer: bool = True) -> None:
     m.sync_epoch += 1
     if state.phase != phase_before:
         m.tracker.hb.phase_completed(key)
         m.tracker.published(key)
-        wake = (m.status == PARK) & (m.park_address == key[1]) & (m.lane_cta == key[0])
-        if prefer and wake.any():
-            m.preferred = wake  # a release: the threads it wakes run first (see asynchrony)
+        wake = parked_on(m, key)
+        if prefer and len(wake):
+            m.preferred = np.zeros(m.lanes, bool)  # a release: the threads it wakes run first (see asynchrony)
+            m.preferred[wake] = True
         m.status[wake] = RUN
         m.woken += 1
         m.park_test[wake] = False

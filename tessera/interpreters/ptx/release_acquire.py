@@ -58,6 +58,7 @@ class ReleaseAcquire:
         rank = int(self.lane_rank[lane])
         for source, _, clock, remote, fenced in published:
             if source == rank:
+                hb.rows_changed([lane])
                 hb.clock[lane] = np.maximum(hb.clock[lane], clock)
                 hb.fenced[lane] = np.maximum(hb.fenced[lane], fenced)
                 hb.fenced_rows[lane] = True

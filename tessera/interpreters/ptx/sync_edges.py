@@ -8,6 +8,14 @@ what each barrier, mbarrier, cluster barrier and proxy fence does to the lanes' 
 - a cluster barrier and an arrive on a peer's mbarrier carry clocks between CTAs (`peer_known` translates a
   lane's clock into a peer's frame);
 - `fence.proxy.async` sets a lane's `fenced` row to its clock, in the state spaces it names.
+
+The arrives and waits of a batch's CTAs as one unit (`arrive_ctas`, `waited_ctas`) keep, for the block of lanes
+they ran for, bounds of its clock rows (`block_bounds`: [CTA, thread] each): `high`, the join of its rows,
+exactly (what its next release publishes, without a pass over the rows), and `low`, a bound below every row
+(an acquire of a clock at or under it changes no row, and one above it in a few columns changes only those). A
+consumer block's release and acquire in a main loop then read no row, and write only the columns that change.
+Any other change of a row of the block (`rows_changed`: a release, acquire or fence of some of its lanes, a new
+batch) drops its bounds.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ class SyncEdges:
         rows = consecutive(lanes)
         c = self.clock[rows].max(axis=0)
         f = self.fenced[rows].max(axis=0) if self.fenced_rows[rows].any() else np.zeros(2 * self.threads, np.int32)
+        self.rows_changed(lanes)
         self.clock[lanes, lanes % self.threads] += 1
         return c, f, self._remote_of(lanes)
 
@@ -59,6 +68,7 @@ class SyncEdges:
 
     def _acquire(self, lanes: np.ndarray, c: np.ndarray, f: np.ndarray, r: dict | None = None) -> None:
         self.learn(lanes, r)
+        self.rows_changed(lanes)
         rows = consecutive(lanes)
         fenced = bool(f.any())
         if isinstance(rows, slice):
@@ -121,24 +131,36 @@ class SyncEdges:
         if self.remote or self.fenced_rows.reshape(-1, t)[ctas, within].any():
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
-        if not self._inits_seen(keys, clocks):
+        if not self._inits_seen(keys, block, clocks):
             return False
-        joined = clocks.max(axis=1)  # [CTA, thread]
+        bounds = self._bounds_of(block)
+        if bounds[1] is None:
+            bounds[1] = clocks.max(axis=1)
+        joined = bounds[1].copy()  # [CTA, thread]: the join of the rows (`block_bounds`)
         self.clock[lanes, lanes % t] += 1
+        own = np.arange(within.start, within.stop)  # each lane's own epoch, the greatest of its column
+        bounds[1][:, own] = np.maximum(bounds[1][:, own], clocks[:, own - within.start, own])
         for k, key in enumerate(keys):
             self.pending[key] = self.join(self.pending.get(key), (joined[k], np.zeros(2 * t, np.int32), None))
         return True
 
-    def _inits_seen(self, keys: list[tuple[int, int]], clocks: np.ndarray) -> bool:
-        """Whether `check_init` passes for the lanes of each CTA (`clocks`: their rows, [CTA, lane, thread]) on
-        its mbarrier `keys[k]`."""
+    def _inits_seen(self, keys: list[tuple[int, int]], block: tuple[slice, slice], clocks: np.ndarray) -> bool:
+        """Whether `check_init` passes for the lanes of each CTA of `block` (`clocks`: their rows, [CTA, lane,
+        thread]) on its mbarrier `keys[k]`. Once it passed it passes until an init (`inits_seen`: clocks only
+        grow)."""
         records = [(k, self.inits[key]) for k, key in enumerate(keys) if key in self.inits] if self.races else []
         if not records:
+            return True
+        seen = (tuple(keys), block[0].start, block[0].stop, block[1].start, block[1].stop)
+        if seen in self.inits_seen:
             return True
         rows = np.array([k for k, _ in records])
         columns = np.array([lane % self.threads for _, (lane, _, _) in records])
         epochs = np.array([epoch for _, (_, epoch, _) in records])
-        return not (clocks[rows, :, columns] < epochs[:, None]).any()
+        if (clocks[rows, :, columns] < epochs[:, None]).any():
+            return False
+        self.inits_seen.add(seen)
+        return True
 
     def waited_ctas(self, inst, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> bool:
         """`waited` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
@@ -150,11 +172,53 @@ class SyncEdges:
         if any(d is not None and (d[2] or d[1].any()) for d in done):
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
-        if not self._inits_seen(keys, clocks):
+        if not self._inits_seen(keys, block, clocks):
             return False
         zero = np.zeros(t, self.clock.dtype)
-        np.maximum(clocks, np.stack([zero if d is None else d[0] for d in done])[:, None, :], out=clocks)
+        published = np.stack([zero if d is None else d[0] for d in done])  # [CTA, thread]
+        bounds = self._bounds_of(block)
+        low, high = bounds
+        if low is None:
+            np.maximum(clocks, published[:, None, :], out=clocks)
+            bounds[0] = published
+        else:  # only the columns where some row may lie under the published clock
+            columns = np.flatnonzero((published > low).any(axis=0))
+            if 8 * len(columns) > t:  # (most of them: one pass over the rows costs less than a gather)
+                np.maximum(clocks, published[:, None, :], out=clocks)
+            elif len(columns):
+                part = clocks[:, :, columns]
+                clocks[:, :, columns] = np.maximum(part, published[:, None, columns])
+            bounds[0] = np.maximum(low, published)
+        if high is not None:
+            bounds[1] = np.maximum(high, published)
         return True
+
+    def _bounds_of(self, block: tuple[slice, slice]) -> list:
+        """[low, high] of `block` (`block_bounds`: None each where not known), kept; the bounds of blocks
+        sharing a lane with it dropped."""
+        ctas, within = block
+        key = (ctas.start, ctas.stop, within.start, within.stop)
+        bounds = self.block_bounds.get(key)
+        if bounds is None:
+            for other in [k for k in self.block_bounds if _meet(k, key)]:
+                del self.block_bounds[other]
+            bounds = self.block_bounds[key] = [None, None]
+        return bounds
+
+    def rows_changed(self, lanes) -> None:
+        """The clock rows of `lanes` (any shape) change other than through `arrive_ctas` and `waited_ctas`: the
+        bounds of a block holding one of them (`block_bounds`) no longer apply."""
+        if not self.block_bounds:
+            return
+        lanes = np.asarray(lanes)
+        if not lanes.size:
+            return
+        t = self.threads
+        low, high = int(lanes.min()), int(lanes.max())
+        first, last = divmod(low, t), divmod(high, t)
+        span = (first[0], last[0] + 1) + ((first[1], last[1] + 1) if first[0] == last[0] else (0, t))
+        for key in [k for k in self.block_bounds if _meet(k, span)]:
+            del self.block_bounds[key]
 
     def arrive_from_peer(self, key: tuple[int, int], lanes: np.ndarray, rank: int, home: int) -> None:
         """`lanes` (all of the CTA of grid rank `rank`) arrive on the mbarrier at `key` of another CTA of their
@@ -232,6 +296,7 @@ class SyncEdges:
     def init(self, inst, key: tuple[int, int], lane: int) -> None:
         """`mbarrier.init` by `lane`: a write of the barrier that its later users must be ordered after."""
         self.inits[key] = (lane, int(self.clock[lane, lane % self.threads]), inst.line)
+        self.inits_seen.clear()
         self.pending.pop(key, None)
         self.published.pop(key, None)
 
@@ -257,6 +322,7 @@ class SyncEdges:
             if on:
                 self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
                 self.fenced_rows[lanes] = True
+        self.rows_changed(lanes)
         if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
             for lane in np.asarray(lanes).reshape(-1).tolist():
                 known = self.remote.get(lane)
@@ -268,3 +334,8 @@ class SyncEdges:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
         fence.proxy.async on a path into each lane has made visible to the async proxy."""
         return self.fenced[lanes[:, None], self.threads + threads]
+
+
+def _meet(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    """Whether two blocks (CTA start, stop, thread start, stop) share a lane."""
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]

@@ -9,11 +9,10 @@ also handed to `happens_before`, and `fence.proxy.async` too.
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, PLAIN
+from tessera.interpreters.ptx.byte_ranges import byte_bounds
 
 
 _ALL_PLAIN = ()  # `AsyncTracker._range_summary` of a range no asynchronous copy wrote
@@ -34,6 +33,7 @@ class TaggedAccesses:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
+                self.write_out(index)
                 state = self.state[index]
                 if state.any() and self.hb.races:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
@@ -47,6 +47,7 @@ class TaggedAccesses:
             self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
+        self.write_out(index)
         state = self.state[index]
         if state.any():
             readers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
@@ -94,6 +95,7 @@ class TaggedAccesses:
 
     def _released_early(self, reader: int, flat: int) -> str:
         """', released ...' when the copy was issued after a wait on an mbarrier `reader` had arrived on."""
+        self.write_out(slice(flat, flat + 1))
         copy = self.copies[int(self.tag[flat])]
         if copy.acquired is None:
             return ""
@@ -122,6 +124,7 @@ class TaggedAccesses:
             if span is not None:
                 self.async_read(inst, lanes, flat, what, own_rows=own_rows)  # raises, naming the byte, or passes
                 return
+        self.write_out(flat)
         state = self.state[flat]
         if state.any() and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
@@ -177,38 +180,20 @@ class TaggedAccesses:
     def _forget_ranges(self, where: np.ndarray | slice | list[slice]) -> None:
         """The bytes `where` (or those of each range of a list) change their asynchrony state: the landed ranges
         holding one no longer apply."""
-        if not self.landed_ranges:
-            return
-        if isinstance(where, list):
-            bounds = [(span.start, span.stop) for span in where]
-        elif isinstance(where, slice):
-            bounds = [(where.start, where.stop)]
-        elif where.size:
-            bounds = [(int(where.min()), int(where.max()) + 1)]
-        else:
-            return
-        self.landed_ranges = {start: kept for start, kept in self.landed_ranges.items()
-                              if not any(start < high and kept[0] > low for low, high in bounds)}
-        self.landed_starts = sorted(self.landed_ranges)
+        if self.landed_ranges:
+            self.landed_ranges.forget(byte_bounds(where))
 
     def _landed_cover(self, span: slice) -> tuple[int, int] | None:
         """(barrier, latest phase) when `span` lies inside `landed_ranges` of one barrier (a K step of a ring
         slot's tile, in one box or across adjacent ones), else None. Such bytes landed from TMA copies and no
         generic store wrote them since: a store (or a cp.async landing) ends the ranges it touches."""
-        if not self.landed_ranges:
+        cover = self.landed_ranges.covering(span.start, span.stop)
+        if cover is None or len(cover) == 1:  # (one box: its (barrier, phase))
+            return cover if cover is None else cover[0]
+        barrier = cover[0][0]
+        if any(b != barrier for b, _ in cover):
             return None
-        covered, barrier, latest = span.start, None, 0
-        starts = self.landed_starts
-        for start in starts[max(bisect.bisect_right(starts, covered) - 1, 0):]:
-            stop, b, phase = self.landed_ranges[start]
-            if stop <= covered:
-                continue
-            if start > covered or barrier not in (None, b):
-                return None
-            covered, barrier, latest = stop, b, max(latest, phase)
-            if covered >= span.stop:
-                return barrier, latest
-        return None
+        return barrier, max(phase for _, phase in cover)
 
     def _range_summary(self, span: slice):
         """`_ALL_PLAIN` when no byte of `span` was written by an asynchronous copy, (barrier, latest phase) when
@@ -216,6 +201,13 @@ class TaggedAccesses:
         cover = self._landed_cover(span)
         if cover is not None:
             return cover
+        kept = self.tag_ranges.covering(span.start, span.stop)
+        if kept is not None:  # (`tag_ranges`: the same summary as the bytes')
+            b = kept[0][1]
+            if all(state == LANDED and tag == b for state, tag, _ in kept):
+                return b, max(phase for _, _, phase in kept)
+            return None
+        self.write_out(span)
         state = self.state[span]
         summary = None
         if not state.any():

@@ -1,0 +1,89 @@
+"""Disjoint ranges of `Machine.shared` bytes with a value each, found by bisection (`ByteRanges`): how the PTX
+executor keeps what one asynchronous copy did to a whole range (`AsyncTracker.landed_ranges`, the boxes that
+landed whole; `AsyncTracker.tag_ranges`, a box's tags not written per byte), and `byte_bounds`, the bounds of
+the bytes an access names."""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+
+class ByteRanges:
+    """Disjoint ranges [start, stop), each with a value: `ranges` (start -> (stop, value)) and `starts`, their
+    starts ascending. A shared memory holds a handful of them (a ring's slots in each CTA of a batch)."""
+
+    __slots__ = ("ranges", "starts")
+
+    def __init__(self):
+        self.ranges: dict[int, tuple[int, object]] = {}
+        self.starts: list[int] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def put(self, start: int, stop: int, value) -> None:
+        """Keep [start, stop) with `value`, replacing the range at `start` (the caller dropped any other it meets)."""
+        if start not in self.ranges:
+            bisect.insort(self.starts, start)
+        self.ranges[start] = (stop, value)
+
+    def pop(self, start: int) -> tuple[int, object]:
+        """(stop, value) of the range at `start`, no longer kept."""
+        del self.starts[bisect.bisect_left(self.starts, start)]
+        return self.ranges.pop(start)
+
+    def meeting(self, low: int, high: int) -> list[int]:
+        """The starts of the ranges holding a byte of [low, high), ascending."""
+        starts, ranges, found = self.starts, self.ranges, []
+        for start in starts[max(bisect.bisect_right(starts, low) - 1, 0):]:
+            if start >= high:
+                break
+            if ranges[start][0] > low:
+                found.append(start)
+        return found
+
+    def covering(self, low: int, high: int) -> list | None:
+        """The values of the ranges, in order, when together they hold every byte of [low, high) (non-empty);
+        else None."""
+        starts = self.starts
+        if high <= low or not starts:
+            return None
+        first = max(bisect.bisect_right(starts, low) - 1, 0)
+        stop, value = self.ranges[starts[first]]
+        if starts[first] <= low and stop >= high:  # (one range holds them all: a K step inside one box)
+            return [value]
+        covered, found, ranges = low, [], self.ranges
+        for start in starts[first:]:
+            stop, value = ranges[start]
+            if stop <= covered:
+                continue
+            if start > covered:
+                return None
+            found.append(value)
+            covered = stop
+            if covered >= high:
+                return found
+        return None
+
+    def forget(self, bounds: list[tuple[int, int]]) -> None:
+        """The ranges holding a byte of some [low, high) of `bounds` are no longer kept."""
+        if self.starts:
+            for low, high in bounds:
+                for start in self.meeting(low, high):
+                    self.pop(start)
+
+
+def byte_bounds(where: np.ndarray | slice | list[slice]) -> list[tuple[int, int]]:
+    """[low, high) of a range, of each range of a list, or of the bytes of an index array (their hull)."""
+    if isinstance(where, list):
+        return [(span.start, span.stop) for span in where]
+    if isinstance(where, slice):
+        return [(where.start, where.stop)]
+    if not where.size:
+        return []
+    return [(int(where.min()), int(where.max()) + 1)]
+
+
+__all__ = ["ByteRanges", "byte_bounds"]

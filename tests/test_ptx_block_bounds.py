@@ -1,0 +1,49 @@
+"""Bounds of a block's vector-clock rows (`sync_edges`: `SyncEdges.block_bounds`), kept by the arrives and waits of
+a batch's CTAs as one unit: the release publishes the kept join of the rows and the acquire writes only the
+columns a row may lack. On a grid of three CTAs of the warp-specialized flash kernel every release published, and
+every clock row at that point, are the same as with the join and the acquire taken over every row, and the kept
+bounds are used (most arrives and waits of the consumers find them kept)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from tessera.interpreters.ptx.sync_edges import SyncEdges
+
+from test_ptx_ctas_together import _launch
+from test_ptx_hazards import _attention
+
+
+def _recorded(monkeypatch) -> list:
+    """Each phase's published release and a digest of every clock row then, as a list filled by the launch."""
+    seen = []
+    completed = SyncEdges.phase_completed
+
+    def recording_completed(self, key):
+        completed(self, key)
+        if key in self.published:
+            seen.append((key, self.published[key][0].tobytes(), hashlib.sha1(self.clock.tobytes()).hexdigest()))
+    monkeypatch.setattr(SyncEdges, "phase_completed", recording_completed)
+    return seen
+
+
+def test_kept_bounds_give_the_clocks_of_a_pass_over_every_row(monkeypatch):
+    used = []
+    bounds_of = SyncEdges._bounds_of
+
+    def counted(self, block):
+        bounds = bounds_of(self, block)
+        used.append(bounds[1] is not None)
+        return bounds
+    monkeypatch.setattr(SyncEdges, "_bounds_of", counted)
+    seen = _recorded(monkeypatch)
+    kept = _launch(_attention(True)[2])
+    assert isinstance(kept, np.ndarray) and seen and sum(used) > len(used) // 2, used
+    monkeypatch.undo()
+    monkeypatch.setattr(SyncEdges, "_bounds_of", lambda self, block: [None, None])  # nothing kept
+    fresh = _recorded(monkeypatch)
+    every_row = _launch(_attention(True)[2])
+    assert kept.tobytes() == every_row.tobytes()
+    assert seen == fresh
