@@ -17,7 +17,8 @@ import numpy as np
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.shared_chunks import CHUNK_ITEM, as_chunks
-from tessera.interpreters.ptx.state import RUN, consecutive
+from tessera.interpreters.ptx.state import RUN
+from tessera.interpreters.ranges import consecutive
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES

@@ -56,7 +56,8 @@ from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
 from tessera.interpreters.ptx.byte_ranges import ByteRanges
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.happens_before import HappensBefore
-from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError, consecutive
+from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError
+from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.ptx.tag_ranges import TagRanges
 from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaTracking

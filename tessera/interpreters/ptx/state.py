@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tessera.interpreters import ranges
 from tessera.interpreters.ptx.syntax import Entry, Instruction
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
@@ -43,10 +42,6 @@ CLUSTER_RANK_SHIFT = 24
 """The executor's shared::cluster addresses: `offset | (rank + 1) << CLUSTER_RANK_SHIFT` is byte `offset` of
 the shared memory of the CTA of cluster rank `rank`; an address below 2^24 is the executing CTA's own (the
 shared::cta window lies inside the shared::cluster window). `mapa` makes them (see `cluster`)."""
-
-
-consecutive = ranges.consecutive
-"""`ranges.consecutive` (shared with the CTA simulator), under the name the executor's modules import from here."""
 
 
 def unique_rows(rows: np.ndarray, return_index: bool = False, return_inverse: bool = False,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.state import consecutive
+from tessera.interpreters.ranges import consecutive
 
 
 class SyncEdges:
