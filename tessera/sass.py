@@ -361,8 +361,8 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     the order they issue; () without such a loop.
 
     A trip is a path through the loop's SASS from its header to a branch (or fall-through) back to it that
-    runs no instruction twice: so it takes no back edge of a loop inside it (a wait's retry, the fold's re-entry)
-    and no retry block of a wait that succeeds at once is shorter than skipping it. Of those paths:
+    runs no instruction twice: so it takes no back edge of a loop inside it (a wait's retry loop, the fold's
+    re-entry), and a wait's out-of-line retry, longer than the path past it, is in none of the trips below:
     - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), then
       the most TMA copies and mbarrier arrivals (`UTMA*`, `SYNCS.ARRIVE*`: one elected thread's issue, which
       its warp runs), then the most `MUFU` (the softmax's exponentials): the one that branches over the masks
@@ -389,8 +389,9 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     def following(n: int) -> list[int]:
         return [k for k in _next_instructions(ordered, index, n) if k in inside]
 
-    # Depth-first from the header: an edge to an instruction on the stack is a back edge (the header's end the
-    # trip); the rest is acyclic, and its postorder puts every successor before its predecessors.
+    # Depth-first from the header: an edge to an instruction on the stack is a back edge (those to the header end
+    # a trip); the other edges are acyclic, and their postorder puts every successor before its predecessors, so
+    # `best[n]` (the best path from n to the header and its next instruction) is known for them in that order.
     on_stack, done, postorder, back = {head}, set(), [], set()
     stack = [(head, iter(following(head)))]
     while stack:
