@@ -4,8 +4,9 @@ the CPU: the figures docs/performance.md ("Where Tessera trails cuDNN on the H20
     python bench/attention_gap.py [--csv bench/results/2026-11-30-h200/benchmark.csv] [--ptxas 13.0]
 
 1. Per key block (one trip of the main loop) of each kernel, for one SM (one CTA: 168 registers x 384 threads
-   leave no room for a second): the SASS of the steady trip (the innermost loop holding HGMMA, less the masks a
-   trip branches over: `SassLoop.skippable`), its MUFU.EX2 and HGMMA, and three clock counts, each the work of
+   leave no room for a second): the SASS of the steady trip (`tessera.sass.loop_trip`: the path from the loop's
+   header back to it that issues every MMA, over the masks and the waits' retries; ping-pong's first consumer's
+   loop), its MUFU.EX2 and HGMMA, and three clock counts, each the work of
    the trip divided by the SM's rate (`tessera.sm90.throughput`): `tensor` the wgmma FLOPs, `ex2` the consumer
    warps' MUFU instructions x 32 lanes, `issue` the consumer warps' instructions over the four schedulers.
    `ex2/tensor` is the share of the softmax's exponentials against the tensor cores: when it passes 1/2, the
@@ -30,7 +31,7 @@ import numpy as np
 import tessera
 from tessera.kernels import attention_backward, flash_attention
 from tessera.passes import PINGPONG_PIPELINE
-from tessera.sass import disassemble, sass_loops
+from tessera.sass import disassemble, loop_trip, parse_sass
 from tessera.sm90.launch import SM_COUNT
 from tessera.sm90.throughput import CLOCK_HZ, EX2_PER_CLOCK, SCHEDULERS, TENSOR_BF16_FLOP_PER_CLOCK
 from tessera.toolchain import compile_ptx, find_all_ptxas
@@ -54,16 +55,6 @@ def forward_module(head_dim: int, block_m: int, block_n: int, pingpong: bool = F
                            **({"pipeline": PINGPONG_PIPELINE} if pingpong else {}))
 
 
-def steady_trip(cubin: bytes):
-    """The instructions of a steady trip of the main loop: the innermost loops holding HGMMA (ping-pong has one
-    per consumer warpgroup; the first), less the block a trip branches over."""
-    loops = [lp for lp in sass_loops(disassemble(cubin)) if lp.opcode_counts["HGMMA"]]
-    innermost = sorted((lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)), key=len)
-    loop = innermost[0]
-    skipped = {i.offset for i in loop.skippable()}
-    return [i for i in loop.instructions if i.offset not in skipped]
-
-
 def trip_row(name: str, spec: dict, ptxas) -> dict:
     d, bm, bn = spec["head_dim"], spec["block_m"], spec["block_n"]
     if spec["kind"] == "forward":
@@ -74,7 +65,7 @@ def trip_row(name: str, spec: dict, ptxas) -> dict:
         flop = 10 * bm * bn * d  # S, dP, dV, dK, dQ
     result = compile_ptx(ptx, ptxas=ptxas)
     (function,) = result.log.functions.values()
-    trip = steady_trip(result.cubin)
+    trip = loop_trip(parse_sass(disassemble(result.cubin)))
     warps = (bm if spec["kind"] == "forward" else bn) // 64 * 4  # consumer warps: 64 rows per warpgroup
     ex2 = sum(i.mnemonic.startswith("MUFU.EX2") for i in trip)
     tensor = flop / TENSOR_BF16_FLOP_PER_CLOCK

@@ -6,8 +6,9 @@ one run; beside Triton's cold compile of the same attention when Triton is insta
 For each configuration, through the default full pipeline (`passes.DEFAULT_PIPELINE`; `--pipeline` picks
 another): the seconds of each stage (building the Tile IR, each pass, printing the PTX, ptxas), the registers per thread Tessera's allocator predicts (peak) and ptxas uses, spill
 bytes, shared memory (static + dynamic), the PTX's lines (printed as `tessera.compile(target="cubin")`
-prints them, without the comments), and the SASS of the main loop (the innermost loop
-holding HGMMA): the instructions of a steady trip (one that branches over the masks: `SassLoop.skippable`)
+prints them, without the comments), and the SASS of a steady trip of the main loop (`tessera.sass.loop_trip`:
+the shortest path through the SASS from the loop's header back to it that issues every MMA, branching over the
+masks and over the waits' retries; since compile17's fold, a path through the loop the re-entry is nested in)
 and its HGMMA and MUFU.EX2 counts. Needs ptxas (and nvdisasm for the SASS columns;
 `pip install '.[ptx]'` in a checkout).
 
@@ -44,7 +45,7 @@ from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.regalloc import allocate_registers
 from tessera.toolchain import compile_ptx, find_nvdisasm, find_ptxas
-from tessera.sass import disassemble, innermost_loop
+from tessera.sass import disassemble, loop_trip, opcode_counts
 from triton_attention import children_cpu
 
 CONFIGS = [("flash_attention", dict(head_dim=d, causal=c)) for d in (64, 128, 256) for c in (False, True)] + [
@@ -82,10 +83,11 @@ class Measured:
 def _sass_loop(cubin: bytes) -> tuple:
     if find_nvdisasm() is None:
         return ("-", "-", "-")
-    loop = innermost_loop(disassemble(cubin), containing="HGMMA")
-    if loop is None:
+    trip = loop_trip(disassemble(cubin))
+    if not trip:
         return ("-", "-", "-")
-    return (len(loop) - len(loop.skippable()), loop.opcode_counts["HGMMA"], loop.opcode_counts["MUFU.EX2"])
+    counts = opcode_counts(trip)
+    return (len(trip), counts["HGMMA"], counts["MUFU.EX2"])
 
 
 def tessera_compile(variant: str, config: dict, pipeline: str) -> Measured:

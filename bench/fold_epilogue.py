@@ -42,13 +42,12 @@ order of first appearance (the printer's names for its exit test's predicate and
 other configuration prints as without the fold. `check` runs the printer's folded PTX against the unfolded one in
 the PTX executor, bitwise, on one and several trips.
 
-`trips` counts a trip as a path through the SASS from the loop's header back to it: the shortest one that issues
-every HGMMA/QGMMA of both mmas (but the score mma's first, the `!UPT` one, which the edit's extra wgmma repeats)
-and nine tenths of the loop's MUFU is the steady trip, the shortest that also runs half of the loop's FSELs (the
-masks') the masked trip. `compile` times, per Triton row of bench/compile.py and alternating in one run, Tessera's
-compile printed unfolded, the same printed as by default (folded) and Triton's cold compile, best of N each.
-(bench/ptx_compare.py's "loop" column counts the smallest loop holding HGMMA, which in
-the edited form is the inner loop `pv` heads, without the score mma: not comparable.)
+`trips` counts a steady and a masked trip with `tessera.sass.loop_trip`: a path through the SASS from the loop's
+header back to it, the shortest that issues every MMA of a trip (then the masks' FSELs, for the masked one), in
+the loop around the inner loop `pv` heads (`tessera.sass.trip_loops`), as bench/pipeline.py, bench/compile.py and
+bench/ptx_compare.py count them. `compile` times, per Triton row of bench/compile.py and alternating in one run,
+Tessera's compile printed unfolded, the same printed as by default (folded) and Triton's cold compile, best of N
+each.
 """
 
 from __future__ import annotations
@@ -73,10 +72,6 @@ key count ptxas sees as uniform: the dense forward's configurations. The edit ap
 forwards too, but their key counts are loaded from global memory: with the loop left from inside it on such a
 count, ptxas guards the loop's shuffles against divergence (+30 to +35 SASS a steady trip under 12.9, 13.0 and
 13.5), so the printer leaves them unfolded and `compare` expects them as printed without the fold."""
-
-
-MMA = ("HGMMA", "QGMMA")
-"""The SASS of wgmma.mma_async: bf16/f16 and fp8."""
 
 
 class NotFoldable(ValueError):
@@ -219,47 +214,8 @@ def save(before: Path, after: Path, only: str | None) -> None:
         print(f"{name}: wgmma {ptx.count('wgmma.mma_async.sync')} -> {edited.count('wgmma.mma_async.sync')}")
 
 
-def trip(cubin: bytes, masked: bool) -> list:
-    """The SASS instructions of the shortest steady (or masked) trip of the main loop (module docstring)."""
-    from tessera.sass import disassemble, parse_sass, sass_loops
-
-    code = parse_sass(disassemble(cubin))
-    loop = max((lp for lp in sass_loops(code) if any(i.opcode in MMA for i in lp.instructions)), key=len)
-    mmas = sum(i.opcode in MMA and "!UPT" not in i.operands for i in loop.instructions)
-    everything = Counter(i.opcode for i in loop.instructions)
-    at = {i.offset: k for k, i in enumerate(code)}
-
-    def complete(path) -> bool:
-        kinds = Counter(i.opcode for i in path)
-        issued = sum(i.opcode in MMA and "!UPT" not in i.operands for i in path)
-        return issued >= mmas and kinds["MUFU"] >= 0.9 * everything["MUFU"] and (
-            not masked or kinds["FSEL"] >= 0.5 * everything["FSEL"])
-
-    best = None
-    work = [(at[loop.head], (), frozenset())]
-    while work:
-        k, path, seen = work.pop()
-        while code[k].offset in loop.offsets and code[k].offset not in seen:
-            ins = code[k]
-            seen, path = seen | {ins.offset}, path + (ins,)
-            if best is not None and len(path) >= len(best):
-                break
-            k += 1
-            if ins.opcode != "BRA" or ins.target is None:
-                continue
-            if ins.target == loop.head:
-                if complete(path):
-                    best = path
-                if ins.predicate is None:
-                    break
-            elif ins.predicate is None:
-                k = at[ins.target]
-            else:
-                work.append((at[ins.target], path, seen))
-    return list(best or ())
-
-
 def trips(before: Path, after: Path, only: str | None) -> None:
+    from tessera.sass import disassemble, loop_trip, parse_sass
     from tessera.toolchain import compile_ptx, find_all_ptxas
 
     for path in sorted(before.glob("*.ptx")):
@@ -268,8 +224,8 @@ def trips(before: Path, after: Path, only: str | None) -> None:
         for tool in find_all_ptxas():
             counts = []
             for directory in (before, after):
-                cubin = compile_ptx((directory / path.name).read_text(), ptxas=tool.path).cubin
-                counts.append([Counter(i.mnemonic for i in trip(cubin, masked)) for masked in (False, True)])
+                code = parse_sass(disassemble(compile_ptx((directory / path.name).read_text(), ptxas=tool.path).cubin))
+                counts.append([Counter(i.mnemonic for i in loop_trip(code, masked)) for masked in (False, True)])
             row = []
             for kind, a, b in zip(("steady", "masked"), *counts):
                 more, fewer = dict(b - a), dict(a - b)

@@ -5,20 +5,20 @@
 For each variant: the pass pipeline's options, the threads, the shared memory (bytes the kernel places,
 before the 1023 added to align the base), the register budgets per role (producer/consumer setmaxnreg,
 derived by warp-specialize from the allocator's pressure; "-" when not specialized), ptxas's registers
-(at launch) and spills, the SASS of the main loop (the smallest loop that holds HGMMA: the steady state;
-with peel-masked-iterations the masked trips after a slash: with `branch=true`, the default, one loop whose
+(at launch) and spills, the SASS of a trip of the main loop (`tessera.sass.loop_trip`: a path through the SASS
+from the loop's header back to it, the shortest that issues every MMA, over the waits' retries; with
+peel-masked-iterations the masked trips after a slash: with `branch=true`, the default, one loop whose
 trips branch over the masks, "steady/masked" the instructions of a trip that skips them and of one that
-runs them; split, the steady loop and the masked tail loop) and the same per key (divided by
+runs them; split, the steady loop's trip and the masked tail loop's) and the same per key (divided by
 block_n: FlashAttention-3's hd128 loop is 606 / 176 = 3.44 under ptxas 13.0; the default block_n is the
-flash builder's, `FLASH_BLOCK_N`: 176 at head_dim 128), its HGMMA count, and the most
+flash builder's, `FLASH_BLOCK_N`: 176 at head_dim 128), the steady trip's HGMMA and EX2 counts, and the most
 wgmma groups in flight at once in the loop's Target IR (committed and not yet retired by a wait_group), and
 ptxas's warnings and informational diagnostics (codes; "none" when it printed none: e.g. C7513 would say that
 ptxas serialized the wgmmas, C7512 that it spilled).
-Since compile17 the printer runs the last trip's P.V in the loop (tessera/ptx/fold_epilogue.py): in the rows
-whose loop it prints that way (the full pipeline's and "all"; HGMMA 12 at head_dim 128 where the others have 19)
-the smallest loop holding HGMMA is the inner loop its re-entry label heads, without the score mma: not a trip.
-`python bench/fold_epilogue.py trips` counts the steady and masked trips as paths through the SASS
-(docs/compile-time.md, compile15 and compile17).
+Since compile17 the printer runs the last trip's P.V in the loop (tessera/ptx/fold_epilogue.py), re-entering
+it at the P.V: the smallest loop holding HGMMA is then the inner loop its re-entry label heads, without the
+score mma, and the trip is counted in the loop around it (`tessera.sass.trip_loops`; docs/compile-time.md,
+compile15 and compile17).
 The cluster rows (flash attention with clusters of two query blocks sharing K/V, GEMM 2x1 sharing B, both by
 TMA multicast) add the traffic counter of the CTA simulator: the bytes each CTA's TMA copies read from global
 memory, by tensor, on a small problem (`--no-traffic` skips those runs).
@@ -50,11 +50,10 @@ from tessera.passes import apply_pipeline
 from tessera.ptx.module import print_ptx
 from tessera.ptx.target import allocated_registers
 from tessera.toolchain import compile_ptx, find_all_ptxas, find_nvdisasm, find_ptxas
-from tessera.sass import disassemble, sass_loops
+from tessera.sass import (MMA_OPCODES, disassemble, loop_trip, opcode_counts, parse_sass, sass_loops,
+                          trip_loops)
 from xdsl.dialects import scf
 
-MMA_OPCODES = ("HGMMA", "QGMMA")
-"""The warpgroup MMAs in SASS: HGMMA for 16-bit operands, QGMMA for e4m3/e5m2 (the HGMMA column counts both)."""
 LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 VARIANTS = {
     "1 stage, no specialization": dict(stages=1),
@@ -128,23 +127,21 @@ def resources(module, ptxas: str | None = None) -> tuple:
         regs, spill = entry.registers, entry.spill_store_bytes
         diagnostics = ",".join(d.code or d.severity for d in result.log.diagnostics) or "none"
         if find_nvdisasm() is not None:
-            loops = sorted((lp for lp in sass_loops(disassemble(result.cubin))
-                            if any(i.opcode in MMA_OPCODES for i in lp.instructions)), key=len)
-            innermost = [lp for lp in loops if not any(lp.contains(o) for o in loops if o is not lp)]
-            if innermost:
-                main_loop = innermost[0]
-                loop = "/".join(_trip_sizes(lp) for lp in innermost)
-                hgmma = sum(main_loop.opcode_counts[o] for o in MMA_OPCODES)
-                ex2 = main_loop.opcode_counts["MUFU.EX2"]
+            code = parse_sass(disassemble(result.cubin))
+            loops = trip_loops(code)
+            if loops:
+                loop = "/".join(_trip_sizes(code, lp) for lp in loops)
+                counts = opcode_counts(loop_trip(code, loop=loops[0]))  # the HGMMA column counts QGMMA too
+                hgmma = sum(counts[o] for o in MMA_OPCODES)
+                ex2 = counts["MUFU.EX2"]
     return regs, spill, loop, hgmma, ex2, diagnostics
 
 
-def _trip_sizes(loop) -> str:
-    """"575/710" for a loop whose trips may branch over a block (`SassLoop.skippable`: the masks under
-    peel-masked-iterations{branch=true}): the instructions of a trip that skips it, then of one that runs
-    it; "572" for a loop without such a block."""
-    skipped = len(loop.skippable())
-    return f"{len(loop) - skipped}/{len(loop)}" if skipped else str(len(loop))
+def _trip_sizes(code, loop) -> str:
+    """"563/701" for a loop whose trips may branch over the masks (peel-masked-iterations{branch=true}): the
+    instructions of a steady trip, then of a masked one (`loop_trip`); "572" where both are the same path."""
+    steady, masked = (len(loop_trip(code, masked=masked, loop=loop)) for masked in (False, True))
+    return f"{steady}/{masked}" if masked != steady else str(steady)
 
 
 def transpose_loops(module) -> str:

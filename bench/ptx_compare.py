@@ -9,9 +9,10 @@ For each configuration whose PTX differs (instruction lines, comments ignored) a
 (`toolchain.find_all_ptxas`: the system's and the wheels', CUDA 12 and 13), a row before -> after of: the PTX's
 instruction lines and its `wgmma.mma_async` instructions, ptxas' CPU seconds (its process's, best of N,
 the two files alternating so that a busy machine slows both alike), registers, spill bytes, the whole SASS's
-instructions, the main loop's (the innermost loop holding HGMMA: all of it / a steady trip, as
-bench/compile.py counts it) and ptxas' diagnostics. A row is flagged where the main loop grows, anything
-spills or ptxas says anything: what docs/performance.md asks of a PTX change ("Compile time").
+instructions, the main loop's (a steady trip / a masked trip: `tessera.sass.loop_trip`, paths through the SASS
+from the loop's header back to it, as bench/compile.py and bench/pipeline.py count them) and ptxas' diagnostics.
+A row is flagged where a trip grows, anything spills or ptxas says anything: what docs/performance.md asks of a
+PTX change ("Compile time").
 
 ptxas' time is not proportional to lines: on the flash d128 kernel (ptxas 13.0) taking out 8 of its 32
 wgmma instructions saved 11-15% of it, 381 lines of softmax arithmetic 11%, 64 `mul` lines nothing
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ptx_identity import instruction_lines
 from tessera.toolchain import compile_ptx, find_all_ptxas
-from tessera.sass import disassemble, innermost_loop, parse_sass
+from tessera.sass import disassemble, loop_trip, parse_sass
 
 
 def _children_cpu() -> float:
@@ -41,10 +42,10 @@ def measure(ptx: str, ptxas: str) -> dict:
     result = compile_ptx(ptx, ptxas=ptxas)
     seconds = _children_cpu() - start
     entry = result.entry()
-    sass = disassemble(result.cubin)
-    loop = innermost_loop(sass, containing="HGMMA")
-    return dict(cpu=seconds, registers=entry.registers, spill=entry.spill_store_bytes, sass=len(parse_sass(sass)),
-                loop=(len(loop), len(loop) - len(loop.skippable())) if loop is not None else None,
+    code = parse_sass(disassemble(result.cubin))
+    steady, masked = (loop_trip(code, masked=masked) for masked in (False, True))
+    return dict(cpu=seconds, registers=entry.registers, spill=entry.spill_store_bytes, sass=len(code),
+                loop=(len(steady), len(masked)) if steady else None,
                 diagnostics=[str(d) for d in result.log.diagnostics])
 
 

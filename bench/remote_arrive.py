@@ -5,7 +5,8 @@ documents for it would save: docs/performance.md ("GEMM") and `memory_model.MBAR
 
 For each clustered configuration (the GEMM's "-cluster2" schedules, the default GEMM in 2 x 1 clusters, the flash
 forward at head_dim 128 in clusters of two under bench/pipeline.py's full pipeline), under every ptxas found: the
-registers, spills and ptxas warnings (codes; C7514 is its serialized-wgmma advisory), the innermost HGMMA loop's
+registers, spills and ptxas warnings (codes; C7514 is its serialized-wgmma advisory), the main loop's
+(`tessera.sass.trip_loops`: the innermost HGMMA loop, or the loop around it where the printer's fold re-enters it)
 SASS instructions and its MEMBAR / ERRBAR / CGAERRBAR / FENCE.VIEW.ASYNC.S, and the kernel's MEMBAR.ALL.GPU; once
 for the PTX Tessera prints (`mbarrier.arrive.release.cluster.shared::cluster.b64`) and once with every such arrive
 replaced by `fence.release.sync_restrict::shared::cta.cluster` + `mbarrier.arrive.relaxed.cluster.shared::cluster
@@ -21,7 +22,7 @@ from pipeline import spec
 
 import tessera
 from tessera.runtime.gemm import gemm_config
-from tessera.sass import disassemble, innermost_loop, opcode_counts, parse_sass
+from tessera.sass import disassemble, opcode_counts, parse_sass, trip_loops
 from tessera.toolchain import compile_ptx, find_all_ptxas
 
 RELEASE_CLUSTER = re.compile(r"mbarrier\.arrive\.release\.cluster\.shared::cluster\.b64 _, \[(%r\d+)\];")
@@ -51,7 +52,7 @@ def row(ptx: str, ptxas: str) -> str:
     result = compile_ptx(ptx, ptxas=ptxas)
     entry = result.entry()
     sass = disassemble(result.cubin)
-    loop = innermost_loop(sass, containing="HGMMA")
+    loop = trip_loops(sass)[0]
     counts = " ".join(f"{c} {loop.opcode_counts.get(c, 0)}" for c in COUNTED)
     gpu = opcode_counts(parse_sass(sass)).get("MEMBAR.ALL.GPU", 0)
     advisories = ",".join(d.code or d.severity for d in result.warnings) or "clean"

@@ -1,7 +1,8 @@
 """SASS, the machine code ptxas makes, read back: `disassemble(cubin)` runs `nvdisasm -c` (found by
 `tessera.toolchain.find_nvdisasm`), `parse_sass` makes `SassInstruction`s of its text, `sass_opcode_counts(cubin)`
 counts opcodes by full mnemonic (`HGMMA.64x64x16.F32.BF16`) and base opcode (`HGMMA`), and `sass_loops` /
-`innermost_loop(disassembly)` find the loops (natural loops of the branch graph) and count their bodies.
+`innermost_loop(disassembly)` find the loops (natural loops of the branch graph) and count their bodies, and
+`loop_trip(disassembly)` the instructions of one trip of the main loop: a path from its header back to it.
 
 cuobjdump is not used: `cuobjdump -sass` runs nvdisasm itself, so it adds nothing where nvdisasm is missing.
 """
@@ -216,9 +217,9 @@ def sass_loops(disassembly: str | Sequence[SassInstruction]) -> list[SassLoop]:
     return loops
 
 
-def _natural_loops(function: str, code: list[SassInstruction]) -> list[SassLoop]:
-    if not code:
-        return []
+def _control_flow(code: list[SassInstruction]) -> tuple[list[int], dict[int, int], list[set[int]]]:
+    """The basic blocks of one function's code (in address order): their first instructions' indices, the block
+    of each instruction index, and each block's successors (see `sass_loops`)."""
     index = {ins.offset: n for n, ins in enumerate(code)}
     leaders = {0}
     for n, ins in enumerate(code):
@@ -234,16 +235,26 @@ def _natural_loops(function: str, code: list[SassInstruction]) -> list[SassLoop]
     successors: list[set[int]] = []
     for b, first in enumerate(starts):
         last = (starts[b + 1] if b + 1 < len(starts) else len(code)) - 1
-        ins, falls_through = code[last], True
-        succ: set[int] = set()
-        if ins.opcode in _BRANCHES and ins.target in index:
-            succ.add(block_of[index[ins.target]])
-            falls_through = ins.predicate is not None
-        elif ins.opcode in _ENDS_THREAD:
-            falls_through = ins.predicate is not None
-        if falls_through and last + 1 < len(code):
-            succ.add(block_of[last + 1])
-        successors.append(succ)
+        successors.append({block_of[n] for n in _next_instructions(code, index, last)})
+    return starts, block_of, successors
+
+
+def _next_instructions(code: list[SassInstruction], index: dict[int, int], n: int) -> list[int]:
+    """The indices of the instructions that may run after `code[n]`: a branch's target, and the next one unless
+    an unpredicated branch to a known target, `EXIT` or `RET` ends the path there."""
+    ins, following = code[n], []
+    jumps = ins.opcode in _BRANCHES and ins.target in index
+    if jumps:
+        following.append(index[ins.target])
+    if (ins.predicate is not None or not (jumps or ins.opcode in _ENDS_THREAD)) and n + 1 < len(code):
+        following.append(n + 1)
+    return following
+
+
+def _natural_loops(function: str, code: list[SassInstruction]) -> list[SassLoop]:
+    if not code:
+        return []
+    starts, block_of, successors = _control_flow(code)
 
     reachable, stack = {0}, [0]
     while stack:
@@ -305,3 +316,107 @@ def innermost_loop(disassembly: str | Sequence[SassInstruction], containing: str
     working = [loop for loop in loops if not loop.is_polling]
     innermost = [loop for loop in working if not any(loop.contains(other) for other in working)]
     return max(innermost, key=len, default=None)
+
+
+MMA_OPCODES = ("HGMMA", "QGMMA")
+"""The SASS of `wgmma.mma_async`: HGMMA for 16-bit operands, QGMMA for e4m3/e5m2."""
+_ISSUES = ("UTMA", "SYNCS.ARRIVE")
+
+
+def trip_loops(disassembly: str | Sequence[SassInstruction]) -> list[SassLoop]:
+    """The loops in which `loop_trip` counts trips, smallest first: each innermost loop holding an MMA
+    (`MMA_OPCODES`), replaced by the loop around it while that loop's back edge leaves from inside it.
+
+    Such an inner loop is not one of the program's loops but a second entry into the enclosing loop's body: the
+    PTX printer's fold (tessera/ptx/fold_epilogue.py) re-enters the flash forward's loop at its P.V, so the
+    smallest loop holding HGMMA is headed by that re-entry label and holds none of the score mma. A loop nested
+    in the program (a K loop in a tile loop) keeps its own back edge, and the outer loop's leaves from outside it."""
+    code = parse_sass(disassembly) if isinstance(disassembly, str) else list(disassembly)
+    holding = [loop for loop in sass_loops(code) if any(i.opcode in MMA_OPCODES for i in loop.instructions)]
+    found: list[SassLoop] = []
+    for loop in holding:
+        if any(loop.contains(other) for other in holding):
+            continue
+        while True:
+            around = min((o for o in holding if o.contains(loop)), key=len, default=None)
+            if around is None or not _back_edge_sources(around, code) & loop.offsets:
+                break
+            loop = around
+        if loop not in found:
+            found.append(loop)
+    return sorted(found, key=len)
+
+
+def _back_edge_sources(loop: SassLoop, code: Sequence[SassInstruction]) -> set[int]:
+    """The offsets of the loop's instructions that may run right before its header."""
+    ordered = sorted((i for i in code if i.function == loop.function), key=lambda i: i.offset)
+    index = {ins.offset: n for n, ins in enumerate(ordered)}
+    return {ins.offset for ins in loop.instructions
+            if any(ordered[k].offset == loop.head for k in _next_instructions(ordered, index, index[ins.offset]))}
+
+
+def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False,
+              loop: SassLoop | None = None) -> tuple[SassInstruction, ...]:
+    """The instructions of one trip of the kernel's main loop (`loop`, else the smallest of `trip_loops`), in
+    the order they issue; () without such a loop.
+
+    A trip is a path through the loop's SASS from its header to a branch (or fall-through) back to it that
+    runs no instruction twice: so it takes no back edge of a loop inside it (a wait's retry loop, the fold's
+    re-entry), and a wait's out-of-line retry, longer than the path past it, is in none of the trips below:
+    - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), then
+      the most TMA copies and mbarrier arrivals (`UTMA*`, `SYNCS.ARRIVE*`: one elected thread's issue, which
+      its warp runs), then the most `MUFU` (the softmax's exponentials): the one that branches over the masks
+      (the FSELs that peel-masked-iterations{branch=true} puts under a warp-uniform branch), over the fold's exit
+      and over every wait's out-of-line retry;
+    - the masked trip is the shortest of those that issue the most MMAs, then TMA copies and arrivals, then
+      `FSEL`, then `MUFU`: the one that runs the masks.
+    In a loop without such branches both are the loop's in-line body. Static counts: each instruction once."""
+    code = parse_sass(disassembly) if isinstance(disassembly, str) else list(disassembly)
+    if loop is None:
+        loop = next(iter(trip_loops(code)), None)
+        if loop is None:
+            return ()
+    ordered = sorted((i for i in code if i.function == loop.function), key=lambda i: i.offset)
+    index = {ins.offset: n for n, ins in enumerate(ordered)}
+    inside = {index[offset] for offset in loop.offsets}
+    head = index[loop.head]
+
+    def weight(ins: SassInstruction) -> tuple[int, ...]:
+        mma, mufu = int(ins.opcode in MMA_OPCODES), int(ins.opcode == "MUFU")
+        issue = int(ins.mnemonic.startswith(_ISSUES))
+        return (mma, issue, int(ins.opcode == "FSEL"), mufu, -1) if masked else (mma, issue, mufu, -1)
+
+    def following(n: int) -> list[int]:
+        return [k for k in _next_instructions(ordered, index, n) if k in inside]
+
+    # Depth-first from the header: an edge to an instruction on the stack is a back edge (those to the header end
+    # a trip); the other edges are acyclic, and their postorder puts every successor before its predecessors, so
+    # `best[n]` (the best path from n to the header and its next instruction) is known for them in that order.
+    on_stack, done, postorder, back = {head}, set(), [], set()
+    stack = [(head, iter(following(head)))]
+    while stack:
+        n, successors = stack[-1]
+        k = next(successors, None)
+        if k is None:
+            stack.pop()
+            on_stack.discard(n)
+            done.add(n)
+            postorder.append(n)
+        elif k in on_stack:
+            back.add((n, k))
+        elif k not in done:
+            on_stack.add(k)
+            stack.append((k, iter(following(k))))
+    best: dict[int, tuple[tuple[int, ...], int | None]] = {}
+    for n in postorder:
+        own = weight(ordered[n])
+        options = [(own, None)] if head in following(n) else []
+        options += [(tuple(a + b for a, b in zip(own, best[k][0])), k)
+                    for k in following(n) if (n, k) not in back and k in best]
+        if options:
+            best[n] = max(options, key=lambda option: option[0])
+    path, n = [], head if head in best else None
+    while n is not None:
+        path.append(ordered[n])
+        n = best[n][1]
+    return tuple(path)

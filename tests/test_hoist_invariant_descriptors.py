@@ -74,11 +74,11 @@ def test_q_descriptors_leave_the_loops_within_the_budget(options):
 @pytest.mark.slow
 @pytest.mark.skipif(find_ptxas() is None or find_nvdisasm() is None, reason="needs ptxas and nvdisasm")
 def test_steady_loop_is_shorter_without_spill():
-    """The d128 128 x 176 steady loop (the smallest SASS loop holding HGMMA) loses uniform-datapath work, no
+    """The d128 128 x 176 steady trip (`loop_trip`, the path through the main loop) loses uniform-datapath work, no
     spill, no R2UR in it (slow: two compiles to cubin; bench/pipeline.py --ptxas-all measures every ptxas)."""
     from tessera.ptx.module import print_ptx
     from tessera.ptx.target import allocated_registers
-    from tessera.sass import disassemble, sass_loops
+    from tessera.sass import disassemble, loop_trip, opcode_counts, parse_sass
     from tessera.toolchain import compile_ptx
 
     sizes = []
@@ -87,8 +87,8 @@ def test_steady_loop_is_shorter_without_spill():
         result = compile_ptx(print_ptx(module, registers=allocated_registers, comments=False))
         entry = result.entry()
         assert not result.log.diagnostics and entry.spill_store_bytes == entry.stack_frame_bytes == 0
-        main = min((lp for lp in sass_loops(disassemble(result.cubin)) if lp.opcode_counts["HGMMA"]), key=len)
-        sizes.append((len(main), main.opcode_counts["R2UR"]))
+        trip = loop_trip(parse_sass(disassemble(result.cubin)))
+        sizes.append((len(trip), opcode_counts(trip)["R2UR"]))
     (before, _), (after, r2ur) = sizes
     assert after < before and r2ur == 0, sizes
 

@@ -15,7 +15,7 @@ import pytest
 from tessera import toolchain
 from tessera.sass import disassemble, opcode_counts
 from tessera.toolchain import PtxasError, ToolchainError, compile_ptx, find_nvdisasm, find_ptxas, parse_ptxas_log
-from tessera.sass import innermost_loop, parse_sass, sass_loops, sass_opcode_counts
+from tessera.sass import innermost_loop, loop_trip, parse_sass, sass_loops, sass_opcode_counts, trip_loops
 
 SAMPLES = Path(__file__).parent / "ptx_samples"
 # The test command installs both tools (tessera-compiler[ptx]): without one these tests fail, never skip (conftest).
@@ -380,6 +380,90 @@ def test_a_trip_may_branch_over_a_block_without_mma():
     assert len(loop) - len(loop.skippable()) == 10  # 0x10-0x40, 0x70-0x90, the out-of-line retry 0xb0-0xd0
     assert innermost_loop(NESTED_SASS, containing="HGMMA").skippable() == ()
     assert loop.skippable(keep=("FSEL",)) == ()
+
+
+# The PTX printer's fold (tessera/ptx/fold_epilogue.py) in miniature: the loop (0x10) issues the score mma
+# (0x30-0x40), then, unless it is the first trip, the previous trip's P.V (0x60); the masks (0x90-0xa0) are
+# branched over by steady trips, and inside them the last trip leaves (0x80 -> 0x160). After the latch (0xd0) the
+# loop is re-entered at the P.V (0x50) through a dummy score mma (0x140), so the smallest loop holding HGMMA is
+# the one 0x50 heads, without the score mma. The K wait retries out of line (0x110).
+FOLDED_SASS = """
+        .section        .text.folded,"ax",@progbits
+folded:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_0:
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR5], R2 ;
+        /*0020*/              @!P1 BRA `(.L_x_6) ;
+.L_x_1:
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24, !UPT ;
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12], R24, gsb0 ;
+.L_x_2:
+        /*0050*/               @P5 BRA `(.L_x_3) ;
+        /*0060*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR16], R88, gsb0 ;
+.L_x_3:
+        /*0070*/               @P0 BRA `(.L_x_4) ;
+        /*0080*/               @P6 BRA `(.L_x_8) ;
+        /*0090*/                   FSEL R24, R24, -INF , P3 ;
+        /*00a0*/                   FSEL R25, R25, -INF , P4 ;
+.L_x_4:
+        /*00b0*/                   MUFU.EX2 R24, R24 ;
+        /*00c0*/                   ISETP.GE.AND P2, PT, R1, R5, PT ;
+        /*00d0*/              @!P2 BRA `(.L_x_0) ;
+        /*00e0*/                   BRA `(.L_x_7) ;
+.L_x_5:
+        /*00f0*/                   STG.E [R2.64], R88 ;
+        /*0100*/                   EXIT ;
+.L_x_6:
+        /*0110*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR5], R2 ;
+        /*0120*/              @!P1 BRA `(.L_x_6) ;
+        /*0130*/                   BRA `(.L_x_1) ;
+.L_x_7:
+        /*0140*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24, !UPT ;
+        /*0150*/                   BRA `(.L_x_2) ;
+.L_x_8:
+        /*0160*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0170*/                   BRA `(.L_x_5) ;
+"""
+
+
+def offsets(instructions) -> list[int]:
+    return [i.offset for i in instructions]
+
+
+def test_a_trip_is_a_path_from_the_loop_header_back_to_it():
+    (inner,) = trip_loops(NESTED_SASS)  # the outer loop's back edge (0x90) leaves from outside the inner loop
+    assert inner.head == 0x40 and offsets(loop_trip(NESTED_SASS)) == [0x40, 0x50, 0x60, 0x70]
+    assert loop_trip(NESTED_SASS, masked=True) == loop_trip(NESTED_SASS)
+    # Steady: over the masks and the wait's retry (0xb0-0xd0), which the loop less its skippable blocks counts.
+    assert offsets(loop_trip(BRANCHING_SASS)) == [0x10, 0x20, 0x30, 0x40, 0x70, 0x80, 0x90]
+    assert offsets(loop_trip(BRANCHING_SASS, masked=True)) == [0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90]
+    assert loop_trip("") == ()
+
+
+def test_a_trip_of_a_loop_entered_twice_is_counted_in_the_loop_around_the_re_entry():
+    inner = innermost_loop(FOLDED_SASS, containing="HGMMA")
+    assert inner.head == 0x50 and 0x30 not in inner.offsets  # not a trip: no score mma, the dummy's instead
+    (loop,) = trip_loops(FOLDED_SASS)
+    assert loop.head == 0x10 and loop.contains(inner)
+    steady = [0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0xB0, 0xC0, 0xD0]
+    assert offsets(loop_trip(FOLDED_SASS)) == steady
+    assert offsets(loop_trip(FOLDED_SASS, masked=True)) == sorted(steady + [0x80, 0x90, 0xA0])
+    assert offsets(loop_trip(FOLDED_SASS, loop=inner)) == [0x50, 0x60, 0x70, 0xB0, 0xC0, 0xD0, 0xE0, 0x140, 0x150]
+
+
+@needs_ptxas
+@needs_nvdisasm
+def test_the_trip_of_the_k_loop_kernel_runs_its_tma_issue_and_not_its_wait_retry():
+    disassembly = sass("gemm_k_loop.ptx")
+    main = innermost_loop(disassembly)
+    wait = innermost_loop(disassembly, containing="SYNCS.PHASECHK.TRANS64.TRYWAIT")
+    assert trip_loops(disassembly) == [main] and main.skippable() == ()
+    trip = loop_trip(disassembly)
+    assert trip[0].offset == main.head and trip[-1].target == main.head
+    assert len(trip) == len(main) - len(wait) - 1  # all but the out-of-line retry: the wait loop, its way back
+    counts = opcode_counts(trip)
+    assert (counts["HGMMA"], counts["UTMALDG"], counts["BAR"]) == (4, 2, 1)  # the elected thread's TMA issue kept
+    assert not {i.offset for i in trip} & wait.offsets and loop_trip(disassembly, masked=True) == trip
 
 
 def test_the_innermost_loop_heuristic():
