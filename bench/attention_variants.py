@@ -3,7 +3,7 @@
 Rows:
 - the fraction of (query block, key block) pairs each mask leaves to the kernel (`tessera.variants.block_mask`) at
   seq 16384 with 128 x 128 blocks, and that of a sliding window of 1024 relative to causal's;
-- SASS instructions of the main loops (loops holding HGMMA) of the dense kernel and of the block-sparse kernel
+- SASS instructions of a steady trip of the main loops (loops holding HGMMA) of the dense kernel and of the block-sparse kernel
   (its full-block loop, then its partial-block loop) at head_dim 64 and 128, and per key (instructions / BN):
   the full-block loop costs what the dense loop costs;
 - the partial-block cost per mod: SASS instructions per key of the partial loop minus the full loop's, for
@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 import tessera
-from tessera.sass import disassemble, sass_loops
+from tessera.sass import disassemble, loop_trip, sass_loops, trip_loops
 from tessera.variants.block_mask import create_block_mask
 from tessera.kernels import flash_attention
 
@@ -123,9 +123,12 @@ def t5_bias(score, b, h, q_idx, kv_idx):  # T5's log-spaced relative-position bu
     return score + BUCKET_BIAS[h, bucket]
 
 
-def hgmma_loops(module) -> list[int]:
+def main_loop_trips(module) -> list[int]:
+    """SASS instructions of a steady trip of each main loop (`tessera.sass.loop_trip`: a path through the loop, so
+    the dense forward's loop, which the PTX printer folds and re-enters at its P.V, counts a whole trip), the
+    smallest loop first: a block-sparse kernel's full-block loop, then its partial-block loop."""
     text = disassemble(tessera.compile(module, target="cubin").cubin)
-    return [len(loop.instructions) for loop in sass_loops(text) if loop.opcode_counts["HGMMA"]]
+    return [len(loop_trip(text, loop=loop)) for loop in trip_loops(text)]
 
 
 def main() -> None:
@@ -138,9 +141,9 @@ def main() -> None:
               f"(empty {kinds[0]}, partial {kinds[1]}, full {kinds[2]})")
     print(f"sliding window 1024 / causal work: {visited['sliding_window'] / visited['causal']:.4f}")
     for d, bn in ((64, 64), (64, 128), (128, 64), (128, 128)):
-        dense = hgmma_loops(flash_attention(d, block_n=bn))
+        dense = main_loop_trips(flash_attention(d, block_n=bn))
         try:
-            sparse = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=sliding_window, block_sparse=True))
+            sparse = main_loop_trips(flash_attention(d, block_n=bn, mask_mod=sliding_window, block_sparse=True))
         except Exception as error:  # the refusal (e.g. two loops' K/V rings exceed shared memory), by name
             sparse = f"refused: {str(error).splitlines()[0][:160]}"
         print(f"head_dim {d} BN {bn}: SASS per main-loop trip: dense {dense}, block-sparse (full, partial) {sparse}")
@@ -148,9 +151,9 @@ def main() -> None:
             print(f"    per key: dense {min(dense) / bn:.2f}, full blocks {sparse[0] / bn:.2f}, "
                   f"partial blocks {sparse[1] / bn:.2f}")
     d, bn = 64, 64
-    dense = min(hgmma_loops(flash_attention(d, block_n=bn)))
+    dense = min(main_loop_trips(flash_attention(d, block_n=bn)))
     for mask in (causal, sliding_window, prefix_lm, documents, chunked_local, dilated):
-        full, partial = hgmma_loops(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
+        full, partial = main_loop_trips(flash_attention(d, block_n=bn, mask_mod=mask, block_sparse=True))
         print(f"mask_mod {mask.__name__:15s}: partial-block cost {(partial - full) / bn:.2f} SASS/key "
               f"(full {full / bn:.2f}, dense {dense / bn:.2f})")
     score_mods(d, bn, dense)
@@ -159,7 +162,7 @@ def main() -> None:
 
 def score_mods(d: int, bn: int, dense: int, mods=None) -> None:
     for mod in mods or (softcap, softcap32, alibi, alibi_formula, relative_table, t5_bias, rounded):
-        loops = hgmma_loops(flash_attention(d, block_n=bn, score_mod=mod))
+        loops = main_loop_trips(flash_attention(d, block_n=bn, score_mod=mod))
         print(f"score_mod {mod.__name__:14s}: {(min(loops) - dense) / bn:.2f} SASS/key over the dense loop")
 
 
