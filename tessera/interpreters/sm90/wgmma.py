@@ -100,6 +100,14 @@ def wgmma_form(op: sm90.WgmmaMmaAsyncOp) -> WgmmaForm:
     return form
 
 
+@lru_cache(maxsize=None)
+def _warpgroup_threads(warpgroup: int) -> np.ndarray:
+    """The threads of `warpgroup`, in order (read-only: kept, a wgmma takes them for each of its warpgroups)."""
+    threads = np.arange(warpgroup * facts.WARPGROUP_SIZE, (warpgroup + 1) * facts.WARPGROUP_SIZE)
+    threads.flags.writeable = False
+    return threads
+
+
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
     """The threads of `warpgroups` (ascending) as a slice where they are consecutive, else as an index array."""
     size = facts.WARPGROUP_SIZE
@@ -237,7 +245,7 @@ class WgmmaUnit:
         a_tiles, b_tiles, accumulate = [], [], []
         a_order, b_order = fragment_view.operand_order("A", n), fragment_view.operand_order("B", n)
         for w in warpgroups:
-            threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
+            threads = _warpgroup_threads(w)
             if not a_in_registers:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
                 a_tiles.append(self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A",
