@@ -401,9 +401,13 @@ class SharedMemory:
                           local: bool = True) -> None:
         """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`; `local`
         False: `thread` is of a peer CTA (a multicast), whose order the cluster checks (`check_released`)."""
-        issuer = np.broadcast_to(np.int64(thread), addresses.shape)  # read only: one thread's copy
+        # one thread's copy: its thread for every byte, a read-only stride-0 view (as np.broadcast_to's, without
+        # its Python-level dispatch)
+        issuer = np.ndarray(addresses.shape, np.int64, np.array([thread], np.int64), 0, (0,) * addresses.ndim)
+        issuer.flags.writeable = False
         box = getattr(addresses, "box", None)
-        if box is None or not (0 <= _box_span(box)[0] and _box_span(box)[1] < self.size):
+        span = None if box is None else _box_span(box)
+        if span is None or not (0 <= span[0] and span[1] < self.size):
             self.check_bounds(op, addresses, issuer, 1, "writes")
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
