@@ -388,7 +388,9 @@ class HappensBefore:
         one of the warpgroup's threads released after the wait."""
         wgmma = self.cta.wgmma
         size = facts.WARPGROUP_SIZE
-        one_writer = len(threads) > 0 and bool(threads.min() == threads.max())  # a TMA copy's issuing thread
+        # a TMA copy's issuing thread (a broadcast of it, stride 0: one thread without a look at every byte's)
+        one_writer = len(threads) > 0 and ((threads.ndim == 1 and threads.strides[0] == 0)
+                                           or bool(threads.min() == threads.max()))
         for w in range(wgmma.read_group.shape[0]):
             if wgmma.newest_read[w] < 0:
                 continue  # no wgmma of this warpgroup has read shared memory

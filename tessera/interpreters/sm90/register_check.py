@@ -124,6 +124,8 @@ class RegisterFileChecker(Interpreter.Listener):
         self.fences = bool(getattr(cta, "races", True))
         self.touched = np.full((max(1, cta.threads // facts.WARPGROUP_SIZE), registers), -1, np.int32)
         self.touch_ops: list[Operation] = []
+        self._touched_any = [False] * len(self.touched)
+        """Whether row w of `touched` holds any op (else it is -1 everywhere: a wgmma's check of it finds nothing)."""
         self._touches = self.layout.touches
         if self.fences and getattr(cta, "wgmma", None) is not None:  # (a CTA without a wgmma unit: no fences)
             cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
@@ -252,7 +254,10 @@ class RegisterFileChecker(Interpreter.Listener):
             self._check_writes(op, active, written)
         if self.fences:
             if kind is sm90.WgmmaFenceOp:
-                self.touched[self._warpgroups(active)] = -1
+                warpgroups = self._warpgroups(active)
+                self.touched[warpgroups] = -1
+                for w in warpgroups:
+                    self._touched_any[w] = False
             elif (columns := self._touches(op, self._written)[1]) is not None:
                 self._touch(op, active, columns)
         if writes:
@@ -347,10 +352,14 @@ class RegisterFileChecker(Interpreter.Listener):
                 if not self.touch_ops or self.touch_ops[-1] is not op:
                     self.touch_ops.append(op)
                 row[columns[fresh]] = len(self.touch_ops) - 1
+                self._touched_any[w] = True
 
     def _check_fenced(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
+        warpgroups = [w for w in self._warpgroups(active) if self._touched_any[w]]
+        if not warpgroups:
+            return  # no register touched since the warpgroups' latest fences
         columns, names = self._touches(op, self._written)[2]
-        for w in self._warpgroups(active):
+        for w in warpgroups:
             if self.cta.wgmma.fenced_at[w] < 0:
                 continue  # no fence yet: `WgmmaUnit` reports the first wgmma
             touched = self.touched[w, columns]

@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
+from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.register_windows import (CheckWindows, carried, check_windows, fence_touches,
                                                            kernel_of, moves_of, view_in_place)
 from tessera.regalloc import Allocation, aliases_operand_registers
@@ -218,13 +219,16 @@ class RegisterLayout:
 
     def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[tuple[np.ndarray, str], ...]:
         """The register columns wgmma `op` holds in flight until its group completes, with their role: its
-        result's ("accumulator") and, for a register A operand, the A fragment's; once per launch."""
+        result's ("accumulator") and, for a register A operand, the A fragment's, each a slice where they are
+        consecutive (`ranges.consecutive`: a view, where the columns' records are written at every wgmma); once per
+        launch."""
         plan = self.held_plans.get(op)
         if plan is None:
             values = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
-            plan = self.held_plans[op] = tuple(
-                (np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")], np.intp),
-                 role) for value, role in values)
+            columns = [np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")],
+                                np.intp) for value, _ in values]
+            plan = self.held_plans[op] = tuple((consecutive(np.sort(c)) if len(c) else c, role)
+                                               for c, (_, role) in zip(columns, values))
         return plan
 
     def written(self, op: Operation, find) -> list[tuple[str, object]]:

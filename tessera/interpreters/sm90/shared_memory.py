@@ -28,7 +28,10 @@ Readers are checked against the tags (the checked asynchrony of DESIGN.md sectio
 Change epochs: every write of tags counts one change (`changes`) and stamps the EPOCH_BYTES-byte lines it
 touches (`changed`). A reader that found lines readable through the async proxy (`async_readable`) by some
 threads may take them as still readable while no line changed since: the tags of a LANDED byte change only by
-a write, and a thread's observed phases only grow (wgmma operands: `wgmma.WgmmaUnit`).
+a write, and a thread's observed phases only grow (wgmma operands: `wgmma.WgmmaUnit`). A TMA copy landing a
+contiguous range tags the whole lines inside it with its (barrier, phase) key (`line_keys`), and every write of
+tags clears its lines' keys: lines that all hold one key are LANDED by that one copy, byte for byte, and
+`async_readable` reads the key there instead of every byte's tags.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ class SharedMemory:
         self.is_mbarrier = records(cta, size, False, bool)
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
+        self.line_keys = np.full(len(self.changed), -1, np.int64)
+        """Each line's (barrier, phase) key (`_phase_keys`) where a TMA copy landed the whole line and no tag of it
+        changed since (every byte LANDED, `writer` -1, that barrier and phase), else -1 (the bytes tell)."""
         self._landed: tuple = (None, None)
         """((first line, end line, `changes`), the (barrier, phase) keys of those lines' bytes if every byte has
         landed by TMA, else None): what `async_readable` found last, valid while no tag has changed since."""
@@ -130,7 +136,9 @@ class SharedMemory:
             low, high = int(addresses.min()), int(addresses.max())
         else:
             return
-        self.changed[max(low, 0) // EPOCH_BYTES:min(high, self.size - 1) // EPOCH_BYTES + 1] = self.changes
+        lines = slice(max(low, 0) // EPOCH_BYTES, min(high, self.size - 1) // EPOCH_BYTES + 1)
+        self.changed[lines] = self.changes
+        self.line_keys[lines] = -1
 
     # region buffers and addresses
     def add_buffer(self, op: Operation, buffer: Buffer) -> None:
@@ -343,6 +351,11 @@ class SharedMemory:
         """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
         observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
         key = (lines.start, lines.stop, self.changes)
+        if self._landed[0] != key:
+            keys = self.line_keys[lines]
+            one = int(keys[0])
+            if one >= 0 and lines.stop * EPOCH_BYTES <= self.size and not np.count_nonzero(keys != one):
+                self._landed = (key, [one])  # one copy landed every line whole (`line_keys`)
         if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
             # of a wgmma read the same lines of B; only what each observed differs)
             span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
@@ -388,9 +401,13 @@ class SharedMemory:
                           local: bool = True) -> None:
         """A TMA copy by `thread` will write `addresses` and complete on mbarrier instance `barrier`; `local`
         False: `thread` is of a peer CTA (a multicast), whose order the cluster checks (`check_released`)."""
-        issuer = np.broadcast_to(np.int64(thread), addresses.shape)  # read only: one thread's copy
+        # one thread's copy: its thread for every byte, a read-only stride-0 view (as np.broadcast_to's, without
+        # its Python-level dispatch)
+        issuer = np.ndarray(addresses.shape, np.int64, np.array([thread], np.int64), 0, (0,) * addresses.ndim)
+        issuer.flags.writeable = False
         box = getattr(addresses, "box", None)
-        if box is None or not (0 <= _box_span(box)[0] and _box_span(box)[1] < self.size):
+        span = None if box is None else _box_span(box)
+        if span is None or not (0 <= span[0] and span[1] < self.size):
             self.check_bounds(op, addresses, issuer, 1, "writes")
         self.check_writable(op, addresses, issuer, "the TMA copy")
         if local:
@@ -439,6 +456,19 @@ class SharedMemory:
             put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
+        elif writers < 0:
+            self._key_lines(addresses, barrier, phase)
+
+    def _key_lines(self, addresses: np.ndarray, barrier: int, phase: int) -> None:
+        """A TMA copy's `addresses` landed on (`barrier`, `phase`): the whole lines inside them, when they are a
+        contiguous range (a `ByteBox` of one run), take its key (`line_keys`; `_stamp` cleared them first)."""
+        box = getattr(addresses, "box", None)
+        if box is None or len(box[1]) != 1 or box[2][0] != 1:
+            return
+        start, (length,), _ = box
+        first, end = -(-start // EPOCH_BYTES), (start + length) // EPOCH_BYTES
+        if first < end:
+            self.line_keys[first:end] = barrier << 32 | phase
 
     def _last_wait(self, thread: int) -> str:
         """The other side of a read of a byte nothing has written: the mbarrier phase the reading thread last

@@ -100,6 +100,14 @@ def wgmma_form(op: sm90.WgmmaMmaAsyncOp) -> WgmmaForm:
     return form
 
 
+@lru_cache(maxsize=None)
+def _warpgroup_threads(warpgroup: int) -> np.ndarray:
+    """The threads of `warpgroup`, in order (read-only: kept, a wgmma takes them for each of its warpgroups)."""
+    threads = np.arange(warpgroup * facts.WARPGROUP_SIZE, (warpgroup + 1) * facts.WARPGROUP_SIZE)
+    threads.flags.writeable = False
+    return threads
+
+
 def _warpgroup_rows(warpgroups: list[int]) -> slice | np.ndarray:
     """The threads of `warpgroups` (ascending) as a slice where they are consecutive, else as an index array."""
     size = facts.WARPGROUP_SIZE
@@ -237,7 +245,7 @@ class WgmmaUnit:
         a_tiles, b_tiles, accumulate = [], [], []
         a_order, b_order = fragment_view.operand_order("A", n), fragment_view.operand_order("B", n)
         for w in warpgroups:
-            threads = np.arange(w * facts.WARPGROUP_SIZE, (w + 1) * facts.WARPGROUP_SIZE)
+            threads = _warpgroup_threads(w)
             if not a_in_registers:
                 a_desc = self._uniform(op, a, threads, "A descriptor")
                 a_tiles.append(self._shared_operand(op, w, a_desc, "MN" if trans_a else "K", m, k, ab, threads, "A",
@@ -284,14 +292,18 @@ class WgmmaUnit:
     def _register(self, op: sm90.WgmmaMmaAsyncOp, result: np.ndarray, acc: np.ndarray, a: np.ndarray,
                   warpgroups: list[int], a_in_registers: bool) -> np.ndarray:
         """`result` (and an RS wgmma's A registers, `a_in_registers`) pending on the warpgroups' open groups."""
-        groups = self._groups_of(acc).copy()
-        groups[warpgroups] = self.open[warpgroups]
-        self.registry[id(result)] = Pending(result, groups, "result", op)
+        self.registry[id(result)] = Pending(result, self._opened(acc, warpgroups), "result", op)
         if a_in_registers:
-            a_groups = self._groups_of(a).copy()
-            a_groups[warpgroups] = self.open[warpgroups]
-            self.registry[id(a)] = Pending(a, a_groups, "A operand", op)
+            self.registry[id(a)] = Pending(a, self._opened(a, warpgroups), "A operand", op)
         return result
+
+    def _opened(self, value, warpgroups: list[int]) -> np.ndarray:
+        """The groups `value` waits for (`_groups_of`, copied), with those of `warpgroups` their open groups (one
+        item each: a warpgroup or two, where a fancy index costs more than the items)."""
+        groups = self._groups_of(value).copy()
+        for w in warpgroups:
+            groups[w] = self.open[w]
+        return groups
 
     def _uniform(self, op: Operation, values: np.ndarray, threads: np.ndarray, what: str):
         mine = values[int(threads[0]):int(threads[-1]) + 1]  # a warpgroup's threads, in order
