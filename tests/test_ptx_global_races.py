@@ -837,3 +837,60 @@ def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():
     assert hb.remote[1][1][0] == hb.clock[2, 0] - 1  # what it knows of CTA 1: its thread 0's last release
     order.acquire(np.array([0]), np.array([64]), STRONG_CTA, now=True)
     assert 1 not in hb.remote.get(0, {})  # a .cta acquire takes in its own CTA's releases only
+
+
+class _Found(Exception):
+    pass
+
+
+class _Stub:  # what `_check_together` reaches on a finding, reduced to the byte and the lanes it names
+    def __init__(self):
+        self.m = self
+        self.tracker = self.hb = self
+        self.lane_rank = np.zeros(64, np.int64)
+        self.threads = 64
+        self.line = 1
+
+    def hazard(self, inst, message, lane):
+        return _Found(self.byte, lane)
+
+    def where(self, b):
+        self.byte = b
+        return ""
+
+    def describe(self, rank, tid):
+        return ""
+
+
+def test_one_run_per_thread_stores_judged_by_their_starts_as_byte_by_byte():
+    """`_check_together` on stores of one run of k bytes per thread (its starts sorted, no argsort) finds a byte
+    stored twice exactly where a pass over every byte does, and reports it as that pass does."""
+    from tessera.interpreters.ptx.global_accesses import WEAK
+    from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
+
+    check = GlobalRaceChecks._check_together
+    rng = np.random.default_rng(5)
+    found = 0
+    for trial in range(200):
+        k, n = int(rng.choice([1, 2, 4, 8, 16])), int(rng.integers(2, 40))
+        starts = rng.choice(np.arange(0, 40 * 16, k), n, replace=trial % 2 == 0)  # half the trials may repeat a start
+        index = starts[:, None] + np.arange(k)
+        lanes = np.arange(n)
+        twice = len(np.unique(index)) < index.size
+        for rows in (index, index[:, ::-1]):  # runs in order (the fast path), then reversed (byte by byte)
+            try:
+                check(_Stub(), _Stub(), lanes, rows, WEAK)
+                reported = None
+            except _Found as e:
+                reported = e.args
+            assert (reported is not None) == twice
+        if twice:
+            found += 1
+            flat = index.reshape(-1)
+            order = np.argsort(flat, kind="stable")
+            b = int(flat[order][1:][flat[order][1:] == flat[order][:-1]][0])
+            try:
+                check(_Stub(), _Stub(), lanes, index, WEAK)
+            except _Found as e:
+                assert e.args[0] == b
+    assert found > 50

@@ -52,7 +52,7 @@ class AsyncRecords:
         local = w % self._per_cta()
         record = (lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
                   f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma")
-        for c in np.unique(groups).tolist():
+        for c in sorted(set(groups.tolist())):  # (np.unique's order; a handful of groups: no array sort)
             if not c:  # completed by no earlier wait: by this one
                 self.completions.append(record)
                 self.completed_groups.append((first, last))

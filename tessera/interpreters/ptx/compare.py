@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx import floats
-from tessera.interpreters.ptx.decode import Operands, elements, lane_count, opcode
+from tessera.interpreters.ptx.decode import Operands, elements, lane_count, opcode, per_lane
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 
 
@@ -66,7 +66,7 @@ def decode_setp(ops: Operands, inst, mods):
     f = _BOOL[combine] if combine else None
 
     def run(sel):
-        result = np.broadcast_to(compare(a(sel), b(sel)), (lane_count(ops, sel),))
+        result = per_lane(compare(a(sel), b(sel)), (lane_count(ops, sel),))
         if f is None:
             write_p(sel, result)
             if write_q is not None:

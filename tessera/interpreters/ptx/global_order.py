@@ -116,7 +116,9 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                     who = np.where(self.read_set[index] == 0, who, 0)  # those bytes' readers are in their set
                 if side == "read" and judged is not None:
                     who = np.where(judged & (who == self.until["who"][index]), 0, who)  # by their completion
-                self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind, side)
+                if who.any():  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
+                    self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind,
+                                side)
         if write and self.read_set is not None:
             self._check_sets(inst, lanes, index, kind)
         if write and not IS_STRONG[kind] and len(lanes) > 1:

@@ -259,6 +259,9 @@ class Machine:
                 self.register_home[name] = (rows, row, 0)
         self.registers = {name: self.registers[name] for name in self.register_types}
         self.register_blocks = self._block_vectors(entry)
+        # the arrays every register lives in, each once: a new batch zeroes them whole (one memset each, not one
+        # strided write per register)
+        self.register_arrays = list({id(a): a for a, _, _ in self.register_home.values()}.values())
         self.carry = np.zeros(self.lanes, bool)  # CC.CF: PTX's one condition-code bit, per thread
         self.shared_layout = shared
         self.shared_bytes = shared.total_bytes
@@ -339,8 +342,8 @@ class Machine:
         for i, cid in enumerate(cta_ids):
             self.ctaid[i] = cid
             self.cta_valid[i] = True
-        for reg in self.registers.values():
-            reg[:] = 0
+        for home in self.register_arrays:
+            home[...] = 0
         self.carry[:] = False
         self.pc[:] = 0
         self.status[:] = np.where(self.cta_valid[self.lane_cta], RUN, EXITED)

@@ -74,7 +74,7 @@ def decode_shfl(ops: Operands, inst, mods):
     def run(sel):
         lanes = lanes_of(m, sel)
         n = len(lanes)
-        values = np.broadcast_to(read_a(m.lane_ids), (m.lanes,))
+        values = per_lane(read_a(m.lane_ids), (m.lanes,))
         b, c = np.asarray(read_b(sel), np.int64), np.asarray(read_c(sel), np.int64)
         member = per_lane(mask(sel), (n,), np.int64)
         executing = np.zeros(m.lanes, bool)
@@ -82,7 +82,7 @@ def decode_shfl(ops: Operands, inst, mods):
         if b.ndim == 0 and c.ndim == 0:  # immediates (a butterfly's offset): one rule for every lane
             src, ok = facts.shfl_source_lane(mode, m.laneid[lanes], int(b), int(c))
             source = lanes - m.laneid[lanes] + src
-            valid = np.broadcast_to(ok, (n,))
+            valid = per_lane(ok, (n,))
         else:
             b, c = np.broadcast_to(b, (n,)), np.broadcast_to(c, (n,))
             source = np.empty(n, np.int64)

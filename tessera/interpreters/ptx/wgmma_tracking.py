@@ -243,7 +243,7 @@ class WgmmaTracking:
         however the scheduler split the warpgroup's warps into steps)."""
         self.events += 1
         warp_of = self.m.unit_of[facts.WARP_SIZE]
-        self.warp_open[np.unique(warp_of[lanes])] += 1
+        self.warp_open[warp_of[lanes]] += 1  # (a warp named by many lanes still counts once: one buffered add)
         np.maximum.at(self.wg_open, self.m.unit_of[facts.WARPGROUP_SIZE][lanes], self.warp_open[warp_of[lanes]])
 
     def wgmma_wait(self, lanes: np.ndarray, keep: int, inst=None) -> None:
