@@ -766,6 +766,28 @@ def test_ptx_target_of_tessera_opt(tmp_path, capsys):
     assert PtxTarget.name == "ptx"
 
 
+def test_ptx_target_options(tmp_path, capsys):
+    """`-t "ptx{fold_epilogue=false}"` prints a flash forward's last P.V after its loop (the Target IR op for op:
+    its wgmmas twice), the default runs it in the loop; options the target does not take are a usage error
+    before any pass runs (exit 1, no traceback), for xDSL's targets too."""
+    from tessera.kernels import flash_attention
+    from tessera.tools.tessera_opt import main
+
+    source = tmp_path / "flash.mlir"
+    source.write_text(str(flash_attention(64)))
+    counts = {}
+    for target in ("ptx", "ptx{fold_epilogue=false}", "ptx{fold-epilogue=true}"):
+        assert main([str(source), "-p", "default-pipeline", "-t", target]) == 0
+        counts[target] = capsys.readouterr().out.count("wgmma.mma_async.sync")
+    assert counts["ptx"] == counts["ptx{fold-epilogue=true}"] < counts["ptx{fold_epilogue=false}"], counts
+    for target, words in (("ptx{bogus=1}", '["bogus"] not found'), ("ptx{fold_epilogue=maybe}", "expected <class 'bool'>"),
+                          ("mlir{nope=2}", '["nope"] not found')):
+        assert main([str(source), "-p", "default-pipeline", "-t", target]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"tessera-opt: error: invalid target '{target}': ") and words in err, err
+        assert "Traceback" not in err
+
+
 # endregion
 
 

@@ -15,6 +15,7 @@ traceback of an internal error.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import traceback
@@ -27,6 +28,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
+from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -46,6 +48,20 @@ from tessera.ir.parser import TesseraParser
 
 class UsageError(Exception):
     """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
+
+
+def check_target_options(spec_text: str, targets: dict) -> None:
+    """Raises UsageError where `-t NAME{OPTIONS}` gives options its target does not take (`-t "ptx{bogus=1}"`,
+    `-t "ptx{fold_epilogue=maybe}"`), before any pass runs: xDSL would find out only when it prints the result,
+    as an internal error."""
+    spec = parse_spec(spec_text)
+    entry = targets.get(spec.name)
+    if entry is None or inspect.signature(entry).parameters:  # unknown (argparse said so) or a legacy printer
+        return
+    try:
+        entry().from_spec(spec)
+    except ValueError as e:
+        raise UsageError(f"invalid target '{spec_text}': {e}") from e
 
 
 class PassCrash(Exception):
@@ -213,6 +229,7 @@ class TesseraOptMain(xDSLOptMain):
 
     def setup_pipeline(self) -> None:
         self.pipeline = parse_pipeline(self.args.passes)
+        check_target_options(self.args.target, self.available_targets)
 
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:

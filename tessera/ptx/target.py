@@ -13,14 +13,17 @@ from xdsl.utils.target import Target
 @dataclass(frozen=True)
 class PtxTarget(Target):
     """Prints the module's Target IR kernels as one PTX module (`tessera.ptx.print_ptx`). Kernels that
-    `allocate-registers` annotated are printed with the registers it allocated."""
+    `allocate-registers` annotated are printed with the registers it allocated. `-t "ptx{fold_epilogue=false}"`
+    prints a flash forward's last P.V after its loop, op for op as the Target IR has it, instead of running it in
+    the loop (`tessera.ptx.fold_epilogue`, the default)."""
 
     name = "ptx"
+    fold_epilogue: bool = True
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from tessera.ptx.module import print_ptx
 
-        output.write(print_ptx(module, registers=allocated_registers))
+        output.write(print_ptx(module, registers=allocated_registers, fold_epilogue=self.fold_epilogue))
 
 
 def allocated_registers(fn) -> dict:
