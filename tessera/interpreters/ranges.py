@@ -19,4 +19,13 @@ def consecutive(lanes: np.ndarray):
         else lanes
 
 
-__all__ = ["consecutive"]
+def as_slice(positions) -> slice | np.ndarray:
+    """`positions` (not empty, in any order: a plan's gather) as a slice where each is one more than the one
+    before it, else as an int64 array. `consecutive` is the cheaper test for indices known to ascend."""
+    positions = np.asarray(positions, np.int64)
+    if (np.diff(positions) == 1).all():
+        return slice(int(positions[0]), int(positions[0]) + len(positions))
+    return positions
+
+
+__all__ = ["as_slice", "consecutive"]

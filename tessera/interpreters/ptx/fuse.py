@@ -32,6 +32,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode
 from tessera.interpreters.ptx.state import Machine
+from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
 
 FUSABLE = frozenset({
@@ -266,7 +267,7 @@ class Block:
             entry = grouped.setdefault(id(array), (array, axis, [], self.storage_of[v], []))
             entry[2].append(index)
             entry[4].append(self.row[v])
-        return [(array, axis, _as_slice(indices), dtype, _as_slice(rows))
+        return [(array, axis, as_slice(indices), dtype, as_slice(rows))
                 for array, axis, indices, dtype, rows in grouped.values()]
 
     def _operand_array(self, files: dict, versions: list[int], n: int):
@@ -383,10 +384,6 @@ class Block:
         return True
 
 
-def _consecutive(rows: list[int]) -> bool:
-    return all(b == a + 1 for a, b in zip(rows, rows[1:]))
-
-
 def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
     """A group's members (independent: any order runs the same) in the order that leaves the fewest of its source
     operands to gather before each run (`Block._operand_array`): as they are, or sorted by the rows of one
@@ -396,7 +393,8 @@ def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
         return members
 
     def gathers(order: list[_Op]) -> int:
-        return sum(not _consecutive([row[op.sources[j][1]] for op in order]) for j in range(len(order[0].sources)))
+        return sum(type(as_slice([row[op.sources[j][1]] for op in order])) is not slice
+                   for j in range(len(order[0].sources)))
 
     best, fewest = members, gathers(members)
     for j in range(len(members[0].sources)):
@@ -405,14 +403,6 @@ def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
         if count < fewest:
             best, fewest = order, count
     return best
-
-
-def _as_slice(positions: list[int]) -> slice | np.ndarray:
-    """`positions` (not empty) as a slice where they are consecutive and ascending, else as an int64 array."""
-    positions = np.array(positions, np.int64)
-    if (np.diff(positions) == 1).all():
-        return slice(int(positions[0]), int(positions[0]) + len(positions))
-    return positions
 
 
 def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
