@@ -281,8 +281,11 @@ class Block:
         return np.empty(k * n, dtype), (files[dtype], rows)
 
     def _plan(self, n: int) -> tuple:
-        """The version files for `n` lanes and, per group, its decoded closure with the gathers it needs."""
+        """The version files for `n` lanes, per group its decoded closure with the gathers it needs, and per
+        output its staging rows (`_staging`)."""
         files = {dtype: np.zeros((count, n), dtype) for dtype, count in self.rows_per_type.items()}
+        staging = [_staging(files[dtype][rows], n) if axis == 1 else None
+                   for _, axis, _, dtype, rows in self.outputs]
         steps = []
         for members in self.groups:
             first = members[0]
@@ -306,7 +309,7 @@ class Block:
                         for (_, d), o in zip(first.dests, first.old)]
                 guard = (predicate, negated, keep)
             steps.append((run, gathers, guard, [op.inst for op in members]))
-        return files, steps
+        return files, steps, staging
 
     def run(self, lanes: np.ndarray) -> bool:
         """Run the block for `lanes` (every lane at its first instruction, ascending); False (nothing done)
@@ -326,7 +329,7 @@ class Block:
             if len(self.plans) >= MAX_LANE_COUNTS:
                 return False
             plan = self.plans[n] = self._plan(n)
-        files, steps = plan
+        files, steps, staging = plan
         runs = _runs(lanes)
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
@@ -359,8 +362,11 @@ class Block:
                 actives[id(insts[0])] = active
         except Exception:  # noqa: BLE001 - nothing is written back: the unfused run reports it at its instruction
             return False
-        for array, axis, indices, dtype, rows in self.outputs:
+        for (array, axis, indices, dtype, rows), stage in zip(self.outputs, staging):
             values = files[dtype][rows]
+            if stage is not None:
+                stage[...] = values
+                values = stage
             if runs is None:
                 if axis == 0:
                     array[_outer(indices, lanes)] = values
@@ -403,6 +409,19 @@ def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
         if count < fewest:
             best, fewest = order, count
     return best
+
+
+STAGING_PAD_BYTES = 32
+"""How far a staging row (`_staging`) runs past its lanes."""
+
+
+def _staging(rows: np.ndarray, n: int) -> np.ndarray:
+    """A view [k, n] of fresh rows for the k rows `rows` (of `n` lanes) of an output written into the columns of
+    a [lanes, registers] block (a wgmma accumulator block), padded by `STAGING_PAD_BYTES`: the transposed write
+    reads a column of k values, and rows 4,096 bytes apart (1,024 lanes of 32 bits) share one L1 cache set,
+    which made that write some seven times slower than a copy into the padded rows and the write from there."""
+    k = rows.shape[0]
+    return np.empty((k, n + -(-STAGING_PAD_BYTES // rows.dtype.itemsize)), rows.dtype)[:, :n]
 
 
 def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
