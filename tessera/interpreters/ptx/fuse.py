@@ -173,8 +173,9 @@ class Block:
     destinations take consecutive rows, so that a group reading them in the same order reads a view, and a
     group's members are put in the order that reads the most of its operands so (`_view_order`)."""
 
-    def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset]):
+    def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset], lane_runs: LaneRuns):
         self.m, self.start, self.length = m, start, len(installed)
+        self.lane_runs = lane_runs  # shared by the program's blocks
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
@@ -330,7 +331,7 @@ class Block:
                 return False
             plan = self.plans[n] = self._plan(n)
         files, steps, staging = plan
-        runs = _runs(lanes)
+        runs = self.lane_runs.of(lanes)
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
             if runs is None:
@@ -449,6 +450,20 @@ def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
     return runs
 
 
+class LaneRuns:
+    """`_runs` of the lanes the program's blocks last ran for, kept while they are the same object: the scheduler
+    hands every block of a straight run the same lanes array, and never modifies one."""
+
+    def __init__(self):
+        self.lanes: np.ndarray | None = None
+        self.runs: list[tuple[slice, slice]] | None = None
+
+    def of(self, lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
+        if lanes is not self.lanes:
+            self.lanes, self.runs = lanes, _runs(lanes)
+        return self.runs
+
+
 class Fusion:
     """The blocks of a decoded program: `at[pc]` is the block starting at instruction `pc`, or None. `decoded`
     are the program's steps as decoded, `installed` as the scheduler runs them (`async_checks.install`)."""
@@ -458,13 +473,14 @@ class Fusion:
         targets = _targets(entry)
         self.at: list[Block | None] = [None] * len(installed)
         fusable = [_fusable(i.inst, d, i) for d, i in zip(decoded, installed)]
+        lane_runs = LaneRuns()
         pc, end = 0, len(installed)
         while pc < end:
             stop = pc
             while stop < end and fusable[stop] and (stop == pc or stop not in targets):
                 stop += 1
             if stop - pc >= MIN_LENGTH:
-                self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]])
+                self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]], lane_runs)
             pc = max(stop, pc + 1)
 
     @property
