@@ -30,9 +30,6 @@ def as_slice(positions) -> slice | np.ndarray:
     return positions
 
 
-__all__ = ["as_slice", "consecutive"]
-
-
 def marked(positions: np.ndarray, low: int, high: int) -> np.ndarray:
     """A table over [low, high) (which holds every one of `positions`) with `positions` marked True: they are
     distinct where as many are marked as there are positions. A linear pass, where a sort takes n log n (some 15
@@ -40,3 +37,6 @@ def marked(positions: np.ndarray, low: int, high: int) -> np.ndarray:
     marks = np.zeros(high - low, bool)
     marks[positions - low] = True
     return marks
+
+
+__all__ = ["as_slice", "consecutive", "marked"]
