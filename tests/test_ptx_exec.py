@@ -578,6 +578,31 @@ def test_shfl_from_a_lane_past_a_partial_warp_is_an_error():
         lanes_out("shfl.sync.bfly.b32 %r9, %r0, 8, 0x1f, 0xffffffff;", block=1)
 
 
+@pytest.mark.parametrize("lonely", [False, True])
+def test_shfl_sources_kept_for_the_same_lanes_are_checked_for_others(lonely):
+    """A shuffle with immediate offsets and mask keeps where each lane reads for the lanes it last ran for (a
+    loop's second trip reads through it); lanes that differ are checked again: with `lonely`, the lanes below 16
+    take a third trip after the others exited, and reading those is reported."""
+    body = f"""
+    mov.u32 %r9, %r0;
+    mov.u32 %r1, 0;
+    setp.lt.u32 %p2, %r0, 16;
+    selp.u32 %r5, {3 if lonely else 2}, 2, %p2;
+LOOP:
+    shfl.sync.bfly.b32 %r2, %r9, 16, 0x1f, 0xffffffff;
+    add.s32 %r9, %r9, %r2;
+    add.s32 %r1, %r1, 1;
+    setp.lt.u32 %p1, %r1, %r5;
+    @%p1 bra LOOP;
+    """
+    if lonely:
+        with pytest.raises(PtxExecutionError, match=r"shfl.sync.bfly.b32: reads lane 16, which is not in the member "
+                                                     r"mask or not executing the shfl \(thread \(0, 0, 0\)"):
+            lanes_out(body)
+        return
+    np.testing.assert_array_equal(lanes_out(body), [2 * (lane + (lane ^ 16)) for lane in range(32)])
+
+
 def test_if_else_inside_a_warp_reconverges_before_a_shuffle():
     body = """
     and.b32 %r1, %r0, 1;

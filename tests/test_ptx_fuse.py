@@ -382,7 +382,7 @@ def test_a_reduction_trees_first_sums_read_their_operands_as_views(monkeypatch):
     data = np.random.default_rng(11).standard_normal((64, 16)).astype(np.float32)
     plain, fused = _run_both(text, [data, np.zeros((64, 8), np.float32)], block=64)
     block = max(blocks, key=lambda b: b.length)  # the squares and the sums
-    _, steps = next(iter(block.plans.values()))
+    _, steps, _ = next(iter(block.plans.values()))
     assert [len(members) for members in block.groups] == [16, 8]
     assert [gathers for _, gathers, _, _ in steps] == [[], []]  # both groups' operands are views
     assert fused[1].tobytes() == plain[1].tobytes()

@@ -862,24 +862,26 @@ class _Stub:  # what `_check_together` reaches on a finding, reduced to the byte
         return ""
 
 
-def test_one_run_per_thread_stores_judged_by_their_starts_as_byte_by_byte():
-    """`_check_together` on stores of one run of k bytes per thread (its starts sorted, no argsort) finds a byte
-    stored twice exactly where a pass over every byte does, and reports it as that pass does."""
+def test_one_run_per_thread_stores_judged_by_their_marks_or_starts_as_byte_by_byte():
+    """`_check_together` on stores of one run of k bytes per thread, over a narrow span (its bytes marked in a
+    table, no sort) and a wide one (its starts sorted, no argsort), finds a byte stored twice exactly where a pass
+    over every byte does, and reports it as that pass does."""
     from tessera.interpreters.ptx.global_accesses import WEAK
-    from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
+    from tessera.interpreters.ptx.global_checks import MARKED_SPAN, GlobalRaceChecks
 
     check = GlobalRaceChecks._check_together
     rng = np.random.default_rng(5)
     found = 0
-    for trial in range(200):
+    for trial in range(400):
         k, n = int(rng.choice([1, 2, 4, 8, 16])), int(rng.integers(2, 40))
         starts = rng.choice(np.arange(0, 40 * 16, k), n, replace=trial % 2 == 0)  # half the trials may repeat a start
-        index = starts[:, None] + np.arange(k)
+        spread = 1 if trial % 4 < 2 else 64 * 16 * MARKED_SPAN  # the bytes marked in a table, or the starts sorted
+        index = starts[:, None] * spread + np.arange(k)
         lanes = np.arange(n)
         twice = len(np.unique(index)) < index.size
         for rows in (index, index[:, ::-1]):  # runs in order (the fast path), then reversed (byte by byte)
             try:
-                check(_Stub(), _Stub(), lanes, rows, WEAK)
+                check(_Stub(), _Stub(), lanes, rows, WEAK, int(rows.min()), int(rows.max()) + 1)
                 reported = None
             except _Found as e:
                 reported = e.args
@@ -890,7 +892,7 @@ def test_one_run_per_thread_stores_judged_by_their_starts_as_byte_by_byte():
             order = np.argsort(flat, kind="stable")
             b = int(flat[order][1:][flat[order][1:] == flat[order][:-1]][0])
             try:
-                check(_Stub(), _Stub(), lanes, index, WEAK)
+                check(_Stub(), _Stub(), lanes, index, WEAK, int(index.min()), int(index.max()) + 1)
             except _Found as e:
                 assert e.args[0] == b
-    assert found > 50
+    assert found > 100

@@ -1,9 +1,11 @@
-"""Index arrays as slices where they are consecutive, shared by the PTX executor and the CTA simulator.
+"""Index arrays as slices where they are consecutive, and told distinct without a sort: shared by the PTX
+executor and the CTA simulator.
 
 Both simulators keep their state as NumPy arrays over threads (lanes) and address the threads of one instruction,
 a warpgroup or a CTA with index arrays. Where those indices are consecutive (the usual: a warpgroup, a CTA's
 consumers), a slice selects the same elements as a view, so reading and writing through it costs no gather or
-scatter.
+scatter. Where a store's byte positions lie in a narrow span (a tile's rows), marking them in a table over it
+tells whether two threads write one byte in a linear pass (`marked`).
 """
 
 from __future__ import annotations
@@ -28,4 +30,13 @@ def as_slice(positions) -> slice | np.ndarray:
     return positions
 
 
-__all__ = ["as_slice", "consecutive"]
+def marked(positions: np.ndarray, low: int, high: int) -> np.ndarray:
+    """A table over [low, high) (which holds every one of `positions`) with `positions` marked True: they are
+    distinct where as many are marked as there are positions. A linear pass, where a sort takes n log n (some 15
+    times the time at 4,096 positions over a span of 30 times that); the caller bounds the span."""
+    marks = np.zeros(high - low, bool)
+    marks[positions - low] = True
+    return marks
+
+
+__all__ = ["as_slice", "consecutive", "marked"]

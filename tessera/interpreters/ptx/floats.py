@@ -74,7 +74,7 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
             raise ops.refuse(inst, "min/max .xorsign.abs")
         larger = name == "max"
         pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
-        return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype)
+        return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
     if name == "div":
         kind = mods.take("approx", "full")
         mode = "rn" if kind else mods.take(*numerics.MODES)

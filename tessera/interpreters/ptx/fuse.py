@@ -173,8 +173,9 @@ class Block:
     destinations take consecutive rows, so that a group reading them in the same order reads a view, and a
     group's members are put in the order that reads the most of its operands so (`_view_order`)."""
 
-    def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset]):
+    def __init__(self, m: Machine, start: int, installed: list[Step], watched: list[frozenset], lane_runs: LaneRuns):
         self.m, self.start, self.length = m, start, len(installed)
+        self.lane_runs = lane_runs  # shared by the program's blocks
         self.insts = [s.inst for s in installed]
         self.watched = watched  # per instruction: the wgmma registers it names (logged for wgmma.fence)
         self.watched_all = frozenset().union(*watched)
@@ -281,8 +282,11 @@ class Block:
         return np.empty(k * n, dtype), (files[dtype], rows)
 
     def _plan(self, n: int) -> tuple:
-        """The version files for `n` lanes and, per group, its decoded closure with the gathers it needs."""
+        """The version files for `n` lanes, per group its decoded closure with the gathers it needs, and per
+        output its staging rows (`_staging`)."""
         files = {dtype: np.zeros((count, n), dtype) for dtype, count in self.rows_per_type.items()}
+        staging = [_staging(files[dtype][rows], n) if axis == 1 else None
+                   for _, axis, _, dtype, rows in self.outputs]
         steps = []
         for members in self.groups:
             first = members[0]
@@ -306,7 +310,7 @@ class Block:
                         for (_, d), o in zip(first.dests, first.old)]
                 guard = (predicate, negated, keep)
             steps.append((run, gathers, guard, [op.inst for op in members]))
-        return files, steps
+        return files, steps, staging
 
     def run(self, lanes: np.ndarray) -> bool:
         """Run the block for `lanes` (every lane at its first instruction, ascending); False (nothing done)
@@ -326,8 +330,8 @@ class Block:
             if len(self.plans) >= MAX_LANE_COUNTS:
                 return False
             plan = self.plans[n] = self._plan(n)
-        files, steps = plan
-        runs = _runs(lanes)
+        files, steps, staging = plan
+        runs = self.lane_runs.of(lanes)
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
             if runs is None:
@@ -359,8 +363,11 @@ class Block:
                 actives[id(insts[0])] = active
         except Exception:  # noqa: BLE001 - nothing is written back: the unfused run reports it at its instruction
             return False
-        for array, axis, indices, dtype, rows in self.outputs:
+        for (array, axis, indices, dtype, rows), stage in zip(self.outputs, staging):
             values = files[dtype][rows]
+            if stage is not None:
+                stage[...] = values
+                values = stage
             if runs is None:
                 if axis == 0:
                     array[_outer(indices, lanes)] = values
@@ -405,6 +412,19 @@ def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
     return best
 
 
+STAGING_PAD_BYTES = 32
+"""How far a staging row (`_staging`) runs past its lanes."""
+
+
+def _staging(rows: np.ndarray, n: int) -> np.ndarray:
+    """A view [k, n] of fresh rows for the k rows `rows` (of `n` lanes) of an output written into the columns of
+    a [lanes, registers] block (a wgmma accumulator block), padded by `STAGING_PAD_BYTES`: the transposed write
+    reads a column of k values, and rows 4,096 bytes apart (1,024 lanes of 32 bits) share one L1 cache set,
+    which made that write some seven times slower than a copy into the padded rows and the write from there."""
+    k = rows.shape[0]
+    return np.empty((k, n + -(-STAGING_PAD_BYTES // rows.dtype.itemsize)), rows.dtype)[:, :n]
+
+
 def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
     """The index of the block [rows x columns] of a 2-D array (each a slice or an int64 array): an array of rows
     as a column where the columns are an array too."""
@@ -430,6 +450,20 @@ def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
     return runs
 
 
+class LaneRuns:
+    """`_runs` of the lanes the program's blocks last ran for, kept while they are the same object: the scheduler
+    hands every block of a straight run the same lanes array, and never modifies one."""
+
+    def __init__(self):
+        self.lanes: np.ndarray | None = None
+        self.runs: list[tuple[slice, slice]] | None = None
+
+    def of(self, lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
+        if lanes is not self.lanes:
+            self.lanes, self.runs = lanes, _runs(lanes)
+        return self.runs
+
+
 class Fusion:
     """The blocks of a decoded program: `at[pc]` is the block starting at instruction `pc`, or None. `decoded`
     are the program's steps as decoded, `installed` as the scheduler runs them (`async_checks.install`)."""
@@ -439,13 +473,14 @@ class Fusion:
         targets = _targets(entry)
         self.at: list[Block | None] = [None] * len(installed)
         fusable = [_fusable(i.inst, d, i) for d, i in zip(decoded, installed)]
+        lane_runs = LaneRuns()
         pc, end = 0, len(installed)
         while pc < end:
             stop = pc
             while stop < end and fusable[stop] and (stop == pc or stop not in targets):
                 stop += 1
             if stop - pc >= MIN_LENGTH:
-                self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]])
+                self.at[pc] = Block(m, pc, installed[pc:stop], [s.watched for s in installed[pc:stop]], lane_runs)
             pc = max(stop, pc + 1)
 
     @property

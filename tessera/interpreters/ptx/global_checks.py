@@ -9,6 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.global_accesses import IS_ASYNC, PROXY_NAMES, IS_STRONG, is_uniform, IS_WIDE
+from tessera.interpreters.ranges import marked
+
+MARKED_SPAN = 64
+"""`GlobalRaceChecks._check_together` marks a store's bytes in a table over their span up to this many times their
+count (the grid's epilogue stores span 31 times theirs: 4,096 bytes over four CTAs' output tiles)."""
 
 
 class GlobalRaceChecks:
@@ -125,11 +130,17 @@ class GlobalRaceChecks:
                   "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
 
-    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
-        """Threads of one instruction writing one byte: nothing orders them either. Where each thread's bytes are
-        one run of k (a vector store), the runs' starts decide: no two within k of each other, no byte twice."""
-        k = index.shape[1]
-        if len(index) > 1 and k and (k == 1 or np.array_equal(index, index[:, :1] + np.arange(k))):
+    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int) -> None:
+        """Threads of one instruction writing one byte: nothing orders them either. `index` [lanes, k] lies in
+        [low, high). Where that span is at most `MARKED_SPAN` times the bytes, the bytes marked in a table over it
+        decide (`ranges.marked`: no sort; an epilogue's stores into a few CTAs' output tiles); elsewhere, where each
+        thread's bytes are one run of k (a vector store), the runs' starts: no two within k of each other. A byte
+        written twice is then found by a sort, for the report."""
+        n, k = index.shape
+        if high - low <= MARKED_SPAN * index.size:
+            if np.count_nonzero(marked(index.reshape(-1), low, high)) == index.size:
+                return
+        elif n > 1 and k and (k == 1 or np.array_equal(index, index[:, :1] + np.arange(k))):
             starts = np.sort(index[:, 0])
             if (starts[1:] - starts[:-1] >= k).all():
                 return

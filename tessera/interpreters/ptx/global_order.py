@@ -70,9 +70,11 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         # [read set, who, epoch, line (as the "read" table and `read_set` would hold them), the `until` record
         # (who, barrier, phase, line) or None], with its hull; written into the per-byte tables (`_settle`) when
         # another access reaches the hull. `touched`: ranges of global memory the per-byte tables may hold a
-        # record in (outside them every record is zero)
+        # record in (outside them every record is zero); `hulls_span`: [low, high) holding every hull (a bound: it
+        # stays when a box is settled), so that an access outside it (an epilogue's stores) settles nothing at once
         self.boxes: dict[StridedBox, list] = {}
         self.hulls: dict[StridedBox, tuple[int, int]] = {}
+        self.hulls_span = (0, 0)
         self.touched: list[tuple[int, int]] = []
         self.reset_batch()
 
@@ -122,7 +124,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if write and self.read_set is not None:
             self._check_sets(inst, lanes, index, kind)
         if write and not IS_STRONG[kind] and len(lanes) > 1:
-            self._check_together(inst, lanes, index, kind)
+            self._check_together(inst, lanes, index, kind, low, high)
         if IS_ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
             self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]
@@ -131,7 +133,12 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             if self.until is not None:
                 self.until["phase"][index] = 0
             table = self._table("write")
-            table["who"][index], table["epoch"][index], table["line"][index] = who, epochs, inst.line
+            # each as a full array of the table's type: NumPy's scatter of a broadcast column with a cast into it is
+            # some four times slower
+            for field, values in (("who", who), ("epoch", epochs)):
+                column = table[field]
+                column[index] = np.broadcast_to(values, index.shape).astype(column.dtype)
+            table["line"][index] = inst.line
             if "read" in self.records:
                 self.records["read"]["who"][index] = 0
             if self.read_set is not None:
@@ -154,6 +161,8 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             if self.keep_boxes and not self._touched(low, high):  # every record is zero: kept as one from now
                 entry = self.boxes[box] = [0, 0, 0, 0, None]
                 self.hulls[box] = (low, high)
+                span_low, span_high = self.hulls_span
+                self.hulls_span = (low, high) if span_low == span_high else (min(span_low, low), max(span_high, high))
         if entry is not None:
             self._read_box_records(inst, lane, entry, kind)
             return
@@ -231,7 +240,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         """Write the records of the boxes kept as one (`boxes`) whose hull meets [low, high) (and that share a
         byte with the box `reaching`, the access's, when it is one) into the per-byte tables, where every other
         access reads them."""
-        if not self.boxes:
+        if not self.boxes or high <= self.hulls_span[0] or low >= self.hulls_span[1]:
             return
         for box in [b for b, (lo, hi) in self.hulls.items()
                     if lo < high and hi > low and (reaching is None or b.meets(reaching))]:

@@ -142,7 +142,7 @@ def add(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """a + b of two float arrays of `dtype` with one rounding in `mode`."""
     if np.dtype(dtype) == np.float64 or (mode == "rn" and np.dtype(dtype) == np.float32):
         with np.errstate(all="ignore"):
-            return (a + b).astype(dtype)
+            return (a + b).astype(dtype, copy=False)
     return round_f64(sum_to_odd(a.astype(np.float64), b.astype(np.float64)), dtype, mode)
 
 
@@ -150,7 +150,7 @@ def mul(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
     """a * b with one rounding (the float64 product of two f32 values is exact)."""
     if np.dtype(dtype) == np.float64 or (mode == "rn" and np.dtype(dtype) == np.float32):
         with np.errstate(all="ignore"):
-            return (a * b).astype(dtype)
+            return (a * b).astype(dtype, copy=False)
     with np.errstate(all="ignore"):
         return round_f64(a.astype(np.float64) * b.astype(np.float64), dtype, mode)
 

@@ -366,11 +366,13 @@ class Scheduler:
                     active = lanes if guard is None else lanes[guard(lanes)]
                     self._executed(active)
                     step.run(lanes, active)
+                    if (whole or not step.unit) and self.rng is None and self._run_on(step, lanes, active, woken):
+                        self._straight(int(m.pc[lanes[0]]), lanes, candidates, limit, woken, pc, whole)
                     continue
                 else:
                     self._run_plain(pc, lanes, len(all_lanes))
                     m.pc[lanes] += 1
-                if (whole or not step.unit) and self.rng is None and m.woken == woken and m.preferred is None:
+                if (whole or not step.unit) and self.rng is None and m.woken == woken:
                     self._straight(pc + max(ran, 1), lanes, candidates, limit, woken, pc, whole)
 
     def _block(self, pc: int, lanes: np.ndarray, limit: int) -> int:
@@ -399,11 +401,14 @@ class Scheduler:
     def _straight(self, pc: int, lanes: np.ndarray, candidates: np.ndarray, limit: int, woken: int,
                   picked: int, whole: int = 0) -> None:
         """Run on from `pc` the steps the min-pc schedule picks next, without rescanning every lane: `lanes` just
-        ran the plain or collective step (or fused block) at `picked` (`candidates`: the pcs of the running lanes
-        then, `big` elsewhere), so as long as no other running lane is at or before their pc (the *horizon*), no
-        thread was woken (`m.woken` still `woken`) and no release made others preferred, the schedule picks `lanes`
-        again at the next pc, and only them: plain steps, collectives and branches never park, exit or move
-        other threads, nor change which lanes may run.
+        ran the plain or collective step (or fused block) at `picked`, or a control step after which they stay
+        together (`_run_on`); `candidates` are the pcs of the lanes the pick chose among then (the running ones,
+        or those of them a release prefers, `Machine.preferred`), `big` elsewhere. As long as no other of those
+        lanes is at or before their pc (the *horizon*) and no thread was woken (`m.woken` still `woken`: a release
+        that prefers lanes wakes them, so the preferred lanes stay those the pick chose among), the schedule
+        picks `lanes` again at the next pc, and only them: plain steps, collectives and branches never park, exit
+        or move other threads, nor change which lanes may run (a producer a release woke runs on through its
+        refill).
 
         - A collective (a wgmma, a shuffle) gathers its lanes as the main loop would (`_gather_collective`, on
           `lanes` at its pc: exactly what the main loop's pick would hand it). Where `lanes` are whole units of
@@ -413,7 +418,7 @@ class Scheduler:
           lanes wait, the others run the step and the run stops there, as the main loop's would.
         - A control step (a branch, an mbarrier wait, a barrier) runs as in the main loop; the run goes on where
           the lanes stay together and runnable (a `bra` every lane took or none did; another step after which every
-          lane still runs, at one pc: a wait on a completed phase), nothing was woken or preferred, and the pc they
+          lane still runs, at one pc: a wait on a completed phase), nothing was woken, and the pc they
           reach lies before the horizon (a loop's back edge, the skip over an `if`). No other lane's status changed
           (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same. A control
           step that is a collective over more than the lanes' whole units (`setmaxnreg`, warpgroup-wide, on a
@@ -440,10 +445,7 @@ class Scheduler:
                     self._executed(active)
                     step.run(lanes, active)
                     start = pc = int(m.pc[lanes[0]])  # (the step moved the lanes' pcs)
-                    if step.inst.opcode == "bra":
-                        if 0 < len(active) < len(lanes):  # divergent: the main loop picks among them
-                            return
-                    elif m.woken != woken or m.preferred is not None or not self._together(lanes, pc):
+                    if not self._run_on(step, lanes, active, woken):
                         return
                     continue
                 ran = 0
@@ -465,10 +467,23 @@ class Scheduler:
                     continue
                 self._run_plain(pc, lanes, count)
                 pc += 1
-                if m.woken != woken or m.preferred is not None:
+                if m.woken != woken:
                     return
         finally:
             m.pc[lanes] += pc - start
+
+    def _run_on(self, step: Step, lanes: np.ndarray, active: np.ndarray, woken: int) -> bool:
+        """After the control `step` ran for `lanes` (`active`: those its guard let take it), whether the schedule
+        picks them again, and only them, where their pc lies before the horizon (`_straight`): nothing was woken,
+        and they stay together (a `bra` all or none of them took, which moves no other lane and
+        parks none; after any other step, every one of them runs, at one pc). A divergent branch leaves the main
+        loop to pick among them."""
+        m = self.m
+        if m.woken != woken:
+            return False
+        if step.inst.opcode == "bra":
+            return not 0 < len(active) < len(lanes)
+        return self._together(lanes, int(m.pc[lanes[0]]))
 
     def _together(self, lanes: np.ndarray, pc: int) -> bool:
         """Whether every one of `lanes` still runs (none waits, parked or exited) and is at `pc`."""

@@ -14,7 +14,7 @@ from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode, pe
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, member_mask
-from tessera.interpreters.ptx.syntax import Sink
+from tessera.interpreters.ptx.syntax import Imm, Sink
 from tessera.sm90 import facts
 
 
@@ -70,11 +70,16 @@ def decode_shfl(ops: Operands, inst, mods):
     read_a = ops.read(inst, inst.operands[1], t)
     read_b, read_c = (ops.read(inst, o, U32) for o in inst.operands[2:4])
     mask, static = member_mask(ops, inst, inst.operands[4])
+    # with b, c and the mask immediates (a butterfly's offsets, a full warp) the lanes decide where each reads
+    # and whether that is allowed: kept for the lanes of the last run (a softmax's row reductions run each shuffle
+    # for the same consumer lanes at every K step; the scheduler never modifies a lanes array)
+    constant = static is not None and all(isinstance(o, Imm) for o in inst.operands[2:4])
+    kept: list = [None, None, None]  # lanes, source, valid
 
-    def run(sel):
-        lanes = lanes_of(m, sel)
+    def sources(sel, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the lane each of `lanes` reads, whether its source lane is in range: the predicate's value); raises
+        where one reads a lane outside the member mask or not executing the shfl."""
         n = len(lanes)
-        values = per_lane(read_a(m.lane_ids), (m.lanes,))
         b, c = np.asarray(read_b(sel), np.int64), np.asarray(read_c(sel), np.int64)
         member = per_lane(mask(sel), (n,), np.int64)
         executing = np.zeros(m.lanes, bool)
@@ -100,6 +105,18 @@ def decode_shfl(ops: Operands, inst, mods):
             i = int(np.argmax(bad))
             raise m.error(inst, f"reads lane {int(wanted[i])}, which is not in the member mask or not "
                                 "executing the shfl", int(lanes[i]))
+        return source, valid
+
+    def run(sel):
+        lanes = lanes_of(m, sel)
+        last = kept[0]
+        if last is lanes or (last is not None and len(last) == len(lanes) and np.array_equal(last, lanes)):
+            source, valid = kept[1], kept[2]
+        else:
+            source, valid = sources(sel, lanes)
+            if constant:
+                kept[:] = lanes, source, valid
+        values = per_lane(read_a(m.lane_ids), (m.lanes,))
         write_d(sel, values[source])
         if write_p is not None:
             write_p(sel, valid)

@@ -43,6 +43,7 @@ from xdsl.ir import Operation
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
+from tessera.interpreters.ranges import marked
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -427,8 +428,7 @@ class GlobalAccesses:
             return None
         low, high = int(offsets.min()), int(offsets.max())
         if high - low < _MARKED_SPAN * len(offsets):
-            marks = np.zeros(high - low + 1, bool)
-            marks[offsets - low] = True
+            marks = marked(offsets, low, high + 1)
             if high - low + 1 == len(offsets):  # as many bytes as the span holds: distinct if all are marked
                 if marks.all():
                     return low, high + 1
