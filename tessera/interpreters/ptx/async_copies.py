@@ -171,16 +171,21 @@ class AsyncCopies:
         for i, span in enumerate(spans):  # (their tags kept as ranges: `tag_ranges`)
             self.keep_tags(span, FLIGHT, first + i)
         self._forget_ranges(spans)
-        for key in keys:
-            if m.mbarriers[key].pending == 0:
-                self.wake(key)
+        ready = [key for key in keys if m.mbarriers[key].pending == 0]
+        if ready:
+            from tessera.interpreters.ptx.mbarrier import parked_lanes
 
-    def wake(self, key: tuple[int, int]) -> None:
-        """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+            parked = parked_lanes(m)
+            for key in ready:
+                self.wake(key, parked)
+
+    def wake(self, key: tuple[int, int], parked: np.ndarray | None = None) -> None:
+        """Threads parked on the mbarrier at `key` try again (its copies may land now); `parked`: see
+        `mbarrier.parked_on`."""
         from tessera.interpreters.ptx.mbarrier import parked_on
 
         m = self.m
-        parked = parked_on(m, key)
+        parked = parked_on(m, key, parked)
         if len(parked):
             m.status[parked] = RUN
             m.woken += 1
@@ -204,7 +209,7 @@ class AsyncCopies:
         barrier after another, each one's in issue order: the complete-tx of each copy counted in that order
         (reporting, as `land` always has, a phase that completes before its last copy or that ends with more bytes
         than its expect_tx announced), then the bytes (`_land_bytes`), then each barrier's change."""
-        from tessera.interpreters.ptx.mbarrier import barrier_changed
+        from tessera.interpreters.ptx.mbarrier import barrier_changed, parked_lanes
 
         m = self.m
         landed, befores = [], []
@@ -233,8 +238,9 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
+        parked = parked_lanes(m)
         for key, before in zip(keys, befores):
-            barrier_changed(m, key, before, m.mbarriers[key], prefer=False)
+            barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)
 
     def _land_bytes(self, landed: list[tuple[Copy, int, int]]) -> None:
         """The bytes of the copies `landed` ((copy, barrier instance, phase) each, in landing order) land: written

@@ -123,10 +123,12 @@ def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, v
     which reports the same as ever (the global records are made in the same order either way, and the
     shared-memory checks, which the global ones never affect, pass)."""
     slots = m.lane_cta[lanes]
-    if not ((maps == maps[0]).all() and (smem == smem[0]).all() and (barriers == barriers[0]).all()
-            and all((v == v[0]).all() for v in values) and (np.diff(slots) > 0).all()
-            and 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT):
+    if not 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT:
         return False
+    if len(lanes) > 1:
+        operands = np.stack([maps, smem, barriers, *values])
+        if not ((operands == operands[:, :1]).all() and (np.diff(slots) > 0).all()):
+            return False
     map_address, coords, barrier, offset = int(maps[0]), [int(v[0]) for v in values], int(barriers[0]), int(smem[0])
     checked = checked_box(m, inst, int(lanes[0]), map_address, coords, offset, True)
     tmap, _, _, layout, _, size, swizzle, dense, chunks = checked
@@ -230,13 +232,14 @@ def decode_bulk(ops: Operands, inst, mods):
         issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
                                   *([per_lane(barriers, lanes.shape, np.int64)] if load else []),
                                   *([masks] if mask is not None else []))
-        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
-            clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
-            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        every = slice(None) if len(issued) == len(lanes) else issued  # (views where every lane issues its own)
+        clustered = load and bool((smem_addresses[every] >> CLUSTER_RANK_SHIFT).any())
         if tensor and load and mask is None and not clustered and \
-                _tma_loads_together(m, inst, lanes[issued], maps[issued], [v[issued] for v in values],
-                                    smem_addresses[issued], barriers[issued], loaded):
+                _tma_loads_together(m, inst, lanes[every], maps[every], [v[every] for v in values],
+                                    smem_addresses[every], barriers[every], loaded):
             return
+        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
+            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
         for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]
