@@ -37,6 +37,9 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
+    if len(addresses) and 0 <= addresses.min() and (high := int(addresses.max())) < 1 << CLUSTER_RANK_SHIFT and \
+            high + facts.MBARRIER_BYTES <= m.shared_bytes and not (addresses & (facts.MBARRIER_BYTES - 1)).any():
+        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes)
     offsets = shared_offsets(m, inst, lanes, addresses)
     bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
@@ -130,16 +133,18 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
     is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
     where each CTA's lanes hold one token (else None)."""
-    ctas = m.lane_cta[lanes]
-    step = np.diff(ctas)
-    if tokens is not None:
-        if not (len(lanes) and addresses.min() == addresses.max() and not (step < 0).any()
-                and not (np.diff(tokens)[step == 0]).any()):
+    if len(lanes) and addresses.min() == addresses.max():  # each CTA's lanes (lane // threads) are one run
+        t, a = m.threads, int(addresses[0])
+        first, last = int(lanes[0]) // t, int(lanes[-1]) // t
+        bounds = [0, *np.searchsorted(lanes, np.arange(first + 1, last + 1) * t).tolist(), len(lanes)]
+        runs = [((cta, a), slice(i, j)) for cta, i, j in zip(range(first, last + 1), bounds, bounds[1:]) if j > i]
+        if tokens is not None and tokens.min() != tokens.max() and \
+                any(tokens[at].min() != tokens[at].max() for _, at in runs):
             return None
-    if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
-        starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
-        a = int(addresses[0])
-        return [((int(ctas[i]), a), slice(i, j)) for i, j in zip(starts[:-1], starts[1:])]
+        return runs
+    if tokens is not None:
+        return None
+    ctas = m.lane_cta[lanes]
     unique, which = unique_rows(np.stack([ctas, addresses], axis=1), return_inverse=True)
     which = which.reshape(-1)
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
