@@ -360,10 +360,10 @@ class _BarrierRows:
 
     def __init__(self, capacity: int, lanes: int):
         self.capacity = capacity
-        self.observed = np.zeros((capacity, lanes), np.int64)
+        self.observed = np.zeros((capacity, lanes), np.int32)  # (phases: int32, as the tags' `phase`)
         self.released = np.zeros((capacity, lanes), np.int32)
-        self.carried = np.zeros((capacity, capacity), np.int64)
-        self.carrying = np.zeros((capacity, capacity), np.int64)
+        self.carried = np.zeros((capacity, capacity), np.int32)
+        self.carrying = np.zeros((capacity, capacity), np.int32)
 
     def grown(self, capacity: int) -> "_BarrierRows":
         """A copy with room for `capacity` barriers."""
