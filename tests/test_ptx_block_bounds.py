@@ -47,3 +47,17 @@ def test_kept_bounds_give_the_clocks_of_a_pass_over_every_row(monkeypatch):
     every_row = _launch(_attention(True)[2])
     assert kept.tobytes() == every_row.tobytes()
     assert seen == fresh
+
+
+def test_a_block_arrive_gives_the_clocks_and_releases_of_arrives_one_by_one(monkeypatch):
+    """`SyncEdges.arrive_ctas` (each lane's own epoch advanced through a strided view of the block's rows, the
+    CTAs' releases from the kept join) against `arrive` CTA by CTA: every release published and every clock row
+    at that point the same."""
+    seen = _recorded(monkeypatch)
+    together = _launch(_attention(True)[2])
+    monkeypatch.undo()
+    monkeypatch.setattr(SyncEdges, "arrive_ctas", lambda *args: False)
+    alone = _recorded(monkeypatch)
+    one_by_one = _launch(_attention(True)[2])
+    assert isinstance(together, np.ndarray) and together.tobytes() == one_by_one.tobytes()
+    assert seen and seen == alone

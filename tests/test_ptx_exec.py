@@ -1566,6 +1566,23 @@ END:
     np.testing.assert_array_equal(out[32:], 2)
 
 
+def test_a_short_last_warp_arrives_at_a_named_barrier_once_its_live_threads_have():
+    """A CTA of 48 threads: its warp 1 has 16 threads. `bar.sync 1` (no count: it expects every warp with a live
+    thread) completes once both warps arrive, and with the threads from 40 on exited, once the 8 live threads of
+    warp 1 have (a warp arrives when all its non-exited threads have executed the bar)."""
+    for exited in (48, 40):
+        body = f"""
+        mov.u32 %r9, 0;
+        setp.ge.u32 %p1, %r0, {exited};
+        @%p1 exit;
+        bar.sync 1;
+        mov.u32 %r9, 5;
+        """
+        out = lanes_out(body, block=48)
+        np.testing.assert_array_equal(out[:exited], 5)
+        np.testing.assert_array_equal(out[exited:], 0)
+
+
 def test_warps_at_one_bar_sync_may_name_different_barriers():
     """FA3's warp-scheduler barriers: every warpgroup executes the same `bar.sync id, n` with its own id (here
     warps 0-1 on barrier 1 and warps 2-3 on barrier 2, 64 threads each); the id need only agree in a warp."""

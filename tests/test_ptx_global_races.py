@@ -5,6 +5,8 @@ their relaxed twins do not [memory_model.DATA_RACE, MORALLY_STRONG, RELEASE_ACQU
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -798,25 +800,58 @@ def _assert_same_records(a, b) -> None:
 
 def test_the_bytes_of_a_box_inside_the_tensor_are_a_box_when_the_edge_clips_it():
     """`tma_boxes.box_offsets`' layout: the bytes inside the tensor as one strided box (a box wholly inside, or clipped by
-    the tensor's edge on any side), None when none is inside."""
+    the tensor's edge on any side), None when none is inside; where the edge clips it, `box_data` reads that box into
+    its window and gives the bytes of the gather by offsets, the elements outside filled (zeros, or NaN)."""
+    import types
+
     import ml_dtypes
 
     from tessera.interpreters.ptx.global_accesses import StridedBox
-    from tessera.interpreters.ptx.tma_boxes import box_offsets
+    from tessera.interpreters.ptx.state import GLOBAL_BASE
+    from tessera.interpreters.ptx.tma_boxes import TensorMapObject, box_data, box_offsets
     from tessera.interpreters.sm90.tma import TensorMap
+    from tessera.sm90 import facts
 
     rng = np.random.default_rng(4)
-    for shape, box, dtype in [((300, 128), (64, 64), ml_dtypes.bfloat16), ((5, 77, 96), (32, 16, 2), np.float32)]:
-        spec = TensorMap.encode("t", np.zeros(shape, dtype), box, 0).spec
+    nan = facts.TensorMapFloatOOBFill.NAN_REQUEST_ZERO_FMA
+    for shape, box, dtype, fill in [((300, 128), (64, 64), ml_dtypes.bfloat16, facts.TensorMapFloatOOBFill.NONE),
+                                    ((5, 77, 96), (32, 16, 2), np.float32, nan)]:
+        spec = replace(TensorMap.encode("t", np.zeros(shape, dtype), box, 0).spec, oob_fill=fill)
+        m = types.SimpleNamespace(memory=types.SimpleNamespace(
+            buffer=rng.integers(0, 256, int(np.prod(shape)) * spec.element_bytes, np.uint8)))
+        tmap = TensorMapObject("t", spec, GLOBAL_BASE)
+        clipped = 0
         for _ in range(10):
             coords = tuple(int(rng.integers(-box[-1 - k] - 2, shape[-1 - k] + 2)) for k in range(len(shape)))
-            offsets, valid, layout = box_offsets(spec, coords)
+            offsets, valid, layout, window = box_offsets(spec, coords)
             if not valid.any():
                 assert layout is None
                 continue
             assert layout is not None, coords
+            assert (window is None) == valid.all(), coords
             inside = (offsets[valid][:, None] + np.arange(spec.element_bytes)).reshape(-1)
             assert np.array_equal(StridedBox(*layout).index().reshape(-1), inside), coords
+            read = box_data(m, tmap, offsets, valid, StridedBox(*layout), window)
+            assert np.array_equal(read, box_data(m, tmap, offsets, valid, None)), coords
+            clipped += window is not None
+        assert clipped
+
+
+def test_a_swizzled_box_is_staged_in_the_order_it_lies_in_shared_memory():
+    """`tma_boxes.in_shared_order`: a box's bytes (row-major) put where the swizzle places them (`swizzled`'s offsets),
+    for every swizzle and a few shared offsets, read as the range they fill."""
+    from tessera.interpreters.ptx.tma_boxes import in_shared_order, swizzled
+
+    rng = np.random.default_rng(5)
+    for swizzle in (0, 32, 64, 128):
+        for smem, size in [(0, 8192), (1024, 4096), (3072, 2048), (128 * 5, 1024)]:
+            offsets, dense, chunks = swizzled(smem, size, swizzle)
+            if dense is None or chunks is None:
+                continue
+            data = rng.integers(0, 256, size, np.uint8)
+            placed = np.zeros(dense[1], np.uint8)
+            placed[offsets] = data
+            assert np.array_equal(in_shared_order(data, smem, size, swizzle), placed[dense[0]:]), (swizzle, smem)
 
 
 def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():

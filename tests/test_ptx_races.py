@@ -267,6 +267,37 @@ def test_a_slot_is_free_only_after_the_wait_group_that_ends_the_read(release_aft
 
 
 
+@pytest.mark.parametrize("as_range", [False, True], ids=["per-byte", "range"])
+@pytest.mark.parametrize("ordered_after", [None, 0, 1], ids=["neither", "first-waiter", "second-waiter"])
+def test_a_group_two_waits_complete_frees_its_bytes_after_either(ordered_after, as_range):
+    """A wgmma group read bytes 0-15 until the waits of threads 0 and 1 (one completion, its readers both): a TMA
+    load of thread 2 into them is ordered after the read when it comes after either wait (the first waiter's,
+    asked first, or only the second's), and a race when after neither, at the first byte of those it names."""
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+
+    def hazard(inst, message, lane):
+        return PtxHazardError(f"{inst.line}: {message} (thread {lane})")
+
+    hb = HappensBefore(3, 3, 16, hazard, lambda flat: f"byte {flat}", lambda lane: f"thread {lane}")
+    hb.wgmma_reads = np.zeros((1, hb.chunk_count()), np.int32)
+    hb.wgmma_reads[0, 0] = 1  # read last by wgmma group 0 of the CTA's one warpgroup
+    for waiter in (0, 1):
+        hb.clock[waiter, waiter] += 1  # (each waits after a step of its own)
+        hb.wgmma_groups_completed(0, 0, 0, np.array([waiter]), _Inst())
+    readers, epochs = hb.completions[0][:2]
+    assert readers.tolist() == [0, 1] and (hb.clock[2, readers] < epochs).all()
+    if ordered_after is not None:
+        hb.barrier(np.array([ordered_after]), np.array([2]))
+    slot, producer = np.arange(16), np.array([2])
+    written, span = (slot[::-1], slice(0, 16)) if as_range else (slot, None)
+    if ordered_after is not None:
+        hb.async_write(_Inst(), producer, written, "the TMA load", span)
+        return
+    with pytest.raises(PtxHazardError, match=rf"the TMA load overwrites byte {written[0]}, which a wgmma of warpgroup 0 "
+                                             r"read until its wgmma.wait_group at line 7, .*\(thread 2\)"):
+        hb.async_write(_Inst(), producer, written, "the TMA load", span)
+
+
 def test_wgmma_read_records_are_kept_per_16_byte_chunk_of_each_cta():
     """Chunks are numbered per CTA (a CTA of 40 bytes has chunks of 16, 16 and 8 bytes); a write ends the records
     of the chunks it covers whole only."""

@@ -16,7 +16,6 @@ import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
-from tessera.interpreters.ptx.shared_chunks import CHUNK_ITEM, as_chunks
 from tessera.interpreters.ptx.state import RUN
 from tessera.interpreters.ranges import consecutive
 from tessera.sm90 import facts
@@ -42,7 +41,7 @@ class Copy:
     key: tuple[int, int] | None
     acquired: tuple[int, int] | None = None
     span: slice | None = None  # the range `index` fills, when it fills one (see `AsyncTracker.stage`)
-    layout: object = None  # how `index` fills `span` (`AsyncTracker.stage`), for a landing without a gather
+    layout: str | None = None  # "ordered": `data` is `span`'s bytes in order (`AsyncTracker.stage`), else `index`'s
     combine: object = None
     """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
@@ -85,9 +84,9 @@ class AsyncCopies:
     def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
         """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
         range `index` fills, when it fills one (a swizzled box), so that its records are kept as a range.
-        `layout`: "ordered" when `index` is `span` in order, (base, chunks) when it is whole 16-byte chunks of
-        the CTA's shared memory at `base` (bytes base + 16c .. base + 16c + 15 for each c in `chunks`, in order:
-        a swizzled box), so that the bytes land a chunk at a time."""
+        `data` holds the bytes of `index` in order, or with `layout` "ordered" those of `span` in order (`index`
+        the same bytes in any order: a swizzled box put in shared-memory order at issue), so that they land as one
+        copy of the range."""
         self.staged.append((index, data, span, layout))
 
     def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
@@ -104,9 +103,10 @@ class AsyncCopies:
             m.cluster_state.remote_mbarrier(inst, lane, key, state.phase)
         if len(self.staged) == 1:
             index, data, span, layout = self.staged[0]
-        else:
+        else:  # (each part's bytes in the order of its index)
             index = np.concatenate([i for i, *_ in self.staged]) if self.staged else np.zeros(0, np.int64)
-            data = np.concatenate([d for _, d, *_ in self.staged]) if self.staged else np.zeros(0, np.uint8)
+            data = np.concatenate([d if layout is None else d[i - span.start] for i, d, span, layout in self.staged]) \
+                if self.staged else np.zeros(0, np.uint8)
             span = layout = None
         self.staged = []
         acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
@@ -150,10 +150,10 @@ class AsyncCopies:
         return self.hb.async_writes_clear(lanes, slots, rows, dense)
 
     def issue_loads(self, inst, lanes: np.ndarray, keys: list[tuple[int, int]], dense: tuple[int, int],
-                    indices: list[np.ndarray], data: np.ndarray, chunks: np.ndarray, nbytes: int, kind: str) -> None:
-        """`issue` of the loads `loads_clear` passed, as one unit: `lanes[i]`'s copy of `data` into the bytes
-        `indices[i]` (`dense` of CTA `keys[i][0]`, whole chunks `chunks` in order: it lands a chunk at a time)
-        completing `nbytes` on the mbarrier `keys[i]`. The copies are made in issue order, as one by one; their
+                    indices: list[np.ndarray], data: np.ndarray, nbytes: int, kind: str) -> None:
+        """`issue` of the loads `loads_clear` passed, as one unit: `lanes[i]`'s copy into the bytes `indices[i]`
+        (`dense` of CTA `keys[i][0]`) of `data`, their bytes in the order of that range ("ordered": it lands as
+        one copy of the range), completing `nbytes` on the mbarrier `keys[i]`. The copies are made in issue order, as one by one; their
         bytes are tagged in flight and their completed async reads forgotten over the CTAs' ranges at once, and
         the threads parked on a barrier whose arrivals are all in are woken."""
         m = self.m
@@ -163,7 +163,7 @@ class AsyncCopies:
             base = key[0] * m.shared_bytes
             acquired = None if self.last_wait[lane] < 0 else int(self.last_wait[lane])
             spans.append(slice(base + low, base + high))
-            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, spans[-1], layout=(base, chunks))
+            copy = Copy(kind, inst, lane, indices[i], data, nbytes, key, acquired, spans[-1], layout="ordered")
             self.copies[first + i] = copy
             self.in_flight.setdefault(key, []).append(copy)
         self.hb.async_writes(consecutive(slots), low // _CHUNK, -(-high // _CHUNK))
@@ -171,16 +171,21 @@ class AsyncCopies:
         for i, span in enumerate(spans):  # (their tags kept as ranges: `tag_ranges`)
             self.keep_tags(span, FLIGHT, first + i)
         self._forget_ranges(spans)
-        for key in keys:
-            if m.mbarriers[key].pending == 0:
-                self.wake(key)
+        ready = [key for key in keys if m.mbarriers[key].pending == 0]
+        if ready:
+            from tessera.interpreters.ptx.mbarrier import parked_lanes
 
-    def wake(self, key: tuple[int, int]) -> None:
-        """Threads parked on the mbarrier at `key` try again (its copies may land now)."""
+            parked = parked_lanes(m)
+            for key in ready:
+                self.wake(key, parked)
+
+    def wake(self, key: tuple[int, int], parked: np.ndarray | None = None) -> None:
+        """Threads parked on the mbarrier at `key` try again (its copies may land now); `parked`: see
+        `mbarrier.parked_on`."""
         from tessera.interpreters.ptx.mbarrier import parked_on
 
         m = self.m
-        parked = parked_on(m, key)
+        parked = parked_on(m, key, parked)
         if len(parked):
             m.status[parked] = RUN
             m.woken += 1
@@ -204,7 +209,7 @@ class AsyncCopies:
         barrier after another, each one's in issue order: the complete-tx of each copy counted in that order
         (reporting, as `land` always has, a phase that completes before its last copy or that ends with more bytes
         than its expect_tx announced), then the bytes (`_land_bytes`), then each barrier's change."""
-        from tessera.interpreters.ptx.mbarrier import barrier_changed
+        from tessera.interpreters.ptx.mbarrier import barrier_changed, parked_lanes
 
         m = self.m
         landed, befores = [], []
@@ -233,43 +238,21 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
+        parked = parked_lanes(m)
         for key, before in zip(keys, befores):
-            barrier_changed(m, key, before, m.mbarriers[key], prefer=False)
+            barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)
 
     def _land_bytes(self, landed: list[tuple[Copy, int, int]]) -> None:
         """The bytes of the copies `landed` ((copy, barrier instance, phase) each, in landing order) land: written
         into shared memory and tagged `LANDED` with their barrier and phase, a range one copy landed whole kept
-        (`landed_ranges`). Where every copy lands whole 16-byte chunks (TMA boxes), the copies of one layout (the
-        same offset in each CTA's shared memory: a batch's CTAs' K or V tile) land over the CTAs' ranges at once:
-        in-flight copies never share a byte, so the order of their writes is immaterial."""
-        m = self.m
-        size = m.shared_bytes
-        if len(landed) < 2 or not all(isinstance(c.layout, tuple) and c.span is not None for c, _, _ in landed):
+        (`landed_ranges`). A TMA box's bytes are in the order of its range (`stage`'s "ordered"): one copy of it."""
+        if len(landed) < 2 or not all(c.layout == "ordered" and c.combine is None for c, _, _ in landed):
             for copy, b, phase in landed:
                 self._land_copy(copy, b, phase)
             return
-        groups: dict[tuple, list] = {}
-        for copy, b, phase in landed:
-            base, chunks = copy.layout
-            groups.setdefault((copy.span.start - base, copy.span.stop - base, id(chunks)), []).append((copy, b, phase))
-        whole = size // _CHUNK * _CHUNK
-        shared = as_chunks(m.shared.reshape(-1, size)[:, :whole])  # [CTA, chunk]
-        for (low, high, _), group in groups.items():
-            group.sort(key=lambda landing: landing[0].layout[0])  # by CTA (`consecutive` takes them ascending)
-            slots = np.array([copy.layout[0] // size for copy, _, _ in group])
-            rows, chunks = consecutive(slots), group[0][0].layout[1]
-            data = group[0][0].data
-            if isinstance(rows, slice) and all(copy.data is data for copy, _, _ in group) \
-                    and len(chunks) * _CHUNK == high - low:
-                # the box's chunks put in shared-memory order once, then copied into each CTA's range as it lies
-                # (a slice and an index over [CTA, chunk] make NumPy's slowest scatter: some ten times these two)
-                first = low // _CHUNK  # (the chunks fill [low, high): `chunks` is an order of that range's)
-                ordered = np.empty(len(chunks), CHUNK_ITEM)
-                ordered[chunks - first] = as_chunks(data)
-                shared[rows, first:first + len(chunks)] = ordered
-            else:
-                for copy, _, _ in group:
-                    shared[copy.layout[0] // size, chunks] = as_chunks(copy.data)
+        shared = self.m.shared
+        for copy, _, _ in landed:
+            shared[copy.span] = copy.data
         self._forget_ranges([copy.span for copy, _, _ in landed])
         for copy, b, phase in landed:
             self.keep_tags(copy.span, LANDED, b, phase)
@@ -283,9 +266,6 @@ class AsyncCopies:
             m.shared[copy.index] = copy.combine(m.shared[copy.index])
         elif copy.layout == "ordered":
             m.shared[copy.span] = copy.data
-        elif copy.layout is not None:  # whole chunks: a row of 16 bytes each
-            base, chunks = copy.layout
-            as_chunks(m.shared[base:base + m.shared_bytes // _CHUNK * _CHUNK])[chunks] = as_chunks(copy.data)
         else:
             m.shared[copy.index] = copy.data
         if copy.span is None:

@@ -149,11 +149,19 @@ class AsyncRecords:
                         found.add(int(self.wgmma_groups[slot * per_cta + r, last - 1]))
             found.discard(0)
             clock = self.clock[lane]
-            for c in found:
-                readers, epochs = self.completions[c - 1][:2]
-                if not (clock[readers % self.threads] >= epochs).any():
-                    return False
+            if not all(self._knows_completion(clock, c) for c in found):
+                return False
         return True
+
+    def _knows_completion(self, clock: np.ndarray, c: int) -> bool:
+        """Whether the point whose clock row is `clock` comes after completion `c` (1-based, `completions`): after
+        the wait of one of the lanes that completed it. Its first lane is asked first: a slot's refill follows the
+        arrive of the warpgroup whose wait completed the reads, so the first lane decides it, mostly."""
+        readers, epochs = self.completions[c - 1][:2]
+        t = self.threads
+        if clock[int(readers[0]) % t] >= epochs[0]:
+            return True
+        return bool((clock[readers % t] >= epochs).any())
 
     def async_writes(self, rows: slice | np.ndarray, first: int, stop: int) -> None:
         """`async_write` of the copies `async_writes_clear` passed (their chunks [first, stop) of each CTA of
@@ -182,8 +190,7 @@ class AsyncRecords:
             return  # r_async is all zero: no completed async read recorded
         if span is not None:
             for c in self._span_completions(span):
-                readers, epochs = self.completions[c - 1][:2]
-                if not (clocks[0, readers % self.threads] >= epochs).any():
+                if not self._knows_completion(clocks[0], c):
                     self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
             self._forget_async_reads(span)
             return

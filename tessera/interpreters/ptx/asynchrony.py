@@ -284,9 +284,16 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         else:
             self.hb.bar_completed(key, waiters)
         if len(self.observed) and len(participants) and len(waiters):
-            seen = self.observed[:, participants].max(axis=1)
+            seen = self.observed[:, consecutive(participants)].max(axis=1)  # (a CTA's lanes: a view, mostly)
+            if not seen.any():  # (nothing observed yet: the bar.sync after the mbarrier.inits)
+                return
             self.seen_runs.clear()
-            self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
+            columns = consecutive(waiters)
+            if isinstance(columns, slice):
+                observed = self.observed[:, columns]
+                np.maximum(observed, seen[:, None], out=observed)
+            else:
+                self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
 
     # endregion
     # region bulk stores
@@ -353,10 +360,10 @@ class _BarrierRows:
 
     def __init__(self, capacity: int, lanes: int):
         self.capacity = capacity
-        self.observed = np.zeros((capacity, lanes), np.int64)
+        self.observed = np.zeros((capacity, lanes), np.int32)  # (phases: int32, as the tags' `phase`)
         self.released = np.zeros((capacity, lanes), np.int32)
-        self.carried = np.zeros((capacity, capacity), np.int64)
-        self.carrying = np.zeros((capacity, capacity), np.int64)
+        self.carried = np.zeros((capacity, capacity), np.int32)
+        self.carrying = np.zeros((capacity, capacity), np.int32)
 
     def grown(self, capacity: int) -> "_BarrierRows":
         """A copy with room for `capacity` barriers."""

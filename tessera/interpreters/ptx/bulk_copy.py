@@ -36,7 +36,7 @@ from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, Mach
 from tessera.interpreters.ptx.sync import U32
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
-from tessera.interpreters.ptx.tma_boxes import box_data, checked_box, swizzled_at
+from tessera.interpreters.ptx.tma_boxes import Box, box_data, checked_box, in_shared_order, swizzled_at
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.sm90 import facts
 
@@ -49,11 +49,10 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     thread's own by default); returns the bytes of the box. A load completing on the mbarrier at `barrier` (a
     shared::cluster address of the thread's own CTA) reads global memory until that completes. A store with
     `combine` (old element bytes, box element bytes, data type -> new bytes) is a reduction into the tensor.
-    `loaded`: the boxes' data read by the step so far ((map, coords) -> `box_data`): the CTAs of a batch
-    loading the same K or V tile read global memory once (nothing writes it between their copies)."""
+    `loaded`: the boxes' bytes read by the step so far (`_load_bytes`)."""
     slot = int(m.lane_cta[lane]) if slot is None else slot
-    tmap, offsets, valid, layout, size, swizzle, dense, chunks = checked_box(m, inst, lane, map_address, coords, smem,
-                                                                          load)
+    checked = checked_box(m, inst, lane, map_address, coords, smem, load)
+    tmap, offsets, valid, layout, _, size, swizzle, dense, _ = checked
     spec = tmap.spec
     e = spec.element_bytes
     base = slot * m.shared_bytes
@@ -61,28 +60,23 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     span = None if dense is None else slice(base + dense[0], base + dense[1])
     if load and layout is not None:  # the bytes inside the tensor are a box: strided views, no index
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
-        key = (map_address, tuple(coords))
-        data = None if loaded is None else loaded.get(key)
-        if data is None:
-            data = box_data(m, tmap, offsets, valid, box)  # a copy: the data as it is at issue
-            if loaded is not None:
-                loaded[key] = data
+        data, order = _load_bytes(m, checked, box, (map_address, tuple(coords), smem), loaded)
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), mbarrier.barrier_state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))  # lands later
+        m.tracker.stage(shared_index, data, span, order)  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
     inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
-        data = box_data(m, tmap, offsets, valid, None)
+        data, order = _load_bytes(m, checked, None, (map_address, tuple(coords), smem), None)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
         if barrier is not None and getattr(m, "global_order", None) is not None:
             key = mbarrier.mbarrier_key(m, lane, barrier)
             m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
                                       mbarrier.barrier_state(m, inst, lane, barrier).phase)
-        m.tracker.stage(shared_index, data, span, None if chunks is None else (base, chunks))
+        m.tracker.stage(shared_index, data, span, order)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
         data = m.shared[shared_index].reshape(-1, e)
@@ -98,6 +92,26 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     return spec.box_bytes
 
 
+def _load_bytes(m: Machine, checked: Box, box: StridedBox | None, key: tuple, loaded: dict | None
+                ) -> tuple[np.ndarray, str | None]:
+    """(the bytes a TMA load of the box `checked` stages, `AsyncTracker.stage`'s layout of them): "ordered", in the
+    order they lie in shared memory, where the box fills a range of whole chunks (a swizzled tile: it lands as
+    one copy of that range), else None, in the box's order (`box_data`, through `box` where the bytes inside the
+    tensor are one), for the box at `key` = (map, coordinates, shared offset). `loaded` ({`key`: those}): the
+    bytes the step has read so far; the CTAs of a batch loading the same K or V tile into the same slot read
+    global memory once (nothing writes it between their copies)."""
+    found = None if loaded is None else loaded.get(key)
+    if found is not None:
+        return found
+    tmap, offsets, valid, _, window, size, swizzle, dense, chunks = checked
+    data = box_data(m, tmap, offsets, valid, box, window)  # a copy: the data as it is at issue
+    found = (data, None) if dense is None or chunks is None else \
+        (in_shared_order(data, key[2], size, swizzle), "ordered")
+    if loaded is not None:
+        loaded[key] = found
+    return found
+
+
 def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, values: list[np.ndarray],
                         smem: np.ndarray, barriers: np.ndarray, loaded: dict) -> bool:
     """The TMA loads of `lanes` (ascending, one thread of each of one or more CTAs) as one unit where every CTA does
@@ -109,20 +123,20 @@ def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, v
     which reports the same as ever (the global records are made in the same order either way, and the
     shared-memory checks, which the global ones never affect, pass)."""
     slots = m.lane_cta[lanes]
-    if not ((maps == maps[0]).all() and (smem == smem[0]).all() and (barriers == barriers[0]).all()
-            and all((v == v[0]).all() for v in values) and (np.diff(slots) > 0).all()
-            and 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT):
+    if not 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT:
         return False
-    map_address, coords, barrier = int(maps[0]), [int(v[0]) for v in values], int(barriers[0])
-    tmap, offsets, valid, layout, size, swizzle, dense, chunks = checked_box(m, inst, int(lanes[0]), map_address, coords,
-                                                                          int(smem[0]), True)
+    if len(lanes) > 1:
+        operands = np.stack([maps, smem, barriers, *values])
+        if not ((operands == operands[:, :1]).all() and (np.diff(slots) > 0).all()):
+            return False
+    map_address, coords, barrier, offset = int(maps[0]), [int(v[0]) for v in values], int(barriers[0]), int(smem[0])
+    checked = checked_box(m, inst, int(lanes[0]), map_address, coords, offset, True)
+    tmap, _, _, layout, _, size, swizzle, dense, chunks = checked
     keys = [(slot, barrier) for slot in slots.tolist()]
     if layout is None or dense is None or chunks is None or not m.tracker.loads_clear(lanes, keys, dense):
         return False
     box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
-    data = loaded.get((map_address, tuple(coords)))
-    if data is None:
-        data = loaded[(map_address, tuple(coords))] = box_data(m, tmap, offsets, valid, box)
+    data, _ = _load_bytes(m, checked, box, (map_address, tuple(coords), offset), loaded)  # (in shared order)
     order = getattr(m, "global_order", None)
     together = order is not None and m.memory.log is None
     for i, (lane, key) in enumerate(zip(lanes.tolist(), keys)):  # the global reads: the rest as one where they can be
@@ -133,8 +147,8 @@ def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, v
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
         if order is not None:
             order.read_until(inst, lane, box, m.tracker.barrier(key), m.mbarriers[key].phase)
-    indices = [swizzled_at(key[0] * m.shared_bytes, int(smem[0]), size, swizzle) for key in keys]
-    m.tracker.issue_loads(inst, lanes, keys, dense, indices, data, chunks, tmap.spec.box_bytes, "TMA load")
+    indices = [swizzled_at(key[0] * m.shared_bytes, offset, size, swizzle) for key in keys]
+    m.tracker.issue_loads(inst, lanes, keys, dense, indices, data, tmap.spec.box_bytes, "TMA load")
     return True
 
 
@@ -218,13 +232,14 @@ def decode_bulk(ops: Operands, inst, mods):
         issued = _issued_per_warp(m, lanes, smem_addresses, *([maps, *values] if tensor else [sources, sizes]),
                                   *([per_lane(barriers, lanes.shape, np.int64)] if load else []),
                                   *([masks] if mask is not None else []))
-        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
-            clustered = bool((smem_addresses[issued] >> CLUSTER_RANK_SHIFT).any())
-            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
+        every = slice(None) if len(issued) == len(lanes) else issued  # (views where every lane issues its own)
+        clustered = load and bool((smem_addresses[every] >> CLUSTER_RANK_SHIFT).any())
         if tensor and load and mask is None and not clustered and \
-                _tma_loads_together(m, inst, lanes[issued], maps[issued], [v[issued] for v in values],
-                                    smem_addresses[issued], barriers[issued], loaded):
+                _tma_loads_together(m, inst, lanes[every], maps[every], [v[every] for v in values],
+                                    smem_addresses[every], barriers[every], loaded):
             return
+        if load:  # the CTAs the copies land in (checked copy by copy below, in order, where a rank is named)
+            issued_slots, issued_offsets, _ = m.shared_target(lanes[issued], smem_addresses[issued])
         for k, i in enumerate(issued.tolist()):
             lane = int(lanes[i])
             one = lanes[i:i + 1]

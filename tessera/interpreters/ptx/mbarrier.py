@@ -37,6 +37,9 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
+    if len(addresses) and 0 <= addresses.min() and (high := int(addresses.max())) < 1 << CLUSTER_RANK_SHIFT and \
+            high + facts.MBARRIER_BYTES <= m.shared_bytes and not (addresses & (facts.MBARRIER_BYTES - 1)).any():
+        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes)
     offsets = shared_offsets(m, inst, lanes, addresses)
     bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
@@ -61,34 +64,44 @@ def barrier_state(m: Machine, inst, lane: int, address: int) -> facts.MBarrierSt
     return state
 
 
-def parked_on(m, key: tuple[int, int]) -> np.ndarray:
+def parked_lanes(m: Machine) -> np.ndarray:
+    """The parked lanes (on an mbarrier or not), ascending: found once where several barriers may wake theirs."""
+    return np.flatnonzero(m.status == PARK)
+
+
+def parked_on(m, key: tuple[int, int], parked: np.ndarray | None = None) -> np.ndarray:
     """The lanes parked on the mbarrier at `key` = (CTA slot, address), ascending: found among the parked lanes
-    (a few), not by comparisons over every lane."""
-    parked = np.flatnonzero(m.status == PARK)
+    (a few: `parked`, `parked_lanes(m)` where the caller has it from before waking other barriers' lanes, whose
+    addresses a wake resets), not by comparisons over every lane."""
+    if parked is None:
+        parked = parked_lanes(m)
     if len(parked):
         parked = parked[(m.park_address[parked] == key[1]) & (m.lane_cta[parked] == key[0])]
     return parked
 
 
 def barrier_changed(m: Machine, key: tuple[int, int], phase_before: int, state: facts.MBarrierState,
-             prefer: bool = True) -> None:
+                    prefer: bool = True, parked: np.ndarray | None = None) -> None:
+    """The mbarrier at `key` changed (its phase was `phase_before`): a completed phase is published and wakes the
+    lanes parked on it (`parked`: see `parked_on`), which run first where `prefer`."""
     m.sync_epoch += 1
     if state.phase != phase_before:
         m.tracker.hb.phase_completed(key)
         m.tracker.published(key)
-        wake = parked_on(m, key)
-        if prefer and len(wake):
-            m.preferred = np.zeros(m.lanes, bool)  # a release: the threads it wakes run first (see asynchrony)
-            m.preferred[wake] = True
-        m.status[wake] = RUN
+        wake = parked_on(m, key, parked)
         m.woken += 1
-        m.park_test[wake] = False
-        m.park_address[wake] = -1
+        if len(wake):
+            if prefer:
+                m.preferred = np.zeros(m.lanes, bool)  # a release: the threads it wakes run first (see asynchrony)
+                m.preferred[wake] = True
+            m.status[wake] = RUN
+            m.park_test[wake] = False
+            m.park_address[wake] = -1
 
 
-def apply(m: Machine, inst, lane: int, address: int, action) -> int:
-    """Run `action(state)` on the mbarrier of `lane` at `address`, waking waiters on a phase change; returns
-    the action's result. A ValueError of the state machine becomes an execution error."""
+def apply(m: Machine, inst, lane: int, address: int, action, parked: np.ndarray | None = None) -> int:
+    """Run `action(state)` on the mbarrier of `lane` at `address`, waking waiters on a phase change (`parked`: see
+    `parked_on`); returns the action's result. A ValueError of the state machine becomes an execution error."""
     state = barrier_state(m, inst, lane, address)
     before = state.phase
     key = mbarrier_key(m, lane, address)
@@ -110,7 +123,7 @@ def apply(m: Machine, inst, lane: int, address: int, action) -> int:
         m.tracker.phase_changed(inst, key, lane)
     else:
         m.tracker.arrivals_changed(key)
-    barrier_changed(m, key, before, state)
+    barrier_changed(m, key, before, state, parked=parked)
     return result
 
 
@@ -120,16 +133,18 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
     is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
     where each CTA's lanes hold one token (else None)."""
-    ctas = m.lane_cta[lanes]
-    step = np.diff(ctas)
-    if tokens is not None:
-        if not (len(lanes) and addresses.min() == addresses.max() and not (step < 0).any()
-                and not (np.diff(tokens)[step == 0]).any()):
+    if len(lanes) and addresses.min() == addresses.max():  # each CTA's lanes (lane // threads) are one run
+        t, a = m.threads, int(addresses[0])
+        first, last = int(lanes[0]) // t, int(lanes[-1]) // t
+        bounds = [0, *np.searchsorted(lanes, np.arange(first + 1, last + 1) * t).tolist(), len(lanes)]
+        runs = [((cta, a), slice(i, j)) for cta, i, j in zip(range(first, last + 1), bounds, bounds[1:]) if j > i]
+        if tokens is not None and tokens.min() != tokens.max() and \
+                any(tokens[at].min() != tokens[at].max() for _, at in runs):
             return None
-    if len(lanes) and addresses.min() == addresses.max() and not (step < 0).any():
-        starts = [0] + (np.flatnonzero(step) + 1).tolist() + [len(lanes)]
-        a = int(addresses[0])
-        return [((int(ctas[i]), a), slice(i, j)) for i, j in zip(starts[:-1], starts[1:])]
+        return runs
+    if tokens is not None:
+        return None
+    ctas = m.lane_cta[lanes]
     unique, which = unique_rows(np.stack([ctas, addresses], axis=1), return_inverse=True)
     which = which.reshape(-1)
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
@@ -202,8 +217,9 @@ def _arrive_together(m: Machine, inst, lanes, phases, groups: list | None) -> bo
     counts = [len(lanes[at]) for _, at in groups]
     if any(m.mbarriers.get(key) is None or m.mbarriers[key].pending < n for (key, _), n in zip(groups, counts)):
         return False
+    parked = parked_lanes(m)  # (an arrival parks no lane)
     for (key, at), n in zip(groups, counts):
-        phases[at] = apply(m, inst, int(lanes[at][0]), key[1], lambda s, n=n: s.arrive(n))
+        phases[at] = apply(m, inst, int(lanes[at][0]), key[1], lambda s, n=n: s.arrive(n), parked)
     return True
 
 

@@ -46,15 +46,13 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
     uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
-    warp = m.tid[lanes] // facts.WARP_SIZE
-    for w in np.unique(warp[uncounted]):
-        in_warp = warp == w
-        if (uncounted | ~live)[in_warp].all():
-            m.bar_count[barrier, cta] += facts.WARP_SIZE
-            m.bar_uncounted[barrier, lanes[in_warp]] = False
+    whole = _by_warp(uncounted, False).any(axis=1) & _by_warp(uncounted | ~live, True).all(axis=1)
+    if whole.any():  # warps whose threads have all arrived since the warp's last arrival: each arrives
+        m.bar_count[barrier, cta] += facts.WARP_SIZE * int(whole.sum())
+        m.bar_uncounted[barrier, lanes[np.repeat(whole, facts.WARP_SIZE)[:len(lanes)]]] = False
     count = int(m.bar_count[barrier, cta])
     explicit = int(m.bar_expected[barrier, cta])
-    expected = explicit or facts.WARP_SIZE * len(np.unique(warp[live]))
+    expected = explicit or facts.WARP_SIZE * int(_by_warp(live, False).any(axis=1).sum())
     if count == 0 or count < expected:
         return
     if explicit and count > expected and inst is not None:
@@ -81,6 +79,15 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     if not m.bar_uncounted[barrier, lanes].any():
         m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
+
+
+def _by_warp(flags: np.ndarray, pad: bool) -> np.ndarray:
+    """[warp, thread of the warp]: a CTA's per-thread `flags` (in thread order, warp w = threads 32w..32w + 31),
+    a last warp short of threads filled with `pad`."""
+    short = -len(flags) % facts.WARP_SIZE
+    if short:
+        flags = np.concatenate([flags, np.full(short, pad)])
+    return flags.reshape(-1, facts.WARP_SIZE)
 
 
 def _barriers_on_exit(m: Machine):

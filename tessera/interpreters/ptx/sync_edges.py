@@ -137,11 +137,14 @@ class SyncEdges:
         if bounds[1] is None:
             bounds[1] = clocks.max(axis=1)
         joined = bounds[1].copy()  # [CTA, thread]: the join of the rows (`block_bounds`)
-        self.clock[lanes, lanes % t] += 1
-        own = np.arange(within.start, within.stop)  # each lane's own epoch, the greatest of its column
-        bounds[1][:, own] = np.maximum(bounds[1][:, own], clocks[:, own - within.start, own])
+        own = _own_epochs(clocks, within.start)  # each lane's own epoch, the greatest of its column
+        own += 1
+        high = bounds[1][:, within]
+        np.maximum(high, own, out=high)
+        unfenced = np.zeros(2 * t, np.int32)  # (read-only: shared by the CTAs' releases, which `join` never writes)
+        unfenced.setflags(write=False)
         for k, key in enumerate(keys):
-            self.pending[key] = self.join(self.pending.get(key), (joined[k], np.zeros(2 * t, np.int32), None))
+            self.pending[key] = self.join(self.pending.get(key), (joined[k], unfenced, None))
         return True
 
     def _inits_seen(self, keys: list[tuple[int, int]], block: tuple[slice, slice], clocks: np.ndarray) -> bool:
@@ -334,6 +337,14 @@ class SyncEdges:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
         fence.proxy.async on a path into each lane has made visible to the async proxy."""
         return self.fenced[lanes[:, None], self.threads + threads]
+
+
+def _own_epochs(clocks: np.ndarray, first: int) -> np.ndarray:
+    """[CTA, lane]: a writable view of each lane's own epoch in `clocks` ([CTA, lane, thread], the rows of lanes
+    `first`, `first` + 1, ... of each CTA: lane i's own column is `first` + i)."""
+    ctas, lanes, _ = clocks.shape
+    step = clocks.strides
+    return np.lib.stride_tricks.as_strided(clocks[:, :, first:], (ctas, lanes), (step[0], step[1] + step[2]))
 
 
 def _meet(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:

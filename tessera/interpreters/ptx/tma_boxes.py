@@ -23,7 +23,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx import tensormaps
 from tessera.interpreters.ptx.global_accesses import StridedBox
-from tessera.interpreters.ptx.shared_chunks import chunks_in_order, dense_range
+from tessera.interpreters.ptx.shared_chunks import as_chunks, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
 from tessera.sm90 import facts
 
@@ -51,41 +51,50 @@ def tensor_map(m: Machine, inst, lane: int, address: int) -> TensorMapObject:
     return found
 
 
+@lru_cache(maxsize=64)
 def oob_fill(spec: facts.TensorMapSpec) -> np.ndarray:
     """The bytes a load writes for an element outside the tensor: zeros, or with FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-    a quiet NaN of the element type (the hardware's "OOB-NaN"; its exact bits are not documented)."""
+    a quiet NaN of the element type (the hardware's "OOB-NaN"; its exact bits are not documented). Read-only,
+    kept per map."""
     if spec.oob_fill == facts.TensorMapFloatOOBFill.NONE:
-        return np.zeros(spec.element_bytes, np.uint8)
-    dtype = {2: np.float16, 4: np.float32, 8: np.float64}[spec.element_bytes]
-    if spec.dtype == facts.TensorMapDataType.BFLOAT16:
-        dtype = ml_dtypes.bfloat16
-    return np.frombuffer(np.array(np.nan, dtype).tobytes(), np.uint8)
+        fill = np.zeros(spec.element_bytes, np.uint8)
+    else:
+        dtype = {2: np.float16, 4: np.float32, 8: np.float64}[spec.element_bytes]
+        if spec.dtype == facts.TensorMapDataType.BFLOAT16:
+            dtype = ml_dtypes.bfloat16
+        fill = np.frombuffer(np.array(np.nan, dtype).tobytes(), np.uint8).copy()
+    fill.setflags(write=False)
+    return fill
 
 
 @lru_cache(maxsize=4096)
-def box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+def box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]
+                ) -> tuple[np.ndarray, np.ndarray, tuple | None, tuple | None]:
     """Byte offsets from the tensor's address of the box elements (row-major, innermost last), which of them
-    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), and the layout of the bytes inside it when they
+    lie inside the tensor (`TensorMapSpec.box_byte_offsets`), the layout of the bytes inside it when they
     form a box (a box wholly inside, or one the tensor's edge clips: first offset, shape, strides:
-    `global_accesses.StridedBox`, adjacent contiguous dimensions merged), else None; read-only, kept across
-    copies, CTAs and launches (a grid's boxes give a handful of coordinates a map)."""
+    `global_accesses.StridedBox`, adjacent contiguous dimensions merged), else None, and where the edge clips
+    such a box, the window of it inside (the box's element grid, outermost first, and a slice along each of its
+    axes), else None; read-only, kept across copies, CTAs and launches (a grid's boxes give a handful of
+    coordinates a map)."""
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
     valid.setflags(write=False)
     if not valid.any() or not offsets.size:
-        return offsets, valid, None
+        return offsets, valid, None, None
     counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
                                       else spec.strides[k])) for k in reversed(range(spec.rank))]
-    grid, inside = offsets.reshape(counts), valid.reshape(counts)
+    grid, inside, window = offsets.reshape(counts), valid.reshape(counts), None
     if not valid.all():  # the part inside the tensor, when it is a box: a range of indices along each axis
         ranges = []
         for axis in range(len(counts)):
             hit = np.flatnonzero(inside.any(axis=tuple(a for a in range(len(counts)) if a != axis)))
             if hit[-1] - hit[0] + 1 != len(hit):
-                return offsets, valid, None
+                return offsets, valid, None, None
             ranges.append(slice(int(hit[0]), int(hit[-1]) + 1))
         if not inside[tuple(ranges)].all() or inside.sum() != inside[tuple(ranges)].size:
-            return offsets, valid, None
+            return offsets, valid, None, None
+        window = (tuple(counts), tuple(ranges))
         grid = grid[tuple(ranges)]
         counts = list(grid.shape)
     shape, strides = [spec.element_bytes], [1]
@@ -100,20 +109,28 @@ def box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]) -> tuple[np.
             strides.insert(0, step)
     layout = (int(grid[(0,) * len(counts)]), tuple(shape), tuple(strides))
     box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
-    return offsets, valid, layout if np.array_equal(box, offsets[valid]) else None
+    if not np.array_equal(box, offsets[valid]):
+        return offsets, valid, None, None
+    return offsets, valid, layout, window
 
 
-def box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.ndarray, box) -> np.ndarray:
+def box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.ndarray, box,
+             window: tuple | None = None) -> np.ndarray:
     """The bytes a load of the box reads (row-major; elements outside the tensor filled, `oob_fill`), a copy
-    of global memory as it is now: the `StridedBox` `box` of the elements inside read as a strided view, else
-    (`box` None) gathered by `offsets`. Read-only: the copies of one box by several CTAs of a step share it."""
+    of global memory as it is now: the `StridedBox` `box` of the elements inside read as a strided view (into
+    the `window` of the box the tensor's edge leaves, `box_offsets`'s, where it clips the box), else (`box`
+    None) gathered by `offsets`. Read-only: the copies of one box by several CTAs of a step share it."""
     e = tmap.spec.element_bytes
-    if box is not None and valid.all():  # the whole box lies in the tensor (mostly)
+    if box is not None and window is None:  # the whole box lies in the tensor (mostly)
         data = box.view(m.memory.buffer).flatten()
-    elif box is not None:  # the tensor's edge clips the box: the elements inside are the box's rows of `valid`
-        data = np.empty((len(offsets), e), np.uint8)
-        data[:] = oob_fill(tmap.spec)
-        data[valid] = box.view(m.memory.buffer).reshape(-1, e)
+    elif box is not None:  # the tensor's edge clips the box: the elements inside fill the window
+        fill = oob_fill(tmap.spec)
+        data = np.zeros((len(offsets), e), np.uint8)
+        if fill.any():
+            data[:] = fill
+        grid, ranges = window
+        inside = data.reshape(*grid, e)[ranges]
+        inside[...] = box.view(m.memory.buffer).reshape(inside.shape)
         data = data.reshape(-1)
     else:
         data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
@@ -131,6 +148,7 @@ class Box(NamedTuple):
     offsets: np.ndarray  # `box_offsets`
     valid: np.ndarray
     layout: tuple | None
+    window: tuple | None  # `box_offsets`
     size: int  # the box's bytes in shared memory
     swizzle: int
     dense: tuple[int, int] | None  # `swizzled`
@@ -150,14 +168,14 @@ def checked_box(m: Machine, inst, lane: int, map_address: int, coords: list[int]
     if load and serving_checks.active() and \
             (problem := serving_checks.check_box(tmap.name, spec.global_dims, coords, spec.box_dims)):
         raise m.error(inst, problem, lane)
-    offsets, valid, layout = box_offsets(spec, tuple(coords))
+    offsets, valid, layout, window = box_offsets(spec, tuple(coords))
     size = len(offsets) * spec.element_bytes
     if smem < 0 or smem + size > m.shared_bytes:
         raise m.error(inst, f"the {size}-byte box at shared address {smem:#x} overruns shared memory "
                             f"({m.shared_bytes} bytes)", lane)
     swizzle = facts.tensor_map_swizzle_bytes(spec.swizzle)
     _, dense, chunks = swizzled(smem, size, swizzle)
-    return Box(tmap, offsets, valid, layout, size, swizzle, dense, chunks)
+    return Box(tmap, offsets, valid, layout, window, size, swizzle, dense, chunks)
 
 
 @lru_cache(maxsize=1024)
@@ -178,3 +196,23 @@ def swizzled_at(base: int, smem: int, size: int, swizzle: int) -> np.ndarray:
     index = base + swizzled(smem, size, swizzle)[0]
     index.setflags(write=False)
     return index
+
+
+@lru_cache(maxsize=1024)
+def _chunk_order(smem: int, size: int, swizzle: int) -> np.ndarray:
+    """For a box whose `size` bytes at `smem` fill a range of whole chunks (`swizzled`), the box's chunk (in
+    row-major order) that each chunk of the range holds, in the range's order: read-only, kept."""
+    _, (low, _), chunks = swizzled(smem, size, swizzle)
+    order = np.empty(len(chunks), np.int64)
+    order[chunks - low // facts.SWIZZLE_CHUNK_BYTES] = np.arange(len(chunks))
+    order.setflags(write=False)
+    return order
+
+
+def in_shared_order(data: np.ndarray, smem: int, size: int, swizzle: int) -> np.ndarray:
+    """The bytes `data` of a box (row-major, `box_data`'s) in the order they lie in shared memory, where the box
+    at `smem` fills a range of whole 16-byte chunks (`swizzled`'s dense range and chunks; every swizzle moves
+    whole chunks): what a landing copies into the range as it lies. Read-only."""
+    ordered = as_chunks(data)[_chunk_order(smem, size, swizzle)].view(np.uint8)
+    ordered.setflags(write=False)
+    return ordered
