@@ -95,9 +95,12 @@ def test_lane_rows_every_way_of_viewing(lanes, size):
 @pytest.mark.parametrize("major", ["K", "MN"])
 @pytest.mark.parametrize("swizzle", [0, 128])
 @pytest.mark.parametrize("size", [32 * 1024, 32 * 1024 + 15])
-def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size):
-    """Also where a CTA's window is not whole chunks (the flash kernel's 215,039 bytes): its chunks counted from
-    its own first byte, still gathered a chunk at a time."""
+@pytest.mark.parametrize("k_rows", [False, True])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size, k_rows, ordered):
+    """Tiles [extent, K] or [K, extent] (`k_rows`), their extent as stored or in thread order (`ordered`), gathered a
+    chunk at a time whichever way round the descriptor stores them: a byte gather's bits. Also where a CTA's
+    window is not whole chunks (the flash kernel's 215,039 bytes)."""
     rng = np.random.default_rng(2)
     m = SimpleNamespace(shared=rng.integers(0, 0x7F, 3 * size, np.uint8), shared_bytes=size)  # finite bf16 pairs
     width = swizzle or 16
@@ -106,9 +109,12 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size):
     decoded = descriptor_bytes(*key)
     assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
     ctas = [2, 0]
-    gathers = tile_gathers(m, [(cta, key, decoded) for cta in ctas])
-    assert all(by_chunk == (major == "K") for _, _, by_chunk in gathers[0])
-    tiles = descriptor_tiles(m, gathers, "bf16")
+    rows = thread_order(64)[1] if ordered else None
+    gather = tile_gathers(m, [(cta, key, decoded) for cta in ctas], rows, k_rows)
+    assert gather.transpose == ((major == "K") == k_rows)  # gathered along the chunks, swapped where not wanted so
+    tiles = descriptor_tiles(m, gather, "bf16")
+    assert tiles.flags.c_contiguous
     for tile, cta in zip(tiles, ctas):
         raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-        assert np.array_equal(tile, raw.reshape(decoded[0].shape))
+        expected = raw.reshape(decoded[0].shape)[slice(None) if rows is None else rows]
+        assert np.array_equal(tile, expected.T if k_rows else expected)

@@ -210,11 +210,11 @@ def _wgmma_async(ops: Operands, inst, mods):
             b_stack = scale_b * b_stack
         # D' [warpgroups, 64, N] (`thread_order`)
         if family != "int" and tensor_core_numerics.current() == "hopper":  # C entered, rounded: written as scale-d 0
-            d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack, accumulate, lanes, d_block, d_regs,
-                                                      n, a_name, b_name, dtype_name)
+            d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack.transpose(0, 2, 1), accumulate, lanes,
+                                                      d_block, d_regs, n, a_name, b_name, dtype_name)
             accumulate = np.zeros_like(accumulate)
-        else:
-            d = np.matmul(a_stack, b_stack.transpose(0, 2, 1)).reshape(len(starts), facts.WGMMA_M, n)
+        else:  # B [K, N] contiguous: BLAS's faster non-transposed product
+            d = np.matmul(a_stack, b_stack).reshape(len(starts), facts.WGMMA_M, n)
         if in_place and (accumulate.all() or not accumulate.any()):
             if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
                 viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
