@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from tessera.interpreters.ptx import wgmma_accumulators
 from tessera.interpreters.ptx.wgmma import fragment_order, thread_order
 from tessera.interpreters.ptx.wgmma_operands import (descriptor_bytes, descriptor_tiles, register_operands,
-                                                     tile_gathers)
+                                                     register_words, tile_gathers)
 from tessera.sm90 import facts
 
 
@@ -47,10 +47,16 @@ def test_product_in_thread_order_is_the_fragments(n):
     d = np.matmul(a, b.transpose(0, 2, 1))
     row, col = facts.accumulator_coords(np.arange(n // 2)[None, :], np.arange(128)[:, None])
     assert np.array_equal(fragments.reshape(2, 128, n // 2), d[:, row, col])
-    words = rng.integers(0, 1 << 32, (2, 128, 4), dtype=np.uint64).astype(np.uint32)
-    with np.errstate(invalid="ignore"):  # some words are NaN patterns
-        tiles, ordered = register_operands(words, "bf16"), register_operands(words, "bf16", tuple(rows.tolist()))
-    assert np.array_equal(ordered, tiles[:, rows], equal_nan=True)
+    halves = rng.integers(0, 0x7F00, (3 * 384, 4, 2), dtype=np.uint32)  # finite bf16 pairs
+    block = halves[..., 0] | halves[..., 1] << 16  # three CTAs' A registers [lanes, 4]
+    lanes = (np.arange(3)[:, None] * 384 + np.arange(128, 384)).reshape(-1)  # their consumer warpgroups
+    tiles = register_operands(block[lanes], register_words(np.arange(len(lanes))), "bf16")
+    ordered = register_operands(block, register_words(lanes, rows), "bf16")  # in place, rows in thread order
+    assert np.array_equal(ordered, tiles[:, rows])
+    for half in (0, 1):  # thread t's register a[i] holds elements (row, k) of its tile (Figure 148)
+        row, k = facts.a_fragment_coords(np.arange(4)[None, :], half, np.arange(128)[:, None])
+        expected = (halves[lanes, :, half].reshape(6, 128, 4).astype(np.uint16)).view(ml_dtypes.bfloat16)
+        assert np.array_equal(tiles[:, row, k], expected.astype(np.float64))
 
 
 @pytest.mark.parametrize("first", [True, False])

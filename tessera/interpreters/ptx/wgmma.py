@@ -16,6 +16,7 @@ operands are read by `wgmma_operands`.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,13 +27,24 @@ from tessera.interpreters.ptx.state import Machine, lane_rows
 from tessera.interpreters.ptx.sync import PRED
 from tessera.interpreters.ptx.syntax import Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, descriptor_reads, descriptor_tiles,
-                                                     plan_reads, register_operands)
+from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, ReadPlan, descriptor_reads,
+                                                     descriptor_tiles, plan_reads, register_operands, register_words)
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
 _PLANS_KEPT = 64
-"""Read plans a wgmma step keeps (`wgmma_operands.ReadPlan`): a ring's slots and the batch's lane sets give a few."""
+"""Plans a wgmma step keeps (`StepPlan`): a ring's slots and the batch's lane sets give a few."""
+
+
+class StepPlan(NamedTuple):
+    """What a wgmma step works out once per set of warpgroups and descriptor values, kept in the step: `reads`, its
+    descriptor operands' `wgmma_operands.ReadPlan`; `a_words`, where the words of a register A's tiles lie among
+    the A registers (`register_words`; None for A in shared memory); `rows`, the lanes' rows of an accumulator
+    block updated in place (`state.lane_rows`; None where not, or where they are not runs at equal strides)."""
+
+    reads: ReadPlan
+    a_words: np.ndarray | None
+    rows: np.ndarray | None
 
 
 @lru_cache(maxsize=None)
@@ -144,13 +156,10 @@ def _wgmma_async(ops: Operands, inst, mods):
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
     a_rows, b_rows = thread_order(n)  # the product taken in thread order: D' (`fragment_order`)
-    a_row_tuple = tuple(a_rows.tolist())
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
-    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
-    warpgroups = [None, None]  # the lanes object last run and where each of its warpgroups starts
-    plans: dict[tuple, object] = {}  # (lanes, descriptor values) -> `wgmma_operands.ReadPlan`
+    plans: dict[tuple, StepPlan] = {}  # (warpgroups, descriptor values) -> what they need
 
     def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
         """`descriptor_read`'s arguments for the step's operands, in warpgroup order: B once per CTA and
@@ -174,36 +183,41 @@ def _wgmma_async(ops: Operands, inst, mods):
                 requests.append((wg, int(a_descs[i]), "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A"))
         return requests, b_index
 
+    def _plan(lanes, starts, b_descs, a_descs) -> StepPlan:
+        reads = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows, b_rows)
+        a_words = None
+        if registers_a:  # the A registers of `lanes` in their block, else gathered [lanes, 4] (`run`)
+            a_words = register_words(lanes if a_block is not None else np.arange(len(lanes)), a_rows)
+        return StepPlan(reads, a_words, lane_rows(d_block, lanes) if in_place else None)
+
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
-        if lanes is warpgroups[0]:  # the lanes of the last run (a loop's trip: the same object, never modified)
-            starts = warpgroups[1]
-        else:
-            starts = _warpgroup_starts(m, inst, lanes)
-            warpgroups[:] = [lanes, starts]
+        starts, warpgroups = _warpgroups(m, inst, lanes)
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
             _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
-        key = (lanes.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
+        # whole warpgroups: their numbers name the lanes
+        key = (warpgroups.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= _PLANS_KEPT:
                 plans.clear()
-            plan = plans[key] = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows, b_rows)
-        descriptor_reads(m, inst, plan)  # checked and recorded in warpgroup order, then gathered across CTAs
-        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
-            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
-            a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name, a_row_tuple)
+            plan = plans[key] = _plan(lanes, starts, b_descs, a_descs)
+        reads = plan.reads
+        descriptor_reads(m, inst, reads)  # checked and recorded in warpgroup order, then gathered across CTAs
+        if registers_a:  # every warpgroup's A tile in one gather of words from its registers
+            words = a_block if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            a_stack = register_operands(words, plan.a_words, a_name)
         else:
-            a_stack = descriptor_tiles(m, plan.a_tiles, a_name)
-        b_stack = descriptor_tiles(m, plan.b_tiles, b_name)
-        if plan.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
+            a_stack = descriptor_tiles(m, reads.a_tiles, a_name)
+        b_stack = descriptor_tiles(m, reads.b_tiles, b_name)
+        if reads.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
             a_stack = a_stack.reshape(len(b_stack), -1, a_stack.shape[2])
-        elif plan.b_index is not None:
-            b_stack = b_stack[plan.b_index]
+        elif reads.b_index is not None:
+            b_stack = b_stack[reads.b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
@@ -215,13 +229,10 @@ def _wgmma_async(ops: Operands, inst, mods):
             accumulate = np.zeros_like(accumulate)
         else:  # B [K, N] contiguous: BLAS's faster non-transposed product
             d = np.matmul(a_stack, b_stack).reshape(len(starts), facts.WGMMA_M, n)
-        if in_place and (accumulate.all() or not accumulate.any()):
-            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
-                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
-            rows = viewed[1]
-            if rows is not None:  # kept in product order until a wait (`wgmma_accumulators`)
-                wgmma_accumulators.accumulate(m, d_block, lanes, rows, d, bool(accumulate[0]))
-                return
+        if plan.rows is not None and (accumulate.all() or not accumulate.any()):
+            # kept in product order until a wait (`wgmma_accumulators`)
+            wgmma_accumulators.accumulate(m, d_block, lanes, plan.rows, d, bool(accumulate[0]))
+            return
         if m.deferred:
             wgmma_accumulators.write_back(m)
         product = fragment_order(d)  # [lanes, elements]
@@ -261,18 +272,19 @@ def _wgmma_async(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-def _warpgroup_starts(m: Machine, inst, lanes: np.ndarray) -> np.ndarray:
-    """Where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups."""
+def _warpgroups(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups; the
+    warpgroups)."""
     groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
     size = facts.WARPGROUP_SIZE
     if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-        return np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+        return np.arange(0, len(groups), size), groups[::size]  # whole warpgroups (lanes ascend, each once)
     starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
     counts = np.diff(starts, append=len(groups))
     short = counts != size
     if short.any():
         raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-    return starts
+    return starts, groups[starts]
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

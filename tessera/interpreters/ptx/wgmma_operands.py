@@ -252,9 +252,20 @@ def _a_tile_words_in(rows: tuple[int, ...] | None) -> np.ndarray:
     return index
 
 
-def register_operands(words: np.ndarray, name: str, rows: tuple[int, ...] | None = None) -> np.ndarray:
-    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
-    (`words` [warpgroups, 128, 4]), in one gather of whole registers; `rows`: the tiles' rows in this order."""
-    raw = np.take(np.ascontiguousarray(words, np.uint32).reshape(len(words), -1), _a_tile_words_in(rows), axis=1)
+def register_words(lanes: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Where the 64xK A tiles of the warpgroups `lanes` (whole warpgroups, in order) lie, a 32-bit word at a time,
+    in their four A registers as rows of a [lanes, 4] array (lane l's register i: word 4l + i of it flattened): the
+    positions [warpgroups, 64 x 8 words] that `register_operands` gathers; `rows`: the tiles' rows in this order."""
+    source = _a_tile_words_in(None if rows is None else tuple(np.asarray(rows).tolist()))
+    threads, register = np.divmod(source, facts.A_FRAGMENT_REGISTERS)
+    words = lanes.reshape(-1, facts.WARPGROUP_SIZE)[:, threads] * facts.A_FRAGMENT_REGISTERS + register
+    words.setflags(write=False)
+    return words
+
+
+def register_operands(registers: np.ndarray, words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread (`registers`, a
+    contiguous [lanes, 4] array) at the positions `words` (`register_words`), in one gather of whole registers."""
+    raw = np.asarray(registers, np.uint32).reshape(-1).take(words)
     return multiplicand_values(raw.view(np.uint8).reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
                                 .view(MULTIPLICANDS[name]), name)
