@@ -2,7 +2,7 @@
 chunk at a time (`wgmma_operands.descriptor_tiles`), and a chain's accumulators kept in product order and written
 where they lie at its wait (`wgmma_accumulators` over `state.lane_rows`): the same bits as a byte gather, and as a
 gather, add in float64, rounding and scatter per wgmma, special values included; the product taken with its rows and columns in thread
-order (`wgmma.thread_order`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
+order (`wgmma.thread_rows`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
 from tessera.interpreters.ptx import wgmma_accumulators
-from tessera.interpreters.ptx.wgmma import fragment_order, thread_order
+from tessera.interpreters.ptx.wgmma import fragment_order, thread_rows
 from tessera.interpreters.ptx.wgmma_operands import (descriptor_bytes, descriptor_tiles, register_operands,
                                                      register_words, tile_gathers)
 from tessera.sm90 import facts
@@ -38,12 +38,12 @@ def test_lane_rows_refuses_irregular_runs(lanes):
 
 @pytest.mark.parametrize("n", [8, 64, 176, 256])
 def test_product_in_thread_order_is_the_fragments(n):
-    """A x B with A's rows and B's rows (D's columns) gathered in `thread_order`, then `fragment_order`: thread t's
+    """A x B with A's rows gathered in `thread_rows`, then `fragment_order`: thread t's
     element v is D[row, col] of `facts.accumulator_coords`; the register A tile gathered in that order too."""
     rng = np.random.default_rng(n)
     a, b = rng.standard_normal((2, 64, 16)), rng.standard_normal((2, n, 16))
-    rows, columns = thread_order(n)
-    fragments = fragment_order(np.matmul(a[:, rows], b[:, columns].transpose(0, 2, 1)))
+    rows = thread_rows(n)
+    fragments = fragment_order(np.matmul(a[:, rows], b.transpose(0, 2, 1)))
     d = np.matmul(a, b.transpose(0, 2, 1))
     row, col = facts.accumulator_coords(np.arange(n // 2)[None, :], np.arange(128)[:, None])
     assert np.array_equal(fragments.reshape(2, 128, n // 2), d[:, row, col])
@@ -68,7 +68,7 @@ def test_chain_kept_in_product_order_is_the_gathered_updates(first):
     lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
     rng = np.random.default_rng(1)
     columns = np.exp2(rng.integers(-160, 130, (1, 1, n)))
-    products = [rng.standard_normal((len(lanes) // 128, 64, n)) * columns for _ in range(3)]  # D' (`thread_order`)
+    products = [rng.standard_normal((len(lanes) // 128, 64, n)) * columns for _ in range(3)]  # D' (`thread_rows`)
     products[0][0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
     products[1][1, 2, :2] = [3e38, -1e-300]
     block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
@@ -115,7 +115,7 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size, 
     decoded = descriptor_bytes(*key)
     assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
     ctas = [2, 0]
-    rows = thread_order(64)[1] if ordered else None
+    rows = thread_rows(64) if ordered else None
     gather = tile_gathers(m, [(cta, key, decoded) for cta in ctas], rows, k_rows)
     assert gather.transpose == ((major == "K") == k_rows)  # gathered along the chunks, swapped where not wanted so
     tiles = descriptor_tiles(m, gather, "bf16")

@@ -48,35 +48,33 @@ class StepPlan(NamedTuple):
 
 
 @lru_cache(maxsize=None)
-def thread_order(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows [64], columns [N]): the order of the rows and columns of m64nNk*'s D = A x B in which the product is
-    taken (its A tiles' rows and B tiles' rows gathered so), so that D' = D[rows][:, columns], viewed as
-    [warp w, row group g, half m, lane quad q, column block h, pair l] (4 x 8 x 2 x 4 x N/8 x 2), holds thread
-    32w + 4g + q's accumulator element 4h + 2m + l there [facts.accumulator_coords: row 16w + g + 8m, column
-    8h + 2q + l]: the fragment order is D' with its axes m and (q, h) swapped, whole pairs l moving together
-    (`fragment_order`, `wgmma_accumulators`), no gather by element."""
+def thread_rows(n: int) -> np.ndarray:
+    """The order of the 64 rows of m64nNk*'s D = A x B in which the product is taken (its A tiles' rows gathered
+    so), so that D' = D[rows], viewed as [warp w, row group g, half m, column block h, lane quad q, pair l]
+    (4 x 8 x 2 x N/8 x 4 x 2), holds thread 32w + 4g + q's accumulator element 4h + 2m + l there
+    [facts.accumulator_coords: row 16w + g + 8m, column 8h + 2q + l]: the fragment order is D' with its axes
+    (m, h, q) turned round to (q, h, m), whole pairs l moving together (`fragment_order`, `wgmma_accumulators`),
+    no gather by element. The columns keep their order: B's tiles are gathered as they lie."""
     h = n // 8
     v, t = np.arange(n // 2), np.arange(facts.WARPGROUP_SIZE)
     row, col = facts.accumulator_coords(v[None, :], t[:, None])  # [thread, element]
     row6, col6 = row.reshape(4, 8, 4, h, 2, 2), col.reshape(4, 8, 4, h, 2, 2)  # [w, g, q | h, m, l]
-    rows, columns = row6[:, :, 0, 0, :, 0].reshape(-1), col6[0, 0, :, :, 0, :].reshape(-1)
+    rows = row6[:, :, 0, 0, :, 0].reshape(-1)
     w, g, q, hh, m, l = np.indices((4, 8, 4, h, 2, 2))
-    at = ((w * 8 + g) * 2 + m) * n + (q * h + hh) * 2 + l  # each element's place in D'
-    place = np.argsort(rows)[row6] * n + np.argsort(columns)[col6]
-    assert np.array_equal(place, at), "the accumulator layout is D' with m after (q, h)"
+    at = ((w * 8 + g) * 2 + m) * n + (hh * 4 + q) * 2 + l  # each element's place in D'
+    place = np.argsort(rows)[row6] * n + col6
+    assert np.array_equal(place, at), "the accumulator layout is D' [(w, g, m), (h, q, l)]"
     rows.setflags(write=False)
-    columns.setflags(write=False)
-    return rows, columns
+    return rows
 
 
 def fragment_order(d: np.ndarray) -> np.ndarray:
     """[warpgroups x 128 threads, N/2 elements] float64 in fragment order from the products D' [warpgroups, 64, N]
-    (`thread_order`), the pairs moved as one 16-byte item each (bits kept)."""
+    (`thread_rows`), the pairs moved as one 16-byte item each (bits kept)."""
     groups, _, n = d.shape
     out = np.empty((groups * 32, 4, n // 8, 2, 2))  # [(w, g), q, h, m, l]
-    pairs, source = out.view(np.complex128), d.reshape(groups * 32, 2, 4, n // 8, 2).view(np.complex128)
-    for half in (0, 1):
-        pairs[:, :, :, half] = source[:, half]
+    source = d.reshape(groups * 32, 2, n // 8, 4, 2).view(np.complex128)[..., 0]  # [(w, g), m, h, q]
+    out.view(np.complex128)[..., 0] = source.transpose(0, 3, 2, 1)
     return out.reshape(groups * facts.WARPGROUP_SIZE, n // 2)
 
 
@@ -155,7 +153,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
-    a_rows, b_rows = thread_order(n)  # the product taken in thread order: D' (`fragment_order`)
+    a_rows = thread_rows(n)  # the product taken in thread order: D' (`fragment_order`)
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
@@ -184,7 +182,7 @@ def _wgmma_async(ops: Operands, inst, mods):
         return requests, b_index
 
     def _plan(lanes, starts, b_descs, a_descs) -> StepPlan:
-        reads = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows, b_rows)
+        reads = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows)
         a_words = None
         if registers_a:  # the A registers of `lanes` in their block, else gathered [lanes, 4] (`run`)
             a_words = register_words(lanes if a_block is not None else np.arange(len(lanes)), a_rows)
@@ -222,7 +220,7 @@ def _wgmma_async(ops: Operands, inst, mods):
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
-        # D' [warpgroups, 64, N] (`thread_order`)
+        # D' [warpgroups, 64, N] (`thread_rows`)
         if family != "int" and tensor_core_numerics.current() == "hopper":  # C entered, rounded: written as scale-d 0
             d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack.transpose(0, 2, 1), accumulate, lanes,
                                                       d_block, d_regs, n, a_name, b_name, dtype_name)

@@ -109,11 +109,10 @@ class ReadPlan(NamedTuple):
     b_run: int = 1
 
 
-def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None,
-               b_rows: np.ndarray | None = None) -> ReadPlan:
+def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None) -> ReadPlan:
     """The `ReadPlan` of `requests` ((lanes, descriptor, major, extent, name, "A" or "B") each; `b_index`: each
-    warpgroup's B request, its position among the B requests); `a_rows`, `b_rows`: the order the A and B
-    tiles' rows are gathered in (`tile_gathers`)."""
+    warpgroup's B request, its position among the B requests); `a_rows`: the order the A tiles' rows are
+    gathered in (`tile_gathers`; B's as they lie)."""
     size = m.shared_bytes
     reads, checks = [], []
     for lanes, descriptor, major, extent, name, _ in requests:
@@ -132,7 +131,7 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np
     if b_run < 2 or b_index != [i // b_run for i in range(len(b_index))]:
         b_run = 1
     a_tiles = tile_gathers(m, a_reads, a_rows) if a_reads else None
-    b_tiles = tile_gathers(m, b_reads, b_rows, k_rows=True)
+    b_tiles = tile_gathers(m, b_reads, k_rows=True)
     return ReadPlan(requests, checks, records, a_tiles, b_tiles,
                     np.array(b_index) if len(b_reads) != len(b_index) else None, b_run)
 
