@@ -291,6 +291,8 @@ def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray
     values = np.asarray(values)
     if values.shape != lanes.shape:  # an immediate
         values = np.broadcast_to(values, lanes.shape)
+    if (values == values[0]).all():  # one value in every lane (a main loop's descriptors): one comparison
+        return values[::facts.WARPGROUP_SIZE]
     values = values.reshape(-1, facts.WARPGROUP_SIZE)
     differ = values != values[:, :1]
     if differ.any():
