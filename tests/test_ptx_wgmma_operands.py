@@ -124,3 +124,22 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size, 
         raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
         expected = raw.reshape(decoded[0].shape)[slice(None) if rows is None else rows]
         assert np.array_equal(tile, expected.T if k_rows else expected)
+
+
+@pytest.mark.parametrize("lanes, whole", [(range(0, 256), [0, 1]), ([*range(0, 128), *range(256, 384)], [0, 2]),
+                                          (range(64, 192), None), (range(0, 192), None), (range(0, 127), None)])
+def test_a_wgmma_runs_whole_warpgroups(lanes, whole):
+    """The warpgroups a wgmma's lanes make up (128 lanes whose ends lie in one warpgroup are all of it), or the
+    error naming a thread of one that is not whole: 128 lanes across two warpgroups too."""
+    from tessera.interpreters.ptx.wgmma import _warpgroups
+
+    lane_ids = np.arange(3 * 128)
+    m = SimpleNamespace(unit_of={128: lane_ids // 128},
+                        error=lambda inst, message, lane: ValueError(f"{message} (lane {lane})"))
+    lanes = np.array(lanes)
+    if whole is None:
+        with pytest.raises(ValueError, match="wgmma needs all 128 threads of the warpgroup"):
+            _warpgroups(m, None, lanes)
+        return
+    starts, groups = _warpgroups(m, None, lanes)
+    assert starts.tolist() == [0, 128] and groups.tolist() == whole

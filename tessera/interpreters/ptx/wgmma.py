@@ -273,10 +273,12 @@ def _wgmma_async(ops: Operands, inst, mods):
 def _warpgroups(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups; the
     warpgroups)."""
-    groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-    size = facts.WARPGROUP_SIZE
-    if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-        return np.arange(0, len(groups), size), groups[::size]  # whole warpgroups (lanes ascend, each once)
+    unit, size = m.unit_of[facts.WARPGROUP_SIZE], facts.WARPGROUP_SIZE
+    if len(lanes) % size == 0:  # each run of 128 lanes (ascending, each once) one warpgroup: its ends in it
+        firsts = unit[lanes[::size]]
+        if np.array_equal(firsts, unit[lanes[size - 1::size]]):
+            return np.arange(0, len(lanes), size), firsts
+    groups = unit[lanes]
     starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
     counts = np.diff(starts, append=len(groups))
     short = counts != size
