@@ -2,7 +2,7 @@
 chunk at a time (`wgmma_operands.descriptor_tiles`), and a chain's accumulators kept in product order and written
 where they lie at its wait (`wgmma_accumulators` over `state.lane_rows`): the same bits as a byte gather, and as a
 gather, add in float64, rounding and scatter per wgmma, special values included; the product taken with its rows and columns in thread
-order (`wgmma.thread_order`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
+order (`wgmma.thread_rows`) is the fragments of D = A x B (`wgmma.fragment_order`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from tessera.interpreters.ptx.state import lane_rows
 from types import SimpleNamespace
 
 from tessera.interpreters.ptx import wgmma_accumulators
-from tessera.interpreters.ptx.wgmma import fragment_order, thread_order
+from tessera.interpreters.ptx.wgmma import fragment_order, thread_rows
 from tessera.interpreters.ptx.wgmma_operands import (descriptor_bytes, descriptor_tiles, register_operands,
-                                                     tile_gathers)
+                                                     register_words, tile_gathers)
 from tessera.sm90 import facts
 
 
@@ -38,19 +38,25 @@ def test_lane_rows_refuses_irregular_runs(lanes):
 
 @pytest.mark.parametrize("n", [8, 64, 176, 256])
 def test_product_in_thread_order_is_the_fragments(n):
-    """A x B with A's rows and B's rows (D's columns) gathered in `thread_order`, then `fragment_order`: thread t's
+    """A x B with A's rows gathered in `thread_rows`, then `fragment_order`: thread t's
     element v is D[row, col] of `facts.accumulator_coords`; the register A tile gathered in that order too."""
     rng = np.random.default_rng(n)
     a, b = rng.standard_normal((2, 64, 16)), rng.standard_normal((2, n, 16))
-    rows, columns = thread_order(n)
-    fragments = fragment_order(np.matmul(a[:, rows], b[:, columns].transpose(0, 2, 1)))
+    rows = thread_rows(n)
+    fragments = fragment_order(np.matmul(a[:, rows], b.transpose(0, 2, 1)))
     d = np.matmul(a, b.transpose(0, 2, 1))
     row, col = facts.accumulator_coords(np.arange(n // 2)[None, :], np.arange(128)[:, None])
     assert np.array_equal(fragments.reshape(2, 128, n // 2), d[:, row, col])
-    words = rng.integers(0, 1 << 32, (2, 128, 4), dtype=np.uint64).astype(np.uint32)
-    with np.errstate(invalid="ignore"):  # some words are NaN patterns
-        tiles, ordered = register_operands(words, "bf16"), register_operands(words, "bf16", tuple(rows.tolist()))
-    assert np.array_equal(ordered, tiles[:, rows], equal_nan=True)
+    halves = rng.integers(0, 0x7F00, (3 * 384, 4, 2), dtype=np.uint32)  # finite bf16 pairs
+    block = halves[..., 0] | halves[..., 1] << 16  # three CTAs' A registers [lanes, 4]
+    lanes = (np.arange(3)[:, None] * 384 + np.arange(128, 384)).reshape(-1)  # their consumer warpgroups
+    tiles = register_operands(block[lanes], register_words(np.arange(len(lanes))), "bf16")
+    ordered = register_operands(block, register_words(lanes, rows), "bf16")  # in place, rows in thread order
+    assert np.array_equal(ordered, tiles[:, rows])
+    for half in (0, 1):  # thread t's register a[i] holds elements (row, k) of its tile (Figure 148)
+        row, k = facts.a_fragment_coords(np.arange(4)[None, :], half, np.arange(128)[:, None])
+        expected = (halves[lanes, :, half].reshape(6, 128, 4).astype(np.uint16)).view(ml_dtypes.bfloat16)
+        assert np.array_equal(tiles[:, row, k], expected.astype(np.float64))
 
 
 @pytest.mark.parametrize("first", [True, False])
@@ -62,7 +68,7 @@ def test_chain_kept_in_product_order_is_the_gathered_updates(first):
     lanes = (np.arange(ctas)[:, None] * threads + np.arange(128, threads)).reshape(-1)
     rng = np.random.default_rng(1)
     columns = np.exp2(rng.integers(-160, 130, (1, 1, n)))
-    products = [rng.standard_normal((len(lanes) // 128, 64, n)) * columns for _ in range(3)]  # D' (`thread_order`)
+    products = [rng.standard_normal((len(lanes) // 128, 64, n)) * columns for _ in range(3)]  # D' (`thread_rows`)
     products[0][0, 0, :4] = [np.inf, -np.inf, np.nan, 3e38]
     products[1][1, 2, :2] = [3e38, -1e-300]
     block = rng.standard_normal((ctas * threads, registers)).astype(np.float32)
@@ -95,9 +101,12 @@ def test_lane_rows_every_way_of_viewing(lanes, size):
 @pytest.mark.parametrize("major", ["K", "MN"])
 @pytest.mark.parametrize("swizzle", [0, 128])
 @pytest.mark.parametrize("size", [32 * 1024, 32 * 1024 + 15])
-def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size):
-    """Also where a CTA's window is not whole chunks (the flash kernel's 215,039 bytes): its chunks counted from
-    its own first byte, still gathered a chunk at a time."""
+@pytest.mark.parametrize("k_rows", [False, True])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size, k_rows, ordered):
+    """Tiles [extent, K] or [K, extent] (`k_rows`), their extent as stored or in thread order (`ordered`), gathered a
+    chunk at a time whichever way round the descriptor stores them: a byte gather's bits. Also where a CTA's
+    window is not whole chunks (the flash kernel's 215,039 bytes)."""
     rng = np.random.default_rng(2)
     m = SimpleNamespace(shared=rng.integers(0, 0x7F, 3 * size, np.uint8), shared_bytes=size)  # finite bf16 pairs
     width = swizzle or 16
@@ -106,9 +115,31 @@ def test_descriptor_tiles_of_several_ctas_are_their_bytes(major, swizzle, size):
     decoded = descriptor_bytes(*key)
     assert (decoded[7] is None) == (major == "MN")  # MN-major: whole chunks, out of order
     ctas = [2, 0]
-    gathers = tile_gathers(m, [(cta, key, decoded) for cta in ctas])
-    assert all(by_chunk == (major == "K") for _, _, by_chunk in gathers[0])
-    tiles = descriptor_tiles(m, gathers, "bf16")
+    rows = thread_rows(64) if ordered else None
+    gather = tile_gathers(m, [(cta, key, decoded) for cta in ctas], rows, k_rows)
+    assert gather.transpose == ((major == "K") == k_rows)  # gathered along the chunks, swapped where not wanted so
+    tiles = descriptor_tiles(m, gather, "bf16")
+    assert tiles.flags.c_contiguous
     for tile, cta in zip(tiles, ctas):
         raw = m.shared[cta * size + decoded[1]].view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-        assert np.array_equal(tile, raw.reshape(decoded[0].shape))
+        expected = raw.reshape(decoded[0].shape)[slice(None) if rows is None else rows]
+        assert np.array_equal(tile, expected.T if k_rows else expected)
+
+
+@pytest.mark.parametrize("lanes, whole", [(range(0, 256), [0, 1]), ([*range(0, 128), *range(256, 384)], [0, 2]),
+                                          (range(64, 192), None), (range(0, 192), None), (range(0, 127), None)])
+def test_a_wgmma_runs_whole_warpgroups(lanes, whole):
+    """The warpgroups a wgmma's lanes make up (128 lanes whose ends lie in one warpgroup are all of it), or the
+    error naming a thread of one that is not whole: 128 lanes across two warpgroups too."""
+    from tessera.interpreters.ptx.wgmma import _warpgroups
+
+    lane_ids = np.arange(3 * 128)
+    m = SimpleNamespace(unit_of={128: lane_ids // 128},
+                        error=lambda inst, message, lane: ValueError(f"{message} (lane {lane})"))
+    lanes = np.array(lanes)
+    if whole is None:
+        with pytest.raises(ValueError, match="wgmma needs all 128 threads of the warpgroup"):
+            _warpgroups(m, None, lanes)
+        return
+    starts, groups = _warpgroups(m, None, lanes)
+    assert starts.tolist() == [0, 128] and groups.tolist() == whole

@@ -188,12 +188,14 @@ class TaggedAccesses:
         slot's tile, in one box or across adjacent ones), else None. Such bytes landed from TMA copies and no
         generic store wrote them since: a store (or a cp.async landing) ends the ranges it touches."""
         cover = self.landed_ranges.covering(span.start, span.stop)
-        if cover is None or len(cover) == 1:  # (one box: its (barrier, phase))
-            return cover if cover is None else cover[0]
-        barrier = cover[0][0]
-        if any(b != barrier for b, _ in cover):
+        if cover is None:
             return None
-        return barrier, max(phase for _, phase in cover)
+        barrier, latest = cover[0]  # (one box: its (barrier, phase))
+        for b, phase in cover[1:]:  # a plain loop: a K step's tile across adjacent boxes is the common case
+            if b != barrier:
+                return None
+            latest = max(latest, phase)
+        return barrier, latest
 
     def _range_summary(self, span: slice):
         """`_ALL_PLAIN` when no byte of `span` was written by an asynchronous copy, (barrier, latest phase) when

@@ -16,6 +16,7 @@ operands are read by `wgmma_operands`.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,45 +27,54 @@ from tessera.interpreters.ptx.state import Machine, lane_rows
 from tessera.interpreters.ptx.sync import PRED
 from tessera.interpreters.ptx.syntax import Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, descriptor_reads, descriptor_tiles,
-                                                     plan_reads, register_operands)
+from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, ReadPlan, descriptor_reads,
+                                                     descriptor_tiles, plan_reads, register_operands, register_words)
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
 _PLANS_KEPT = 64
-"""Read plans a wgmma step keeps (`wgmma_operands.ReadPlan`): a ring's slots and the batch's lane sets give a few."""
+"""Plans a wgmma step keeps (`StepPlan`): a ring's slots and the batch's lane sets give a few."""
+
+
+class StepPlan(NamedTuple):
+    """What a wgmma step works out once per set of warpgroups and descriptor values, kept in the step: `reads`, its
+    descriptor operands' `wgmma_operands.ReadPlan`; `a_words`, where the words of a register A's tiles lie among
+    the A registers (`register_words`; None for A in shared memory); `rows`, the lanes' rows of an accumulator
+    block updated in place (`state.lane_rows`; None where not, or where they are not runs at equal strides)."""
+
+    reads: ReadPlan
+    a_words: np.ndarray | None
+    rows: np.ndarray | None
 
 
 @lru_cache(maxsize=None)
-def thread_order(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows [64], columns [N]): the order of the rows and columns of m64nNk*'s D = A x B in which the product is
-    taken (its A tiles' rows and B tiles' rows gathered so), so that D' = D[rows][:, columns], viewed as
-    [warp w, row group g, half m, lane quad q, column block h, pair l] (4 x 8 x 2 x 4 x N/8 x 2), holds thread
-    32w + 4g + q's accumulator element 4h + 2m + l there [facts.accumulator_coords: row 16w + g + 8m, column
-    8h + 2q + l]: the fragment order is D' with its axes m and (q, h) swapped, whole pairs l moving together
-    (`fragment_order`, `wgmma_accumulators`), no gather by element."""
+def thread_rows(n: int) -> np.ndarray:
+    """The order of the 64 rows of m64nNk*'s D = A x B in which the product is taken (its A tiles' rows gathered
+    so), so that D' = D[rows], viewed as [warp w, row group g, half m, column block h, lane quad q, pair l]
+    (4 x 8 x 2 x N/8 x 4 x 2), holds thread 32w + 4g + q's accumulator element 4h + 2m + l there
+    [facts.accumulator_coords: row 16w + g + 8m, column 8h + 2q + l]: the fragment order is D' with its axes
+    (m, h, q) turned round to (q, h, m), whole pairs l moving together (`fragment_order`, `wgmma_accumulators`),
+    no gather by element. The columns keep their order: B's tiles are gathered as they lie."""
     h = n // 8
     v, t = np.arange(n // 2), np.arange(facts.WARPGROUP_SIZE)
     row, col = facts.accumulator_coords(v[None, :], t[:, None])  # [thread, element]
     row6, col6 = row.reshape(4, 8, 4, h, 2, 2), col.reshape(4, 8, 4, h, 2, 2)  # [w, g, q | h, m, l]
-    rows, columns = row6[:, :, 0, 0, :, 0].reshape(-1), col6[0, 0, :, :, 0, :].reshape(-1)
+    rows = row6[:, :, 0, 0, :, 0].reshape(-1)
     w, g, q, hh, m, l = np.indices((4, 8, 4, h, 2, 2))
-    at = ((w * 8 + g) * 2 + m) * n + (q * h + hh) * 2 + l  # each element's place in D'
-    place = np.argsort(rows)[row6] * n + np.argsort(columns)[col6]
-    assert np.array_equal(place, at), "the accumulator layout is D' with m after (q, h)"
+    at = ((w * 8 + g) * 2 + m) * n + (hh * 4 + q) * 2 + l  # each element's place in D'
+    place = np.argsort(rows)[row6] * n + col6
+    assert np.array_equal(place, at), "the accumulator layout is D' [(w, g, m), (h, q, l)]"
     rows.setflags(write=False)
-    columns.setflags(write=False)
-    return rows, columns
+    return rows
 
 
 def fragment_order(d: np.ndarray) -> np.ndarray:
     """[warpgroups x 128 threads, N/2 elements] float64 in fragment order from the products D' [warpgroups, 64, N]
-    (`thread_order`), the pairs moved as one 16-byte item each (bits kept)."""
+    (`thread_rows`), the pairs moved as one 16-byte item each (bits kept)."""
     groups, _, n = d.shape
     out = np.empty((groups * 32, 4, n // 8, 2, 2))  # [(w, g), q, h, m, l]
-    pairs, source = out.view(np.complex128), d.reshape(groups * 32, 2, 4, n // 8, 2).view(np.complex128)
-    for half in (0, 1):
-        pairs[:, :, :, half] = source[:, half]
+    source = d.reshape(groups * 32, 2, n // 8, 4, 2).view(np.complex128)[..., 0]  # [(w, g), m, h, q]
+    out.view(np.complex128)[..., 0] = source.transpose(0, 3, 2, 1)
     return out.reshape(groups * facts.WARPGROUP_SIZE, n // 2)
 
 
@@ -143,14 +153,11 @@ def _wgmma_async(ops: Operands, inst, mods):
     trans_b = trans[-1] if (len(trans) == 2 or (registers_a and trans)) else 0
     if scale_a not in (1, -1) or scale_b not in (1, -1) or any(t not in (0, 1) for t in trans):
         raise ops.refuse(inst, "imm-scale must be 1 or -1 and imm-trans 0 or 1")
-    a_rows, b_rows = thread_order(n)  # the product taken in thread order: D' (`fragment_order`)
-    a_row_tuple = tuple(a_rows.tolist())
+    a_rows = thread_rows(n)  # the product taken in thread order: D' (`fragment_order`)
     f16_acc = dtype_name == "f16"
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
-    viewed = [np.empty(0, np.int64), None]  # the lanes last run and their rows of d_block (`lane_rows`)
-    warpgroups = [None, None]  # the lanes object last run and where each of its warpgroups starts
-    plans: dict[tuple, object] = {}  # (lanes, descriptor values) -> `wgmma_operands.ReadPlan`
+    plans: dict[tuple, StepPlan] = {}  # (warpgroups, descriptor values) -> what they need
 
     def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
         """`descriptor_read`'s arguments for the step's operands, in warpgroup order: B once per CTA and
@@ -174,54 +181,56 @@ def _wgmma_async(ops: Operands, inst, mods):
                 requests.append((wg, int(a_descs[i]), "MN" if trans_a else "K", facts.WGMMA_M, a_name, "A"))
         return requests, b_index
 
+    def _plan(lanes, starts, b_descs, a_descs) -> StepPlan:
+        reads = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows)
+        a_words = None
+        if registers_a:  # the A registers of `lanes` in their block, else gathered [lanes, 4] (`run`)
+            a_words = register_words(lanes if a_block is not None else np.arange(len(lanes)), a_rows)
+        return StepPlan(reads, a_words, lane_rows(d_block, lanes) if in_place else None)
+
     def run(sel):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
-        if lanes is warpgroups[0]:  # the lanes of the last run (a loop's trip: the same object, never modified)
-            starts = warpgroups[1]
-        else:
-            starts = _warpgroup_starts(m, inst, lanes)
-            warpgroups[:] = [lanes, starts]
+        starts, warpgroups = _warpgroups(m, inst, lanes)
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
         accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
             _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
-        key = (lanes.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
+        # whole warpgroups: their numbers name the lanes
+        key = (warpgroups.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= _PLANS_KEPT:
                 plans.clear()
-            plan = plans[key] = plan_reads(m, *_requests(lanes, starts, b_descs, a_descs), a_rows, b_rows)
-        descriptor_reads(m, inst, plan)  # checked and recorded in warpgroup order, then gathered across CTAs
-        if registers_a:  # every warpgroup's A fragment in one gather (one block of registers: one more)
-            words = a_block[lanes] if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
-            a_stack = register_operands(words.reshape(len(starts), facts.WARPGROUP_SIZE, -1), a_name, a_row_tuple)
+            plan = plans[key] = _plan(lanes, starts, b_descs, a_descs)
+        reads = plan.reads
+        descriptor_reads(m, inst, reads)  # checked and recorded in warpgroup order, then gathered across CTAs
+        if registers_a:  # every warpgroup's A tile in one gather of words from its registers
+            words = a_block if a_block is not None else np.stack([r[lanes] for r in a_regs], axis=1)
+            a_stack = register_operands(words, plan.a_words, a_name)
         else:
-            a_stack = descriptor_tiles(m, plan.a_tiles, a_name)
-        b_stack = descriptor_tiles(m, plan.b_tiles, b_name)
-        if plan.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
+            a_stack = descriptor_tiles(m, reads.a_tiles, a_name)
+        b_stack = descriptor_tiles(m, reads.b_tiles, b_name)
+        if reads.b_run > 1:  # warpgroups sharing a B read: their A tiles stacked, one product each B
             a_stack = a_stack.reshape(len(b_stack), -1, a_stack.shape[2])
-        elif plan.b_index is not None:
-            b_stack = b_stack[plan.b_index]
+        elif reads.b_index is not None:
+            b_stack = b_stack[reads.b_index]
         if scale_a != 1:
             a_stack = scale_a * a_stack
         if scale_b != 1:
             b_stack = scale_b * b_stack
-        # D' [warpgroups, 64, N] (`thread_order`)
+        # D' [warpgroups, 64, N] (`thread_rows`)
         if family != "int" and tensor_core_numerics.current() == "hopper":  # C entered, rounded: written as scale-d 0
-            d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack, accumulate, lanes, d_block, d_regs,
-                                                      n, a_name, b_name, dtype_name)
+            d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack.transpose(0, 2, 1), accumulate, lanes,
+                                                      d_block, d_regs, n, a_name, b_name, dtype_name)
             accumulate = np.zeros_like(accumulate)
-        else:
-            d = np.matmul(a_stack, b_stack.transpose(0, 2, 1)).reshape(len(starts), facts.WGMMA_M, n)
-        if in_place and (accumulate.all() or not accumulate.any()):
-            if len(viewed[0]) != len(lanes) or not np.array_equal(viewed[0], lanes):
-                viewed[:] = [lanes.copy(), lane_rows(d_block, lanes)]  # kept: the same warpgroups run each wgmma
-            rows = viewed[1]
-            if rows is not None:  # kept in product order until a wait (`wgmma_accumulators`)
-                wgmma_accumulators.accumulate(m, d_block, lanes, rows, d, bool(accumulate[0]))
-                return
+        else:  # B [K, N] contiguous: BLAS's faster non-transposed product
+            d = np.matmul(a_stack, b_stack).reshape(len(starts), facts.WGMMA_M, n)
+        if plan.rows is not None and (accumulate.all() or not accumulate.any()):
+            # kept in product order until a wait (`wgmma_accumulators`)
+            wgmma_accumulators.accumulate(m, d_block, lanes, plan.rows, d, bool(accumulate[0]))
+            return
         if m.deferred:
             wgmma_accumulators.write_back(m)
         product = fragment_order(d)  # [lanes, elements]
@@ -261,18 +270,21 @@ def _wgmma_async(ops: Operands, inst, mods):
     return Step(inst, run, unit=facts.WARPGROUP_SIZE)
 
 
-def _warpgroup_starts(m: Machine, inst, lanes: np.ndarray) -> np.ndarray:
-    """Where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups."""
-    groups = m.unit_of[facts.WARPGROUP_SIZE][lanes]
-    size = facts.WARPGROUP_SIZE
-    if len(groups) % size == 0 and (groups[::size] == groups[size - 1::size]).all():
-        return np.arange(0, len(groups), size)  # whole warpgroups (lanes ascend, each once)
+def _warpgroups(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each warpgroup's lanes start in `lanes` (ascending), which must be whole warpgroups; the
+    warpgroups)."""
+    unit, size = m.unit_of[facts.WARPGROUP_SIZE], facts.WARPGROUP_SIZE
+    if len(lanes) % size == 0:  # each run of 128 lanes (ascending, each once) one warpgroup: its ends in it
+        firsts = unit[lanes[::size]]
+        if np.array_equal(firsts, unit[lanes[size - 1::size]]):
+            return np.arange(0, len(lanes), size), firsts
+    groups = unit[lanes]
     starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
     counts = np.diff(starts, append=len(groups))
     short = counts != size
     if short.any():
         raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
-    return starts
+    return starts, groups[starts]
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:
@@ -281,6 +293,8 @@ def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray
     values = np.asarray(values)
     if values.shape != lanes.shape:  # an immediate
         values = np.broadcast_to(values, lanes.shape)
+    if (values == values[0]).all():  # one value in every lane (a main loop's descriptors): one comparison
+        return values[::facts.WARPGROUP_SIZE]
     values = values.reshape(-1, facts.WARPGROUP_SIZE)
     differ = values != values[:, :1]
     if differ.any():

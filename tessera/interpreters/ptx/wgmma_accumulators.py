@@ -5,7 +5,7 @@ A wgmma.mma_async's accumulators are asynchronous until a wgmma.wait_group cover
 them before that is a hazard the asynchrony checks report (`wgmma_tracking.WgmmaTracking.check_registers`), so no
 instruction can observe where their values are kept in between. A chain's accumulators (the wgmmas of one
 register block issued by the same warpgroups, a main loop's K steps) are therefore kept in the order the product
-is taken in (D', `wgmma.thread_order`), contiguous, and each wgmma rounds f32(D + A x B) there, in float64 rounded
+is taken in (D', `wgmma.thread_rows`), contiguous, and each wgmma rounds f32(D + A x B) there, in float64 rounded
 once per instruction, bit for bit what the registers would get; they are written into the registers, in fragment
 order, once, at the next wgmma.wait_group of any thread (or before any other wgmma on the block), instead of two
 passes over the strided fragments per instruction. A chain that starts with scale-d = 0 reads no register.
@@ -32,26 +32,26 @@ class Deferred(NamedTuple):
 
 def _fragment_pairs(rows: np.ndarray, n: int) -> np.ndarray:
     """The f32 registers `rows` [runs, lanes of a run, N/2] as element pairs [runs, (w, g), q, h, m] (complex64,
-    a view): thread 32w + 4g + q's pair 2h + m (`wgmma.thread_order`)."""
+    a view): thread 32w + 4g + q's pair 2h + m (`wgmma.thread_rows`)."""
     runs, lanes, _ = rows.shape
     return rows.view(np.float32).reshape(runs, lanes // 4, 4, n // 8, 2, 2).view(np.complex64)[..., 0]
 
 
 def _product_pairs(values: np.ndarray, runs: int) -> np.ndarray:
-    """D' f32 [warpgroups, 64, N] as element pairs [runs, (w, g), q, h, m] (complex64, a view: axes m and (q, h)
-    of D' swapped, `wgmma.thread_order`), matching `_fragment_pairs`."""
+    """D' f32 [warpgroups, 64, N] as element pairs [runs, (w, g), q, h, m] (complex64, a view: axes (m, h, q)
+    of D' turned round, `wgmma.thread_rows`), matching `_fragment_pairs`."""
     n = values.shape[2]
-    pairs = values.reshape(runs, -1, 2, 4, n // 8, 2).view(np.complex64)[..., 0]  # [runs, (w, g), m, q, h]
-    return pairs.transpose(0, 1, 3, 4, 2)
+    pairs = values.reshape(runs, -1, 2, n // 8, 4, 2).view(np.complex64)[..., 0]  # [runs, (w, g), m, h, q]
+    return pairs.transpose(0, 1, 4, 3, 2)
 
 
 def product_order(values: np.ndarray, n: int) -> np.ndarray:
-    """[warpgroups, 64, N] in product order (D', `wgmma.thread_order`) from accumulator values of any type in
+    """[warpgroups, 64, N] in product order (D', `wgmma.thread_rows`) from accumulator values of any type in
     fragment order [warpgroups x 128 threads, N/2]: the inverse of `wgmma.fragment_order` (`_product_pairs` is
     its f32 form as a view)."""
     groups = values.shape[0] // facts.WARPGROUP_SIZE
     pairs = values.reshape(groups * 32, 4, n // 8, 2, 2)  # [(w, g), q, h, m, l]
-    return pairs.transpose(0, 3, 1, 2, 4).reshape(groups, facts.WGMMA_M, n)
+    return pairs.transpose(0, 3, 2, 1, 4).reshape(groups, facts.WGMMA_M, n)
 
 
 def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.ndarray, add: bool) -> None:

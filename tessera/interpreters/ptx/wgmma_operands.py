@@ -14,7 +14,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx.shared_chunks import CHUNK, as_chunks, chunk_set, chunks_in_order, dense_range
+from tessera.interpreters.ptx.shared_chunks import CHUNK, CHUNK_ITEM, chunk_set, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import Machine
 from tessera.interpreters.ptx.wgmma_tracking import landed_records
 from tessera.sm90 import facts
@@ -95,24 +95,24 @@ class ReadPlan(NamedTuple):
     decoded program): `requests`, `descriptor_read`'s arguments in warpgroup order (B once per CTA and
     descriptor, then A per warpgroup); `checks` and `records`, the same reads for
     `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
-    `a_tiles` and `b_tiles`, `tile_gathers` of the A and B reads; `b_index`, each warpgroup's B read (None
+    `a_tiles` and `b_tiles`, `tile_gathers` of the A reads ([extent, K] tiles) and the B reads ([K, extent]: the
+    product's right operand, rows of K contiguous); `b_index`, each warpgroup's B read (None
     when each warpgroup has its own); `b_run`, r > 1 when each B read is that of r consecutive warpgroups (the
     consumers of a CTA sharing its K tile: their A tiles stacked are one product with it), else 1."""
 
     requests: list[tuple]
     checks: list[tuple] | None
     records: list[tuple] | None
-    a_tiles: tuple | None
-    b_tiles: tuple | None
+    a_tiles: TileGather | None
+    b_tiles: TileGather | None
     b_index: np.ndarray | None
     b_run: int = 1
 
 
-def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None,
-               b_rows: np.ndarray | None = None) -> ReadPlan:
+def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None) -> ReadPlan:
     """The `ReadPlan` of `requests` ((lanes, descriptor, major, extent, name, "A" or "B") each; `b_index`: each
-    warpgroup's B request, its position among the B requests); `a_rows`, `b_rows`: the order the A and B
-    tiles' rows are gathered in (`tile_gathers`)."""
+    warpgroup's B request, its position among the B requests); `a_rows`: the order the A tiles' rows are
+    gathered in (`tile_gathers`; B's as they lie)."""
     size = m.shared_bytes
     reads, checks = [], []
     for lanes, descriptor, major, extent, name, _ in requests:
@@ -130,9 +130,10 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np
     b_run = len(b_index) // max(len(b_reads), 1)
     if b_run < 2 or b_index != [i // b_run for i in range(len(b_index))]:
         b_run = 1
-    return ReadPlan(requests, checks, records, tile_gathers(m, a_reads, a_rows) if a_reads else None,
-                    tile_gathers(m, b_reads, b_rows), np.array(b_index) if len(b_reads) != len(b_index) else None,
-                    b_run)
+    a_tiles = tile_gathers(m, a_reads, a_rows) if a_reads else None
+    b_tiles = tile_gathers(m, b_reads, k_rows=True)
+    return ReadPlan(requests, checks, records, a_tiles, b_tiles,
+                    np.array(b_index) if len(b_reads) != len(b_index) else None, b_run)
 
 
 def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
@@ -145,57 +146,79 @@ def descriptor_reads(m: Machine, inst, plan: ReadPlan) -> None:
             descriptor_read(m, inst, *request)
 
 
-def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None) -> tuple:
+_ELEMENT_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+"""An element's bits by its size: what `descriptor_tiles` moves before converting them to values."""
+
+
+class TileGather(NamedTuple):
+    """How `descriptor_tiles` gathers one operand of a wgmma, one tile per read (CTA and descriptor value), for every
+    CTA of a batch in one fancy index of 16-byte chunks, worked out once per plan (`tile_gathers`): `index`, the
+    positions in `Machine.shared` of the chunks, in order (`shared_chunks`); `shape`, the elements gathered
+    [reads, p, q]; `transpose`, whether p and q are swapped after (the tiles were gathered the other way round);
+    `extent_order`, the order the extent axis still has to be put in after that (None: it is in place); `k_rows`,
+    whether the tiles are wanted [reads, K, extent] (else [reads, extent, K])."""
+
+    index: np.ndarray
+    shape: tuple[int, int, int]
+    transpose: bool
+    extent_order: np.ndarray | None
+    k_rows: bool
+
+
+def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None, k_rows: bool = False) -> TileGather:
     """How `descriptor_tiles` gathers the operands `reads` (`descriptor_read`'s, one per CTA and descriptor, all of
-    one operand of one wgmma): once per descriptor value for every CTA reading through it (the CTAs of a batch run
-    the same program: their descriptors agree), a 16-byte chunk at a time where the descriptor reads whole chunks
-    in order; `rows`: the tiles' rows (of `extent`) in this order (the gather puts them there at no cost). ([(positions
-    in `reads`, index into shared memory's chunks (`shared_chunks`) or bytes, whether by chunk)], the operands'
-    shape [len(reads), extent, K])."""
+    one operand of one wgmma) as tiles [reads, extent, K], or [reads, K, extent] when `k_rows` (B as the product
+    takes it: rows of K contiguous); `rows`: the extent in this order. The first arrangement of the tiles whose
+    bytes are whole chunks in order is gathered, tried from the cheapest: as wanted; swapped (a K-major B: its
+    chunks run along K; transposed after); the extent in its own order (an MN-major B: a chunk holds 8
+    consecutive columns, which `rows` splits; reordered after); both. A descriptor's bytes are whole chunks along
+    its major dimension (its start, strides and swizzle are 16-byte units), so one of the last two always is."""
     size = m.shared_bytes
-    by_value: dict[tuple, list[int]] = {}
-    for i, (_, key, _) in enumerate(reads):
-        by_value.setdefault(key, []).append(i)
-    parts = []
-    for positions in by_value.values():
-        decoded = reads[positions[0]][2]
-        ctas = np.array([reads[i][0] for i in positions], np.int64)[:, None]
-        chunks = decoded[7]
-        by_chunk = chunks is not None
-        # by chunk: the chunks of each CTA; else byte by byte (an MN-major tile: whole chunks out of order,
-        # gathering them first is slower)
-        index = chunks[None, :] if by_chunk else ctas * size + decoded[1]
-        if rows is not None:  # each row of the tile is a run of the index (its K bytes, or their chunks)
-            index = index.reshape(len(index), len(rows), -1)[:, rows].reshape(len(index), -1)
-        if by_chunk:  # chunk numbers of the whole buffer, or [CTA, chunk] pairs where CTAs' windows are not whole chunks
-            index = ctas * (size // CHUNK) + index if size % CHUNK == 0 else (ctas, index)
-        parts.append((positions, index, by_chunk))
-    return parts, (len(reads), *reads[0][2][0].shape)
+    values: dict[tuple, np.ndarray] = {}  # descriptor value -> its element addresses [extent, K]
+    for _, key, decoded in reads:
+        values.setdefault(key, decoded[0])
+    e = reads[0][1][2]
+    extent, k = reads[0][2][0].shape
+    order = np.arange(extent) if rows is None else np.asarray(rows)
+    natural = np.array_equal(order, np.arange(extent))
+
+    def chunks(addresses: np.ndarray, swapped: bool, ordered: bool) -> np.ndarray | None:
+        tile = addresses[order] if ordered else addresses
+        tile = tile.T if swapped != k_rows else tile  # [extent, K] unless the gather is [K, extent]
+        return chunks_in_order((tile[..., None] + np.arange(e)).reshape(-1))
+
+    for swapped, ordered in ((False, True), (True, True), (False, False), (True, False)):
+        found = {key: chunks(addresses, swapped, ordered) for key, addresses in values.items()}
+        if all(c is not None for c in found.values()):
+            break
+    else:
+        raise AssertionError("a descriptor's bytes are whole 16-byte chunks along its major dimension")
+    ctas = np.array([cta for cta, _, _ in reads], np.int64)[:, None] * size
+    index = (ctas + CHUNK * np.stack([found[key] for _, key, _ in reads])).reshape(-1)
+    index.setflags(write=False)
+    gathered = (k, extent) if swapped != k_rows else (extent, k)
+    return TileGather(index, (len(reads), *gathered), swapped, None if ordered or natural else order, k_rows)
 
 
 def shared_chunks(m: Machine) -> np.ndarray:
-    """The shared memory of every CTA of the batch as `CHUNK_ITEM`s (a view): [chunks] where a CTA's window is whole
-    chunks, else [CTA, chunk] (each CTA's window from its own first byte, its last partial chunk left out), as
-    `tile_gathers` indexes it."""
-    size = m.shared_bytes
-    if size % CHUNK == 0:
-        return as_chunks(m.shared)
-    return as_chunks(m.shared.reshape(-1, size)[:, :size // CHUNK * CHUNK])
+    """The shared memory of every CTA of the batch as overlapping `CHUNK_ITEM`s, one starting at each byte (a view:
+    item p is bytes p to p + 15), as `TileGather.index` names them: a chunk of any CTA's window is one item whether
+    or not the windows are whole chunks (the flash kernel's are 215,039 bytes)."""
+    return np.ndarray((max(m.shared.size - CHUNK + 1, 0),), CHUNK_ITEM, m.shared, strides=(1,))
 
 
-def descriptor_tiles(m: Machine, gathers: tuple, name: str) -> np.ndarray:
-    """[reads, extent, K] float64: the operands `gathers` (`tile_gathers`) hold."""
-    parts, shape = gathers
-    chunked = shared_chunks(m) if any(by_chunk for *_, by_chunk in parts) else None
-    gathered = [(positions, (chunked[index].view(np.uint8) if by_chunk else m.shared[index]).reshape(len(positions), -1))
-                for positions, index, by_chunk in parts]
-    if len(gathered) == 1:
-        raw = gathered[0][1]
-    else:
-        raw = np.empty((shape[0], gathered[0][1].shape[1]), np.uint8)
-        for positions, part in gathered:
-            raw[positions] = part
-    return multiplicand_values(raw.view(MULTIPLICANDS[name]).reshape(shape), name)
+def descriptor_tiles(m: Machine, gather: TileGather, name: str) -> np.ndarray:
+    """[reads, extent, K] float64 (or [reads, K, extent], `TileGather.k_rows`), contiguous: the operands `gather`
+    holds."""
+    bits = shared_chunks(m)[gather.index].view(_ELEMENT_BITS[np.dtype(MULTIPLICANDS[name]).itemsize])
+    bits = bits.reshape(gather.shape)
+    if gather.transpose:
+        bits = bits.transpose(0, 2, 1)
+    if gather.extent_order is not None:
+        bits = np.take(bits, gather.extent_order, axis=2 if gather.k_rows else 1)
+    elif gather.transpose:
+        bits = np.ascontiguousarray(bits)
+    return multiplicand_values(bits.view(MULTIPLICANDS[name]), name)
 
 
 @lru_cache(maxsize=None)
@@ -228,9 +251,20 @@ def _a_tile_words_in(rows: tuple[int, ...] | None) -> np.ndarray:
     return index
 
 
-def register_operands(words: np.ndarray, name: str, rows: tuple[int, ...] | None = None) -> np.ndarray:
-    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread of each warpgroup
-    (`words` [warpgroups, 128, 4]), in one gather of whole registers; `rows`: the tiles' rows in this order."""
-    raw = np.take(np.ascontiguousarray(words, np.uint32).reshape(len(words), -1), _a_tile_words_in(rows), axis=1)
+def register_words(lanes: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Where the 64xK A tiles of the warpgroups `lanes` (whole warpgroups, in order) lie, a 32-bit word at a time,
+    in their four A registers as rows of a [lanes, 4] array (lane l's register i: word 4l + i of it flattened): the
+    positions [warpgroups, 64 x 8 words] that `register_operands` gathers; `rows`: the tiles' rows in this order."""
+    source = _a_tile_words_in(None if rows is None else tuple(np.asarray(rows).tolist()))
+    threads, register = np.divmod(source, facts.A_FRAGMENT_REGISTERS)
+    words = lanes.reshape(-1, facts.WARPGROUP_SIZE)[:, threads] * facts.A_FRAGMENT_REGISTERS + register
+    words.setflags(write=False)
+    return words
+
+
+def register_operands(registers: np.ndarray, words: np.ndarray, name: str) -> np.ndarray:
+    """The 64xK A tiles [warpgroups, 64, K] from the four 32-bit A registers of each thread (`registers`, a
+    contiguous [lanes, 4] array) at the positions `words` (`register_words`), in one gather of whole registers."""
+    raw = np.asarray(registers, np.uint32).reshape(-1).take(words)
     return multiplicand_values(raw.view(np.uint8).reshape(len(words), facts.WGMMA_M, facts.WGMMA_K_BYTES)
                                 .view(MULTIPLICANDS[name]), name)

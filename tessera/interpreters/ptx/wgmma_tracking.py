@@ -147,8 +147,9 @@ class WgmmaTracking:
         `_landed_read`: nothing to check byte by byte): their records written in one assignment per chunk set
         (`records`, `landed_records`), not per warpgroup. Returns False, having changed nothing, when some read
         needs the byte checks: the caller then makes the reads one by one, in order."""
-        if not all(self._landed_read(lanes, where) for lanes, where in checks):
-            return False
+        for lanes, where in checks:
+            if not self._landed_read(lanes, where):
+                return False
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
         flat = self.wg_read.reshape(-1)
