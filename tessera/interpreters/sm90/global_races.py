@@ -44,6 +44,7 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.ranges import marked
+from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -58,6 +59,19 @@ def grid_rank(cta: CtaView) -> int:
 
 
 _SIDE_FIELDS = ("cta", "thread", "time", "op", "atomic", "proxy_async")
+
+
+def _words(records: np.ndarray) -> np.ndarray:
+    """The per-byte `records` of a tensor (1-D, contiguous, a multiple of 4 bytes long) as one item per aligned
+    4-byte word: its four bytes' records (a view), so that a word store gathers and scatters a quarter of the items
+    (`GlobalAccesses.store_words`)."""
+    return records.view(np.dtype((np.void, WORD_BYTES * records.itemsize)))
+
+
+def _per_byte(value, dtype: np.dtype, count: int) -> np.ndarray:
+    """`value` (a scalar, or one per word) for each byte of `count` words, as `_words` items."""
+    per_word = np.asarray(value, dtype)
+    return _words(np.ascontiguousarray(np.broadcast_to(per_word[..., None], (count, WORD_BYTES))).reshape(-1))
 
 _MARKED_SPAN = 4
 """`_check_together` tells a store's bytes distinct by a table over their span up to this many times their count
@@ -242,6 +256,47 @@ class GlobalAccesses:
                     records[span[0]:span[1]] = NONE
             return
         self._record_read(record, offsets, rank, threads, now, here, atomic, proxy_async)
+
+    def store_words(self, cta: CtaView, op: Operation, tensor: int, size: int, words: np.ndarray,
+                    threads: np.ndarray) -> bool:
+        """A plain store by `threads` (one per word) of the aligned 4-byte words `words` (word indices) of tensor
+        `tensor` (of `size` bytes, a multiple of 4): checked and recorded as `access` does it byte by byte, but
+        word by word (a word's four records one item, `_words`), where the checks find nothing to look at: the
+        words are distinct, no byte of them has a recorded access, and no TMA read of the tensor is pending or
+        reads until a phase (`until`). Returns False, having changed nothing, where any of that fails: `access`
+        then checks and records the bytes one by one and reports what it finds."""
+        if not len(words):
+            return True
+        record = self._record(tensor, size)
+        if record.deferred or record.until is not None:
+            return False
+        low, high = int(words.min()), int(words.max())
+        if high - low + 1 == len(words):  # as many words as the span holds: distinct if all are marked
+            if not marked(words, low, high + 1).all():
+                return False
+            span = (low * WORD_BYTES, (high + 1) * WORD_BYTES)
+        else:
+            if len(np.unique(words)) != len(words):
+                return False
+            span = None
+        sides = [side for side in (record.write, record.read, record.other_read) if side.recorded]
+        if any(np.count_nonzero(_words(side.cta)[words].view(side.cta.dtype) != NONE) for side in sides):
+            return False
+        rank, now, here = grid_rank(cta), cta.tick(), self._index(op)
+        record.written = True
+        side = record.write
+        for records, value in ((side.cta, rank), (side.thread, threads), (side.time, now), (side.op, here),
+                               (side.atomic, False), (side.proxy_async, False)):
+            if span is not None and np.ndim(value) == 0:
+                records[span[0]:span[1]] = value
+            else:
+                _words(records)[words] = _per_byte(value, records.dtype, len(words))
+        for records in (read.cta for read in (record.read, record.other_read) if read.recorded):
+            if span is not None:
+                records[span[0]:span[1]] = NONE
+            else:
+                _words(records)[words] = _per_byte(NONE, records.dtype, len(words))
+        return True
 
     def read_until(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, thread: int,
                    barrier: int, phase: int) -> None:
