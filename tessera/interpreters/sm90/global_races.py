@@ -73,9 +73,24 @@ def _per_byte(value, dtype: np.dtype, count: int) -> np.ndarray:
     per_word = np.asarray(value, dtype)
     return _words(np.ascontiguousarray(np.broadcast_to(per_word[..., None], (count, WORD_BYTES))).reshape(-1))
 
+
 _MARKED_SPAN = 4
-"""`_check_together` tells a store's bytes distinct by a table over their span up to this many times their count
-(a linear pass, a third of a sort's time at 32K bytes), by a sort beyond."""
+"""`_distinct` tells a store's bytes distinct by a table over their span up to this many times their count (a
+linear pass, a third of a sort's time at 32K bytes), by a sort beyond."""
+
+
+def _distinct(offsets: np.ndarray) -> tuple[bool, tuple[int, int] | None]:
+    """(whether `offsets` (not empty) are all distinct; (low, high) where they are every offset of [low, high) once,
+    else None): by marking them in a table over their span, up to `_MARKED_SPAN` times their count (a tile's rows),
+    else by one unstable sort."""
+    low, high = int(offsets.min()), int(offsets.max())
+    if high - low < _MARKED_SPAN * len(offsets):
+        marks = marked(offsets, low, high + 1)
+        if high - low + 1 == len(offsets):  # as many as the span holds: distinct if all are marked
+            return (True, (low, high + 1)) if marks.all() else (False, None)
+        return np.count_nonzero(marks) == len(offsets), None
+    ordered = np.sort(offsets)
+    return not (ordered[1:] == ordered[:-1]).any(), None
 
 
 class _Side:
@@ -270,15 +285,10 @@ class GlobalAccesses:
         record = self._record(tensor, size)
         if record.deferred or record.until is not None:
             return False
-        low, high = int(words.min()), int(words.max())
-        if high - low + 1 == len(words):  # as many words as the span holds: distinct if all are marked
-            if not marked(words, low, high + 1).all():
-                return False
-            span = (low * WORD_BYTES, (high + 1) * WORD_BYTES)
-        else:
-            if len(np.unique(words)) != len(words):
-                return False
-            span = None
+        distinct, span = _distinct(words)
+        if not distinct:
+            return False
+        span = None if span is None else (span[0] * WORD_BYTES, span[1] * WORD_BYTES)
         sides = [side for side in (record.write, record.read, record.other_read) if side.recorded]
         if any(np.count_nonzero(_words(side.cta)[words].view(side.cta.dtype) != NONE) for side in sides):
             return False
@@ -475,24 +485,14 @@ class GlobalAccesses:
     def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
                         threads: np.ndarray) -> tuple[int, int] | None:
         """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads).
-        A store whose bytes are all distinct (the usual) is told by marking them in a table over their span (a
-        span at most `_MARKED_SPAN` times their count: a tile's rows; else by one unstable sort); only one with a
-        byte written twice takes the stable sort that finds the first pair from two threads. Returns (low, high)
-        where the bytes are every byte of [low, high) once (a contiguous tile: `_Side.set` writes it as a slice)."""
+        A store whose bytes are all distinct (the usual) is told so by `_distinct`; only one with a byte written
+        twice takes the stable sort that finds the first pair from two threads. Returns (low, high) where the bytes
+        are every byte of [low, high) once (a contiguous tile: `_Side.set` writes it as a slice)."""
         if len(offsets) < 2:
             return None
-        low, high = int(offsets.min()), int(offsets.max())
-        if high - low < _MARKED_SPAN * len(offsets):
-            marks = marked(offsets, low, high + 1)
-            if high - low + 1 == len(offsets):  # as many bytes as the span holds: distinct if all are marked
-                if marks.all():
-                    return low, high + 1
-            elif np.count_nonzero(marks) == len(offsets):
-                return None
-        else:
-            ordered_offsets = np.sort(offsets)
-            if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
-                return None
+        distinct, span = _distinct(offsets)
+        if distinct:
+            return span
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])
