@@ -173,9 +173,12 @@ class GlobalMemory:
         for k, sel in _by_tensor(tensor):
             if int(k) in self.atomic_targets and not atomic:
                 self._check_store(cta, op, int(k), offset[sel] // WORD_BYTES, threads[sel])
-            self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, True, atomic)
             target = self._bytes[k]
-            if nbytes == WORD_BYTES and target.size % WORD_BYTES == 0:  # aligned words (`_resolve`): one item each
+            whole = nbytes == WORD_BYTES and target.size % WORD_BYTES == 0  # aligned words (`_resolve`)
+            if not (whole and not atomic and self.accesses.store_words(cta, op, int(k), target.size,
+                                                                       offset[sel] // WORD_BYTES, threads[sel])):
+                self._access(cta, op, int(k), offset[sel], threads[sel], nbytes, True, atomic)
+            if whole:  # one item each
                 target.view("<u4")[offset[sel] // WORD_BYTES] = words[sel]
             else:
                 target[offset[sel][:, None] + np.arange(nbytes)] = data[sel]

@@ -44,6 +44,7 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.ranges import marked
+from tessera.interpreters.sm90.registers import WORD_BYTES
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -59,9 +60,37 @@ def grid_rank(cta: CtaView) -> int:
 
 _SIDE_FIELDS = ("cta", "thread", "time", "op", "atomic", "proxy_async")
 
+
+def _words(records: np.ndarray) -> np.ndarray:
+    """The per-byte `records` of a tensor (1-D, contiguous, a multiple of 4 bytes long) as one item per aligned
+    4-byte word: its four bytes' records (a view), so that a word store gathers and scatters a quarter of the items
+    (`GlobalAccesses.store_words`)."""
+    return records.view(np.dtype((np.void, WORD_BYTES * records.itemsize)))
+
+
+def _per_byte(value, dtype: np.dtype, count: int) -> np.ndarray:
+    """`value` (a scalar, or one per word) for each byte of `count` words, as `_words` items."""
+    per_word = np.asarray(value, dtype)
+    return _words(np.ascontiguousarray(np.broadcast_to(per_word[..., None], (count, WORD_BYTES))).reshape(-1))
+
+
 _MARKED_SPAN = 4
-"""`_check_together` tells a store's bytes distinct by a table over their span up to this many times their count
-(a linear pass, a third of a sort's time at 32K bytes), by a sort beyond."""
+"""`_distinct` tells a store's bytes distinct by a table over their span up to this many times their count (a
+linear pass, a third of a sort's time at 32K bytes), by a sort beyond."""
+
+
+def _distinct(offsets: np.ndarray) -> tuple[bool, tuple[int, int] | None]:
+    """(whether `offsets` (not empty) are all distinct; (low, high) where they are every offset of [low, high) once,
+    else None): by marking them in a table over their span, up to `_MARKED_SPAN` times their count (a tile's rows),
+    else by one unstable sort."""
+    low, high = int(offsets.min()), int(offsets.max())
+    if high - low < _MARKED_SPAN * len(offsets):
+        marks = marked(offsets, low, high + 1)
+        if high - low + 1 == len(offsets):  # as many as the span holds: distinct if all are marked
+            return (True, (low, high + 1)) if marks.all() else (False, None)
+        return np.count_nonzero(marks) == len(offsets), None
+    ordered = np.sort(offsets)
+    return not (ordered[1:] == ordered[:-1]).any(), None
 
 
 class _Side:
@@ -243,6 +272,42 @@ class GlobalAccesses:
             return
         self._record_read(record, offsets, rank, threads, now, here, atomic, proxy_async)
 
+    def store_words(self, cta: CtaView, op: Operation, tensor: int, size: int, words: np.ndarray,
+                    threads: np.ndarray) -> bool:
+        """A plain store by `threads` (one per word) of the aligned 4-byte words `words` (word indices) of tensor
+        `tensor` (of `size` bytes, a multiple of 4): checked and recorded as `access` does it byte by byte, but
+        word by word (a word's four records one item, `_words`), where the checks find nothing to look at: the
+        words are distinct, no byte of them has a recorded access, and no TMA read of the tensor is pending or
+        reads until a phase (`until`). Returns False, having changed nothing, where any of that fails: `access`
+        then checks and records the bytes one by one and reports what it finds."""
+        if not len(words):
+            return True
+        record = self._record(tensor, size)
+        if record.deferred or record.until is not None:
+            return False
+        distinct, span = _distinct(words)
+        if not distinct:
+            return False
+        span = None if span is None else (span[0] * WORD_BYTES, span[1] * WORD_BYTES)
+        sides = [side for side in (record.write, record.read, record.other_read) if side.recorded]
+        if any(np.count_nonzero(_words(side.cta)[words].view(side.cta.dtype) != NONE) for side in sides):
+            return False
+        rank, now, here = grid_rank(cta), cta.tick(), self._index(op)
+        record.written = True
+        side = record.write
+        for records, value in ((side.cta, rank), (side.thread, threads), (side.time, now), (side.op, here),
+                               (side.atomic, False), (side.proxy_async, False)):
+            if span is not None and np.ndim(value) == 0:
+                records[span[0]:span[1]] = value
+            else:
+                _words(records)[words] = _per_byte(value, records.dtype, len(words))
+        for records in (read.cta for read in (record.read, record.other_read) if read.recorded):
+            if span is not None:
+                records[span[0]:span[1]] = NONE
+            else:
+                _words(records)[words] = _per_byte(NONE, records.dtype, len(words))
+        return True
+
     def read_until(self, cta: CtaView, op: Operation, tensor: int, size: int, offsets: np.ndarray, thread: int,
                    barrier: int, phase: int) -> None:
         """A TMA copy issued by `thread` (after `access` recorded its read) reads `offsets` until it completes phase
@@ -420,24 +485,14 @@ class GlobalAccesses:
     def _check_together(self, cta: CtaView, op: Operation, tensor: int, offsets: np.ndarray,
                         threads: np.ndarray) -> tuple[int, int] | None:
         """Threads of one plain store writing the same byte: nothing orders them (one instruction, many threads).
-        A store whose bytes are all distinct (the usual) is told by marking them in a table over their span (a
-        span at most `_MARKED_SPAN` times their count: a tile's rows; else by one unstable sort); only one with a
-        byte written twice takes the stable sort that finds the first pair from two threads. Returns (low, high)
-        where the bytes are every byte of [low, high) once (a contiguous tile: `_Side.set` writes it as a slice)."""
+        A store whose bytes are all distinct (the usual) is told so by `_distinct`; only one with a byte written
+        twice takes the stable sort that finds the first pair from two threads. Returns (low, high) where the bytes
+        are every byte of [low, high) once (a contiguous tile: `_Side.set` writes it as a slice)."""
         if len(offsets) < 2:
             return None
-        low, high = int(offsets.min()), int(offsets.max())
-        if high - low < _MARKED_SPAN * len(offsets):
-            marks = marked(offsets, low, high + 1)
-            if high - low + 1 == len(offsets):  # as many bytes as the span holds: distinct if all are marked
-                if marks.all():
-                    return low, high + 1
-            elif np.count_nonzero(marks) == len(offsets):
-                return None
-        else:
-            ordered_offsets = np.sort(offsets)
-            if not (ordered_offsets[1:] == ordered_offsets[:-1]).any():
-                return None
+        distinct, span = _distinct(offsets)
+        if distinct:
+            return span
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])

@@ -26,6 +26,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters import serving_checks
 from tessera.interpreters.byte_box import box_view, byte_box
+from tessera.interpreters.sm90.wgmma_operands import chunk_dtype
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -206,7 +207,10 @@ def shared_box(start: int, data: np.ndarray, swizzle: int) -> tuple[np.ndarray, 
     if order is _IDENTITY:
         return byte_box(start, (data.size,), (1,)), data
     chunks = _chunk_order(data.size, swizzle, start % facts.swizzle_period_bytes(swizzle))
-    ordered = data[order] if chunks is None else data.reshape(-1, facts.SWIZZLE_CHUNK_BYTES)[chunks].reshape(-1)
+    if chunks is None:
+        ordered = data[order]
+    else:  # one item per chunk (`chunk_dtype`)
+        ordered = np.ascontiguousarray(data).view(chunk_dtype(1))[chunks].view(np.uint8)
     return byte_box(start, (data.size,), (1,)), ordered
 
 

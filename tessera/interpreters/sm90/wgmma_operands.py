@@ -77,7 +77,7 @@ class OperandBytes:
         _, _, byte_addresses, chunks, halves = self._ordered(order)
         if data.flags.c_contiguous and data.shape[-1] % _CHUNK_BYTES == 0:
             if chunks is not None:
-                return np.ascontiguousarray(data.view(_chunk_dtype(1))[..., chunks]).view(np.uint8)
+                return np.ascontiguousarray(data.view(chunk_dtype(1))[..., chunks]).view(np.uint8)
             if halves is not None:
                 return np.ascontiguousarray(data.view(np.uint16)[..., halves]).view(np.uint8)
         return np.take(data, byte_addresses, axis=-1)
@@ -91,7 +91,7 @@ class OperandBytes:
             width = _CHUNK_BYTES * self.run_chunks
             usable = records[:records.size - records.size % width]
             if usable.flags.c_contiguous:
-                run = _chunk_dtype(records.itemsize * self.run_chunks)
+                run = chunk_dtype(records.itemsize * self.run_chunks)
                 usable.view(run)[self.runs] = filled(width, value, records.dtype).view(run)[0]
             else:
                 usable.reshape(-1, width)[self.runs] = value
@@ -100,9 +100,11 @@ class OperandBytes:
 
 
 @lru_cache(maxsize=None)
-def _chunk_dtype(itemsize: int) -> np.dtype:
+def chunk_dtype(itemsize: int) -> np.dtype:
     """A void dtype as wide as one `_CHUNK_BYTES`-byte chunk's records of `itemsize` bytes (`OperandBytes.mark`:
-    a run's records with `itemsize` the records' times the run's chunks)."""
+    a run's records with `itemsize` the records' times the run's chunks; 1: the chunk's bytes themselves), so that
+    a gather or scatter of whole chunks moves one item per chunk (NumPy's fancy indexing of rows of 16 bytes
+    costs an order of magnitude more)."""
     return np.dtype((np.void, _CHUNK_BYTES * itemsize))
 
 
