@@ -31,18 +31,28 @@ class Deferred(NamedTuple):
 
 
 def _fragment_pairs(rows: np.ndarray, n: int) -> np.ndarray:
-    """The f32 registers `rows` [runs, lanes of a run, N/2] as element pairs [runs, (w, g), q, h, m] (complex64,
-    a view): thread 32w + 4g + q's pair 2h + m (`wgmma.thread_rows`)."""
+    """The f32 registers `rows` [runs, lanes of a run, N/2] as element pairs [runs, (w, g), q, h, m] (8-byte
+    items, a view): thread 32w + 4g + q's pair 2h + m (`wgmma.thread_rows`)."""
     runs, lanes, _ = rows.shape
-    return rows.view(np.float32).reshape(runs, lanes // 4, 4, n // 8, 2, 2).view(np.complex64)[..., 0]
+    return rows.view(np.uint64).reshape(runs, lanes // 4, 4, n // 8, 2)
 
 
 def _product_pairs(values: np.ndarray, runs: int) -> np.ndarray:
-    """D' f32 [warpgroups, 64, N] as element pairs [runs, (w, g), q, h, m] (complex64, a view: axes (m, h, q)
+    """D' f32 [warpgroups, 64, N] as element pairs [runs, (w, g), q, h, m] (8-byte items, a view: axes (m, h, q)
     of D' turned round, `wgmma.thread_rows`), matching `_fragment_pairs`."""
     n = values.shape[2]
-    pairs = values.reshape(runs, -1, 2, n // 8, 4, 2).view(np.complex64)[..., 0]  # [runs, (w, g), m, h, q]
+    pairs = values.view(np.uint64).reshape(runs, -1, 2, n // 8, 4)  # [runs, (w, g), m, h, q]
     return pairs.transpose(0, 1, 4, 3, 2)
+
+
+def _copy_pairs(target: np.ndarray, source: np.ndarray) -> None:
+    """`target[...] = source` for pair views [runs, (w, g), q, h, m] (`_fragment_pairs`, `_product_pairs`), one
+    copy per index of the target's contiguous axis (m in the fragments, q in D'): a single copy would run NumPy's
+    inner loop along that axis, two or four items at a time; each of these runs it along h."""
+    axis = int(np.argmin(target.strides))
+    for i in range(target.shape[axis]):
+        at = (slice(None),) * axis + (i,)
+        target[at] = source[at]
 
 
 def product_order(values: np.ndarray, n: int) -> np.ndarray:
@@ -65,7 +75,7 @@ def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.
     if entry is None:
         values = np.empty(d.shape, np.float32)
         if add:  # the registers as they are, in product order
-            _product_pairs(values, rows.shape[0])[...] = _fragment_pairs(rows, d.shape[2])
+            _copy_pairs(_product_pairs(values, rows.shape[0]), _fragment_pairs(rows, d.shape[2]))
         entry = m.deferred[id(block)] = Deferred(block, lanes.copy(), rows, values)
     if add:
         np.add(d, entry.values, out=d)  # float64 sums, rounded once below
@@ -76,5 +86,6 @@ def write_back(m) -> None:
     """Every chain's accumulators into their registers (fragment order), and none kept: a wgmma.wait_group, or a
     wgmma on the block that does not keep them."""
     for entry in m.deferred.values():
-        _fragment_pairs(entry.rows, entry.values.shape[2])[...] = _product_pairs(entry.values, entry.rows.shape[0])
+        runs, n = entry.rows.shape[0], entry.values.shape[2]
+        _copy_pairs(_fragment_pairs(entry.rows, n), _product_pairs(entry.values, runs))
     m.deferred.clear()
