@@ -15,7 +15,7 @@ import numpy as np
 from tessera.interpreters.sm90.registers import filled
 from tessera.sm90 import facts
 
-_CHUNK_BYTES = 16
+_CHUNK_BYTES = facts.SWIZZLE_CHUNK_BYTES
 """The unit of a swizzled operand's bytes: a wgmma reads whole aligned 16-byte chunks (`facts.swizzle` permutes
 them), so its per-byte records are written chunk by chunk (`OperandBytes.chunks`)."""
 
