@@ -46,7 +46,8 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
-from tessera.interpreters.sm90.register_layout import RegisterLayout, ValueLayout, as_index
+from tessera.interpreters.ranges import as_slice
+from tessera.interpreters.sm90.register_layout import RegisterLayout, ValueLayout
 from tessera.regalloc import Allocation
 from tessera.sm90 import facts
 
@@ -174,9 +175,8 @@ class RegisterFileChecker(Interpreter.Listener):
         if mask is not active:
             groups = active.reshape(-1, self.granule)
             some = groups.any(axis=1)
-            granules, whole = as_index(np.flatnonzero(some).tolist() or [0]), bool((groups.all(axis=1) == some).all())
-            if not some.any():
-                granules = slice(0, 0)
+            granules = as_slice(np.flatnonzero(some)) if some.any() else slice(0, 0)
+            whole = bool((groups.all(axis=1) == some).all())
             self._mask = (active, granules, whole)
         return granules, whole
 

@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
-from tessera.interpreters.ranges import consecutive
+from tessera.interpreters.ranges import as_slice, consecutive
 from tessera.interpreters.sm90.register_windows import (CheckWindows, carried, check_windows, fence_touches,
                                                            kernel_of, moves_of, view_in_place)
 from tessera.regalloc import Allocation, aliases_operand_registers
@@ -26,13 +26,6 @@ def _register_order(name: str) -> tuple[str, int, str]:
     if match is None:
         return (name, -1, name)
     return (match[1], int(match[2]) if match[2] else -1, name)
-
-
-def as_index(positions: list[int]) -> slice | np.ndarray:
-    """`positions` as a slice where they are consecutive (a view, not a copy), else as an index array."""
-    if positions == list(range(positions[0], positions[0] + len(positions))):
-        return slice(positions[0], positions[0] + len(positions))
-    return np.array(positions, np.intp)
 
 
 def _prints_nothing(op: Operation, view: bool) -> bool:
@@ -104,7 +97,7 @@ class RegisterLayout:
             if picked:
                 columns = [self.index[name] for _, name in picked]
                 elements = [i for i, _ in picked]
-                layout = ValueLayout(as_index(columns), tuple(name for _, name in picked), as_index(elements),
+                layout = ValueLayout(as_slice(columns), tuple(name for _, name in picked), as_slice(elements),
                                  np.array(columns, np.intp), np.array(elements, np.int64))
         self._layouts[value] = layout
         return layout
