@@ -65,6 +65,11 @@ CASES = {
     "empty-file": Case(("empty.mlir",), 0, stdout=("builtin.module {",)),
     "comments-only": Case(("comments.mlir",), 0, stdout=("builtin.module {",)),
     "stdin": Case((), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
+    # regression: `-` (mlir-opt's and tessera-run's spelling of standard input) was taken for a file named '-'
+    "stdin-dash": Case(("-",), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
+    # standard input is `<stdin>` in diagnostics, as tessera-run names it (it was `stdin`)
+    "stdin-diagnostic": Case(("-",), 1, stderr=("<stdin>:2:23", "attribute expected"),
+                             stdin="func.func @f() {\n  %x = arith.constant : index\n}\n"),
     "syntax-error": Case(("syntax.mlir",), 1, stderr=("syntax.mlir:2:23", "attribute expected")),
     "verifier-error": Case(
         ("verifier.mlir",), 1, stderr=("verifier.mlir:2:1: 'tile.dim' op source must be a global tile, got register",)

@@ -16,6 +16,7 @@ traceback of an internal error.
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import sys
 import traceback
@@ -42,12 +43,9 @@ from tessera.ir.diagnostics import (
 from tessera.ir.dominance import verify_dominance
 from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
-from tessera.tools.arguments import parse_seed, parse_size
+from tessera.tools.arguments import UsageError, parse_seed, parse_size
+from tessera.tools.streams import STDIN_NAME, quiet_broken_pipe, read_standard_input, reads_standard_input
 from tessera.ir.parser import TesseraParser
-
-
-class UsageError(Exception):
-    """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
 
 
 def check_target_options(spec_text: str, targets: dict) -> None:
@@ -231,6 +229,15 @@ class TesseraOptMain(xDSLOptMain):
         self.pipeline = parse_pipeline(self.args.passes)
         check_target_options(self.args.target, self.available_targets)
 
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        # No file or `-` is standard input (`tessera.tools.streams`: a closed one is a UsageError).
+        if reads_standard_input(self.args.input_file):
+            return io.BytesIO(read_standard_input()), "mlir"
+        return super().get_input_stream()
+
+    def get_input_name(self) -> str:
+        return STDIN_NAME if reads_standard_input(self.args.input_file) else self.args.input_file
+
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
             return super().prepare_input()
@@ -337,6 +344,8 @@ def main(args: Sequence[str] | None = None) -> int:
             return 1
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
         except PassCrash as e:
             if os.environ.get("TESSERA_DEBUG") == "1":
                 traceback.print_exc()

@@ -47,6 +47,8 @@ from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
 from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
 from tessera.tools.arguments import parse_seed, parse_size, parse_workers
+from tessera.tools.streams import STDIN_NAME, quiet_broken_pipe, read_standard_input, reads_standard_input
+
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
 
@@ -219,10 +221,10 @@ def run(args: argparse.Namespace) -> int:
                          "given more than once")
     sizes = dict(args.dims)
 
-    name = "<stdin>" if args.file == "-" else args.file
+    name = STDIN_NAME if reads_standard_input(args.file) else args.file
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
+        if reads_standard_input(args.file):
+            text = read_standard_input().decode()
         else:
             with open(args.file, encoding="utf-8") as f:
                 text = f.read()
@@ -374,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             code = 1
         except KeyboardInterrupt:
             code = 130
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
         except Exception as e:  # an internal error: no traceback unless asked for
             if os.environ.get("TESSERA_DEBUG") == "1":
                 traceback.print_exc()
