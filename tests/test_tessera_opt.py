@@ -95,6 +95,18 @@ CASES = {
     "unwritable-output": Case(("ok.mlir", "-o", "no-such-dir/out.mlir"), 1, stderr=("cannot write",)),
     "bad-argument": Case(("ok.mlir", "--no-such-flag"), 2, stderr=("unrecognized arguments: --no-such-flag",)),
     "bad-target": Case(("ok.mlir", "-t", "no-such-target"), 2, stderr=("invalid choice: 'no-such-target'",)),
+    # regression: xDSL's printers know only their own dialects: -t wgsl or wat printed nothing of a kernel and
+    # exited with 0, -t riscv-asm failed inside xDSL
+    "xdsl-target-on-tile-ir": Case(("ok.mlir", "-t", "wgsl"), 1, stderr=(
+        "ok.mlir:1:1: kernel @k: -t wgsl prints xDSL's own dialects, not Tile IR: use -t mlir, or -t ptx",)),
+    "xdsl-target-on-target-ir": Case(("sm90.mlir", "-t", "riscv-asm"), 1, stderr=(
+        "sm90.mlir:1:1: func @f: -t riscv-asm prints xDSL's own dialects, not Target IR",)),
+    "xdsl-target-on-xdsl-ir": Case(("functions.mlir", "-t", "wat"), 0),
+    # regression: -t ptx's refusals named the function but not where it is
+    "ptx-of-tile-ir": Case(("ok.mlir", "-t", "ptx"), 1, stderr=(
+        "ok.mlir:1:1: kernel @k: ptx: @k is a Tile IR kernel: lower it first (-p default-pipeline)",)),
+    "ptx-of-a-function": Case(("functions.mlir", "-t", "ptx"), 1, stderr=(
+        "functions.mlir:1:1: func @f: ptx: @f is not a Target IR kernel",)),
     "version": Case(("--version",), 0, stdout=("tessera-opt 0.1.0", "xdsl 0.74.0")),
     # every diagnostic says where: file:line:col, and the kernel and op where there is one (issue 21)
     "missing-terminator": Case(("no-terminator.mlir",), 1, stderr=("no-terminator.mlir:2:3: func @f: op 'arith.constant': "

@@ -65,3 +65,14 @@ def test_a_reader_that_stops_early_ends_the_tool_quietly(main, args, kernel_file
     monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     status = main([str(kernel_file), *args])
     assert status == 1 and capsys.readouterr().err == ""
+
+
+def test_a_target_whose_module_is_not_installed_is_named():
+    """Regression: `-t llvm` without llvmlite (xDSL does not depend on it) was "internal error:
+    ModuleNotFoundError"; it is refused before any pass runs."""
+    def llvm_target():
+        raise ModuleNotFoundError("No module named 'llvmlite'", name="llvmlite")
+
+    with pytest.raises(tessera_opt.UsageError, match="target 'llvm' needs the Python module 'llvmlite', which is "
+                                                     "not installed"):
+        tessera_opt.check_target_options("llvm", {"llvm": llvm_target})

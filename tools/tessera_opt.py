@@ -34,9 +34,13 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tessera.ir.diagnostics import (
+    LEVEL_NAMES,
+    LocatedVerifyException,
     TesseraWarning,
     check_pass_input,
+    functions_by_level,
     internal_error_text,
+    located,
     verify_module,
     with_context,
 )
@@ -50,16 +54,36 @@ from tessera.ir.parser import TesseraParser
 
 def check_target_options(spec_text: str, targets: dict) -> None:
     """Raises UsageError where `-t NAME{OPTIONS}` gives options its target does not take (`-t "ptx{bogus=1}"`,
-    `-t "ptx{fold_epilogue=maybe}"`), before any pass runs: xDSL would find out only when it prints the result,
-    as an internal error."""
+    `-t "ptx{fold_epilogue=maybe}"`) or names a target whose module is not installed (`-t llvm` without
+    llvmlite), before any pass runs: xDSL would find out only when it prints the result, as an internal error."""
     spec = parse_spec(spec_text)
     entry = targets.get(spec.name)
     if entry is None or inspect.signature(entry).parameters:  # unknown (argparse said so) or a legacy printer
         return
     try:
-        entry().from_spec(spec)
+        target = entry()
+    except ImportError as e:  # xDSL's `llvm` target imports llvmlite, which xDSL does not depend on
+        raise UsageError(f"target '{spec.name}' needs the Python module '{e.name}', which is not installed") from e
+    try:
+        target.from_spec(spec)
     except ValueError as e:
         raise UsageError(f"invalid target '{spec_text}': {e}") from e
+
+
+def check_output_target(target: str, module: ModuleOp) -> None:
+    """Raises a located LocatedVerifyException where `-t TARGET` is one of xDSL's other targets (`wgsl`, `csl`,
+    `riscv-asm`, ...; `tessera.tools.opt_help.TESSERA_TARGETS` are Tessera's) and `module` holds Tile IR or
+    Target IR: those printers know only their own dialects, and print nothing of a kernel (`-t wgsl`, `-t wat`,
+    with exit status 0) or fail inside xDSL."""
+    from tessera.tools.opt_help import TESSERA_TARGETS
+
+    if target in TESSERA_TARGETS:
+        return
+    for level, functions in functions_by_level(module).items():
+        if functions:
+            raise LocatedVerifyException(located(functions[0], (
+                f"-t {target} prints xDSL's own dialects, not {LEVEL_NAMES[level]}: use -t mlir, or -t ptx for "
+                "a Target IR kernel")))
 
 
 class PassCrash(Exception):
@@ -260,6 +284,10 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"{self.get_input_name()} is not UTF-8 text ({e.reason} at byte {e.start})") from e
         return load_module(self.ctx, text, self.get_input_name(), start_offset,
                            implicit_module=not self.args.no_implicit_module, verify=not self.args.disable_verify)
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        check_output_target(parse_spec(self.args.target).name, prog)
+        return super().output_resulting_program(prog)
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if self.args.validate:
