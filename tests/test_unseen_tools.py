@@ -76,3 +76,31 @@ def test_a_target_whose_module_is_not_installed_is_named():
     with pytest.raises(tessera_opt.UsageError, match="target 'llvm' needs the Python module 'llvmlite', which is "
                                                      "not installed"):
         tessera_opt.check_target_options("llvm", {"llvm": llvm_target})
+
+
+NO_OUTPUT = KERNEL.replace(', tile.role = "out"', "").replace("    tile.store_global %x, %yw", "    // no store").replace(
+    "    %yw = tile.view", "    // %yw = tile.view")
+
+
+@pytest.mark.parametrize("tool, args, prefix", [
+    (tessera_run.main, ["-d", "M=70", "-d", "N=32", "--check"], "tessera-run: error: --check: "),
+    (tessera_opt.main, ["-p", "assign-swizzle", "--validate", "-d", "M=70", "-d", "N=32"],
+     "tessera-opt: error: --validate: tessera.validate.validate: "),
+])
+def test_checking_a_kernel_without_outputs_is_refused(tool, args, prefix, tmp_path, capsys):
+    """Regression: `tessera-run --check` of a kernel that writes nothing said "max error 0, tolerance 0: ok",
+    a verdict on no elements, and `tessera-opt --validate` failed with "max() arg is an empty sequence"."""
+    path = tmp_path / "nothing.mlir"
+    path.write_text(NO_OUTPUT)
+    status, out, err = inprocess.main_in_process(tool, capsys, str(path), *args)
+    assert status == 1 and "ok" not in out, out + err
+    assert err.startswith(prefix + f"{path}:2:3: kernel @copy: no outputs (no argument with tile.role = \"out\"): "
+                                   "there is nothing to check"), err
+
+
+def test_running_a_kernel_without_outputs_says_so(tmp_path, capsys):
+    path = tmp_path / "nothing.mlir"
+    path.write_text(NO_OUTPUT)
+    status, out, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), "-d", "M=70", "-d", "N=32")
+    assert status == 0 and "@copy [M=70 N=32]: grid (2, 1, 1), tile level" in out and out.rstrip().endswith(
+        "-> no outputs"), out + err

@@ -286,6 +286,11 @@ def run(args: argparse.Namespace) -> int:
     plan += [(target_signature(op), f"Target IR, {runner}", target_level, op, module) for op in target_kernels]
 
     _check_sizes([sig for sig, *_ in plan], sizes, args.max_gib)
+    if args.check:  # before anything runs
+        from tessera.validation.verdict import check_outputs
+
+        for sig, *_ in plan:
+            check_outputs("--check", sig)
     status = 0
     rng = np.random.default_rng(args.seed)
     for sig, level, how, target, kernel_module in plan:
@@ -305,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - start
         outputs = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
         grid = sig.grid_size(used)
-        shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs))
+        shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs)) or "no outputs"
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
         print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
