@@ -13,6 +13,7 @@ The convention, by the block's language tag (the word after the opening ```):
               only compiled (`compile()`: it must be valid Python), never run. Only python blocks may be gpu-only.
 - `<!-- needs MODULE -->` on the line right before a ```python block: the block imports an optional package
               (`<!-- needs torch -->`); it runs where MODULE is installed and is skipped, by name, where it is not.
+              A block that is not gpu-only and imports torch or cuda must be so marked.
 - ```console  commands for a reader to type that the tests do not run: installing, the whole test suite,
               benchmarks, GPU commands.
 - ```mlir, ```ptx, ```text
@@ -42,6 +43,8 @@ SHOWN = ("console", "mlir", "ptx", "text")
 GPU_ONLY = "<!-- gpu-only -->"
 NEEDS = re.compile(r"<!-- needs (?P<module>[\w.]+) -->")
 TOOLS = ("tessera-opt", "tessera-run")
+OPTIONAL_IMPORT = re.compile(r"^\s*(?:import|from)\s+(torch|cuda)\b", re.MULTILINE)
+"""An import of an optional extra's top-level module (`[torch]`, `[cuda]`; tests/test_wheel.py's OPTIONAL_IMPORTS)."""
 TIMEOUT_S = 300
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<tag>[^\s`]*)")
 
@@ -103,6 +106,10 @@ def test_every_block_has_a_known_tag():
               for b in ALL_BLOCKS if b.needs and b.tag != "python"]
     wrong += [f"{b.name}: a {b.tag} block runs neither tessera-opt nor tessera-run (show it as ```console)"
               for b in ALL_BLOCKS if b.tag in ("sh", "bash") and not any(t in b.code for t in TOOLS)]
+    wrong += [f"{b.name}: imports {module}, an optional extra's module: mark it <!-- needs {module} --> (a user "
+              f"without the extra gets ModuleNotFoundError)"
+              for b in ALL_BLOCKS if b.tag == "python" and not b.gpu_only
+              for module in sorted(set(OPTIONAL_IMPORT.findall(b.code))) if module != b.needs]
     assert not wrong, "blocks outside the convention of tests/test_docs_snippets.py:\n" + "\n".join(wrong)
 
 
