@@ -104,3 +104,13 @@ def test_running_a_kernel_without_outputs_says_so(tmp_path, capsys):
     status, out, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), "-d", "M=70", "-d", "N=32")
     assert status == 0 and "@copy [M=70 N=32]: grid (2, 1, 1), tile level" in out and out.rstrip().endswith(
         "-> no outputs"), out + err
+
+
+def test_a_reader_that_stops_early_ends_a_ptx_run_quietly(monkeypatch, capsys):
+    from pathlib import Path
+
+    vector_add = Path(__file__).resolve().parent / "ptx_kernels" / "vector_add.ptx"
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    status = tessera_run.main([str(vector_add), "--grid", "1", "--block", "128", "--arg", "f32[32]=random", "--arg",
+                               "f32[32]=random", "--arg", "f32[32]=zeros", "--arg", "u32=32"])
+    assert status == 1 and capsys.readouterr().err == ""

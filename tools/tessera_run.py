@@ -356,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(a.endswith(".ptx") and not a.startswith("-") for a in argv):
         from tessera.interpreters.ptx.cli import main as run_ptx
 
-        return run_ptx(argv)
+        try:
+            return run_ptx(argv)
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
     args = build_parser().parse_args(argv)
     from tessera.ir.diagnostics import internal_error_text
     from tessera.interpreters.ptx.state import PtxExecutionError
