@@ -114,3 +114,15 @@ def test_a_reader_that_stops_early_ends_a_ptx_run_quietly(monkeypatch, capsys):
     status = tessera_run.main([str(vector_add), "--grid", "1", "--block", "128", "--arg", "f32[32]=random", "--arg",
                                "f32[32]=random", "--arg", "f32[32]=zeros", "--arg", "u32=32"])
     assert status == 1 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("option", ["atomic-add=foo", "store-shared=ldmatrix", "mma-order=last-read"])
+def test_a_lowering_option_value_is_a_pipeline_error(option, kernel_file, capsys):
+    """Regression: convert-tile-to-sm90 checked its options only when it ran (after the passes before it), and
+    tessera-opt printed the refusal without its `tessera-opt: error: invalid pass pipeline` head; every other
+    pass's options are refused when the pipeline is parsed (passes/__init__.py)."""
+    pipeline = f"assign-swizzle,convert-tile-to-sm90{{{option}}}"
+    status, out, err = inprocess.main_in_process(tessera_opt.main, capsys, str(kernel_file), "-p", pipeline)
+    name = option.split("=")[0]
+    assert status == 1 and err.startswith(f"tessera-opt: error: invalid pass pipeline '{pipeline}': "
+                                          f"convert-tile-to-sm90: {name} must be one of "), err
