@@ -126,3 +126,25 @@ def test_a_lowering_option_value_is_a_pipeline_error(option, kernel_file, capsys
     name = option.split("=")[0]
     assert status == 1 and err.startswith(f"tessera-opt: error: invalid pass pipeline '{pipeline}': "
                                           f"convert-tile-to-sm90: {name} must be one of "), err
+
+
+def test_writing_the_output_over_the_input_keeps_the_kernel(kernel_file, capsys):
+    """Regression: xDSL's driver opened `-o FILE` for writing before it read the input, so `tessera-opt k.mlir -p
+    assign-swizzle -o k.mlir` read an empty file and wrote `builtin.module {}` over the kernel, exit status 0."""
+    status, out, err = inprocess.main_in_process(tessera_opt.main, capsys, str(kernel_file), "-p", "assign-swizzle",
+                                                 "-o", str(kernel_file))
+    assert status == 0 and "func.func @copy" in kernel_file.read_text(), err
+
+
+def test_a_failed_run_leaves_the_output_file_as_it_was(kernel_file, tmp_path, capsys):
+    """Regression: the output file was truncated when the run started; a run that fails (here a Target IR pass
+    given Tile IR) left it empty, and with `-o` naming the input, the kernel was lost."""
+    before = kernel_file.read_text()
+    status, out, err = inprocess.main_in_process(tessera_opt.main, capsys, str(kernel_file), "-p",
+                                                 "allocate-registers", "-o", str(kernel_file))
+    assert status == 1 and "transforms Target IR, but the input (@copy) is Tile IR" in err
+    assert kernel_file.read_text() == before
+    assert not (tmp_path / "new.mlir").exists()
+    inprocess.main_in_process(tessera_opt.main, capsys, str(kernel_file), "-p", "allocate-registers", "-o",
+                              str(tmp_path / "new.mlir"))
+    assert not (tmp_path / "new.mlir").exists()  # nothing is created by a failed run

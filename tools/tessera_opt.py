@@ -48,7 +48,13 @@ from tessera.ir.dominance import verify_dominance
 from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
 from tessera.tools.arguments import UsageError, parse_seed, parse_size
-from tessera.tools.streams import STDIN_NAME, quiet_broken_pipe, read_standard_input, reads_standard_input
+from tessera.tools.streams import (
+    STDIN_NAME,
+    OutputFile,
+    quiet_broken_pipe,
+    read_standard_input,
+    reads_standard_input,
+)
 from tessera.ir.parser import TesseraParser
 
 
@@ -271,10 +277,17 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"{e} (use -f mlir)") from e
 
     def prepare_output(self) -> IO[str]:
-        try:
-            return super().prepare_output()
-        except OSError as e:
-            raise UsageError(f"cannot write '{self.args.output_file}': {e.strerror or e}") from e
+        # `-o FILE` is written after a successful run (`tessera.tools.streams.OutputFile`): FILE may be the input.
+        if self.args.output_file is None:
+            return sys.stdout
+        self.output_file = OutputFile(self.args.output_file)
+        return self.output_file
+
+    def run(self) -> None:
+        self.output_file: OutputFile | None = None
+        super().run()
+        if self.output_file is not None:
+            self.output_file.commit()
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         # Replaces xDSL's "mlir" frontend (the only one): see load_module.
