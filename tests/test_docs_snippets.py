@@ -113,6 +113,15 @@ def test_every_block_has_a_known_tag():
     assert not wrong, "blocks outside the convention of tests/test_docs_snippets.py:\n" + "\n".join(wrong)
 
 
+def test_every_fence_opens_or_closes_a_block_the_tests_see():
+    """A fence indented 4 spaces or more (inside a list item) is no fence to `blocks` (CommonMark's rule), so
+    its code would run in no test: every line that starts with ``` or ~~~ must open or close a found block."""
+    for path in markdown_files():
+        fences = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if re.match(r"\s*(```|~~~)", line))
+        found = len(blocks(path))
+        assert fences == 2 * found, f"{path.relative_to(ROOT)}: {fences} fence lines, {found} blocks found"
+
+
 def test_the_readme_and_docs_have_blocks_to_run():
     assert any(b.path == "README.md" and b.tag == "python" for b in ALL_BLOCKS)
     assert any(b.path == "README.md" and b.tag in ("sh", "bash") for b in ALL_BLOCKS)
