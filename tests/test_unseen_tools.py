@@ -179,6 +179,12 @@ INPUTS = {  # name: (text, tool, extra arguments, status, what stderr (or stdout
                                     "invalid pass pipeline 'pipeline-loops{stages=x}': Incompatible types"),
     "an unknown option": (KERNEL, tessera_opt.main, ["-p", "pipeline-loops{foo=1}"], 1,
                           'Provided arguments ["foo"] not found in expected arguments ["stages"]'),
+    # regression: xDSL's parser kept the last of two values of one option, silently
+    "an option given twice": (KERNEL, tessera_opt.main, ["-p", "pipeline-loops{stages=2 stages=3}"], 1,
+                              "option 'stages' is given more than once in {stages=2 stages=3}"),
+    "an option given twice, spelled two ways": (
+        KERNEL, tessera_opt.main, ["-p", "assign-swizzle,convert-tile-to-sm90{atomic-add=red atomic_add=bulk}"], 1,
+        "option 'atomic-add' is given more than once"),
     "a closing brace too many": (KERNEL, tessera_opt.main, ["-p", "pipeline-loops{stages=2}}"], 1,
                                  "Expected a comma after pass argument dict here"),
     "upstream MLIR: #map, module, return": (UPSTREAM, tessera_opt.main, [], 0,

@@ -165,11 +165,12 @@ def parse_pipeline(spec: str) -> PassPipeline:
     """The pass pipeline `spec` (`tessera-opt -p` syntax: passes and named pipelines such as `default-pipeline`)
     over Tessera's and xDSL's passes; UsageError names
     what does not parse (an unknown pass, a bad option, a malformed spec)."""
-    from tessera.passes import all_passes, expand_named_pipelines
+    from tessera.passes import all_passes, check_option_keys, expand_named_pipelines
 
     # Unknown passes and bad options raise ValueError or TypeError, a malformed spec ArgSpecParseError (a
     # BaseException whose message shows the spec with a caret).
     try:
+        check_option_keys(spec)
         return PassPipeline.parse_spec(all_passes(), expand_named_pipelines(spec))
     except (ValueError, TypeError, ArgSpecParseError) as e:
         raise UsageError(f"invalid pass pipeline '{spec}': {str(e).strip()}") from e
