@@ -199,6 +199,10 @@ INPUTS = {  # name: (text, tool, extra arguments, status, what stderr (or stdout
                                                  "copy.mlir:13:5: kernel @copy: op 'scf.for': Expected 2 args, but got 3"),
     "scf.for, lowered and checked": (LOOP, tessera_run.main, ["-d", "M=70", "-d", "N=32", "--level", "target",
                                                               "--check"], 0, ": ok (reference: its own Tile IR"),
+    # regression: "Unrecognized file extension 'ptx' (use -f mlir)", and with -f mlir "Expected three
+    # consecutive '.' for an ellipsis"
+    "a PTX file to tessera-opt": ("// made by hand\n.version 8.0\n.target sm_90a\n", tessera_opt.main, ["-f", "mlir"],
+                                  1, "copy.mlir holds PTX (it starts with .version), not MLIR: run PTX with tessera-run"),
     "an unknown target": (KERNEL, tessera_opt.main, ["-t", "sass"], 2, "argument -t/--target: invalid choice: 'sass'"),
 }
 
@@ -211,3 +215,10 @@ def test_inputs_nobody_tried(name, tmp_path, capsys):
     status, out, err = inprocess.main_in_process(tool, capsys, str(path), *args)
     assert status == expected and shown in (out if expected == 0 else err), out + err
     assert "internal error" not in err
+
+
+def test_a_ptx_file_to_tessera_opt_points_at_tessera_run(tmp_path, capsys):
+    path = tmp_path / "k.ptx"
+    path.write_text(".version 8.0\n.target sm_90a\n")
+    status, out, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path))
+    assert status == 1 and f"{path} is PTX, and tessera-opt reads MLIR: run PTX with tessera-run {path}" in err, err

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import io
 import os
+import re
 import sys
 import traceback
 import time
@@ -146,14 +147,22 @@ def opt_context() -> Context:
     return ctx
 
 
+_PTX_HEADER = re.compile(r"\s*(//[^\n]*\n\s*)*\.version\s")
+"""A PTX module's first line (after comments): `.version 8.0`."""
+
+
 def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implicit_module: bool = True,
                 verify: bool = True) -> ModuleOp:
     """Parse `text` (named `name` in diagnostics) with Tessera's parser (`tessera.ir.parser`: source locations on
     every op, hex float literals as bit patterns, linear-time lexing), then verify it as every entry point
     does (`tessera.ir.verify`: dominance, ops located at the one that fails, the kernel ABI). An input of only
-    comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException."""
+    comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException, and
+    UsageError for PTX text (a `.version` line first), which the MLIR parser would call a malformed ellipsis."""
     if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
         return ModuleOp([])
+    if _PTX_HEADER.match(text):  # xDSL would say "Expected three consecutive '.' for an ellipsis"
+        raise UsageError(f"{name} holds PTX (it starts with .version), not MLIR: run PTX with tessera-run on a "
+                         "file named *.ptx (the PTX executor)")
     parser = TesseraParser(ctx, text, name, line_offset=line_offset)
     module = parser.parse_module(implicit_module)
     if verify:
@@ -275,6 +284,9 @@ class TesseraOptMain(xDSLOptMain):
         except OSError as e:
             raise UsageError(f"cannot read '{self.args.input_file}': {e.strerror or e}") from e
         except ValueError as e:  # an input file extension without a frontend
+            if str(self.args.input_file).lower().endswith(".ptx"):
+                raise UsageError(f"{self.args.input_file} is PTX, and tessera-opt reads MLIR: run PTX with "
+                                 f"tessera-run {self.args.input_file} (the PTX executor)") from e
             raise UsageError(f"{e} (use -f mlir)") from e
 
     def prepare_output(self) -> IO[str]:

@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError
 
     argv = sys.argv[1:] if argv is None else argv
-    if any(a.endswith(".ptx") and not a.startswith("-") for a in argv):
+    if any(a.lower().endswith(".ptx") and not a.startswith("-") for a in argv):
         from tessera.interpreters.ptx.cli import main as run_ptx
 
         try:
