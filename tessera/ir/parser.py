@@ -81,6 +81,9 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0):
         text = input.decode("utf-8") if isinstance(input, bytes) else input
+        # A byte order mark (some editors start UTF-8 files with one) is no character of the IR; xDSL's lexer
+        # would call it an unexpected character at 1:1, invisible in the line it shows.
+        text = text.removeprefix("\ufeff")
         # xDSL's constructor lexes the first token with its own lexer; give it nothing to lex, then swap in ours
         super().__init__(ctx, "", name)
         self._parser_state = ParserState(TesseraLexer(Input(text, name)))
