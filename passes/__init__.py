@@ -158,6 +158,7 @@ def parse_pipeline(spec: str):
     if not isinstance(spec, str):
         raise TypeError(f"a pipeline is a string such as 'canonicalize,cse'; got {type(spec).__name__}")
     try:
+        check_option_keys(spec)
         spec = expand_named_pipelines(spec)
         # ArgSpecParseError derives from BaseException in xDSL 0.74, so it must be named here.
         return PassPipeline.parse_spec(all_passes(), spec)
@@ -184,6 +185,19 @@ def named_pipelines() -> dict[str, str]:
 
 
 _ELEMENT_SEPARATOR = re.compile(r",(?![^{]*})")  # commas outside {options}
+
+
+_OPTION_GROUP = re.compile(r"\{([^{}]*)\}")
+_OPTION_KEY = re.compile(r"(?:^|\s)([\w-]+)\s*=")
+
+
+def check_option_keys(spec: str) -> None:
+    """ValueError where one pass of `spec` is given an option twice (`pipeline-loops{stages=2 stages=3}`, or
+    `atomic-add` and `atomic_add`, the same field): xDSL's parser keeps the last one silently."""
+    for group in _OPTION_GROUP.findall(spec):
+        keys = [key.replace("-", "_") for key in _OPTION_KEY.findall(re.sub(r'"[^"]*"', '""', group))]
+        if twice := sorted({key for key in keys if keys.count(key) > 1}):
+            raise ValueError(f"option '{twice[0].replace('_', '-')}' is given more than once in {{{group}}}")
 
 
 def expand_named_pipelines(spec: str) -> str:

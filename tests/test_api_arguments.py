@@ -69,6 +69,9 @@ INTERPRET = [
      r"bad pass pipeline 'canonicalize\{' at column 14: Expected argument name here"),
     ("bad pass option", interpret(*qkv(), pipeline="pipeline-loops{stages=9}"), PipelineError,
      r"pipeline-loops: stages must be an integer from 1 to 4, got 9"),
+    # regression (unseen round 22): xDSL's parser kept the last of the two, silently
+    ("option given twice", interpret(*qkv(), pipeline="pipeline-loops{stages=2 stages=3}"), PipelineError,
+     r"option 'stages' is given more than once in \{stages=2 stages=3\}"),
     ("object array", with_q(np.zeros((1, 1, 10, 64), object)), TypeError,
      r"input 0 must be a NumPy array of real numbers; got element type object"),
     ("complex array", with_q(np.zeros((1, 1, 10, 64), complex)), TypeError,

@@ -52,3 +52,12 @@ def test_save_into_a_directory_that_cannot_be_made_is_refused_before_the_run(tmp
                             "--arg", "u32=32", "--save", str(blocker / "out"))
     assert status == 1 and f"--save {blocker / 'out'}: cannot make the directory" in err, err
     assert "add_kernel: grid" not in out
+
+
+def test_a_ptx_file_that_is_not_utf8_is_named(tmp_path, capsys):
+    """Regression (unseen round 22): a binary .ptx gave "'utf-8' codec can't decode byte 0xab in position 1",
+    naming neither the file nor the rule; it now reads as tessera-opt says it of an MLIR file."""
+    path = tmp_path / "binary.ptx"
+    path.write_bytes(b"\x00\xab\xff binary")
+    status, out, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), "--grid", "1", "--block", "32")
+    assert status == 1 and err == f"tessera-run: error: {path} is not UTF-8 text (invalid start byte at byte 1)\n", err

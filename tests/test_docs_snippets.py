@@ -13,6 +13,7 @@ The convention, by the block's language tag (the word after the opening ```):
               only compiled (`compile()`: it must be valid Python), never run. Only python blocks may be gpu-only.
 - `<!-- needs MODULE -->` on the line right before a ```python block: the block imports an optional package
               (`<!-- needs torch -->`); it runs where MODULE is installed and is skipped, by name, where it is not.
+              A block that is not gpu-only and imports torch or cuda must be so marked.
 - ```console  commands for a reader to type that the tests do not run: installing, the whole test suite,
               benchmarks, GPU commands.
 - ```mlir, ```ptx, ```text
@@ -42,6 +43,8 @@ SHOWN = ("console", "mlir", "ptx", "text")
 GPU_ONLY = "<!-- gpu-only -->"
 NEEDS = re.compile(r"<!-- needs (?P<module>[\w.]+) -->")
 TOOLS = ("tessera-opt", "tessera-run")
+OPTIONAL_IMPORT = re.compile(r"^\s*(?:import|from)\s+(torch|cuda)\b", re.MULTILINE)
+"""An import of an optional extra's top-level module (`[torch]`, `[cuda]`; tests/test_wheel.py's OPTIONAL_IMPORTS)."""
 TIMEOUT_S = 300
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<tag>[^\s`]*)")
 
@@ -103,7 +106,20 @@ def test_every_block_has_a_known_tag():
               for b in ALL_BLOCKS if b.needs and b.tag != "python"]
     wrong += [f"{b.name}: a {b.tag} block runs neither tessera-opt nor tessera-run (show it as ```console)"
               for b in ALL_BLOCKS if b.tag in ("sh", "bash") and not any(t in b.code for t in TOOLS)]
+    wrong += [f"{b.name}: imports {module}, an optional extra's module: mark it <!-- needs {module} --> (a user "
+              f"without the extra gets ModuleNotFoundError)"
+              for b in ALL_BLOCKS if b.tag == "python" and not b.gpu_only
+              for module in sorted(set(OPTIONAL_IMPORT.findall(b.code))) if module != b.needs]
     assert not wrong, "blocks outside the convention of tests/test_docs_snippets.py:\n" + "\n".join(wrong)
+
+
+def test_every_fence_opens_or_closes_a_block_the_tests_see():
+    """A fence indented 4 spaces or more (inside a list item) is no fence to `blocks` (CommonMark's rule), so
+    its code would run in no test: every line that starts with ``` or ~~~ must open or close a found block."""
+    for path in markdown_files():
+        fences = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if re.match(r"\s*(```|~~~)", line))
+        found = len(blocks(path))
+        assert fences == 2 * found, f"{path.relative_to(ROOT)}: {fences} fence lines, {found} blocks found"
 
 
 def test_the_readme_and_docs_have_blocks_to_run():

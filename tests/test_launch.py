@@ -52,6 +52,22 @@ def test_launch_runs_a_hand_written_kernel_at_every_level(level, rng):
     np.testing.assert_array_equal(y, round_to(x * s[:, None], np.float16))
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_read_only_and_strided_inputs_are_read_not_written(level, rng):
+    """Regression (unseen round 22): at level="ptx" every pointer argument, inputs too, was copied back from the
+    executor's memory into the caller's arrays, and a read-only input (a frozen array) failed with NumPy's
+    "assignment destination is read-only". Fortran-ordered, reversed and padded views are read as they are."""
+    module = tessera.parse_module(ROW_SCALE.read_text())
+    x = rng.standard_normal((100, 20)).astype(np.float32)
+    s = rng.standard_normal(100).astype(np.float32)
+    want = round_to(x * s[:, None], np.float16)
+    frozen_x, frozen_s = x.copy(), s.copy()
+    frozen_x.flags.writeable = frozen_s.flags.writeable = False
+    for inputs in ((frozen_x, frozen_s), (np.asfortranarray(x), s[::-1].copy()[::-1]),
+                   (np.pad(x, ((0, 0), (0, 5)))[:, :20], s)):
+        np.testing.assert_array_equal(tessera.launch(module, *inputs, level=level), want)
+
+
 def test_builder_entry_points_go_through_launch(monkeypatch, rng):
     import tessera.runtime.entry as entry
 

@@ -252,3 +252,24 @@ def test_an_undefined_value_is_reported_at_its_use():
 
 
 # endregion
+
+
+@pytest.mark.parametrize("text, where", [
+    ("func.func @f(%c: i1) {\n" + "scf.if %c {\n" * 400 + "}\n" * 400 + "func.return\n}\n", "scf.if %c {"),
+    ("func.func @f() attributes {a = " + "[" * 3000 + "]" * 3000 + "} {\n  func.return\n}\n", "func.func @f()"),
+])
+def test_input_nested_past_the_recursion_limit_is_a_located_parse_error(text, where):
+    """Regression (unseen round 22): 400 nested scf.if (about 140 are enough) or an attribute nested 3000 deep
+    exhausted Python's recursion limit inside xDSL's parser; the tools said "internal error: RecursionError"."""
+    with pytest.raises(ParseError, match="nested too deeply to parse") as info:
+        parse_module(text, "deep.mlir")
+    assert str(info.value).startswith("deep.mlir:") and where in str(info.value)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_ir():
+    """Regression (unseen round 22): a file saved with a UTF-8 byte order mark was "1:1 Unexpected character",
+    the character invisible; a diagnostic after it keeps its line and column."""
+    module = parse_module("\ufeffbuiltin.module {\n}\n", "bom.mlir")
+    assert print_module(module) == "builtin.module {\n}\n"
+    with pytest.raises(ParseError, match=r"bom.mlir:2:23"):
+        parse_module("\ufefffunc.func @f() {\n  %x = arith.constant : index\n}\n", "bom.mlir")

@@ -65,6 +65,11 @@ CASES = {
     "empty-file": Case(("empty.mlir",), 0, stdout=("builtin.module {",)),
     "comments-only": Case(("comments.mlir",), 0, stdout=("builtin.module {",)),
     "stdin": Case((), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
+    # regression: `-` (mlir-opt's and tessera-run's spelling of standard input) was taken for a file named '-'
+    "stdin-dash": Case(("-",), 0, stdout=("tile.program_id x : index",), stdin=KERNEL),
+    # standard input is `<stdin>` in diagnostics, as tessera-run names it (it was `stdin`)
+    "stdin-diagnostic": Case(("-",), 1, stderr=("<stdin>:2:23", "attribute expected"),
+                             stdin="func.func @f() {\n  %x = arith.constant : index\n}\n"),
     "syntax-error": Case(("syntax.mlir",), 1, stderr=("syntax.mlir:2:23", "attribute expected")),
     "verifier-error": Case(
         ("verifier.mlir",), 1, stderr=("verifier.mlir:2:1: 'tile.dim' op source must be a global tile, got register",)
@@ -90,6 +95,18 @@ CASES = {
     "unwritable-output": Case(("ok.mlir", "-o", "no-such-dir/out.mlir"), 1, stderr=("cannot write",)),
     "bad-argument": Case(("ok.mlir", "--no-such-flag"), 2, stderr=("unrecognized arguments: --no-such-flag",)),
     "bad-target": Case(("ok.mlir", "-t", "no-such-target"), 2, stderr=("invalid choice: 'no-such-target'",)),
+    # regression: xDSL's printers know only their own dialects: -t wgsl or wat printed nothing of a kernel and
+    # exited with 0, -t riscv-asm failed inside xDSL
+    "xdsl-target-on-tile-ir": Case(("ok.mlir", "-t", "wgsl"), 1, stderr=(
+        "ok.mlir:1:1: kernel @k: -t wgsl prints xDSL's own dialects, not Tile IR: use -t mlir, or -t ptx",)),
+    "xdsl-target-on-target-ir": Case(("sm90.mlir", "-t", "riscv-asm"), 1, stderr=(
+        "sm90.mlir:1:1: func @f: -t riscv-asm prints xDSL's own dialects, not Target IR",)),
+    "xdsl-target-on-xdsl-ir": Case(("functions.mlir", "-t", "wat"), 0),
+    # regression: -t ptx's refusals named the function but not where it is
+    "ptx-of-tile-ir": Case(("ok.mlir", "-t", "ptx"), 1, stderr=(
+        "ok.mlir:1:1: kernel @k: ptx: @k is a Tile IR kernel: lower it first (-p default-pipeline)",)),
+    "ptx-of-a-function": Case(("functions.mlir", "-t", "ptx"), 1, stderr=(
+        "functions.mlir:1:1: func @f: ptx: @f is not a Target IR kernel",)),
     "version": Case(("--version",), 0, stdout=("tessera-opt 0.1.0", "xdsl 0.74.0")),
     # every diagnostic says where: file:line:col, and the kernel and op where there is one (issue 21)
     "missing-terminator": Case(("no-terminator.mlir",), 1, stderr=("no-terminator.mlir:2:3: func @f: op 'arith.constant': "

@@ -1,5 +1,6 @@
 """The command-line argument types that tessera-opt and tessera-run share (argparse `type=` functions): each
-refuses what Python's int() would accept but a user did not mean (signs, `_`, other scripts' digits)."""
+refuses what Python's int() would accept but a user did not mean (signs, `_`, other scripts' digits); and
+`UsageError`, the tools' error for a mistake on the command line or in the files it names."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import argparse
 import re
 
 from tessera.arguments import MAX_SIZE  # the largest named size, the same as the Python API's
+
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
+
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DECIMAL = re.compile(r"[0-9]+")

@@ -16,7 +16,9 @@ traceback of an internal error.
 from __future__ import annotations
 
 import inspect
+import io
 import os
+import re
 import sys
 import traceback
 import time
@@ -33,35 +35,62 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tessera.ir.diagnostics import (
+    LEVEL_NAMES,
+    LocatedVerifyException,
     TesseraWarning,
     check_pass_input,
+    functions_by_level,
     internal_error_text,
+    located,
     verify_module,
     with_context,
 )
 from tessera.ir.dominance import verify_dominance
 from tessera.ir import verify as verify_ir
 from tessera.kernel_abi import verify_kernels
-from tessera.tools.arguments import parse_seed, parse_size
+from tessera.tools.arguments import UsageError, parse_seed, parse_size
+from tessera.tools.streams import (
+    STDIN_NAME,
+    OutputFile,
+    quiet_broken_pipe,
+    read_standard_input,
+    reads_standard_input,
+)
 from tessera.ir.parser import TesseraParser
-
-
-class UsageError(Exception):
-    """A mistake on the command line or in the files it names (not in the IR): reported without a traceback."""
 
 
 def check_target_options(spec_text: str, targets: dict) -> None:
     """Raises UsageError where `-t NAME{OPTIONS}` gives options its target does not take (`-t "ptx{bogus=1}"`,
-    `-t "ptx{fold_epilogue=maybe}"`), before any pass runs: xDSL would find out only when it prints the result,
-    as an internal error."""
+    `-t "ptx{fold_epilogue=maybe}"`) or names a target whose module is not installed (`-t llvm` without
+    llvmlite), before any pass runs: xDSL would find out only when it prints the result, as an internal error."""
     spec = parse_spec(spec_text)
     entry = targets.get(spec.name)
     if entry is None or inspect.signature(entry).parameters:  # unknown (argparse said so) or a legacy printer
         return
     try:
-        entry().from_spec(spec)
+        target = entry()
+    except ImportError as e:  # xDSL's `llvm` target imports llvmlite, which xDSL does not depend on
+        raise UsageError(f"target '{spec.name}' needs the Python module '{e.name}', which is not installed") from e
+    try:
+        target.from_spec(spec)
     except ValueError as e:
         raise UsageError(f"invalid target '{spec_text}': {e}") from e
+
+
+def check_output_target(target: str, module: ModuleOp) -> None:
+    """Raises a located LocatedVerifyException where `-t TARGET` is one of xDSL's other targets (`wgsl`, `csl`,
+    `riscv-asm`, ...; `tessera.tools.opt_help.TESSERA_TARGETS` are Tessera's) and `module` holds Tile IR or
+    Target IR: those printers know only their own dialects, and print nothing of a kernel (`-t wgsl`, `-t wat`,
+    with exit status 0) or fail inside xDSL."""
+    from tessera.tools.opt_help import TESSERA_TARGETS
+
+    if target in TESSERA_TARGETS:
+        return
+    for level, functions in functions_by_level(module).items():
+        if functions:
+            raise LocatedVerifyException(located(functions[0], (
+                f"-t {target} prints xDSL's own dialects, not {LEVEL_NAMES[level]}: use -t mlir, or -t ptx for "
+                "a Target IR kernel")))
 
 
 class PassCrash(Exception):
@@ -118,14 +147,22 @@ def opt_context() -> Context:
     return ctx
 
 
+_PTX_HEADER = re.compile(r"\s*(//[^\n]*\n\s*)*\.version\s")
+"""A PTX module's first line (after comments): `.version 8.0`."""
+
+
 def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implicit_module: bool = True,
                 verify: bool = True) -> ModuleOp:
     """Parse `text` (named `name` in diagnostics) with Tessera's parser (`tessera.ir.parser`: source locations on
     every op, hex float literals as bit patterns, linear-time lexing), then verify it as every entry point
     does (`tessera.ir.verify`: dominance, ops located at the one that fails, the kernel ABI). An input of only
-    comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException."""
+    comments and blanks is an empty module, as in mlir-opt. Raises ParseError or VerifyException, and
+    UsageError for PTX text (a `.version` line first), which the MLIR parser would call a malformed ellipsis."""
     if implicit_module and all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
         return ModuleOp([])
+    if _PTX_HEADER.match(text):  # xDSL would say "Expected three consecutive '.' for an ellipsis"
+        raise UsageError(f"{name} holds PTX (it starts with .version), not MLIR: run PTX with tessera-run on a "
+                         "file named *.ptx (the PTX executor)")
     parser = TesseraParser(ctx, text, name, line_offset=line_offset)
     module = parser.parse_module(implicit_module)
     if verify:
@@ -137,11 +174,12 @@ def parse_pipeline(spec: str) -> PassPipeline:
     """The pass pipeline `spec` (`tessera-opt -p` syntax: passes and named pipelines such as `default-pipeline`)
     over Tessera's and xDSL's passes; UsageError names
     what does not parse (an unknown pass, a bad option, a malformed spec)."""
-    from tessera.passes import all_passes, expand_named_pipelines
+    from tessera.passes import all_passes, check_option_keys, expand_named_pipelines
 
     # Unknown passes and bad options raise ValueError or TypeError, a malformed spec ArgSpecParseError (a
     # BaseException whose message shows the spec with a caret).
     try:
+        check_option_keys(spec)
         return PassPipeline.parse_spec(all_passes(), expand_named_pipelines(spec))
     except (ValueError, TypeError, ArgSpecParseError) as e:
         raise UsageError(f"invalid pass pipeline '{spec}': {str(e).strip()}") from e
@@ -231,19 +269,38 @@ class TesseraOptMain(xDSLOptMain):
         self.pipeline = parse_pipeline(self.args.passes)
         check_target_options(self.args.target, self.available_targets)
 
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        # No file or `-` is standard input (`tessera.tools.streams`: a closed one is a UsageError).
+        if reads_standard_input(self.args.input_file):
+            return io.BytesIO(read_standard_input()), "mlir"
+        return super().get_input_stream()
+
+    def get_input_name(self) -> str:
+        return STDIN_NAME if reads_standard_input(self.args.input_file) else self.args.input_file
+
     def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
         try:
             return super().prepare_input()
         except OSError as e:
             raise UsageError(f"cannot read '{self.args.input_file}': {e.strerror or e}") from e
         except ValueError as e:  # an input file extension without a frontend
+            if str(self.args.input_file).lower().endswith(".ptx"):
+                raise UsageError(f"{self.args.input_file} is PTX, and tessera-opt reads MLIR: run PTX with "
+                                 f"tessera-run {self.args.input_file} (the PTX executor)") from e
             raise UsageError(f"{e} (use -f mlir)") from e
 
     def prepare_output(self) -> IO[str]:
-        try:
-            return super().prepare_output()
-        except OSError as e:
-            raise UsageError(f"cannot write '{self.args.output_file}': {e.strerror or e}") from e
+        # `-o FILE` is written after a successful run (`tessera.tools.streams.OutputFile`): FILE may be the input.
+        if self.args.output_file is None:
+            return sys.stdout
+        self.output_file = OutputFile(self.args.output_file)
+        return self.output_file
+
+    def run(self) -> None:
+        self.output_file: OutputFile | None = None
+        super().run()
+        if self.output_file is not None:
+            self.output_file.commit()
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         # Replaces xDSL's "mlir" frontend (the only one): see load_module.
@@ -253,6 +310,10 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"{self.get_input_name()} is not UTF-8 text ({e.reason} at byte {e.start})") from e
         return load_module(self.ctx, text, self.get_input_name(), start_offset,
                            implicit_module=not self.args.no_implicit_module, verify=not self.args.disable_verify)
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        check_output_target(parse_spec(self.args.target).name, prog)
+        return super().output_resulting_program(prog)
 
     def apply_passes(self, prog: ModuleOp) -> None:
         if self.args.validate:
@@ -337,6 +398,8 @@ def main(args: Sequence[str] | None = None) -> int:
             return 1
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
         except PassCrash as e:
             if os.environ.get("TESSERA_DEBUG") == "1":
                 traceback.print_exc()

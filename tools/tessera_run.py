@@ -47,6 +47,8 @@ from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
 from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
 from tessera.tools.arguments import parse_seed, parse_size, parse_workers
+from tessera.tools.streams import STDIN_NAME, quiet_broken_pipe, read_standard_input, reads_standard_input
+
 DEFAULT_MAX_GIB = DEFAULT_MEMORY_BUDGET / 2**30
 """Default limit on the memory a run takes (`--max-gib`): the simulators' own budget."""
 
@@ -219,10 +221,10 @@ def run(args: argparse.Namespace) -> int:
                          "given more than once")
     sizes = dict(args.dims)
 
-    name = "<stdin>" if args.file == "-" else args.file
+    name = STDIN_NAME if reads_standard_input(args.file) else args.file
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
+        if reads_standard_input(args.file):
+            text = read_standard_input().decode()
         else:
             with open(args.file, encoding="utf-8") as f:
                 text = f.read()
@@ -284,6 +286,11 @@ def run(args: argparse.Namespace) -> int:
     plan += [(target_signature(op), f"Target IR, {runner}", target_level, op, module) for op in target_kernels]
 
     _check_sizes([sig for sig, *_ in plan], sizes, args.max_gib)
+    if args.check:  # before anything runs
+        from tessera.validation.verdict import check_outputs
+
+        for sig, *_ in plan:
+            check_outputs("--check", sig)
     status = 0
     rng = np.random.default_rng(args.seed)
     for sig, level, how, target, kernel_module in plan:
@@ -303,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - start
         outputs = [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
         grid = sig.grid_size(used)
-        shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs))
+        shapes = ", ".join(f"{a.name}{list(o.shape)}" for a, o in zip(sig.outputs, outputs)) or "no outputs"
         sizes_text = " ".join(f"{k}={v}" for k, v in used.items())
         print(f"@{sig.name} [{sizes_text}]: grid {grid}, {level}, {elapsed:.2f} s -> {shapes}")
         if args.check:
@@ -346,10 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     from xdsl.utils.exceptions import DiagnosticException, InterpretationError, ParseError
 
     argv = sys.argv[1:] if argv is None else argv
-    if any(a.endswith(".ptx") and not a.startswith("-") for a in argv):
+    if any(a.lower().endswith(".ptx") and not a.startswith("-") for a in argv):
         from tessera.interpreters.ptx.cli import main as run_ptx
 
-        return run_ptx(argv)
+        try:
+            return run_ptx(argv)
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
     args = build_parser().parse_args(argv)
     from tessera.ir.diagnostics import internal_error_text
     from tessera.interpreters.ptx.state import PtxExecutionError
@@ -374,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             code = 1
         except KeyboardInterrupt:
             code = 130
+        except BrokenPipeError:  # the reader of standard output stopped early (`| head`)
+            return quiet_broken_pipe()
         except Exception as e:  # an internal error: no traceback unless asked for
             if os.environ.get("TESSERA_DEBUG") == "1":
                 traceback.print_exc()

@@ -98,15 +98,21 @@ class ConvertTileToSm90Pass(ModulePass):
     order with every group retired at a barrier (the placement before it, for comparison);
     `convert-tile-to-sm90{mma-order=program}`. See `mma_order`."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def __post_init__(self) -> None:
+        """Reject an option value the lowering does not have (a pipeline error, before any input is read, as
+        every pass's options are: `tessera.passes`)."""
         from tessera.passes.convert_tile_to_sm90.backward import ATOMIC_ADD_MODES, STORE_SHARED_MODES
-        from tessera.passes.convert_tile_to_sm90.mma_order import MMA_ORDERS, order_mmas
+        from tessera.passes.convert_tile_to_sm90.mma_order import MMA_ORDERS
 
         for option, value, modes in (("atomic-add", self.atomic_add, ATOMIC_ADD_MODES),
                                      ("store-shared", self.store_shared, STORE_SHARED_MODES),
                                      ("mma-order", self.mma_order, MMA_ORDERS)):
             if value not in modes:
-                raise LoweringError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
+                raise ValueError(f"convert-tile-to-sm90: {option} must be one of {', '.join(modes)}, got '{value}'")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.convert_tile_to_sm90.mma_order import order_mmas
+
         for kernel in kernels(op):
             if self.mma_order == "first-read":
                 order_mmas(kernel)

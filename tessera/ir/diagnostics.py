@@ -186,6 +186,21 @@ class PassInputError(VerifyException):
 LEVEL_NAMES = {"tile": "Tile IR", "target": "Target IR"}
 
 
+def functions_by_level(module: ModuleOp) -> dict[str, list[func.FuncOp]]:
+    """The functions of `module` at each of Tessera's levels: "target" those that are Target IR kernels or hold
+    `sm90` ops, "tile" (of the others) those that are Tile IR kernels or hold `tile` ops (pass tests use plain
+    functions too); a function of neither is in neither list."""
+    found: dict[str, list[func.FuncOp]] = {"tile": [], "target": []}
+    for fn in module.walk():
+        if not isinstance(fn, func.FuncOp):
+            continue
+        if is_target_kernel(fn) or any(op.dialect_name() == "sm90" for op in fn.walk()):
+            found["target"].append(fn)
+        elif is_kernel(fn) or any(op.dialect_name() == "tile" for op in fn.walk()):
+            found["tile"].append(fn)
+    return found
+
+
 def check_pass_input(pass_: object, module: ModuleOp) -> None:
     """Refuse or warn about a pass that would do nothing on `module`, by the level its class declares in
     `input_level` ("tile" or "target"; passes without one, such as xDSL's, are not checked). A function is at
@@ -199,14 +214,7 @@ def check_pass_input(pass_: object, module: ModuleOp) -> None:
     level = getattr(pass_, "input_level", None)
     if level is None:
         return
-    found: dict[str, list[func.FuncOp]] = {"tile": [], "target": []}
-    for fn in module.walk():
-        if not isinstance(fn, func.FuncOp):
-            continue
-        if is_target_kernel(fn) or any(op.dialect_name() == "sm90" for op in fn.walk()):
-            found["target"].append(fn)
-        elif is_kernel(fn) or any(op.dialect_name() == "tile" for op in fn.walk()):
-            found["tile"].append(fn)
+    found = functions_by_level(module)
     if found[level]:
         return
     name = getattr(pass_, "name", type(pass_).__name__)

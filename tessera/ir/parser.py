@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
@@ -80,6 +81,9 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>", line_offset: int = 0):
         text = input.decode("utf-8") if isinstance(input, bytes) else input
+        # A byte order mark (some editors start UTF-8 files with one) is no character of the IR; xDSL's lexer
+        # would call it an unexpected character at 1:1, invisible in the line it shows.
+        text = text.removeprefix("\ufeff")
         # xDSL's constructor lexes the first token with its own lexer; give it nothing to lex, then swap in ours
         super().__init__(ctx, "", name)
         self._parser_state = ParserState(TesseraLexer(Input(text, name)))
@@ -88,6 +92,7 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         self._filename = StringAttr(name)
         self.value_names: dict[SSAValue, str] = {}
         self._first_forward_use: dict[str, Span] = {}
+        self._too_deep_at: int | None = None  # where the innermost op being parsed starts, at a RecursionError
         remember_source(name, line_offset, text)
         self._scan_location_aliases(text)
 
@@ -114,6 +119,12 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
             span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+        except RecursionError:
+            # Regions or attribute values nested past Python's recursion limit: remember the innermost op (no
+            # call here, there is no stack left), `parse_module` reports it.
+            if self._too_deep_at is None:
+                self._too_deep_at = start
+            raise
         except OverflowError:  # xDSL packs a float property past its type's range (`tile.scale %x by 1e40`)
             self.raise_error("float literal out of range for its float type (f32 holds magnitudes up to "
                              "3.4028235e+38)",
@@ -124,8 +135,16 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         return op
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        """The module; ParseError for text that does not parse, located, including ops nested so deeply
+        (regions in regions, attribute values in attribute values: about 140 levels of scf.if) that xDSL's
+        recursive descent exceeds Python's recursion limit."""
         try:
             return super().parse_module(allow_implicit_module)
+        except RecursionError:
+            at = self._too_deep_at or 0
+            self.raise_error(f"nested too deeply to parse: regions or attribute values nested here exceed Python's "
+                             f"recursion limit ({sys.getrecursionlimit()} frames)",
+                             Span(at, at + 1, self.lexer.input))
         except ParseError as e:
             # xDSL reports values that no definition resolved at the end of the input, without a place
             if not (self.forward_ssa_references and e.msg.startswith("values used but not defined")):

@@ -51,8 +51,9 @@ index = IndexType()
 
 
 def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
-    """Raise ValueError unless `value` is one of `choices` (bools never count as ints)."""
-    if isinstance(value, bool) or value not in choices:
+    """Raise ValueError unless `value` is one of `choices` and of its type: bools never count as ints, nor
+    floats (64.0 == 64, but a float head_dim would reach the IR's dimension attributes and fail there)."""
+    if not any(type(value) is type(choice) and value == choice for choice in choices):
         supported = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)
         raise ValueError(f"{name} must be one of {supported}; got {value!r}")
 

@@ -16,6 +16,7 @@ from xdsl.ir import SSAValue
 
 # The op printers register themselves on import.
 from tessera.ir.class_tests import subclass_test
+from tessera.ir.diagnostics import located
 from tessera.ir.walk import walk_ops
 from tessera.ptx import arith as _arith  # noqa: F401
 from tessera.ptx import cluster as _cluster  # noqa: F401
@@ -36,7 +37,7 @@ _is_func = subclass_test(func.FuncOp)
 
 
 def target_kernels(module: ModuleOp) -> list[func.FuncOp]:
-    """The module's Target IR kernels; anything else that is a function is refused by name."""
+    """The module's Target IR kernels; anything else that is a function is refused by name, located at it."""
     found = []
     for op in walk_ops(module):
         if not _is_func(op):
@@ -44,10 +45,11 @@ def target_kernels(module: ModuleOp) -> list[func.FuncOp]:
         if is_target_kernel(op):
             found.append(op)
         elif KERNEL_ATTR in op.attributes:
-            raise PtxPrintError(f"ptx: @{op.sym_name.data} is a Tile IR kernel: lower it first "
-                                "(-p assign-swizzle,convert-tile-to-sm90,canonicalize,cse)")
+            raise PtxPrintError(located(op, f"ptx: @{op.sym_name.data} is a Tile IR kernel: lower it first "
+                                            "(-p default-pipeline)"))
         else:
-            raise PtxPrintError(f"ptx: @{op.sym_name.data} is not a Target IR kernel (only kernels are printed)")
+            raise PtxPrintError(located(op, f"ptx: @{op.sym_name.data} is not a Target IR kernel (only kernels "
+                                            "are printed)"))
     return found
 
 

@@ -32,7 +32,7 @@ from tessera.validation.compare import (
 )
 from tessera.validation.levels import PTX, TARGET, TILE
 from tessera.validation.recording import ValueTrace, target_recorders, tile_recorders
-from tessera.validation.verdict import reference_for
+from tessera.validation.verdict import check_outputs, reference_for
 
 INPUT = "(input)"
 PRINT_PTX = "(ptx)"
@@ -179,6 +179,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         raise ValueError(f"{where}: kernel @{sig.name} is sized by its launch ({', '.join(sig.launch_sizes)}) and "
                          "reads index tables that validate does not generate; run it with tessera.launch at each "
                          "level on real tables and compare with tessera.reference (docs/serving.md)")
+    check_outputs(where, sig)
     bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.size_names()))
     # The variant a launch with these sizes runs (`tile.specialize`, docs/any-shape.md): the fast one would
     # be refused for sizes it does not meet (a GEMM with K = 65 has rows of 130 bytes, no TMA).

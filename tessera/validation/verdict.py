@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from tessera.ir.diagnostics import located
 from tessera.kernel_abi import KernelSignature
 from tessera.validation.rounding import KernelReference, kernel_reference
 
@@ -84,9 +85,19 @@ class Reference:
         return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
 
 
+def check_outputs(where: str, sig: KernelSignature) -> None:
+    """ValueError, located at the kernel, unless kernel `sig` has an output: a kernel that writes nothing has
+    nothing to compare with a reference, and a verdict on no elements would be "ok" whatever the kernel does."""
+    if not sig.outputs:
+        raise ValueError(f"{where}: " + located(sig.op, f"kernel @{sig.name}: no outputs (no argument with "
+                                                        "tile.role = \"out\"): there is nothing to check"))
+
+
 def reference_for(module: ModuleOp, sig: KernelSignature, inputs: Sequence[np.ndarray],
                   sizes: Mapping[str, int], seed: int = 0) -> Reference:
-    """The reference of kernel `sig` (Tile IR in `module`) on `inputs` (module docstring)."""
+    """The reference of kernel `sig` (Tile IR in `module`) on `inputs` (module docstring); ValueError for a
+    kernel without outputs (`check_outputs`)."""
+    check_outputs("the reference", sig)
     if sig.kind in BUILDER_KINDS:
         return Reference(sig, inputs)
     return Reference(sig, inputs, kernel_reference(module, sig, inputs, sizes, seed))

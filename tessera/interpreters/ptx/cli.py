@@ -220,8 +220,13 @@ def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.ptx import launch
     from tessera.interpreters.ptx.parse import parse_ptx
 
-    with open(args.file) as f:
-        module = parse_ptx(f.read(), args.file)
+    with open(args.file, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:  # as tessera-opt and tessera-run say it of an MLIR file
+        raise ValueError(f"{args.file} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    module = parse_ptx(text, args.file)
     if args.kernel is None:
         if len(module.entries) != 1:
             raise ValueError(f"{args.file} has entries {', '.join(module.entries) or 'none'}: pass --kernel NAME")
@@ -312,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _warnings_as_lines()
             return run(args)
+    except BrokenPipeError:  # the reader of standard output stopped early: tessera-run's main ends quietly
+        raise
     except (PtxSyntaxError, PtxExecutionError, ValueError, OSError) as error:
         print(f"tessera-run: error: {error}", file=sys.stderr)
         return 1

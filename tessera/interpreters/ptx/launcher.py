@@ -115,9 +115,10 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
                      strict_proxy: bool = False) -> None:
     """Run a Tessera kernel from its PTX as `tessera.host.describe` says to launch it: `arrays` are the
     Tile-level arguments (inputs, outputs, scratch, as `prepare_arguments` makes them; an input read through a
-    tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs are
-    written back into `arrays`. `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule`,
-    `seed`, `fuse` and `strict_proxy` as for `launch`."""
+    tensor map may be a strided view, see `TensorMapArg.strided`), `sizes` the named sizes. Outputs and
+    scratch buffers are written back into `arrays`; inputs are left as they are (they may be read-only).
+    `max_steps`, `memory_budget`, `races`, `workers`, `executor`, `schedule`, `seed`, `fuse` and
+    `strict_proxy` as for `launch`."""
     maps = host.tensor_maps(sizes)
     args = []
     for param in host.params:
@@ -135,8 +136,11 @@ def launch_described(ptx: str | Module, host, arrays: list[np.ndarray], sizes: d
     results = launch(ptx, host.kernel, host.grid(sizes), host.block, args, host.dynamic_smem_bytes, source,
                      max_steps=max_steps, memory_budget=memory_budget, cluster=cluster, races=races, workers=workers,
                      executor=executor, schedule=schedule, seed=seed, fuse=fuse, strict_proxy=strict_proxy)
+    # Only what the kernel may write comes back: an input is the caller's own array (`prepare_arguments` keeps
+    # one already contiguous in the kernel's element type), which may be read-only.
+    written = {arg.source for arg in host.target.args if arg.role != "in"}
     for param, result in zip(host.params, results):
-        if param.kind == "pointer":
+        if param.kind == "pointer" and param.source in written:
             arrays[param.source][...] = result
 
 
