@@ -226,14 +226,34 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
                       f"P * (dP - rowsum(P dP)) (checked in float64: off by {error:.2e})")
 
 
+def _reads_softmax(value: SSAValue, f: ForwardMatch) -> bool:
+    """Whether `value` is computed from forward `f`'s softmax (its P or one of its intermediates), as every dS
+    of f is. A product of f's K with anything else (another attention's Q K^T over the same keys) is no
+    bmm1_grad1 of f: taken for one, it was reported as a backward near miss, and it blocked f's real backward,
+    which came later in the block (a forward takes the first backward candidate found)."""
+    targets = f.values
+    seen: set[Operation] = set()
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if current in targets:
+            return True
+        op = producer(current)
+        if op is not None and op not in seen:
+            seen.add(op)
+            stack.extend(op.operands)
+    return False
+
+
 def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardMatch | None:
     """The backward of forward `f` with `grad1` (a dot_general taking f's K) as bmm1_grad1, or None when
-    `grad1` does not take a dS-like operand; a BackwardMatch with `refusal` is a near miss."""
+    `grad1` does not take a dS-like operand (of the scores' rank, computed from f's softmax); a BackwardMatch
+    with `refusal` is a near miss."""
     found = _other(grad1, f.k, widen=True)
     if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
         return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
                              Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
-    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3):
+    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3) or not _reads_softmax(found[1], f):
         return None
     ds_index, ds_prime = found
     b = BackwardMatch(f, where(grad1), dq=grad1, ops=[grad1])
