@@ -45,8 +45,12 @@ from tessera.graph.attention_match import (
 
 GRADIENT_OPS = {"stablehlo.multiply", "stablehlo.divide", "stablehlo.add", "stablehlo.subtract",
                 "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
-                "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum"}
-"""Ops a softmax gradient is written with (beyond those, the slice is not a softmax gradient)."""
+                "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum",
+                "stablehlo.compare"}
+"""Ops a softmax gradient is written with (beyond those, the slice is not a softmax gradient). `compare` is
+JAX's gradient through a max that is not stop-gradient'ed (`exp(s - s.max(-1, keepdims=True))` by hand): the
+max's cotangent, -rowsum(dX), spread over `eq(s, max)` divided by its count, 0 in exact arithmetic, which the
+numeric check sees."""
 
 NUMERIC_CHECK_LIMIT = 2**25
 """Scores with more elements than this are not checked numerically (the check holds ~6 such tensors in f64)."""
