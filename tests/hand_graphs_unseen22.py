@@ -1,11 +1,12 @@
-"""StableHLO attention graphs written by hand, round 22 of the unseen cases (tests/test_rewriter_unseen22.py):
-layouts JAX users write that the fixtures do not show (K cached transposed, scores laid out key-major, heads
-before batch with a bias broadcast over the heads, MQA by einsum without a K/V head dimension or by
-jnp.broadcast_to), masks (causal by selecting the fill where triu holds, a sliding window, GPT-2's
-`w * b - 1e4 (1 - b)`), a max over the queries, several attentions in one graph (one matched beside a near
-miss; two over the same K and V with the backward of the first), and jax.grad through a softmax by hand whose max
-is not stop-gradient'ed. Each returns the module text (pretty form, a function @main) over bf16 arguments
-[batch, heads, seq, head_dim] (but where a docstring says otherwise); `hand_graphs` writes the pieces."""
+"""StableHLO attention graphs written by hand, round 22 of the unseen cases (tests/test_rewriter_unseen22.py): layouts
+JAX users write that the fixtures do not show (K or V cached transposed, scores laid out key-major, heads before
+batch with a bias broadcast over the heads, MQA by einsum without a K/V head dimension or by jnp.broadcast_to,
+Q = K = V one tensor, guided-diffusion's [batch * heads, head_dim, seq] with the scale on Q and on K), masks (causal by
+selecting the fill where triu holds, a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries,
+several attentions in one graph (one matched beside a near miss; two over the same K and V with the backward of the
+first), and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each returns the module text
+(pretty form, a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where a docstring says
+otherwise); `hand_graphs` writes the pieces."""
 
 from __future__ import annotations
 
@@ -79,13 +80,16 @@ def _arguments(names, shapes) -> str:
     return ", ".join(f"%{n}: {tensor(s)}" for n, s in zip(names, shapes))
 
 
-def k_transposed(sq=48, sk=80, d=64) -> str:
-    """K cached transposed, [batch, heads, head_dim, seq_k] (einsum bhqd,bhdk->bhqk); causal by select."""
+def cached_transposed(which: str, sq=48, sk=80, d=64) -> str:
+    """K (`which` "k": einsum bhqd,bhdk->bhqk, causal by select) or V ("v": bhqk,bhdk->bhqd) cached transposed,
+    [batch, heads, head_dim, seq_k]."""
     body = _Body()
-    qs, ks, vs, ss = (B, H, sq, d), (B, H, d, sk), (B, H, sk, d), (B, H, sq, sk)
-    s = scaled_scores(body, "%q", "%k", qs, ks, ss, ([3], [2]))
-    s = select(body, causal(body, sq, sk, ss, (2, 3)), s, body.splat(NEG_INF["bf16"], ss), ss)
-    o = dot(body, softmax(body, s, ss, 3), "%v", ss, vs, qs, BH, ([3], [2]))
+    qs, kv, t, ss = (B, H, sq, d), (B, H, sk, d), (B, H, d, sk), (B, H, sq, sk)
+    ks, vs = (t, kv) if which == "k" else (kv, t)
+    s = scaled_scores(body, "%q", "%k", qs, ks, ss, ([3], [2] if which == "k" else [3]))
+    if which == "k":
+        s = select(body, causal(body, sq, sk, ss, (2, 3)), s, body.splat(NEG_INF["bf16"], ss), ss)
+    o = dot(body, softmax(body, s, ss, 3), "%v", ss, vs, qs, BH, ([3], [2] if which == "k" else [3]))
     return function(body, _arguments("qkv", (qs, ks, vs)), [(o, qs)])
 
 
@@ -240,3 +244,34 @@ def grad_through_max(seq=64, d=64, max_term="jax") -> str:
     o = dot(body, p, "%v", ss, qs, qs, BH, ([3], [2]))
     grads = _gradients(body, _backward(body, p, s, m, qs, ss, max_term), p, "%q", qs, ss)
     return function(body, _arguments(("q", "k", "v", "do"), (qs,) * 4), [(o, qs), *((g, qs) for g in grads)])
+
+
+def one_tensor(seq=64, d=64) -> str:
+    """softmax(x x^T / 8, causal) x: Q, K and V one argument."""
+    body = _Body()
+    xs = (B, H, seq, d)
+    o, shape = attend(body, "%x", "%x", "%x", xs, xs, mask="select")
+    return function(body, f"%x: {tensor(xs)}", [(o, shape)])
+
+
+QK_SCALE = "3.535160e-01"
+"""64^-1/4 in bf16, on Q and on K (guided-diffusion's `scale = 1 / sqrt(sqrt(ch))`)."""
+
+
+def guided_diffusion(t=48, d=64, heads=4) -> str:
+    """OpenAI guided-diffusion's QKVAttention: q, k, v [batch * heads, head_dim, t] (head_dim before the
+    sequence), Q and K each times QK_SCALE, einsum bct,bcs->bts (one batching dimension), the softmax in float32
+    (`softmax(w.float()).type(w.dtype)`), einsum bts,bcs->bct (V the left operand)."""
+    body = _Body()
+    qs, ss, rows = (heads, d, t), (heads, t, t), (heads, t)
+    q, k = (body.binary("multiply", x, body.splat(QK_SCALE, qs), qs) for x in ("%q", "%k"))
+    s = body.emit(f'"stablehlo.convert"({dot(body, q, k, qs, qs, ss, ([0], [0]), ([1], [1]))}) : ({tensor(ss)}) -> '
+                  f'{tensor(ss, "f32")}')
+    m = body.broadcast(body.reduce(s, "maximum", NEG_INF["f32"], ss, "f32", 2), rows, ss, (0, 1), "f32")
+    e = body.emit(f'"stablehlo.exponential"({body.binary("subtract", s, m, ss, "f32")}) : ({tensor(ss, "f32")}) -> '
+                  f'{tensor(ss, "f32")}')
+    total = body.broadcast(body.reduce(e, "add", "0.0", ss, "f32", 2), rows, ss, (0, 1), "f32")
+    p = body.emit(f'"stablehlo.convert"({body.binary("divide", e, total, ss, "f32")}) : ({tensor(ss, "f32")}) -> '
+                  f'{tensor(ss)}')
+    o = dot(body, "%v", p, qs, ss, qs, ([0], [0]), ([2], [2]))
+    return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])

@@ -1,12 +1,12 @@
-"""The attention rewriter on graphs written by hand, round 22 of the unseen cases (`hand_graphs_unseen22`): K
-cached transposed, key-major scores, heads before batch with a bias broadcast over the heads, MQA by
-jnp.broadcast_to, causal by selecting the fill where triu holds, two attentions over the same K and V with the
-backward of one, and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each is rewritten
-and its outputs agree at Tile level with a float64 NumPy reference of the graph's semantics written here (one
-also with the forward's PTX in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: MQA by an
-einsum without a K/V head dimension, a sliding window, GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the queries,
-an attention whose sum runs over the queries beside a matched one, and a backward whose max term is not the
-softmax's. About 6 s.
+"""The attention rewriter on graphs written by hand, round 22 of the unseen cases (`hand_graphs_unseen22`): K or V
+cached transposed, key-major scores, Q = K = V one tensor, guided-diffusion's QKVAttention, heads before batch with
+a bias broadcast over the heads, MQA by jnp.broadcast_to, causal by selecting the fill where triu holds, two
+attentions over the same K and V with the backward of one, and jax.grad through a softmax by hand whose max is not
+stop-gradient'ed. Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the
+graph's semantics written here (one also with the forward's PTX in the PTX executor, one through
+`tessera-run --compare`). Left alone with their rule: MQA by an einsum without a K/V head dimension, a sliding window, GPT-2's
+`w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum runs over the queries beside a matched one,
+and a backward whose max term is not the softmax's. About 6 s.
 
 Regressions: (1) every dot_general taking a forward's K was tried as that forward's bmm1_grad1 (dQ = dS K), so
 another attention's Q K^T over the same keys was reported as a backward near miss ("found nothing: the softmax
@@ -44,6 +44,14 @@ def attention(q, k, v, causal=False, bias=None):
     return p / p.sum(-1, keepdims=True), (p / p.sum(-1, keepdims=True)) @ v
 
 
+def guided_diffusion(q, k, v):
+    """[batch * heads, head_dim, seq] operands, Q and K times 64^-1/4 as bf16 rounds it, no other scale."""
+    c = float(ml_dtypes.bfloat16(64 ** -0.25))
+    s = np.einsum("bct,bcs->bts", q * c, k * c)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return [np.einsum("bts,bcs->bct", p / p.sum(-1, keepdims=True), v)]
+
+
 def summed_over_queries(q, k, v):
     """exp(S - max over the keys) / the sum over the queries, times V: not attention (S = Q K^T / 8)."""
     s = q @ np.swapaxes(k, -1, -2) / 8.0
@@ -61,8 +69,12 @@ def training(q, k, v, do):
 
 # name: (graph text, [causal of each forward op], backward ops, the float64 outputs from the float64 inputs)
 REWRITTEN = {
-    "k-transposed": (graphs.k_transposed(), [True], 0,
+    "k-transposed": (graphs.cached_transposed("k"), [True], 0,
                      lambda q, k, v: [attention(q, np.swapaxes(k, -1, -2), v, causal=True)[1]]),
+    "v-transposed": (graphs.cached_transposed("v"), [False], 0,
+                     lambda q, k, v: [attention(q, k, np.swapaxes(v, -1, -2))[1]]),
+    "q-k-v-one-tensor": (graphs.one_tensor(), [True], 0, lambda x: [attention(x, x, x, causal=True)[1]]),
+    "guided-diffusion": (graphs.guided_diffusion(), [False], 0, guided_diffusion),
     "keys-first": (graphs.keys_first(), [True], 0, lambda q, k, v: [attention(q, k, v, causal=True)[1]]),
     "heads-first-bias": (graphs.heads_first(), [False], 0, lambda q, k, v, bias: [attention(q, k, v, bias=bias)[1]]),
     "mqa-broadcast-to": (graphs.mqa_broadcast(), [True], 0, lambda q, k, v: [attention(q, k, v, causal=True)[1]]),
