@@ -4,9 +4,9 @@ batch with a bias broadcast over the heads, MQA by einsum without a K/V head dim
 Q = K = V one tensor, guided-diffusion's [batch * heads, head_dim, seq] with the scale on Q and on K), masks (causal by
 selecting the fill where triu holds, a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries,
 several attentions in one graph (one matched beside a near miss; two over the same K and V with the backward of the
-first), and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each returns the module text
-(pretty form, a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where a docstring says
-otherwise); `hand_graphs` writes the pieces."""
+first; two chained over the same K), and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each
+returns the module text (pretty form, a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where
+a docstring says otherwise); `hand_graphs` writes the pieces."""
 
 from __future__ import annotations
 
@@ -183,6 +183,15 @@ def matched_and_near_miss(seq=64, d=64) -> str:
     first, _ = attend(body, "%q", "%k", "%v", qs, qs, mask="select")
     second, _ = attend(body, "%q", "%k", "%v", qs, qs, sum_axis=2)
     return function(body, _arguments("qkv", (qs, qs, qs)), [(first, qs), (second, qs)])
+
+
+def chained_over_the_same_keys(seq=64, d=64) -> str:
+    """Two causal attentions over the same K, the second's Q the first's output (V and V2 differ)."""
+    body = _Body()
+    qs = (B, H, seq, d)
+    first, _ = attend(body, "%q", "%k", "%v", qs, qs, mask="select")
+    second, _ = attend(body, first, "%k", "%v2", qs, qs, mask="select")
+    return function(body, _arguments(("q", "k", "v", "v2"), (qs,) * 4), [(second, qs)])
 
 
 def _backward(body: _Body, p: str, s: str | None, m: str | None, qs, shape, max_term: str | None):

@@ -88,7 +88,8 @@ def run_paged(name, level="tile"):
     k_cache, v_cache = bf16(rng, pages, page_size, heads_k, d), bf16(rng, pages, page_size, heads_k, d)
     q = bf16(rng, len(lens), seq_q, heads, d)
     new = [bf16(rng, len(lens), seq_new, heads_k, d) for _ in range(2)] if seq_new else [None, None]
-    held = {(b, t): (table[b, t // page_size], t % page_size) for b in range(len(lens)) for t in range(lens[b] + seq_new)}
+    held = {(b, t): (table[b, t // page_size], t % page_size)
+            for b in range(len(lens)) for t in range(lens[b] + seq_new)}
     keys = [np.concatenate([k_cache[held[b, t]][None] for t in range(lens[b])] + ([new[0][b]] if seq_new else []))
             for b in range(len(lens))]
     values = [np.concatenate([v_cache[held[b, t]][None] for t in range(lens[b])] + ([new[1][b]] if seq_new else []))

@@ -1,17 +1,18 @@
 """The attention rewriter on graphs written by hand, round 22 of the unseen cases (`hand_graphs_unseen22`): K or V
 cached transposed, key-major scores, Q = K = V one tensor, guided-diffusion's QKVAttention, heads before batch with
 a bias broadcast over the heads, MQA by jnp.broadcast_to, causal by selecting the fill where triu holds, two
-attentions over the same K and V with the backward of one, and jax.grad through a softmax by hand whose max is not
-stop-gradient'ed. Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the
-graph's semantics written here (one also with the forward's PTX in the PTX executor, one through
-`tessera-run --compare`). Left alone with their rule: MQA by an einsum without a K/V head dimension, a sliding window, GPT-2's
-`w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum runs over the queries beside a matched one,
-and a backward whose max term is not the softmax's. About 6 s.
+attentions over the same K and V with the backward of one, two chained over the same K, and jax.grad through a
+softmax by hand whose max is not stop-gradient'ed. Each is rewritten and its outputs agree at Tile level with a
+float64 NumPy reference of the graph's semantics written here (one also with the forward's PTX in the PTX executor,
+one through `tessera-run --compare`). Left alone with their rule: MQA by an einsum without a K/V head dimension, a
+sliding window, GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum runs over the
+queries beside a matched one, and a backward whose max term is not the softmax's. About 6 s.
 
 Regressions: (1) every dot_general taking a forward's K was tried as that forward's bmm1_grad1 (dQ = dS K), so
 another attention's Q K^T over the same keys was reported as a backward near miss ("found nothing: the softmax
-gradient uses argument %arg1"), and, being found first, blocked the forward's real backward: the training graph
-was refused ("P has another user"). A bmm1_grad1 now takes a dS computed from the forward's softmax. (2) jax.grad
+gradient uses argument %arg1", or, where that Q was the first's output, "bmm2_grad2 does not sum over d"), and,
+being found first, blocked the forward's real backward: the training graph was refused ("P has another user"). A
+bmm1_grad1 now takes a dS computed from the forward's softmax (not through its output). (2) jax.grad
 through `exp(s - s.max(-1, keepdims=True)) / sum` (the max not stop-gradient'ed) was a near miss ("'stablehlo.compare'
 is not part of a softmax gradient"): JAX adds the max's cotangent, zero in exact arithmetic, over eq(s, max); the
 compare is now read in the slice under dS, which the float64 check still verifies.
@@ -85,6 +86,9 @@ REWRITTEN = {
     "shared-keys-with-backward": (graphs.shared_keys_with_backward(), [True, True], 1,
                                   lambda q, q2, k, v, do: [attention(q2, k, v, causal=True)[1],
                                                            *training(q, k, v, do)[1:]]),
+    "chained-over-the-same-keys": (graphs.chained_over_the_same_keys(), [True, True], 0,
+                                   lambda q, k, v, v2: [attention(attention(q, k, v, causal=True)[1], k, v2,
+                                                                  causal=True)[1]]),
     "grad-through-max": (graphs.grad_through_max(), [True], 1, training),
 }
 

@@ -231,12 +231,13 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
 
 
 def _reads_softmax(value: SSAValue, f: ForwardMatch) -> bool:
-    """Whether `value` is computed from forward `f`'s softmax (its P or one of its intermediates), as every dS
-    of f is. A product of f's K with anything else (another attention's Q K^T over the same keys) is no
-    bmm1_grad1 of f: taken for one, it was reported as a backward near miss, and it blocked f's real backward,
-    which came later in the block (a forward takes the first backward candidate found)."""
+    """Whether `value` is computed from forward `f`'s softmax (its P or one of its intermediates) other than
+    through f's output O, as every dS of f is. A product of f's K with anything else (another attention's Q K^T
+    over the same keys, its Q an argument or f's own O) is no bmm1_grad1 of f: taken for one, it was reported as
+    a backward near miss, and it blocked f's real backward, which came later in the block (a forward takes the
+    first backward candidate found)."""
     targets = f.values
-    seen: set[Operation] = set()
+    seen: set[Operation] = {f.bmm2}
     stack = [value]
     while stack:
         current = stack.pop()
