@@ -1,12 +1,13 @@
 """StableHLO attention graphs written by hand, round 22 of the unseen cases (tests/test_rewriter_unseen22.py): layouts
 JAX users write that the fixtures do not show (K or V cached transposed, scores laid out key-major, heads before
-batch with a bias broadcast over the heads, MQA by einsum without a K/V head dimension or by jnp.broadcast_to,
-Q = K = V one tensor, guided-diffusion's [batch * heads, head_dim, seq] with the scale on Q and on K), masks (causal by
-selecting the fill where triu holds, a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries,
-several attentions in one graph (one matched beside a near miss; two over the same K and V with the backward of the
-first; two chained over the same K), and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each
-returns the module text (pretty form, a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where
-a docstring says otherwise); `hand_graphs` writes the pieces."""
+batch with a bias broadcast over the heads, K and V [heads, batch, ...] beside Q [batch, heads, ...], MQA by einsum
+without a K/V head dimension or by jnp.broadcast_to, Q = K = V one tensor, guided-diffusion's
+[batch * heads, head_dim, seq] with the scale on Q and on K), masks (causal by selecting the fill where triu holds,
+a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries, several attentions in one graph (one
+matched beside a near miss; two over the same K and V with the backward of the first; two chained over the same K),
+and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each returns the module text (pretty form,
+a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where a docstring says otherwise);
+`hand_graphs` writes the pieces."""
 
 from __future__ import annotations
 
@@ -112,6 +113,19 @@ def heads_first(batch=2, seq=48, d=64) -> str:
     bias = body.broadcast("%bias", bias_shape, ss, (0, 1, 2, 3))
     o, shape = attend(body, "%q", "%k", "%v", qs, qs, bias=bias)
     return function(body, _arguments(("q", "k", "v", "bias"), (qs, qs, qs, bias_shape)), [(o, shape)])
+
+
+def crosswise_batch(seq=48, d=64) -> str:
+    """K and V laid out [heads, batch, seq, head_dim] beside Q [batch, heads, ...], batch = heads = 2 (a pairing
+    swapped by mistake would keep every shape): BMM1 pairs Q's dimensions (0, 1) with K's (1, 0), BMM2 P's with
+    V's (1, 0); causal."""
+    body = _Body()
+    qs, ss = (2, 2, seq, d), (2, 2, seq, seq)
+    crosswise = ([0, 1], [1, 0])
+    s = body.binary("multiply", dot(body, "%q", "%k", qs, qs, ss, crosswise, ([3], [3])), body.splat(SCALE, ss), ss)
+    s = select(body, causal(body, seq, seq, ss, (2, 3)), s, body.splat(NEG_INF["bf16"], ss), ss)
+    o = dot(body, softmax(body, s, ss, 3), "%v", ss, qs, qs, crosswise, ([3], [2]))
+    return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
 
 
 def mqa_einsum(seq=64, d=64) -> str:
