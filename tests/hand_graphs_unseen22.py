@@ -2,12 +2,12 @@
 JAX users write that the fixtures do not show (K or V cached transposed, scores laid out key-major, heads before
 batch with a bias broadcast over the heads, K and V [heads, batch, ...] beside Q [batch, heads, ...], MQA by einsum
 without a K/V head dimension or by jnp.broadcast_to, Q = K = V one tensor, guided-diffusion's
-[batch * heads, head_dim, seq] with the scale on Q and on K), masks (causal by selecting the fill where triu holds,
-a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries, several attentions in one graph (one
-matched beside a near miss; two over the same K and V with the backward of the first; two chained over the same K),
-and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each returns the module text (pretty form,
-a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where a docstring says otherwise);
-`hand_graphs` writes the pieces."""
+[batch * heads, head_dim, seq] with the scale on Q and on K, XCiT's attention over the channels), masks (causal by
+selecting the fill where triu holds, a sliding window, GPT-2's `w * b - 1e4 (1 - b)`), a max over the queries,
+several attentions in one graph (one matched beside a near miss; two over the same K and V with the backward of the
+first; two chained over the same K), and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each
+returns the module text (pretty form, a function @main) over bf16 arguments [batch, heads, seq, head_dim] (but where
+a docstring says otherwise); `hand_graphs` writes the pieces."""
 
 from __future__ import annotations
 
@@ -126,6 +126,17 @@ def crosswise_batch(seq=48, d=64) -> str:
     s = select(body, causal(body, seq, seq, ss, (2, 3)), s, body.splat(NEG_INF["bf16"], ss), ss)
     o = dot(body, softmax(body, s, ss, 3), "%v", ss, qs, qs, crosswise, ([3], [2]))
     return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
+
+
+def channel_attention(tokens=64, channels=48) -> str:
+    """XCiT's cross-covariance attention: Q, K, V [batch, heads, tokens, channels], softmax(Q^T K / 8) over the
+    channels (the products contract the tokens: 64, the kernel's head_dim), its output [batch, heads, channels,
+    tokens] (P V^T)."""
+    body = _Body()
+    xs, ss, out = (B, H, tokens, channels), (B, H, channels, channels), (B, H, channels, tokens)
+    s = scaled_scores(body, "%q", "%k", xs, xs, ss, ([2], [2]))
+    o = dot(body, softmax(body, s, ss, 3), "%v", ss, xs, out, BH, ([3], [3]))
+    return function(body, _arguments("qkv", (xs, xs, xs)), [(o, out)])
 
 
 def mqa_einsum(seq=64, d=64) -> str:

@@ -1,13 +1,13 @@
 """The attention rewriter on graphs written by hand, round 22 of the unseen cases (`hand_graphs_unseen22`): K or V
-cached transposed, key-major scores, Q = K = V one tensor, guided-diffusion's QKVAttention, heads before batch with
-a bias broadcast over the heads, K and V [heads, batch, ...] beside Q [batch, heads, ...], MQA by jnp.broadcast_to,
-causal by selecting the fill where triu holds, two attentions over the same K and V with the backward of one, two
-chained over the same K, and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each is rewritten
-and its outputs agree at Tile level with a float64 NumPy reference of the graph's semantics written here (one also
-with the forward's PTX in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: MQA by
-an einsum without a K/V head dimension, a sliding window, GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the
-queries, an attention whose sum runs over the queries beside a matched one, and a backward whose max term is not the
-softmax's. About 6 s.
+cached transposed, key-major scores, Q = K = V one tensor, guided-diffusion's QKVAttention, XCiT's attention over
+the channels, heads before batch with a bias broadcast over the heads, K and V [heads, batch, ...] beside Q
+[batch, heads, ...], MQA by jnp.broadcast_to, causal by selecting the fill where triu holds, two attentions over the
+same K and V with the backward of one, two chained over the same K, and jax.grad through a softmax by hand whose max
+is not stop-gradient'ed. Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the
+graph's semantics written here (one also with the forward's PTX in the PTX executor, one through `tessera-
+run --compare`). Left alone with their rule: MQA by an einsum without a K/V head dimension, a sliding window,
+GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum runs over the queries beside a
+matched one, and a backward whose max term is not the softmax's. About 6 s.
 
 Regressions: (1) every dot_general taking a forward's K was tried as that forward's bmm1_grad1 (dQ = dS K), so
 another attention's Q K^T over the same keys was reported as a backward near miss ("found nothing: the softmax
@@ -81,6 +81,8 @@ REWRITTEN = {
     "heads-first-bias": (graphs.heads_first(), [False], 0, lambda q, k, v, bias: [attention(q, k, v, bias=bias)[1]]),
     "crosswise-batch": (graphs.crosswise_batch(), [True], 0,
                         lambda q, k, v: [attention(q, np.swapaxes(k, 0, 1), np.swapaxes(v, 0, 1), causal=True)[1]]),
+    "xcit-channel-attention": (graphs.channel_attention(), [False], 0,
+                               lambda q, k, v: [attention(*(np.swapaxes(x, -1, -2) for x in (q, k, v)))[1]]),
     "mqa-broadcast-to": (graphs.mqa_broadcast(), [True], 0, lambda q, k, v: [attention(q, k, v, causal=True)[1]]),
     "causal-fill-selected-where-hidden": (graphs.hidden_selected(), [True], 0,
                                           lambda q, k, v: [attention(q, k, v, causal=True)[1]]),
