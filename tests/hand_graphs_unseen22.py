@@ -309,3 +309,20 @@ def guided_diffusion(t=48, d=64, heads=4) -> str:
                   f'{tensor(ss)}')
     o = dot(body, "%v", p, qs, ss, qs, ([0], [0]), ([2], [2]))
     return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
+
+
+def k_transposed_training(seq=64, d=64) -> str:
+    """K cached transposed [batch, heads, head_dim, seq_k] with seq_k = head_dim (a transpose missed on the way
+    would keep every shape), causal, and jax.grad's backward (`_backward`): dQ = dS K^T contracting K's keys,
+    dK^T = Q^T dS in K's layout, dV = P^T dO; returns (o, dq, dk^T, dv)."""
+    body = _Body()
+    qs, ks, ss = (B, H, seq, d), (B, H, d, seq), (B, H, seq, seq)
+    s = scaled_scores(body, "%q", "%k", qs, ks, ss, ([3], [2]))
+    s = select(body, causal(body, seq, seq, ss, (2, 3)), s, body.splat(NEG_INF["bf16"], ss), ss)
+    p = softmax(body, s, ss, 3)
+    o = dot(body, p, "%v", ss, qs, qs, BH, ([3], [2]))
+    ds = _backward(body, p, None, None, qs, ss, None)
+    grads = (dot(body, ds, "%k", ss, ks, qs, BH, ([3], [3])), dot(body, "%q", ds, qs, ss, ks, BH, ([2], [2])),
+             dot(body, p, "%do", ss, qs, qs, BH, ([2], [2])))
+    return function(body, _arguments(("q", "k", "v", "do"), (qs, ks, qs, qs)),
+                    [(o, qs), (grads[0], qs), (grads[1], ks), (grads[2], qs)])

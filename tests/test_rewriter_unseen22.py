@@ -2,12 +2,12 @@
 cached transposed, key-major scores, Q = K = V one tensor, guided-diffusion's QKVAttention, XCiT's attention over
 the channels, heads before batch with a bias broadcast over the heads, K and V [heads, batch, ...] beside Q
 [batch, heads, ...], MQA by jnp.broadcast_to, causal by selecting the fill where triu holds, two attentions over the
-same K and V with the backward of one, two chained over the same K, and jax.grad through a softmax by hand whose max
-is not stop-gradient'ed. Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the
-graph's semantics written here (one also with the forward's PTX in the PTX executor, one through `tessera-
-run --compare`). Left alone with their rule: MQA by an einsum without a K/V head dimension, a sliding window,
-GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum runs over the queries beside a
-matched one, and a backward whose max term is not the softmax's. About 6 s.
+same K and V with the backward of one, two chained over the same K, jax.grad of attention over K cached transposed,
+and jax.grad through a softmax by hand whose max is not stop-gradient'ed. Each is rewritten and its outputs agree at
+Tile level with a float64 NumPy reference of the graph's semantics written here (one also with the forward's PTX in
+the PTX executor, one through `tessera- run --compare`). Left alone with their rule: MQA by an einsum without a K/V
+head dimension, a sliding window, GPT-2's `w * b - 1e4 (1 - b)` mask, a max over the queries, an attention whose sum
+runs over the queries beside a matched one, and a backward whose max term is not the softmax's. About 6 s.
 
 Regressions: (1) every dot_general taking a forward's K was tried as that forward's bmm1_grad1 (dQ = dS K), so
 another attention's Q K^T over the same keys was reported as a backward near miss ("found nothing: the softmax
@@ -95,6 +95,9 @@ REWRITTEN = {
                                    lambda q, k, v, v2: [attention(attention(q, k, v, causal=True)[1], k, v2,
                                                                   causal=True)[1]]),
     "grad-through-max": (graphs.grad_through_max(), [True], 1, training),
+    "k-transposed-training": (graphs.k_transposed_training(), [True], 1,
+                              lambda q, k, v, do: (lambda o, dq, dk, dv: [o, dq, np.swapaxes(dk, -1, -2), dv])(
+                                  *training(q, np.swapaxes(k, -1, -2), v, do))),
 }
 
 # name: (graph text, the rule the report gives)
