@@ -185,8 +185,23 @@ def test_attention_api_runs_split_kv_and_returns_the_lse(rng):
     assert reference.check_attention(auto, q, k, v, BF16).ok
 
 
+def test_zero_splits_is_auto_in_every_entry_point(rng):
+    """Regression: docs/serving.md reads num_splits=0 as "auto" (FlashAttention's convention, in each of its
+    entry points); tessera.attention refused it, dense and packed, where attention_with_kvcache took it."""
+    q, k, v = (x.astype(BF16) for x in attention_operands(rng, 1, 3000, 64, heads=2))
+    assert choose_num_splits(1, 2, 1, 3000, 64, causal=False) > 1
+    for got, want in zip(tessera.attention(q, k, v, return_lse=True, num_splits=0, level="tile"),
+                         tessera.attention(q, k, v, return_lse=True, num_splits="auto", level="tile")):
+        np.testing.assert_array_equal(got, want)
+    packed = dict(cu_seqlens_q=np.array([0, 1], np.int32), cu_seqlens_k=np.array([0, 3000], np.int32),
+                  max_seqlen_q=1, max_seqlen_k=3000, level="tile")
+    q, k, v = (x[0].swapaxes(0, 1) for x in (q, k, v))
+    np.testing.assert_array_equal(tessera.attention(q, k, v, num_splits=0, **packed),
+                                  tessera.attention(q, k, v, num_splits="auto", **packed))
+
+
 @pytest.mark.parametrize("options,message", [
-    (dict(num_splits=0), "num_splits must be an integer from 1 to 256; got 0"),
+    (dict(num_splits=-1), "num_splits must be an integer from 1 to 256; got -1"),
     (dict(num_splits="many"), "num_splits must be an integer or \"auto\"; got 'many'"),
     (dict(return_lse="yes"), "return_lse must be True or False"),
     (dict(level="gpu"), "level must be None \\(the GPU\\) or one of 'tile', 'target', 'ptx'; got 'gpu'"),

@@ -305,6 +305,21 @@ def test_compare_fails_when_nothing_is_replaced(capsys):
     assert "nothing was replaced" in capsys.readouterr().out
 
 
+def test_compare_counts_the_attentions_of_the_function_it_runs(tmp_path, capsys):
+    """Regression: --compare counted every function's rewrites; with @main free of attention and another public
+    function holding one, it said "@main: replaced 1 attention" and exited 0 on a graph it had not changed."""
+    from hand_graphs import graph, tensor
+
+    t = tensor((1, 2, 64, 64))
+    main = (f'func.func @main(%q: {t}, %k: {t}) -> {t} {{\n    %0 = "stablehlo.add"(%q, %k) : ({t}, {t}) -> {t}\n'
+            f'    func.return %0 : {t}\n}}\n')
+    path = tmp_path / "main_without_attention.mlir"
+    path.write_text("builtin.module {\n" + main + graph(mask="select").replace("@main(", "@other(", 1) + "}\n")
+    assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare"]) == 1
+    out = capsys.readouterr().out
+    assert "replaced 0 attentions" in out and "nothing was replaced" in out, out
+
+
 def test_run_a_graph_without_compare(capsys):
     assert tessera_run.main([str(FIXTURES / "neg_boolean_mask_s256_d64.mlir"), "--seed", "2"]) == 0
     assert "output 0: [2, 256, 4, 64] float32" in capsys.readouterr().out

@@ -323,7 +323,7 @@ def varlen_args(**changes):
     ({"q": np.zeros((9, 64), BF16)}, ValueError, r"q must be 3-D \[total_tokens, heads, head_dim\]"),
     ({"max_seqlen_q": 4}, ValueError, r"max_seqlen_q = 4 is smaller than the longest sequence \(5\)"),
     ({"max_seqlen_q": 5.0}, ValueError, "max_seqlen_q must be an int >= 0"),
-    ({"num_splits": 0}, ValueError, "num_splits must be an integer from 1 to 256; got 0"),
+    ({"num_splits": -1}, ValueError, "num_splits must be an integer from 1 to 256; got -1"),
     ({"num_splits": 257}, ValueError, "num_splits must be an integer from 1 to 256; got 257"),
     ({"num_splits": "many"}, ValueError, "num_splits must be an integer or \"auto\"; got 'many'"),
     ({"num_splits": 2.0}, ValueError, "num_splits must be an integer from 1 to 256; got 2.0"),

@@ -45,8 +45,12 @@ from tessera.graph.attention_match import (
 
 GRADIENT_OPS = {"stablehlo.multiply", "stablehlo.divide", "stablehlo.add", "stablehlo.subtract",
                 "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
-                "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum"}
-"""Ops a softmax gradient is written with (beyond those, the slice is not a softmax gradient)."""
+                "stablehlo.reduce", "stablehlo.constant", "stablehlo.exponential", "stablehlo.maximum",
+                "stablehlo.compare"}
+"""Ops a softmax gradient is written with (beyond those, the slice is not a softmax gradient). `compare` is
+JAX's gradient through a max that is not stop-gradient'ed (`exp(s - s.max(-1, keepdims=True))` by hand): the
+max's cotangent, -rowsum(dX), spread over `eq(s, max)` divided by its count, 0 in exact arithmetic, which the
+numeric check sees."""
 
 NUMERIC_CHECK_LIMIT = 2**25
 """Scores with more elements than this are not checked numerically (the check holds ~6 such tensors in f64)."""
@@ -226,14 +230,35 @@ def _numeric_check(forward: ForwardMatch, slice_ops: list[Operation], dp: Operat
                       f"P * (dP - rowsum(P dP)) (checked in float64: off by {error:.2e})")
 
 
+def _reads_softmax(value: SSAValue, f: ForwardMatch) -> bool:
+    """Whether `value` is computed from forward `f`'s softmax (its P or one of its intermediates) other than
+    through f's output O, as every dS of f is. A product of f's K with anything else (another attention's Q K^T
+    over the same keys, its Q an argument or f's own O) is no bmm1_grad1 of f: taken for one, it was reported as
+    a backward near miss, and it blocked f's real backward, which came later in the block (a forward takes the
+    first backward candidate found)."""
+    targets = f.values
+    seen: set[Operation] = {f.bmm2}
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if current in targets:
+            return True
+        op = producer(current)
+        if op is not None and op not in seen:
+            seen.add(op)
+            stack.extend(op.operands)
+    return False
+
+
 def match_backward(f: ForwardMatch, grad1: Operation, block: Block) -> BackwardMatch | None:
     """The backward of forward `f` with `grad1` (a dot_general taking f's K) as bmm1_grad1, or None when
-    `grad1` does not take a dS-like operand; a BackwardMatch with `refusal` is a near miss."""
+    `grad1` does not take a dS-like operand (of the scores' rank, computed from f's softmax); a BackwardMatch
+    with `refusal` is a near miss."""
     found = _other(grad1, f.k, widen=True)
     if found is not None and len(shape(found[1])) == 5 and "g" in f.q_labels:
         return BackwardMatch(f, where(grad1), [f"a product of dS and the forward's K at {where(grad1)}"],
                              Refusal(GROUPED_BACKWARD), dq=grad1, ops=[grad1])
-    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3):
+    if found is None or len(shape(found[1])) != (4 if "b1" in f.q_labels else 3) or not _reads_softmax(found[1], f):
         return None
     ds_index, ds_prime = found
     b = BackwardMatch(f, where(grad1), dq=grad1, ops=[grad1])

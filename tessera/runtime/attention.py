@@ -10,7 +10,7 @@ attention on the GPU with a Tessera kernel, or the same kernels in one of Tesser
 `ml_dtypes.bfloat16`, or float16) or PyTorch tensors (bfloat16 or float16; CUDA tensors are used in place),
 and the output is of the same kind and type. With `return_lse=True` the call returns (o, lse), lse the f32
 [batch, heads, seq_q] natural log of each row's softmax denominator, sum_j exp(scale q.k_j) (-inf for a row
-that sees no key, whose o is 0). `num_splits` (1, an integer up to 256, or "auto" for FlashAttention-3's
+that sees no key, whose o is 0). `num_splits` (1, an integer up to 256, or "auto" (or 0) for FlashAttention-3's
 heuristic, `tessera.kernels.attention_split.choose_num_splits`) splits the key range over that many thread
 blocks per query block (flash-decoding) and runs the combine kernel after them. `level=None` runs on the GPU;
 `level="tile"`, `"target"` or `"ptx"` runs the very kernels the GPU would run (same builders, same options,
@@ -137,8 +137,11 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     the GPU and every interpreter level, seq_k a multiple of 16 below Tile level; not with bias,
     score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""
     from tessera.runtime.attention_fp8 import attention_fp8, is_fp8_call
-    from tessera.runtime.attention_plan import attention_plan, check_level, combine_lowering, run_in_interpreter
+    from tessera.runtime.attention_plan import (
+        attention_plan, auto_for_zero, check_level, combine_lowering, run_in_interpreter,
+    )
 
+    num_splits = auto_for_zero(num_splits)
     if is_fp8_call(q, k, v, (descale_q, descale_k, descale_v)):
         refused = [name for name, on in (
             ("bias", bias is not None), ("score_mod/mask_mod", score_mod is not None or mask_mod is not None),

@@ -31,6 +31,15 @@ def check_level(level: object) -> None:
                          f"got {level!r}")
 
 
+def auto_for_zero(num_splits: object) -> object:
+    """`num_splits` with FlashAttention's 0 read as "auto" (its flash_attn_func, varlen and kvcache entry points
+    all take 0 for the heuristic): every serving entry point calls this first, so 0 and "auto" are one option
+    from then on (a bias, a score_mod, FP8 accept or refuse them alike)."""
+    if isinstance(num_splits, int | np.integer) and not isinstance(num_splits, bool) and num_splits == 0:
+        return "auto"
+    return num_splits
+
+
 def resolve_num_splits(num_splits: object, batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
                        causal: bool, where: str = "attention") -> int:
     """The split count: `num_splits` itself (an integer 1 .. MAX_SPLITS), or for "auto" FlashAttention-3's

@@ -201,15 +201,14 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
     if not isinstance(return_lse, bool):
         raise ValueError(f"{where}: return_lse must be True or False; got {return_lse!r}")
     from tessera.kernels import AttentionConfig
-    from tessera.runtime.attention_plan import resolve_num_splits
+    from tessera.runtime.attention_plan import auto_for_zero, resolve_num_splits
 
     group = heads // heads_k
     packed = pack_gqa(seq_q, group, causal)
     rows, q_heads = (group * seq_q, heads_k) if packed else (seq_q, heads)
     longest = capacity if lengths is None or not lengths.size else int(lengths.max()) + seq_new
-    if isinstance(num_splits, int | np.integer) and not isinstance(num_splits, bool) and num_splits == 0:
-        num_splits = "auto"
-    splits = resolve_num_splits(num_splits, batch, q_heads, rows, max(longest, 1), head_dim, causal, where)
+    splits = resolve_num_splits(auto_for_zero(num_splits), batch, q_heads, rows, max(longest, 1), head_dim, causal,
+                                where)
     checked = AttentionConfig.checked(head_dim, causal, dtype, scale, return_lse=return_lse, num_splits=splits)
 
     from tessera.kernels.attention_paged import cache_row_axis, paged_copy
