@@ -150,3 +150,19 @@ def test_a_read_only_cache_is_refused_by_name_before_either_is_written():
     assert np.array_equal(k_cache, before)
 
 # endregion
+
+
+def test_caches_sharing_memory_are_refused_when_appending():
+    """One array passed as both caches (or two views of one buffer) would have v_new's rows overwrite the keys
+    just appended: refused by name before either is written. Reading such caches without appending is fine."""
+    q, (k_cache, v_cache), (k_new, v_new), lengths = _decoding(np.random.default_rng(5))
+    before = k_cache.copy()
+    with pytest.raises(ValueError, match="k_cache and v_cache share memory"):
+        tessera.attention_with_kvcache(q, k_cache, k_cache, cache_seqlens=lengths, k_new=k_new, v_new=v_new,
+                                       level="tile")
+    both = np.stack([k_cache, v_cache])
+    with pytest.raises(ValueError, match="k_cache and v_cache share memory"):
+        tessera.attention_with_kvcache(q, both[0], both[0][...], cache_seqlens=lengths, k_new=k_new, v_new=v_new,
+                                       level="tile")
+    assert np.array_equal(k_cache, before)
+    tessera.attention_with_kvcache(q, k_cache, k_cache, cache_seqlens=lengths, level="tile")

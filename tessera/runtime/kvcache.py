@@ -112,12 +112,27 @@ def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -
 
 
 def check_writable(where: str, k_cache, v_cache) -> None:
-    """ValueError unless both caches take k_new/v_new in place (NumPy arrays that are writable: not a
-    `np.broadcast_to` view or a read-only buffer), checked before either is written."""
+    """ValueError unless both caches take k_new/v_new in place, checked before either is written: NumPy arrays
+    that are writable (not a `np.broadcast_to` view or a read-only buffer), and two caches that share no memory
+    (one array passed twice, or two views of one buffer, would have v_new's rows overwrite k_new's)."""
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if isinstance(cache, np.ndarray) and not cache.flags.writeable:
             raise ValueError(f"{where}: k_new and v_new are appended to the caches in place, but {name} is "
                              "read-only (pass a writable array, e.g. np.array(...) of it)")
+    if _share_memory(k_cache, v_cache):
+        raise ValueError(f"{where}: k_new and v_new are appended to the caches in place, but k_cache and v_cache "
+                         "share memory (v_new would overwrite the keys appended): pass two separate caches")
+
+
+def _share_memory(a, b) -> bool:
+    """Whether arrays `a` and `b` (NumPy, or torch tensors) may overlap in memory."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    if is_torch(a) and is_torch(b):
+        start_a, start_b = a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()
+        return start_a == start_b or (start_a < start_b + b.untyped_storage().nbytes()
+                                      and start_b < start_a + a.untyped_storage().nbytes())
+    return False
 
 
 @no_backward("attention_with_kvcache")
