@@ -202,3 +202,15 @@ def test_a_kernel_without_outputs_is_refused_by_check(tmp_path, capsys):
     assert main([str(path), "-d", "n=3", "--check"]) == 1
     out, err = capsys.readouterr()
     assert f"{path}:1:1: kernel @k: no outputs" in err and "ok" not in out
+
+
+def test_validate_refuses_a_file_without_a_kernel(tmp_path, capsys):
+    """--validate on a model graph or a plain function validated nothing and exited 0, which reads as every
+    level agreeing (unseen round 22): it is refused by name, pointing at the graph's own check."""
+    from tessera.tools.tessera_opt import main
+
+    path = tmp_path / "graph.mlir"
+    path.write_text("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %x : tensor<4xf32>\n}\n")
+    assert main([str(path), "--validate"]) == 1
+    err = capsys.readouterr().err
+    assert f"--validate: {path} holds no Tile IR kernel to validate" in err and "tessera-run --compare" in err

@@ -352,6 +352,9 @@ class TesseraOptMain(xDSLOptMain):
             raise UsageError(f"--validate: size{'s' if len(duplicates) > 1 else ''} "
                              f"{', '.join(repr(n) for n in duplicates)} given more than once")
         sizes = dict(self.args.dims)
+        if not kernels(prog):  # a plain function or a model graph: a run with nothing validated is no verdict
+            raise UsageError(f"--validate: {self.get_input_name()} holds no Tile IR kernel to validate (a model "
+                             "graph is checked with tessera-run --compare)")
         for op in kernels(prog):
             try:
                 report = validate(prog, self.args.passes, sizes=sizes, seed=self.args.seed, kernel=op.sym_name.data)
