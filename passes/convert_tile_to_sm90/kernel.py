@@ -245,6 +245,7 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
     # endregion
     # region driver --------------------------------------------------------------------------------------
     def run(self) -> func.FuncOp:
+        self._refuse_packed_arithmetic()
         self.bm = self._block_rows()
         self.warpgroups = self.bm // facts.WGMMA_M
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE
