@@ -5,6 +5,8 @@ start on 16 bytes, by every thread (`ld.global.u16`, swizzled `st.shared.b16`); 
 
 from __future__ import annotations
 
+import math
+
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     IntegerAttr,
@@ -61,22 +63,38 @@ class CopyLowering:
 
     def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
         """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
-        loads L = rows x cols / threads elements with `ld.global.u16` (zero outside the tensor) and stores them
-        with `st.shared.b16` at their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma
-        (the `tile.barrier` that follows publishes them to the block). Thread t takes column c = t mod cols of
-        rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
-        L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        loads its elements with `ld.global.u16` (zero outside the tensor) and stores them with `st.shared.b16` at
+        their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma (the `tile.barrier` that
+        follows publishes them to the block). The tile's columns are taken W at a time: all at once where they
+        divide the threads, else slices of W = min(gcd(cols, threads), 32) (a tile wider than the block has
+        threads, [64, 256] by 128). In each slice, thread t takes column c = t mod W of rows g L .. g L + L - 1,
+        g = t / W, L = rows W / threads. A warp reads consecutive elements of a row (coalesced), and L is a
+        multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
         line = dest.swizzle  # the bytes of a row of a box
         period = facts.swizzle_period_bytes(line) // line
-        if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
-            refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
-                        f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
-        per_thread = rows * cols // threads
+        # a slice narrower than the threads, where the columns do not divide them: 32 columns (a warp's) at most,
+        # so that few registers hold a thread's elements at once (64 rows of 128 columns would take 64)
+        width = cols if threads % cols == 0 else min(math.gcd(cols, threads), facts.WARP_SIZE)
+        if elt != 2 or (rows * width) % threads or (rows * width // threads) % period:
+            refuse(op, f"a copy without TMA needs a 16-bit tile whose columns, taken {width} at a time, divide the block's {threads} threads into groups of a multiple of "
+                        f"{period} rows each, got [{rows}, {cols}] x {elt} bytes")
+        for first_column in range(0, cols, width):
+            self._copy_columns_by_threads(window, dest, first_column, width, e)
+        e.op(sm90.FenceProxyAsyncOp())
+
+    def _copy_columns_by_threads(self, window: Window, dest: SharedTile, first_column: int, width: int,
+                                 e: Emitter) -> None:
+        """One slice of `_copy_by_threads`: the tile's columns first_column .. first_column + width - 1."""
+        rows, elt, threads = dest.rows, dest.elt_bytes, self.threads
+        line = dest.swizzle
+        per_thread = rows * width // threads
         *lead, row0, col0 = window.indices
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        column = e.op(arith.RemUIOp(self.tid, e.index(cols)))
-        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
+        column = e.op(arith.RemUIOp(self.tid, e.index(width)))
+        if first_column:
+            column = e.addi(column, e.index(first_column))
+        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(width))), e.index(per_thread))
         row, col = e.addi(row0, first_row), e.addi(col0, column)
         # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
         # (unsigned, a column before the tensor, col < 0, is past it)
@@ -103,7 +121,6 @@ class CopyLowering:
         swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
         addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * line for i in range(per_thread)])), swizzled)
         e.op(sm90.StSharedB16Op(addresses, values))
-        e.op(sm90.FenceProxyAsyncOp())
 
     def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue,
                    shared: bool = False) -> None:
