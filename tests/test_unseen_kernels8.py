@@ -19,10 +19,10 @@ write; the refusal now names the op and the row vector to use.
 
 Refused by name at their line, by the Python API and by the tools (exit 1, no traceback): a kernel argument that
 is a bare f32 scalar, a `tile.mma` of f16 by bf16, a copy between tiles of other shapes, an f32 tile stored into
-an f16 window, and arithmetic on a bf16 tile below Tile IR. `tessera-opt --validate` gives every level its verdict
+an f16 window, and below Tile IR arithmetic on a bf16 tile and a row vector cast to bf16. `tessera-opt --validate` gives every level its verdict
 and exits 0 on these kernels, and 1 naming convert-tile-to-sm90 when one op's lowering is seeded wrong.
 
-The default run takes each kernel at one level and the refusals (about 5 s of CPU); `-m slow` runs every kernel
+The default run takes each kernel at one level and the refusals (about 12 s of CPU); `-m slow` runs every kernel
 at every level on every shape, and checks each with every ptxas found (no warning, no spill) and with
 `tessera-run --level ptx --check`.
 """
@@ -320,6 +320,24 @@ def test_bf16_arithmetic_runs_at_tile_level_and_is_refused_below_by_the_tools(tm
         result = inprocess.run([sys.executable, "-m", f"tessera.tools.{command[0]}", *command[1:]])
         assert result.returncode == 1 and message in result.stderr, result.stderr
         assert "k.mlir:22:5" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+def test_a_16_bit_row_vector_runs_at_tile_level_and_is_refused_below_it():
+    """A row statistic saved in bf16 (MX of row_stats_columns cast before its store): right at Tile level; below it
+    row vectors are f32, i32 or i1, and the cast is refused by name at its line (store the f32 vector)."""
+    text = checked((KERNELS / "row_stats_columns.mlir").read_text()).replace(
+        "%MX: !tile.tile<?xf32, global>", "%MX: !tile.tile<?xbf16, global>").replace(
+        "    %mw = tile.view %MX[%m0] : !tile.tile<?xf32, global> -> !tile.tile<64xf32, global>\n"
+        "    tile.store_global %mx, %mw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>",
+        "    %mh = tile.cast %mx : !tile.tile<64xf32, register> -> !tile.tile<64xbf16, register>\n"
+        "    %mw = tile.view %MX[%m0] : !tile.tile<?xbf16, global> -> !tile.tile<64xbf16, global>\n"
+        "    tile.store_global %mh, %mw : !tile.tile<64xbf16, register>, !tile.tile<64xbf16, global>")
+    module = tessera.parse_module(text, "k.mlir")
+    arrays, _ = _stats_inputs((70, 33), np.random.default_rng(0))
+    _, mx = _launch(module, arrays, "tile")
+    np.testing.assert_array_equal(mx, arrays[0].max(1).astype(BF16))
+    with pytest.raises(Exception, match=r"k.mlir:39:5: .*only casts of 2-D f32 register tiles to bf16/f16"):
+        _launch(module, arrays, "target")
+
 
 # endregion
 # region --validate: a verdict at every level, exit 1 on a lowering seeded wrong
