@@ -19,8 +19,10 @@ write; the refusal now names the op and the row vector to use.
 
 Refused by name at their line, by the Python API and by the tools (exit 1, no traceback): a kernel argument that
 is a bare f32 scalar, a `tile.mma` of f16 by bf16, a copy between tiles of other shapes, an f32 tile stored into
-an f16 window, and below Tile IR arithmetic on a bf16 tile and a row vector cast to bf16. `tessera-opt --validate` gives every level its verdict
-and exits 0 on these kernels, and 1 naming convert-tile-to-sm90 when one op's lowering is seeded wrong.
+an f16 window, a store into a window that a constant index puts wholly past its tensor (it stored nothing,
+silently), and below Tile IR arithmetic on a bf16 tile and a row vector cast to bf16. `tessera-opt --validate`
+gives every level its verdict and exits 0 on these kernels, and 1 naming convert-tile-to-sm90 when one op's
+lowering is seeded wrong.
 
 The default run takes each kernel at one level and the refusals (about 12 s of CPU); `-m slow` runs every kernel
 at every level on every shape, and checks each with every ptxas found (no warning, no spill) and with
@@ -280,6 +282,11 @@ REFUSED = {  # name: (the edited kernel, "line:col", message)
             "tile.store_global %out, %cw : !tile.tile<64x64xf16, register>",
             "tile.store_global %acc, %cw : !tile.tile<64x64xf32, register>"),
         "40:5", "'tile.store_global' op value element type f32 must match the window's f16 (insert a tile.cast)"),
+    "a store wholly past a tensor": (  # column 1 of S [M, 1]: it stored nothing, silently
+        lambda: checked((KERNELS / "row_stats_columns.mlir").read_text()).replace(
+            "%sw = tile.view %S[%m0, %c0]", "%sw = tile.view %S[%m0, %c1]"),
+        "37:5", "'tile.view' op the window [1, 2) of dimension 1 lies wholly outside the tensor's 1: it would read "
+                "only zeros and store nothing"),
 }
 
 
