@@ -29,6 +29,16 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 
 
+COPY_WHOLE_ELEMENTS = 64
+"""The most elements a thread copies at once in a copy without TMA (`_copy_by_threads`): a [128, 64] tile's share
+of 128 threads. A larger share (a [256, 64] tile's 128) is copied in slices of rows of `COPY_SLICE_ELEMENTS` a
+thread: an element costs a register for its value, one for its global offset and one for its shared address
+until its store, and 128 of each beside a [64, 256] accumulator spill (gemm(block_m=64, block_n=256,
+transpose_b=True) at sizes without TMA needed 401 registers a thread, sliced 254)."""
+COPY_SLICE_ELEMENTS = 32
+"""A thread's share of a slice of such a larger tile: a [64, 64] tile's share of 128 threads."""
+
+
 class CopyLowering:
     """The copy handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
@@ -65,36 +75,44 @@ class CopyLowering:
         """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
         loads its elements with `ld.global.u16` (zero outside the tensor) and stores them with `st.shared.b16` at
         their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma (the `tile.barrier` that
-        follows publishes them to the block). The tile's columns are taken W at a time: all at once where they
-        divide the threads, else slices of W = min(gcd(cols, threads), 32) (a tile wider than the block has
-        threads, [64, 256] by 128). In each slice, thread t takes column c = t mod W of rows g L .. g L + L - 1,
-        g = t / W, L = rows W / threads. A warp reads consecutive elements of a row (coalesced), and L is a
-        multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        follows publishes them to the block). The tile is copied in slices of W columns and R rows: all its
+        columns where they divide the threads, else W = min(gcd(cols, threads), 32) (a tile wider than the block
+        has threads, [64, 256] by 128); all its rows where that leaves a thread at most `COPY_WHOLE_ELEMENTS`,
+        else as many as leave it `COPY_SLICE_ELEMENTS` ([256, 64] by 128 threads: 64 rows at a time). In each
+        slice, thread t takes column c = t mod W of rows g L .. g L + L - 1, g = t / W, L = R W / threads. A warp
+        reads consecutive elements of a row (coalesced), and L is a multiple of the swizzle's 8-row period, so
+        each register's swizzle term is a constant."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
         line = dest.swizzle  # the bytes of a row of a box
         period = facts.swizzle_period_bytes(line) // line
-        # a slice narrower than the threads, where the columns do not divide them: 32 columns (a warp's) at most,
-        # so that few registers hold a thread's elements at once (64 rows of 128 columns would take 64)
         width = cols if threads % cols == 0 else min(math.gcd(cols, threads), facts.WARP_SIZE)
         if elt != 2 or (rows * width) % threads or (rows * width // threads) % period:
-            refuse(op, f"a copy without TMA needs a 16-bit tile whose columns, taken {width} at a time, divide the block's {threads} threads into groups of a multiple of "
-                        f"{period} rows each, got [{rows}, {cols}] x {elt} bytes")
-        for first_column in range(0, cols, width):
-            self._copy_columns_by_threads(window, dest, first_column, width, e)
+            refuse(op, f"a copy without TMA needs a 16-bit tile whose columns, taken {width} at a time, divide the "
+                        f"block's {threads} threads into groups of a multiple of {period} rows each, got [{rows}, "
+                        f"{cols}] x {elt} bytes")
+        slice_rows = rows
+        if rows * width // threads > COPY_WHOLE_ELEMENTS and rows % (COPY_SLICE_ELEMENTS * threads // width) == 0:
+            slice_rows = COPY_SLICE_ELEMENTS * threads // width
+        for first_row in range(0, rows, slice_rows):
+            for first_column in range(0, cols, width):
+                self._copy_slice_by_threads(window, dest, first_row, slice_rows, first_column, width, e)
         e.op(sm90.FenceProxyAsyncOp())
 
-    def _copy_columns_by_threads(self, window: Window, dest: SharedTile, first_column: int, width: int,
-                                 e: Emitter) -> None:
-        """One slice of `_copy_by_threads`: the tile's columns first_column .. first_column + width - 1."""
-        rows, elt, threads = dest.rows, dest.elt_bytes, self.threads
+    def _copy_slice_by_threads(self, window: Window, dest: SharedTile, slice_row: int, slice_rows: int,
+                               first_column: int, width: int, e: Emitter) -> None:
+        """One slice of `_copy_by_threads`: rows slice_row .. slice_row + slice_rows - 1 of the tile, columns
+        first_column .. first_column + width - 1."""
+        elt, threads = dest.elt_bytes, self.threads
         line = dest.swizzle
-        per_thread = rows * width // threads
+        per_thread = slice_rows * width // threads
         *lead, row0, col0 = window.indices
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         column = e.op(arith.RemUIOp(self.tid, e.index(width)))
         if first_column:
             column = e.addi(column, e.index(first_column))
         first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(width))), e.index(per_thread))
+        if slice_row:
+            first_row = e.addi(first_row, e.index(slice_row))
         row, col = e.addi(row0, first_row), e.addi(col0, column)
         # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
         # (unsigned, a column before the tensor, col < 0, is past it)
