@@ -15,7 +15,12 @@ simulator, `tile.select`, `tile.mul_rows`, `tile.div_rows`, `tile.exp_diff` and 
 with a NumPy error (the PTX printer with one about Target IR); each is now refused at its line
 (`tests/test_tile_elementwise.py`). A [1, 1] tile (one value for the whole block) was refused at the kernel's
 line, as "register tiles must all have the same number of rows", not at the op that made it nor saying what to
-write; the refusal now names the op and the row vector to use.
+write; the refusal now names the op and the row vector to use. A store into a window that a constant index puts
+wholly past its tensor stored nothing, silently: `tile.view` refuses it. `tessera-opt -p default-pipeline
+--validate` of the kernel too big for registers stopped at warp-specialize (exit 1) though the default pipeline
+compiles it: validate walks the configuration the fallback keeps (`tests/test_validate.py`). Probing the GEMMs
+with copies without TMA (`tests/test_any_shape.py`): a [64, 256] tile by 128 threads was refused, and a
+[256, 64] one copied 128 elements a thread at once (401 registers, spilled).
 
 Refused by name at their line, by the Python API and by the tools (exit 1, no traceback): a kernel argument that
 is a bare f32 scalar, a `tile.mma` of f16 by bf16, a copy between tiles of other shapes, an f32 tile stored into
