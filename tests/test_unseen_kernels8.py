@@ -25,9 +25,9 @@ with copies without TMA (`tests/test_any_shape.py`): a [64, 256] tile by 128 thr
 Refused by name at their line, by the Python API and by the tools (exit 1, no traceback): a kernel argument that
 is a bare f32 scalar, a `tile.mma` of f16 by bf16, a copy between tiles of other shapes, an f32 tile stored into
 an f16 window, a store into a window that a constant index puts wholly past its tensor (it stored nothing,
-silently), and below Tile IR arithmetic on a bf16 tile and a row vector cast to bf16. `tessera-opt --validate`
-gives every level its verdict and exits 0 on these kernels, and 1 naming convert-tile-to-sm90 when one op's
-lowering is seeded wrong.
+silently), and below Tile IR arithmetic on a bf16 tile, a row vector cast to bf16 and a bf16 bias broadcast.
+`tessera-opt --validate` gives every level its verdict and exits 0 on these kernels, and 1 naming
+convert-tile-to-sm90 when one op's lowering is seeded wrong.
 
 The default run takes each kernel at one level and the refusals (about 12 s of CPU); `-m slow` runs every kernel
 at every level on every shape, and checks each with every ptxas found (no warning, no spill) and with
@@ -281,7 +281,8 @@ REFUSED = {  # name: (the edited kernel, "line:col", message)
         lambda: checked((KERNELS / "gemm_k32_f16.mlir").read_text()).replace(
             "%s2 = tile.mma %a_smem, %b_smem, %s : !tile.tile<64x32xf16, shared, swizzle 64>, !tile.tile<32x64xf16",
             "%b16 = tile.alloc_shared : !tile.tile<32x64xbf16, shared, swizzle 128>\n"
-            "      %s2 = tile.mma %a_smem, %b16, %s : !tile.tile<64x32xf16, shared, swizzle 64>, !tile.tile<32x64xbf16"),
+            "      %s2 = tile.mma %a_smem, %b16, %s : !tile.tile<64x32xf16, shared, swizzle 64>, "
+            "!tile.tile<32x64xbf16"),
         "35:7", "'tile.mma' op A (f16) and B (bf16) must have the same element type"),
     "a copy between shapes": (
         lambda: checked((KERNELS / "gemm_k32_f16.mlir").read_text()).replace(
@@ -357,6 +358,28 @@ def test_a_16_bit_row_vector_runs_at_tile_level_and_is_refused_below_it():
         _launch(module, arrays, "target")
 
 
+def test_a_16_bit_bias_broadcast_runs_at_tile_level_and_is_refused_below_it():
+    """The gallery's GEMM + bias + GELU with its bias in bf16, broadcast by `tile.load_broadcast` and cast to f32:
+    right at Tile level; below it a broadcast row is f32 or i32, refused by name at its line."""
+    text = checked((KERNELS.parent.parent / "examples" / "kernels" / "gemm_bias_gelu.mlir").read_text()).replace(
+        "%bias: !tile.tile<?xf32, global>", "%bias: !tile.tile<?xbf16, global>").replace(
+        "    %biasw = tile.view %bias[%n0] : !tile.tile<?xf32, global> -> !tile.tile<64xf32, global>\n"
+        "    %bv = tile.load_broadcast %biasw : !tile.tile<64xf32, global> -> !tile.tile<1x64xf32, register>",
+        "    %biasw = tile.view %bias[%n0] : !tile.tile<?xbf16, global> -> !tile.tile<64xbf16, global>\n"
+        "    %bvh = tile.load_broadcast %biasw : !tile.tile<64xbf16, global> -> !tile.tile<1x64xbf16, register>\n"
+        "    %bv = tile.cast %bvh : !tile.tile<1x64xbf16, register> -> !tile.tile<1x64xf32, register>")
+    module = tessera.parse_module(text, "k.mlir")
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-2, 3, shape).astype(BF16) for shape in ((70, 64), (64, 72)))
+    bias = (rng.integers(-8, 9, 72) / 8).astype(BF16)
+    x = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
+    gelu = 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))
+    c = _launch(module, [a, b, bias], "tile").astype(np.float64)
+    assert np.all(np.abs(c - gelu) <= 2.0**-7 * np.abs(gelu) + 2.0**-10)  # one bf16 rounding, tanh in f32
+    with pytest.raises(Exception, match=r"k.mlir:39:5: .*only f32 and i32 rows can be broadcast, got bf16"):
+        tessera.compile(module, target="target")
+
+
 # endregion
 # region --validate: a verdict at every level, exit 1 on a lowering seeded wrong
 
@@ -379,7 +402,10 @@ def test_validate_names_a_lowering_seeded_wrong(monkeypatch):
     (|y| + 1: the identity makes no op of its own, so |y| is y's register)."""
     from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
 
-    monkeypatch.setattr(ElementwiseLowering, "_lower_AbsOp", lambda self, op, e: self._set(op.result, self._get(op.source)))
+    def identity(self, op, e):
+        self._set(op.result, self._get(op.source))
+
+    monkeypatch.setattr(ElementwiseLowering, "_lower_AbsOp", identity)
     result = _validate("elementwise_mix", TOOL_SIZES["elementwise_mix"])
     assert result.returncode == 1, result.stderr
     assert "pass 5 'convert-tile-to-sm90' changed the result: Z[" in result.stderr, result.stderr
