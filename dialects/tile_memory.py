@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import I64, Float32Type, IndexType, IntegerAttr, IntegerType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import (
@@ -30,7 +31,7 @@ from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, 
 
 from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_register_store, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
-from tessera.dialects.tile_types import MemSpace, TileType
+from tessera.dialects.tile_types import DYNAMIC, MemSpace, TileType
 from tessera.ir.diagnostics import require
 
 # region Memory: allocation, views and copies
@@ -128,6 +129,21 @@ class ViewOp(IRDLOperation):
         require(len(self.indices) == src.rank, self, f"needs {src.rank} indices (one per source dimension), got {len(self.indices)}")
         require(res.rank <= src.rank, self, f"window rank {res.rank} exceeds source rank {src.rank}")
         require(res.element_type == src.element_type, self, "window and source element types must match")
+        self._verify_reaches_the_tensor(src, res)
+
+    def _verify_reaches_the_tensor(self, src: TileType, res: TileType) -> None:
+        """A window may reach past either end of its tensor, but one that a constant index puts wholly outside a
+        static dimension (`%S[%m0, %c1]` of an [M, 1] tensor) reads only zeros and stores nothing whatever the
+        sizes: always a mistake, refused here."""
+        extents = [1] * (src.rank - res.rank) + list(res.get_shape())
+        for k, (index, size, extent) in enumerate(zip(self.indices, src.get_shape(), extents)):
+            owner = index.owner
+            if size == DYNAMIC or not isinstance(owner, arith.ConstantOp) or not isinstance(owner.value, IntegerAttr):
+                continue
+            start = owner.value.value.data
+            require(start < size and start + extent > 0, self,
+                    f"the window [{start}, {start + extent}) of dimension {k} lies wholly outside the tensor's {size}: "
+                    "it would read only zeros and store nothing")
 
 
 @irdl_op_definition

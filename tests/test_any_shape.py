@@ -167,6 +167,22 @@ def test_default_gemm_any_shape(layout, level, shape, rng):
     _check_gemm(tessera.interpret(module, *inputs, level=level), inputs, options)
 
 
+@pytest.mark.filterwarnings("error")  # fits without a fallback: no warning
+@pytest.mark.parametrize("block_n, layout, level", [
+    (256, "NN", "target"), (192, "NN", "target"), (256, "NN", "ptx"), (256, "NT", "target"), (256, "NT", "ptx")])
+def test_gemm_tiles_wider_or_taller_than_the_threads_are_copied_without_tma(block_n, layout, level, rng):
+    """Regression: B's [64, 256] tile of a gemm(block_m=64, block_n=256), at sizes whose rows need not start on
+    16 bytes (N = 201, K = 37), was refused ("a copy without TMA needs a 16-bit tile whose 256 columns divide the
+    block's 128 threads"); it is copied by the threads 32 columns at a time, as is a [64, 192] one. Given as B^T,
+    its [256, 64] tile was copied 128 elements a thread at once (401 registers a thread, spilled): now 64 rows at
+    a time, and the kernel fits."""
+    ta, tb = LAYOUTS[layout]
+    module = gemm(block_m=64, block_n=block_n, transpose_a=ta, transpose_b=tb)
+    assert _copies(module, {"M": 65, "N": 201, "K": 37}) == {0: "ld.global", 1: "ld.global"}
+    inputs, options = reference_gemm.gemm_operands(rng, 65, 201, 37, transpose_a=ta, transpose_b=tb)
+    _check_gemm(tessera.interpret(module, *inputs, level=level), inputs, options)
+
+
 @pytest.mark.filterwarnings("error")
 def test_default_gemm_with_k_7_the_issue_case(rng):
     a, b = rng.standard_normal((8, 7)), rng.standard_normal((7, 8))

@@ -192,14 +192,64 @@ def test_every_op_assembles(ptxas):
 # region refusals
 
 
-def test_lowering_refuses_bf16_elementwise_by_name():
-    text = (KERNELS / "softmax.mlir").read_text()
-    module = parse_module(checked(text).replace(
+_PACKED = "!tile.tile<64x64x{t}, register>"
+_ON_PACKED = {  # an op computing on the 16-bit cast of softmax.mlir's %e (its row sums %s at hand)
+    "tile.add": "%h2 = tile.add %h, %h : {p}",
+    "tile.select": "%c = tile.cmp gt %e, %e : !tile.tile<64x64xf32, register>\n"
+                   "%h2 = tile.select %c, %h, %h : !tile.tile<64x64xi1, register>, {p}",
+    "tile.scale": "%h2 = tile.scale %h by 2.0 : {p}",
+    "tile.fma": "%h2 = tile.fma %h, %h, %h : {p}",
+    "tile.exp_diff": "%h2 = tile.exp_diff %h, %h : {p}",
+    "tile.mul_rows": "%h2 = tile.mul_rows %h, %s : {p}, !tile.tile<64xf32, register>",
+    "tile.div_rows": "%h2 = tile.div_rows %h, %s : {p}, !tile.tile<64xf32, register>",
+    "tile.exp_subtract": "%h2 = tile.exp_subtract %h, %s : {p}, !tile.tile<64xf32, register>",
+}
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("name", _ON_PACKED)
+def test_lowering_refuses_arithmetic_on_packed_tiles_by_name(name, element):
+    """Regression: a 16-bit register tile is held packed, two elements to a register, and only tile.add and the
+    other binary ops were refused on it; tile.scale and tile.fma were lowered as f32 arithmetic on the packed
+    registers (silently wrong numbers in the CTA simulator), tile.select, tile.mul_rows, tile.div_rows,
+    tile.exp_diff and tile.exp_subtract stopped the CTA simulator with a NumPy error and the PTX printer with an
+    error about Target IR. Each is now refused at its line, and runs at Tile level."""
+    packed = _PACKED.format(t=element)
+    body = _ON_PACKED[name].format(p=packed)
+    text = checked((KERNELS / "softmax.mlir").read_text()).replace(
         "%y = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>",
-        "%h = tile.cast %e : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xbf16, register>\n"
-        "%h2 = tile.add %h, %h : !tile.tile<64x64xbf16, register>\n"
-        "%y = tile.cast %h2 : !tile.tile<64x64xbf16, register> -> !tile.tile<64x64xf32, register>"))
-    with pytest.raises(Exception, match="no lowering of tile.add on bf16 register tiles"):
+        f"%h = tile.cast %e : !tile.tile<64x64xf32, register> -> {packed}\n{body}\n"
+        f"%y = tile.cast %h2 : {packed} -> !tile.tile<64x64xf32, register>")
+    module = parse_module(text, "k.mlir")
+    x = np.random.default_rng(0).standard_normal((70, 64)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert tessera.launch(module, x, level="tile").shape == (70, 64)
+    line = 1 + text.splitlines().index(body.splitlines()[-1])
+    with pytest.raises(Exception, match=rf"k.mlir:{line}:1: .*{name} computes on f32 or i32 register tiles, and a "
+                                        rf"{element} register tile is held packed, 2 elements to a 32-bit register: "
+                                        "tile.cast it to f32 first"):
+        tessera.compile(module, target="target")
+
+
+def test_one_value_for_the_block_as_a_1x1_tile_is_refused_at_its_line():
+    """A [1, 1] tile (one value for the whole block, as tile.gather's [1, 1] indices make) runs at Tile level;
+    below it every register tile but a column vector [1, N] has the block's rows, and the refusal named the
+    kernel, not the op, and not what to write instead: a row vector [BM] of the value."""
+    text = checked((KERNELS / "softmax.mlir").read_text()).replace(
+        "%y = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>",
+        "%half = tile.fill 0.5 : !tile.tile<1x1xf32, register>\n"
+        "%y0 = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>\n"
+        "%y = tile.mul %y0, %half : !tile.tile<64x64xf32, register>, !tile.tile<1x1xf32, register>")
+    module = parse_module(text, "k.mlir")
+    x = np.random.default_rng(0).standard_normal((70, 64)).astype(np.float32)
+    y = tessera.launch(module, x, level="tile")
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, 0.5 * e / e.sum(1, keepdims=True), rtol=1e-5)
+    line = 1 + text[:text.index("%half = tile.fill")].count("\n")
+    with pytest.raises(Exception, match=rf"k.mlir:{line}:5: .*register tiles must all have the same number of rows "
+                                        r".*!tile.tile<1x1xf32, register> has 1, others 64; one value for the whole "
+                                        r"block is a row vector \[64\]"):
         tessera.compile(module, target="target")
 
 

@@ -54,6 +54,27 @@ def test_full_pipeline_validates_clean(variant):
     assert "every level agrees" in str(report)
 
 
+def test_default_pipeline_validates_the_configuration_it_falls_back_to():
+    """Regression: a kernel too big for warp specialization (266 registers a thread) compiles with the default
+    pipeline single-stage spilling (`tessera.lowering.fallback`), but `validate` walked the default pipeline's
+    own passes and stopped at warp-specialize ("the consumer warpgroups need 266 registers"), and
+    `tessera-opt -p default-pipeline --validate` exited 1 for a kernel that `-p default-pipeline` compiles. It
+    walks the configuration the fallback keeps, and says which."""
+    from pathlib import Path
+
+    import tessera
+    from tessera.passes import DEFAULT_PIPELINE
+
+    path = Path(__file__).parent / "user_kernels" / "gemm_residual_layernorm.mlir"
+    module = tessera.parse_module(path.read_text(), path.name)
+    report = validate(module, DEFAULT_PIPELINE, sizes={"M": 1, "K": 16}, ptx=False)
+    assert report.ok, str(report)
+    assert report.configuration == "single-stage spilling past 255 registers"
+    names = [c.pass_name for c in report.checks]
+    assert "warp-specialize" not in names and "pipeline-loops" not in names and names[-1] == "allocate-registers"
+    assert "(the default pipeline compiles it single-stage spilling past 255 registers)" in report.table()
+
+
 # endregion
 # region injected miscompilations: each corrupts the module right after its pass ran
 def _named(module, cls, name=None):

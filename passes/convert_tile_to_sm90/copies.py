@@ -5,6 +5,8 @@ start on 16 bytes, by every thread (`ld.global.u16`, swizzled `st.shared.b16`); 
 
 from __future__ import annotations
 
+import math
+
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     IntegerAttr,
@@ -25,6 +27,16 @@ from tessera.passes.convert_tile_to_sm90.common import (
     Window,
     Group,
 )
+
+
+COPY_WHOLE_ELEMENTS = 64
+"""The most elements a thread copies at once in a copy without TMA (`_copy_by_threads`): a [128, 64] tile's share
+of 128 threads. A larger share (a [256, 64] tile's 128) is copied in slices of rows of `COPY_SLICE_ELEMENTS` a
+thread: an element costs a register for its value, one for its global offset and one for its shared address
+until its store, and 128 of each beside a [64, 256] accumulator spill (gemm(block_m=64, block_n=256,
+transpose_b=True) at sizes without TMA needed 401 registers a thread, sliced 254)."""
+COPY_SLICE_ELEMENTS = 32
+"""A thread's share of a slice of such a larger tile: a [64, 64] tile's share of 128 threads."""
 
 
 class CopyLowering:
@@ -61,22 +73,46 @@ class CopyLowering:
 
     def _copy_by_threads(self, op, window: Window, dest: SharedTile, e: Emitter) -> None:
         """The copy without TMA, for 16-bit tensors whose rows may start anywhere: every thread of the block
-        loads L = rows x cols / threads elements with `ld.global.u16` (zero outside the tensor) and stores them
-        with `st.shared.b16` at their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma
-        (the `tile.barrier` that follows publishes them to the block). Thread t takes column c = t mod cols of
-        rows g L .. g L + L - 1, g = t / cols: a warp reads 32 consecutive elements of a row (coalesced), and
-        L is a multiple of the swizzle's 8-row period, so each register's swizzle term is a constant."""
+        loads its elements with `ld.global.u16` (zero outside the tensor) and stores them with `st.shared.b16` at
+        their swizzled addresses, then `fence.proxy.async` makes them visible to wgmma (the `tile.barrier` that
+        follows publishes them to the block). The tile is copied in slices of W columns and R rows: all its
+        columns where they divide the threads, else W = min(gcd(cols, threads), 32) (a tile wider than the block
+        has threads, [64, 256] by 128); all its rows where that leaves a thread at most `COPY_WHOLE_ELEMENTS`,
+        else as many as leave it `COPY_SLICE_ELEMENTS` ([256, 64] by 128 threads: 64 rows at a time). In each
+        slice, thread t takes column c = t mod W of rows g L .. g L + L - 1, g = t / W, L = R W / threads. A warp
+        reads consecutive elements of a row (coalesced), and L is a multiple of the swizzle's 8-row period, so
+        each register's swizzle term is a constant."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
         line = dest.swizzle  # the bytes of a row of a box
         period = facts.swizzle_period_bytes(line) // line
-        if elt != 2 or threads % cols or (rows * cols) % threads or (rows * cols // threads) % period:
-            refuse(op, f"a copy without TMA needs a 16-bit tile whose {cols} columns divide the block's {threads} "
-                        f"threads into groups of a multiple of {period} rows each, got [{rows}, {cols}] x {elt} bytes")
-        per_thread = rows * cols // threads
+        width = cols if threads % cols == 0 else min(math.gcd(cols, threads), facts.WARP_SIZE)
+        if elt != 2 or (rows * width) % threads or (rows * width // threads) % period:
+            refuse(op, f"a copy without TMA needs a 16-bit tile whose columns, taken {width} at a time, divide the "
+                        f"block's {threads} threads into groups of a multiple of {period} rows each, got [{rows}, "
+                        f"{cols}] x {elt} bytes")
+        slice_rows = rows
+        if rows * width // threads > COPY_WHOLE_ELEMENTS and rows % (COPY_SLICE_ELEMENTS * threads // width) == 0:
+            slice_rows = COPY_SLICE_ELEMENTS * threads // width
+        for first_row in range(0, rows, slice_rows):
+            for first_column in range(0, cols, width):
+                self._copy_slice_by_threads(window, dest, first_row, slice_rows, first_column, width, e)
+        e.op(sm90.FenceProxyAsyncOp())
+
+    def _copy_slice_by_threads(self, window: Window, dest: SharedTile, slice_row: int, slice_rows: int,
+                               first_column: int, width: int, e: Emitter) -> None:
+        """One slice of `_copy_by_threads`: rows slice_row .. slice_row + slice_rows - 1 of the tile, columns
+        first_column .. first_column + width - 1."""
+        elt, threads = dest.elt_bytes, self.threads
+        line = dest.swizzle
+        per_thread = slice_rows * width // threads
         *lead, row0, col0 = window.indices
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        column = e.op(arith.RemUIOp(self.tid, e.index(cols)))
-        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(cols))), e.index(per_thread))
+        column = e.op(arith.RemUIOp(self.tid, e.index(width)))
+        if first_column:
+            column = e.addi(column, e.index(first_column))
+        first_row = e.muli(e.op(arith.DivUIOp(self.tid, e.index(width))), e.index(per_thread))
+        if slice_row:
+            first_row = e.addi(first_row, e.index(slice_row))
         row, col = e.addi(row0, first_row), e.addi(col0, column)
         # In bounds: register i where row + i < rows of the tensor, and only if the thread's column is inside.
         # (unsigned, a column before the tensor, col < 0, is past it)
@@ -103,7 +139,6 @@ class CopyLowering:
         swizzled = e.op(arith.XOrIOp(e.broadcast(e.op(arith.IndexCastOp(byte, i32)), per_thread), e.dense(i32, pattern)))
         addresses = e.addi(e.addi(e.broadcast(start, per_thread), e.dense(i32, [i * line for i in range(per_thread)])), swizzled)
         e.op(sm90.StSharedB16Op(addresses, values))
-        e.op(sm90.FenceProxyAsyncOp())
 
     def _tma_boxes(self, t: Emitter, window: Window, dest: SharedTile, tmap: SSAValue, barrier: SSAValue,
                    shared: bool = False) -> None:

@@ -122,14 +122,22 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
 
     # region set-up --------------------------------------------------------------------------------------
     def _block_rows(self) -> int:
-        rows = set()
+        """The rows of the block's register tiles, BM: every register tile but a column vector [1, N] has them
+        (a row vector [BM] and a column [BM, 1] one value per row). A tile of other rows is refused at the op
+        that makes it; one of 1 row ([1, 1], [1]: one value for the whole block) is told to use a row vector."""
+        rows = {}  # rows -> the first op whose register tile has them
         for op in walk_ops(self.fn):
             for value in op.results:
                 ty = value.type
                 if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not self._is_column_vector(ty):
-                    rows.add(ty.get_shape()[0])
-        if len(rows) != 1:
-            refuse(self.fn, f"register tiles must all have the same number of rows (the block's query/row tile), got {sorted(rows)}")
+                    rows.setdefault(ty.get_shape()[0], (op, ty))
+        if len(rows) > 1:
+            bm, odd = max(rows), min(rows)
+            op, ty = rows[odd]
+            hint = (f"; one value for the whole block is a row vector [{bm}], the value on every row (tile.splat, "
+                    f"tile.gather at a splat index)") if odd == 1 else ""
+            refuse(op, f"register tiles must all have the same number of rows (the block's query/row tile), got "
+                       f"{sorted(rows)}: {ty} has {odd}, others {bm}{hint}")
         (bm,) = rows
         if bm % facts.WGMMA_M:
             refuse(self.fn, f"register tiles have {bm} rows; warpgroups take {facts.WGMMA_M} rows each")
@@ -245,6 +253,7 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
     # endregion
     # region driver --------------------------------------------------------------------------------------
     def run(self) -> func.FuncOp:
+        self._refuse_packed_arithmetic()
         self.bm = self._block_rows()
         self.warpgroups = self.bm // facts.WGMMA_M
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE

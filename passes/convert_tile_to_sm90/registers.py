@@ -19,7 +19,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from tessera.dialects import tile
-from tessera.dialects.tile_types import TileType, is_fp8
+from tessera.dialects.tile_types import MemSpace, TileType, is_fp8
+from tessera.ir.walk import walk_ops
 from tessera.numerics import numpy_dtype
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROW_VECTOR_TYPE, AccumulatorLayout
@@ -28,11 +29,38 @@ from tessera.passes.convert_tile_to_sm90.common import (
     refuse,
 )
 
+ARITHMETIC_OPS = (
+    *tile.ELEMENTWISE_OPS, tile.ExpDiffOp, tile.FmaOp, tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp,
+    tile.ExpSubtractOp, tile.Exp2SubtractOp, tile.MulRowsOp, tile.DivRowsOp, tile.SubRowsOp, tile.RowMaxOp,
+    tile.RowSumOp, tile.MaskCausalOp, tile.MaskBoundsOp,
+)
+"""The Tile ops that compute with their register tiles' elements, one register per element: on f32 (and i32, i1)
+tiles only. A 16-bit or 8-bit register tile is held packed, two or four elements to a 32-bit register (the
+A operand of an mma, a value on its way to a store): it is loaded, filled, cast, stored and multiplied by
+`tile.mma`, and refused by name as any of these ops' operand or result (`_refuse_packed_arithmetic`)."""
+
 
 class RegisterTileLowering:
     """The RegisterTile handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     # -- register tiles --------------------------------------------------------------------------------------
+    def _refuse_packed_arithmetic(self) -> None:
+        """Refuse, at its line, the first `ARITHMETIC_OPS` op of the kernel with a 16-bit or 8-bit register tile
+        among its operands and results: its lowering would compute on the packed registers as if they held one
+        f32 each (silently wrong numbers, or an op the CTA simulator and the PTX printer cannot run). The Tile
+        interpreter computes such ops in their own precision; below Tile IR the kernel casts to f32 first."""
+        for op in walk_ops(self.fn):
+            if not isinstance(op, ARITHMETIC_OPS):
+                continue
+            for value in (*op.operands, *op.results):
+                ty = value.type
+                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and (
+                        is_fp8(ty.element_type) or isinstance(ty.element_type, BFloat16Type | Float16Type)):
+                    per_register = 4 if is_fp8(ty.element_type) else 2
+                    refuse(op, f"{op.name} computes on f32 or i32 register tiles, and a {ty.element_type} register "
+                               f"tile is held packed, {per_register} elements to a 32-bit register: tile.cast it "
+                               "to f32 first (and back before a store)")
+
     def _layout(self, op: Operation, ty: TileType) -> AccumulatorLayout:
         shape = ty.get_shape()
         if len(shape) != 2:

@@ -204,6 +204,26 @@ def apply_with_fallback(module: ModuleOp, ladder: Sequence[Configuration],
     take_body(module, trial)
 
 
+def kept_configuration(module: ModuleOp, name: str, ladder: Sequence[Configuration],
+                       run: Callable[[str, ModuleOp], None]) -> tuple[Configuration, str]:
+    """The configuration of `ladder` that `apply_with_fallback` keeps for kernel @`name` of `module`, and the
+    pipeline spec of the form it kept (its `red` or `program` form, or its own), from lowering a copy (`module`
+    is left as it is; the fallback's warning is given). `tessera.validate` walks that spec's passes: what
+    a launch of the kernel runs. Raises what `apply_with_fallback` raises."""
+    part = _alone(module, name)
+    lowered = []  # (Target IR kernel, the spec that made it), for every run that completed
+
+    def recording(spec: str, m: ModuleOp) -> None:
+        run(spec, m)
+        lowered.extend((fn, spec) for fn in walk_ops(m) if is_target_kernel(fn))
+
+    apply_with_fallback(part, ladder, recording)
+    kept = next(fn for fn in walk_ops(part) if is_target_kernel(fn))
+    spec = next(spec for fn, spec in lowered if fn is kept)
+    configuration = next(c for c in ladder if spec in (c.pipeline, c.red, c.program, c.program_red))
+    return configuration, spec
+
+
 def first_rung_refusal(module: ModuleOp, ladder: Sequence[Configuration],
                        run: Callable[[str, ModuleOp], None]) -> DiagnosticException | None:
     """None when `module` lowers with the first configuration of `ladder` (`tessera.passes.fallback_ladder()`:

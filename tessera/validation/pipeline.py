@@ -13,6 +13,7 @@ values, so a mismatch at the PTX level names the output element only.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -107,6 +108,9 @@ class ValidationReport:
     mismatch: Mismatch | None = None
     reference: str = ""
     """What the levels are held to: the kind's NumPy reference, or the kernel's own Tile IR in float64."""
+    configuration: str = ""
+    """The default pipeline's configuration walked, where its fallback keeps another than the first for this
+    kernel (`tessera.lowering.fallback`): its name; empty otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -124,7 +128,8 @@ class ValidationReport:
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
         sizes = " ".join(f"{k}={v}" for k, v in self.sizes.items())
         against = f" (reference: {self.reference})" if self.reference else ""
-        return "\n".join([f"validate @{self.kernel} [{sizes}]{against}", *lines])
+        fallen = f" (the default pipeline compiles it {self.configuration})" if self.configuration else ""
+        return "\n".join([f"validate @{self.kernel} [{sizes}]{against}{fallen}", *lines])
 
     def __str__(self) -> str:
         verdict = str(self.mismatch) if self.mismatch else "validate: every level agrees"
@@ -187,6 +192,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     sig = find_kernel(module, sig.name)
     inputs = levels.generate_inputs(sig, bound, seed)
     report = ValidationReport(sig.name, pipeline, bound)
+    passes = _fallen_back(module, sig.name, passes, report)
     try:
         judge = reference_for(module, sig, inputs, bound, seed)
     except Exception as error:  # noqa: BLE001 - the input kernel itself fails: that is the finding
@@ -292,6 +298,32 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     if ptx and level == TARGET:
         check(len(passes) + 1, PRINT_PTX, PTX, previous, TARGET, outputs, module)
     return report
+
+
+def _fallen_back(module: ModuleOp, name: str, passes, report: ValidationReport):
+    """The passes to walk: those of the configuration the default pipeline keeps for kernel @`name`, where
+    `passes` are the default pipeline's and its fallback keeps another (`tessera.lowering.fallback`: a kernel
+    too big for warp specialization compiles single-stage, and a launch runs that), noted in `report`; else
+    `passes`. A kernel that no configuration compiles (or a pass that fails) walks the default passes, to the one
+    that refuses it (or fails)."""
+    from tessera.ir import make_context
+    from tessera.lowering.fallback import kept_configuration
+    from tessera.passes import fallback_ladder, falls_back, parse_pipeline
+
+    if not falls_back(passes):
+        return passes
+    ladder = fallback_ladder()
+    try:
+        with warnings.catch_warnings():  # the fallback's warning: the report's header says it
+            warnings.simplefilter("ignore")
+            configuration, spec = kept_configuration(
+                module, name, ladder, lambda spec, m: parse_pipeline(spec).apply(make_context(), m))
+    except Exception:  # noqa: BLE001 - no configuration compiles it, or a pass fails: the walk finds where
+        return passes
+    if configuration is ladder[0]:
+        return passes
+    report.configuration = configuration.name
+    return parse_pipeline(spec).passes
 
 
 def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, inputs, sizes, judge) -> None:

@@ -140,6 +140,30 @@
 // CHECK: 'tile.view' op window and source element types must match
 %w = tile.view %t[%i, %i] : !tile.tile<?x64xf16, global> -> !tile.tile<16x16xbf16, global>
 
+// -----
+
+%t = "test.op"() : () -> !tile.tile<?x1xf32, global>
+%i = "test.op"() : () -> index
+%c1 = arith.constant 1 : index
+// CHECK: 'tile.view' op the window [1, 2) of dimension 1 lies wholly outside the tensor's 1: it would read only zeros and store nothing
+%w = tile.view %t[%i, %c1] : !tile.tile<?x1xf32, global> -> !tile.tile<64x1xf32, global>
+
+// -----
+
+%t = "test.op"() : () -> !tile.tile<?x64xf32, global>
+%i = "test.op"() : () -> index
+%c = arith.constant -16 : index
+// CHECK: 'tile.view' op the window [-16, 0) of dimension 1 lies wholly outside the tensor's 64: it would read only zeros and store nothing
+%w = tile.view %t[%i, %c] : !tile.tile<?x64xf32, global> -> !tile.tile<64x16xf32, global>
+
+// -----
+
+%t = "test.op"() : () -> !tile.tile<4x?x64xf32, global>
+%i = "test.op"() : () -> index
+%c4 = arith.constant 4 : index
+// CHECK: 'tile.view' op the window [4, 5) of dimension 0 lies wholly outside the tensor's 4: it would read only zeros and store nothing
+%w = tile.view %t[%c4, %i, %i] : !tile.tile<4x?x64xf32, global> -> !tile.tile<64x64xf32, global>
+
 // ===== tile.cp_async, tile.cp_wait_group
 
 // -----
