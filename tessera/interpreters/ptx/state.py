@@ -112,7 +112,7 @@ class PtxHazardError(PtxExecutionError):
     """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
     completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
     transaction count that disagrees with the copies, a race): `source:line: error: <instruction>: <what>
-    (thread)`. Raised by `asynchrony`, `happens_before`, `sync` and `cluster`."""
+    (thread)`. Raised by `asynchrony`, `happens_before`, `sync`, `cluster` and `reductions`."""
 
 
 class PtxDeadlockError(PtxHazardError):
