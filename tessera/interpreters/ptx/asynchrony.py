@@ -275,14 +275,14 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.released[b, lanes] = inst.line
         self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
-    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray, key: tuple[int, int] | None = None
-                          ) -> None:
-        """A barrier completed: its waiters know what every participant had observed (a named barrier `key`
-        = (barrier, CTA slot): what each released when it arrived, `HappensBefore.bar_arrived`)."""
-        if key is None:
-            self.hb.barrier(participants, waiters)
-        else:
-            self.hb.bar_completed(key, waiters)
+    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray, key: tuple[int, int]) -> None:
+        """Named barrier `key` = (barrier, CTA slot) completed: its waiters acquire what each participant released
+        when it arrived (`HappensBefore.bar_arrived`) and know what every participant had observed."""
+        self.hb.bar_completed(key, waiters)
+        self.share_observed(participants, waiters)
+
+    def share_observed(self, participants: np.ndarray, waiters: np.ndarray) -> None:
+        """`waiters` know the mbarrier phases every participant had observed (a completed barrier)."""
         if len(self.observed) and len(participants) and len(waiters):
             seen = self.observed[:, consecutive(participants)].max(axis=1)  # (a CTA's lanes: a view, mostly)
             if not seen.any():  # (nothing observed yet: the bar.sync after the mbarrier.inits)

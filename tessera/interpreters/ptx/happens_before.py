@@ -122,6 +122,10 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
+        # cluster (index in the batch) -> {CTA grid rank: its .release arrivals' releases} (`cluster_arrived`), of
+        # the barrier's pending phase, and of its completed phases
+        self.cluster_pending: dict[int, dict[int, tuple]] = {}
+        self.cluster_published: dict[int, dict[int, tuple]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.inits_seen: set[tuple] = set()  # (keys, block) whose `_inits_seen` passed since the last init
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
