@@ -665,6 +665,35 @@ SKIP:
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("body", [
+    "shfl.sync.idx.b32 %r9, %r0, 0, 0x1f, 0xffff;",
+    "vote.sync.ballot.b32 %r9, 1, 0xffff;",
+    "match.any.sync.b32 %r9, %r0, 0xffff;",
+    "redux.sync.add.u32 %r9, %r0, 0xffff;",
+    "elect.sync %r9|%p1, 0xffff;",
+    "bar.warp.sync 0xffff; mov.u32 %r9, 0;",
+], ids=["shfl", "vote", "match", "redux", "elect", "bar.warp.sync"])
+def test_a_warp_collective_executed_outside_its_member_mask_is_refused(body):
+    """The whole warp executes a collective whose mask names lanes 0-15 only: undefined by the ISA for lanes 16-31
+    ("the behavior of shfl.sync is undefined if the executing thread is not in the membermask"). It ran as if
+    the mask named them (redux.sync gave every lane the sum over 32 lanes, 496 instead of 120 for lanes 0-15)."""
+    with pytest.raises(PtxExecutionError, match=r"executed by lane 16, which its member mask 0x0000ffff does not "
+                                                 r"name \(the PTX ISA leaves this undefined; the executor refuses\) "
+                                                 r"\(thread \(16, 0, 0\)"):
+        lanes_out(body)
+
+
+def test_a_register_member_mask_naming_each_half_of_the_warp_runs():
+    """Each half names its own half (a register mask): every executing lane is in its mask, and redux.sync sums
+    over each half."""
+    body = """
+    setp.lt.u32 %p1, %r0, 16;
+    selp.u32 %r1, 0xffff, 0xffff0000, %p1;
+    redux.sync.add.u32 %r9, %r0, %r1;
+    """
+    np.testing.assert_array_equal(lanes_out(body), [120] * 16 + [376] * 16)
+
+
 def test_named_barriers_order_shared_memory_between_warps():
     body = """
     mov.u32 %r1, buf;

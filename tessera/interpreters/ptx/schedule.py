@@ -505,7 +505,24 @@ class Scheduler:
         active = lanes if guard is None else lanes[guard(lanes)]
         self._executed(active)
         if len(active):
-            self.steps[pc].run(ALL if len(active) == count else active)
+            step = self.steps[pc]
+            if step.member_mask is not None and step.mask != _FULL_WARP:
+                self._check_members(step, active)
+            step.run(ALL if len(active) == count else active)
+
+    def _check_members(self, step, active: np.ndarray) -> None:
+        """A warp collective with a member mask (shfl, vote, match, redux, elect, bar.warp.sync) executed by a
+        thread its own mask does not name is undefined by the PTX ISA ("the behavior of shfl.sync is undefined if
+        the executing thread is not in the membermask", and so for each): refused, naming the thread and its mask,
+        rather than run as if the mask named it."""
+        m = self.m
+        masks = np.broadcast_to(np.asarray(step.member_mask(active), np.uint32), active.shape)
+        outside = ((masks >> m.laneid[active].astype(np.uint32)) & 1) == 0
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise m.error(step.inst, f"executed by lane {int(m.laneid[active[i]])}, which its member mask "
+                                     f"{int(masks[i]):#010x} does not name (the PTX ISA leaves this undefined; the "
+                                     "executor refuses)", int(active[i]))
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`
