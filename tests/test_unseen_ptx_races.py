@@ -88,6 +88,50 @@ def test_an_mbarrier_counting_one_arrival_too_many_is_a_deadlock():
         run(HANDOFF.replace("COUNT", "33").replace("PARITY", "0"), 1, 64, [np.zeros(32, np.uint32)])
 
 
+SPINS = {
+    "try_wait-suspend-hint": ("""{
+    .reg .pred c;
+    wl:
+    mbarrier.try_wait.parity.shared::cta.b64 c, [%r1], 0, 0x989680;
+    @!c bra.uni wl;
+    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
+    "try_wait-acquire-cta": ("""{
+    .reg .pred c;
+    wl:
+    mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 c, [%r1], 0;
+    @!c bra wl;
+    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
+    "test_wait-spin": ("""{
+    .reg .pred c;
+    wl:
+    mbarrier.test_wait.parity.shared::cta.b64 c, [%r1], 0;
+    @!c bra wl;
+    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
+    "test_wait-nanosleep": ("""{
+    .reg .pred c;
+    wl:
+    mbarrier.test_wait.parity.shared::cta.b64 c, [%r1], 0;
+    @c bra ok;
+    nanosleep.u32 20;
+    bra wl;
+    ok:
+    }""", r"sleep in a spin wait that nothing can end \(a nanosleep poll .* or an mbarrier test_wait whose phase "
+          r"never completes"),
+}
+"""The consumer's wait written other ways: with try_wait's suspend-time hint, as .acquire.cta, as a test_wait spin,
+and a test_wait polled with nanosleep; each with the message of its deadlock when one arrival never comes."""
+
+
+@pytest.mark.parametrize("name", SPINS)
+def test_an_mbarrier_wait_in_any_form_is_right_or_a_deadlock_never_a_spin(name):
+    wait, deadlock = SPINS[name]
+    text = HANDOFF.replace(WAIT, wait).replace("PARITY", "0")
+    out = run(text.replace("COUNT", "32"), 1, 64, [np.zeros(32, np.uint32)])[0]
+    np.testing.assert_array_equal(out, 3 * np.arange(32))
+    with pytest.raises(PtxDeadlockError, match=deadlock):
+        run(text.replace("COUNT", "33"), 1, 64, [np.zeros(32, np.uint32)])
+
+
 # endregion
 # region cp.async.bulk into shared memory on an mbarrier
 BULK = r"""

@@ -617,10 +617,13 @@ class Scheduler:
                 what = f"wait at named barrier {bar}"
             elif status == REGS:
                 what = describe_wait(m, lanes[0])
-            elif status == PARK and (pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep" or pc < len(self.steps)
-                                     and self.steps[pc].inst.opcode in ("ld", "ldu")):  # `memory._spin_wait`
+            elif status == PARK and pc < len(self.steps) and self.steps[pc].inst.opcode in ("ld", "ldu"):
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
-                        "running CTA will reach: deadlock in this CTA order)")
+                        "running CTA will reach: deadlock in this CTA order)")  # `memory._spin_wait`
+            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
+                what = ("sleep in a spin wait that nothing can end (a nanosleep poll whose condition no running thread "
+                        "changes: a flag or a semaphore wait, whose count no running CTA will reach, or an mbarrier "
+                        "test_wait whose phase never completes: deadlock in this CTA order)")
             elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "atom":
                 what = "spin on an atom.cas that fails again with nothing left to run (a lock nobody releases)"
                 inst = self.steps[pc - 1].inst
