@@ -110,12 +110,10 @@ class AsyncRecords:
         if written:
             self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes", rows)
         self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
-        if read:
-            self.reads.clear(span)
+        if read or self.peer_read_any or self.strong_read_any:
+            self.clear_reads(span)
         if written:
             self.w_clock[span] = 0
-        if self.peer_read_any:
-            self.peer_reads.clear(span)
 
     def async_writes_clear(self, lanes: np.ndarray, slots: np.ndarray, rows: slice | np.ndarray,
                            dense: tuple[int, int]) -> bool:
@@ -248,9 +246,7 @@ class AsyncRecords:
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
         self.w_clock[flat] = 0
-        self.reads.clear(flat)
-        if self.peer_read_any:
-            self.peer_reads.clear(flat)
+        self.clear_reads(flat)
 
     def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray, through_mbarrier: bool) -> None:
         """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
@@ -262,9 +258,7 @@ class AsyncRecords:
         self.w_any = True
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
-        self.reads.clear(index)
-        if self.peer_read_any:
-            self.peer_reads.clear(index)
+        self.clear_reads(index)
 
 
 def _row_bounds(rows: np.ndarray):
