@@ -157,7 +157,10 @@ def decode_bar(ops: Operands, inst, mods):
         for cta in np.unique(m.lane_cta[active]):
             previous = int(m.bar_expected[barrier, cta])
             if previous and previous != n and m.bar_arrived[barrier, m.lane_cta == cta].any():
-                raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
+                # arrivals of one phase that disagree on its count: which complete it is timing, a hazard as too
+                # many arrivals at once are [memory_model.BARRIER_COUNT]
+                raise m.tracker.hazard(inst, f"barrier {barrier} used with thread counts {previous} and {n}",
+                                       int(active[0]))
             m.bar_expected[barrier, cta] = n
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
