@@ -2,18 +2,19 @@
 twin that must run clean and right (against NumPy), through `tessera.interpreters.ptx.launch`: an mbarrier handoff
 waiting on the wrong parity (as Triton writes the wait), a `cp.async.bulk` read before its mbarrier completes, a bulk
 store fenced for the wrong state space, overlapping stores of two warps, `cp.async.wait_group` counting the wrong
-groups, `bar.sync` thread counts, a named-barrier producer/consumer split. Each is reported naming the instruction
-and its line; a barrier that can never complete is a `PtxDeadlockError`, not a spin. Between CTAs and in clusters:
-tests/test_unseen_ptx_cluster_races.py; odd but legal PTX: tests/test_unseen_ptx_odd.py. The regressions these found
-live with the code they test: tests/test_reductions.py, tests/test_ptx_cluster.py (what a cluster barrier orders),
-tests/test_ptx_exec.py (a collective outside its member mask)."""
+groups, an mbarrier wait in each form a kernel writes. Each is reported naming the instruction and its line; a
+barrier that can never complete is a `PtxDeadlockError`, not a spin. Named barriers:
+tests/test_unseen_ptx_barriers.py; between CTAs and in clusters: tests/test_unseen_ptx_cluster_races.py; odd but
+legal PTX: tests/test_unseen_ptx_odd.py. The regressions these found live with the code they test:
+tests/test_reductions.py, tests/test_ptx_cluster.py (what a cluster barrier orders), tests/test_ptx_exec.py (a
+collective outside its member mask), tests/test_ptx_races.py (a plain flag store racing a strong poll)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxDeadlockError, PtxExecutionError, PtxHazardError
+from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 
 from unseen_ptx import WAIT, line_of, run
 
@@ -374,115 +375,6 @@ def test_cp_async_read_that_the_wait_does_not_cover_is_reported(wait, read, copy
                                              rf"cp.async at line {line_of(text, 'cp.async.cg.shared.global ' + copy)} "
                                              r"into it has not landed"):
         run(text, 1, 32, [GSRC, np.zeros(32, np.uint32)])
-
-
-# endregion
-# region bar.sync thread counts
-COUNTED = r"""
-.visible .entry k(.param .u64 out)
-{
-    .reg .b32 %r<4>;
-    .reg .pred %p<2>;
-    mov.u32 %r0, %tid.x;
-    setp.lt.u32 %p0, %r0, PART;
-    @!%p0 bra DONE;
-    bar.sync 1, COUNT;
-DONE:
-    ret;
-}
-"""
-"""The first PART of 128 threads meet on barrier 1 counting COUNT."""
-
-
-@pytest.mark.parametrize("part, count, error, message", [
-    (64, 64, None, None),
-    (48, 64, None, None),  # warp 1's half arrives for the warp: named barriers count warps
-    (96, 64, PtxHazardError, r"bar.sync: 96 threads arrive on barrier 1 at once, whose thread count is 64"),
-    (64, 96, PtxDeadlockError, r"64 thread\(s\), first thread \(0, 0, 0\) of CTA \(0, 0, 0\): wait at named barrier 1 "
-                               r"at line 12 \(bar.sync\)"),
-    (64, 48, PtxExecutionError, r"barrier thread count must be a non-zero multiple of the warp size 32, got 48"),
-    (128, 256, PtxExecutionError, r"bar.sync: barrier thread count 256 exceeds the CTA's 128 threads"),
-])
-def test_a_named_barrier_thread_count_that_does_not_match_is_reported(part, count, error, message):
-    text = COUNTED.replace("PART", str(part)).replace("COUNT", str(count))
-    if error is None:
-        run(text, 1, 128, [np.zeros(1, np.uint32)])
-        return
-    with pytest.raises(error, match=message):
-        run(text, 1, 128, [np.zeros(1, np.uint32)])
-
-
-# endregion
-# region a named-barrier producer/consumer split
-SPLIT = r"""
-.visible .entry k(.param .u64 out)
-{
-    .reg .b32 %r<16>;
-    .reg .b64 %rd<8>;
-    .reg .pred %p<4>;
-    .shared .align 4 .b8 buf[512];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r2, buf;
-    and.b32 %r3, %r0, 127;
-    shl.b32 %r4, %r3, 2;
-    add.u32 %r5, %r2, %r4;
-    setp.lt.u32 %p0, %r0, 128;
-    @!%p0 bra CONSUMER;
-    mul.lo.u32 %r6, %r3, 5;
-    st.shared.u32 [%r5], %r6;
-    PRODUCED
-    bra DONE;
-CONSUMER:
-    FULL
-    xor.b32 %r8, %r4, 4;
-    add.u32 %r9, %r2, %r8;
-    ld.shared.u32 %r7, [%r9];
-    ld.param.u64 %rd2, [out];
-    mul.wide.u32 %rd3, %r3, 4;
-    add.u64 %rd4, %rd2, %rd3;
-    st.global.u32 [%rd4], %r7;
-    EMPTY
-DONE:
-    ret;
-}
-"""
-"""Warpgroup 0 stores word i and arrives on barrier 1 (PRODUCED); warpgroup 1 syncs on it (FULL) and reads word
-i ^ 1, then (EMPTY) may release the buffer on barrier 2, which the producer syncs on before storing again."""
-REFILL = "bar.arrive 1, 256;\n    bar.sync 2, 256;\n    st.shared.u32 [%r5], 0;"
-
-
-def split(produced="bar.arrive 1, 256;", full="bar.sync 1, 256;", empty=""):
-    return SPLIT.replace("PRODUCED", produced).replace("FULL", full).replace("EMPTY", empty)
-
-
-@pytest.mark.parametrize("text", [split(), split(REFILL, empty="bar.arrive 2, 256;"),
-                                  split("barrier.arrive.aligned 1, 256;", "barrier.sync.aligned 1, 256;")],
-                         ids=["arrive-sync", "ping-back", "barrier-aligned"])
-@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("adversarial", 0), ("delayed-warp", 4)])
-def test_a_named_barrier_producer_consumer_split_is_clean_and_right(text, schedule, seed):
-    out = run(text, 1, 256, [np.zeros(128, np.uint32)], schedule=schedule, seed=seed)[0]
-    np.testing.assert_array_equal(out, (np.arange(128) ^ 1) * 5)
-
-
-@pytest.mark.parametrize("text, writer", [
-    (split("bar.arrive 1, 256;\n    st.shared.u32 [%r5], 0;"), "st.shared.u32 [%r5], 0"),  # stores after its arrive
-    (split(REFILL, "bar.sync 1, 256;\n    bar.arrive 2, 256;"), "st.shared.u32 [%r5], 0"),  # released before its read
-    (split(full="bar.arrive 1, 256;"), "st.shared.u32 [%r5], %r6"),  # both arrive: nobody waits
-], ids=["store-after-arrive", "release-before-read", "nobody-waits"])
-def test_a_named_barrier_split_with_an_ordering_bug_is_reported(text, writer):
-    with pytest.raises(PtxHazardError, match=rf"ld.shared.u32: reads shared address 0x4, which the instruction at line "
-                                             rf"{line_of(text, writer)} \(thread \(1, 0, 0\) .* wrote, and no "
-                                             r"synchronisation orders the two"):
-        run(text, 1, 256, [np.zeros(128, np.uint32)])
-
-
-@pytest.mark.parametrize("produced, full", [("bar.arrive 1, 256;", "bar.sync 2, 256;"),
-                                            ("bar.arrive 1, 128;", "bar.sync 1, 256;")], ids=["wrong-id", "count"])
-def test_a_consumer_on_a_barrier_the_producer_never_completes_is_a_deadlock(produced, full):
-    text = split(produced, full)
-    with pytest.raises(PtxDeadlockError, match=rf"128 thread\(s\), first thread \(128, 0, 0\) .*: wait at named "
-                                               rf"barrier \d at line {line_of(text, full)} \(bar.sync\)"):
-        run(text, 1, 256, [np.zeros(128, np.uint32)])
 
 
 # endregion
