@@ -2,8 +2,8 @@
 `bar.sync` thread counts that do not match the threads arriving (too many at once, too few: a deadlock, one barrier
 counted two ways in one phase, counts ptxas refuses), a barrier used by other warps that orders nothing for a
 handoff, and a producer/consumer split on `bar.arrive`/`bar.sync` (stores after the arrive, a release before the
-read, nobody waiting, a consumer on the wrong barrier: a `PtxDeadlockError`). The mbarrier, bulk-copy, proxy-fence
-and cp.async cases: tests/test_unseen_ptx_races.py."""
+read, nobody waiting, a consumer on the wrong barrier: a `PtxDeadlockError`). The mbarrier cases:
+tests/test_unseen_ptx_mbarriers.py; bulk copies, proxy fences and cp.async: tests/test_unseen_ptx_races.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 `atom` against a plain read-modify-write from many CTAs (and a relaxed one: no data race, lost updates), a plain
 load of a word other CTAs `red` into, distributed shared memory exchanged through a cluster barrier (and without
 one, or through a .relaxed arrive), `st.async.v2` into a peer on its mbarrier with a wrong `expect_tx` or parity.
-The CTA-local cases: tests/test_unseen_ptx_races.py."""
+The CTA-local cases: tests/test_unseen_ptx_races.py, tests/test_unseen_ptx_mbarriers.py,
+tests/test_unseen_ptx_barriers.py."""
 
 from __future__ import annotations
 

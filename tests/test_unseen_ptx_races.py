@@ -1,11 +1,11 @@
 """Hand-written sm_90a PTX with ordering bugs inside one CTA that the seeded lists do not have, each beside a correct
-twin that must run clean and right (against NumPy), through `tessera.interpreters.ptx.launch`: an mbarrier handoff
-waiting on the wrong parity (as Triton writes the wait), a `cp.async.bulk` read before its mbarrier completes, a bulk
-store fenced for the wrong state space, overlapping stores of two warps, `cp.async.wait_group` counting the wrong
-groups, an mbarrier wait in each form a kernel writes. Each is reported naming the instruction and its line; a
-barrier that can never complete is a `PtxDeadlockError`, not a spin. Named barriers:
-tests/test_unseen_ptx_barriers.py; between CTAs and in clusters: tests/test_unseen_ptx_cluster_races.py; odd but
-legal PTX: tests/test_unseen_ptx_odd.py. The regressions these found live with the code they test:
+twin that must run clean and right (against NumPy), through `tessera.interpreters.ptx.launch`: a `cp.async.bulk`
+read before its mbarrier completes (an `expect_tx` too short or too long), a bulk store fenced for the wrong state
+space or its source reused before `wait_group.read`, overlapping stores of two warps, `cp.async.wait_group`
+counting the wrong groups. Each is reported naming the instruction and its line; a barrier that can never complete
+is a `PtxDeadlockError`, not a spin. mbarrier handoffs and rings: tests/test_unseen_ptx_mbarriers.py; named
+barriers: tests/test_unseen_ptx_barriers.py; between CTAs and in clusters: tests/test_unseen_ptx_cluster_races.py;
+odd but legal PTX: tests/test_unseen_ptx_odd.py. The regressions these found live with the code they test:
 tests/test_reductions.py, tests/test_ptx_cluster.py (what a cluster barrier orders), tests/test_ptx_exec.py (a
 collective outside its member mask), tests/test_ptx_races.py (a plain flag store racing a strong poll)."""
 
@@ -19,121 +19,6 @@ from tessera.interpreters.ptx import PtxDeadlockError, PtxHazardError
 from unseen_ptx import WAIT, line_of, run
 
 
-# region an mbarrier handoff between two warps
-HANDOFF = r"""
-.visible .entry k(.param .u64 out)
-{
-    .reg .b32 %r<16>;
-    .reg .b64 %rd<8>;
-    .reg .pred %p<4>;
-    .shared .align 8 .b64 bar;
-    .shared .align 4 .b8 buf[128];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, bar;
-    mov.u32 %r2, buf;
-    setp.eq.u32 %p0, %r0, 0;
-    @%p0 mbarrier.init.shared::cta.b64 [%r1], COUNT;
-    bar.sync 0;
-    setp.lt.u32 %p1, %r0, 32;
-    and.b32 %r3, %r0, 31;
-    shl.b32 %r4, %r3, 2;
-    add.u32 %r5, %r2, %r4;
-    @!%p1 bra CONSUMER;
-    mul.lo.u32 %r6, %r3, 3;
-    st.shared.u32 [%r5], %r6;
-    mbarrier.arrive.shared::cta.b64 %rd0, [%r1];
-    bra DONE;
-CONSUMER:
-    WAIT
-    ld.shared.u32 %r7, [%r5];
-    ld.param.u64 %rd1, [out];
-    mul.wide.u32 %rd2, %r3, 4;
-    add.u64 %rd3, %rd1, %rd2;
-    st.global.u32 [%rd3], %r7;
-DONE:
-    ret;
-}
-""".replace("WAIT", WAIT)
-"""Warp 0 stores a word each and arrives (32 arrivals complete phase 0); warp 1 waits and reads them."""
-
-
-@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("adversarial", 1), ("delayed-warp", 0)])
-def test_an_mbarrier_handoff_waiting_on_phase_0_is_clean_and_right(schedule, seed):
-    out = run(HANDOFF.replace("COUNT", "32").replace("PARITY", "0"), 1, 64, [np.zeros(32, np.uint32)],
-              schedule=schedule, seed=seed)[0]
-    np.testing.assert_array_equal(out, 3 * np.arange(32))
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_consumer_waiting_on_parity_1_of_a_fresh_mbarrier_is_reported(seed):
-    """Parity 1 names the phase before phase 0, complete from the start: the wait passes at once and the read
-    races the producer's store, whichever ran first (adversarial seeds put either side first)."""
-    text = HANDOFF.replace("COUNT", "32").replace("PARITY", "1")
-    with pytest.raises(PtxHazardError, match=r"(ld|st)\.shared\.u32: (reads|writes) shared address 0x\w+, which the "
-                                             r"instruction at line \d+ .*no synchronisation orders the two"):
-        run(text, 1, 64, [np.zeros(32, np.uint32)], schedule="adversarial", seed=seed)
-
-
-def test_a_consumer_on_parity_1_after_the_producer_arrived_is_a_deadlock_naming_the_parity():
-    """On min-pc the producer completes phase 0 first; parity 1 then waits for phase 1, which nobody arrives in:
-    the GPU hangs there, and the executor names the wait, its phase and parity."""
-    text = HANDOFF.replace("COUNT", "32").replace("PARITY", "1")
-    with pytest.raises(PtxDeadlockError, match=r"wait on the mbarrier at shared address 0x0 \(in phase 1, parity 1, "
-                                               r"with 32 of 32 arrivals pending .* one for parity 1 waits for this "
-                                               r"phase\) at line \d+ \(mbarrier.try_wait.parity"):
-        run(text, 1, 64, [np.zeros(32, np.uint32)])
-
-
-def test_an_mbarrier_counting_one_arrival_too_many_is_a_deadlock():
-    with pytest.raises(PtxDeadlockError, match=r"in phase 0, parity 0, with 1 of 33 arrivals pending"):
-        run(HANDOFF.replace("COUNT", "33").replace("PARITY", "0"), 1, 64, [np.zeros(32, np.uint32)])
-
-
-SPINS = {
-    "try_wait-suspend-hint": ("""{
-    .reg .pred c;
-    wl:
-    mbarrier.try_wait.parity.shared::cta.b64 c, [%r1], 0, 0x989680;
-    @!c bra.uni wl;
-    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
-    "try_wait-acquire-cta": ("""{
-    .reg .pred c;
-    wl:
-    mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 c, [%r1], 0;
-    @!c bra wl;
-    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
-    "test_wait-spin": ("""{
-    .reg .pred c;
-    wl:
-    mbarrier.test_wait.parity.shared::cta.b64 c, [%r1], 0;
-    @!c bra wl;
-    }""", r"wait on the mbarrier at shared address 0x0 \(in phase 0, parity 0, with 1 of 33 arrivals pending"),
-    "test_wait-nanosleep": ("""{
-    .reg .pred c;
-    wl:
-    mbarrier.test_wait.parity.shared::cta.b64 c, [%r1], 0;
-    @c bra ok;
-    nanosleep.u32 20;
-    bra wl;
-    ok:
-    }""", r"sleep in a spin wait that nothing can end \(a nanosleep poll .* or an mbarrier test_wait whose phase "
-          r"never completes"),
-}
-"""The consumer's wait written other ways: with try_wait's suspend-time hint, as .acquire.cta, as a test_wait spin,
-and a test_wait polled with nanosleep; each with the message of its deadlock when one arrival never comes."""
-
-
-@pytest.mark.parametrize("name", SPINS)
-def test_an_mbarrier_wait_in_any_form_is_right_or_a_deadlock_never_a_spin(name):
-    wait, deadlock = SPINS[name]
-    text = HANDOFF.replace(WAIT, wait).replace("PARITY", "0")
-    out = run(text.replace("COUNT", "32"), 1, 64, [np.zeros(32, np.uint32)])[0]
-    np.testing.assert_array_equal(out, 3 * np.arange(32))
-    with pytest.raises(PtxDeadlockError, match=deadlock):
-        run(text.replace("COUNT", "33"), 1, 64, [np.zeros(32, np.uint32)])
-
-
-# endregion
 # region cp.async.bulk into shared memory on an mbarrier
 BULK = r"""
 .visible .entry k(.param .u64 src, .param .u64 out)
