@@ -694,6 +694,38 @@ def test_a_register_member_mask_naming_each_half_of_the_warp_runs():
     np.testing.assert_array_equal(lanes_out(body), [120] * 16 + [376] * 16)
 
 
+@pytest.mark.parametrize("barrier, reported", [("bar.sync 0;", True), ("barrier.sync.aligned 0;", True),
+                                              ("barrier.sync 0;", False), ("barrier.sync 1, 64;", False)])
+def test_an_aligned_barrier_in_both_branches_of_a_divergent_warp_is_a_hazard(barrier, reported):
+    """Each half of every warp reaches the barrier at its own instruction (__syncthreads() in an if and its else):
+    undefined for an aligned barrier (bar is barrier.aligned), which ran as if the halves met; barrier.sync without
+    .aligned may be reached so, and orders the stores of every thread before the loads."""
+    body = f"""
+    mov.u32 %r1, buf;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r3, %r1, %r2;
+    st.shared.u32 [%r3], %r0;
+    and.b32 %r4, %r0, 31;
+    setp.lt.u32 %p1, %r4, 16;
+    @%p1 bra LOW;
+    {barrier}
+    bra JOIN;
+LOW:
+    {barrier}
+JOIN:
+    xor.b32 %r5, %r2, 128;
+    add.u32 %r6, %r1, %r5;
+    ld.shared.u32 %r9, [%r6];
+    """
+    if not reported:
+        np.testing.assert_array_equal(lanes_out(body, block=64, extra=".shared .align 4 .b32 buf[64];"),
+                                      np.arange(64) ^ 32)
+        return
+    with pytest.raises(PtxHazardError, match=r"the threads of this warp arrive on barrier 0 at two instructions "
+                                             r"\(lines \d+ and \d+\) in one phase: an aligned barrier"):
+        lanes_out(body, block=64, extra=".shared .align 4 .b32 buf[64];")
+
+
 def test_named_barriers_order_shared_memory_between_warps():
     body = """
     mov.u32 %r1, buf;
