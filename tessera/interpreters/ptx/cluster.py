@@ -12,8 +12,9 @@ atom, mbarrier, cp.async.bulk destinations and barriers) reaches the named CTA's
 [P#parallel-synchronization-and-communication-instructions-barrier-cluster]: each thread arrives, then waits
 until every non-exited thread of the cluster arrived in this phase (exited threads never block it); arriving
 twice without a wait, or waiting without having arrived, stops the run. A `.release` arrival (the default)
-releases what its thread did before it, not what it does between the arrive and its wait; a `.relaxed` one
-releases nothing (what precedes the thread's last release fence, where it has one); each wait acquires what the phase's arrivals released, in every CTA of the cluster
+releases what its thread did before it (its accesses, the mbarrier phases it had observed), not what it does
+between the arrive and its wait; a `.relaxed` one releases nothing (what precedes the thread's last release fence,
+where it has one); each wait acquires what the phase's arrivals released, in every CTA of the cluster
 [memory_model.CLUSTER_BARRIER_ORDERING].
 
 Hazards (`PtxHazardError` messages starting "hazard:"), each naming the instruction, line and thread:
@@ -112,9 +113,8 @@ class ClusterState:
         self.phase[group] += 1
         m.sync_epoch += 1
         m.tracker.hb.cluster_completed(group)  # the arrivals' releases, published to the waits
-        for cta in np.unique(m.lane_cta[lanes]):  # each CTA's threads share the mbarrier phases they observed
-            mine = lanes[m.lane_cta[lanes] == cta]
-            m.tracker.share_observed(mine, mine)
+        for cta in np.unique(m.lane_cta[lanes]):  # each CTA's threads, the mbarrier phases its arrivals observed
+            m.tracker.share_observed(("cluster", int(cta)), lanes[m.lane_cta[lanes] == cta])
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
         m.woken += 1
@@ -136,6 +136,7 @@ class ClusterState:
         for group, rank, mine in self.per_cta(lanes):
             if not relaxed:
                 hb.cluster_arrived(group, rank, hb._release(mine))
+                self.m.tracker.barrier_arriving(("cluster", int(self.m.lane_cta[mine[0]])), mine)
                 continue
             for lane in mine.tolist():
                 fenced = self.m.global_order.fence_release.get(lane)

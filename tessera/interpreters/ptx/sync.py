@@ -65,7 +65,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
                                      "for its next phase, which ones depending on timing (wrong barrier thread "
                                      "count)", int(arrived[-1]))
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
-    m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting, (barrier, cta))
+    m.tracker.shared_by_barrier(waiting, (barrier, cta))
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
     arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
@@ -78,6 +78,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     early = lanes[m.bar_arrived[barrier, lanes]]  # threads of warps not yet whole: they count for the next phase
     if len(early):
         m.tracker.hb.bar_arrived((barrier, cta), early)
+        m.tracker.barrier_arriving((barrier, cta), early)
     m.bar_count[barrier, cta] = 0
     if not m.bar_uncounted[barrier, lanes].any():
         m.bar_expected[barrier, cta] = 0
@@ -189,7 +190,9 @@ def decode_bar(ops: Operands, inst, mods):
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
         for cta in np.unique(m.lane_cta[active]):
-            m.tracker.hb.bar_arrived((barrier, int(cta)), active[m.lane_cta[active] == cta])
+            mine = active[m.lane_cta[active] == cta]
+            m.tracker.hb.bar_arrived((barrier, int(cta)), mine)
+            m.tracker.barrier_arriving((barrier, int(cta)), mine)
         if reduce is not None:
             reduce(barrier, active)
         if action == "sync":
