@@ -124,6 +124,24 @@ def test_a_distributed_shared_memory_exchange_without_a_releasing_cluster_barrie
         run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2)
 
 
+@pytest.mark.parametrize("store", ["atom.shared::cluster.add.u32 %r9, [%r6], %r7;",
+                                   "red.shared::cluster.add.u32 [%r6], %r7;",
+                                   "st.relaxed.cluster.shared::cluster.u32 [%r6], %r7;"],
+                         ids=["atom", "red", "relaxed"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_a_strong_or_atomic_store_into_the_peer_races_its_plain_read_without_a_barrier(store, schedule, seed):
+    """Morally strong only with other strong accesses: the owner's plain ld.shared races it, whichever runs first;
+    with the cluster barrier between them it is ordered (an add into a zero word: the peer's value)."""
+    text = DSMEM.replace("st.shared::cluster.u32 [%r6], %r7;", store)
+    out = run(text.replace("SYNC", "barrier.cluster.arrive;\n    barrier.cluster.wait;"), 2, 64,
+              [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)[0]
+    np.testing.assert_array_equal(out, np.r_[1000 + np.arange(64), np.arange(64)])
+    with pytest.raises(PtxHazardError, match=r"shared address 0x0 of CTA \(0, 0, 0\), which the instruction at line "
+                                             r"\d+ \(thread \(0, 0, 0\) of CTA \([01], 0, 0\)\) (wrote|read), and no "
+                                             r"synchronisation orders the two"):
+        run(text.replace("SYNC", ""), 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+
+
 def test_mapa_to_a_rank_outside_the_launch_cluster_is_a_hazard():
     with pytest.raises(PtxHazardError, match=r"hazard: mapa.shared::cluster.u32: CTA rank 1 is outside the cluster of "
                                              r"1"):
