@@ -1,9 +1,9 @@
 """Odd but legal PTX a kernel author writes, run by the PTX executor against NumPy (float64 or exact integers):
-predicated branches that split a warp, `vote`/`shfl`/`activemask`/`bar.warp.sync` on part of a warp, `prmt` in
-every mode, `bfe.s32`/`bfi`, `cvt` in each rounding mode and on NaN, infinities and out-of-range values, 64-bit
-address arithmetic with a negative offset, 64-bit `mul.hi`/`shr`, and a `.local` array indexed per thread (one past
-its end: refused by name). A collective executed by a thread its member mask does not name is refused
-(tests/test_ptx_exec.py)."""
+predicated branches that split a warp, `vote`/`shfl`/`activemask`/`bar.warp.sync` on part of a warp, `prmt` in every
+mode, `bfe.s32`/`bfi`, `cvt` in each rounding mode and on NaN, infinities and out-of-range values, 64-bit address
+arithmetic with a negative offset, 64-bit `mul.hi`/`shr`, and a `.local` array indexed per thread (one past its end:
+refused by name; `cvt` to .tf32, `mul24` and `discard` as well). A collective executed by a thread its member mask
+does not name is refused (tests/test_ptx_exec.py)."""
 
 from __future__ import annotations
 
@@ -223,3 +223,14 @@ def test_a_local_array_indexed_per_thread():
 def test_a_local_array_read_one_past_its_end_is_refused_by_name():
     with pytest.raises(PtxExecutionError, match=r"ld.u32: 4-byte access at .* out of bounds .*\(thread \(16, 0, 0\)"):
         words(LOCAL.replace("MASK", "31"))
+
+
+@pytest.mark.parametrize("body, message", [
+    ("cvt.rna.tf32.f32 %r1, %f0;", r"cvt.rna.tf32.f32: not supported by the PTX executor: needs 2 type modifiers "
+                                   r"\(.tf32 is not a type the executor takes here\)"),
+    ("mul24.hi.u32 %r1, %r0, %r0;", r"mul24.hi.u32: unknown instruction 'mul24' \(not supported by the PTX executor\)"),
+    ("discard.global.L2 [%rd2], 128;", r"discard.global.L2: unknown instruction 'discard'"),
+], ids=["cvt-tf32", "mul24", "discard"])
+def test_legal_ptx_the_executor_does_not_implement_is_refused_by_name_before_running(body, message):
+    with pytest.raises(PtxExecutionError, match=r"<ptx>:\d+: error: " + message):
+        words(body)
