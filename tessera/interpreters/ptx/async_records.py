@@ -119,11 +119,12 @@ class AsyncRecords:
                            dense: tuple[int, int]) -> bool:
         """Whether `async_write` of one copy by each of `lanes` into the range `dense` (offsets, whole 16-byte
         chunks) of its own CTA's shared memory (`slots`; `rows`, the same as a slice where they are consecutive)
-        passes every check and clears no generic record: with races on, no generic read or write, peer read or
-        completed bulk-store read (`r_async`) recorded in the ranges, and every completed wgmma read of their
-        bytes (`_span_completions`, here over the CTAs' ranges at once) ordered before the lane's present point.
+        passes every check and clears no generic record: with races on, no generic read or write, peer or strong
+        read or completed bulk-store read (`r_async`) recorded in the ranges, and every completed wgmma read of
+        their bytes (`_span_completions`, here over the CTAs' ranges at once) ordered before the lane's present
+        point.
         Changes nothing."""
-        if not self.races or self.r_any or self.peer_read_any:
+        if not self.races or self.r_any or self.peer_read_any or self.strong_read_any:
             return False
         size = self._cta_bytes()
         spans = [slice(slot * size + dense[0], slot * size + dense[1]) for slot in slots.tolist()]
