@@ -29,8 +29,9 @@ class TaggedAccesses:
         with a plain one [memory_model.DATA_RACE]: a strong or `atomic` write (atom/red on shared memory: a
         histogram's bins) is recorded as such, so that a plain access no synchronisation orders against it is a
         race and another strong or atomic one is not (`HappensBefore.write`); a strong read is judged against the
-        last write when that was plain (`HappensBefore.strong_read`) and is not recorded, so a plain store after
-        a flag's poll is not judged against the poll. Both are checked against copies in flight."""
+        last write when that was plain and recorded apart from the plain reads, so a later plain store is judged
+        against it and a strong one is not (`HappensBefore.strong_read`). Both are checked against copies in
+        flight."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
