@@ -178,7 +178,7 @@ def _consumers_take_more_registers(text: str) -> str:
 
 SEEDED = [
     ("pingpong", _second_turn_counts_one_warpgroup, dict(schedule="delayed-warpgroup", seed=0),
-     r"PtxExecutionError: <pingpong\.ptx>:\d+: error: bar\.sync: barrier 1 used with thread counts"),
+     r"PtxHazardError: <pingpong\.ptx>:\d+: error: bar\.sync: barrier 1 used with thread counts"),
     ("192x128", _consumers_take_more_registers, {},
      r"PtxDeadlockError: <192x128\.ptx>: error: deadlock: .* wait in setmaxnreg\.inc for registers of the CTA's pool"),
 ]

@@ -153,6 +153,12 @@ only threads that have not yet made it to a barrier{.cta} for all threads in the
 barrier.cluster for all threads in the cluster. If the exiting threads are holding up the
 barrier, the barrier is released.
 """,
+    # [P#parallel-synchronization-and-communication-instructions-barrier-cluster], barrier.cluster: Description
+    "parallel-synchronization-and-communication-instructions-barrier-cluster": """
+The optional .relaxed qualifier on barrier.cluster.arrive specifies that there are no memory
+ordering and visibility guarantees provided for the memory accesses performed prior to
+barrier.cluster.arrive.
+""",
     # [P#data-movement-and-conversion-instructions-cp-async-bulk-wait-group], cp.async.bulk.wait_group: Description
     "data-movement-and-conversion-instructions-cp-async-bulk-wait-group": """
 The optional .read modifier indicates that the waiting has to be done until all the bulk async operations in the
@@ -217,7 +223,8 @@ def test_the_executor_names_the_rules_it_applies():
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
                  "WGMMA_A_ROWS_PER_WARP",
                  "WGMMA_GROUP_PER_WARPGROUP",
-                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "TMA_READ_UNTIL_COMPLETE", "CP_ASYNC_PROXY"):
+                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CLUSTER_BARRIER_ORDERING", "TMA_READ_UNTIL_COMPLETE",
+                 "CP_ASYNC_PROXY"):
         assert f"memory_model.{name}" in source, name
 
 

@@ -1,8 +1,10 @@
-"""Observing an mbarrier phase travels along happens-before chains, at both levels: a thread that waited phase p
-of barrier X and then arrives on barrier Y lets Y's waiters read the bytes X's phase p delivered (the CTA simulator
-learnt a phase only through its own wait or a bar_sync, and refused the correct chain); an arrival made before
-that wait carries nothing, and an arrival into a later phase of Y reaches only that phase's waiters (the PTX
-executor carried every arrival to every waiter of the barrier, and missed the bug)."""
+"""Observing an mbarrier phase travels along happens-before chains, at both levels: a thread that waited phase p of
+barrier X and then arrives on barrier Y lets Y's waiters read the bytes X's phase p delivered (the CTA simulator
+learnt a phase only through its own wait or a bar_sync, and refused the correct chain); an arrival made before that
+wait carries nothing, and an arrival into a later phase of Y reaches only that phase's waiters (the PTX executor
+carried every arrival to every waiter of the barrier, and missed the bug). A named barrier's `bar.arrive` carries
+likewise only what its thread had observed when it arrived (the PTX executor shared what the participants had
+observed when the barrier completed)."""
 
 from __future__ import annotations
 
@@ -185,6 +187,68 @@ def test_ptx_an_arrive_into_a_later_phase_reaches_only_that_phases_waiters():
             "    @%p2 bra SPIN;")
     with pytest.raises(PtxHazardError, match=_NOT_OBSERVED):
         _ptx(early=_ARRIVE, late=_ARRIVE + "\n" + flag, count=2, second="@%p3 " + _ARRIVE, spin=spin)
+
+
+_NAMED = PTX_HEADER + """.visible .entry named(.param .u64 src, .param .u64 out)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 8 .b64 bar;
+    .shared .align 128 .b8 buf[128];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, bar;
+    mov.u32 %r2, buf;
+    ld.param.u64 %rd0, [src];
+    cvta.to.global.u64 %rd0, %rd0;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared::cta.b64 [%r1], 1;
+    bar.sync 0;
+    setp.lt.u32 %p1, %r0, 32;
+    @!%p1 bra READER;
+    @%p0 mbarrier.arrive.expect_tx.shared::cta.b64 %rd1, [%r1], 128;
+    @%p0 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r2], [%rd0], 128, [%r1];
+    ORDER
+    bra DONE;
+READER:
+    bar.sync 1, 64;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    ld.shared.u32 %r7, [%r5 + -128];
+    ld.param.u64 %rd2, [out];
+    mul.wide.u32 %rd3, %r0, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4 + -128], %r7;
+DONE:
+    ret;
+}
+"""
+"""Warp 0 copies a row into buf on `bar` (thread 0), waits for it (WAIT) and arrives on named barrier 1 (ORDER);
+warp 1 meets it there and reads the row without waiting on `bar` itself."""
+_NAMED_WAIT = """{
+    .reg .pred c;
+    wl:
+    mbarrier.try_wait.parity.shared::cta.b64 c, [%r1], 0;
+    @!c bra.uni wl;
+    }"""
+
+
+@pytest.mark.parametrize("schedule", [{}, {"schedule": "delayed-warp", "seed": 1},
+                                      {"schedule": "adversarial", "seed": 1}])
+@pytest.mark.parametrize("wait_first", [True, False], ids=["wait-then-arrive", "arrive-then-wait"])
+def test_ptx_a_bar_arrive_carries_what_its_thread_observed_before_it_only(wait_first, schedule):
+    """A named barrier shared the phases its participants had observed when it completed, so a warp that arrived
+    (bar.arrive) and only then waited on the copy's phase let the reader read the row unreported on min-pc and with
+    the reader late; now what an arrival carries is what its thread had observed at the arrive."""
+    order = _NAMED_WAIT + "\n    bar.arrive 1, 64;" if wait_first else "bar.arrive 1, 64;\n    " + _NAMED_WAIT
+    text = _NAMED.replace("ORDER", order)
+    args = [_SOURCE.view(np.uint32).copy(), np.zeros(32, np.uint32)]
+    if wait_first:
+        np.testing.assert_array_equal(launch(text, "named", 1, 64, args, **schedule)[1], _SOURCE.view(np.uint32))
+        return
+    with pytest.raises(PtxHazardError, match=r"ld.shared.u32: reads shared address 0x80 before (the TMA copy into )?it "
+                                             r"was signalled"):
+        launch(text, "named", 1, 64, args, **schedule)
 
 
 # endregion

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import PtxExecutionError, TensorMapArg, launch
+from tessera.interpreters.ptx import PtxExecutionError, PtxHazardError, TensorMapArg, launch
 from tessera.sm90 import facts
 
 from race_templates import INIT_LOCAL_BARRIER, REMOTE_ARRIVE_THEN_WAIT, SYNC_CLUSTER, WAIT_LOCAL_BARRIER, ptx_entry
@@ -762,3 +762,73 @@ def test_a_producer_learns_a_peers_release_through_a_chain(early, late, reported
     body = checked(_REFILL).replace("RELEASE", release).replace("EMPTY_WAIT", _WAIT_LINK).replace(
         "    @%p7 fence", "    mov.u32 %r22, link;\n    @%p7 mbarrier.init.shared::cta.b64 [%r22], 1;\n    @%p7 fence")
     _run_refill(body, " .shared .align 8 .b64 link;", reported)
+
+
+# region what a cluster barrier orders [memory_model.CLUSTER_BARRIER_ORDERING]
+_HANDOFF = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 16 .b8 buf[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r2, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    mapa.shared::cluster.u32 %r6, %r5, 1;
+    setp.eq.u32 %p0, %r1, 0;
+    mov.u32 %r8, 0;
+    @!%p0 bra READER;
+    BEFORE
+    st.shared::cluster.u32 [%r6], %r0;
+    AFTER
+    barrier.cluster.wait;
+    bra OUT;
+READER:
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    ld.shared.u32 %r8, [%r5];
+OUT:
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r11, %ctaid.x;
+    mad.lo.u32 %r12, %r11, 64, %r0;
+    mul.wide.u32 %rd3, %r12, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r8;
+    ret;
+}
+"""
+"""Rank 0 stores its thread index into rank 1's `buf` through `mapa` around its cluster barrier arrive (BEFORE,
+AFTER); rank 1 reads `buf` after its wait."""
+
+
+@pytest.mark.parametrize("before, after, reported", [
+    ("", "barrier.cluster.arrive;", False),
+    ("", "barrier.cluster.arrive.release;", False),
+    ("", "fence.acq_rel.cluster;\n    barrier.cluster.arrive.relaxed;", False),  # a release fence, then the arrive
+    ("barrier.cluster.arrive;", "", True),  # stored after arriving: not released, whenever the phase completes
+    ("", "barrier.cluster.arrive.relaxed;", True),  # "no memory ordering and visibility guarantees"
+], ids=["release", "explicit-release", "fence-then-relaxed", "store-after-arrive", "relaxed"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_a_cluster_barrier_orders_what_each_release_arrival_did_before_it(before, after, reported, schedule, seed):
+    """A barrier.cluster.arrive releases at its own point, like bar.arrive, and a .relaxed one releases nothing:
+    both silent bugs ran clean before on min-pc and with the reader's CTA late, because the barrier joined every
+    thread's clock when its phase completed (the store after the arrive, or before a .relaxed one, included)."""
+    text = _HANDOFF.replace("BEFORE", before).replace("AFTER", after)
+    run = lambda: launch(text, "k", 2, 64, [np.zeros(128, np.uint32)], cluster=2,  # noqa: E731
+                         schedule=schedule, seed=seed)[0]
+    if not reported:
+        np.testing.assert_array_equal(run(), np.r_[np.zeros(64), np.arange(64)])
+        return
+    store = text.splitlines().index("    st.shared::cluster.u32 [%r6], %r0;") + 1
+    with pytest.raises(PtxHazardError, match=r"ld.shared.u32: reads shared address 0x0 of CTA \(1, 0, 0\), which the "
+                                             rf"instruction at line {store} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) "
+                                             r"wrote, and no synchronisation orders the two"):
+        run()
+
+
+# endregion

@@ -164,9 +164,9 @@ def test_the_halved_ping_pong_barrier_on_every_length_and_each_late_warp(seq_k):
     assert _run_pingpong(seq_k).ok
     for warp in range(12):
         if warp < 4:
-            with pytest.raises(PtxExecutionError, match=r"barrier 1 used with thread counts (256 and 128|128 and 256)"):
+            with pytest.raises(PtxHazardError, match=r"barrier 1 used with thread counts (256 and 128|128 and 256)"):
                 _run_pingpong(seq_k, schedule="delayed-warp", seed=warp)
         else:
             assert _run_pingpong(seq_k, schedule="delayed-warp", seed=warp).ok
-    with pytest.raises(PtxExecutionError, match=r"barrier 1 used with thread counts 256 and 128"):
+    with pytest.raises(PtxHazardError, match=r"barrier 1 used with thread counts 256 and 128"):
         _run_pingpong(seq_k, schedule="delayed-warpgroup", seed=0)

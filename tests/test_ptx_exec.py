@@ -665,6 +665,67 @@ SKIP:
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("body", [
+    "shfl.sync.idx.b32 %r9, %r0, 0, 0x1f, 0xffff;",
+    "vote.sync.ballot.b32 %r9, 1, 0xffff;",
+    "match.any.sync.b32 %r9, %r0, 0xffff;",
+    "redux.sync.add.u32 %r9, %r0, 0xffff;",
+    "elect.sync %r9|%p1, 0xffff;",
+    "bar.warp.sync 0xffff; mov.u32 %r9, 0;",
+], ids=["shfl", "vote", "match", "redux", "elect", "bar.warp.sync"])
+def test_a_warp_collective_executed_outside_its_member_mask_is_refused(body):
+    """The whole warp executes a collective whose mask names lanes 0-15 only: undefined by the ISA for lanes 16-31
+    ("the behavior of shfl.sync is undefined if the executing thread is not in the membermask"). It ran as if
+    the mask named them (redux.sync gave every lane the sum over 32 lanes, 496 instead of 120 for lanes 0-15)."""
+    with pytest.raises(PtxExecutionError, match=r"executed by lane 16, which its member mask 0x0000ffff does not "
+                                                 r"name \(the PTX ISA leaves this undefined; the executor refuses\) "
+                                                 r"\(thread \(16, 0, 0\)"):
+        lanes_out(body)
+
+
+def test_a_register_member_mask_naming_each_half_of_the_warp_runs():
+    """Each half names its own half (a register mask): every executing lane is in its mask, and redux.sync sums
+    over each half."""
+    body = """
+    setp.lt.u32 %p1, %r0, 16;
+    selp.u32 %r1, 0xffff, 0xffff0000, %p1;
+    redux.sync.add.u32 %r9, %r0, %r1;
+    """
+    np.testing.assert_array_equal(lanes_out(body), [120] * 16 + [376] * 16)
+
+
+@pytest.mark.parametrize("barrier, reported", [("bar.sync 0;", True), ("barrier.sync.aligned 0;", True),
+                                              ("barrier.sync 0;", False), ("barrier.sync 1, 64;", False)])
+def test_an_aligned_barrier_in_both_branches_of_a_divergent_warp_is_a_hazard(barrier, reported):
+    """Each half of every warp reaches the barrier at its own instruction (__syncthreads() in an if and its else):
+    undefined for an aligned barrier (bar is barrier.aligned), which ran as if the halves met; barrier.sync without
+    .aligned may be reached so, and orders the stores of every thread before the loads."""
+    body = f"""
+    mov.u32 %r1, buf;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r3, %r1, %r2;
+    st.shared.u32 [%r3], %r0;
+    and.b32 %r4, %r0, 31;
+    setp.lt.u32 %p1, %r4, 16;
+    @%p1 bra LOW;
+    {barrier}
+    bra JOIN;
+LOW:
+    {barrier}
+JOIN:
+    xor.b32 %r5, %r2, 128;
+    add.u32 %r6, %r1, %r5;
+    ld.shared.u32 %r9, [%r6];
+    """
+    if not reported:
+        np.testing.assert_array_equal(lanes_out(body, block=64, extra=".shared .align 4 .b32 buf[64];"),
+                                      np.arange(64) ^ 32)
+        return
+    with pytest.raises(PtxHazardError, match=r"the threads of this warp arrive on barrier 0 at two instructions "
+                                             r"\(lines \d+ and \d+\) in one phase: an aligned barrier"):
+        lanes_out(body, block=64, extra=".shared .align 4 .b32 buf[64];")
+
+
 def test_named_barriers_order_shared_memory_between_warps():
     body = """
     mov.u32 %r1, buf;

@@ -453,6 +453,22 @@ def test_the_relaxed_twin_of_the_shared_flag_races_on_the_data():
         launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)])
 
 
+@pytest.mark.parametrize("wait", ["ld.volatile.shared.u32 %r3, [%r2];", "ld.acquire.cta.shared.u32 %r3, [%r2];"])
+@pytest.mark.parametrize("schedule, seed, message", [
+    ("min-pc", None, r"^<ptx>:\d+: error: ld.(volatile|acquire.cta).shared.u32: reads shared address 0x4, which the "
+                     r"instruction at line 17 \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote"),
+    ("delayed-warp", 0, r"^<ptx>:17: error: st.shared.u32: writes shared address 0x4, which the instruction at line "
+                        r"\d+ \(thread \(32, 0, 0\) of CTA \(0, 0, 0\)\) read"),
+], ids=["poll-after-store", "store-after-poll"])
+def test_a_plain_flag_store_racing_a_strong_poll_is_reported_on_either_order(wait, schedule, seed, message):
+    """[memory_model.DATA_RACE] A plain store and a strong load are not morally strong (both must be strong): the
+    flag itself races. Strong shared accesses were kept out of the race records, so this ran silent (and a
+    one-shot volatile poll with the producer warp late read 0, a wrong answer with no report)."""
+    text = filled(_SHARED_FLAG, SIGNAL="st.shared.u32 [%r2], 1;", WAIT=wait)
+    with pytest.raises(PtxHazardError, match=message):
+        launch(text, "flag", 1, 64, [np.zeros(1, np.uint32)], schedule=schedule, seed=seed)
+
+
 # Warp 1 stores a word and arrives (bar.arrive 1, 64), then STORES_AFTER; warp 0 waits (bar.sync 1, 64) and reads
 # the words. Warp 0's wait is last in the text, so the executor's min-pc schedule runs warp 1 to its end first.
 _ARRIVE_THEN_STORE = PTX_HEADER + """.visible .entry arrive(.param .u64 out)

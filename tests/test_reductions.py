@@ -399,7 +399,7 @@ def test_printed_instructions():
 # endregion
 # region the PTX executor
 
-from tessera.interpreters.ptx.state import PtxExecutionError  # noqa: E402
+from tessera.interpreters.ptx.state import PtxExecutionError, PtxHazardError  # noqa: E402
 from tessera.ptx.kernel import launch_smem_bytes  # noqa: E402
 
 
@@ -433,22 +433,23 @@ def test_ptx_atom_returns_the_running_sum_in_launch_order():
 
 def test_ptx_plain_store_racing_an_add_and_early_read_are_reported():
     args = [_slices(), np.zeros((32, 2), np.float32), np.zeros((CTAS, 32, 2), np.float32)]
-    with pytest.raises(PtxExecutionError, match=r"race between CTAs"):
+    # races, so `PtxHazardError`s as happens_before's are (they were bare PtxExecutionErrors)
+    with pytest.raises(PtxHazardError, match=r"race between CTAs"):
         _run_ptx(PLAIN_STORE_IN_CTA_1, "red", args, [1, 0, 2, 3])
     early = planted(RED, "    func.return\n",
                     "    %read = sm90.ld_global %out[%offs], %all : vector<2xi64>, vector<2xi1> -> vector<2xf32>\n"
                     "    sm90.st_global %seen[%xoffs], %read, %all : vector<2xi64>, vector<2xf32>, vector<2xi1>\n"
                     "    func.return\n")
-    with pytest.raises(PtxExecutionError, match=r"before every contribution landed"):
+    with pytest.raises(PtxHazardError, match=r"before every contribution landed"):
         _run_ptx(early, "red", args)
 
 
 def test_ptx_reuse_of_the_bulk_source_before_wait_group_read_is_reported():
-    with pytest.raises(PtxExecutionError, match=r"st.shared.b32: overwrites shared memory that cp.reduce.async.bulk "
+    with pytest.raises(PtxHazardError, match=r"st.shared.b32: overwrites shared memory that cp.reduce.async.bulk "
                                                 r"at line \d+ .* may still be reading"):
         _run_ptx(SOURCE_REUSED_BEFORE_READ_WAIT, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
     unwaited = planted(BULK, "      sm90.bulk_wait_group 0 read\n", "")
-    with pytest.raises(PtxExecutionError, match=r"CTA exits while this bulk reduction may still read"):
+    with pytest.raises(PtxHazardError, match=r"CTA exits while this bulk reduction may still read"):
         _run_ptx(unwaited, "bulk", [_slices(), np.zeros((32, 2), np.float32)])
 
 

@@ -237,6 +237,18 @@ CLUSTER_EXIT_WAIT = Rule(
     "CTA may exit, and its shared memory be freed, while the operation is pending: reported at the exit",
     "tessera.interpreters.sm90.cluster:Cluster.exit")
 
+CLUSTER_BARRIER_ORDERING = Rule(
+    "a cluster barrier orders what its .release arrivals did before arriving",
+    "parallel-synchronization-and-communication-instructions-barrier-cluster",
+    "The optional .relaxed qualifier on barrier.cluster.arrive specifies that there are no memory ordering and "
+    "visibility guarantees provided for the memory accesses performed prior to barrier.cluster.arrive.",
+    "a barrier.cluster.arrive (.release by default) releases the accesses its thread made before it, and each "
+    "barrier.cluster.wait (.acquire by default) acquires what the phase's arrivals released, in every CTA of the "
+    "cluster: what a thread does between its arrive and its wait is not ordered before the other threads' accesses "
+    "after their waits, whenever the phase completes, and a .relaxed arrival orders nothing (its thread's earlier "
+    "accesses, a distributed shared memory store into a peer included, race the peer's reads after the barrier). "
+    "The CTA simulator needs no check of its own: a Target IR cluster_arrive is .release and its wait follows it")
+
 WRITE_ORDER = Rule(
     "causality orders overlapping writes", "memory-consistency-model-coherence",
     "If a write W precedes an overlapping write W' in causality order, then W must precede W' in coherence order.",
@@ -343,7 +355,8 @@ PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
                       WGMMA_A_ROWS_PER_WARP, WGMMA_GROUP_PER_WARPGROUP,
                       CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, CP_ASYNC_PROXY, BULK_READ_BEFORE_EXIT,
-                      TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
+                      TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, CLUSTER_BARRIER_ORDERING, DATA_RACE, MORALLY_STRONG,
+                      RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
@@ -360,7 +373,7 @@ the simulators do not check (a .relaxed arrive or wait aside: the PTX executor r
 
 __all__ = ["CTA_SIMULATOR_RULES", "LOWERING_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT",
            "DATA_RACE",
-           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
+           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_BARRIER_ORDERING", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
            "CP_ASYNC_ORDER", "CP_ASYNC_PROXY",
            "MBARRIER_ARRIVE_SCOPE", "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "MBARRIER_RELEASE_FENCE",
            "MBARRIER_WAIT_SCOPE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",

@@ -110,22 +110,21 @@ class AsyncRecords:
         if written:
             self._check(inst, lanes[:1], index, self.w_lane, self.w_clock, self.w_line, "wrote", f"{what} writes", rows)
         self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
-        if read:
-            self.reads.clear(span)
+        if read or self.peer_read_any or self.strong_read_any:
+            self.clear_reads(span)
         if written:
             self.w_clock[span] = 0
-        if self.peer_read_any:
-            self.peer_reads.clear(span)
 
     def async_writes_clear(self, lanes: np.ndarray, slots: np.ndarray, rows: slice | np.ndarray,
                            dense: tuple[int, int]) -> bool:
         """Whether `async_write` of one copy by each of `lanes` into the range `dense` (offsets, whole 16-byte
         chunks) of its own CTA's shared memory (`slots`; `rows`, the same as a slice where they are consecutive)
-        passes every check and clears no generic record: with races on, no generic read or write, peer read or
-        completed bulk-store read (`r_async`) recorded in the ranges, and every completed wgmma read of their
-        bytes (`_span_completions`, here over the CTAs' ranges at once) ordered before the lane's present point.
+        passes every check and clears no generic record: with races on, no generic read or write, peer or strong
+        read or completed bulk-store read (`r_async`) recorded in the ranges, and every completed wgmma read of
+        their bytes (`_span_completions`, here over the CTAs' ranges at once) ordered before the lane's present
+        point.
         Changes nothing."""
-        if not self.races or self.r_any or self.peer_read_any:
+        if not self.races or self.r_any or self.peer_read_any or self.strong_read_any:
             return False
         size = self._cta_bytes()
         spans = [slice(slot * size + dense[0], slot * size + dense[1]) for slot in slots.tolist()]
@@ -248,9 +247,7 @@ class AsyncRecords:
     def async_written(self, flat: np.ndarray) -> None:
         """An asynchronous copy wrote `flat`: the generic records no longer apply."""
         self.w_clock[flat] = 0
-        self.reads.clear(flat)
-        if self.peer_read_any:
-            self.peer_reads.clear(flat)
+        self.clear_reads(flat)
 
     def landed(self, lanes: np.ndarray, index: np.ndarray, lines: np.ndarray, through_mbarrier: bool) -> None:
         """cp.async copies of `lanes` (from the instructions at `lines`) completed into `index` [lanes, bytes] at
@@ -262,9 +259,7 @@ class AsyncRecords:
         self.w_any = True
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
-        self.reads.clear(index)
-        if self.peer_read_any:
-            self.peer_reads.clear(index)
+        self.clear_reads(index)
 
 
 def _row_bounds(rows: np.ndarray):

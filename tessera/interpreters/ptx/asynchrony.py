@@ -146,6 +146,9 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
+        # a named barrier (barrier, CTA slot) or a CTA's cluster barrier ("cluster", CTA slot) -> [mbarrier]: the
+        # phases its pending phase's arrivals had observed when they arrived (`barrier_arriving`)
+        self.bar_seen: dict[tuple, np.ndarray] = {}
 
     # region messages
     def hazard(self, inst, message: str, lane: int | None = None, error=PtxHazardError) -> PtxHazardError:
@@ -275,25 +278,37 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.released[b, lanes] = inst.line
         self.last_arrival[key] = (inst.line, int(lanes[-1]))
 
-    def shared_by_barrier(self, participants: np.ndarray, waiters: np.ndarray, key: tuple[int, int] | None = None
-                          ) -> None:
-        """A barrier completed: its waiters know what every participant had observed (a named barrier `key`
-        = (barrier, CTA slot): what each released when it arrived, `HappensBefore.bar_arrived`)."""
-        if key is None:
-            self.hb.barrier(participants, waiters)
+    def shared_by_barrier(self, waiters: np.ndarray, key: tuple[int, int]) -> None:
+        """Named barrier `key` = (barrier, CTA slot) completed: its waiters acquire what each participant released
+        when it arrived (`HappensBefore.bar_arrived`) and know what every participant had observed then."""
+        self.hb.bar_completed(key, waiters)
+        self.share_observed(key, waiters)
+
+    def barrier_arriving(self, key: tuple, lanes: np.ndarray) -> None:
+        """`lanes` arrive at the named or cluster barrier `key`: what they have observed so far is what its
+        waiters will know once the phase completes; what they observe after arriving (a `bar.arrive` thread's
+        later mbarrier wait) is not, as their accesses after arriving are not released either."""
+        if len(self.observed) and len(lanes):
+            seen = self.observed[:, consecutive(lanes)].max(axis=1)  # (a CTA's lanes: a view, mostly)
+            if seen.any():  # (nothing observed yet: the bar.sync after the mbarrier.inits)
+                before = self.bar_seen.get(key)
+                if before is not None:
+                    seen[:len(before)] = np.maximum(seen[:len(before)], before)  # (mbarriers made since: rows added)
+                self.bar_seen[key] = seen
+
+    def share_observed(self, key: tuple, waiters: np.ndarray) -> None:
+        """Barrier `key` completed: `waiters` know the mbarrier phases its arrivals had observed when they arrived."""
+        seen = self.bar_seen.pop(key, None)
+        if seen is None or not len(waiters):
+            return
+        self.seen_runs.clear()
+        rows = slice(0, len(seen))
+        columns = consecutive(waiters)
+        if isinstance(columns, slice):
+            observed = self.observed[rows, columns]
+            np.maximum(observed, seen[:, None], out=observed)
         else:
-            self.hb.bar_completed(key, waiters)
-        if len(self.observed) and len(participants) and len(waiters):
-            seen = self.observed[:, consecutive(participants)].max(axis=1)  # (a CTA's lanes: a view, mostly)
-            if not seen.any():  # (nothing observed yet: the bar.sync after the mbarrier.inits)
-                return
-            self.seen_runs.clear()
-            columns = consecutive(waiters)
-            if isinstance(columns, slice):
-                observed = self.observed[:, columns]
-                np.maximum(observed, seen[:, None], out=observed)
-            else:
-                self.observed[:, waiters] = np.maximum(self.observed[:, waiters], seen[:, None])
+            self.observed[rows, waiters] = np.maximum(self.observed[rows, waiters], seen[:, None])
 
     # endregion
     # region bulk stores

@@ -11,7 +11,11 @@ atom, mbarrier, cp.async.bulk destinations and barriers) reaches the named CTA's
 `barrier.cluster.arrive{.release,.relaxed}{.aligned}` / `barrier.cluster.wait{.acquire}{.aligned}`
 [P#parallel-synchronization-and-communication-instructions-barrier-cluster]: each thread arrives, then waits
 until every non-exited thread of the cluster arrived in this phase (exited threads never block it); arriving
-twice without a wait, or waiting without having arrived, stops the run.
+twice without a wait, or waiting without having arrived, stops the run. A `.release` arrival (the default)
+releases what its thread did before it (its accesses, the mbarrier phases it had observed), not what it does
+between the arrive and its wait; a `.relaxed` one releases nothing (what precedes the thread's last release fence,
+where it has one); each wait acquires what the phase's arrivals released, in every CTA of the cluster
+[memory_model.CLUSTER_BARRIER_ORDERING].
 
 Hazards (`PtxHazardError` messages starting "hazard:"), each naming the instruction, line and thread:
 - a multicast mask with a bit for a rank outside the cluster; a shared::cluster address of such a rank;
@@ -108,15 +112,41 @@ class ClusterState:
             return
         self.phase[group] += 1
         m.sync_epoch += 1
-        members = [(lanes[m.lane_cta[lanes] == cta], grid_rank(m, int(cta))) for cta in np.unique(m.lane_cta[lanes])]
-        m.tracker.hb.cluster_barrier(members)  # each CTA learns what the others released (happens_before.remote)
-        for mine, _ in members:  # each CTA's threads release and acquire, observed phases included
-            m.tracker.shared_by_barrier(mine, mine)
+        m.tracker.hb.cluster_completed(group)  # the arrivals' releases, published to the waits
+        for cta in np.unique(m.lane_cta[lanes]):  # each CTA's threads, the mbarrier phases its arrivals observed
+            m.tracker.share_observed(("cluster", int(cta)), lanes[m.lane_cta[lanes] == cta])
         waiting = lanes[(m.status[lanes] == CLUSTER_WAIT) & (self.arrivals[lanes] <= self.phase[group])]
         m.status[waiting] = RUN
         m.woken += 1
         m.pc[waiting] += 1
         self.waited[waiting] = self.arrivals[waiting]
+        self.acquire(waiting)
+
+    def per_cta(self, lanes: np.ndarray):
+        """(cluster, grid rank, lanes of that CTA) for each CTA of `lanes`."""
+        m = self.m
+        for cta in np.unique(m.lane_cta[lanes]):
+            yield int(cta) // m.cluster_size, grid_rank(m, int(cta)), lanes[m.lane_cta[lanes] == cta]
+
+    def release(self, lanes: np.ndarray, relaxed: bool) -> None:
+        """`lanes` arrive: with .release, a release at this point of theirs; .relaxed, a release only at each lane's
+        last release fence (fence.acq_rel, fence.sc, membar: a release fence then the arrival is a release pattern),
+        nothing for a lane without one [memory_model.CLUSTER_BARRIER_ORDERING]."""
+        hb = self.m.tracker.hb
+        for group, rank, mine in self.per_cta(lanes):
+            if not relaxed:
+                hb.cluster_arrived(group, rank, hb._release(mine))
+                self.m.tracker.barrier_arriving(("cluster", int(self.m.lane_cta[mine[0]])), mine)
+                continue
+            for lane in mine.tolist():
+                fenced = self.m.global_order.fence_release.get(lane)
+                if fenced is not None:
+                    hb.cluster_arrived(group, rank, fenced)
+
+    def acquire(self, lanes: np.ndarray) -> None:
+        """`lanes` passed their barrier.cluster.wait (.acquire): they acquire the completed phases' releases."""
+        for group, rank, mine in self.per_cta(lanes):
+            self.m.tracker.hb.cluster_waited(group, rank, mine)
 
     def on_exit(self, ctas) -> None:
         m = self.m
@@ -321,6 +351,7 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
                               int(active[np.argmax(again)]))
             if not relaxed:
                 state.release_inits(active)
+            state.release(active, relaxed)
             state.arrivals[active] += 1
             m.pc[active] += 1
             for group in np.unique(state.group(active)):
@@ -333,6 +364,7 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
         done = state.phase[state.group(active)] >= state.arrivals[active]
         passed = active[done]
         state.waited[passed] = state.arrivals[passed]
+        state.acquire(passed)
         m.pc[passed] += 1
         m.status[active[~done]] = CLUSTER_WAIT
 

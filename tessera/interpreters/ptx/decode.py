@@ -123,7 +123,9 @@ class Modifiers:
         """The last `count` modifiers as types (e.g. cvt's destination and source types)."""
         found = self.left[-count:]
         if len(found) != count or any(ptx_type(m) is None for m in found):
-            raise self.ops.refuse(self.inst, f"needs {count} type modifiers")
+            others = [m for m in found if ptx_type(m) is None]
+            raise self.ops.refuse(self.inst, f"needs {count} type modifiers" + (
+                f" (.{', .'.join(others)} is not a type the executor takes here)" if others else ""))
         del self.left[-count:]
         return [ptx_type(m) for m in found]
 

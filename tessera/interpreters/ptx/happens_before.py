@@ -75,6 +75,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
         self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
         self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
+        self.strong_reads: ReadClocks | None = None  # strong loads since the last write (see `strong_read`)
         self.reset()
 
     def reset(self) -> None:
@@ -113,7 +114,10 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.reads.reset()
         if self.peer_reads is not None:
             self.peer_reads.reset()
+        if self.strong_reads is not None:
+            self.strong_reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
+        self.strong_read_any = False  # some byte holds a strong load since its last write
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
@@ -122,6 +126,10 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
+        # cluster (index in the batch) -> {CTA grid rank: its .release arrivals' releases} (`cluster_arrived`), of
+        # the barrier's pending phase, and of its completed phases
+        self.cluster_pending: dict[int, dict[int, tuple]] = {}
+        self.cluster_published: dict[int, dict[int, tuple]] = {}
         self.inits: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.inits_seen: set[tuple] = set()  # (keys, block) whose `_inits_seen` passed since the last init
         self.completions: list[tuple[np.ndarray, np.ndarray, int, int]] = []
@@ -207,8 +215,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
     def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
         memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER]).
-        `atomic`: an atom/red, morally strong with the other atomics [memory_model.MORALLY_STRONG], so it is not
-        judged against an earlier atomic write, but a plain access on either side of it is."""
+        `atomic`: an atom/red or a strong store, morally strong with the other atomic and strong writes
+        [memory_model.MORALLY_STRONG], so it is not judged against an earlier one of them, but a plain access on
+        either side of it is."""
         if self.races:
             peers = self._peer_rows(lanes, index)
             if peers is not None:
@@ -230,14 +239,22 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_any = True
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
+        self.clear_reads(index)
+
+    def clear_reads(self, index) -> None:
+        """A write of `index` (flat bytes or a slice): the reads recorded since the last one no longer apply."""
         self.reads.clear(index)
         if self.peer_read_any:
             self.peer_reads.clear(index)
+        if self.strong_read_any:
+            self.strong_reads.clear(index)
 
     def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
         if len(lanes):
             self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic)
             self._check_reads(inst, lanes, index, "writes")
+            if self.strong_read_any and not atomic:  # a plain store after a strong load [memory_model.DATA_RACE]
+                self._check_reads(inst, lanes, index, "writes", reads=self.strong_reads)
             if self.completions:
                 self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
 
@@ -256,6 +273,28 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 return
         self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
         self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+
+    def strong_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """A strong load (.relaxed/.acquire/.volatile) of `lanes` at `index` [lanes, bytes]: morally strong with an
+        atomic or strong write, so judged only against the last write when that was a plain one, and recorded apart
+        from the plain loads (`strong_reads`), for a later plain store only [memory_model.DATA_RACE] (the polls of a
+        flag are synchronisation: a strong store after them is no race). A peer's bytes (distributed shared memory)
+        are judged, not recorded."""
+        if not self.races:
+            return
+        peers = self._peer_rows(lanes, index)
+        if peers is not None:
+            foreign, rows = peers
+            self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
+                        rows, atomic=True)
+            lanes, index = lanes[~foreign], index[~foreign]
+            if not len(lanes):
+                return
+        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads", atomic=True)
+        if self.strong_reads is None:
+            self.strong_reads = ReadClocks(self.shared, self.threads)
+        self.strong_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+        self.strong_read_any = True
 
     def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
@@ -286,11 +325,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
                                     "synchronisation orders the two (race: a cluster barrier, or a release of the "
                                     "peer's read on an mbarrier this thread waits on, is missing)", int(lanes[i]))
 
-    def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None
-                     ) -> None:
-        """Every generic read of `index` [lanes, bytes] since its last write must happen before `lanes` (whose
-        clocks in the bytes' CTA's frame are `rows` when it is another CTA's)."""
-        found = self.reads.unordered(lanes, index, self.clock, rows)
+    def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None,
+                     reads: ReadClocks | None = None) -> None:
+        """Every generic read of `index` [lanes, bytes] since its last write (in `reads`: the plain ones by
+        default) must happen before `lanes` (whose clocks in the bytes' CTA's frame are `rows` when it is another
+        CTA's)."""
+        found = (self.reads if reads is None else reads).unordered(lanes, index, self.clock, rows)
         if found is not None:
             i, j, reader, line = found
             raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "

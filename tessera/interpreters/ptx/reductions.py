@@ -79,6 +79,10 @@ class ReductionWatch:
         gx, gy, _ = self.m.grid
         return f"CTA ({rank % gx}, {rank // gx % gy}, {rank // (gx * gy)})"
 
+    def _race(self, inst, message: str, lane: int):
+        """A race these marks expose is a hazard (`PtxHazardError`), as happens_before reports the others."""
+        return self.m.tracker.hazard(inst, message, lane)
+
     def _conflict(self, kind: str, words: np.ndarray, ranks: np.ndarray):
         if kind not in self.marks:
             return None
@@ -117,9 +121,10 @@ class ReductionWatch:
                  "unordered") if write else ("reduced", "reads", "it reads before every contribution landed")
         i = self._conflict(kinds[0], words, ranks)
         if i is not None:
-            raise self.m.error(inst, f"{kinds[1]} global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
-                                     f"{self._cta(int(self.marks[kinds[0]][words[i]]))} adds into in this launch "
-                                     f"({kinds[2]})", int(lanes[i]))
+            rank = int(self.marks[kinds[0]][words[i]])
+            raise self._race(inst, f"{kinds[1]} global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
+                                   f"{self._cta(rank)} {'add' if rank == MANY_CTAS else 'adds'} into in this launch "
+                                   f"({kinds[2]})", int(lanes[i]))
         self._mark("stored" if write else "read", words, ranks)
 
     def on_add(self, inst, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, reduction: bool) -> None:
@@ -136,9 +141,9 @@ class ReductionWatch:
         for kind, what, why in checks:
             i = self._conflict(kind, words, ranks)
             if i is not None:
-                raise self.m.error(inst, f"adds into global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
-                                         f"{self._cta(int(self.marks[kind][words[i]]))} {what} earlier in this "
-                                         f"launch ({why})", int(lanes[i]))
+                raise self._race(inst, f"adds into global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
+                                       f"{self._cta(int(self.marks[kind][words[i]]))} {what} earlier in this "
+                                       f"launch ({why})", int(lanes[i]))
         self._mark("added", words, ranks)
         if reduction:
             self._mark("reduced", words, ranks)
@@ -151,9 +156,9 @@ class ReductionWatch:
             hit = np.isin(index, r.index).any(axis=-1) if index.ndim > 1 else np.isin(index, r.index)
             if hit.any():
                 i = int(np.argmax(hit))
-                raise self.m.error(inst, f"overwrites shared memory that cp.reduce.async.bulk at line {r.inst.line} "
-                                         f"({self.m.describe_lane(r.lane)}) may still be reading: no "
-                                         "cp.async.bulk.wait_group.read of that thread covers it yet", int(lanes[i]))
+                raise self._race(inst, f"overwrites shared memory that cp.reduce.async.bulk at line {r.inst.line} "
+                                       f"({self.m.describe_lane(r.lane)}) may still be reading: no "
+                                       "cp.async.bulk.wait_group.read of that thread covers it yet", int(lanes[i]))
 
     def commit(self, lanes: np.ndarray) -> None:
         for lane in lanes:
@@ -178,8 +183,8 @@ class ReductionWatch:
         """The batch ended: no bulk reduction may still be reading shared memory."""
         if self.reading:
             r = self.reading[0]
-            raise self.m.error(r.inst, "the CTA exits while this bulk reduction may still read its shared source "
-                                       "(no cp.async.bulk.commit_group and wait_group.read cover it)", r.lane)
+            raise self._race(r.inst, "the CTA exits while this bulk reduction may still read its shared source "
+                                     "(no cp.async.bulk.commit_group and wait_group.read cover it)", r.lane)
         self.committed.clear()
 
     # endregion

@@ -505,7 +505,24 @@ class Scheduler:
         active = lanes if guard is None else lanes[guard(lanes)]
         self._executed(active)
         if len(active):
-            self.steps[pc].run(ALL if len(active) == count else active)
+            step = self.steps[pc]
+            if step.member_mask is not None and step.mask != _FULL_WARP:
+                self._check_members(step, active)
+            step.run(ALL if len(active) == count else active)
+
+    def _check_members(self, step, active: np.ndarray) -> None:
+        """A warp collective with a member mask (shfl, vote, match, redux, elect, bar.warp.sync) executed by a
+        thread its own mask does not name is undefined by the PTX ISA ("the behavior of shfl.sync is undefined if
+        the executing thread is not in the membermask", and so for each): refused, naming the thread and its mask,
+        rather than run as if the mask named it."""
+        m = self.m
+        masks = np.broadcast_to(np.asarray(step.member_mask(active), np.uint32), active.shape)
+        outside = ((masks >> m.laneid[active].astype(np.uint32)) & 1) == 0
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise m.error(step.inst, f"executed by lane {int(m.laneid[active[i]])}, which its member mask "
+                                     f"{int(masks[i]):#010x} does not name (the PTX ISA leaves this undefined; the "
+                                     "executor refuses)", int(active[i]))
 
     def _gather_collective(self, step: Step, pc: int, lanes: np.ndarray):
         """The lanes that execute a collective now: those of the units (warps/warpgroups) touched by `lanes`
@@ -600,10 +617,13 @@ class Scheduler:
                 what = f"wait at named barrier {bar}"
             elif status == REGS:
                 what = describe_wait(m, lanes[0])
-            elif status == PARK and (pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep" or pc < len(self.steps)
-                                     and self.steps[pc].inst.opcode in ("ld", "ldu")):  # `memory._spin_wait`
+            elif status == PARK and pc < len(self.steps) and self.steps[pc].inst.opcode in ("ld", "ldu"):
                 what = ("sleep in a spin wait that nothing can end (a semaphore wait, ld.acquire, whose count no "
-                        "running CTA will reach: deadlock in this CTA order)")
+                        "running CTA will reach: deadlock in this CTA order)")  # `memory._spin_wait`
+            elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "nanosleep":
+                what = ("sleep in a spin wait that nothing can end (a nanosleep poll whose condition no running thread "
+                        "changes: a flag or a semaphore wait, whose count no running CTA will reach, or an mbarrier "
+                        "test_wait whose phase never completes: deadlock in this CTA order)")
             elif status == PARK and pc > 0 and self.steps[pc - 1].inst.opcode == "atom":
                 what = "spin on an atom.cas that fails again with nothing left to run (a lock nobody releases)"
                 inst = self.steps[pc - 1].inst

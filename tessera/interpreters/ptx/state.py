@@ -112,7 +112,7 @@ class PtxHazardError(PtxExecutionError):
     """An asynchrony bug the hardware does not define (a read before the copy or wgmma that writes it
     completed, a write over bytes an asynchronous operation still reads, a missing proxy fence, an mbarrier
     transaction count that disagrees with the copies, a race): `source:line: error: <instruction>: <what>
-    (thread)`. Raised by `asynchrony`, `happens_before`, `sync` and `cluster`."""
+    (thread)`. Raised by `asynchrony`, `happens_before`, `sync`, `cluster` and `reductions`."""
 
 
 class PtxDeadlockError(PtxHazardError):
@@ -286,6 +286,9 @@ class Machine:
         self.bar_expected = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)
         self.bar_count = np.zeros((facts.NAMED_BARRIERS, ctas), np.int64)  # threads counted, a warp at a time
         self.bar_uncounted = np.zeros((facts.NAMED_BARRIERS, self.lanes), bool)  # arrived, warp not yet counted
+        # [barrier, warp]: the line of the bar instruction the warp's uncounted threads arrived at (negative: one
+        # without .aligned; 0: none), so that an aligned one reached by a divergent warp is found (`sync`)
+        self.bar_warp_line = np.zeros((facts.NAMED_BARRIERS, ctas * warps_per_cta), np.int64)
         self.bar_waiting = np.full(self.lanes, -1, np.int64)
         self.sync_epoch = 0
         self.woken = 0  # wakes so far: lanes another thread's step made runnable (the scheduler's straight runs)
@@ -358,6 +361,7 @@ class Machine:
         self.bar_arrived[:] = False
         self.bar_count[:] = 0
         self.bar_uncounted[:] = False
+        self.bar_warp_line[:] = 0
         self.bar_waiting[:] = -1
         self.maxnreg.clear()
         self.register_pool[:] = 0

@@ -9,6 +9,8 @@ warp have executed a bar instruction on it, the warp's arrival is marked and add
 warp that executes `bar.arrive id, n` and then `bar.sync id, n` in one phase counts twice. With n the
 barrier completes when the count reaches n; without n, when it reaches the warp size times the warps that
 still have a thread. Exited threads never block a barrier. The barrier then resets.
+A warp whose threads reach an aligned barrier (`bar`, `barrier.*.aligned`) at two instructions in one phase is a
+hazard (`_check_same_instruction`).
 
 bar.warp.sync runs once all non-exited threads of its member mask reach it (the scheduler's `unit`); the others
 go on (`__syncwarp(mask)` in each branch of a divergent warp).
@@ -50,6 +52,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     if whole.any():  # warps whose threads have all arrived since the warp's last arrival: each arrives
         m.bar_count[barrier, cta] += facts.WARP_SIZE * int(whole.sum())
         m.bar_uncounted[barrier, lanes[np.repeat(whole, facts.WARP_SIZE)[:len(lanes)]]] = False
+        m.bar_warp_line[barrier, cta * len(whole) + np.flatnonzero(whole)] = 0
     count = int(m.bar_count[barrier, cta])
     explicit = int(m.bar_expected[barrier, cta])
     expected = explicit or facts.WARP_SIZE * int(_by_warp(live, False).any(axis=1).sum())
@@ -62,7 +65,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
                                      "for its next phase, which ones depending on timing (wrong barrier thread "
                                      "count)", int(arrived[-1]))
     waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
-    m.tracker.shared_by_barrier(lanes[m.bar_arrived[barrier, lanes]], waiting, (barrier, cta))
+    m.tracker.shared_by_barrier(waiting, (barrier, cta))
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
     arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
@@ -75,10 +78,30 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     early = lanes[m.bar_arrived[barrier, lanes]]  # threads of warps not yet whole: they count for the next phase
     if len(early):
         m.tracker.hb.bar_arrived((barrier, cta), early)
+        m.tracker.barrier_arriving((barrier, cta), early)
     m.bar_count[barrier, cta] = 0
     if not m.bar_uncounted[barrier, lanes].any():
         m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
+
+
+def _check_same_instruction(m: Machine, inst, barrier: int, active: np.ndarray, line: int) -> None:
+    """An aligned barrier (`bar`, `barrier.*.aligned`) is one the threads execute at the same instruction: the ISA
+    leaves it undefined when a condition sends them to different ones (`__syncthreads()` in both branches of a
+    divergent warp), which `barrier.sync` without .aligned allows. So a warp whose threads arrive at `barrier` at two
+    instructions in one phase, one of them aligned, is a hazard. `line`: this instruction's (negative without
+    .aligned)."""
+    warps = np.unique(m.unit_of[facts.WARP_SIZE][active])
+    before = m.bar_warp_line[barrier, warps]
+    other = (before != 0) & (before != line) & ((before > 0) | (line > 0))
+    if other.any():
+        i = int(np.argmax(other))
+        lane = int(active[np.argmax(m.unit_of[facts.WARP_SIZE][active] == warps[i])])
+        raise m.tracker.hazard(inst, f"the threads of this warp arrive on barrier {barrier} at two instructions (lines "
+                                     f"{abs(int(before[i]))} and {abs(line)}) in one phase: an aligned barrier must be "
+                                     "executed by all threads of a warp at the same instruction (undefined otherwise: "
+                                     "a barrier in both branches of a divergent warp)", lane)
+    m.bar_warp_line[barrier, warps] = line
 
 
 def _by_warp(flags: np.ndarray, pad: bool) -> np.ndarray:
@@ -108,6 +131,7 @@ def member_mask(ops: Operands, inst, operand):
 def decode_bar(ops: Operands, inst, mods):
     if "cluster" in inst.modifiers:
         return decode_barrier_cluster(ops, inst, mods)
+    aligned = inst.opcode == "bar" or "aligned" in inst.modifiers  # bar is barrier.aligned
     mods.drop("cta", "aligned")
     m = ops.m
     if mods.take("warp"):
@@ -157,12 +181,18 @@ def decode_bar(ops: Operands, inst, mods):
         for cta in np.unique(m.lane_cta[active]):
             previous = int(m.bar_expected[barrier, cta])
             if previous and previous != n and m.bar_arrived[barrier, m.lane_cta == cta].any():
-                raise m.error(inst, f"barrier {barrier} used with thread counts {previous} and {n}", int(active[0]))
+                # arrivals of one phase that disagree on its count: which complete it is timing, a hazard as too
+                # many arrivals at once are [memory_model.BARRIER_COUNT]
+                raise m.tracker.hazard(inst, f"barrier {barrier} used with thread counts {previous} and {n}",
+                                       int(active[0]))
             m.bar_expected[barrier, cta] = n
+        _check_same_instruction(m, inst, barrier, active, inst.line if aligned else -inst.line)
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
         for cta in np.unique(m.lane_cta[active]):
-            m.tracker.hb.bar_arrived((barrier, int(cta)), active[m.lane_cta[active] == cta])
+            mine = active[m.lane_cta[active] == cta]
+            m.tracker.hb.bar_arrived((barrier, int(cta)), mine)
+            m.tracker.barrier_arriving((barrier, int(cta)), mine)
         if reduce is not None:
             reduce(barrier, active)
         if action == "sync":

@@ -5,8 +5,8 @@ what each barrier, mbarrier, cluster barrier and proxy fence does to the lanes' 
   advances their own epochs; an acquire joins a release into the acquiring lanes' clocks;
 - named and CTA barriers release at arrival and acquire at completion; mbarrier arrives release into the
   pending phase, a completed phase publishes it, a successful wait acquires what was published;
-- a cluster barrier and an arrive on a peer's mbarrier carry clocks between CTAs (`peer_known` translates a
-  lane's clock into a peer's frame);
+- a cluster barrier (a release at each .release arrival, an acquire at each wait) and an arrive on a peer's
+  mbarrier carry clocks between CTAs (`peer_known` translates a lane's clock into a peer's frame);
 - `fence.proxy.async` sets a lane's `fenced` row to its clock, in the state spaces it names.
 
 The arrives and waits of a batch's CTAs as one unit (`arrive_ctas`, `waited_ctas`) keep, for the block of lanes
@@ -242,25 +242,40 @@ class SyncEdges:
             np.maximum(remote[rank], np.concatenate([c, f[t:]]))
         self.pending[key] = self.join(self.pending.get(key), (clock, fenced, remote))
 
-    def cluster_barrier(self, members: list[tuple[np.ndarray, int]]) -> None:
-        """A cluster barrier phase completed over `members` ([(lanes of one CTA, its grid rank)]): each CTA's
-        threads acquire what the others' threads released, as what they know of those CTAs (`remote`); inside
-        each CTA the caller's `barrier` orders its own threads."""
-        if len(members) < 2:
+    def cluster_arrived(self, group: int, rank: int, released: tuple) -> None:
+        """Threads of the CTA of grid rank `rank` arrive at the barrier of cluster `group`, releasing `released`
+        (`_release` at the arrival for .release, so what they do after arriving and before their wait is not
+        released, whenever the phase completes) into the barrier's pending phase
+        [memory_model.CLUSTER_BARRIER_ORDERING]."""
+        pending = self.cluster_pending.setdefault(group, {})
+        pending[rank] = self.join(pending.get(rank), released)
+
+    def cluster_completed(self, group: int) -> None:
+        """The pending phase of cluster `group`'s barrier completed: its releases are published to the waits."""
+        new = self.cluster_pending.pop(group, None)
+        published = self.cluster_published.setdefault(group, {})
+        for rank, released in (new or {}).items():
+            published[rank] = self.join(published.get(rank), released)
+
+    def cluster_waited(self, group: int, rank: int, lanes: np.ndarray) -> None:
+        """`lanes` (of the CTA of grid rank `rank`) passed a `barrier.cluster.wait` (.acquire) of cluster `group`:
+        they acquire what the arrivals of its completed phases released, their own CTA's threads' as clocks, the
+        other CTAs' as what they know of those CTAs (`remote`). (Published releases accumulate over phases: a
+        thread waits for the phase it arrived in, and no later phase completes before its wait, since that needs
+        its next arrival.)"""
+        published = self.cluster_published.get(group)
+        if not published or not len(lanes):
             return
         t = self.threads
-        released = []
-        for lanes, rank in members:
-            rows = consecutive(lanes)
-            row = np.concatenate([self.clock[rows].max(axis=0), self.fenced[rows, t:].max(axis=0)])
-            released.append((rank, row, self._remote_of(lanes)))
-        for lanes, rank in members:
-            known: dict[int, np.ndarray] = {}
-            for other, row, remote in released:
-                for k, v in [(other, row)] + list((remote or {}).items()):
-                    if k != rank:
-                        known[k] = v if k not in known else np.maximum(known[k], v)
-            self.learn(lanes, known)
+        known: dict[int, np.ndarray] = {}
+        for other, (c, f, remote) in published.items():
+            if other == rank:
+                self._acquire(lanes, c, f, {k: v for k, v in (remote or {}).items() if k != rank} or None)
+                continue
+            for k, v in [(other, np.concatenate([c, f[t:]]))] + list((remote or {}).items()):
+                if k != rank:
+                    known[k] = v if k not in known else np.maximum(known[k], v)
+        self.learn(lanes, known)
 
     def peer_known(self, lane: int, rank: int) -> np.ndarray:
         """[threads] epochs: what `lane` knows of the threads of the CTA of grid rank `rank` (another CTA)."""

@@ -24,11 +24,14 @@ class TaggedAccesses:
     def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False,
                        atomic: bool = False) -> None:
         """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`. A `strong`
-        access (.relaxed/.acquire/.release/.volatile: a flag) is a synchronisation operation, morally strong with
-        the others of its CTA [memory_model.MORALLY_STRONG]: it is kept out of the generic race records (its
-        release/acquire edges are `global_order`'s), and still checked against copies in flight. An `atomic`
-        write (atom/red on shared memory: a histogram's bins) is recorded, so that a plain access no
-        synchronisation orders against it is a race; atomics never race with each other (`HappensBefore.write`)."""
+        access (.relaxed/.acquire/.release/.volatile: a flag) is morally strong with the other strong and atomic
+        accesses of its CTA [memory_model.MORALLY_STRONG] (its release/acquire edges are `global_order`'s), never
+        with a plain one [memory_model.DATA_RACE]: a strong or `atomic` write (atom/red on shared memory: a
+        histogram's bins) is recorded as such, so that a plain access no synchronisation orders against it is a
+        race and another strong or atomic one is not (`HappensBefore.write`); a strong read is judged against the
+        last write when that was plain and recorded apart from the plain reads, so a later plain store is judged
+        against it and a strong one is not (`HappensBefore.strong_read`). Both are checked against copies in
+        flight."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
@@ -40,10 +43,12 @@ class TaggedAccesses:
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
                 self._forget_ranges(index)
-            if (self.proxy_readers or self.hb.races) and (atomic or not strong):
-                self.hb.write(inst, lanes, index, atomic)
+            if self.proxy_readers or self.hb.races:
+                self.hb.write(inst, lanes, index, atomic or strong)
             return
-        if not strong:
+        if strong:
+            self.hb.strong_read(inst, lanes, index)
+        else:
             self.hb.read(inst, lanes, index)
         if not self.tagged:
             return
