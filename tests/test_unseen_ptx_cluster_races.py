@@ -214,3 +214,55 @@ def test_st_async_with_a_wrong_expect_tx_or_parity_is_reported(expect, parity, e
 
 
 # endregion
+
+
+# region mbarrier inits released by fence.mbarrier_init before a .relaxed cluster arrive
+INIT = r"""
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, bar;
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra after_init;
+    mov.u32 %r2, 64;
+    mbarrier.init.shared::cta.b64 [%r1], %r2;
+after_init:
+    FENCE
+    barrier.cluster.arrive.relaxed.aligned;
+    barrier.cluster.wait.aligned;
+    mbarrier.arrive.shared::cta.b64 %rd1, [%r1];
+    WAIT
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r11, %ctaid.x;
+    mad.lo.u32 %r12, %r11, 64, %r0;
+    mul.wide.u32 %rd3, %r12, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r12;
+    ret;
+}
+""".replace("WAIT", WAIT.replace("PARITY", "0"))
+"""CUTLASS's cluster kernels' start: thread 0 inits an mbarrier, `fence_barrier_init(); cluster_arrive_relaxed();
+cluster_wait();` (FENCE), no bar.sync, then every thread arrives on it and waits."""
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_a_fence_mbarrier_init_before_a_relaxed_cluster_arrive_orders_the_init(schedule, seed):
+    """fence.mbarrier_init.release.cluster is a release of the thread's inits that the .relaxed arrive carries to
+    every wait (a release fence, then the arrive), inside the CTA too: CUTLASS's cluster GEMMs start this way.
+    The merged unseen22r rule (a .relaxed arrive releases nothing but a general release fence) reported it."""
+    text = INIT.replace("FENCE", "fence.mbarrier_init.release.cluster;")
+    out = run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)[0]
+    np.testing.assert_array_equal(out, np.arange(128))
+
+
+def test_without_the_fence_a_relaxed_cluster_arrive_leaves_the_init_unordered():
+    text = INIT.replace("FENCE", "")
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'mbarrier.arrive')}: error: mbarrier.arrive"
+                                             r".*which the mbarrier.init at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                             r"\(\d, 0, 0\)\) initialises, with no synchronisation ordering the init"):
+        run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2)
+# endregion

@@ -246,7 +246,9 @@ CLUSTER_BARRIER_ORDERING = Rule(
     "barrier.cluster.wait (.acquire by default) acquires what the phase's arrivals released, in every CTA of the "
     "cluster: what a thread does between its arrive and its wait is not ordered before the other threads' accesses "
     "after their waits, whenever the phase completes, and a .relaxed arrival orders nothing (its thread's earlier "
-    "accesses, a distributed shared memory store into a peer included, race the peer's reads after the barrier). "
+    "accesses, a distributed shared memory store into a peer included, race the peer's reads after the barrier) "
+    "but what a release fence before it released (fence.acq_rel, fence.sc, membar; fence.mbarrier_init for the "
+    "thread's own inits, as CUTLASS's cluster kernels start: fence_barrier_init, cluster_arrive_relaxed). "
     "The CTA simulator needs no check of its own: a Target IR cluster_arrive is .release and its wait follows it")
 
 WRITE_ORDER = Rule(

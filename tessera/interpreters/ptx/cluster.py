@@ -81,6 +81,7 @@ class ClusterState:
         self.init_arrivals: dict[tuple[int, int], int] = {}
         self.init_lane: dict[tuple[int, int], int] = {}
         self.init_released: dict[tuple[int, int], bool] = {}
+        self.init_fence: dict[int, tuple] = {}  # lane -> what its last fence.mbarrier_init released (`release_inits`)
         self.pending: list[Pending] = []
         m.exit_hooks.append(self.on_exit)
 
@@ -91,6 +92,7 @@ class ClusterState:
         self.init_arrivals.clear()
         self.init_lane.clear()
         self.init_released.clear()
+        self.init_fence.clear()
         self.pending = []
 
     def group(self, lanes):
@@ -139,9 +141,9 @@ class ClusterState:
                 self.m.tracker.barrier_arriving(("cluster", int(self.m.lane_cta[mine[0]])), mine)
                 continue
             for lane in mine.tolist():
-                fenced = self.m.global_order.fence_release.get(lane)
-                if fenced is not None:
-                    hb.cluster_arrived(group, rank, fenced)
+                for fenced in (self.m.global_order.fence_release.get(lane), self.init_fence.get(lane)):
+                    if fenced is not None:
+                        hb.cluster_arrived(group, rank, fenced)
 
     def acquire(self, lanes: np.ndarray) -> None:
         """`lanes` passed their barrier.cluster.wait (.acquire): they acquire the completed phases' releases."""
@@ -174,9 +176,23 @@ class ClusterState:
         self.init_lane[key] = lane
         self.init_released[key] = False
 
-    def release_inits(self, lanes: np.ndarray) -> None:
-        """`lanes` released their mbarrier inits at cluster scope: a fence.mbarrier_init, or a
-        barrier.cluster.arrive with .release semantics [memory_model.MBARRIER_INIT_FENCE]."""
+    def release_inits(self, lanes: np.ndarray, fence: bool = True) -> None:
+        """`lanes` released their mbarrier inits at cluster scope: a fence.mbarrier_init (`fence`), or a
+        barrier.cluster.arrive with .release semantics [memory_model.MBARRIER_INIT_FENCE]. A fence is a release
+        that a later .relaxed cluster arrive carries to the waits, as CUTLASS's `fence_barrier_init();
+        cluster_arrive_relaxed(); cluster_wait()` relies on inside the CTA too (no bar.sync after its inits);
+        the release holds the lane's own epoch alone, not what it learnt from others, since the fence orders
+        only the thread's own inits (it still orders the thread's other earlier accesses: a data race through
+        that pattern alone goes unreported)."""
+        if fence:
+            hb = self.m.tracker.hb
+            t = hb.threads
+            hb.rows_changed(lanes)
+            for lane in lanes.tolist():
+                clock = np.zeros(t, np.int32)
+                clock[lane % t] = hb.clock[lane, lane % t]
+                self.init_fence[lane] = (clock, np.zeros(2 * t, np.int32), None)
+            hb.clock[lanes, lanes % t] += 1  # what the lane does after the fence is not released by it
         if self.init_lane:
             mine = set(lanes.tolist())
             for key, lane in self.init_lane.items():
@@ -350,7 +366,7 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
                 raise m.error(inst, "barrier.cluster.arrive again before barrier.cluster.wait",
                               int(active[np.argmax(again)]))
             if not relaxed:
-                state.release_inits(active)
+                state.release_inits(active, fence=False)
             state.release(active, relaxed)
             state.arrivals[active] += 1
             m.pc[active] += 1
