@@ -210,6 +210,9 @@ class CheckedTensor:
     def __getattr__(self, name: str):
         return getattr(self.tensor, name)
 
+    def __len__(self) -> int:  # (Python looks len() up on the class, past __getattr__)
+        return len(self.tensor)
+
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
         """A torch function of the tensor (`torch.searchsorted(offsets, q_idx)`): called on the tensor itself."""

@@ -358,6 +358,13 @@ class Traced:
     def __iter__(self):
         raise self._tracing.refuse("iteration over a traced value")
 
+    def __len__(self):
+        raise self._tracing.refuse("len() of a traced value (it stands for one value per score)")
+
+    def __hash__(self):  # (a dict keyed by the head: {0: 4, 1: 9}[h])
+        raise self._tracing.refuse("a traced value as a dict key or set member (a table by the index: make it a "
+                                   "NumPy array, np.array([...])[h])")
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
