@@ -277,9 +277,23 @@ _COMPOSED_FUNCTIONS = {
     "sigmoid": lambda x: 0.5 * np.tanh(0.5 * x) + 0.5,  # tanh's form: no exp(-x) overflowing, no inf / inf in d/dx
     "relu": lambda x: np.maximum(x, 0),
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "log_sigmoid": lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),  # torch's form: no overflow
 }
 """torch functions (and tensor methods) traced as a few NumPy operations of the tracer's: torch.sigmoid
-(also `torch.nn.functional.sigmoid`), torch.relu (`F.relu`), torch.rsqrt."""
+(also `torch.nn.functional.sigmoid`), torch.relu (`F.relu`), torch.rsqrt, `F.logsigmoid` (named log_sigmoid).
+`F.softplus(x, beta, threshold)` takes its keywords (`_softplus`)."""
+
+
+def _softplus(traced, args: tuple, kwargs: dict):
+    """F.softplus(x, beta=1, threshold=20) as torch computes it: x where beta * x > threshold, else
+    log1p(exp(beta * x)) / beta; beta and threshold are numbers."""
+    x, beta, threshold = _positional(traced, "softplus", args, kwargs, ("input", "beta", "threshold"), optional=2)
+    beta, threshold = 1.0 if beta is None else beta, 20.0 if threshold is None else threshold
+    if not all(isinstance(c, (int, float, np.integer, np.floating)) for c in (beta, threshold)):
+        raise traced._tracing.refuse("torch.softplus with a beta or threshold that is not a number")
+    scaled = traced._apply("mul", x, beta)
+    smooth = traced._apply("div", np.log1p(np.exp(scaled)), beta)
+    return traced._where(traced._apply("gt", scaled, threshold), x, smooth)
 
 TRACED_ATTRIBUTES = {
     "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
@@ -414,8 +428,11 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
         x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)
         return traced._round(rounding, x, decimals or 0)
+    if func is torch.nn.functional.softplus:
+        return _softplus(traced, args, kwargs)
     composed = _COMPOSED_FUNCTIONS.get(name)
-    functional = getattr(torch.nn.functional, name, None)  # F.relu(x, inplace=False) comes here as itself
+    functional = getattr(torch.nn.functional, {"log_sigmoid": "logsigmoid"}.get(name, name), None)  # F.relu(x,
+    # inplace=False) comes here as itself, F.logsigmoid as torch's builtin log_sigmoid
     if composed is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None), functional) \
             and kwargs in ({}, {"inplace": False}) and len(args) == 1:
         return composed(args[0])
