@@ -472,3 +472,28 @@ def test_autograd_through_softplus_of_a_learned_slope_and_a_table_sized_by_len()
     (torch.softmax(s, -1) @ v64.repeat_interleave(H // HK, 1) * do.double()).sum().backward()
     for name, got, want in zip(("dQ", "dK", "dV", "d slope", "d rel"), (q, k, v, slope, rel), wanted):
         assert_close(name, got.grad.double().numpy(), want.grad.numpy())
+
+
+def test_a_custom_op_is_traced_as_its_python_definition():
+    """attention-gym's soft-cap with `approx=True` calls an operator made with `torch.library.custom_op` (was
+    refused as 'torch.tanh.default'): traced as the function it was defined from, which the reference runs; an
+    operator with no Python definition is refused by its `torch.ops` name."""
+    torch = pytest.importorskip("torch")
+
+    @torch.library.custom_op("tessera_unseen22::tanh_approx", mutates_args=(), schema="(Tensor x) -> Tensor")
+    def tanh_approx(x):
+        return torch.tanh(x)
+
+    def generate_tanh_softcap(soft_cap, approx=False):
+        tanh = tanh_approx if approx else torch.tanh
+
+        def tanh_softcap(score, b, h, q_idx, kv_idx):
+            return soft_cap * tanh(score / soft_cap)
+        return tanh_softcap
+
+    def numpy_twin(score, b, h, q_idx, kv_idx):
+        return 5 * np.tanh(score / 5)
+    check((1, H, HK, 60, 80), "tile", generate_tanh_softcap(5, approx=True), sinks_window,
+          lambda s, b, h, q_idx, kv_idx: 1 - np.tanh(s / 5) ** 2, reference_mods=(numpy_twin, sinks_window))
+    with pytest.raises(ModTraceError, match=r"torch.ops.aten.tanh \(an operator with no Python definition"):
+        trace_mod(lambda score, b, h, q_idx, kv_idx: torch.ops.aten.tanh.default(score), "score_mod")

@@ -371,9 +371,28 @@ def captured_call(func, name: str) -> str:
             f"indexing it with traced values, one per dimension: {name}[q_idx], {name}[h, kv_idx])")
 
 
+def _custom_op(func):
+    """(its name, the Python function it was defined from) for an operator made with `torch.library.custom_op`
+    (attention-gym's `approx::tanh` for the soft-cap), None for any other torch function."""
+    torch = torch_module()
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    qualified = func._schema.name  # "approx::tanh"
+    try:
+        from torch._library.custom_ops import OPDEFS  # (private: a torch without it refuses the op by name)
+    except ImportError:
+        OPDEFS = {}
+    return f"torch.ops.{qualified.replace('::', '.')}", getattr(OPDEFS.get(qualified), "_init_fn", None)
+
+
 def dispatch(traced, func, args: tuple, kwargs: dict):
     """A torch call on traced values (`Traced.__torch_function__`): the traced result, or a ModTraceError."""
     torch = torch_module()
+    custom = _custom_op(func)
+    if custom is not None:  # traced as its Python definition, as the reference runs it on the CPU
+        if custom[1] is None:
+            raise traced._tracing.refuse(f"{custom[0]} (an operator with no Python definition to trace)")
+        return custom[1](*args, **kwargs)
     name = getattr(func, "__name__", repr(func))
     if func in (torch.where, torch.Tensor.where):
         cond, a, b = _positional(traced, name, args, kwargs, ("condition", "input", "other"))
