@@ -497,3 +497,38 @@ def test_a_custom_op_is_traced_as_its_python_definition():
           lambda s, b, h, q_idx, kv_idx: 1 - np.tanh(s / 5) ** 2, reference_mods=(numpy_twin, sinks_window))
     with pytest.raises(ModTraceError, match=r"torch.ops.aten.tanh \(an operator with no Python definition"):
         trace_mod(lambda score, b, h, q_idx, kv_idx: torch.ops.aten.tanh.default(score), "score_mod")
+
+
+def test_attention_gym_generators_with_torch_functions_passed_in():
+    """attention-gym's generators as written there: `generate_activation_score_mod(activation=F.relu)` calls the
+    torch function it closes over (was refused as 'torch.relu': the rebinding copied F.relu as a user's helper,
+    so the tracer no longer knew it), the block diffusion mask and `batchify_mask_mod(causal_mask, 16)`."""
+    torch = pytest.importorskip("torch")
+
+    def generate_activation_score_mod(activation, offset=1.0):
+        def activation_score_mod(score, b, h, q_idx, kv_idx):
+            return torch.log(activation(score) + offset)
+        return activation_score_mod
+
+    def generate_block_diffusion_mask(seq_len, block_size):
+        def block_diffusion_mask(b, h, q_idx, kv_idx):
+            q_noised, kv_noised = q_idx < seq_len, kv_idx < seq_len
+            q_block, kv_block = (q_idx % seq_len) // block_size, (kv_idx % seq_len) // block_size
+            block_diagonal = (q_block == kv_block) & (q_noised == kv_noised)
+            offset_block_causal = (q_block > kv_block) & q_noised & ~kv_noised
+            return block_diagonal | offset_block_causal | ((q_block >= kv_block) & ~q_noised & ~kv_noised)
+        return block_diffusion_mask
+
+    def batchify_mask_mod(mask_mod, size):
+        def batched_mask_mod(b, h, q_idx, kv_idx):
+            return (q_idx // size == kv_idx // size) & mask_mod(b, h, q_idx % size, kv_idx % size)
+        return batched_mask_mod
+
+    def d_relu_log(s, b, h, q_idx, kv_idx):
+        return np.where(s > 0, 1 / (s + 1), 0.0)
+
+    relu_twin = (lambda score, b, h, q_idx, kv_idx: np.log(np.maximum(score, 0) + 1.0))
+    mask = generate_block_diffusion_mask(45, 8)
+    check((1, H, HK, 90, 90), "tile", generate_activation_score_mod(torch.nn.functional.relu), mask, d_relu_log,
+          reference_mods=(relu_twin, mask))
+    check((1, H, HK, 90, 90), "tile", None, batchify_mask_mod(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, 16))
