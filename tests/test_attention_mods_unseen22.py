@@ -532,3 +532,31 @@ def test_attention_gym_generators_with_torch_functions_passed_in():
     check((1, H, HK, 90, 90), "tile", generate_activation_score_mod(torch.nn.functional.relu), mask, d_relu_log,
           reference_mods=(relu_twin, mask))
     check((1, H, HK, 90, 90), "tile", None, batchify_mask_mod(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, 16))
+
+
+def test_gelu_silu_and_erf():
+    """`F.gelu` (exact, through erf to 1.2e-7, and approximate="tanh"), `F.silu`, `torch.erf`, `torch.special.erf`
+    and `.erf()` (all refused by name before; attention-gym's activation score_mod takes F.gelu by default),
+    against math.erf in float64 with the derivative by hand."""
+    torch = pytest.importorskip("torch")
+    functional = torch.nn.functional
+    import math
+
+    def activations(score, b, h, q_idx, kv_idx):
+        return (score + 0.5 * functional.gelu(score) + 0.25 * functional.gelu(score, approximate="tanh")
+                + 0.25 * functional.silu(score) + 0.05 * (torch.erf(score) + torch.special.erf(score) + score.erf()))
+
+    erf = np.vectorize(math.erf)
+    c = math.sqrt(2 / math.pi)
+
+    def twin(score, b, h, q_idx, kv_idx):
+        gelu_tanh = 0.5 * score * (1 + np.tanh(c * (score + 0.044715 * score ** 3)))
+        return (score + 0.25 * score * (1 + erf(score / math.sqrt(2))) + 0.25 * gelu_tanh
+                + 0.25 * score / (1 + np.exp(-score)) + 0.15 * erf(score))
+
+    def d_twin(s, b, h, q_idx, kv_idx):
+        phi, sigmoid, u = np.exp(-s * s / 2) / math.sqrt(2 * math.pi), 1 / (1 + np.exp(-s)), c * (s + 0.044715 * s ** 3)
+        d_gelu_tanh = 0.5 * (1 + np.tanh(u)) + 0.5 * s * (1 - np.tanh(u) ** 2) * c * (1 + 3 * 0.044715 * s * s)
+        return (1 + 0.5 * (0.5 * (1 + erf(s / math.sqrt(2))) + s * phi) + 0.25 * d_gelu_tanh
+                + 0.25 * sigmoid * (1 + s * (1 - sigmoid)) + 0.15 * 2 / math.sqrt(math.pi) * np.exp(-s * s))
+    check((1, H, HK, 60, 80), "tile", activations, sinks_window, d_twin, reference_mods=(twin, sinks_window))

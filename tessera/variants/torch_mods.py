@@ -34,6 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from tessera.variants import torch_activations
+
 
 def torch_module():
     """The torch module if the process imported it, else None."""
@@ -268,32 +270,10 @@ TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "r
                   "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
                   "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
                   "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt", "ge", "eq",
-                  "ne", "sigmoid", "relu", "rsqrt", "masked_fill")
+                  "ne", "sigmoid", "relu", "rsqrt", "erf", "masked_fill")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts, `score.mul(0.5)`, `q_idx.ge(kv_idx)`,
 `score.masked_fill(q_idx < kv_idx, -inf)`)."""
-
-_COMPOSED_FUNCTIONS = {
-    "sigmoid": lambda x: 0.5 * np.tanh(0.5 * x) + 0.5,  # tanh's form: no exp(-x) overflowing, no inf / inf in d/dx
-    "relu": lambda x: np.maximum(x, 0),
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "log_sigmoid": lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),  # torch's form: no overflow
-}
-"""torch functions (and tensor methods) traced as a few NumPy operations of the tracer's: torch.sigmoid
-(also `torch.nn.functional.sigmoid`), torch.relu (`F.relu`), torch.rsqrt, `F.logsigmoid` (named log_sigmoid).
-`F.softplus(x, beta, threshold)` takes its keywords (`_softplus`)."""
-
-
-def _softplus(traced, args: tuple, kwargs: dict):
-    """F.softplus(x, beta=1, threshold=20) as torch computes it: x where beta * x > threshold, else
-    log1p(exp(beta * x)) / beta; beta and threshold are numbers."""
-    x, beta, threshold = _positional(traced, "softplus", args, kwargs, ("input", "beta", "threshold"), optional=2)
-    beta, threshold = 1.0 if beta is None else beta, 20.0 if threshold is None else threshold
-    if not all(isinstance(c, (int, float, np.integer, np.floating)) for c in (beta, threshold)):
-        raise traced._tracing.refuse("torch.softplus with a beta or threshold that is not a number")
-    scaled = traced._apply("mul", x, beta)
-    smooth = traced._apply("div", np.log1p(np.exp(scaled)), beta)
-    return traced._where(traced._apply("gt", scaled, threshold), x, smooth)
 
 TRACED_ATTRIBUTES = {
     "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
@@ -447,14 +427,9 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
         x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)
         return traced._round(rounding, x, decimals or 0)
-    if func is torch.nn.functional.softplus:
-        return _softplus(traced, args, kwargs)
-    composed = _COMPOSED_FUNCTIONS.get(name)
-    functional = getattr(torch.nn.functional, {"log_sigmoid": "logsigmoid"}.get(name, name), None)  # F.relu(x,
-    # inplace=False) comes here as itself, F.logsigmoid as torch's builtin log_sigmoid
-    if composed is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None), functional) \
-            and kwargs in ({}, {"inplace": False}) and len(args) == 1:
-        return composed(args[0])
+    activation = torch_activations.traced_activation(torch, traced, func, name, args, kwargs)
+    if activation is not None:  # torch.sigmoid, F.relu, F.softplus, F.gelu, torch.erf, ...
+        return activation
     if func in (torch.masked_fill, torch.Tensor.masked_fill):  # not in place: torch.where(mask, value, x)
         x, mask, value = _positional(traced, name, args, kwargs, ("input", "mask", "value"))
         return traced._where(mask, value, x)
