@@ -560,3 +560,60 @@ def test_gelu_silu_and_erf():
         return (1 + 0.5 * (0.5 * (1 + erf(s / math.sqrt(2))) + s * phi) + 0.25 * d_gelu_tanh
                 + 0.25 * sigmoid * (1 + s * (1 - sigmoid)) + 0.15 * 2 / math.sqrt(math.pi) * np.exp(-s * s))
     check((1, H, HK, 60, 80), "tile", activations, sinks_window, d_twin, reference_mods=(twin, sinks_window))
+
+
+@pytest.mark.parametrize("name", ["jetspec-tree", "jetspec-training", "shared-prefix", "sandwich"])
+def test_attention_gym_masks_and_biases_in_torch(name):
+    """attention-gym's JetSpec tree-causal mask (a [nodes, nodes] bool tensor at q_idx and a `.clamp`ed key) and
+    training mask (`//` and `%` of negative differences), its shared-prefix mask (offsets read at document ids
+    read at positions, three gathers deep) and its Sandwich bias (a cosine table summed in torch, outside the
+    modifier), each against a NumPy twin."""
+    torch = pytest.importorskip("torch")
+    if name == "jetspec-tree":
+        parents = [-1] + [(i - 1) // 2 for i in range(1, 63)]
+        ancestor = np.eye(63, dtype=bool)
+        for node, parent in enumerate(parents[1:], start=1):
+            ancestor[node] |= ancestor[parent]
+        tensor = torch.from_numpy(ancestor)
+
+        def tree(table, clamp):
+            def mask_mod(b, h, q_idx, kv_idx):
+                node = clamp(kv_idx - 37)
+                return (kv_idx < 37) | ((kv_idx >= 37) & (kv_idx < 100) & table[q_idx, node])
+            return mask_mod
+        mods = (None, tree(tensor, lambda x: x.clamp(min=0, max=62)))
+        twins, shape = (None, tree(ancestor, lambda x: np.clip(x, 0, 62))), (1, H, HK, 63, 100)
+    elif name == "jetspec-training":
+        def mask_mod(b, h, q_idx, kv_idx):
+            kv_block_idx = kv_idx - 37
+            same = (kv_idx >= 37) & (q_idx // 8 == kv_block_idx // 8) & (kv_block_idx % 8 <= q_idx % 8)
+            return (kv_idx < 37) | same
+        mods = twins = (None, mask_mod)
+        shape = (1, H, HK, 64, 101)
+    elif name == "shared-prefix":
+        offsets = np.array([0, 10, 25, 31, 50, 70, 71, 90])
+        prefix_of = np.array([0, 0, 0, 3, 3, 3, 6])
+        documents = np.repeat(np.arange(7), np.diff(offsets))
+
+        def shared_prefix(offsets, prefix_of, documents):
+            def mask_mod(b, h, q_idx, kv_idx):
+                doc = documents[q_idx]
+                prefix = prefix_of[doc]
+                own = (kv_idx >= offsets[doc]) & (q_idx >= kv_idx)
+                return own | ((doc != prefix) & (kv_idx >= offsets[prefix]) & (kv_idx < offsets[prefix + 1]))
+            return mask_mod
+        mods = (None, shared_prefix(*(torch.from_numpy(a) for a in (offsets, prefix_of, documents))))
+        twins, shape = (None, shared_prefix(offsets, prefix_of, documents)), (1, H, HK, 90, 90)
+    else:
+        freqs = 1.0 / 10000 ** (2 * torch.arange(64, dtype=torch.float32) / 128)
+        distances = torch.arange(-(-399 // 8) * 8, dtype=torch.float32) - 199
+        rel_bias = torch.cos(distances.abs()[:, None] * freqs).sum(dim=-1)
+        head_scale = H / (8.0 * torch.arange(1, H + 1, dtype=torch.float32))
+
+        def sandwich(rel_bias, head_scale):
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score + rel_bias[q_idx - kv_idx + 199] * head_scale[h]
+            return score_mod
+        mods = (sandwich(rel_bias, head_scale), None)
+        twins, shape = (sandwich(rel_bias.double().numpy(), head_scale.double().numpy()), None), (1, H, HK, 90, 150)
+    check(shape, "tile", *mods, reference_mods=twins)
