@@ -226,7 +226,7 @@ def clip_none(score, b, h, q_idx, kv_idx):
 
 
 def clip_keywords(score, b, h, q_idx, kv_idx):
-    return np.clip(score, a_min=-1.0, a_max=None) + REL2[h, np.clip(kv_idx - q_idx + W, min=0, max=2 * W)]
+    return np.clip(score, a_min=-1.0, a_max=None, out=None) + REL2[h, np.clip(kv_idx - q_idx + W, min=0, max=2 * W)]
 
 
 def clip_methods(score, b, h, q_idx, kv_idx):
@@ -297,6 +297,10 @@ def sine_bias(score, b, h, q_idx, kv_idx):
     return score + np.sin(q_idx - kv_idx)
 
 
+def clip_into(score, b, h, q_idx, kv_idx):
+    return np.clip(score, -1.0, 1.0, out=WIDTHS_BY_HEAD)
+
+
 def past_the_table(score, b, h, q_idx, kv_idx):
     return score + REL2[h, kv_idx - q_idx + W]
 
@@ -309,6 +313,7 @@ def past_the_table(score, b, h, q_idx, kv_idx):
     (branch_on_score, "score_mod", "Python control flow on a traced value"),
     (loop_over_keys, "score_mod", "iteration over a traced value"),
     (sine_bias, "score_mod", "np.sin"),
+    (clip_into, "score_mod", "np.clip with out="),
     (past_the_table, "score_mod", "reads REL2[h, kv_idx - q_idx + 24]"),
 ])
 def test_untraceable_modifiers_are_refused_naming_the_function_line_and_construct(fn, kind, construct):

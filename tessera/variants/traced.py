@@ -182,13 +182,13 @@ class Traced:
 
     def _clip_call(self, args: tuple, kwargs: dict) -> Traced:
         """np.clip as NumPy takes it: the bounds by position, as a_min= / a_max=, or as NumPy 2's min= / max=,
-        either None or left out for no bound; `out=` and ufunc keywords are refused."""
+        either None or left out for no bound; `out=` an array and ufunc keywords are refused."""
         try:
             bound = inspect.signature(np.clip).bind(*args, **kwargs).arguments
         except TypeError as error:
             raise self._tracing.refuse(f"np.clip with these arguments ({error})") from None
         named = {**bound.pop("kwargs", {}), **bound}  # NumPy 1.26 takes min= / max= into **kwargs
-        extra = sorted(set(named) - {"a", "a_min", "a_max", "min", "max"})
+        extra = sorted(k for k in set(named) - {"a", "a_min", "a_max", "min", "max"} if named[k] is not None)
         if extra:
             raise self._tracing.refuse(f"np.clip with {', '.join(e + '=' for e in extra)} (takes a, a_min, a_max)")
         lo = named.get("a_min", named.get("min"))
