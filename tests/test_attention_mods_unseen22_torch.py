@@ -236,3 +236,32 @@ def test_attention_gym_masks_and_biases_in_torch(name):
         mods = (sandwich(rel_bias, head_scale), None)
         twins, shape = (sandwich(rel_bias.double().numpy(), head_scale.double().numpy()), None), (1, H, HK, 90, 150)
     check(shape, "tile", *mods, reference_mods=twins)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_leaky_relu_hardtanh_elu_softsign_expit_and_one_sided_clamps(level):
+    """`F.leaky_relu`, `F.hardtanh`, `F.elu`, `F.softsign`, `torch.special.expit`, `torch.clamp_min` and the
+    methods `.clamp_min()` / `.clamp_max()` (each refused by name before), against NumPy twins with the
+    derivative by hand; `inplace=True` is refused by name."""
+    functional = torch.nn.functional
+
+    def activations(score, b, h, q_idx, kv_idx):
+        return (functional.leaky_relu(score, 0.1) + 0.5 * functional.hardtanh(score, -1.5, 2.0)
+                + 0.25 * functional.elu(score, alpha=0.5) + functional.softsign(score)
+                + torch.special.expit(score) + 0.01 * torch.clamp_min(q_idx - kv_idx, -8)
+                + 0.02 * (kv_idx - q_idx).clamp_max(4) + 0.1 * score.clamp_min(-0.5))
+
+    def twin(s, b, h, q_idx, kv_idx):
+        return (np.where(s >= 0, s, 0.1 * s) + 0.5 * np.clip(s, -1.5, 2.0)
+                + 0.25 * np.where(s > 0, s, 0.5 * np.expm1(s)) + s / (1 + np.abs(s)) + 1 / (1 + np.exp(-s))
+                + 0.01 * np.maximum(q_idx - kv_idx, -8) + 0.02 * np.minimum(kv_idx - q_idx, 4)
+                + 0.1 * np.maximum(s, -0.5))
+
+    def d_twin(s, b, h, q_idx, kv_idx):
+        sigmoid = 1 / (1 + np.exp(-s))
+        return (np.where(s >= 0, 1.0, 0.1) + 0.5 * ((s > -1.5) & (s < 2.0))
+                + 0.25 * np.where(s > 0, 1.0, 0.5 * np.exp(s)) + 1 / (1 + np.abs(s)) ** 2
+                + sigmoid * (1 - sigmoid) + 0.1 * (s > -0.5))
+    check((1, H, HK, 60, 80), level, activations, sinks_window, d_twin, reference_mods=(twin, sinks_window))
+    with pytest.raises(ModTraceError, match=r"torch.elu with inplace=True"):
+        trace_mod(lambda score, b, h, q_idx, kv_idx: functional.elu(score, inplace=True), "score_mod")

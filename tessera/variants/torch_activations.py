@@ -38,10 +38,12 @@ COMPOSED = {
     "log_sigmoid": lambda x: np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x))),  # torch's form: no overflow
     "silu": lambda x: x * _sigmoid(x),
     "erf": erf,
+    "expit": _sigmoid,
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
 }
-"""Functions of one tensor (`inplace=False` allowed): torch.sigmoid, torch.relu, torch.rsqrt, `F.logsigmoid` (torch's
-builtin log_sigmoid), `F.silu`, torch.erf; each also as `F.<name>`, a tensor method and `torch.special.<name>`
-where torch has one."""
+"""Functions of one tensor (`inplace=False` allowed): torch.sigmoid (`torch.special.expit`), torch.relu,
+torch.rsqrt, `F.logsigmoid` (torch's builtin log_sigmoid), `F.silu`, torch.erf, `F.softsign`; each also as
+`F.<name>`, a tensor method and `torch.special.<name>` where torch has one."""
 
 _FUNCTIONAL_NAMES = {"log_sigmoid": "logsigmoid"}
 """The `torch.nn.functional` name of a builtin whose own name differs."""
@@ -58,6 +60,8 @@ def _numbers(traced, name: str, args: tuple, kwargs: dict, defaults: dict) -> tu
     rest = [values.get(n, d) for n, d in defaults.items()]
     if not all(isinstance(v, (int, float, str, np.integer, np.floating)) for v in rest):
         raise traced._tracing.refuse(f"torch.{name} with a {' or '.join(defaults)} that is not a constant")
+    if values.get("inplace"):
+        raise traced._tracing.refuse(f"torch.{name} with inplace=True (a modifier returns a new value)")
     return (values["input"], *rest)
 
 
@@ -80,7 +84,24 @@ def _gelu(traced, name, args, kwargs):
     return 0.5 * x * (1.0 + erf(x * math.sqrt(0.5)))
 
 
-_WITH_KEYWORDS = {"softplus": _softplus, "gelu": _gelu}
+def _leaky_relu(traced, name, args, kwargs):
+    x, slope, _ = _numbers(traced, name, args, kwargs, {"negative_slope": 0.01, "inplace": False})
+    return np.where(x >= 0, x, x * slope)
+
+
+def _hardtanh(traced, name, args, kwargs):
+    x, lo, hi, _ = _numbers(traced, name, args, kwargs, {"min_val": -1.0, "max_val": 1.0, "inplace": False})
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def _elu(traced, name, args, kwargs):
+    """F.elu(x, alpha=1): x where x > 0, else alpha (exp(x) - 1), as torch (by expm1)."""
+    x, alpha, _ = _numbers(traced, name, args, kwargs, {"alpha": 1.0, "inplace": False})
+    return np.where(x > 0, x, alpha * np.expm1(x))
+
+
+_WITH_KEYWORDS = {"softplus": _softplus, "gelu": _gelu, "leaky_relu": _leaky_relu, "hardtanh": _hardtanh,
+                  "elu": _elu}
 
 
 def traced_activation(torch, traced, func, name: str, args: tuple, kwargs: dict):

@@ -266,11 +266,11 @@ def torch_op(func) -> str | tuple | None:
 
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
-                  "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square", "fmod",
-                  "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
-                  "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
-                  "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt", "ge", "eq",
-                  "ne", "sigmoid", "relu", "rsqrt", "erf", "masked_fill")
+                  "clamp_min", "clamp_max", "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1",
+                  "square", "fmod", "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where",
+                  "remainder", "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool",
+                  "new_ones", "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt",
+                  "ge", "eq", "ne", "sigmoid", "relu", "rsqrt", "erf", "masked_fill")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts, `score.mul(0.5)`, `q_idx.ge(kv_idx)`,
 `score.masked_fill(q_idx < kv_idx, -inf)`)."""
@@ -387,6 +387,9 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         if hi is not None:
             out = traced._apply("min", out, hi)
         return out
+    if func in (torch.clamp_min, torch.Tensor.clamp_min, torch.clamp_max, torch.Tensor.clamp_max):
+        x, bound = _positional(traced, name, args, kwargs, ("input", name.removeprefix("clamp_")))
+        return traced._apply("max" if name == "clamp_min" else "min", x, bound)
     if func in (torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.float_power) and not kwargs:
         return traced._power(*args)
     if func is torch.Tensor.__rpow__:
