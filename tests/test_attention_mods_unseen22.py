@@ -261,6 +261,22 @@ def test_a_captured_arrays_shape_sizes_its_index(level):
     trace_mod(lambda s, b, h, q_idx, kv_idx: s + SLOPES[h].astype(SLOPES.dtype), "score_mod")
 
 
+def unrolled_sum(score, b, h, q_idx, kv_idx):
+    return score + sum(SLOPES[i] * (kv_idx % len(SLOPES) == i) for i in range(len(SLOPES)))
+
+
+def loop_over_table(score, b, h, q_idx, kv_idx):
+    for i, slope in enumerate(SLOPES):
+        score = score + slope * (q_idx - kv_idx == i)
+    return score
+
+
+@pytest.mark.parametrize("score_mod", [unrolled_sum, loop_over_table])
+def test_a_python_loop_over_a_captured_table_unrolls(score_mod):
+    """A loop over a captured table (its values read at constant indices: constants of the kernel)."""
+    check((1, H, HK, 50, 70), "tile", score_mod, None)
+
+
 WIDTHS = [4, 9, 4, 9]
 WIDTHS_BY_HEAD = {0: 4, 1: 9, 2: 4, 3: 9}
 
