@@ -16,7 +16,7 @@ captured table's `.shape` / `len()` (refused), and refusals that leaked internal
 
 The default run takes Tile level over three shapes (seq_q != seq_k both ways, no multiple of a block, GQA 2:1 and
 4:1, batch 2); `-m slow` the target and PTX levels at one shape, the captured gradients in the PTX executor and
-the fixes at both levels."""
+the fixes at both levels, and seven variants at 1000 x 1000 and one-row shapes."""
 
 from __future__ import annotations
 
@@ -183,6 +183,16 @@ LEVELS = ["tile", pytest.param("target", marks=pytest.mark.slow), pytest.param("
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_at_tile_level(name, shape):
+    check(shape, "tile", *VARIANTS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [(1, H, HK, 1000, 1000), (2, H, HK, 1, 1000), (1, H, H, 1000, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["sinks|window", "dilated-per-head", "softplus+block-local",
+                                  "kv-head-window+head-scale", "late-rows+square", "gaussian", "minus-inf"])
+def test_variant_at_long_and_one_row_shapes(name, shape):
+    """1000 x 1000, one query row against 1000 keys (decode), 1000 queries against one key."""
     check(shape, "tile", *VARIANTS[name])
 
 
