@@ -369,3 +369,20 @@ def test_block_classes_match_a_brute_force(mask_mod):
     for seq_q, seq_k, blocks in ((203, 77, (64, 32)), (77, 300, (128, 128)), (300, 300, (32, 64))):
         mask = create_block_mask(mask_mod, 2, H, seq_q, seq_k, device="cpu", BLOCK_SIZE=blocks)
         np.testing.assert_array_equal(mask.kinds, brute_block_kinds(mask_mod, 2, H, seq_q, seq_k, *blocks))
+
+
+def test_create_block_mask_takes_flex_attentions_keywords():
+    """`create_block_mask(mask_mod, B=None, H=None, Q_LEN=..., KV_LEN=..., _compile=True)`, FlexAttention's most
+    common call, gave `TypeError: unexpected keyword argument 'B'` though the docs say its calls port unchanged:
+    the keywords are the positional arguments' other names; one given twice or missing is a TypeError naming it."""
+    from tessera.variants import create_block_mask
+
+    by_keyword = create_block_mask(sinks_window, B=None, H=None, Q_LEN=300, KV_LEN=200, device="cpu",
+                                   BLOCK_SIZE=(64, 32), _compile=True)
+    by_position = create_block_mask(sinks_window, None, None, 300, 200, device="cpu", BLOCK_SIZE=(64, 32))
+    np.testing.assert_array_equal(by_keyword.kinds, by_position.kinds)
+    assert create_block_mask(dilated_per_head, 2, H, Q_LEN=77, KV_LEN=90).kinds.shape == (2, H, 1, 1)
+    with pytest.raises(TypeError, match="create_block_mask: seq_q given twice"):
+        create_block_mask(sinks_window, 1, 1, 64, 64, Q_LEN=64)
+    with pytest.raises(TypeError, match="create_block_mask: missing heads"):
+        create_block_mask(sinks_window, B=1, Q_LEN=64, KV_LEN=64)
