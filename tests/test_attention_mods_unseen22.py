@@ -386,3 +386,31 @@ def test_create_block_mask_takes_flex_attentions_keywords():
         create_block_mask(sinks_window, 1, 1, 64, 64, Q_LEN=64)
     with pytest.raises(TypeError, match="create_block_mask: missing heads"):
         create_block_mask(sinks_window, B=1, Q_LEN=64, KV_LEN=64)
+
+
+class ClassMods:
+    """Modifiers written as classmethods over class attributes, with a staticmethod helper."""
+
+    widths = np.array([4, 9, 16, 25])
+    slopes = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+
+    @classmethod
+    def window(cls, b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < cls.widths[h])
+
+    @classmethod
+    def alibi(cls, score, b, h, q_idx, kv_idx):
+        return score - cls.slopes[h] * cls.distance(q_idx, kv_idx)
+
+    @staticmethod
+    def distance(q_idx, kv_idx):
+        return abs(q_idx - kv_idx)
+
+
+def test_classmethod_modifiers_read_their_class_arrays():
+    """A classmethod modifier was refused ('instance of type cannot be copied for tracing'): it is traced with a
+    subclass whose arrays are captured (`mask_mod_widths`) and whose class and static methods are rebound; the
+    class is not changed, and a changed array is read afresh."""
+    check((1, H, HK, 60, 70), "tile", ClassMods.alibi, ClassMods.window)
+    assert [a.name for a in trace_mod(ClassMods.window, "mask_mod").arrays] == ["mask_mod_widths"]
+    assert isinstance(ClassMods.__dict__["widths"], np.ndarray)

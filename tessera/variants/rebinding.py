@@ -49,6 +49,8 @@ def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
     copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
     is rebound by key: a torch module's buffers and parameters). A class whose instances cannot be made without
     its constructor (one of C) is refused by name."""
+    if isinstance(obj, type):  # a classmethod's class
+        return _rebound_class(obj, wrap, memo)
     cls, key = type(obj), ("instance", id(obj))
     if key in memo:
         return memo[key]
@@ -75,6 +77,30 @@ def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
     return clone
 
 
+
+
+def _rebound_class(cls: type, wrap: Callable, memo: dict) -> type:
+    """For a classmethod modifier (`cls.widths[h]`, `cls.helper(q_idx)`): a subclass of `cls` whose array
+    attributes read as `_rebound_value` makes them and whose classmethods and staticmethods are rebound, so that
+    they trace; `cls` itself is not changed. A class that cannot be subclassed is refused by name."""
+    key = ("class", id(cls))
+    if key in memo:
+        return memo[key]
+    try:
+        clone = type(cls)(cls.__name__, (cls,), {"__module__": cls.__module__})
+    except TypeError:
+        raise ModTraceError(f"a score_mod or mask_mod's class {cls.__qualname__} cannot be subclassed for tracing "
+                            "(write the modifier as a function, or a class defined in Python)") from None
+    memo[key] = clone
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, value in vars(klass).items():
+            if name.startswith("__"):
+                continue
+            if isinstance(value, (classmethod, staticmethod)) and isinstance(value.__func__, types.FunctionType):
+                setattr(clone, name, type(value)(rebind_arrays(value.__func__, wrap, memo)))
+            elif isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+                setattr(clone, name, _rebound_value(name, value, wrap, memo))
+    return clone
 
 
 def global_names(code: types.CodeType) -> set[str]:
