@@ -265,3 +265,48 @@ def test_leaky_relu_hardtanh_elu_softsign_expit_and_one_sided_clamps(level):
     check((1, H, HK, 60, 80), level, activations, sinks_window, d_twin, reference_mods=(twin, sinks_window))
     with pytest.raises(ModTraceError, match=r"torch.elu with inplace=True"):
         trace_mod(lambda score, b, h, q_idx, kv_idx: functional.elu(score, inplace=True), "score_mod")
+
+
+def test_a_score_mod_defined_in_forward_reads_self():
+    """The usual FlexAttention model: `forward` defines a score_mod over `self.rel_bias` (a Parameter) and a callable
+    `self.window` module it holds. It was refused ('indexing with a traced value a tensor the function makes', or
+    "'functools.partial' object has no attribute 'rel_bias'"): `self` in a closure is now read through a copy whose
+    tensors are kernel inputs, so the forward is right and autograd fills `rel_bias.grad`."""
+    class Window(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("widths", torch.tensor([8, 20, 40, 80]))
+
+        def forward(self, b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < self.widths[h])
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rel_bias = torch.nn.Parameter(torch.randn(159, generator=torch.Generator().manual_seed(3)) * 0.3)
+            self.window = Window()
+
+        def forward(self, q, k, v):
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score + self.rel_bias[q_idx - kv_idx + 79]
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return self.window(b, h, q_idx, kv_idx)
+            return tessera.runtime.autograd.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, level="tile")
+
+    model, gen = Model(), torch.Generator().manual_seed(4)
+    q = torch.randn(1, H, 60, 64, generator=gen).bfloat16().requires_grad_()
+    k, v = (torch.randn(1, HK, 80, 64, generator=gen).bfloat16().requires_grad_() for _ in range(2))
+    do = torch.randn(1, H, 60, 64, generator=gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        o = model(q, k, v)
+    (o.float() * do).sum().backward()
+    rel = model.rel_bias.detach().double().requires_grad_()
+    grid = [torch.from_numpy(np.ascontiguousarray(np.broadcast_to(g, (1, H, 60, 80)))) for g in grids(1, H, 60, 80)]
+    s = q.detach().double() @ k.detach().double().repeat_interleave(H // HK, 1).transpose(-1, -2) / 8
+    s = (s + rel[grid[2] - grid[3] + 79]).masked_fill(~model.window(*grid), float("-inf"))
+    o64 = torch.softmax(s, -1) @ v.detach().double().repeat_interleave(H // HK, 1)
+    (o64 * do.double()).sum().backward()
+    assert_close("O", o.detach().double().numpy(), o64.detach().numpy())
+    assert_close("d rel_bias", model.rel_bias.grad.double().numpy(), rel.grad.numpy())

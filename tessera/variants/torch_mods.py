@@ -70,7 +70,9 @@ def _torch_valued(value: object, seen: set) -> bool:
         return uses_torch(value, seen)
     if isinstance(value, (tuple, list)):
         return any(_torch_valued(v, seen) for v in value)
-    return False
+    if isinstance(value, torch.nn.Module):  # `self` of a model, read from a closure
+        return True
+    return any(is_tensor(v) for v in getattr(value, "__dict__", {}).values())  # an object holding tensors
 
 
 def uses_torch(fn: Callable, seen: set | None = None) -> bool:
