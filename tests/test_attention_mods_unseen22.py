@@ -414,3 +414,25 @@ def test_classmethod_modifiers_read_their_class_arrays():
     check((1, H, HK, 60, 70), "tile", ClassMods.alibi, ClassMods.window)
     assert [a.name for a in trace_mod(ClassMods.window, "mask_mod").arrays] == ["mask_mod_widths"]
     assert isinstance(ClassMods.__dict__["widths"], np.ndarray)
+
+
+class RelativeModel:
+    """A model object whose method makes the modifiers, closures over `self`."""
+
+    def __init__(self):
+        self.rel = REL2[0]
+        self.widths = np.array([8, 20, 40, 80])
+
+    def modifiers(self):
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + self.rel[np.clip(kv_idx - q_idx + W, 0, len(self.rel) - 1)]
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < self.widths[h])
+        return score_mod, mask_mod
+
+
+def test_closures_over_self_read_its_arrays():
+    """Modifiers made by a method, reading `self.rel` and `self.widths`, were refused ('indexing with a traced value
+    an array that is not a captured NumPy array'): `self` is read through a copy whose arrays are kernel inputs."""
+    check((2, H, HK, 60, 90), "tile", *RelativeModel().modifiers())
