@@ -270,7 +270,7 @@ SHORT = np.ones(5)
     (lambda b, h, q, k: SHORT[k] > 0, "mask_mod", "reads SHORT[kv_idx], which reaches [0, 39] for the launch"),
     (lambda s, b, h, q, k: s + TABLE, "score_mod",
      "the captured array TABLE of shape (40,) used as a whole (index it with one value per dimension, such as "
-     "TABLE[kv_idx])"),
+     "TABLE[kv_idx]; an array computed from it, outside the modifier)"),
     (lambda s, b, h, q, k: s + TABLE[q * 0.5], "score_mod", "TABLE[...] with a f32 index (indices are integers)"),
 ])
 def test_bad_modifiers_are_refused_by_name(fn, kind, message):

@@ -82,7 +82,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
     if torch.is_grad_enabled():
         from tessera.runtime.captured_gradients import captured_tensor_inputs
 
-        wanted = {kind: captured_tensors_requiring_grad(fn) if fn is not None else {}
+        from tessera.runtime.captured_gradients import read_by
+
+        wanted = {kind: read_by(fn, kind, captured_tensors_requiring_grad(fn)) if fn is not None else {}
                   for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod"))}
         if wanted["mask_mod"]:
             raise ValueError(f"attention: the mask_mod reads {', '.join(wanted['mask_mod'])}, which requires grad: a "

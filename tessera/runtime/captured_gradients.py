@@ -47,6 +47,18 @@ def captured_gradient_names(where: str, score_mod, mask_mod, asked) -> dict[str,
     return found
 
 
+def read_by(fn, kind: str, tensors: dict[str, object]) -> dict[str, object]:
+    """Those of `tensors` (by name: `rebinding.captured_tensors_requiring_grad` of `fn`) that the trace of `fn`
+    reads, gathered at traced indices or used otherwise (`Trace.opaque`, refused later by name); one it can reach
+    but does not read (another parameter of a `self` it reads, as a score_mod defined in a model's forward does)
+    gets no gradient, as in torch, and is no reason to refuse a mask_mod."""
+    if not tensors:
+        return tensors
+    trace = trace_mod(fn, kind)
+    read = {a.name for a in trace.arrays} | set(trace.opaque)
+    return {name: tensor for name, tensor in tensors.items() if trace.sources.get(id(tensor)) in read}
+
+
 def captured_tensor_inputs(where: str, score_mod, mask_mod, tensors: dict[str, object]) -> tuple[list[str], list]:
     """(kernel input names, tensors) of the captured tensors `tensors` (by the name the function calls each,
     `rebinding.captured_tensors_requiring_grad`), found by identity in the score_mod's trace (`Trace.sources`),

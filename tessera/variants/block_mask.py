@@ -141,18 +141,36 @@ class BlockMask:
         return 1.0 - self.skipped_fraction
 
 
-def create_block_mask(mask_mod: Callable, batch: int | None, heads: int | None, seq_q: int, seq_k: int,
-                      block_m: int = 128, block_n: int = 128, *, device: object = None,
-                      BLOCK_SIZE: int | tuple[int, int] | None = None) -> BlockMask:  # noqa: N803
+_UNSET = object()
+"""An argument not given (None is a batch or heads of 1)."""
+
+
+def _one_of(ours: str, value: object, theirs: str, flex: object) -> object:
+    """The argument given as `ours` (Tessera's name, or by position) or as `theirs` (FlexAttention's keyword)."""
+    if value is not _UNSET and flex is not _UNSET:
+        raise TypeError(f"create_block_mask: {ours} given twice (also as {theirs}=)")
+    if value is _UNSET and flex is _UNSET:
+        raise TypeError(f"create_block_mask: missing {ours} (FlexAttention's {theirs}=)")
+    return flex if value is _UNSET else value
+
+
+def create_block_mask(mask_mod: Callable, batch: int | None = _UNSET, heads: int | None = _UNSET,
+                      seq_q: int = _UNSET, seq_k: int = _UNSET, block_m: int = 128, block_n: int = 128, *,
+                      device: object = None, BLOCK_SIZE: int | tuple[int, int] | None = None,  # noqa: N803
+                      B: int | None = _UNSET, H: int | None = _UNSET, Q_LEN: int = _UNSET,  # noqa: N803
+                      KV_LEN: int = _UNSET, _compile: bool = False) -> BlockMask:  # noqa: N803
     """Classify the blocks of `mask_mod` (module docstring). Its reads of captured arrays are first proved in
     bounds for these dims (`tessera.variants.index_ranges`: IndexRangeError names the read, its line and the
     range it reaches); a mask_mod that cannot be traced runs through `trace.bounds_checked`, where an index
     outside a captured array raises ModTraceError naming it.
 
     FlexAttention's calls port unchanged: `create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu",
-    BLOCK_SIZE=128)`, where a batch or heads of None is 1 (a mask for every batch entry or head, evaluated at
-    b = 0 or h = 0, as FlexAttention's), `device` is accepted and unused (the mask is evaluated on the host) and
-    `BLOCK_SIZE` (one size, or the (query, key) pair) replaces block_m and block_n."""
+    BLOCK_SIZE=128)`, by position or with its keywords (`B=None, H=None, Q_LEN=..., KV_LEN=...`, `_compile=`,
+    which changes nothing here), where a batch or heads of None is 1 (a mask for every batch entry or head,
+    evaluated at b = 0 or h = 0, as FlexAttention's), `device` is accepted and unused (the mask is evaluated on
+    the host) and `BLOCK_SIZE` (one size, or the (query, key) pair) replaces block_m and block_n."""
+    batch, heads = _one_of("batch", batch, "B", B), _one_of("heads", heads, "H", H)
+    seq_q, seq_k = _one_of("seq_q", seq_q, "Q_LEN", Q_LEN), _one_of("seq_k", seq_k, "KV_LEN", KV_LEN)
     batch, heads = (1 if batch is None else batch), (1 if heads is None else heads)
     if BLOCK_SIZE is not None:
         sizes = BLOCK_SIZE if isinstance(BLOCK_SIZE, tuple) and len(BLOCK_SIZE) == 2 else (BLOCK_SIZE, BLOCK_SIZE)

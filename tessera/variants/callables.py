@@ -73,11 +73,16 @@ def function_name(fn: Callable) -> str:
 
 def is_user_function(value: object) -> bool:
     """Whether `value` is (a partial, method or callable object of) a Python function outside NumPy and Tessera:
-    a helper of the user's, whose captured arrays are captured too."""
+    a helper of the user's, whose captured arrays are captured too. A torch function counts only where it closes
+    over something (FlexAttention's `and_masks(...)` closes over the user's mask_mods); one that does not
+    (`F.relu`, passed as `activation=F.relu`) is torch's own, which the tracer knows by identity, so it must reach
+    it uncopied."""
     if isinstance(value, functools.partial) or method_parts(value) is not None:
         return is_user_function(underlying(value))
-    module = getattr(value, "__module__", None) or ""
-    return isinstance(value, types.FunctionType) and not module.split(".")[0] in ("numpy", "tessera", "builtins")
+    if not isinstance(value, types.FunctionType):
+        return False
+    library = (getattr(value, "__module__", None) or "").split(".")[0]
+    return library not in ("numpy", "tessera", "builtins") and (library != "torch" or value.__closure__ is not None)
 
 
 def instance_attributes(obj: object) -> dict[str, object]:

@@ -4,11 +4,14 @@
 Indexing a proxy with traced values records a gather from a kernel input (`tile.gather`, one index per dimension)
 and the read itself, with the user's line; a constant index reads the value, a 0-d array is its number. What a
 kernel input cannot hold (`array_problem`: an empty array, a dtype that is not a number, values outside i32 or
-f32), a slice, a wrong number of indices, an attribute, an assignment and a torch function other than a search
-are refused by name."""
+f32), a slice, a wrong number of indices, an attribute other than its shape and type (`.shape`, `len()`,
+`.ndim`, `.size`, `.dtype`; a tensor's `.numel()` and `.dim()`), an assignment and a torch function other than a
+search are refused by name."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,7 +103,13 @@ class ArrayProxy(ArrayOperand):
             self._capture.opaque = self._capture.opaque or f"its value read as a number ({name} without an index)"
             return arr[()]
         raise self._tracing.refuse(f"the captured array {name} of shape {arr.shape} used as a whole (index it with "
-                                   f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}])")
+                                   f"one value per dimension, such as {name}[{', '.join(MASK_MOD_ARGS[-arr.ndim:])}]; "
+                                   "an array computed from it, outside the modifier)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """A NumPy ufunc of the array used whole (`np.exp(log_slopes)[h]`): of its number if 0-d, else refused by
+        name (`whole`), as an operator's operand is."""
+        return getattr(ufunc, method)(*(i.whole() if isinstance(i, ArrayProxy) else i for i in inputs), **kwargs)
 
     def searchsorted(self, v, side="left", sorter=None) -> Traced:
         """`array.searchsorted(v, side)`, NumPy's method: np.searchsorted (`tessera.variants.search_calls`)."""
@@ -126,7 +135,39 @@ class ArrayProxy(ArrayOperand):
     def cuda(self, *args, **kwargs) -> ArrayProxy:
         return self
 
+    # Its shape and type: known when traced, and part of what a trace is kept by (`fingerprint.structure`: an
+    # array by its identity, dtype and shape), so a modifier may size an index by them
+    # (`table[np.clip(d, 0, len(table) - 1)]`) without its trace depending on the values. A torch tensor answers
+    # as torch does (`.size()` and `.numel()` methods, a torch dtype), a NumPy array as NumPy does.
+    @property
+    def _source(self):
+        c = self._capture
+        return c.source if c.source is not None else c.array
+
+    @property
+    def shape(self):
+        return self._source.shape
+
+    @property
+    def ndim(self) -> int:
+        return self._source.ndim
+
+    @property
+    def dtype(self):
+        return self._source.dtype
+
+    @property
+    def size(self):
+        return self._source.size  # NumPy's number of elements; torch's bound method Tensor.size
+
+    def __len__(self) -> int:
+        if self._source.ndim == 0:
+            raise self._tracing.refuse(f"len() of the 0-d captured array {self._capture.name}")
+        return len(self._source)
+
     def __getattr__(self, name: str):
+        if name in ("numel", "dim") and torch_mods.is_tensor(self._capture.source):
+            return getattr(self._capture.source, name)
         raise self._tracing.refuse(f"the attribute .{name} of the captured array {self._capture.name}")
 
     def __setitem__(self, index, value):
@@ -143,6 +184,24 @@ class ArrayProxy(ArrayOperand):
         if traced is not None and torch_mods.is_search(func):
             return torch_mods.dispatch(traced, func, tuple(args), dict(kwargs or {}))
         raise proxy._tracing.refuse(torch_mods.captured_call(func, proxy._capture.name))
+
+
+def _whole_operand(op: Callable, reflected: bool = False) -> Callable:
+    """An operator of ArrayProxy (`table * 2`, `2 * table`, `-table`) as `op` of the array used whole (`whole`:
+    a 0-d array's number, else refused by name); beside a traced operand NotImplemented, so that the traced
+    value's own operator runs (which takes the array whole the same way)."""
+    def apply(self, *others):
+        if any(isinstance(o, Traced) for o in others):
+            return NotImplemented
+        return op(*others, self.whole()) if reflected else op(self.whole(), *others)
+    return apply
+
+
+_BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+for _name in (*_BINARY, "lt", "le", "gt", "ge", "neg", "pos", "abs", "invert"):
+    setattr(ArrayProxy, f"__{_name}__", _whole_operand(getattr(operator, f"__{_name}__")))
+for _name in _BINARY:
+    setattr(ArrayProxy, f"__r{_name}__", _whole_operand(getattr(operator, f"__{_name}__"), reflected=True))
 
 
 def array_problem(array: np.ndarray) -> str | None:

@@ -32,6 +32,11 @@ def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> obje
         return wrap(name, value)
     if torch_mods.is_tensor(value) and _CONSTANTS in memo:  # a 0-d tensor, seen (`captured_tensors_requiring_grad`)
         memo[_CONSTANTS](name, value)
+    if _holds_arrays(value):  # `self` in a closure: a score_mod defined in a model's forward reads self.rel_bias[...]
+        try:
+            return _rebound_instance(value, wrap, memo)
+        except ModTraceError:  # an object that cannot be copied: read as it is (its arrays are not captured)
+            return value
     if is_user_function(value):
         return rebind_arrays(value, wrap, memo)
     if isinstance(value, (tuple, list)) and any(is_user_function(v) or isinstance(v, np.ndarray)
@@ -43,17 +48,39 @@ def _rebound_value(name: str, value: object, wrap: Callable, memo: dict) -> obje
     return value
 
 
+def _holds_arrays(value: object) -> bool:
+    """Whether `value` is an object of the user's whose own attributes hold arrays or tensors of at least one
+    dimension, or a torch module (its parameters and buffers): what a closure over `self` reads."""
+    if isinstance(value, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                          functools.partial, np.ndarray, np.generic, tuple, list, dict, str, bytes, int, float,
+                          complex)) or \
+            torch_mods.is_tensor(value):
+        return False
+    torch = torch_mods.torch_module()
+    if torch is not None and isinstance(value, torch.nn.Module):
+        return True
+    return any((isinstance(v, np.ndarray) or torch_mods.is_tensor(v)) and v.ndim
+               for v in instance_attributes(value).values())
+
+
 def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
-    """A copy of `obj` (a callable object's instance, or a bound method's) whose attributes read as
-    `_rebound_value` makes them: its arrays (its own and its class's) wrapped, its Python methods bound to the
-    copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
+    """A copy of `obj` (a callable object's instance, a bound method's, or an object a closure reads: `self`)
+    whose attributes read as `_rebound_value` makes them: its arrays (its own and its class's) wrapped, its
+    Python methods bound to the copy with their arrays rebound too (`self.table[h]`, `self.helper(q_idx)` trace; a dict attribute of arrays
     is rebound by key: a torch module's buffers and parameters). A class whose instances cannot be made without
     its constructor (one of C) is refused by name."""
+    if isinstance(obj, type):  # a classmethod's class
+        return _rebound_class(obj, wrap, memo)
     cls, key = type(obj), ("instance", id(obj))
     if key in memo:
         return memo[key]
+    made, call = cls, getattr(cls, "__call__", None)
+    if is_user_function(call):  # a callable object read from a closure is called through the copy: its
+        # __call__ rebound as well (a subclass of the object's class; the class itself is not changed)
+        made = type(cls)(cls.__name__, (cls,), {"__call__": rebind_arrays(call, wrap, memo),
+                                                "__module__": cls.__module__})
     try:
-        clone = object.__new__(cls)
+        clone = object.__new__(made)
     except TypeError:
         raise ModTraceError(f"a score_mod or mask_mod's instance of {cls.__qualname__} cannot be copied for "
                             "tracing (write the modifier as a function, or a class defined in Python)") from None
@@ -75,6 +102,30 @@ def _rebound_instance(obj: object, wrap: Callable, memo: dict) -> object:
     return clone
 
 
+
+
+def _rebound_class(cls: type, wrap: Callable, memo: dict) -> type:
+    """For a classmethod modifier (`cls.widths[h]`, `cls.helper(q_idx)`): a subclass of `cls` whose array
+    attributes read as `_rebound_value` makes them and whose classmethods and staticmethods are rebound, so that
+    they trace; `cls` itself is not changed. A class that cannot be subclassed is refused by name."""
+    key = ("class", id(cls))
+    if key in memo:
+        return memo[key]
+    try:
+        clone = type(cls)(cls.__name__, (cls,), {"__module__": cls.__module__})
+    except TypeError:
+        raise ModTraceError(f"a score_mod or mask_mod's class {cls.__qualname__} cannot be subclassed for tracing "
+                            "(write the modifier as a function, or a class defined in Python)") from None
+    memo[key] = clone
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, value in vars(klass).items():
+            if name.startswith("__"):
+                continue
+            if isinstance(value, (classmethod, staticmethod)) and isinstance(value.__func__, types.FunctionType):
+                setattr(clone, name, type(value)(rebind_arrays(value.__func__, wrap, memo)))
+            elif isinstance(value, np.ndarray) or torch_mods.is_tensor(value):
+                setattr(clone, name, _rebound_value(name, value, wrap, memo))
+    return clone
 
 
 def global_names(code: types.CodeType) -> set[str]:

@@ -34,6 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from tessera.variants import torch_activations
+
 
 def torch_module():
     """The torch module if the process imported it, else None."""
@@ -68,7 +70,9 @@ def _torch_valued(value: object, seen: set) -> bool:
         return uses_torch(value, seen)
     if isinstance(value, (tuple, list)):
         return any(_torch_valued(v, seen) for v in value)
-    return False
+    if isinstance(value, torch.nn.Module):  # `self` of a model, read from a closure
+        return True
+    return any(is_tensor(v) for v in getattr(value, "__dict__", {}).values())  # an object holding tensors
 
 
 def uses_torch(fn: Callable, seen: set | None = None) -> bool:
@@ -210,6 +214,9 @@ class CheckedTensor:
     def __getattr__(self, name: str):
         return getattr(self.tensor, name)
 
+    def __len__(self) -> int:  # (Python looks len() up on the class, past __getattr__)
+        return len(self.tensor)
+
     @classmethod
     def __torch_function__(cls, func, types_, args=(), kwargs=None):
         """A torch function of the tensor (`torch.searchsorted(offsets, q_idx)`): called on the tensor itself."""
@@ -261,22 +268,14 @@ def torch_op(func) -> str | tuple | None:
 
 
 TRACED_METHODS = ("abs", "neg", "exp", "exp2", "log", "log2", "tanh", "sqrt", "reciprocal", "clamp", "clip",
-                  "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1", "square", "fmod",
-                  "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where", "remainder",
-                  "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool", "new_ones",
-                  "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt", "ge", "eq",
-                  "ne", "sigmoid", "relu", "rsqrt", "masked_fill")
+                  "clamp_min", "clamp_max", "floor", "ceil", "round", "trunc", "fix", "sign", "log1p", "expm1",
+                  "square", "fmod", "minimum", "maximum", "logical_and", "logical_or", "logical_not", "where",
+                  "remainder", "floor_divide", "pow", "to", "type", "float", "double", "int", "long", "bool",
+                  "new_ones", "new_zeros", "new_full", "add", "sub", "mul", "div", "true_divide", "lt", "le", "gt",
+                  "ge", "eq", "ne", "sigmoid", "relu", "rsqrt", "erf", "masked_fill")
 """Tensor methods a traced value answers (`(q_idx - kv_idx).abs()`, `score.clamp(-5, 5)`, `x.to(torch.long)`,
 `b.new_ones((), dtype=torch.bool)` as FlexAttention's and_masks starts, `score.mul(0.5)`, `q_idx.ge(kv_idx)`,
 `score.masked_fill(q_idx < kv_idx, -inf)`)."""
-
-_COMPOSED_FUNCTIONS = {
-    "sigmoid": lambda x: 0.5 * np.tanh(0.5 * x) + 0.5,  # tanh's form: no exp(-x) overflowing, no inf / inf in d/dx
-    "relu": lambda x: np.maximum(x, 0),
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-}
-"""torch functions (and tensor methods) traced as a few NumPy operations of the tracer's: torch.sigmoid
-(also `torch.nn.functional.sigmoid`), torch.relu (`F.relu`), torch.rsqrt."""
 
 TRACED_ATTRIBUTES = {
     "dtype": lambda traced: getattr(torch_module(), {"f32": "float32", "i32": "int32", "bool": "bool"}[
@@ -354,9 +353,28 @@ def captured_call(func, name: str) -> str:
             f"indexing it with traced values, one per dimension: {name}[q_idx], {name}[h, kv_idx])")
 
 
+def _custom_op(func):
+    """(its name, the Python function it was defined from) for an operator made with `torch.library.custom_op`
+    (attention-gym's `approx::tanh` for the soft-cap), None for any other torch function."""
+    torch = torch_module()
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    qualified = func._schema.name  # "approx::tanh"
+    try:
+        from torch._library.custom_ops import OPDEFS  # (private: a torch without it refuses the op by name)
+    except ImportError:
+        OPDEFS = {}
+    return f"torch.ops.{qualified.replace('::', '.')}", getattr(OPDEFS.get(qualified), "_init_fn", None)
+
+
 def dispatch(traced, func, args: tuple, kwargs: dict):
     """A torch call on traced values (`Traced.__torch_function__`): the traced result, or a ModTraceError."""
     torch = torch_module()
+    custom = _custom_op(func)
+    if custom is not None:  # traced as its Python definition, as the reference runs it on the CPU
+        if custom[1] is None:
+            raise traced._tracing.refuse(f"{custom[0]} (an operator with no Python definition to trace)")
+        return custom[1](*args, **kwargs)
     name = getattr(func, "__name__", repr(func))
     if func in (torch.where, torch.Tensor.where):
         cond, a, b = _positional(traced, name, args, kwargs, ("condition", "input", "other"))
@@ -371,6 +389,9 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
         if hi is not None:
             out = traced._apply("min", out, hi)
         return out
+    if func in (torch.clamp_min, torch.Tensor.clamp_min, torch.clamp_max, torch.Tensor.clamp_max):
+        x, bound = _positional(traced, name, args, kwargs, ("input", name.removeprefix("clamp_")))
+        return traced._apply("max" if name == "clamp_min" else "min", x, bound)
     if func in (torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.float_power) and not kwargs:
         return traced._power(*args)
     if func is torch.Tensor.__rpow__:
@@ -411,11 +432,9 @@ def dispatch(traced, func, args: tuple, kwargs: dict):
     if rounding is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
         x, decimals = _positional(traced, name, args, kwargs, ("input", "decimals"), optional=1)
         return traced._round(rounding, x, decimals or 0)
-    composed = _COMPOSED_FUNCTIONS.get(name)
-    functional = getattr(torch.nn.functional, name, None)  # F.relu(x, inplace=False) comes here as itself
-    if composed is not None and func in (getattr(torch, name, None), getattr(torch.Tensor, name, None), functional) \
-            and kwargs in ({}, {"inplace": False}) and len(args) == 1:
-        return composed(args[0])
+    activation = torch_activations.traced_activation(torch, traced, func, name, args, kwargs)
+    if activation is not None:  # torch.sigmoid, F.relu, F.softplus, F.gelu, torch.erf, ...
+        return activation
     if func in (torch.masked_fill, torch.Tensor.masked_fill):  # not in place: torch.where(mask, value, x)
         x, mask, value = _positional(traced, name, args, kwargs, ("input", "mask", "value"))
         return traced._where(mask, value, x)

@@ -13,7 +13,8 @@ one with traced indices is a gather from an extra kernel input (`tile.gather`), 
 are constants of the kernel.
 
 With PyTorch installed, torch functions, tensor methods and captured tensors are accepted the same way
-(`tessera.variants.torch_mods`).
+(`tessera.variants.torch_mods`; torch's activations, `F.gelu`, `F.softplus`, ..., in
+`tessera.variants.torch_activations`).
 
 np.searchsorted, np.digitize (and torch.searchsorted / torch.bucketize) of a traced value in a captured sorted
 1-D array are counts of compares, unrolled or a binary search.

@@ -169,10 +169,31 @@ class Traced:
         expm1), for `torch_mods`."""
         return ufuncs.EXPANDED[getattr(np, name)](self, x)
 
-    def clip(self, lo=None, hi=None) -> Traced:
-        """x.clip(lo, hi) as np.clip (either bound may be None)."""
-        out = self if lo is None else self._apply("max", self, lo)
+    def clip(self, min=None, max=None) -> Traced:  # noqa: A002 (the names of ndarray.clip and Tensor.clip)
+        """x.clip(min, max), NumPy's and torch's method, as np.clip (either bound may be None or left out)."""
+        return self._clip(self, min, max)
+
+    def _clip(self, x: object, lo: object, hi: object) -> Traced:
+        """np.clip(x, lo, hi): the max with lo, then the min with hi (so lo > hi gives hi, as NumPy's); a bound
+        None is no bound."""
+        out = self._wrap(self._lift(x))
+        out = out if lo is None else out._apply("max", out, lo)
         return out if hi is None else out._apply("min", out, hi)
+
+    def _clip_call(self, args: tuple, kwargs: dict) -> Traced:
+        """np.clip as NumPy takes it: the bounds by position, as a_min= / a_max=, or as NumPy 2's min= / max=,
+        either None or left out for no bound; `out=` an array and ufunc keywords are refused."""
+        try:
+            bound = inspect.signature(np.clip).bind(*args, **kwargs).arguments
+        except TypeError as error:
+            raise self._tracing.refuse(f"np.clip with these arguments ({error})") from None
+        named = {**bound.pop("kwargs", {}), **bound}  # NumPy 1.26 takes min= / max= into **kwargs
+        extra = sorted(k for k in set(named) - {"a", "a_min", "a_max", "min", "max"} if named[k] is not None)
+        if extra:
+            raise self._tracing.refuse(f"np.clip with {', '.join(e + '=' for e in extra)} (takes a, a_min, a_max)")
+        lo = named.get("a_min", named.get("min"))
+        hi = named.get("a_max", named.get("max"))
+        return self._clip(named["a"], lo, hi)
 
     def astype(self, dtype, *args, **kwargs) -> Traced:
         """x.astype(dtype) as NumPy converts: a float to an integer truncates toward zero (`tile.cast`,
@@ -230,9 +251,8 @@ class Traced:
     def __array_function__(self, func, types_, args, kwargs):
         if func is np.where and len(args) == 3 and not kwargs:
             return self._where(*args)
-        if func is np.clip and not kwargs and len(args) == 3:
-            x, lo, hi = args
-            return self._apply("min", self._apply("max", x, lo), hi)
+        if func is np.clip:
+            return self._clip_call(args, kwargs)
         if func in (np.round, np.around) and set(kwargs) <= {"decimals"} and 1 <= len(args) <= 2:
             return self._round("round", args[0], args[1] if len(args) == 2 else kwargs.get("decimals", 0))
         if func is np.fix and not kwargs and len(args) == 1:
@@ -337,6 +357,13 @@ class Traced:
 
     def __iter__(self):
         raise self._tracing.refuse("iteration over a traced value")
+
+    def __len__(self):
+        raise self._tracing.refuse("len() of a traced value (it stands for one value per score)")
+
+    def __hash__(self):  # (a dict keyed by the head: {0: 4, 1: 9}[h])
+        raise self._tracing.refuse("a traced value as a dict key or set member (a table by the index: make it a "
+                                   "NumPy array, np.array([...])[h])")
 
     def __getattr__(self, name: str):
         if name.startswith("__"):

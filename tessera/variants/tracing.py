@@ -21,7 +21,8 @@ from tessera.variants.nodes import CapturedArray, Count, Read
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 """The tessera package's directory: frames under it are not the user's (`Tracing.read_site`)."""
 UNCAPTURED = ("indexing with a traced value an array that is not a captured NumPy array of the function (a "
-              "closure variable or a module global it names, or one of the functions it calls)")
+              "closure variable or a module global it names, or one of the functions it calls; a list, tuple or "
+              "range is none: make it np.array(...))")
 
 
 class ModTraceError(ValueError):
