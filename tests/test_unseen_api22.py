@@ -151,3 +151,21 @@ def test_wrong_arguments_are_refused_by_name(call, error, message):
     with pytest.raises(error) as info:
         call()
     assert message in str(info.value)
+
+
+def test_flexattention_enable_gqa_ports_unchanged():
+    """flex_attention(..., enable_gqa=True) is how FlexAttention users write GQA: accepted, the same numbers as
+    without it; enable_gqa=False with fewer K/V heads is refused by name, as flex_attention refuses it (a plain
+    TypeError before: no such argument)."""
+    rng = np.random.default_rng(22)
+    q = rng.standard_normal((1, 4, 40, 64)).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((1, 2, 40, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    mod = lambda score, b, h, q_idx, kv_idx: score * 0.5  # noqa: E731
+    with_flag = tessera.attention(q, k, v, score_mod=mod, level="tile", enable_gqa=True)
+    without = tessera.attention(q, k, v, score_mod=mod, level="tile")
+    assert np.array_equal(np.asarray(with_flag, np.float32), np.asarray(without, np.float32))
+    with pytest.raises(ValueError, match=r"attention: enable_gqa=False, but q has 4 heads and k 2"):
+        tessera.attention(q, k, v, level="tile", enable_gqa=False)
+    with pytest.raises(TypeError, match="enable_gqa is True, False or None"):
+        tessera.attention(q, k, v, level="tile", enable_gqa="yes")
+    tessera.attention(q, q, q, level="tile", enable_gqa=False)

@@ -114,10 +114,24 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
 
 
 @no_backward("attention")
+def check_enable_gqa(where: str, enable_gqa, q, k) -> None:
+    """FlexAttention's `enable_gqa` (its calls port unchanged): None or True allow k and v with fewer heads than q
+    (Tessera finds GQA from the shapes); False refuses them by name, as flex_attention does. Heads are axis 1 of
+    both layouts, [batch, heads, seq, head_dim] and packed [total, heads, head_dim]."""
+    if enable_gqa is None or enable_gqa is True:
+        return
+    if enable_gqa is not False:
+        raise TypeError(f"{where}: enable_gqa is True, False or None (GQA found from the shapes); got {enable_gqa!r}")
+    heads, heads_k = (x.shape[1] if len(x.shape) > 1 else None for x in (q, k))
+    if heads != heads_k:
+        raise ValueError(f"{where}: enable_gqa=False, but q has {heads} heads and k {heads_k} (grouped-query "
+                         "attention): pass enable_gqa=True, or leave it out")
+
+
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,
-              mask_mod=None, descale_q=None, descale_k=None, descale_v=None, block_mask=None):
+              mask_mod=None, descale_q=None, descale_k=None, descale_v=None, block_mask=None, enable_gqa=None):
     """softmax(q k^T * scale [+ bias] [+ bottom-right causal mask]) v, with its LSE when `return_lse`; on the GPU, or in
     the interpreter `level` names; see the module docstring. k and v may have fewer heads than q (GQA/MQA:
     heads a multiple of heads_k; query head h reads key head h // (heads // heads_k); decoding packs a
@@ -131,7 +145,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     PyTorch SDPA adds a float attn_mask; not with packed sequences, split-KV, GQA or clusters (refused by
     name). `score_mod(score, b, h, q_idx, kv_idx)` / `mask_mod(b, h, q_idx, kv_idx)`: FlexAttention's modifiers
     (`tessera.runtime.flex`; not with bias, packed sequences, split-KV or clusters); `block_mask`, FlexAttention's
-    (Tessera's or torch's `create_block_mask` for these lengths), stands for its mask_mod.
+    (Tessera's or torch's `create_block_mask` for these lengths), stands for its mask_mod. `enable_gqa`:
+    FlexAttention's flag, so its calls port unchanged: GQA needs no flag here (None or True), and False refuses
+    k and v with fewer heads than q, as FlexAttention does (`check_enable_gqa`).
     FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays or `torch.float8_e4m3fn` tensors, with `descale_q`,
     `descale_k`, `descale_v` f32 [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; on
     the GPU and every interpreter level, seq_k a multiple of 16 below Tile level; not with bias,
@@ -142,6 +158,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     )
 
     num_splits = auto_for_zero(num_splits)
+    check_enable_gqa("attention", enable_gqa, q, k)
     if is_fp8_call(q, k, v, (descale_q, descale_k, descale_v)):
         refused = [name for name, on in (
             ("bias", bias is not None), ("score_mod/mask_mod", score_mod is not None or mask_mod is not None),

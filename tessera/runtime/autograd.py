@@ -61,14 +61,17 @@ def _as_captured(grad, dtype, device):
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
-              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None):
+              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None, enable_gqa=None):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
     (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
     `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
     `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
     before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for its
-    mask_mod (`tessera.runtime.flex.block_mask_mod`)."""
+    mask_mod (`tessera.runtime.flex.block_mask_mod`); `enable_gqa`: FlexAttention's (`check_enable_gqa`)."""
+    from tessera.runtime.attention import check_enable_gqa
+
+    check_enable_gqa("attention", enable_gqa, q, k)
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
