@@ -113,7 +113,6 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
         raise ValueError(f"attention: bias is not supported with cluster={cluster!r}; use 1")
 
 
-@no_backward("attention")
 def check_enable_gqa(where: str, enable_gqa, q, k) -> None:
     """FlexAttention's `enable_gqa` (its calls port unchanged): None or True allow k and v with fewer heads than q
     (Tessera finds GQA from the shapes); False refuses them by name, as flex_attention does. Heads are axis 1 of
@@ -128,6 +127,7 @@ def check_enable_gqa(where: str, enable_gqa, q, k) -> None:
                          "attention): pass enable_gqa=True, or leave it out")
 
 
+@no_backward("attention")
 def attention(q, k, v, causal: bool = False, scale: float | None = None, return_lse: bool = False,
               num_splits: int | str = 1, level: str | None = None, *, cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None, cluster: int = 1, bias=None, score_mod=None,
