@@ -78,7 +78,7 @@ def paged_copy(head_dim: int, page_size: int) -> str:
     return "tma" if page_size % DEFAULT_BLOCK_N[head_dim] == 0 else "cp.async"
 
 
-GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 128: 64, 256: 64}
+GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 96: DEFAULT_BLOCK_M, 128: 64, 192: 64, 256: 64}
 """The query block of the gather kernels when the caller does not choose one: at head_dim 128 and 256 one
 consumer warpgroup (64 rows). The producer warpgroup's gather keeps 37 registers live by the allocator's count
 (table and cache pointers, ring barriers, a row's page lookup), so setmaxnreg would give it at least 40, which
