@@ -6,12 +6,17 @@ dimension) through the public API, against `reference` in float64:
   cache through TMA pages and through the cp.async gather, the two- and three-pass builders);
 - in the CTA simulator and the PTX executor, a small slice (one head, seq <= 200), bit for bit between the two;
 - what stays refused, by name: FP8 at 96 and 192 (`attention_fp8.FP8_HEAD_DIMS`), and head dims FlashAttention-3
-  does not take either (80, 160).
+  does not take either (80, 160);
+- the backward: 64 x 64 blocks, head_dim 192 with a head split, at Tile level (causal or not, deterministic at
+  96, a score_mod with a mask_mod), in the CTA simulator and the PTX executor bit for bit, its main kernel
+  warp-specialized and ptxas-clean under every ptxas found; deterministic at 192 refused by name.
 
 The ptxas checks of these kernels are tests/test_compile.py's (the forward defaults among its configurations).
 `-m slow` runs the paged and packed kernels at target and PTX level (docs/testing.md)."""
 
 from __future__ import annotations
+
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -169,6 +174,111 @@ def test_other_head_dims_stay_refused(head_dim):
     with pytest.raises(UnsupportedKernel, match=rf"head_dim {head_dim} is not supported .*"
                                                 r"\(supported: 64, 96, 128, 192, 256\)"):
         tessera.attention(q, q, q, level="tile")
+
+
+# endregion
+
+
+# region lowering
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_defaults_warp_specialize_without_fallback(head_dim, causal):
+    """The default pipeline's first rung (warp-specialized, two stages) takes the default kernels, with no
+    fallback warning: at 192 the key block 112 keeps the two K/V stages in shared memory (128 does not)."""
+    from tessera.runtime.flex import warp_specialized_refusal
+
+    module = tessera.kernels.flash_attention(head_dim=head_dim, causal=causal)
+    assert warp_specialized_refusal(module) is None
+
+
+# endregion
+
+
+# region the backward
+
+
+def _backward_problem(head_dim, causal, seq_q=90, seq_k=130, seed=11):
+    q = _arrays([(1, 1, seq_q, head_dim)], seed=seed)[0]
+    k, v, do = _arrays([(1, 1, seq_k, head_dim), (1, 1, seq_k, head_dim), (1, 1, seq_q, head_dim)], seed=seed + 1)
+    o, lse = tessera.attention(q, k, v, causal=causal, return_lse=True, level="tile")
+    return q, k, v, o, lse, do
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_tile(head_dim, causal):
+    """64 x 64 blocks (`DEFAULT_BLOCKS`), head_dim 192 with two thread blocks per key block (`HEAD_SPLIT`)."""
+    q, k, v, o, lse, do = _backward_problem(head_dim, causal)
+    grads = tessera.attention_backward(q, k, v, o, lse, do, causal=causal, level="tile")
+    for check in reference.check_attention_backward(grads, q, k, v, o, do, BF16, causal=causal):
+        assert check.ok, check
+
+
+def test_backward_deterministic_and_score_mod_tile():
+    """deterministic=True at 96; a soft-cap with a causal mask_mod at 96 and 192."""
+    q, k, v, o, lse, do = _backward_problem(96, False)
+    grads = tessera.attention_backward(q, k, v, o, lse, do, deterministic=True, level="tile")
+    assert all(c.ok for c in reference.check_attention_backward(grads, q, k, v, o, do, BF16))
+
+    def soft_cap(score, b, h, q_idx, kv_idx):
+        return 20 * np.tanh(score / 20)
+
+    def causal_mask(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    for head_dim in HEAD_DIMS:
+        q, k, v, _, _, do = _backward_problem(head_dim, False)
+        o, lse = tessera.attention(q, k, v, score_mod=soft_cap, mask_mod=causal_mask, return_lse=True, level="tile")
+        grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=soft_cap, mask_mod=causal_mask,
+                                           level="tile")
+        checks = reference.check_attention_mods_backward(grads, q, k, v, o, do, BF16, score_mod=soft_cap,
+                                                         mask_mod=causal_mask)
+        assert all(c.ok for c in checks), (head_dim, checks)
+
+
+def test_backward_deterministic_refuses_192_by_name():
+    q, k, v, o, lse, do = _backward_problem(192, False, seq_q=16, seq_k=16)
+    with pytest.raises(ValueError, match=r"head_dim 192 is not supported by the attention backward with "
+                                         r"deterministic=True: its dK and dV need head_split=2"):
+        tessera.attention_backward(q, k, v, o, lse, do, deterministic=True, level="tile")
+
+
+@pytest.mark.parametrize("head_dim", [pytest.param(96, marks=pytest.mark.slow), 192])
+def test_backward_target_and_ptx_agree_bit_for_bit(head_dim):
+    """The default pipeline's kernels (warp-specialized main kernel, no fallback warning) in the CTA simulator
+    and the PTX executor: the same bits, within the backward's rule."""
+    from tessera.ir.diagnostics import TesseraWarning
+
+    problem = _backward_problem(head_dim, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        target, ptx = (tessera.attention_backward(*problem, causal=True, level=level) for level in ("target", "ptx"))
+    assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(target, ptx))
+    q, k, v, o, _, do = problem
+    assert all(c.ok for c in reference.check_attention_backward(ptx, q, k, v, o, do, BF16, causal=True))
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_backward_main_kernel_ptxas_clean(head_dim):
+    """The main kernel the GPU runs (`attention_backward_main`: at 192 with the head split) warp-specializes with
+    the default pipeline, without a fallback warning, and every ptxas found (CUDA 12 and 13) assembles it
+    without a warning, a spill or a stack frame."""
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.kernels.attention_backward import attention_backward_main
+    from tessera.runtime.flex import warp_specialized_refusal
+    from tessera.toolchain import compile_ptx, find_all_ptxas
+
+    main = attention_backward_main(head_dim=head_dim, causal=True)
+    assert warp_specialized_refusal(main) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        ptx = tessera.compile(main)
+    for version in find_all_ptxas():
+        result = compile_ptx(ptx, ptxas=version.path)
+        assert not result.warnings and not result.log.diagnostics, (version, result.warnings)
+        entry = result.entry()
+        assert entry.spill_store_bytes == entry.stack_frame_bytes == 0, (version, entry)
 
 
 # endregion

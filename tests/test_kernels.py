@@ -25,7 +25,7 @@ from tessera.kernels import (
 from tessera.kernels.common import widest_swizzle
 
 ATTENTION = list(ATTENTION_BUILDERS.items())
-MATRIX = list(itertools.product(ATTENTION, (64, 128, 256), (False, True), ("bf16", "f16")))
+MATRIX = list(itertools.product(ATTENTION, (64, 96, 128, 192, 256), (False, True), ("bf16", "f16")))
 
 
 def only_kernel(module):
