@@ -398,7 +398,7 @@ def test_attention_and_gemm_compile_nothing_without_a_gpu(monkeypatch):
     with pytest.raises(CudaUnavailable, match="no CUDA device"):
         gemm_module.gemm(a, a)
     with pytest.raises(UnsupportedKernel):  # bad arguments are still refused first, by name
-        tessera.attention(q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)))
+        tessera.attention(q_like((1, 2, 64, 80)), q_like((1, 2, 64, 80)), q_like((1, 2, 64, 80)))
 
 
 def test_import_tessera_loads_no_cuda_and_no_torch():
