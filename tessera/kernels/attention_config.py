@@ -35,10 +35,10 @@ DEFAULT_BLOCK_N = {64: 128, 96: 128, 128: 128, 192: 112, 256: 48}
 class AttentionConfig:
     """The checked parameters of an attention kernel.
 
-    Defaults: BM = 128; BN = 128 for head_dim 64, 96 and 128, 112 for head_dim 192, 48 for head_dim 256. BM = BN = 128 is
-    FlashAttention-3's Hopper tile for head_dim 128 (causal) and the BN it uses for head_dim 64; with bf16,
-    Q + K + V in shared memory take 96 KiB at head_dim 128 (48 KiB at 64), which leaves room for a second K/V
-    stage when the loop is pipelined, and the 128x128 f32 score tile is 64 registers per thread over two
+    Defaults: BM = 128; BN = 128 for head_dim 64, 96 and 128, 112 for head_dim 192, 48 for head_dim 256.
+    BM = BN = 128 is FlashAttention-3's Hopper tile for head_dim 128 (causal) and the BN it uses for head_dim
+    64; with bf16, Q + K + V in shared memory take 96 KiB at head_dim 128 (48 KiB at 64), which leaves room for
+    a second K/V stage when the loop is pipelined, and the 128x128 f32 score tile is 64 registers per thread over two
     warpgroups. BN = 64 (FlashAttention-2's Ampere choice) halves the score tile but doubles the loop trips
     and the per-step softmax bookkeeping; on Hopper the register file affords 128.
 
