@@ -11,8 +11,9 @@ dimension) through the public API, against `reference` in float64:
   96, a score_mod with a mask_mod), in the CTA simulator and the PTX executor bit for bit, its main kernel
   warp-specialized and ptxas-clean under every ptxas found; deterministic at 192 refused by name.
 
-The ptxas checks of these kernels are tests/test_compile.py's (the forward defaults among its configurations).
-`-m slow` runs the paged and packed kernels at target and PTX level (docs/testing.md)."""
+The forward defaults' ptxas checks are tests/test_compile.py's (among its configurations). `-m slow` runs the
+paged and packed kernels at target and PTX level, the d96 backward there, and the serving kernels (paged, packed,
+split-KV, combine) under every ptxas found (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -208,6 +209,39 @@ def test_forward_defaults_warp_specialize_without_fallback(head_dim, causal):
 
     module = tessera.kernels.flash_attention(head_dim=head_dim, causal=causal)
     assert warp_specialized_refusal(module) is None
+
+
+SERVING = {
+    "paged TMA": lambda d: tessera.kernels.flash_attention_paged(d, page_size=128 if d == 96 else 112),
+    "paged gather": lambda d: tessera.kernels.flash_attention_paged(d, causal=True, page_size=16),
+    "packed": lambda d: tessera.kernels.flash_attention_varlen(d, causal=True, return_lse=True),
+    "split-KV": lambda d: tessera.kernels.flash_attention(head_dim=d, num_splits=3),
+    "combine": lambda d: tessera.kernels.attention_combine(d, 3),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("kernel", list(SERVING))
+def test_serving_kernels_warp_specialize_and_assemble_cleanly(kernel, head_dim):
+    """The serving kernels at 96 and 192 (the gather with threads idle among them) lower with the default
+    pipeline's first rung, without a fallback warning, and every ptxas found assembles them without a warning,
+    a spill or a stack frame."""
+    from tessera.ir.diagnostics import TesseraWarning
+    from tessera.runtime.flex import warp_specialized_refusal
+    from tessera.toolchain import compile_ptx, find_all_ptxas
+
+    module = SERVING[kernel](head_dim)
+    if kernel != "combine":  # no loop to pipeline
+        assert warp_specialized_refusal(module) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        ptx = tessera.compile(module)
+    for version in find_all_ptxas():
+        result = compile_ptx(ptx, ptxas=version.path)
+        assert not result.warnings and not result.log.diagnostics, (version, result.warnings)
+        entry = result.entry()
+        assert entry.spill_store_bytes == entry.stack_frame_bytes == 0, (version, entry)
 
 
 # endregion
