@@ -11,9 +11,11 @@ dimension) through the public API, against `reference` in float64:
   96, a score_mod with a mask_mod), in the CTA simulator and the PTX executor bit for bit, its main kernel
   warp-specialized and ptxas-clean under every ptxas found; deterministic at 192 refused by name.
 
+- the JAX graph rewriter replaces a head_dim 96 or 192 attention.
+
 The forward defaults' ptxas checks are tests/test_compile.py's (among its configurations). `-m slow` runs the
-paged and packed kernels at target and PTX level, the d96 backward there, and the serving kernels (paged, packed,
-split-KV, combine) under every ptxas found (docs/testing.md)."""
+paged and packed kernels and a score_mod with a mask_mod at target and PTX level, the d96 backward there, and
+the serving kernels (paged, packed, split-KV, combine) under every ptxas found (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -142,6 +144,28 @@ def test_target_and_ptx_agree_bit_for_bit(head_dim, causal, seq_q, seq_k):
     ptx = tessera.attention(q, k, v, causal=causal, level="ptx")
     assert np.array_equal(target.view(np.uint16), ptx.view(np.uint16))
     assert (check := reference.check_attention(ptx, q, k, v, BF16, causal=causal)).ok, check
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_score_mod_and_mask_mod_below_tile_level(head_dim):
+    """A soft-cap score_mod with a causal sliding-window mask_mod: within the float64 tolerance in the CTA
+    simulator and the PTX executor, bit for bit between the two, without a fallback warning."""
+    from tessera.ir.diagnostics import TesseraWarning
+
+    def soft_cap(score, b, h, q_idx, kv_idx):
+        return 20 * np.tanh(score / 20)
+
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx < 40) & (q_idx >= kv_idx)
+    q, k, v = _arrays([(1, 1, 130, head_dim)] * 3, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TesseraWarning)
+        target, ptx = (tessera.attention(q, k, v, score_mod=soft_cap, mask_mod=window, level=level)
+                       for level in ("target", "ptx"))
+    assert np.array_equal(target.view(np.uint16), ptx.view(np.uint16))
+    check = reference.check_attention_mods(ptx, q, k, v, BF16, score_mod=soft_cap, mask_mod=window)
+    assert check.ok, check
 
 
 @pytest.mark.slow
