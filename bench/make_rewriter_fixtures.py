@@ -149,7 +149,7 @@ FIXTURES = {
                                   "softmax over the query axis: not attention"),
     "neg_p_escapes_s256_d64": (p_escapes, qkv(256, 64), "P is also returned: the kernel never materialises P"),
     "neg_scale_argument_s256_d64": (scale_argument, qkv(256, 64, extra=(bf16(),)), "the scale is an argument"),
-    "neg_head_dim_s256_d96": (lambda q, k, v: attention(q, k, v), qkv(256, 96), "head_dim 96: no kernel"),
+    "neg_head_dim_s256_d80": (lambda q, k, v: attention(q, k, v), qkv(256, 80), "head_dim 80: no kernel"),
     "neg_boolean_mask_s256_d64": (boolean_mask, qkv(256, 64, extra=(jax.ShapeDtypeStruct((256, 256), jnp.bool_),)),
                                   "a boolean mask given as data: not causal"),
     "neg_causal_offset_s256_d64": (lambda q, k, v: attention(q, k, v, causal=True, offset=-1), qkv(256, 64),

@@ -25,7 +25,7 @@ from tessera import reference, reference_gemm
 SEQ = (1, 2, 63, 65, 127, 129, 191, 1000)
 """Sequence lengths: one and two rows, either side of the 64- and 128-row tiles, 191 and one long sequence."""
 HEAD_DIMS = (64, 128, 256)
-"""The head_dims the attention kernels take (96, 192 and others are refused by name)."""
+"""The head_dims the sweep draws from (96 and 192, which the kernels take too, are tests/test_head_dims_96_192.py's)."""
 GEMM_SIZES = (1, 7, 64, 65, 200, 1000)
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 

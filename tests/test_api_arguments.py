@@ -192,8 +192,8 @@ ATTENTION = [
      r"attention: v is a masked array; the kernel reads every element and would ignore the mask"),
     ("float32", attention(*(np.zeros((1, 2, 16, 64), np.float32),) * 3), UnsupportedKernel,
      r"element type float32 is not supported \(supported: bfloat16, float16"),
-    ("head_dim 96", attention(*(bf16((1, 2, 16, 96)),) * 3), UnsupportedKernel,
-     r"head_dim 96 is not supported .*\(supported: 64, 128, 256\)"),
+    ("head_dim 80", attention(*(bf16((1, 2, 16, 80)),) * 3), UnsupportedKernel,
+     r"head_dim 80 is not supported .*\(supported: 64, 96, 128, 192, 256\)"),
     ("rank 3", attention(bf16((2, 16, 64)), bf16(), bf16()), ValueError, r"q must be 4-D \[batch, heads, seq, head_dim\]"),
     ("scale overflows f32", attention(bf16(), bf16(), bf16(), scale=1e39), ValueError,
      r"scale must be representable as an f32 \(between 1.401298e-45 and 3.4028235e\+38\); got 1e\+39"),
@@ -310,8 +310,8 @@ LAUNCH = [
 ]
 
 BUILDERS = [
-    ("head_dim 96", lambda: tessera.kernels.flash_attention(head_dim=96), ValueError,
-     r"head_dim must be one of 64, 128, 256; got 96"),
+    ("head_dim 80", lambda: tessera.kernels.flash_attention(head_dim=80), ValueError,
+     r"head_dim must be one of 64, 96, 128, 192, 256; got 80"),
     ("dtype f32", lambda: tessera.kernels.flash_attention(head_dim=64, dtype="f32"), ValueError,
      r"dtype must be one of 'bf16', 'f16'; got 'f32'"),
     ("scale overflows f32", lambda: tessera.kernels.flash_attention(head_dim=64, scale=1e39), ValueError,

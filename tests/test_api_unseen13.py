@@ -265,9 +265,9 @@ def kvcache_arguments(**changes):
 
 
 REFUSED = {
-    "head_dim_96": (dict(q=np.ones((1, 1, 2, 96), BF16), k_cache=np.ones((1, 16, 1, 96), BF16),
-                         v_cache=np.ones((1, 16, 1, 96), BF16), cache_seqlens=np.array([3], np.int32),
-                         page_table=np.array([[0]], np.int32)), "head_dim 96 is not supported"),
+    "head_dim_80": (dict(q=np.ones((1, 1, 2, 80), BF16), k_cache=np.ones((1, 16, 1, 80), BF16),
+                         v_cache=np.ones((1, 16, 1, 80), BF16), cache_seqlens=np.array([3], np.int32),
+                         page_table=np.array([[0]], np.int32)), "head_dim 80 is not supported"),
     "q_f16_cache_bf16": (dict(q=np.ones((2, 1, 2, 64), np.float16)), "must have one element type"),
     "q_f32": (dict(q=np.ones((2, 1, 2, 64), np.float32)), "must have one element type"),
     "k_new_f16": (dict(k_new=np.ones((2, 1, 1, 64), np.float16), v_new=np.ones((2, 1, 1, 64), np.float16)),

@@ -142,7 +142,7 @@ def test_the_three_kernels_and_their_names():
 
 @pytest.mark.parametrize("options, message", [
     (dict(head_dim=256), "head_dim 256 is not supported by the attention backward"),
-    (dict(head_dim=96), "head_dim must be one of 64, 128"),
+    (dict(head_dim=80), "head_dim must be one of 64, 96, 128, 192"),
     (dict(head_dim=64, dtype="f32"), "dtype must be one of 'bf16', 'f16'"),
     (dict(head_dim=64, deterministic=1), "deterministic must be True or False"),
     (dict(head_dim=64, block_m=100), "block_m must be a positive multiple of 16"),
@@ -185,11 +185,11 @@ def test_api_checks_arguments_by_name(change, error, message):
         tessera.attention_backward(**arguments)
 
 
-def test_api_refuses_head_dim_96():
+def test_api_refuses_head_dim_80():
     from tessera.runtime.attention import UnsupportedKernel
 
-    q = np.zeros((1, 2, 5, 96), ml_dtypes.bfloat16)
-    with pytest.raises(UnsupportedKernel, match="head_dim 96 is not supported by the backward kernels"):
+    q = np.zeros((1, 2, 5, 80), ml_dtypes.bfloat16)
+    with pytest.raises(UnsupportedKernel, match="head_dim 80 is not supported by the backward kernels"):
         tessera.attention_backward(q, q, q, q, np.zeros((1, 2, 5), np.float32), q, level="tile")
 
 

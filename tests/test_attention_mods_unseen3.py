@@ -236,7 +236,7 @@ def test_unsupported_head_dim_with_mods_is_refused_by_name():
     """head_dim 48 with a mask_mod was a KeyError from the block-size table; now the dense path's refusal."""
     from tessera.runtime.attention_base import UnsupportedKernel
 
-    with pytest.raises(UnsupportedKernel, match="head_dim 48 is not supported .*supported: 64, 128, 256"):
+    with pytest.raises(UnsupportedKernel, match="head_dim 48 is not supported .*supported: 64, 96, 128, 192, 256"):
         tessera.attention(*_inputs(head_dim=48), mask_mod=_causal, level="tile")
 
 

@@ -138,9 +138,9 @@ def test_split_kernel_grid_counts_parts_and_heads():
 def test_unsupported_split_configurations_are_refused_by_name():
     with pytest.raises(ValueError, match="num_splits must be an integer from 1 to 256; got 0"):
         flash_attention(64, num_splits=0)
-    with pytest.raises(ValueError, match="num_splits > 1 .* supports head_dim 64, 128; got head_dim 256"):
+    with pytest.raises(ValueError, match="num_splits > 1 .* supports head_dim 64, 96, 128, 192; got head_dim 256"):
         flash_attention(256, num_splits=2)
-    with pytest.raises(ValueError, match="head_dim must be one of 64, 128; got 256"):
+    with pytest.raises(ValueError, match="head_dim must be one of 64, 96, 128, 192; got 256"):
         attention_combine(256, 2)
 
 

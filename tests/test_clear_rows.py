@@ -36,6 +36,15 @@ def test_clearing_a_stage_whose_copy_is_in_flight_is_reported():
         _run_ring(COPY0, "tile.cp_commit_group", *_clear(0, 3), "tile.cp_wait_group 0", _read("r"))
 
 
+@pytest.mark.parametrize("head_dim", [96, 192])
+def test_rows_of_chunks_that_do_not_divide_the_threads_lower(head_dim):
+    """Regression: a [BN, 96] or [BN, 192] bf16 stage (12 or 24 16-byte chunks a row) was refused by
+    convert-tile-to-sm90 ("the block's 256 threads must divide into rows of 12 16-byte chunks"), so the paged
+    TMA kernel at head_dim 96 and 192 did not lower; the threads past the last whole row of chunks now idle."""
+    module = tessera.kernels.flash_attention_paged(head_dim, page_size=128 if head_dim == 96 else 112)
+    assert "st.shared" in tessera.compile(module)
+
+
 # endregion
 # region end to end
 
@@ -54,7 +63,8 @@ def _varlen(level: str, v: np.ndarray, causal: bool, splits: int) -> np.ndarray:
 
 def _paged(level: str, v_cache: np.ndarray, splits: int) -> np.ndarray:
     rng = np.random.default_rng(2)
-    q, k_cache = rng.standard_normal((2, 1, 4, 64)).astype(BF16), rng.standard_normal((4, 128, 2, 64)).astype(BF16)
+    d = v_cache.shape[-1]
+    q, k_cache = rng.standard_normal((2, 1, 4, d)).astype(BF16), rng.standard_normal((4, 128, 2, d)).astype(BF16)
     return tessera.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array([130, 77], np.int32),
                                           page_table=np.array([[2, 0], [1, 3]], np.int32), num_splits=splits,
                                           level=level)
@@ -78,10 +88,13 @@ def test_the_next_packed_sequences_nan_and_inf_change_no_bit_of_a_sequences_o(le
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_nan_past_cache_seqlens_in_tma_pages_changes_no_bit_of_o(level):
+@pytest.mark.parametrize("head_dim", [64, 96])
+def test_nan_past_cache_seqlens_in_tma_pages_changes_no_bit_of_o(level, head_dim):
     """Pages of 128 rows (TMA boxes), two split-KV parts, GQA: NaN in every V row past cache_seqlens (a
-    torch.empty cache) gives O bitwise that of a cache holding zeros there."""
-    v = np.random.default_rng(4).standard_normal((4, 128, 2, 64)).astype(BF16)
+    torch.empty cache) gives O bitwise that of a cache holding zeros there. At head_dim 96 a row is 12 16-byte
+    chunks, which do not divide the block's 256 threads (regression: the lowering refused it; now 4 threads
+    idle)."""
+    v = np.random.default_rng(4).standard_normal((4, 128, 2, head_dim)).astype(BF16)
     pages, lens = np.array([[2, 0], [1, 3]]), [130, 77]
     past = np.zeros(v.shape, bool)
     for b, n in enumerate(lens):

@@ -36,7 +36,8 @@ CONFIGS = [("flash_attention", dict(head_dim=d, causal=c, dtype=t)) for d in (64
     ("flash_attention", dict(head_dim=256, causal=False, dtype="bf16")),
     ("flash_attention", dict(head_dim=256, causal=True, dtype="f16")),
     ("two_pass_attention", dict(head_dim=256, causal=True)), ("three_pass_attention", dict(head_dim=256, causal=False)),
-] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))] + [
+] + [("flash_attention", dict(head_dim=d, causal=c, dtype=t))  # FlashAttention-3's other head dims
+     for d, c, t in ((96, False, "bf16"), (96, True, "f16"), (192, False, "f16"), (192, True, "bf16"))] + [("gemm", dict(dtype="bf16")), ("gemm", dict(dtype="f16"))] + [
     ("flash_attention", dict(head_dim=d, causal=c, dtype=t, bias=True, return_lse=lse))
     for d, c, t, lse in ((64, False, "bf16", False), (64, True, "f16", True), (128, False, "f16", False),
                          (128, True, "bf16", True))]
@@ -45,6 +46,8 @@ SLICE = [
     ("flash_attention", dict(head_dim=128, causal=False, dtype="bf16")),  # the README's kernel
     ("flash_attention", dict(head_dim=64, causal=True, dtype="f16")),
     ("flash_attention", dict(head_dim=256, causal=True, dtype="f16")),
+    ("flash_attention", dict(head_dim=96, causal=True, dtype="f16")),
+    ("flash_attention", dict(head_dim=192, causal=True, dtype="bf16")),
     ("three_pass_attention", dict(head_dim=64, causal=True)),
     ("two_pass_attention", dict(head_dim=128, causal=False)),
     ("gemm", dict(dtype="bf16")),

@@ -113,7 +113,7 @@ ONES = np.ones((1, 2), np.float32)
      r"must all be float8_e4m3fn .* got bfloat16, float8_e4m3fn"),
     (dict(zip("qkv", _small(dtype=ml_dtypes.float8_e5m2))), UnsupportedKernel,
      r"element type float8_e5m2 is not supported"),
-    (dict(zip("qkv", _small(d=96))), UnsupportedKernel, r"head_dim 96 is not supported .* 64, 128, 256"),
+    (dict(zip("qkv", _small(d=96))), UnsupportedKernel, r"head_dim 96 is not supported by Tessera's FP8 .* 64, 128, 256"),
     (dict(q=_small(heads=3)[0]), ValueError, r"k and v the same heads \(a divisor of q's\)"),
     (dict(v=_small(heads_k=1)[2]), ValueError, r"k and v the same heads"),
     (dict(descale_q=np.ones((1, 4), np.float32)), ValueError,

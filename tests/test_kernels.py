@@ -25,7 +25,7 @@ from tessera.kernels import (
 from tessera.kernels.common import widest_swizzle
 
 ATTENTION = list(ATTENTION_BUILDERS.items())
-MATRIX = list(itertools.product(ATTENTION, (64, 128, 256), (False, True), ("bf16", "f16")))
+MATRIX = list(itertools.product(ATTENTION, (64, 96, 128, 192, 256), (False, True), ("bf16", "f16")))
 
 
 def only_kernel(module):
@@ -49,11 +49,11 @@ def ops_of(module, op_class):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(head_dim=96), "head_dim must be one of 64, 128, 256; got 96"),
-        (dict(head_dim=512), "head_dim must be one of 64, 128, 256; got 512"),
-        (dict(head_dim="128"), "head_dim must be one of 64, 128, 256; got '128'"),
+        (dict(head_dim=80), "head_dim must be one of 64, 96, 128, 192, 256; got 80"),
+        (dict(head_dim=512), "head_dim must be one of 64, 96, 128, 192, 256; got 512"),
+        (dict(head_dim="128"), "head_dim must be one of 64, 96, 128, 192, 256; got '128'"),
         # regression (unseen round 22): 64.0 == 64 let a float through, to fail in xDSL's attribute verifier
-        (dict(head_dim=64.0), "head_dim must be one of 64, 128, 256; got 64.0"),
+        (dict(head_dim=64.0), "head_dim must be one of 64, 96, 128, 192, 256; got 64.0"),
         (dict(dtype="f32"), "dtype must be one of 'bf16', 'f16'; got 'f32'"),
         (dict(dtype="fp16"), "dtype must be one of 'bf16', 'f16'; got 'fp16'"),
         (dict(block_m=0), "block_m must be a positive multiple of 16; got 0"),

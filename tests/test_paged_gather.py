@@ -70,7 +70,7 @@ def test_page_sizes_that_are_not_positive_integers_are_refused_by_name(page_size
 def test_the_gather_takes_flashattentions_cache_layout_and_one_consumer_warpgroup_from_head_dim_128():
     args = tessera.find_kernel(flash_attention_paged(128, page_size=16)).args
     assert [str(d) for d in args[1].dims] == ["num_pages", "page_size", "heads_k", "128"]
-    assert GATHER_BLOCK_M == {64: 128, 128: 64, 256: 64}
+    assert GATHER_BLOCK_M == {64: 128, 96: 128, 128: 64, 192: 64, 256: 64}
 
 
 # endregion

@@ -45,7 +45,7 @@ REFUSED = {
     "neg_softmax_axis_s256_d64": (r"the softmax normalises axis 2 of the scores, but BMM2 .* sums over axis 3", False),
     "neg_p_escapes_s256_d64": (r"P \(the softmax output\) has another user: 'func.return'", False),
     "neg_scale_argument_s256_d64": (r"the scale at .* is not a constant: it is argument %arg3", False),
-    "neg_head_dim_s256_d96": (r"head_dim 96 is not one the kernels support", False),
+    "neg_head_dim_s256_d80": (r"head_dim 80 is not one the kernels support", False),
     "neg_boolean_mask_s256_d64": (r"the mask depends on argument %arg3: data, not a causal mask", False),
     "neg_causal_offset_s256_d64": (r"causal mask .* with offset -1 .* bottom-right, offset seq_k - seq_q = 0", False),
     "neg_bwd_forward_refused_s256_d64": (r"near miss \(backward\).*\n.*its forward at .* was not rewritten: the "
@@ -256,12 +256,12 @@ def test_rewrite_report_on_the_command_line(capsys):
 
 def test_attention_op_verifier_refuses_what_no_kernel_runs(tmp_path, capsys):
     module, _ = rewrite("fwd_plain_s256_d64")
-    text = checked(str(module)).replace("head_dim = 64 : i64", "head_dim = 96 : i64")
+    text = checked(str(module)).replace("head_dim = 64 : i64", "head_dim = 80 : i64")
     path = tmp_path / "bad.mlir"
     path.write_text(text)
     assert tessera_opt.main([str(path)]) == 1
     err = capsys.readouterr().err
-    assert "head_dim 96 is not one the kernels support" in err and re.search(r"bad\.mlir:\d+:\d+", err)
+    assert "head_dim 80 is not one the kernels support" in err and re.search(r"bad\.mlir:\d+:\d+", err)
 
 
 # endregion
@@ -300,7 +300,7 @@ def test_compare_rewritten_with_original(name, spec, capsys):
 
 
 def test_compare_fails_when_nothing_is_replaced(capsys):
-    assert tessera_run.main([str(FIXTURES / "neg_head_dim_s256_d96.mlir"), "-p",
+    assert tessera_run.main([str(FIXTURES / "neg_head_dim_s256_d80.mlir"), "-p",
                              "rewrite-attention{match=patterns}", "--compare"]) == 1
     assert "nothing was replaced" in capsys.readouterr().out
 

@@ -355,7 +355,7 @@ def q_like(shape=(1, 2, 64, 64), dtype=BF16):
     ((q_like(), q_like(), q_like((1, 2, 64, 128))), ValueError, "same head_dim, got 64, 64, 128"),
     ((q_like(), q_like(), q_like(dtype=F16)), ValueError, "one element type, got bfloat16, bfloat16, float16"),
     ((q_like(dtype=F32),) * 3, UnsupportedKernel, "element type float32 is not supported"),
-    ((q_like((1, 2, 64, 96)),) * 3, UnsupportedKernel, r"head_dim 96 is not supported .*\(supported: 64, 128, 256\)"),
+    ((q_like((1, 2, 64, 80)),) * 3, UnsupportedKernel, r"head_dim 80 is not supported .*\(supported: 64, 96, 128, 192, 256\)"),
     ((q_like((1, 2, 0, 64)),) * 3, ValueError, "q has an empty dimension"),
     (([[1.0]], q_like(), q_like()), TypeError, "q must be a NumPy array or a PyTorch tensor, got list"),
 ])
@@ -398,7 +398,7 @@ def test_attention_and_gemm_compile_nothing_without_a_gpu(monkeypatch):
     with pytest.raises(CudaUnavailable, match="no CUDA device"):
         gemm_module.gemm(a, a)
     with pytest.raises(UnsupportedKernel):  # bad arguments are still refused first, by name
-        tessera.attention(q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)), q_like((1, 2, 64, 96)))
+        tessera.attention(q_like((1, 2, 64, 80)), q_like((1, 2, 64, 80)), q_like((1, 2, 64, 80)))
 
 
 def test_import_tessera_loads_no_cuda_and_no_torch():

@@ -329,7 +329,7 @@ def varlen_args(**changes):
     ({"num_splits": 2.0}, ValueError, "num_splits must be an integer from 1 to 256; got 2.0"),
     ({"return_lse": 1}, ValueError, "return_lse must be True or False; got 1"),
     ({"q": np.zeros((9, 4, 256), BF16), "k": np.zeros((12, 2, 256), BF16), "v": np.zeros((12, 2, 256), BF16),
-      "num_splits": 2}, ValueError, r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"),
+      "num_splits": 2}, ValueError, r"num_splits > 1 \(split-KV\) supports head_dim 64, 96, 128, 192"),
 ])
 def test_varlen_refuses_bad_arguments_by_name(changes, error, message):
     with pytest.raises(error, match=message):
@@ -364,7 +364,7 @@ def kv_args(**changes):
     ({"return_lse": "yes"}, ValueError, "attention_with_kvcache: return_lse must be True or False"),
     ({"q": np.zeros((2, 1, 4, 256), BF16), "k_cache": np.zeros((6, 16, 2, 256), BF16),
       "v_cache": np.zeros((6, 16, 2, 256), BF16), "num_splits": 3}, ValueError,
-     r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"),
+     r"num_splits > 1 \(split-KV\) supports head_dim 64, 96, 128, 192"),
 ])
 def test_kvcache_refuses_bad_arguments_by_name(changes, error, message):
     with pytest.raises(error, match=message):
@@ -706,5 +706,5 @@ def test_packed_lse_at_head_dim_256(causal, rng):
     o, lse = tessera.attention(q, k, v, num_splits="auto", **args)
     for found in filter(None, reference.check_packed_attention(o, lse, q, k, v, cq, ck, BF16, causal)):
         assert found[0].ok and found[1].ok, found
-    with pytest.raises(ValueError, match=r"num_splits > 1 \(split-KV\) supports head_dim 64, 128"):
+    with pytest.raises(ValueError, match=r"num_splits > 1 \(split-KV\) supports head_dim 64, 96, 128, 192"):
         tessera.attention(q, k, v, num_splits=3, **args)

@@ -8,13 +8,14 @@
 
 A row of a shared tile is, in each of its boxes, one swizzle span of consecutive bytes (the swizzle permutes
 16-byte chunks only within the span), so zeroing whole rows needs no swizzle arithmetic: thread t takes
-chunk t mod C (C = the row's 16-byte chunks over all boxes) of rows t / C + i T / C. The copy that filled
+chunk t mod C (C = the row's 16-byte chunks over all boxes) of rows t / C + i floor(T / C). The copy that filled
 the tile has landed (its stage's full barrier is waited for first, as for any first read); wgmma groups in
 flight stay so (the branch touches no register they write, and the tile is not one they read: a stage is
 cleared before its own P.V mma). The fence and the barrier order the generic stores before the tensor core's
 async-proxy reads, and, through the release of the stage, before the next TMA into it
 (`tessera.sm90.memory_model.PROXY_FENCE`, `BARRIER_ORDERING`). Trips whose key block ends at or before seq_k pay one
-compare and one uniform branch.
+compare and one uniform branch. When C does not divide T (rows of 12 or 24 chunks: head_dim 96 or 192 in 16
+bits), T - (T / C) C threads store nothing.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class ClearRowsLowering:
         if not isinstance(t, SharedTile) or not t.swizzle:
             refuse(op, "clears the rows of a swizzled shared tile (a plain tile or a ring stage)")
         chunks = t.boxes * t.span // CHUNK_BYTES
-        if self.threads % chunks:
-            refuse(op, f"the block's {self.threads} threads must divide into rows of {chunks} 16-byte chunks")
+        if chunks > self.threads:
+            refuse(op, f"a row of {chunks} 16-byte chunks is more than the block's {self.threads} threads")
         self._await_stage(op.tile, t, e)
         self._retire_readers(t.address, e)
         kept = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.k_start)))  # rows below it are keys
@@ -66,11 +67,16 @@ class ClearRowsLowering:
         base = e.op(arith.AddiOp(t.address, e.op(arith.IndexCastOp(offset, i32))))
         words = CHUNK_BYTES // WORD_BYTES
         zeros = e.splat(i32, 0, words)
+        active = None  # when C does not divide T, the threads past the last whole row of chunks store nothing
+        if self.threads % chunks:  # (head_dim 96, bf16: 12 chunks a row, threads 252 .. 255 idle)
+            active = e.cmpi(self.tid, e.index(per_round * chunks), "slt")
         for i in range(-(-t.rows // per_round)):
             row = e.addi(first_row, e.index(i * per_round))
             past = e.cmpi(row, kept, "sge")
             if (i + 1) * per_round > t.rows:
                 past = e.andi(past, e.cmpi(row, e.index(t.rows), "slt"))
+            if active is not None:
+                past = e.andi(past, active)
             start = e.op(arith.AddiOp(base, e.op(arith.ConstantOp.from_int_and_width(i * per_round * t.span, i32))))
             addresses = e.addi(e.broadcast(start, words), e.dense(i32, [w * WORD_BYTES for w in range(words)]))
             e.if_(past, lambda s, a=addresses: s.op(sm90.StSharedOp(a, zeros)))

@@ -5,19 +5,21 @@ element of an i32 table, read by every thread), `tile.store_global_rows` (a stor
 The gather, as FlashAttention-3's producer does it for pages smaller than a key block: G threads (the
 producer warpgroup's 128 for a ring stage, every thread of the block for a plain tile) copy an [R, C] tile
 of 16-bit elements in 16-byte chunks, K = C x elt / 16 chunks per row. Thread g takes chunk g mod K of rows
-g / K + i G / K (i = 0 .. R K / G - 1): a warp reads whole rows (coalesced), and the thread's chunk column,
-its table lookups and shared addresses differ only by constants between its rows. For each row t = start +
-r it reads the page number table[lead..., t / P] (`ld.global`, masked off past `end`) and issues
+g / K + i floor(G / K) (i = 0 .. ceil(R / floor(G / K)) - 1): a warp reads whole rows (coalesced), and the
+thread's chunk column, its table lookups and shared addresses differ only by constants between its rows. Where
+K does not divide G (rows of 12 or 24 chunks: head_dim 96 or 192 in 16 bits) the threads past the last whole
+row of chunks copy nothing, and the last round skips the rows past R. For each row t = start + r it reads the
+page number table[lead..., t / P] (`ld.global`, masked off past `end`) and issues
 
-    cp.async.cg.shared.global [swizzle(dest + box x R x 128 + r x 128 + (chunk mod 8) x 16)],
+    cp.async.cg.shared.global [swizzle(dest + box x R x W + r x W + (chunk mod W / 16) x 16)],
                               [cache + 16 x ((page x P + t - slot x P, indices...) x K + chunk)],
                               16, (t < end ? 16 : 0)
 
-with slot = t / P and box = chunk / 8 (the tile's 128-byte boxes); the chunk number is formed in 32 bits
-and widened once (`GATHER_CHUNK_LIMIT`).
+with slot = t / P, W the tile's swizzle span (128 or 64 bytes: its boxes' rows) and box = chunk / (W / 16);
+the chunk number is formed in 32 bits and widened once (`GATHER_CHUNK_LIMIT`).
 
-(a row past `end` reads nothing and lands as zeros). The shared address applies the tile's 128-byte swizzle
-with `facts.swizzle_bits`, the same swizzle TMA and wgmma see. Completion:
+(a row past `end` reads nothing and lands as zeros). The shared address applies the tile's swizzle with
+`facts.swizzle_bits`, the same swizzle TMA and wgmma see. Completion:
 - into a ring stage (pipelined): the producer threads (`tid < 128`, an scf.if marked `sm90.producer` and
   `sm90.producer_warpgroup`) wait for the slot's empty barrier, gather, and end with
   `cp.async.mbarrier.arrive.noinc` on the slot's full barrier, whose init count is then 128 (the ring is
@@ -25,8 +27,8 @@ with `facts.swizzle_bits`, the same swizzle TMA and wgmma see. Completion:
   writes through the generic proxy, wgmma reads through the async one);
 - into a plain tile: every thread gathers; the group's commit is `cp.async.commit_group`, its wait
   `cp.async.wait_group N` then `fence.proxy.async` (the `tile.barrier` that follows publishes the tile).
-Refused by name: a gather that does not copy whole rows from column 0, rows whose chunks do not divide the
-threads evenly, a source or table that is not a kernel argument."""
+Refused by name: a gather that does not copy whole rows from column 0, a row of more chunks than threads, an
+unswizzled tile, a source or table that is not a kernel argument."""
 
 from __future__ import annotations
 
@@ -39,7 +41,6 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.passes.convert_tile_to_sm90.common import (
     INVARIANT_ATTR,
-    LINE,
     PRODUCER_ATTR,
     PRODUCER_WARPGROUP_ATTR,
     SharedTile,
@@ -109,9 +110,8 @@ class ServingLowering:
         """The cp.asyncs of `threads` threads (this one is `lane`) copying the rows of `op` into `dest`."""
         if not all(isinstance(v.owner, Block) for v in (op.source, op.table)):
             refuse(op, "a gather reads a kernel argument through a table argument")
-        if dest.swizzle != LINE:
-            refuse(op, f"a gather fills 128B-swizzled shared tiles only (rows of a multiple of {LINE} bytes), got "
-                        f"a {dest.swizzle}B swizzle")
+        if not dest.swizzle:
+            refuse(op, "a gather fills swizzled shared tiles only (boxes of 32-, 64- or 128-byte rows)")
         source, table = op.source.index, op.table.index
         shape = self._arg_tile(source).get_shape()
         elt = element_type_bytes(self._arg_tile(source).element_type)
@@ -119,10 +119,13 @@ class ServingLowering:
             refuse(op, f"a gather copies whole rows: the window must start at column 0 and take all "
                         f"{shape[-1]} columns of the source, got {dest.cols}")
         per_row = dest.cols * elt // CHUNK
-        if (dest.cols * elt) % CHUNK or threads % per_row or dest.rows % (threads // per_row):
+        if (dest.cols * elt) % CHUNK or per_row > threads:
             refuse(op, f"a gather of [{dest.rows}, {dest.cols}] x {elt} bytes in {CHUNK}-byte chunks needs rows of "
-                        f"whole chunks that divide {threads} threads into groups dividing {dest.rows} rows")
+                        f"whole chunks, at most {threads} of them")
         stride = threads // per_row
+        # When K does not divide G, the threads past the last whole row of chunks copy nothing; when the rows
+        # a round covers do not divide R, the last round's rows past R are skipped (head_dim 96: K = 12).
+        active = e.cmpi(lane, e.index(stride * per_row), "ult") if threads % per_row else None
         dims = [self._dim_value(source, d, e) for d in range(len(shape))]
         table_dims = [self._dim_value(table, d, e) for d in range(len(op.table_indices) + 1)]
         page_size = dims[1]
@@ -135,23 +138,25 @@ class ServingLowering:
             table_row = e.addi(e.muli(table_row, dim), self._get(index))
         table_row = e.muli(table_row, table_dims[-1])
         cache, table_ptr = (self.entry_args[self.pointer_args[a]] for a in (source, table))
-        chunks_per_line = LINE // CHUNK
+        span = dest.span  # the bytes of a row of one box
+        chunks_per_line = span // CHUNK
         box = e.op(arith.DivUIOp(chunk, e.index(chunks_per_line)))
         in_line = e.op(arith.RemUIOp(chunk, e.index(chunks_per_line)))
-        first = e.addi(e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(row0, e.index(LINE))),
+        first = e.addi(e.addi(e.muli(box, e.index(dest.box_bytes)), e.muli(row0, e.index(span))),
                        e.muli(in_line, e.index(CHUNK)))
         first = e.op(arith.AddiOp(dest.address, e.op(arith.IndexCastOp(first, i32))))
-        # Rows i stride apart are i stride 128 bytes apart; the swizzle sees the offset modulo its period only
+        # Rows i stride apart are i stride span bytes apart; the swizzle sees the offset modulo its period only
         # (the tile starts on a period), so each residue is swizzled once.
-        period = facts.swizzle_period_bytes(128)
+        period = facts.swizzle_period_bytes(dest.swizzle)
         swizzled: dict[int, SSAValue] = {}
         start, end = self._get(op.start), self._get(op.end)
         row_base = e.addi(start, row0)
-        for i in range(dest.rows // stride):
-            offset = i * stride * LINE
+        for i in range(-(-dest.rows // stride)):
+            offset = i * stride * span
             residue = offset % period
             if residue not in swizzled:
-                swizzled[residue] = self._swizzle(e, e.op(arith.AddiOp(first, e.op(arith.ConstantOp(IntegerAttr(residue, i32))))))
+                at = e.op(arith.AddiOp(first, e.op(arith.ConstantOp(IntegerAttr(residue, i32)))))
+                swizzled[residue] = self._swizzle(e, at, dest.swizzle)
             address = swizzled[residue]
             if offset - residue:
                 address = e.op(arith.AddiOp(address, e.op(arith.ConstantOp(IntegerAttr(offset - residue, i32)))))
@@ -171,12 +176,19 @@ class ServingLowering:
             src = e.addi(cache, e.muli(e.to_i64(chunk_number), e.i64(CHUNK)))
             size = e.op(sm90.SelpOp(inside, e.op(arith.ConstantOp(IntegerAttr(CHUNK, i32))),
                                     e.op(arith.ConstantOp(IntegerAttr(0, i32)))))
-            e.op(sm90.CpAsyncOp(address, src, size))
+            copies = active
+            if (i + 1) * stride > dest.rows:
+                below = e.cmpi(row0, e.index(dest.rows - i * stride), "ult")
+                copies = below if copies is None else e.andi(copies, below)
+            if copies is None:
+                e.op(sm90.CpAsyncOp(address, src, size))
+            else:
+                e.if_(copies, lambda g, a=address, f=src, n=size: g.op(sm90.CpAsyncOp(a, f, n)))
 
     @staticmethod
-    def _swizzle(e: Emitter, address: SSAValue) -> SSAValue:
-        """The 128B-swizzled shared address (`facts.swizzle_bits`) of a 32-bit address, at run time."""
-        mask, line_shift, chunk_shift = facts.swizzle_bits(128)
+    def _swizzle(e: Emitter, address: SSAValue, mode: int) -> SSAValue:
+        """The `mode`-byte-swizzled shared address (`facts.swizzle_bits`) of a 32-bit address, at run time."""
+        mask, line_shift, chunk_shift = facts.swizzle_bits(mode)
 
         def c(value: int) -> SSAValue:
             return e.op(arith.ConstantOp(IntegerAttr(value, i32)))

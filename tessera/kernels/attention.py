@@ -118,8 +118,9 @@ def flash_attention(
     `dtype="e4m3"` builds the FP8 kernel (`flash_attention_d{D}_e4m3[_vt]...`, FlashAttention-3's FP8 forward,
     `tessera.kernels.attention_fp8`): Q, K, V in f8E4M3FN with three f32 descale inputs [batch, heads_k] after
     V, O in bf16, the LSE (with `return_lse`) in f32; causal, GQA (`grouped`), any lengths and head_dim
-    64/128/256 as above; lowered, the producer warpgroup transposes each V tile in shared memory (the default
-    pipeline: passes/convert_tile_to_sm90/transpose.py). `v_transposed="p8"` takes V as V^T [batch, heads_k,
+    64/128/256 (`attention_fp8.FP8_HEAD_DIMS`: 96 and 192 are refused by name); lowered, the producer
+    warpgroup transposes each V tile in shared memory (the default pipeline:
+    passes/convert_tile_to_sm90/transpose.py). `v_transposed="p8"` takes V as V^T [batch, heads_k,
     head_dim, seq_k] with its keys in P8 key order (`attention_fp8.V_TRANSPOSED_ORDERS`), lowered without a
     transpose (seq_k a multiple of 16); `v_transposed=True` (V^T with its keys in their own order, which no
     level below Tile IR can lower) is refused by name (`attention_fp8.V_TRANSPOSED_NATURAL_REFUSAL`); its default
@@ -132,6 +133,8 @@ def flash_attention(
     fp8 = attention_fp8.check_fp8_options(dtype, bias=bias is True, num_splits=num_splits if isinstance(num_splits, int) else 1,
                                           mods=score_mod is not None or mask_mod is not None,
                                           cluster=check_cluster("cluster", cluster, 1), v_transposed=v_transposed)
+    if fp8:
+        attention_fp8.check_fp8_head_dim(head_dim)
     if fp8 and block_n is None and head_dim in attention_fp8.FP8_BLOCK_N:
         block_n = attention_fp8.FP8_BLOCK_N[head_dim]
     c = AttentionConfig.checked(head_dim, causal, attention_fp8.FP8_OUTPUT_DTYPE if fp8 else dtype, scale, block_m,

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
 
-from tessera.kernels.attention_backward_config import MODS_BLOCKS, MODS_HEAD_SPLIT, BackwardConfig
+from tessera.kernels.attention_backward_config import HEAD_SPLIT, MODS_BLOCKS, MODS_HEAD_SPLIT, BackwardConfig
 from tessera.kernels.attention_backward_key_rows import build_main_key_rows
 from tessera.kernels.attention_backward_pre_post import build_postprocess, build_preprocess
 from tessera.kernels.attention_backward_query_rows import build_main_query_rows
@@ -105,7 +105,7 @@ def attention_backward(
     captured_grads: tuple[str, ...] = (),
 ) -> AttentionBackward:
     """The backward's three kernels (preprocess, main, postprocess; see the module docstring) for one
-    configuration. head_dim 64 or 128 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
+    configuration. head_dim 64, 96, 128 or 192 (256 refused by name), bf16 or f16, causal (bottom-right) or not;
     `block_m`/`block_n` default to `DEFAULT_BLOCKS` (`MODS_BLOCKS` with a modifier); `deterministic=True`
     orders the dQ additions with a semaphore per query block (an extra scratch argument of the main kernel;
     with `block_sparse`, the ranks `BACKWARD_RANKS` are inputs after the lists). GQA needs nothing here: K, V,
@@ -129,8 +129,8 @@ def attention_backward(
     its partial ones, with mask_mod; empty ones never): one loop each, whose trip count is read from the lists,
     so that the default pipeline warp-specializes it (the producer walks the same lists).
 
-    `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else 1): the main kernel's thread blocks
-    per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the
+    `head_split` (1 or 2; default `MODS_HEAD_SPLIT` with a modifier, else `HEAD_SPLIT`): the main kernel's
+    thread blocks per key block, each accumulating dK, dV and dQ for head_dim / head_split columns (S and dP still take the
     whole head_dim), so that a modifier's tiles fit beside dK and dV; not with `deterministic` (refused by
     name). `tessera.attention_backward` takes head_split=2 at head_dim 64 too when a modifier's kernel does
     not fit without it (`tessera.runtime.flex`).
@@ -150,8 +150,8 @@ def attention_backward(
     cfg = BackwardConfig.checked(head_dim, causal, dtype, scale, block_m, block_n, deterministic)
     modified = score_mod is not None or mask_mod is not None
     if head_split is None:
-        head_split = MODS_HEAD_SPLIT.get(cfg.attention.head_dim, 1) if modified and not deterministic \
-            and not cfg.key_rows else 1
+        splits = MODS_HEAD_SPLIT if modified else HEAD_SPLIT
+        head_split = splits.get(cfg.attention.head_dim, 1) if not deterministic and not cfg.key_rows else 1
     check_choice("head_split", head_split, (1, 2))
     if head_split > 1 and deterministic:
         raise ValueError(f"head_split={head_split} is not supported with deterministic=True: the dQ semaphores "
@@ -202,7 +202,8 @@ def attention_backward_preprocess(**options) -> ModuleOp:
 def attention_backward_main(**options) -> ModuleOp:
     """The main kernel alone, for `attention_backward(**options)`."""
     cfg = BackwardConfig.checked(**options)
-    return build_main_key_rows(cfg) if cfg.key_rows else build_main_query_rows(cfg)
+    split = 1 if cfg.deterministic else HEAD_SPLIT.get(cfg.attention.head_dim, 1)
+    return build_main_key_rows(cfg) if cfg.key_rows else build_main_query_rows(cfg, head_split=split)
 
 
 def attention_backward_postprocess(**options) -> ModuleOp:

@@ -21,13 +21,13 @@ from tessera.kernels.common import (
     f32,
 )
 
-HEAD_DIMS = (64, 128, 256)
-"""Head dimensions the attention builders support."""
+HEAD_DIMS = (64, 96, 128, 192, 256)
+"""Head dimensions the attention builders support (FlashAttention-3's forward set)."""
 
 DEFAULT_BLOCK_M = 128
 """Queries per thread block: two warpgroups' worth of 64-row wgmma tiles."""
 
-DEFAULT_BLOCK_N = {64: 128, 128: 128, 256: 48}
+DEFAULT_BLOCK_N = {64: 128, 96: 128, 128: 128, 192: 112, 256: 48}
 """Keys per inner-loop step by head_dim (see `AttentionConfig`)."""
 
 
@@ -35,10 +35,10 @@ DEFAULT_BLOCK_N = {64: 128, 128: 128, 256: 48}
 class AttentionConfig:
     """The checked parameters of an attention kernel.
 
-    Defaults: BM = 128; BN = 128 for head_dim 64 and 128, 48 for head_dim 256. BM = BN = 128 is
-    FlashAttention-3's Hopper tile for head_dim 128 (causal) and the BN it uses for head_dim 64; with bf16,
-    Q + K + V in shared memory take 96 KiB at head_dim 128 (48 KiB at 64), which leaves room for a second K/V
-    stage when the loop is pipelined, and the 128x128 f32 score tile is 64 registers per thread over two
+    Defaults: BM = 128; BN = 128 for head_dim 64, 96 and 128, 112 for head_dim 192, 48 for head_dim 256.
+    BM = BN = 128 is FlashAttention-3's Hopper tile for head_dim 128 (causal) and the BN it uses for head_dim
+    64; with bf16, Q + K + V in shared memory take 96 KiB at head_dim 128 (48 KiB at 64), which leaves room for
+    a second K/V stage when the loop is pipelined, and the 128x128 f32 score tile is 64 registers per thread over two
     warpgroups. BN = 64 (FlashAttention-2's Ampere choice) halves the score tile but doubles the loop trips
     and the per-step softmax bookkeeping; on Hopper the register file affords 128.
 
@@ -47,7 +47,15 @@ class AttentionConfig:
     tiles in flight (overlap-softmax) fit the 240 registers a consumer warpgroup gets beside the producer
     (BN = 64 needs 252), and two-pass attention's shared memory fits 227 KiB (BN = 64 needs 257 KiB). A row
     of a 48-wide score tile spans 12 registers of a thread, not a power of two, which the row reductions
-    handle. Any multiple of 16 may be asked for; the passes refuse what does not fit, by name.
+    handle.
+
+    Head_dim 96 (some Phi and StableLM sizes) is a 64-byte-swizzled row of bf16 (96 x 2 = 192 bytes, three
+    64-byte chunks); its [64, 96] f32 accumulator is 48 registers per thread, and BN = 128 warp-specializes
+    with 168 registers under ptxas 13.0, no spill. Head_dim 192 (DeepSeek's MLA q/k dimension) takes
+    FlashAttention-3's 128 x 112 tile: at BN = 128 the pipelined K/V stages need 246,784 bytes of shared memory,
+    over the 232,448 a block may have, and the kernel falls back to a single stage; at 112 it warp-specializes
+    (168 registers, no spill). A row of a 112-wide score tile spans 28 registers of a thread. Any multiple of 16
+    may be asked for; the passes refuse what does not fit, by name.
     """
 
     head_dim: int
@@ -93,8 +101,8 @@ class AttentionConfig:
         if num_splits > 1 and head_dim not in SPLIT_HEAD_DIMS:
             raise ValueError(f"num_splits > 1 (split-KV) supports head_dim {', '.join(map(str, SPLIT_HEAD_DIMS))}; "
                              f"got head_dim {head_dim}: the f32 partial output, {DEFAULT_BLOCK_M} x {head_dim} "
-                             "(128 registers per thread beside the accumulator's 128 when it is stored), does not "
-                             "fit the consumer warpgroups' 240 registers")
+                             f"({head_dim // 2} registers per thread beside the accumulator's {head_dim // 2} when "
+                             "it is stored), does not fit the consumer warpgroups' 240 registers")
         return cls(
             head_dim=head_dim,  # type: ignore[arg-type]
             causal=check_flag("causal", causal),
@@ -181,7 +189,7 @@ def check_bias_scale(bias: bool, scale: float) -> bool:
     return bias
 
 
-SPLIT_HEAD_DIMS = (64, 128)
+SPLIT_HEAD_DIMS = (64, 96, 128, 192)
 """Head dimensions of the split-KV kernel (`AttentionConfig.checked` says why not 256)."""
 
 MAX_SPLITS = 256

@@ -49,6 +49,22 @@ key block on the k32 e4m3 wgmma, so it is a multiple of 32 (the 16-bit kernels' 
 at 256 the default pipeline's consumers then take 168 registers without spill (e4m3 P is a quarter of P's f32
 registers, where bf16's BN = 64 needs 252)."""
 
+FP8_HEAD_DIMS = tuple(FP8_BLOCK_N)
+"""Head dimensions of the FP8 kernel: 64, 128, 256. 96 and 192, which the 16-bit kernels take, are refused by
+name (`check_fp8_head_dim`): the FP8 kernel's V transpose in shared memory and its P8 key order have not been
+built or checked at those widths."""
+
+
+def check_fp8_head_dim(head_dim: object) -> None:
+    """ValueError naming head_dim when the FP8 kernel does not take it (`FP8_HEAD_DIMS`); the 16-bit kernels'
+    head dimensions outside it (96, 192) are named as such."""
+    from tessera.kernels.attention_config import HEAD_DIMS  # attention_config imports this module
+
+    if head_dim in HEAD_DIMS and head_dim not in FP8_HEAD_DIMS and not isinstance(head_dim, bool):
+        raise ValueError(f"head_dim {head_dim} is not supported by the FP8 attention kernel (dtype='e4m3'), which "
+                         f"takes head_dim {', '.join(map(str, FP8_HEAD_DIMS))}; head_dim {head_dim} runs in bf16 "
+                         "or f16")
+
 DESCALES = ("DescaleQ", "DescaleK", "DescaleV")
 """The kernel's descale inputs, after V, in this order."""
 

@@ -3,8 +3,8 @@ heads and packed queries.
 
 The cache is `num_pages` pages of `page_size` token rows; sequence b's token t lives in page
 `page_table[b, t // page_size]`, row `t % page_size`, and the sequence has `cache_seqlens[b]` tokens. The key
-block BN is the head_dim's default (`DEFAULT_BLOCK_N`: 128 for head_dim 64 and 128, 48 for 256) and the kernel
-reads each key block one of two ways (`paged_copy`), as FlashAttention-3 does:
+block BN is the head_dim's default (`DEFAULT_BLOCK_N`: 128 for head_dim 64, 96 and 128, 112 for 192, 48 for
+256) and the kernel reads each key block one of two ways (`paged_copy`), as FlashAttention-3 does:
 
 - "tma", when page_size is a multiple of BN: a block never crosses a page, so it is one TMA box of one page,
   {D, BN, 1, 1} at (0, row in page, key head, page). The cache arguments are then [num_pages, heads_k,
@@ -78,15 +78,16 @@ def paged_copy(head_dim: int, page_size: int) -> str:
     return "tma" if page_size % DEFAULT_BLOCK_N[head_dim] == 0 else "cp.async"
 
 
-GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 128: 64, 256: 64}
-"""The query block of the gather kernels when the caller does not choose one: at head_dim 128 and 256 one
+GATHER_BLOCK_M = {64: DEFAULT_BLOCK_M, 96: DEFAULT_BLOCK_M, 128: 64, 192: 64, 256: 64}
+"""The query block of the gather kernels when the caller does not choose one: at head_dim 128, 192 and 256 one
 consumer warpgroup (64 rows). The producer warpgroup's gather keeps 37 registers live by the allocator's count
 (table and cache pointers, ring barriers, a row's page lookup), so setmaxnreg would give it at least 40, which
 leaves two consumer warpgroups 232 registers each; they need 235 at head_dim 128 (a TMA producer needs 32,
 leaving them 240), and ptxas wants more still for the gather, whose table loads it hoists. With one consumer
 warpgroup (240) the producer gets what is left (`warp-specialize`), and ptxas assembles every gather kernel
 without a spill. Decoding has a few query rows per block anyway; pass block_m=128 to get two warpgroups where
-the registers allow (head_dim 64 does, and is the default there)."""
+the registers allow (head_dim 64 and 96 do, and it is the default there: two consumer warpgroups at 96
+warp-specialize the gather without a spill)."""
 
 
 def cache_row_axis(copy: str) -> int:

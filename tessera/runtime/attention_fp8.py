@@ -227,14 +227,15 @@ def attention_fp8(q, k, v, *, causal, scale, return_lse, level, descale_q=None, 
     """The FP8 forward (module docstring) on checked options; returns o (bf16) or (o, lse f32 [batch, heads,
     seq_q]), of q's kind (CPU tensors for tensors at the CPU levels)."""
     from tessera.kernels import AttentionConfig
+    from tessera.kernels.attention_fp8 import FP8_HEAD_DIMS
     from tessera.runtime import entry
     from tessera.runtime.attention_plan import check_level
     from tessera.runtime.launch import usable_device
 
     head_dim = check_fp8_arguments(q, k, v)
-    if head_dim not in (64, 128, 256):
-        raise UnsupportedKernel(f"head_dim {head_dim} is not supported by Tessera's attention kernels "
-                                "(supported: 64, 128, 256)")
+    if head_dim not in FP8_HEAD_DIMS:
+        raise UnsupportedKernel(f"head_dim {head_dim} is not supported by Tessera's FP8 attention kernel "
+                                f"(supported: {', '.join(map(str, FP8_HEAD_DIMS))})")
     batch, heads_k = (int(n) for n in k.shape[:2])
     descales = [check_descale(n, d, batch, heads_k) for n, d in
                 (("descale_q", descale_q), ("descale_k", descale_k), ("descale_v", descale_v))]
