@@ -306,7 +306,6 @@ class Traced:
     def __rmod__(self, o): return self._apply("mod", o, self)
     def __divmod__(self, o): return self // o, self % o
     def __rdivmod__(self, o): return o // self, o % self
-    __hash__ = None  # type: ignore[assignment]
 
     def _refuse_op(name: str):  # noqa: N805 - builds methods
         def method(self, *args):
