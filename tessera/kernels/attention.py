@@ -16,7 +16,7 @@ from xdsl.ir import SSAValue
 from tessera.dialects import tile
 from tessera.kernels import attention_fp8
 from tessera.kernels.attention_block import AttentionBlock, attention_kernel
-from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, AttentionConfig
+from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_mods import AttentionMods
 from tessera.kernels.attention_steps import accumulate_pv, load_key_block, masked_scores, store_results
 from tessera.kernels.common import (
@@ -134,7 +134,7 @@ def flash_attention(
                                           mods=score_mod is not None or mask_mod is not None,
                                           cluster=check_cluster("cluster", cluster, 1), v_transposed=v_transposed)
     if fp8:
-        attention_fp8.check_fp8_head_dim(head_dim)
+        attention_fp8.check_fp8_head_dim(head_dim, HEAD_DIMS)
     if fp8 and block_n is None and head_dim in attention_fp8.FP8_BLOCK_N:
         block_n = attention_fp8.FP8_BLOCK_N[head_dim]
     c = AttentionConfig.checked(head_dim, causal, attention_fp8.FP8_OUTPUT_DTYPE if fp8 else dtype, scale, block_m,

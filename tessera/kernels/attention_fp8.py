@@ -55,12 +55,11 @@ name (`check_fp8_head_dim`): the FP8 kernel's V transpose in shared memory and i
 built or checked at those widths."""
 
 
-def check_fp8_head_dim(head_dim: object) -> None:
+def check_fp8_head_dim(head_dim: object, head_dims: tuple[int, ...]) -> None:
     """ValueError naming head_dim when the FP8 kernel does not take it (`FP8_HEAD_DIMS`); the 16-bit kernels'
-    head dimensions outside it (96, 192) are named as such."""
-    from tessera.kernels.attention_config import HEAD_DIMS  # attention_config imports this module
-
-    if head_dim in HEAD_DIMS and head_dim not in FP8_HEAD_DIMS and not isinstance(head_dim, bool):
+    head dimensions (`head_dims`, attention_config.HEAD_DIMS, which imports this module) outside it (96, 192) are
+    named as such, the others left to the 16-bit check."""
+    if head_dim in head_dims and head_dim not in FP8_HEAD_DIMS and not isinstance(head_dim, bool):
         raise ValueError(f"head_dim {head_dim} is not supported by the FP8 attention kernel (dtype='e4m3'), which "
                          f"takes head_dim {', '.join(map(str, FP8_HEAD_DIMS))}; head_dim {head_dim} runs in bf16 "
                          "or f16")
