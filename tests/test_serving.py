@@ -708,3 +708,33 @@ def test_packed_lse_at_head_dim_256(causal, rng):
         assert found[0].ok and found[1].ok, found
     with pytest.raises(ValueError, match=r"num_splits > 1 \(split-KV\) supports head_dim 64, 96, 128, 192"):
         tessera.attention(q, k, v, num_splits=3, **args)
+
+
+@pytest.mark.parametrize("page_size", [16, 128], ids=["gather", "tma"])
+def test_page_table_padding_past_the_pages_read_is_accepted(page_size):
+    """A serving stack pads each block-table row past its sequence's pages (vLLM with -1 or a stale page): those
+    slots are never read, so they are accepted, as FlashAttention accepts them; the kernel reads none of them (the
+    PTX executor bounds-checks every global read), and a padded slot a sequence does read is refused by name."""
+    rng = np.random.default_rng(7)
+    lengths = np.array([20, 150], np.int32)
+    used = -(-lengths // page_size)
+    slots = int(used.max()) + 2
+    k_cache, v_cache = (rng.standard_normal((int(used.sum()), page_size, 2, 64)).astype(BF16) for _ in range(2))
+    table = np.full((2, slots), -1, np.int32)
+    pages = rng.permutation(int(used.sum())).astype(np.int32)
+    table[0, :used[0]], table[1, :used[1]] = pages[:used[0]], pages[used[0]:]
+    q = rng.standard_normal((2, 3, 4, 64)).astype(BF16)
+    dense = np.zeros((2, int(used.max()) * page_size, 2, 64), BF16), np.zeros((2, int(used.max()) * page_size, 2, 64), BF16)
+    for b in range(2):
+        for j in range(used[b]):
+            for cache, out in zip((k_cache, v_cache), dense):
+                out[b, j * page_size:(j + 1) * page_size] = cache[table[b, j]]
+    expected = tessera.attention_with_kvcache(q, *dense, cache_seqlens=lengths, causal=True, level="tile")
+    for level in ("tile", "ptx"):
+        got = tessera.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, page_table=table,
+                                             causal=True, level=level)
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected, np.float32), atol=2e-2)
+    table[1, used[1] - 1] = -1
+    with pytest.raises(ValueError, match=rf"page_table holds page -1, outside the {int(used.sum())} pages of k_cache, "
+                                         rf"at \[1, {used[1] - 1}\], which sequence 1 reads"):
+        tessera.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, page_table=table, level="tile")

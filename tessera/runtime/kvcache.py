@@ -93,6 +93,23 @@ def check_appends(where: str, table: np.ndarray, lengths: np.ndarray, seq_new: i
                          "own pages past its cache_seqlens)")
 
 
+def check_pages(where: str, table: np.ndarray, lengths: np.ndarray | None, seq_new: int, page_size: int,
+                num_pages: int) -> None:
+    """ValueError naming the first page_table entry outside the cache's `num_pages` pages among those a sequence
+    reaches (its first ceil((cache_seqlens + seq_new) / page_size) columns; every column where `lengths` is not
+    known on the host). The slots past them are never read, so a serving stack's padding there (-1, as vLLM's
+    block tables carry) is accepted, as FlashAttention accepts it."""
+    reached = np.ones(table.shape, bool)
+    if lengths is not None:
+        pages = -(-(lengths.astype(np.int64) + seq_new) // page_size)
+        reached = np.arange(table.shape[1])[None, :] < pages[:, None]
+    bad = reached & ((table < 0) | (table >= num_pages))
+    if bad.any():
+        b, j = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"{where}: page_table holds page {int(table[b, j])}, outside the {num_pages} pages of "
+                         f"k_cache, at [{b}, {j}], which sequence {b} reads")
+
+
 def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -> None:
     """Write k_new/v_new [batch, seq_new, heads_k, D] into the paged caches at positions cache_seqlens[b] + i
     (row (pos mod page_size) of page page_table[b, pos // page_size]), in place."""
@@ -193,10 +210,6 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
             paged_copy(head_dim, page_size)
         except ValueError as error:
             raise ValueError(f"{where}: k_cache's page_size: {error}") from None
-        if table_values is not None and table_values.size and (table_values.min() < 0 or
-                                                                 table_values.max() >= kc_shape[0]):
-            bad = table_values[(table_values < 0) | (table_values >= kc_shape[0])][0]
-            raise ValueError(f"{where}: page_table holds page {int(bad)}, outside the {kc_shape[0]} pages of k_cache")
         capacity = int(page_table.shape[1]) * page_size
 
     if cache_seqlens is None:
@@ -210,6 +223,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         raise ValueError(f"{where}: cache_seqlens (+ seq_new = {seq_new}) must lie in [0, {capacity}] (the rows the "
                          f"page table or cache reaches), got {lengths.tolist()}")
 
+    if page_table is not None and table_values is not None:
+        check_pages(where, table_values, lengths, seq_new, page_size, kc_shape[0])
     if page_table is not None and seq_new and table_values is not None and lengths is not None:
         check_appends(where, table_values, lengths, seq_new, page_size)
 
