@@ -148,10 +148,13 @@ class PipelineError(ValueError):
 
 
 def parse_pipeline(spec: str):
-    """The xDSL `PassPipeline` of a spec written as for `tessera-opt -p` (e.g. 'canonicalize,cse').
+    """The xDSL `PassPipeline` of a spec written as for `tessera-opt -p` (e.g. 'canonicalize,cse'): passes and
+    named pipelines (`default-pipeline`) over Tessera's and xDSL's passes. The one parser of every entry point
+    (the Python API, tessera-opt, tessera-run).
 
-    A spec that does not parse, an unknown pass or a bad option raises PipelineError (a ValueError) naming
-    the spec; TypeError when `spec` is not a string."""
+    A spec that does not parse, an unknown pass or a bad option raises PipelineError (a ValueError) whose message
+    is `invalid pass pipeline '<spec as written>'`, the column where the parser stopped if it did, and the
+    reason; TypeError when `spec` is not a string."""
     from xdsl.passes import PassPipeline
     from xdsl.utils.exceptions import ArgSpecParseError
 
@@ -159,16 +162,17 @@ def parse_pipeline(spec: str):
         raise TypeError(f"a pipeline is a string such as 'canonicalize,cse'; got {type(spec).__name__}")
     try:
         check_option_keys(spec)
-        spec = expand_named_pipelines(spec)
         # ArgSpecParseError derives from BaseException in xDSL 0.74, so it must be named here.
-        return PassPipeline.parse_spec(all_passes(), spec)
+        return PassPipeline.parse_spec(all_passes(), expand_named_pipelines(spec))
     except ArgSpecParseError as error:
         # xDSL's message is a header, the position and the spec with a caret, then the reason; keep both ends
+        # (the position is in the spec as written unless it named a pipeline, whose passes the parser saw)
         lines = str(error).strip().splitlines()
         position = lines[1].rsplit(":", 1)[-1] if len(lines) > 1 else "?"
-        raise PipelineError(f"bad pass pipeline '{spec}' at column {position}: {lines[-1].strip()}") from None
+        where = f" at column {position}" if expand_named_pipelines(spec) == spec else ""
+        raise PipelineError(f"invalid pass pipeline '{spec}'{where}: {lines[-1].strip()}") from None
     except (ValueError, TypeError) as error:
-        raise PipelineError(f"bad pass pipeline '{spec}': {str(error).strip()}") from None
+        raise PipelineError(f"invalid pass pipeline '{spec}': {str(error).strip()}") from None
 
 
 def pipeline_name(variable: str) -> str:

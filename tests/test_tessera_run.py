@@ -149,7 +149,7 @@ def test_sizes_too_large_for_memory_are_refused_before_allocating(capsys):
 def test_a_malformed_pipeline_is_a_diagnostic(capsys):
     status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, "-p", "cse{")
     assert status == 1
-    assert err.startswith("tessera-run: error: invalid pass pipeline 'cse{': Error parsing pass pipeline")
+    assert err.startswith("tessera-run: error: invalid pass pipeline 'cse{' at column 5: Expected argument name here")
     status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES, "-p", "no-such-pass")
     assert status == 1 and "Unrecognized passes: ['no-such-pass']" in err
 

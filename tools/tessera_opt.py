@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.arg_spec import parse_spec
-from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.utils.exceptions import DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tessera.ir.diagnostics import (
@@ -171,18 +171,15 @@ def load_module(ctx: Context, text: str, name: str, line_offset: int = 0, implic
 
 
 def parse_pipeline(spec: str) -> PassPipeline:
-    """The pass pipeline `spec` (`tessera-opt -p` syntax: passes and named pipelines such as `default-pipeline`)
-    over Tessera's and xDSL's passes; UsageError names
-    what does not parse (an unknown pass, a bad option, a malformed spec)."""
-    from tessera.passes import all_passes, check_option_keys, expand_named_pipelines
+    """The pass pipeline `spec`, parsed by `tessera.passes.parse_pipeline` (the one parser); its PipelineError
+    becomes a UsageError with the same message (the command line was wrong, exit 1)."""
+    from tessera.passes import PipelineError
+    from tessera.passes import parse_pipeline as parse
 
-    # Unknown passes and bad options raise ValueError or TypeError, a malformed spec ArgSpecParseError (a
-    # BaseException whose message shows the spec with a caret).
     try:
-        check_option_keys(spec)
-        return PassPipeline.parse_spec(all_passes(), expand_named_pipelines(spec))
-    except (ValueError, TypeError, ArgSpecParseError) as e:
-        raise UsageError(f"invalid pass pipeline '{spec}': {str(e).strip()}") from e
+        return parse(spec)
+    except PipelineError as e:
+        raise UsageError(str(e)) from None
 
 
 def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool = True,

@@ -18,7 +18,7 @@
 
 // RUN: not tessera-run %s -d n=64 -p 'cse{' 2>&1 | filecheck %s --check-prefix=PIPELINE
 // PIPELINE-NOT: Traceback
-// PIPELINE:     tessera-run: error: invalid pass pipeline 'cse{': Error parsing pass pipeline specification:
+// PIPELINE:     tessera-run: error: invalid pass pipeline 'cse{' at column 5: Expected argument name here
 // PIPELINE-NOT: Traceback
 
 // RUN: not tessera-run %s -d n=64 --level target --lower assign-swizzle 2>&1 | filecheck %s --check-prefix=SHORT
