@@ -996,6 +996,16 @@ DOCUMENTED = {
                                   "cluster_ctaid.z", "cluster_nctaid.x", "cluster_nctaid.y", "cluster_nctaid.z",
                                   "clusterid.x", "clusterid.y", "clusterid.z", "nclusterid.x", "nclusterid.y",
                                   "nclusterid.z"),
+    # cvt to .tf32 (tessera/sm90/tf32.py): the 13 f32 mantissa bits below a tf32's 10 (the ISA's "8 exponent,
+    # >= 10 mantissa bits"; ptxas's SASS clears them with LOP3 0xffffe000), the largest finite tf32
+    # (2 - 2^-10) * 2^127 (what .rna.satfinite's SASS makes of +inf: 0x7f800000 - 0x2000), the NaN .rn/.rz
+    # write here (undocumented: any NaN), and the forms ptxas 13.0 takes for sm_90a (tests/test_tf32_cvt.py
+    # assembles each, and the three it refuses).
+    "TF32_LOW_BITS": 0x1FFF,
+    "TF32_MAX_NORM_BITS": 0x7F7FE000,
+    "TF32_NAN_BITS": 0x7FFFE000,
+    "TF32_CVT_FORMS": {("rna", False, False), ("rna", True, False), ("rn", False, False), ("rz", False, False),
+                       ("rn", False, True), ("rz", False, True)},
     # The canonical NaN of f32 and f16/bf16 results: tests/test_sm90_nan.py derives each from CUDA 13.5's header
     # defines (CUDART_NAN_F, CUDART_NAN_FP16, CUDART_NAN_BF16).
     "CANONICAL_NAN_BITS": {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF},

@@ -2,7 +2,7 @@
 predicated branches that split a warp, `vote`/`shfl`/`activemask`/`bar.warp.sync` on part of a warp, `prmt` in every
 mode, `bfe.s32`/`bfi`, `cvt` in each rounding mode and on NaN, infinities and out-of-range values, 64-bit address
 arithmetic with a negative offset, 64-bit `mul.hi`/`shr`, and a `.local` array indexed per thread (one past its end:
-refused by name; `cvt` to .tf32, `mul24` and `discard` as well). A collective executed by a thread its member mask
+refused by name; `cvt.rn.satfinite.tf32` (sm_100's), `mul24` and `discard` as well). A collective executed by a thread its member mask
 does not name is refused (tests/test_ptx_exec.py)."""
 
 from __future__ import annotations
@@ -226,8 +226,8 @@ def test_a_local_array_read_one_past_its_end_is_refused_by_name():
 
 
 @pytest.mark.parametrize("body, message", [
-    ("cvt.rna.tf32.f32 %r1, %f0;", r"cvt.rna.tf32.f32: not supported by the PTX executor: needs 2 type modifiers "
-                                   r"\(.tf32 is not a type the executor takes here\)"),
+    ("cvt.rn.satfinite.tf32.f32 %r1, %f0;", r"cvt.rn.satfinite.tf32.f32: not supported by the PTX executor: cvt to "
+                                            r".tf32 other than .*sm_90a's forms"),
     ("mul24.hi.u32 %r1, %r0, %r0;", r"mul24.hi.u32: unknown instruction 'mul24' \(not supported by the PTX executor\)"),
     ("discard.global.L2 [%rd2], 128;", r"discard.global.L2: unknown instruction 'discard'"),
 ], ids=["cvt-tf32", "mul24", "discard"])

@@ -16,7 +16,8 @@ the exact value in the instruction's mode; .rn when none is given):
   rounding (.rni/.rzi/.rmi/.rpi), saturates and maps NaN to 0; float->float narrows with .rn/.rz/.rm/.rp
   (optional `.satfinite`: clamp to the largest finite value, `.relu`: negative -> 0) and widens exactly;
   same-type float cvt with an integer rounding rounds to an integral value;
-  `cvt.rn.{f16x2,bf16x2}.f32 d, a, b` puts a in the upper half and b in the lower half (facts.packing).
+  `cvt.rn.{f16x2,bf16x2}.f32 d, a, b` puts a in the upper half and b in the lower half (facts.packing);
+  `cvt.rna{.satfinite}.tf32.f32` and `cvt.{rn,rz}{.relu}.tf32.f32` write the bits `tessera.sm90.tf32` gives.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tessera.interpreters.ptx import numerics
 from tessera.interpreters.ptx.decode import Operands, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+from tessera.sm90 import tf32
 from tessera.sm90.fp8 import satfinite_f32
 from tessera.sm90.nan import CANONICAL_NAN_BITS
 
@@ -321,10 +323,25 @@ def _decode_cvt_fp8(ops: Operands, inst, mods, dst: str, src: str):
     return run_narrow
 
 
+def _decode_cvt_tf32(ops: Operands, inst, mods):
+    """`cvt.rna{.satfinite}.tf32.f32 d, a` and `cvt.{rn,rz}{.relu}.tf32.f32 d, a` into a .b32 d, with the
+    bits `tessera.sm90.tf32.cvt_tf32` gives (what ptxas emits for sm_90a); other forms are refused by name."""
+    del mods.left[-2:]
+    rounding = mods.take("rna", "rn", "rz")
+    satfinite, relu = bool(mods.take("satfinite")), bool(mods.take("relu"))
+    if (rounding, satfinite, relu) not in tf32.TF32_CVT_FORMS or len(inst.operands) != 2:
+        raise ops.refuse(inst, "cvt to .tf32 other than cvt.rna{.satfinite}.tf32.f32 or "
+                               "cvt.{rn,rz}{.relu}.tf32.f32 d, a (sm_90a's forms)")
+    read, write = ops.read(inst, inst.operands[1], ptx_type("f32")), ops.write(inst, inst.operands[0], ptx_type("b32"))
+    return lambda sel: write(sel, tf32.cvt_tf32(np.atleast_1d(read(sel)), rounding, satfinite, relu))
+
+
 @opcode("cvt")
 def decode_cvt(ops: Operands, inst, mods):
     if len(mods.left) >= 2 and (mods.left[-1] in _FP8 or mods.left[-2] in _FP8):
         return _decode_cvt_fp8(ops, inst, mods, mods.left[-2], mods.left[-1])
+    if mods.left[-2:] == ["tf32", "f32"]:
+        return _decode_cvt_tf32(ops, inst, mods)
     dst, src = mods.types(2)
     ftz, sat = bool(mods.take("ftz")), bool(mods.take("sat"))
     relu, satfinite = bool(mods.take("relu")), bool(mods.take("satfinite"))
