@@ -56,6 +56,13 @@ def cases() -> list[Case]:
         Case("gemm-odd-mn", "gemm", dict(M=333, N=136, K=200), 17),
         Case("fp8-gqa-d128-causal", "fp8", dict(batch=1, heads=2, heads_k=1, seq_q=200, seq_k=336, head_dim=128,
                                                 causal=True), 18),
+        # FlashAttention-3's other head dims (128 x 128 key blocks at 96, 128 x 112 at 192; the d192 backward's
+        # main kernel split over two thread blocks a key block): never run on a GPU
+        Case("forward-d96-causal", "forward", dict(ragged, head_dim=96, causal=True), 19),
+        Case("forward-d192", "forward", dict(ragged, head_dim=192, causal=False), 20),
+        Case("backward-d96", "backward", dict(batch=1, heads=2, seq_q=130, seq_k=257, head_dim=96, causal=False), 21),
+        Case("backward-d192-causal", "backward", dict(batch=1, heads=2, seq_q=150, seq_k=190, head_dim=192,
+                                                      causal=True), 22),
     ]
     return found
 
