@@ -20,11 +20,11 @@ What runs where:
 The file is read and verified as `tessera-opt` reads it (the same diagnostics, at the same locations), then
 `-p PIPELINE` is applied as `tessera-opt -p` would. Inputs are drawn from a standard normal distribution
 (seeded) with the shapes the kernel's `tile.dims` give for the sizes on the command line: `-d NAME=SIZE` once
-per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. A kernel sized by its launch (the
-packed and paged attention kernels' max_seqlen_q) reads int32 index tables that are not generated: it is
-refused by name, as `--validate` refuses it (run it with `tessera.launch` on real tables). With `--check`, the outputs are
-compared with the NumPy reference of the kernel's kind (attention, gemm) under the tolerance rule of
-`tessera.reference`, or, for any other kernel, with its own Tile IR run in float64 under the tolerance of
+per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. A kernel whose grid is sized by a
+launch size no argument uses (the packed and paged attention kernels' max_seqlen_q) reads int32 index tables
+that are not generated: it is refused by name, as `--validate` refuses it (run it with `tessera.launch` on real
+tables). With `--check`, the outputs are compared with the NumPy reference of the kernel's kind (attention,
+gemm) under the tolerance rule of `tessera.reference`, or, for any other kernel, with its own Tile IR run in float64 under the tolerance of
 where it rounds (`tessera.validation.rounding`); the max error and the tolerance are printed, and a
 mismatch (or a Target IR kernel without a NumPy reference, which has no Tile IR to run) exits with 1. Bad input
 (syntax, verifier, sizes, kernel hazards) is a diagnostic and exit status 1, never a traceback; set

@@ -161,9 +161,9 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     """Validate every pass of `pipeline` (a `tessera-opt -p` spec) on `module`'s kernel (which is not
     modified); see the module docstring. `sizes` override the defaults of `levels.DEFAULT_SIZES`; inputs are
     drawn with `seed`. With `ptx`, the PTX of the final Target IR is run too (reported as skipped when there
-    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what. A kernel with
-    launch sizes (`tile.launch_sizes`: packed and paged attention) is refused by name: its tables are not
-    generated."""
+    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what. A kernel whose
+    grid is sized by a launch size no argument uses (`tile.launch_sizes`: packed and paged attention) is
+    refused by name: its tables are not generated (`verdict.check_generated_inputs`)."""
     from tessera import find_kernel
     from tessera.arguments import check_module, check_seed, check_sizes, check_string
     from tessera.ir import make_context
