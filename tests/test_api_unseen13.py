@@ -273,7 +273,7 @@ REFUSED = {
     "k_new_f16": (dict(k_new=np.ones((2, 1, 1, 64), np.float16), v_new=np.ones((2, 1, 1, 64), np.float16)),
                   "must have one element type"),
     "append_overflows": (dict(cache_seqlens=np.array([30, 4], np.int32), k_new=np.ones((2, 3, 1, 64), BF16),
-                              v_new=np.ones((2, 3, 1, 64), BF16)), r"cache_seqlens \(\+ seq_new = 3\) must lie in"),
+                              v_new=np.ones((2, 3, 1, 64), BF16)), r"cache_seqlens\[0\] = 30 \(\+ seq_new = 3\) must lie in"),
     # Regressions: a batch of 0, a page table without a column and a cache of 0 pages reached tessera.launch,
     # which refused the kernel's "dimension 1 (total_q): sizes must be positive", naming none of the arguments
     "batch_0": (dict(q=np.ones((0, 1, 2, 64), BF16), cache_seqlens=np.zeros(0, np.int32),

@@ -351,7 +351,7 @@ def kv_args(**changes):
      r"k_cache has an empty dimension: shape \(6, 0, 2, 64\)"),
     ({"page_table": np.array([[0, 1], [2, 6]], np.int32)}, ValueError, "page_table holds page 6, outside the 6 pages"),
     ({"page_table": np.array([[0, 1]], np.int32)}, ValueError, "page_table must have 2 entries"),
-    ({"cache_seqlens": np.array([3, 33], np.int32)}, ValueError, r"cache_seqlens \(\+ seq_new = 0\) must lie in \[0, 32\]"),
+    ({"cache_seqlens": np.array([3, 33], np.int32)}, ValueError, r"cache_seqlens\[1\] = 33 \(\+ seq_new = 0\) must lie in \[0, 32\], the rows the page table or cache reaches \(2 pages of 16 rows\)"),
     ({"cache_seqlens": np.array([3, 20], np.float32)}, ValueError, "cache_seqlens must hold int32, got float32"),
     ({"k_new": np.zeros((2, 1, 2, 64), BF16)}, ValueError, "k_new and v_new are given together"),
     ({"k_new": np.zeros((2, 1, 1, 64), BF16), "v_new": np.zeros((2, 1, 1, 64), BF16)}, ValueError,

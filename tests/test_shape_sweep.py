@@ -313,8 +313,21 @@ def test_validate_refuses_a_kernel_sized_by_its_launch_by_name(builder):
     from tessera.passes import PTX_PIPELINE
     from tessera.validate import validate
 
-    with pytest.raises(ValueError, match=r"is sized by its launch \(max_seqlen_q\) and reads index tables"):
+    with pytest.raises(ValueError, match=r"sized by its launch \(max_seqlen_q\) and reads index tables that are not generated"):
         validate(getattr(tessera.kernels, builder)(head_dim=64), PTX_PIPELINE, sizes={"max_seqlen_q": 5})
+
+
+def test_validate_takes_a_launch_size_an_argument_uses():
+    """A launch size that sizes an argument (tests/lit/tools/tessera-run-launch-size.mlir's n, the backward
+    postprocess's seq_q) is a size like the others: validate was refusing it as a kernel of index tables."""
+    from pathlib import Path
+
+    from tessera.passes import PTX_PIPELINE
+    from tessera.validate import validate
+
+    text = (Path(__file__).parent / "lit" / "tools" / "tessera-run-launch-size.mlir").read_text()
+    report = validate(tessera.parse_module(text), PTX_PIPELINE, sizes={"n": 70})
+    assert report.ok, report.mismatch
 
 
 # endregion

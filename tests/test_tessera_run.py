@@ -262,3 +262,28 @@ def test_an_internal_error_is_never_empty(capsys, monkeypatch):
     status, _, err = run_in_process(capsys, str(GEMM), *GEMM_SIZES)
     assert status == 1
     assert err.startswith("tessera-run: internal error: StopIteration: raised at ") and "in crash" in err
+
+
+@pytest.mark.parametrize("builder,args", [
+    (builder, args) for builder in ("flash_attention_varlen", "flash_attention_paged")
+    for args in (["-d", "batch=2"], ["-d", "batch=2", "-d", "max_seqlen_q=1", "--check"], ["--level", "ptx"])
+] + [("flash_attention_paged", ["--target-ir"])])
+def test_a_kernel_sized_by_its_launch_is_refused_by_name(builder, args, tmp_path, capsys):
+    """Regression: tessera-run drew random float index tables (cu_seqlens, page_table) for the packed and paged
+    attention kernels and failed with "internal error: KeyError: 'max_seqlen_q'", and `-d max_seqlen_q` was
+    "declared by no kernel". It now refuses them as `--validate` does, before lowering, Target IR included."""
+    import tessera.kernels
+
+    path = tmp_path / "serving.mlir"
+    path.write_text(str(getattr(tessera.kernels, builder)(head_dim=64, causal=True)))
+    if args == ["--target-ir"]:  # lowered: the launch size is kept on the Target IR kernel
+        lowered = tmp_path / "serving.target.mlir"
+        status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path), "-p", "default-pipeline",
+                                                   "-o", str(lowered))
+        assert status == 0, err
+        path, args = lowered, []
+    status, out, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), *args)
+    assert status == 1 and not out, out + err
+    assert err.startswith(f"tessera-run: error: {path}:2:3: kernel @{builder}") and \
+        ": sized by its launch (max_seqlen_q) and reads index tables that are not generated; run it with " \
+        "tessera.launch" in err, err

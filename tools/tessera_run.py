@@ -20,9 +20,11 @@ What runs where:
 The file is read and verified as `tessera-opt` reads it (the same diagnostics, at the same locations), then
 `-p PIPELINE` is applied as `tessera-opt -p` would. Inputs are drawn from a standard normal distribution
 (seeded) with the shapes the kernel's `tile.dims` give for the sizes on the command line: `-d NAME=SIZE` once
-per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. With `--check`, the outputs are
-compared with the NumPy reference of the kernel's kind (attention, gemm) under the tolerance rule of
-`tessera.reference`, or, for any other kernel, with its own Tile IR run in float64 under the tolerance of
+per size the kernel declares, SIZE plain ASCII decimal from 1 to MAX_SIZE. A kernel whose grid is sized by a
+launch size no argument uses (the packed and paged attention kernels' max_seqlen_q) reads int32 index tables
+that are not generated: it is refused by name, as `--validate` refuses it (run it with `tessera.launch` on real
+tables). With `--check`, the outputs are compared with the NumPy reference of the kernel's kind (attention,
+gemm) under the tolerance rule of `tessera.reference`, or, for any other kernel, with its own Tile IR run in float64 under the tolerance of
 where it rounds (`tessera.validation.rounding`); the max error and the tolerance are printed, and a
 mismatch (or a Target IR kernel without a NumPy reference, which has no Tile IR to run) exits with 1. Bad input
 (syntax, verifier, sizes, kernel hazards) is a diagnostic and exit status 1, never a traceback; set
@@ -110,7 +112,7 @@ def target_signature(op):
     from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
-        gemm_options,
+        gemm_options, launch_size_names,
     )
 
     name = op.sym_name.data
@@ -147,7 +149,8 @@ def target_signature(op):
                            bool(causal.value.data) if isinstance(causal, IntegerAttr) else False,
                            scale.value.data if scale is not None and hasattr(scale, "value") else None,
                            tuple(tensors[i] for i in range(len(tensors))), grid,
-                           gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None)
+                           gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None,
+                           launch_sizes=launch_size_names(op))
 
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
@@ -260,6 +263,12 @@ def run(args: argparse.Namespace) -> int:
     if target_kernels and args.lower:
         raise RunError(f"{name}: kernel @{target_kernels[0].sym_name.data} is already Target IR: --lower "
                        "applies to Tile IR kernels")
+
+    from tessera.validation.verdict import check_generated_inputs
+
+    # before anything is lowered: packed and paged attention index their tensors through tables only a caller knows
+    for sig in [signature(op) for op in tile_kernels] + [target_signature(op) for op in target_kernels]:
+        check_generated_inputs(None, sig)
 
     # (signature, what runs it, the level, the Target IR function of the kernel, its module) for each kernel
     plan = []

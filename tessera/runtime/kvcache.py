@@ -93,6 +93,18 @@ def check_appends(where: str, table: np.ndarray, lengths: np.ndarray, seq_new: i
                          "own pages past its cache_seqlens)")
 
 
+def check_lengths(where: str, lengths: np.ndarray, seq_new: int, capacity: int, reach: str) -> None:
+    """ValueError naming the first sequence b whose cache_seqlens[b] is negative, or which with the seq_new
+    appended tokens would pass the `capacity` rows its page table (or its row of a contiguous cache) reaches:
+    the kernel would read, and the append write, rows that are not the sequence's."""
+    ends = lengths.astype(np.int64) + seq_new
+    bad = (lengths < 0) | (ends > capacity)
+    if bad.any():
+        b = int(np.argmax(bad))
+        raise ValueError(f"{where}: cache_seqlens[{b}] = {int(lengths[b])} (+ seq_new = {seq_new}) must lie in "
+                         f"[0, {capacity}], the rows the page table or cache reaches ({reach})")
+
+
 def check_pages(where: str, table: np.ndarray, lengths: np.ndarray | None, seq_new: int, page_size: int,
                 num_pages: int) -> None:
     """ValueError naming the first page_table entry outside the cache's `num_pages` pages among those a sequence
@@ -219,9 +231,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         cache_seqlens = np.full(batch, int(cache_seqlens), np.int32)
         cache_seqlens = lib.from_numpy(cache_seqlens).to(q.device) if lib is not np else cache_seqlens
     lengths = check_table(where, "cache_seqlens", cache_seqlens, batch)
-    if lengths is not None and (np.any(lengths < 0) or np.any(lengths + seq_new > capacity)):
-        raise ValueError(f"{where}: cache_seqlens (+ seq_new = {seq_new}) must lie in [0, {capacity}] (the rows the "
-                         f"page table or cache reaches), got {lengths.tolist()}")
+    if lengths is not None:
+        reach = f"{page_table.shape[1]} pages of {page_size} rows" if page_table is not None else "the cache's rows"
+        check_lengths(where, lengths, seq_new, capacity, reach)
 
     if page_table is not None and table_values is not None:
         check_pages(where, table_values, lengths, seq_new, page_size, kc_shape[0])

@@ -33,7 +33,7 @@ from tessera.validation.compare import (
 )
 from tessera.validation.levels import PTX, TARGET, TILE
 from tessera.validation.recording import ValueTrace, target_recorders, tile_recorders
-from tessera.validation.verdict import check_outputs, reference_for
+from tessera.validation.verdict import check_generated_inputs, check_outputs, reference_for
 
 INPUT = "(input)"
 PRINT_PTX = "(ptx)"
@@ -161,9 +161,9 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     """Validate every pass of `pipeline` (a `tessera-opt -p` spec) on `module`'s kernel (which is not
     modified); see the module docstring. `sizes` override the defaults of `levels.DEFAULT_SIZES`; inputs are
     drawn with `seed`. With `ptx`, the PTX of the final Target IR is run too (reported as skipped when there
-    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what. A kernel with
-    launch sizes (`tile.launch_sizes`: packed and paged attention) is refused by name: its tables are not
-    generated."""
+    is no PTX executor). Returns the report; `report.mismatch` says which pass broke what. A kernel whose
+    grid is sized by a launch size no argument uses (`tile.launch_sizes`: packed and paged attention) is
+    refused by name: its tables are not generated (`verdict.check_generated_inputs`)."""
     from tessera import find_kernel
     from tessera.arguments import check_module, check_seed, check_sizes, check_string
     from tessera.ir import make_context
@@ -180,10 +180,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     passes = parse_pipeline(pipeline).passes if pipeline else ()
     module = module.clone()
     sig = find_kernel(module, kernel)
-    if sig.launch_sizes:  # packed and paged attention: max_seqlen_q sizes the grid, cu_seqlens/pages index it
-        raise ValueError(f"{where}: kernel @{sig.name} is sized by its launch ({', '.join(sig.launch_sizes)}) and "
-                         "reads index tables that validate does not generate; run it with tessera.launch at each "
-                         "level on real tables and compare with tessera.reference (docs/serving.md)")
+    check_generated_inputs(where, sig)  # packed and paged attention: real tables only
     check_outputs(where, sig)
     bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.size_names()))
     # The variant a launch with these sizes runs (`tile.specialize`, docs/any-shape.md): the fast one would

@@ -93,6 +93,21 @@ def check_outputs(where: str, sig: KernelSignature) -> None:
                                                         "tile.role = \"out\"): there is nothing to check"))
 
 
+def check_generated_inputs(where: str | None, sig: KernelSignature) -> None:
+    """ValueError, located at the kernel (prefixed with `where` unless None), unless kernel `sig` can run on
+    generated inputs: a kernel whose grid is sized by a launch size that no argument's dimensions use
+    (`tile.launch_sizes`, the packed and paged attention kernels' max_seqlen_q) indexes its tensors through
+    int32 tables (cu_seqlens, page_table, cache_seqlens) whose values only the caller knows; random ones would
+    send its reads and stores anywhere, and no verdict on them would mean anything. A launch size that an
+    argument's dimensions use is a size like the others (`KernelSignature.size_names`), given with the rest."""
+    grid_only = [n for n in sig.launch_sizes if n not in sig.size_names()]
+    if grid_only:
+        message = located(sig.op, f"kernel @{sig.name}: sized by its launch ({', '.join(grid_only)}) and "
+                                  "reads index tables that are not generated; run it with tessera.launch at each "
+                                  "level on real tables and compare with tessera.reference (docs/serving.md)")
+        raise ValueError(message if where is None else f"{where}: {message}")
+
+
 def reference_for(module: ModuleOp, sig: KernelSignature, inputs: Sequence[np.ndarray],
                   sizes: Mapping[str, int], seed: int = 0) -> Reference:
     """The reference of kernel `sig` (Tile IR in `module`) on `inputs` (module docstring); ValueError for a
