@@ -363,13 +363,14 @@ def _converts(value: SSAValue) -> list[Operation]:
     return ops
 
 
-def match_backwards(forwards: list[ForwardMatch], block: Block) -> list[BackwardMatch]:
-    """Every backward anchored at a forward that was matched through BMM1 (the second walk of the seed)."""
+def match_backwards(forwards: list[ForwardMatch], block: Block, skip: set[Operation] = frozenset()) -> list[BackwardMatch]:
+    """Every backward anchored at a forward that was matched through BMM1 (the second walk of the seed); the products
+    in `skip` are no candidates (a recompute merged with the forward: `tessera.graph.remat`)."""
     found: list[BackwardMatch] = []
     anchored = [f for f in forwards if f.bmm1 is not None and f.k is not None and f.q_labels
                 and (f.refusal is None or f.refusal.matched is False and f.head_dim)]
     for op in list(block.ops):
-        if op.name != DOT:
+        if op.name != DOT or op in skip:
             continue
         for f in anchored:
             if op is f.bmm1 or op is f.bmm2 or f.backward is not None:
@@ -446,12 +447,14 @@ def _owner(f: ForwardMatch, forwards: list[ForwardMatch]) -> ForwardMatch | None
 
 def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
     """A rule naming an intermediate of backward `b` (dS, dP, ...) used outside `allowed`, or None."""
+    from tessera.graph.graph_edit import is_dead
+
     for op in b.ops:
         if op in (b.dq, b.dk, b.dv):
             continue
         for result in op.results:
             for use in result.uses:
-                if use.operation not in allowed:
+                if use.operation not in allowed and not is_dead(use.operation):
                     return (f"the backward's intermediate '{op.name}' at {where(op)} has another user: "
                             f"'{use.operation.name}' at {where(use.operation)}")
     return None
