@@ -418,6 +418,10 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
     for f in forwards:
         if f.bmm2 in claimed and f.refusal is not None:
             continue  # bmm2_grad1 = P^T dO looks like a forward over the wrong axis: it is the backward's
+        orphan = _without_forward(f)
+        if orphan is not None:
+            backwards.append(orphan)
+            continue
         owner = _owner(f, forwards)
         if owner is not None:  # another product of a forward's P, not claimed by a backward
             rule = (f"its forward at {where(owner.bmm2)} was not rewritten: {owner.refusal.rule}"
@@ -427,6 +431,30 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
             continue
         kept.append(f)
     return kept
+
+
+NO_FORWARD = ("the graph computes no forward output P V from this softmax (jax.grad of a loss linear in the attention's "
+              "output drops it): the backward kernel reads the forward's O and log-sum-exp, so a backward is rewritten "
+              "with its forward only")
+"""Why a backward whose softmax feeds no forward BMM2 is a near miss (found as a product P^T dO, which looked like a
+forward over the wrong axis)."""
+
+
+def _without_forward(f: ForwardMatch) -> BackwardMatch | None:
+    """A backward near miss for `f` if its "BMM2" is a backward's dV = P^T dO (it sums P over the other axis than
+    the softmax's, and a product of f's K with a dS computed from f's softmax, dQ = dS K, is in the graph) and no
+    forward computes P V; else None."""
+    if f.refusal is None or f.softmax is None or f.k is None or f.bmm2.name != DOT or _sums_softmax_axis(f) \
+            or any(strip(u.operation.operands[i], []) is f.softmax.p and u.operation is not f.bmm2
+                   for u in f.softmax.p.uses for i in (0, 1) if u.operation.name == DOT):
+        return None
+    block = f.bmm2.parent_block()
+    for op in block.ops:
+        if op.name == DOT and op not in (f.bmm1, f.bmm2) and (other := _other(op, f.k, widen=True)) is not None \
+                and _reads_softmax(other[1], f):
+            return BackwardMatch(f, where(op), [f"bmm1_grad1 (dQ = dS K) at {where(op)}",
+                                                f"bmm2_grad1 (dV = P^T dO) at {where(f.bmm2)}"], Refusal(NO_FORWARD))
+    return None
 
 
 def _sums_softmax_axis(f: ForwardMatch) -> bool:
