@@ -83,9 +83,8 @@ def _key(op: Operation, canonical: dict[SSAValue, SSAValue]) -> tuple | None:
         except GraphInterpretationError:
             return None
     return (op.name, tuple(id(canonical.get(v, v)) for v in op.operands),
-            tuple(sorted((k, str(v)) for k, v in op.properties.items())),
-            tuple(sorted((k, str(v)) for k, v in op.attributes.items())),
-            tuple(str(r.type) for r in op.results), body)
+            tuple(sorted(op.properties.items())), tuple(sorted(op.attributes.items())),
+            tuple(r.type for r in op.results), body)  # (attributes hash by value; a large constant once)
 
 
 def merge_recomputes(block: Block) -> Merge:
