@@ -88,6 +88,31 @@ def block_grad(policy=None):
     return f
 
 
+def named_output(q, k, v):
+    """Causal attention whose output is named for `save_only_these_names`."""
+    from jax.ad_checkpoint import checkpoint_name
+
+    return checkpoint_name(attention(q, k, v, causal=True), "attention_output")
+
+
+def f32_softmax(q, k, v):
+    """bf16 scores scaled and normalised in float32, P rounded back to bf16 for P V."""
+    s = scores(q, k).astype(jnp.float32) * (1.0 / math.sqrt(q.shape[-1]))
+    return attend(jax.nn.softmax(s, axis=-1).astype(q.dtype), v)
+
+
+def chained(q, k, v):
+    """Two causal attentions, the second's Q the first's output, under one jax.checkpoint."""
+    return attention(attention(q, k, v, causal=True), k, v, causal=True)
+
+
+def scanned(q, k, v):
+    """jax.checkpoint'ed attention as the body of jax.lax.scan over a leading axis of layers."""
+    def body(carry, x):
+        return carry + attention(*x), None
+    return jax.lax.scan(jax.checkpoint(body), jnp.zeros_like(q[0]), (q, k, v))[0]
+
+
 def remat(fn, policy=None):
     return jax.checkpoint(fn, policy=policy)
 
@@ -120,6 +145,25 @@ FIXTURES = {
     "bwd_remat_block_policy_s64_d64": (block_grad(POLICIES.dots_with_no_batch_dims_saveable), BLOCK,
                                        "a checkpointed block saving its projections "
                                        "(dots_with_no_batch_dims_saveable): the attention is recomputed"),
+    "bwd_remat_names_s64_d64": (square_loss(remat(named_output, POLICIES.save_only_these_names("attention_output"))),
+                                qkv(), "checkpoint_policies.save_only_these_names with the output named by "
+                                "checkpoint_name, causal"),
+    "bwd_remat_everything_saveable_s64_d64": (square_loss(remat(attention, POLICIES.everything_saveable)), qkv(),
+                                              "checkpoint_policies.everything_saveable: nothing recomputed, the "
+                                              "barrier holds dO only"),
+    "bwd_remat_offload_s64_d64": (square_loss(remat(attention, POLICIES.offload_dot_with_no_batch_dims(
+        "device", "pinned_host"))), qkv(), "checkpoint_policies.offload_dot_with_no_batch_dims (the attention's "
+                                  "products have batch dimensions: recomputed)"),
+    "bwd_remat_f32_softmax_s64_d64": (square_loss(remat(f32_softmax)), qkv(),
+                                      "jax.checkpoint around attention with a float32 softmax of bf16 scores"),
+    "bwd_remat_chained_s64_d64": (square_loss(remat(chained)), qkv(), "two chained causal attentions (the second's Q "
+                                  "the first's output) under one jax.checkpoint: two forwards, two backwards"),
+    "neg_remat_no_cse_s64_d64": (square_loss(jax.checkpoint(attention, prevent_cse=False)), qkv(),
+                                 "jax.checkpoint(prevent_cse=False): the recompute without a barrier, a second copy of "
+                                 "the scores; the forward is rewritten, the backward a near miss that says so"),
+    "neg_remat_scan_s64_d64": (square_loss(scanned), tuple(bf16(2, *x.shape) for x in qkv()),
+                               "jax.checkpoint'ed attention in the body of jax.lax.scan: a near miss (only top-level "
+                               "attention is rewritten)"),
     "neg_remat_bias_s64_d64": (square_loss(remat(biased)), qkv(extra=(bf16(B, H, S, S),)),
                                "jax.checkpoint around attention with a bias: the forward is rewritten, the "
                                "backward is a near miss (no backward kernel takes a bias)"),

@@ -1,20 +1,23 @@
 """The attention rewriter on training steps exported with `jax.checkpoint` (tests/rewriter/remat/, exported by
 bench/make_remat_fixtures.py; the header of each file says what it is): checkpoint around the whole attention or
-the softmax only, the policies `dots_saveable`, `nothing_saveable` and `dots_with_no_batch_dims_saveable`, causal,
-GQA, jax.vjp and jax.grad, a transformer block whose barrier also holds what the MLP's recompute reads. The backward
-recomputes the forward from the results of a `stablehlo.optimization_barrier` (and, under a policy, reads what it
-saved through an identity `reduce_precision`); the rewriter reads the recompute as the forward it repeats
-(`tessera.graph.remat`). Each is rewritten to one forward and one backward op, and its outputs agree at Tile level
-with a float64 NumPy reference written here (the blocks: the barrier stays, and, slow, `tessera-run --compare`
-agrees with the original graph); one runs with the forward's and backward's kernels at PTX level (slow). Left alone with their rule, as without jax.checkpoint: a bias (no backward kernel takes one),
-jax.nn.dot_product_attention's rank-5 backward; and a backward without its forward (jax.grad of a loss linear in
-the output: no P V in the graph), a backward near miss that says so. About 4 s.
+the softmax only, the policies `dots_saveable`, `nothing_saveable`, `everything_saveable`, `save_only_these_names`,
+`offload_dot_with_no_batch_dims` and `dots_with_no_batch_dims_saveable`, causal, GQA, a float32 softmax, two chained
+attentions under one checkpoint, jax.vjp and jax.grad, a transformer block whose barrier also holds what the MLP's
+recompute reads. The backward recomputes the forward from the results of a `stablehlo.optimization_barrier` (and,
+under a policy, reads what it saved through an identity `reduce_precision`); the rewriter reads the recompute as the
+forward it repeats (`tessera.graph.remat`). Each is rewritten to a forward and a backward op per attention, and its
+outputs agree at Tile level with a float64 NumPy reference written here (the blocks: the barrier stays, and, slow,
+`tessera-run --compare` agrees with the original graph); one runs with the forward's and backward's kernels at PTX
+level (slow). Left alone with their rule: as without jax.checkpoint, a bias (no backward kernel takes one),
+jax.nn.dot_product_attention's rank-5 backward, attention in a jax.lax.scan body; a backward without its forward
+(jax.grad of a loss linear in the output: no P V in the graph) and one over a recompute without a barrier
+(`prevent_cse=False`: its forward is rewritten), backward near misses that say so. About 5 s.
 
 Regressions: the barrier was an opaque op (`tessera-run` refused it; the rewriter saw the recompute as a second
 attention, and reported the backward's dV = P^T dO as a *forward* near miss, "the softmax normalises axis 3 of the
 scores, but BMM2 sums over axis 2"); `reduce_precision` (a checkpoint policy's saved scores) was opaque too, and
 stood "between BMM1 and the softmax". A backward whose forward output the graph does not compute (with or without
-jax.checkpoint) was reported as that misleading forward near miss too.
+jax.checkpoint) was reported as that misleading forward near miss too, and so was one over a barrier-less recompute.
 """
 
 from __future__ import annotations
@@ -46,30 +49,52 @@ def attention(q, k, v, causal):
     return p, p @ v
 
 
+def gradients(q, k, v, o, do, p):
+    """dQ, dK, dV of softmax(Q K^T / 8) V over [batch, heads, seq, head_dim]: dS = P (dP - rowsum(P dP)) / 8."""
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / 8.0
+    return ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
+
+
+def heads(x):
+    return np.swapaxes(x, 1, 2)  # [b, s, h, d] <-> [b, h, s, d]
+
+
 def training(q, k, v, do=None, causal=False):
     """(O, dQ, dK, dV) over JAX's [batch, seq, heads, head_dim]; dO given, or 2 O (the loss sum(O^2)). K and V with
     fewer heads are repeated over Q's (jnp.repeat: head h reads kv head h // groups), their gradients summed back."""
     groups = q.shape[2] // k.shape[2]
-    heads = lambda x: np.swapaxes(x, 1, 2)  # noqa: E731 ([b, s, h, d] <-> [b, h, s, d])
     q, k, v = heads(q), heads(np.repeat(k, groups, axis=2)), heads(np.repeat(v, groups, axis=2))
     p, o = attention(q, k, v, causal)
-    do = 2 * o if do is None else heads(do)
-    dp = do @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / 8.0
-    dq, dk, dv = ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
+    dq, dk, dv = gradients(q, k, v, o, 2 * o if do is None else heads(do), p)
     b, h, s, d = dk.shape
     dk, dv = (x.reshape(b, h // groups, groups, s, d).sum(2) for x in (dk, dv))
     return [heads(x) for x in (o, dq, dk, dv)]
 
 
-# fixture: (causal, the float64 outputs from the float64 inputs)
+def chained_training(q, k, v):
+    """dQ, dK, dV of sum(O2^2), O2 = attention(O1, K, V), O1 = attention(Q, K, V), both causal."""
+    q, k, v = heads(q), heads(k), heads(v)
+    p1, o1 = attention(q, k, v, True)
+    p2, o2 = attention(o1, k, v, True)
+    do1, dk2, dv2 = gradients(o1, k, v, o2, 2 * o2, p2)
+    dq, dk1, dv1 = gradients(q, k, v, o1, do1, p1)
+    return [heads(x) for x in (dq, dk1 + dk2, dv1 + dv2)]
+
+
+# fixture: (causal of each forward op, the float64 outputs from the float64 inputs)
 REWRITTEN = {
-    "bwd_remat_grad_s64_d64": (False, lambda q, k, v: training(q, k, v)[1:]),
-    "bwd_remat_nothing_saveable_s64_d64": (False, lambda q, k, v: training(q, k, v)[1:]),
-    "bwd_remat_softmax_s64_d64": (False, lambda q, k, v: training(q, k, v)[1:]),
-    "bwd_remat_dots_saveable_s64_d64": (True, lambda q, k, v: training(q, k, v, causal=True)[1:]),
-    "bwd_remat_vjp_causal_s64_d64": (True, lambda q, k, v, do: training(q, k, v, do, causal=True)),
-    "bwd_remat_gqa_s64_d64": (True, lambda q, k, v: training(q, k, v, causal=True)[1:]),
+    "bwd_remat_grad_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_nothing_saveable_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_everything_saveable_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_offload_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_softmax_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_f32_softmax_s64_d64": ([False], lambda q, k, v: training(q, k, v)[1:]),
+    "bwd_remat_dots_saveable_s64_d64": ([True], lambda q, k, v: training(q, k, v, causal=True)[1:]),
+    "bwd_remat_names_s64_d64": ([True], lambda q, k, v: training(q, k, v, causal=True)[1:]),
+    "bwd_remat_vjp_causal_s64_d64": ([True], lambda q, k, v, do: training(q, k, v, do, causal=True)),
+    "bwd_remat_gqa_s64_d64": ([True], lambda q, k, v: training(q, k, v, causal=True)[1:]),
+    "bwd_remat_chained_s64_d64": ([True, True], chained_training),
 }
 BLOCKS = ["bwd_remat_block_s64_d64", "bwd_remat_block_policy_s64_d64"]
 """Transformer blocks under jax.checkpoint: compared with the original graph (`tessera-run --compare`)."""
@@ -79,6 +104,8 @@ REFUSED = {
     "neg_remat_bias_s64_d64": r"near miss \(backward\).*\n.*its forward at .* adds a bias: the backward kernels take none",
     "neg_remat_dpa_s64_d64": r"the backward of attention with query groups .* is not matched",
     # regression: was a forward near miss, "the softmax normalises axis 3 of the scores, but BMM2 sums over axis 2"
+    "neg_remat_scan_s64_d64": r"it is inside the region of 'stablehlo.while' at .*: only attention in a function's "
+                              r"top-level block is rewritten",
     "neg_remat_linear_causal_s64_d64": r"near miss \(backward\).*: found bmm1_grad1 \(dQ = dS K\) at .* - bmm2_grad1 "
                                        r"\(dV = P\^T dO\) at .*\n.*the graph computes no forward output P V from this "
                                        r"softmax",
@@ -92,8 +119,12 @@ BARRIER_TEXT = '''func.func @main(%a: tensor<4xbf16>, %b: tensor<2x3xf32>) -> (t
 '''
 
 
+NO_CSE = "neg_remat_no_cse_s64_d64"
+"""jax.checkpoint(prevent_cse=False): no barrier; the forward is rewritten, the backward over the recompute is not."""
+
+
 def test_every_fixture_is_covered():
-    assert set(ALL) == set(REWRITTEN) | set(BLOCKS) | set(REFUSED)
+    assert set(ALL) == set(REWRITTEN) | set(BLOCKS) | set(REFUSED) | {NO_CSE}
 
 
 def test_optimization_barrier_reads_in_both_forms_and_runs_as_the_identity(tmp_path, capsys):
@@ -154,8 +185,9 @@ def _check(name: str, module, level: str = "tile") -> None:
 @pytest.mark.parametrize("name", sorted(REWRITTEN))
 def test_rewritten_and_right_against_numpy(name):
     module, report = rewrite_file(FIXTURES / f"{name}.mlir")
-    assert [op.is_causal for op in ops_named(module, "tessera.attention")] == [REWRITTEN[name][0]], report.text()
-    assert len(ops_named(module, "tessera.attention_bwd")) == 1, report.text()
+    causal = REWRITTEN[name][0]
+    assert [op.is_causal for op in ops_named(module, "tessera.attention")] == causal, report.text()
+    assert len(ops_named(module, "tessera.attention_bwd")) == len(causal), report.text()
     assert "near miss" not in report.text(), report.text()
     # the recompute went with the products it fed, and the barrier with its last use
     for gone in ("stablehlo.exponential", "stablehlo.dot_general", "stablehlo.optimization_barrier",
@@ -187,6 +219,16 @@ def test_left_alone_with_its_rule(name):
     assert report.replaced() == 0 and not ops_named(module, "tessera.attention"), report.text()
     assert re.search(REFUSED[name], report.text()), report.text()
     assert "sums over axis" not in report.text(), report.text()  # (the misleading forward near miss)
+
+
+def test_a_recompute_without_a_barrier_is_a_near_miss_that_says_so(capsys):
+    path = FIXTURES / f"{NO_CSE}.mlir"
+    module, report = rewrite_file(path)
+    assert report.replaced("forward") == 1 and report.replaced("backward") == 0, report.text()
+    assert re.search(r"near miss \(backward\).*\n.*its softmax is computed again from Q K\^T at .*, a second copy of "
+                     r"the scores of the forward at .* \(jax.checkpoint\(prevent_cse=False\)", report.text()), report.text()
+    assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -418,7 +418,7 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
     for f in forwards:
         if f.bmm2 in claimed and f.refusal is not None:
             continue  # bmm2_grad1 = P^T dO looks like a forward over the wrong axis: it is the backward's
-        orphan = _without_forward(f)
+        orphan = _without_forward(f, forwards)
         if orphan is not None:
             backwards.append(orphan)
             continue
@@ -438,12 +438,17 @@ NO_FORWARD = ("the graph computes no forward output P V from this softmax (jax.g
               "with its forward only")
 """Why a backward whose softmax feeds no forward BMM2 is a near miss (found as a product P^T dO, which looked like a
 forward over the wrong axis)."""
+RECOMPUTED = ("its softmax is computed again from Q K^T at {bmm1}, a second copy of the scores of the forward at {forward} "
+              "(jax.checkpoint(prevent_cse=False) recomputes without an optimization_barrier): a backward is matched on "
+              "its forward's own softmax, or on a recompute read from a barrier")
+"""Why a backward over a barrier-less recompute of a forward's softmax is a near miss."""
 
 
-def _without_forward(f: ForwardMatch) -> BackwardMatch | None:
+def _without_forward(f: ForwardMatch, forwards: list[ForwardMatch]) -> BackwardMatch | None:
     """A backward near miss for `f` if its "BMM2" is a backward's dV = P^T dO (it sums P over the other axis than
     the softmax's, and a product of f's K with a dS computed from f's softmax, dQ = dS K, is in the graph) and no
-    forward computes P V; else None."""
+    forward computes P V from this softmax (`NO_FORWARD`), or a forward computes it from a second copy of its
+    scores, the same product of the same Q and K (`RECOMPUTED`); else None."""
     if f.refusal is None or f.softmax is None or f.k is None or f.bmm2.name != DOT or _sums_softmax_axis(f) \
             or any(strip(u.operation.operands[i], []) is f.softmax.p and u.operation is not f.bmm2
                    for u in f.softmax.p.uses for i in (0, 1) if u.operation.name == DOT):
@@ -452,8 +457,12 @@ def _without_forward(f: ForwardMatch) -> BackwardMatch | None:
     for op in block.ops:
         if op.name == DOT and op not in (f.bmm1, f.bmm2) and (other := _other(op, f.k, widen=True)) is not None \
                 and _reads_softmax(other[1], f):
+            twin = next((g for g in forwards if g is not f and g.bmm1 is not None and g.softmax is not None
+                         and g.bmm2.name == DOT and _sums_softmax_axis(g) and list(g.bmm1.operands) == list(f.bmm1.operands)
+                         and g.bmm1.dot_dimension_numbers == f.bmm1.dot_dimension_numbers), None)
+            rule = NO_FORWARD if twin is None else RECOMPUTED.format(bmm1=where(f.bmm1), forward=where(twin.bmm2))
             return BackwardMatch(f, where(op), [f"bmm1_grad1 (dQ = dS K) at {where(op)}",
-                                                f"bmm2_grad1 (dV = P^T dO) at {where(f.bmm2)}"], Refusal(NO_FORWARD))
+                                                f"bmm2_grad1 (dV = P^T dO) at {where(f.bmm2)}"], Refusal(rule))
     return None
 
 
