@@ -3,8 +3,9 @@
 xDSL 0.74 has no StableHLO dialect (it moved to the separate xdsl-jax package, whose pin excludes xDSL 0.74
 and whose `compare` op names its direction differently). Tessera reads StableHLO as JAX prints it in MLIR's
 generic form (`"stablehlo.dot_general"(%a, %b) <{dot_dimension_numbers = #stablehlo.dot<...>}> : ...`), so
-this dialect defines only what the generic form needs: each op's operands, results, properties and regions
-under upstream's names, and the dialect attributes those properties use:
+this dialect defines only what the generic form needs (and `optimization_barrier`'s pretty form, which JAX prints
+for `jax.checkpoint`): each op's operands, results, properties and regions under upstream's names, and the
+dialect attributes those properties use:
 
 - `#stablehlo.dot<lhs_batching_dimensions = [0, 2], rhs_batching_dimensions = [0, 2],
   lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [3]>` (`DotDimensionNumbersAttr`);
@@ -47,7 +48,7 @@ from xdsl.irdl import (
     traits_def,
     var_result_def,
 )
-from xdsl.parser import AttrParser
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import IsTerminator
 
@@ -436,11 +437,66 @@ class CustomCallOp(IRDLOperation):
     results_ = var_result_def()
 
 
+@irdl_op_definition
+class ReducePrecisionOp(IRDLOperation):
+    """`reduce_precision`: each float rounded, as XLA rounds it, to `mantissa_bits` explicit mantissa bits (nearest
+    even) and, where `exponent_bits` is narrower than the element type's, to that exponent range (above it: +-inf,
+    at or below its smallest normal: +-0); NaN stays NaN. With the element type's own widths (bf16: 8 and 7) it is
+    the identity, which JAX writes around what a `jax.checkpoint` policy saves."""
+
+    name = "stablehlo.reduce_precision"
+    operand = operand_def(TensorType)
+    exponent_bits = prop_def(IntegerAttr)
+    mantissa_bits = prop_def(IntegerAttr)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        require(self.operand.type == self.output.type, self, f"result is {self.output.type}, but the operand is "
+                                                              f"{self.operand.type}: they must be one type")
+        require(self.exponent_bits.value.data >= 1 and self.mantissa_bits.value.data >= 0, self,
+                "exponent_bits must be at least 1 and mantissa_bits at least 0")
+
+
+@irdl_op_definition
+class OptimizationBarrierOp(IRDLOperation):
+    """`optimization_barrier(operands...)`: its results are its operands, unchanged (result i is operand i, of
+    its type). XLA's fence: nothing is moved across it, and what is computed from its results is never CSE'd with
+    what is computed from its operands, which is how `jax.checkpoint` (`jax.remat`) keeps the backward's
+    recompute of the forward from being merged with the forward. Read in upstream's pretty form too:
+    `%r:2 = stablehlo.optimization_barrier %a, %b : tensor<..>, tensor<..>` (no operands:
+    `stablehlo.optimization_barrier()`)."""
+
+    name = "stablehlo.optimization_barrier"
+    operand = var_operand_def()
+    result = var_result_def()
+
+    def verify_(self) -> None:
+        require(len(self.operand) == len(self.result), self,
+                f"has {len(self.operand)} operands but {len(self.result)} results: result i is operand i")
+        for i, (value, result) in enumerate(zip(self.operand, self.result)):
+            require(value.type == result.type, self, f"result {i} is {result.type}, but operand {i} is {value.type}: "
+                                                      "result i is operand i, of its type")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> OptimizationBarrierOp:
+        attributes = parser.parse_optional_attr_dict()
+        if parser.parse_optional_punctuation("(") is not None:
+            parser.parse_punctuation(")", " (an optimization_barrier without operands is written `()`)")
+            return cls.create(attributes=attributes)
+        start = parser.pos
+        names = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":", " after the operands of stablehlo.optimization_barrier")
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        operands = parser.resolve_operands(names, types, start)
+        return cls.create(operands=operands, result_types=types, attributes=attributes)
+
+
 StableHLO = Dialect(
     "stablehlo",
     [AddOp, SubtractOp, MultiplyOp, DivideOp, MaximumOp, MinimumOp, AndOp, OrOp, PowerOp, ExpOp, LogOp, NegateOp,
      SqrtOp, RsqrtOp, TanhOp, LogisticOp, AbsOp, NotOp, ConvertOp, SelectOp, CompareOp, ConstantOp, IotaOp,
-     BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp, DotGeneralOp, ReduceOp, ReturnOp, CompositeOp, CustomCallOp],
+     BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp, DotGeneralOp, ReduceOp, ReturnOp, CompositeOp, CustomCallOp,
+     OptimizationBarrierOp, ReducePrecisionOp],
     [DotDimensionNumbersAttr, PrecisionAttr, ComparisonDirectionAttr, ComparisonTypeAttr],
 )
 """The registered subset (see the module docstring); everything else of `stablehlo` is opaque."""

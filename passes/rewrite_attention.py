@@ -22,7 +22,9 @@ its log-sum-exp. An additive bias becomes the attention op's fourth operand, [ba
 backward of a forward with a bias (no backward kernel takes one). Only a function's top-level ops are rewritten:
 attention inside another op's region (a `stablehlo.while` from `jax.lax.scan`) is reported as a near miss.
 
-Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`); the copy
+Each function is matched on a copy with JAX's helper calls inlined (`tessera.graph.graph_edit`) and, for
+`match=patterns`, the backward's recompute under `jax.checkpoint` read as the forward it repeats, through
+`stablehlo.optimization_barrier` (`tessera.graph.remat`: the uses the rewrite leaves read the barrier again); the copy
 replaces the function only if something was rewritten, so a graph with nothing to rewrite is left exactly as
 it was. The result (`form=tessera`, default) is `tessera.attention` / `tessera.attention_bwd`
 (`dialects/attention.py`) between transposes from and to the graph's layout; `form=custom_call` writes each
@@ -59,6 +61,7 @@ from tessera.graph.attention_match import (
 )
 from tessera.graph.graph_edit import broadcast, converted, reshaped, transposed
 from tessera.graph.match_attention_bwd import BackwardMatch
+from tessera.graph.remat import Merge, merge_recomputes, restore
 from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
 MATCH_MODES = ("composite", "patterns")
@@ -342,12 +345,14 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
     forwards = [match_composite(op) for op in block.ops
                 if op.name == "stablehlo.composite" and op.name_.data == COMPOSITE_NAME]
     backwards = []
+    merge = Merge()
     if mode == "patterns":
         from tessera.graph.match_attention_fwd import match_forward
 
-        forwards += [m for op in list(block.ops) if op.name == "stablehlo.dot_general"
+        merge = merge_recomputes(block)  # jax.checkpoint's recompute read as the forward it repeats
+        forwards += [m for op in list(block.ops) if op.name == "stablehlo.dot_general" and op not in merge.merged
                      and (m := match_forward(op)) is not None]
-        backwards = match_backwards(forwards, block)
+        backwards = match_backwards(forwards, block, merge.merged)
         forwards = resolve(forwards, backwards)
         report.entries += nested_near_misses(block, module)
     rewritten, replaced = 0, {}
@@ -375,6 +380,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
         rewritten += entry.became is not None
     if not rewritten:
         return report, None
+    restore(merge)
     fold_transposes_of(block, ("tessera.attention", "tessera.attention_bwd"))
     remove_dead_ops(block)
     return report, copy

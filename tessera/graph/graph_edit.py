@@ -62,16 +62,22 @@ def remove_unused_functions(module: ModuleOp) -> None:
 _KEEP = {"stablehlo.custom_call", "stablehlo.composite", "stablehlo.return"}
 
 
+def is_dead(op: Operation) -> bool:
+    """Whether `op` is an op `remove_dead_ops` erases: of the StableHLO subset or the tessera dialect (free of side
+    effects; not a `custom_call`, `composite` or opaque op), with results, none of them used. A use by such an op is
+    no use: the rewriter does not count it as one of an attention's intermediates (a recompute `jax.checkpoint`
+    repeats, once `tessera.graph.remat` has merged it with the forward, is one)."""
+    return (op.name not in _KEEP and bool(op.results) and not any(r.uses for r in op.results)
+            and op.dialect_name() in ("stablehlo", "chlo", "tessera") and op.name != "builtin.unregistered")
+
+
 def remove_dead_ops(block: Block) -> None:
-    """Erase ops of the StableHLO subset and the tessera dialect whose results are all unused, until none is
-    left (see the module docstring)."""
+    """Erase the ops of `block` that are dead (`is_dead`), until none is left (see the module docstring)."""
     changed = True
     while changed:
         changed = False
         for op in reversed(list(block.ops)):
-            if op.name in _KEEP or not op.results or any(r.uses for r in op.results):
-                continue
-            if op.dialect_name() in ("stablehlo", "chlo", "tessera") and op.name != "builtin.unregistered":
+            if is_dead(op):
                 block.erase_op(op)
                 changed = True
 

@@ -363,13 +363,14 @@ def _converts(value: SSAValue) -> list[Operation]:
     return ops
 
 
-def match_backwards(forwards: list[ForwardMatch], block: Block) -> list[BackwardMatch]:
-    """Every backward anchored at a forward that was matched through BMM1 (the second walk of the seed)."""
+def match_backwards(forwards: list[ForwardMatch], block: Block, skip: set[Operation] = frozenset()) -> list[BackwardMatch]:
+    """Every backward anchored at a forward that was matched through BMM1 (the second walk of the seed); the products
+    in `skip` are no candidates (a recompute merged with the forward: `tessera.graph.remat`)."""
     found: list[BackwardMatch] = []
     anchored = [f for f in forwards if f.bmm1 is not None and f.k is not None and f.q_labels
                 and (f.refusal is None or f.refusal.matched is False and f.head_dim)]
     for op in list(block.ops):
-        if op.name != DOT:
+        if op.name != DOT or op in skip:
             continue
         for f in anchored:
             if op is f.bmm1 or op is f.bmm2 or f.backward is not None:
@@ -417,6 +418,10 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
     for f in forwards:
         if f.bmm2 in claimed and f.refusal is not None:
             continue  # bmm2_grad1 = P^T dO looks like a forward over the wrong axis: it is the backward's
+        orphan = _without_forward(f, forwards)
+        if orphan is not None:
+            backwards.append(orphan)
+            continue
         owner = _owner(f, forwards)
         if owner is not None:  # another product of a forward's P, not claimed by a backward
             rule = (f"its forward at {where(owner.bmm2)} was not rewritten: {owner.refusal.rule}"
@@ -426,6 +431,39 @@ def resolve(forwards: list[ForwardMatch], backwards: list[BackwardMatch]) -> lis
             continue
         kept.append(f)
     return kept
+
+
+NO_FORWARD = ("the graph computes no forward output P V from this softmax (jax.grad of a loss linear in the attention's "
+              "output drops it): the backward kernel reads the forward's O and log-sum-exp, so a backward is rewritten "
+              "with its forward only")
+"""Why a backward whose softmax feeds no forward BMM2 is a near miss (found as a product P^T dO, which looked like a
+forward over the wrong axis)."""
+RECOMPUTED = ("its softmax is computed again from Q K^T at {bmm1}, a second copy of the scores of the forward at {forward} "
+              "(jax.checkpoint(prevent_cse=False) recomputes without an optimization_barrier): a backward is matched on "
+              "its forward's own softmax, or on a recompute read from a barrier")
+"""Why a backward over a barrier-less recompute of a forward's softmax is a near miss."""
+
+
+def _without_forward(f: ForwardMatch, forwards: list[ForwardMatch]) -> BackwardMatch | None:
+    """A backward near miss for `f` if its "BMM2" is a backward's dV = P^T dO (it sums P over the other axis than
+    the softmax's, and a product of f's K with a dS computed from f's softmax, dQ = dS K, is in the graph) and no
+    forward computes P V from this softmax (`NO_FORWARD`), or a forward computes it from a second copy of its
+    scores, the same product of the same Q and K (`RECOMPUTED`); else None."""
+    if f.refusal is None or f.softmax is None or f.k is None or f.bmm2.name != DOT or _sums_softmax_axis(f) \
+            or any(strip(u.operation.operands[i], []) is f.softmax.p and u.operation is not f.bmm2
+                   for u in f.softmax.p.uses for i in (0, 1) if u.operation.name == DOT):
+        return None
+    block = f.bmm2.parent_block()
+    for op in block.ops:
+        if op.name == DOT and op not in (f.bmm1, f.bmm2) and (other := _other(op, f.k, widen=True)) is not None \
+                and _reads_softmax(other[1], f):
+            twin = next((g for g in forwards if g is not f and g.bmm1 is not None and g.softmax is not None
+                         and g.bmm2.name == DOT and _sums_softmax_axis(g) and list(g.bmm1.operands) == list(f.bmm1.operands)
+                         and g.bmm1.dot_dimension_numbers == f.bmm1.dot_dimension_numbers), None)
+            rule = NO_FORWARD if twin is None else RECOMPUTED.format(bmm1=where(f.bmm1), forward=where(twin.bmm2))
+            return BackwardMatch(f, where(op), [f"bmm1_grad1 (dQ = dS K) at {where(op)}",
+                                                f"bmm2_grad1 (dV = P^T dO) at {where(f.bmm2)}"], Refusal(rule))
+    return None
 
 
 def _sums_softmax_axis(f: ForwardMatch) -> bool:
@@ -446,12 +484,14 @@ def _owner(f: ForwardMatch, forwards: list[ForwardMatch]) -> ForwardMatch | None
 
 def _backward_escape(b: BackwardMatch, allowed: set[Operation]) -> str | None:
     """A rule naming an intermediate of backward `b` (dS, dP, ...) used outside `allowed`, or None."""
+    from tessera.graph.graph_edit import is_dead
+
     for op in b.ops:
         if op in (b.dq, b.dk, b.dv):
             continue
         for result in op.results:
             for use in result.uses:
-                if use.operation not in allowed:
+                if use.operation not in allowed and not is_dead(use.operation):
                     return (f"the backward's intermediate '{op.name}' at {where(op)} has another user: "
                             f"'{use.operation.name}' at {where(use.operation)}")
     return None

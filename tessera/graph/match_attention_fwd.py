@@ -519,12 +519,14 @@ def _refuse_dropout(dropout_ops: list[Operation]) -> None:
 def escaping_use(match: ForwardMatch, allowed: set[Operation]) -> str | None:
     """A rule naming an intermediate of `match` used outside `allowed` (the kernel computes it internally and
     never returns it), or None."""
+    from tessera.graph.graph_edit import is_dead
+
     for op in match.ops:
         if op is match.bmm2:
             continue
         for result in op.results:
             for use in result.uses:
-                if use.operation not in allowed:
+                if use.operation not in allowed and not is_dead(use.operation):
                     role = ("P (the softmax output)" if result is match.softmax.p
                             else "S = Q K^T" if match.bmm1 is not None and result is match.bmm1.results[0]
                             else f"the intermediate '{op.name}' at {where(op)}")

@@ -10,7 +10,9 @@ integers in their width (ui32 as uint32), i1 as bool. Arithmetic on bf16/f16 run
 result, as XLA's CPU backend does; `dot_general` multiplies exactly and sums in f32 (f64 for f64); `reduce`
 folds in f32 and rounds once. With `exact=True` every float value is float64 and nothing is rounded (a
 `convert` between float types does not round either): the float64 reference of the whole graph, against
-which `tessera.graph.graph_runtime` judges the original and the rewritten graph alike.
+which `tessera.graph.graph_runtime` judges the original and the rewritten graph alike. `optimization_barrier` is
+the identity; `reduce_precision` rounds as XLA rounds (`reduce_precision`), and is the identity with `exact` (as a
+`convert` is).
 
 Ops outside the subset (opaque `stablehlo.*` ops) raise `GraphInterpretationError` naming the op and its
 location. Ops of other dialects in the graph (Tessera's `tessera.attention`, its `custom_call` form) run
@@ -159,6 +161,31 @@ _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "GE": np.greater_equal, "GT": np
             "LT": np.less}
 
 
+def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """XLA's `reduce_precision` of a float32 or float64 array, on its bit pattern as XLA computes it: the mantissa
+    rounded to `mantissa_bits` bits (nearest even; a subnormal's bits alike), then, where `exponent_bits` is narrower
+    than the storage's, exponents above the narrow range give +-inf and those at or below its smallest normal +-0;
+    NaN stays NaN. (bf16 and f16 values are held as float32: their own widths leave them as they are.)"""
+    x = np.asarray(x)
+    bits_type, exponent, mantissa = (np.uint32, 8, 23) if x.dtype == np.float32 else (np.uint64, 11, 52)
+    bits = x.astype(np.float64 if bits_type is np.uint64 else np.float32).view(bits_type)
+    one = bits_type(1)
+    if mantissa_bits < mantissa:
+        shift = bits_type(mantissa - mantissa_bits)
+        last = one << shift
+        bias = ((bits & last) >> shift) + (last >> one) - one
+        bits = (bits + bias) & ~(last - one)
+    if exponent_bits < exponent:
+        exponent_mask = ((one << bits_type(exponent)) - one) << bits_type(mantissa)
+        source_bias, narrow_bias = (1 << (exponent - 1)) - 1, (1 << (exponent_bits - 1)) - 1
+        field = bits & exponent_mask
+        sign = bits & (one << bits_type(exponent + mantissa))
+        bits = np.where(field > bits_type(source_bias + narrow_bias) << bits_type(mantissa), sign | exponent_mask,
+                        np.where(field <= bits_type(source_bias - narrow_bias) << bits_type(mantissa), sign, bits))
+    y = np.asarray(bits, bits_type).view(np.float64 if bits_type is np.uint64 else np.float32)
+    return np.where(np.isnan(x), x, y)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     from math import erf
 
@@ -239,6 +266,11 @@ class Interpreter:
             return [x[0] * x[0]]
         if name == "stablehlo.convert":
             return [x[0]]
+        if name == "stablehlo.optimization_barrier":  # a fence for XLA's optimiser; its values pass unchanged
+            return list(x)
+        if name == "stablehlo.reduce_precision":  # (with `exact`, a narrower float is not rounded to: the identity)
+            return [x[0] if self.exact else reduce_precision(x[0], op.exponent_bits.value.data,
+                                                             op.mantissa_bits.value.data)]
         if name == "stablehlo.constant":
             return [constant_value(op, self.exact)]
         if name == "stablehlo.iota":
