@@ -123,9 +123,10 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
               and "mbarrier_init" not in mods and not any(x.startswith("proxy") for x in mods)) \
                 or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):
             def after(sel, release=inst.opcode == "membar" or bool({"sc", "acq_rel", "release"} & set(mods)),
-                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods))):
+                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods)),
+                      wide="cta" not in mods):
                 if m.global_order is not None:  # release and acquire patterns (global_order)
-                    m.global_order.fence(_lanes(m, sel), release, acquire)
+                    m.global_order.fence(_lanes(m, sel), release, acquire, wide)
         elif inst.opcode == "fence" and "mbarrier_init" in mods:
             def after(sel):
                 m.cluster_state.release_inits(_lanes(m, sel))

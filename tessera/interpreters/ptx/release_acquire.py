@@ -20,15 +20,17 @@ class ReleaseAcquire:
         or (`fenced`) a strong write after the lane's last release fence, which then is the release point."""
         hb = self.m.tracker.hb
         for lane, location in zip(lanes.tolist(), locations.tolist()):
+            wide = bool(IS_WIDE[kind])
             if fenced:
                 released = self.fence_release.get(lane)
                 if released is None:
                     continue
+                wide = wide and self.fence_wide[lane]  # the pattern's first operation is the fence
             else:
                 released = hb._release(np.array([lane]))
             c, f, remote = released
             joined = self.releases.setdefault(location, {})
-            key = (int(self.lane_rank[lane]), bool(IS_WIDE[kind]))
+            key = (int(self.lane_rank[lane]), wide)
             entry = joined.get(key)
             if entry is None:
                 joined[key] = [kind, c.copy(), remote, f.copy()]
@@ -66,17 +68,25 @@ class ReleaseAcquire:
                 hb.learn([lane], {source: np.concatenate([clock, fenced[hb.threads:]])})
             hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})
 
-    def fence(self, lanes: np.ndarray, release: bool, acquire: bool) -> None:
-        """A memory fence (fence.sc / fence.acq_rel / fence.release / fence.acquire / membar) of `lanes`."""
+    def fence(self, lanes: np.ndarray, release: bool, acquire: bool, wide: bool) -> None:
+        """A memory fence (fence.sc / fence.acq_rel / fence.release / fence.acquire / membar) of `lanes`, of a scope
+        wider than the CTA (`wide`: .cluster, .gpu, .sys; membar.gl, membar.sys) or not. A release (acquire) pattern
+        built on a fence synchronises only if its first (last) operation, the fence, is morally strong with the other
+        side's [memory_model.RELEASE_ACQUIRE]: a .cta fence orders nothing with another CTA's threads, as
+        __threadfence_block() does not."""
         if acquire:
             for lane in lanes.tolist():
                 waiting = self.pending_acquire.pop(lane, None)
+                if waiting and not wide:
+                    rank = int(self.lane_rank[lane])
+                    waiting = [entry for entry in waiting if entry[0] == rank]
                 if waiting:
                     self._take(lane, waiting)
         if release:
             hb = self.m.tracker.hb
             for lane in lanes.tolist():
                 self.fence_release[lane] = hb._release(np.array([lane]))
+                self.fence_wide[lane] = wide
 
 
 def join_cta_knowledge(a: dict | None, b: dict | None) -> dict | None:

@@ -1,0 +1,169 @@
+"""Hand-written sm_90a PTX between CTAs where the scope of a strong access or a fence decides: one word stored or
+added into by many CTAs (plain, `.relaxed.gpu`, `.volatile`, `.relaxed.cta`), and a flag handshake in global memory
+between two CTAs written the way pre-Volta CUDA wrote it (`volatile` flag, `__threadfence()` on both sides), judged
+by the PTX ISA's memory consistency model, not by what the executor happens to run:
+
+- "memory-consistency-model-morally-strong-operations": two operations are morally strong if "each operation is
+  strong and specifies a scope that includes the thread executing the other operation" (and both go through the same
+  proxy); `.volatile` is `.relaxed.sys` ("ld.volatile ... may be used with .global and .shared spaces ... treated as
+  relaxed with .sys scope", the ld/st sections), so two `.relaxed.cta` stores of different CTAs are a data race and
+  two `.volatile` or `.relaxed.gpu` ones are not;
+- "memory-consistency-model-conflict-and-data-races": a data race is two conflicting operations "not related in
+  causality order and ... not morally strong";
+- "memory-consistency-model-memory-synchronization": a release pattern (a fence, `membar.gl` = `fence.sc.gpu`,
+  then a strong write) synchronises with an acquire pattern (a strong read, then a fence) only if "the first
+  operation in X and the last operation in Y are morally strong": the two fences, so `membar.cta`
+  (`__threadfence_block()`) on both sides orders nothing between CTAs.
+
+Both scope rules were schedule-dependent before (found by unseen23x): `.relaxed.cta` stores of several CTAs were
+accepted when the CTAs ran the store in one step, and a release pattern's fence had no scope. The CTA-local cases:
+tests/test_unseen_ptx_sync_idioms.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxHazardError
+
+from unseen_ptx import line_of, run
+
+# region one word from many CTAs
+MANY = r"""
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p<2>;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %ctaid.x;
+    add.u32 %r1, %r1, 1;
+    setp.eq.u32 %p0, %r0, 0;
+    ld.param.u64 %rd0, [out];
+    SPLIT
+    @%p0 OP
+    ret;
+SECOND:
+    @%p0 OP
+    ret;
+}
+"""
+"""Thread 0 of each of 4 CTAs performs OP on the one word `out` (%r1 = CTA index + 1); with SPLIT a branch sends
+CTAs 1-3 to their own copy of OP, so the CTAs run it at different steps."""
+APART = "setp.ne.u32 %p1, %r1, 1;\n    @%p1 bra SECOND;"
+
+
+@pytest.mark.parametrize("split", ["", APART], ids=["together", "apart"])
+@pytest.mark.parametrize("op, expected", [
+    ("red.global.add.u32 [%rd0], %r1;", 10),
+    ("atom.global.max.u32 %r2, [%rd0], %r1;", 4),
+    ("st.relaxed.gpu.global.u32 [%rd0], 7;", 7),
+    ("st.volatile.global.u32 [%rd0], 7;", 7),
+    ("red.relaxed.sys.global.add.u32 [%rd0], %r1;", 10),
+])
+def test_strong_writes_of_gpu_scope_from_many_ctas_are_no_race(op, expected, split):
+    out = run(MANY.replace("SPLIT", split).replace("OP", op), 4, 32, [np.zeros(1, np.uint32)])[0]
+    assert out[0] == expected
+
+
+@pytest.mark.parametrize("split", ["", APART], ids=["together", "apart"])
+@pytest.mark.parametrize("op, why", [
+    ("st.global.u32 [%rd0], 7;", "weak"),
+    ("st.relaxed.cta.global.u32 [%rd0], 7;", "cta"),
+    ("red.relaxed.cta.global.add.u32 [%rd0], %r1;", "cta"),
+    ("atom.relaxed.cta.global.add.u32 %r2, [%rd0], %r1;", "cta"),
+])
+def test_plain_or_cta_scoped_writes_from_many_ctas_are_a_race(op, why, split):
+    """A .cta scope does not hold the other CTA's thread: not morally strong, a data race, whether the CTAs store
+    in one step (together: it was accepted) or apart."""
+    text = MANY.replace("SPLIT", split).replace("OP", op)
+    opcode = op.split()[0]
+    note = r".*a \.cta scope does not hold a thread of another CTA" if why == "cta" else ""
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:\d+: error: {opcode}: writes global address 0x\w+ \(argument 0 "
+                                             rf"\(out\) at byte offset 0\).* which the instruction at line "
+                                             rf"{line_of(text, '@%p0 ' + opcode)}\d* \(thread \(0, 0, 0\) of CTA "
+                                             rf"\(\d, 0, 0\)\) wrote.*no synchronisation orders the two{note}"):
+        run(text, 4, 32, [np.zeros(1, np.uint32)])
+
+
+# endregion
+# region a volatile flag handshake between two CTAs
+HANDSHAKE = r"""
+.visible .entry k(.param .u64 data, .param .u64 flag, .param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<6>;
+    .reg .pred %p<4>;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %ctaid.x;
+    ld.param.u64 %rd0, [data];
+    ld.param.u64 %rd1, [flag];
+    ld.param.u64 %rd2, [out];
+    mul.wide.u32 %rd3, %r0, 4;
+    add.u64 %rd4, %rd0, %rd3;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra CONSUMER;
+    mul.lo.u32 %r2, %r0, 3;
+    st.global.u32 [%rd4], %r2;
+    bar.sync 0;
+    RELEASE_FENCE
+    @%p0 st.volatile.global.u32 [%rd1], 1;
+    bra DONE;
+CONSUMER:
+    @!%p0 bra JOIN;
+POLL:
+    ld.volatile.global.u32 %r3, [%rd1];
+    setp.eq.u32 %p2, %r3, 0;
+    @%p2 bra POLL;
+    ACQUIRE_FENCE
+JOIN:
+    bar.sync 0;
+    ld.global.u32 %r4, [%rd4];
+    add.u64 %rd5, %rd2, %rd3;
+    st.global.u32 [%rd5], %r4;
+DONE:
+    ret;
+}
+"""
+"""CTA 0's 64 threads store data[t] = 3t, meet, and thread 0 raises a volatile flag after RELEASE_FENCE; CTA 1's
+thread 0 spins on the flag with volatile loads, ACQUIRE_FENCE, its CTA meets, and every thread copies data[t] to
+out[t] (the CUDA of `volatile int *flag` with __threadfence() before the store and after the spin)."""
+
+
+def handshake(release: str, acquire: str, **kw):
+    text = HANDSHAKE.replace("RELEASE_FENCE", release and "@%p0 " + release).replace("ACQUIRE_FENCE", acquire)
+    return text, lambda: run(text, 2, 64, [np.zeros(64, np.uint32), np.zeros(1, np.uint32), np.zeros(64, np.uint32)],
+                             **kw)
+
+
+@pytest.mark.parametrize("release, acquire", [("membar.gl;", "membar.gl;"), ("fence.acq_rel.gpu;", "fence.sc.gpu;"),
+                                              ("membar.sys;", "fence.acq_rel.gpu;")])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed", 1)])
+def test_a_volatile_flag_between_gpu_scope_fences_orders_the_handoff(release, acquire, schedule, seed):
+    """A fence then a strong (volatile) write is a release pattern, a strong read then a fence an acquire pattern;
+    .gpu fences are morally strong across CTAs. Clean and right on each CTA delayed."""
+    _, launch = handshake(release, acquire, schedule=schedule, seed=seed)
+    np.testing.assert_array_equal(launch()[2], 3 * np.arange(64))
+
+
+@pytest.mark.parametrize("release, acquire", [
+    ("", ""),                            # volatile alone: morally strong flag, but no pattern orders the data
+    ("membar.gl;", ""),                  # the consumer's fence missing
+    ("", "membar.gl;"),                  # the producer's fence missing
+    ("membar.cta;", "membar.cta;"),      # __threadfence_block(): .cta fences are not morally strong across CTAs
+    ("fence.acq_rel.cta;", "fence.acq_rel.gpu;"),
+    ("fence.sc.gpu;", "fence.sc.cta;"),
+])
+def test_a_flag_handshake_without_a_morally_strong_fence_pair_is_a_race(release, acquire):
+    """The data load of CTA 1 is reported against CTA 0's store, naming both (it was accepted with .cta fences)."""
+    text, launch = handshake(release, acquire)
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'ld.global.u32')}: error: ld.global.u32: reads "
+                                             r"global address 0x\w+ \(argument 0 \(data\) at byte offset 0\) .* which "
+                                             rf"the instruction at line {line_of(text, 'st.global.u32 [%rd4]')} "
+                                             r"\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote .*\(a \.cta fence or "
+                                             r"membar\.cta does not\).* \(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)"):
+        launch()
+
+
+# endregion
