@@ -72,7 +72,8 @@ def copies(count: int, producer: str, consumer: str = MBAR_WAIT, **kw) -> np.nda
 
 @pytest.mark.parametrize("count, producer, consumer", [
     (32, "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%r1];", MBAR_WAIT),
-    (32, "cp.async.mbarrier.arrive.shared::cta.b64 [%r1];\n    mbarrier.arrive.shared::cta.b64 %rd3, [%r1];", MBAR_WAIT),
+    (32, "cp.async.mbarrier.arrive.shared::cta.b64 [%r1];\n    mbarrier.arrive.shared::cta.b64 %rd3, [%r1];",
+     MBAR_WAIT),
     (1, "cp.async.wait_all;\n" + BARRIER, BARRIER),
     (1, "cp.async.commit_group;\n    cp.async.wait_group 0;\n" + BARRIER, BARRIER),
 ], ids=["noinc", "inc-and-arrive", "wait_all", "commit-wait0"])
