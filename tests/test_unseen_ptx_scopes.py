@@ -15,8 +15,9 @@ by the PTX ISA's memory consistency model, not by what the executor happens to r
   operation in X and the last operation in Y are morally strong": the two fences, so `membar.cta`
   (`__threadfence_block()`) on both sides orders nothing between CTAs.
 
-Both scope rules were schedule-dependent before (found by unseen23x): `.relaxed.cta` stores of several CTAs were
-accepted when the CTAs ran the store in one step, and a release pattern's fence had no scope. The CTA-local cases:
+Both scope rules were schedule-dependent or missing before (found by unseen23x): `.relaxed.cta` stores of several
+CTAs were accepted when the CTAs ran the store in one step, a release pattern's fence had no scope, and `.cluster`
+was taken as `.gpu` (a launch without clusters gives each CTA its own). The CTA-local cases:
 tests/test_unseen_ptx_sync_idioms.py."""
 
 from __future__ import annotations
@@ -78,12 +79,25 @@ def test_plain_or_cta_scoped_writes_from_many_ctas_are_a_race(op, why, split):
     in one step (together: it was accepted) or apart."""
     text = MANY.replace("SPLIT", split).replace("OP", op)
     opcode = op.split()[0]
-    note = r".*a \.cta scope does not hold a thread of another CTA" if why == "cta" else ""
+    note = r".*a \.cta scope holds no thread of another CTA" if why == "cta" else ""
     with pytest.raises(PtxHazardError, match=rf"<ptx>:\d+: error: {opcode}: writes global address 0x\w+ \(argument 0 "
                                              rf"\(out\) at byte offset 0\).* which the instruction at line "
                                              rf"{line_of(text, '@%p0 ' + opcode)}\d* \(thread \(0, 0, 0\) of CTA "
                                              rf"\(\d, 0, 0\)\) wrote.*no synchronisation orders the two{note}"):
         run(text, 4, 32, [np.zeros(1, np.uint32)])
+
+
+@pytest.mark.parametrize("split", ["", APART], ids=["together", "apart"])
+@pytest.mark.parametrize("op", ["st.relaxed.cluster.global.u32 [%rd0], 7;",
+                                "red.relaxed.cluster.global.add.u32 [%rd0], %r1;"])
+def test_cluster_scoped_writes_are_morally_strong_inside_the_launchs_cluster_only(op, split):
+    """Without a cluster launch each CTA is its own cluster: .cluster holds no other CTA (it was taken as .gpu);
+    in a cluster of the four, the writes are morally strong."""
+    text = MANY.replace("SPLIT", split).replace("OP", op)
+    run(text, 4, 32, [np.zeros(1, np.uint32)], cluster=(4, 1, 1))
+    with pytest.raises(PtxHazardError, match=r"no synchronisation orders the two.*a \.cluster scope none outside the "
+                                             r"launch's cluster"):
+        run(text, 4, 32, [np.zeros(1, np.uint32)], cluster=(2, 1, 1) if split else None)
 
 
 # endregion
@@ -137,13 +151,16 @@ def handshake(release: str, acquire: str, **kw):
                              **kw)
 
 
-@pytest.mark.parametrize("release, acquire", [("membar.gl;", "membar.gl;"), ("fence.acq_rel.gpu;", "fence.sc.gpu;"),
-                                              ("membar.sys;", "fence.acq_rel.gpu;")])
+@pytest.mark.parametrize("release, acquire, cluster", [("membar.gl;", "membar.gl;", None),
+                                                       ("fence.acq_rel.gpu;", "fence.sc.gpu;", None),
+                                                       ("membar.sys;", "fence.acq_rel.gpu;", None),
+                                                       ("fence.acq_rel.cluster;", "fence.acq_rel.cluster;", (2, 1, 1))])
 @pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed", 1)])
-def test_a_volatile_flag_between_gpu_scope_fences_orders_the_handoff(release, acquire, schedule, seed):
+def test_a_volatile_flag_between_gpu_scope_fences_orders_the_handoff(release, acquire, cluster, schedule, seed):
     """A fence then a strong (volatile) write is a release pattern, a strong read then a fence an acquire pattern;
-    .gpu fences are morally strong across CTAs. Clean and right on each CTA delayed."""
-    _, launch = handshake(release, acquire, schedule=schedule, seed=seed)
+    .gpu fences are morally strong across CTAs (.cluster ones inside a cluster). Clean and right on each CTA
+    delayed."""
+    _, launch = handshake(release, acquire, schedule=schedule, seed=seed, cluster=cluster)
     np.testing.assert_array_equal(launch()[2], 3 * np.arange(64))
 
 
@@ -154,6 +171,7 @@ def test_a_volatile_flag_between_gpu_scope_fences_orders_the_handoff(release, ac
     ("membar.cta;", "membar.cta;"),      # __threadfence_block(): .cta fences are not morally strong across CTAs
     ("fence.acq_rel.cta;", "fence.acq_rel.gpu;"),
     ("fence.sc.gpu;", "fence.sc.cta;"),
+    ("fence.acq_rel.cluster;", "fence.acq_rel.cluster;"),  # no cluster launch: each CTA its own cluster
 ])
 def test_a_flag_handshake_without_a_morally_strong_fence_pair_is_a_race(release, acquire):
     """The data load of CTA 1 is reported against CTA 0's store, naming both (it was accepted with .cta fences)."""
@@ -162,7 +180,9 @@ def test_a_flag_handshake_without_a_morally_strong_fence_pair_is_a_race(release,
                                              r"global address 0x\w+ \(argument 0 \(data\) at byte offset 0\) .* which "
                                              rf"the instruction at line {line_of(text, 'st.global.u32 [%rd4]')} "
                                              r"\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote .*\(a \.cta fence or "
-                                             r"membar\.cta does not\).* \(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)"):
+                                             r"membar\.cta does not, a \.cluster one only inside the launch's "
+                                             r"cluster\).* "
+                                             r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)"):
         launch()
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.asynchrony import AsyncTracker
 from tessera.interpreters.ptx.decode import Step
+from tessera.interpreters.ptx.global_accesses import scope_level
 from tessera.interpreters.ptx.state import Machine
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaRoles, named_registers, wgmma_roles
 
@@ -124,9 +125,9 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
                 or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):
             def after(sel, release=inst.opcode == "membar" or bool({"sc", "acq_rel", "release"} & set(mods)),
                       acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods)),
-                      wide="cta" not in mods):
+                      scope=scope_level(mods)):
                 if m.global_order is not None:  # release and acquire patterns (global_order)
-                    m.global_order.fence(_lanes(m, sel), release, acquire, wide)
+                    m.global_order.fence(_lanes(m, sel), release, acquire, scope)
         elif inst.opcode == "fence" and "mbarrier_init" in mods:
             def after(sel):
                 m.cluster_state.release_inits(_lanes(m, sel))

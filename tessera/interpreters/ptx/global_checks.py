@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import IS_ASYNC, PROXY_NAMES, IS_STRONG, is_uniform, IS_WIDE
+from tessera.interpreters.ptx.global_accesses import IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform, scope_holds
 from tessera.interpreters.ranges import marked
 
 MARKED_SPAN = 64
@@ -16,8 +16,9 @@ MARKED_SPAN = 64
 count (the grid's epilogue stores span 31 times theirs: 4,096 bytes over four CTAs' output tiles)."""
 
 
-SCOPE_NOTE = "; a .cta scope does not hold a thread of another CTA, so the two are not morally strong"
-"""Why two strong .cta accesses of different CTAs race (`_check_together`, `_check`)."""
+SCOPE_NOTE = ("; a .cta scope holds no thread of another CTA, a .cluster scope none outside the launch's cluster, "
+              "so the two are not morally strong")
+"""Why two strong accesses of different CTAs race (`_check_together`, `_check`)."""
 
 
 class GlobalRaceChecks:
@@ -135,10 +136,11 @@ class GlobalRaceChecks:
                   "orders no global memory)", int(lanes[i]))
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,
-                        across_ctas: bool = False) -> None:
-        """Threads of one instruction writing one byte: nothing orders them either. With `across_ctas` (a strong
-        .cta write, morally strong only with threads of its own CTA [memory_model.MORALLY_STRONG]) only two threads
-        of different CTAs race. `index` [lanes, k] lies in [low, high). Where that span is at most `MARKED_SPAN`
+                        groups: np.ndarray | None = None) -> None:
+        """Threads of one instruction writing one byte: nothing orders them either. With `groups` (per lane: its
+        CTA for a strong .cta write, its cluster for a .cluster one, whose scope holds only those threads
+        [memory_model.MORALLY_STRONG]) only two threads of different groups race. `index` [lanes, k] lies in
+        [low, high). Where that span is at most `MARKED_SPAN`
         times the bytes, the bytes marked in a table over it decide (`ranges.marked`: no sort; an epilogue's stores
         into a few CTAs' output tiles); elsewhere, where each thread's bytes are one run of k (a vector store), the
         runs' starts: no two within k of each other. A byte written twice is then found by a sort, for the report."""
@@ -151,10 +153,10 @@ class GlobalRaceChecks:
             if (starts[1:] - starts[:-1] >= k).all():
                 return
         flat = index.reshape(-1)
-        if across_ctas:  # by byte, then CTA: a byte two CTAs write has two neighbours of different CTAs
-            rank = np.repeat(self.lane_rank[lanes], k)
-            order = np.lexsort((rank, flat))
-            twice = np.flatnonzero((flat[order][1:] == flat[order][:-1]) & (rank[order][1:] != rank[order][:-1]))
+        if groups is not None:  # by byte, then group: a byte two groups write has two neighbours of different groups
+            group = np.repeat(groups, k)
+            order = np.lexsort((group, flat))
+            twice = np.flatnonzero((flat[order][1:] == flat[order][:-1]) & (group[order][1:] != group[order][:-1]))
         else:
             order = np.argsort(flat, kind="stable")
             twice = np.flatnonzero(flat[order][1:] == flat[order][:-1])
@@ -167,7 +169,7 @@ class GlobalRaceChecks:
             inst, f"writes {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line {inst.line} "
                   f"({self.describe(int(self.lane_rank[other]), other % self.m.threads)}) wrote through "
                   f"{PROXY_NAMES[kind]} at once, and no synchronisation orders the two (race: two threads store to "
-                  f"one location in one instruction{SCOPE_NOTE if across_ctas else ''})", lane)
+                  f"one location in one instruction{SCOPE_NOTE if groups is not None else ''})", lane)
 
     def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
         """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
@@ -180,7 +182,11 @@ class GlobalRaceChecks:
         same = rank == mine
         ordered = self._ordered(lanes, who, epoch)
         strong_pair = IS_STRONG[kind] & IS_STRONG[other_kind] & (IS_ASYNC[kind] == IS_ASYNC[other_kind])
-        strong = strong_pair & (same | (IS_WIDE[kind] & IS_WIDE[other_kind]))
+        strong = strong_pair.copy()
+        if strong.any():  # and each one's scope holds the other's thread
+            ranks, others = np.broadcast_arrays(mine - 1, np.maximum(rank - 1, 0))
+            strong &= scope_holds(self.m, SCOPE[kind], ranks, others) & \
+                scope_holds(self.m, SCOPE[other_kind], others, ranks)
         racing = (rank > 0) & ~ordered & ~strong
         if not racing.any():
             return
@@ -194,8 +200,9 @@ class GlobalRaceChecks:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
                        "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
                        "strong read then fence.acq_rel) on one location, each of a scope holding the other CTA (a "
-                       ".cta fence or membar.cta does not), and there is none")
-            if strong_pair[i, j]:  # both strong, one of them .cta
+                       ".cta fence or membar.cta does not, a .cluster one only inside the launch's cluster), and "
+                       "there is none")
+            if strong_pair[i, j]:  # both strong, a scope too narrow
                 missing += SCOPE_NOTE
         raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {PROXY_NAMES[kind]}, which the "
                                              f"instruction at line {int(line[i, j])} ({self.describe(r, t)}) {did} "
