@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import SCOPE, scope_holds
+from tessera.interpreters.ptx.global_accesses import CLUSTER, CTA, GPU, SCOPE, scope_holds
 
 
 class ReleaseAcquire:
@@ -90,7 +90,9 @@ class ReleaseAcquire:
 
     def _holds(self, scope: int, rank: int, other: int) -> bool:
         """Whether a scope `scope` of a thread of CTA `rank` holds CTA `other`'s threads."""
-        return rank == other and scope > 0 or bool(scope_holds(self.m, scope, np.array(rank), np.array(other)))
+        if scope != CLUSTER:  # the common cases without NumPy: this runs per published release of every acquire
+            return scope >= GPU or scope == CTA and rank == other
+        return bool(scope_holds(self.m, scope, np.array(rank), np.array(other)))
 
 
 def join_cta_knowledge(a: dict | None, b: dict | None) -> dict | None:
