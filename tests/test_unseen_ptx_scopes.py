@@ -187,3 +187,67 @@ def test_a_flag_handshake_without_a_morally_strong_fence_pair_is_a_race(release,
 
 
 # endregion
+# region distributed shared memory between the CTAs of a cluster
+EXCHANGE = r"""
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .shared .align 16 .b8 buf[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %cluster_ctarank;
+    xor.b32 %r10, %r1, 1;
+    mov.u32 %r2, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    mapa.shared::cluster.u32 %r6, %r5, %r10;
+    mad.lo.u32 %r7, %r1, 1000, %r0;
+    STORE
+    LOAD
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r11, %ctaid.x;
+    mad.lo.u32 %r12, %r11, 64, %r0;
+    mul.wide.u32 %rd3, %r12, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r8;
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    ret;
+}
+"""
+"""Each CTA of a cluster of two stores 1000 rank + tid into the peer's `buf` (STORE, through `mapa`) and loads its
+own word (LOAD) with no barrier between: only morally strong pairs are no data race (the values are then either)."""
+
+
+@pytest.mark.parametrize("store, load", [
+    ("st.relaxed.cluster.shared::cluster.u32 [%r6], %r7;", "ld.relaxed.cluster.shared.u32 %r8, [%r5];"),
+    ("red.relaxed.cluster.shared::cluster.add.u32 [%r6], %r7;", "ld.volatile.shared.u32 %r8, [%r5];"),
+])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed", 1)])
+def test_strong_cluster_scoped_accesses_between_ctas_are_no_race(store, load, schedule, seed):
+    out = run(EXCHANGE.replace("STORE", store).replace("LOAD", load), 2, 64, [np.zeros(128, np.uint32)], cluster=2,
+              schedule=schedule, seed=seed)[0].reshape(2, 64)
+    for rank in (0, 1):  # each word is the peer's value or still zero
+        assert np.isin(out[rank], [0, 1000 * (1 - rank)] + np.arange(64)[:, None]).all()
+
+
+@pytest.mark.parametrize("store, load", [
+    ("st.relaxed.cta.shared::cluster.u32 [%r6], %r7;", "ld.relaxed.cta.shared.u32 %r8, [%r5];"),
+    ("st.relaxed.cluster.shared::cluster.u32 [%r6], %r7;", "ld.relaxed.cta.shared.u32 %r8, [%r5];"),
+    ("red.relaxed.cta.shared::cluster.add.u32 [%r6], %r7;", "ld.relaxed.cluster.shared.u32 %r8, [%r5];"),
+    ("atom.relaxed.cta.shared::cluster.exch.b32 %r9, [%r6], %r7;", "ld.acquire.cluster.shared.u32 %r8, [%r5];"),
+])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_a_cta_scoped_side_between_ctas_of_a_cluster_is_a_race(store, load, schedule, seed):
+    """.cta holds no thread of the peer CTA: not morally strong (they were, whatever the scope), reported whichever
+    side ran first, naming the other."""
+    text = EXCHANGE.replace("STORE", store).replace("LOAD", load)
+    store_line, load_line = line_of(text, store.split()[0]), line_of(text, "%r8, [%r5]")
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:({store_line}|{load_line}): error: .* shared address 0x0 of CTA "
+                                             rf"\(\d, 0, 0\), which the instruction at line ({store_line}|{load_line}) "
+                                             r"\(thread \(0, 0, 0\) of CTA \(\d, 0, 0\)\) (wrote|read), and no "
+                                             r"synchronisation orders the two"):
+        run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+
+
+# endregion
