@@ -250,4 +250,19 @@ def test_a_cta_scoped_side_between_ctas_of_a_cluster_is_a_race(store, load, sche
         run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
 
 
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed", 1)])
+def test_a_peers_strong_store_after_the_owners_cta_load_is_a_race(schedule, seed):
+    """Only CTA 1 stores (.cluster) and only CTA 0 loads (.cta): with CTA 1 delayed the load comes first, and the
+    store is reported naming it (it was missed: the owner's strong loads were checked against plain stores only)."""
+    text = EXCHANGE.replace(".reg .b64 %rd<8>;", ".reg .b64 %rd<8>;\n    .reg .pred %p<2>;").replace(
+        "STORE", "setp.eq.u32 %p1, %r1, 1;\n    @%p1 st.relaxed.cluster.shared::cluster.u32 [%r6], %r7;").replace(
+        "LOAD", "mov.u32 %r8, 0;\n    @!%p1 ld.relaxed.cta.shared.u32 %r8, [%r5];")
+    store, load = line_of(text, "@%p1 st.relaxed"), line_of(text, "@!%p1 ld.relaxed")
+    first, second = (store, load) if seed == 1 else (load, store)
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{first}: error: .* shared address 0x0 of CTA \(0, 0, 0\), which "
+                                             rf"the instruction at line {second} .* and no synchronisation orders the "
+                                             r"two"):
+        run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+
+
 # endregion

@@ -76,6 +76,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
         self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
         self.strong_reads: ReadClocks | None = None  # strong loads since the last write (see `strong_read`)
+        self.cta_reads: ReadClocks | None = None  # those of them of scope .cta (see `strong_read`)
         self.reset()
 
     def reset(self) -> None:
@@ -115,10 +116,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.reads.reset()
         if self.peer_reads is not None:
             self.peer_reads.reset()
-        if self.strong_reads is not None:
-            self.strong_reads.reset()
+        for reads in (self.strong_reads, self.cta_reads):
+            if reads is not None:
+                reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
         self.strong_read_any = False  # some byte holds a strong load since its last write
+        self.cta_read_any = False  # ... a strong load of scope .cta
+        self.w_cta_any = False  # some byte of `w_cta` may be true
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
@@ -230,6 +234,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 self._check_reads(inst, lanes_f, index_f, "writes", rows)
                 if self.strong_read_any and (not atomic or cta_scoped):  # the owner's strong reads: another CTA's
                     self._check_reads(inst, lanes_f, index_f, "writes", rows, reads=self.strong_reads)
+                elif self.cta_read_any:  # a strong write of a wider scope: the owner's .cta strong reads
+                    self._check_reads(inst, lanes_f, index_f, "writes", rows, reads=self.cta_reads)
                 if self.completions:
                     self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
                 own = ~foreign
@@ -238,7 +244,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 self._write_checks(inst, lanes, index, atomic)
             self._after_peer_reads(inst, lanes, index, "writes")
         self.w_atomic[index] = atomic
-        self.w_cta[index] = cta_scoped
+        if cta_scoped or self.w_cta_any:  # (kept untouched, all false, by kernels without .cta strong stores)
+            self.w_cta[index] = cta_scoped
+            self.w_cta_any |= cta_scoped
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_any = True
@@ -253,6 +261,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.peer_reads.clear(index)
         if self.strong_read_any:
             self.strong_reads.clear(index)
+        if self.cta_read_any:
+            self.cta_reads.clear(index)
 
     def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
         if len(lanes):
@@ -285,7 +295,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
         from the plain loads (`strong_reads`), for a later plain store only [memory_model.DATA_RACE] (the polls of a
         flag are synchronisation: a strong store after them is no race). A peer's bytes (distributed shared memory)
         are judged, not recorded, except by a .cta load (`cta_scoped`), morally strong with no access of the peer:
-        recorded as a plain peer read, so a later write of the peer's is judged against it."""
+        recorded as a plain peer read, so a later write of the peer's is judged against it; so is the owner's .cta
+        load of its own bytes in a cluster (`cta_reads`), which a peer's strong store must follow too."""
         if not self.races:
             return
         peers = self._peer_rows(lanes, index)
@@ -304,6 +315,11 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.strong_reads = ReadClocks(self.shared, self.threads)
         self.strong_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
         self.strong_read_any = True
+        if cta_scoped and self.peer_frame is not None:  # morally strong with no peer's write (distributed memory)
+            if self.cta_reads is None:
+                self.cta_reads = ReadClocks(self.shared, self.threads)
+            self.cta_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+            self.cta_read_any = True
 
     def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
@@ -354,7 +370,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         other = who[index]
         if atomic:  # an atomic against an atomic write: morally strong, never a race, unless a .cta scope of either
             strong = self.w_atomic[index]  # holds no thread of the other's CTA (distributed shared memory)
-            if cta_scoped or self.w_cta[index].any():
+            if cta_scoped or self.w_cta_any and self.w_cta[index].any():
                 strong = strong & ((other // self.threads == (lanes // self.threads)[:, None])
                                    | ~(self.w_cta[index] | cta_scoped))
             epochs = np.where(strong, 0, epochs)
