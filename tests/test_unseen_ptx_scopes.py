@@ -1,7 +1,8 @@
 """Hand-written sm_90a PTX between CTAs where the scope of a strong access or a fence decides: one word stored or
-added into by many CTAs (plain, `.relaxed.gpu`, `.volatile`, `.relaxed.cta`), and a flag handshake in global memory
-between two CTAs written the way pre-Volta CUDA wrote it (`volatile` flag, `__threadfence()` on both sides), judged
-by the PTX ISA's memory consistency model, not by what the executor happens to run:
+added into by many CTAs (plain, `.relaxed.gpu`, `.volatile`, `.relaxed.cta`, `.relaxed.cluster`), a flag handshake
+in global memory between two CTAs written the way pre-Volta CUDA wrote it (`volatile` flag, `__threadfence()` on both
+sides), a spin lock in global memory taken by every thread of four CTAs, and strong accesses of a peer's shared
+memory in a cluster, judged by the PTX ISA's memory consistency model, not by what the executor happens to run:
 
 - "memory-consistency-model-morally-strong-operations": two operations are morally strong if "each operation is
   strong and specifies a scope that includes the thread executing the other operation" (and both go through the same
@@ -15,10 +16,10 @@ by the PTX ISA's memory consistency model, not by what the executor happens to r
   operation in X and the last operation in Y are morally strong": the two fences, so `membar.cta`
   (`__threadfence_block()`) on both sides orders nothing between CTAs.
 
-Both scope rules were schedule-dependent or missing before (found by unseen23x): `.relaxed.cta` stores of several
-CTAs were accepted when the CTAs ran the store in one step, a release pattern's fence had no scope, and `.cluster`
-was taken as `.gpu` (a launch without clusters gives each CTA its own). The CTA-local cases:
-tests/test_unseen_ptx_sync_idioms.py."""
+The scope rules were schedule-dependent or missing before (found by unseen23x): `.relaxed.cta` stores of several
+CTAs were accepted when the CTAs ran the store in one step, a release pattern's fence had no scope, `.cluster` was
+taken as `.gpu` (a launch without clusters gives each CTA its own), and in distributed shared memory any two strong
+accesses were morally strong. The CTA-local cases: tests/test_unseen_ptx_sync_idioms.py."""
 
 from __future__ import annotations
 
@@ -184,6 +185,69 @@ def test_a_flag_handshake_without_a_morally_strong_fence_pair_is_a_race(release,
                                              r"cluster\).* "
                                              r"\(thread \(0, 0, 0\) of CTA \(1, 0, 0\)\)"):
         launch()
+
+
+# endregion
+# region a spin lock in global memory between CTAs
+LOCK = r"""
+.visible .entry k(.param .u64 lock, .param .u64 total, .param .u64 x)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %ctaid.x;
+    ld.param.u64 %rd0, [lock];
+    ld.param.u64 %rd1, [total];
+    ld.param.u64 %rd2, [x];
+    mad.lo.u32 %r2, %r1, 32, %r0;
+    mul.wide.u32 %rd3, %r2, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    ld.global.u32 %r4, [%rd4];
+SPIN:
+    ACQUIRE
+    setp.ne.u32 %p1, %r5, 0;
+    @%p1 bra SPIN;
+    ld.global.u32 %r6, [%rd1];
+    add.u32 %r6, %r6, %r4;
+    st.global.u32 [%rd1], %r6;
+    RELEASE
+    ret;
+}
+"""
+"""Every thread of 4 CTAs of 32 takes a global lock (ACQUIRE: %r5 the old value), adds x[i] into `total` with a plain
+load and store, and gives the lock back (RELEASE)."""
+KEYS = np.arange(128, dtype=np.uint32) * 3 + 1
+
+
+def locked(acquire: str, release: str, **kw) -> int:
+    text = LOCK.replace("ACQUIRE", acquire).replace("RELEASE", release)
+    return int(run(text, 4, 32, [np.zeros(1, np.uint32), np.zeros(1, np.uint32), KEYS], **kw)[1][0])
+
+
+@pytest.mark.parametrize("acquire, release", [
+    ("atom.acquire.gpu.global.cas.b32 %r5, [%rd0], 0, 1;", "st.release.gpu.global.u32 [%rd0], 0;"),
+    ("atom.global.cas.b32 %r5, [%rd0], 0, 1;\n    membar.gl;", "membar.gl;\n    atom.global.exch.b32 %r7, [%rd0], 0;"),
+], ids=["acquire-release", "membar.gl"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 2)])
+def test_a_global_spin_lock_with_gpu_scope_acquire_and_release_is_right(acquire, release, schedule, seed):
+    assert locked(acquire, release, schedule=schedule, seed=seed) == KEYS.sum()
+
+
+@pytest.mark.parametrize("acquire, release, message", [
+    ("atom.global.cas.b32 %r5, [%rd0], 0, 1;", "atom.global.exch.b32 %r7, [%rd0], 0;",
+     r"ld.global.u32: reads global address 0x\w+ \(argument 1 \(total\) .* which the instruction at line 25"),
+    ("atom.acquire.cta.global.cas.b32 %r5, [%rd0], 0, 1;", "st.release.cta.global.u32 [%rd0], 0;",
+     r"atom.acquire.cta.global.cas.b32: writes global address 0x\w+ \(argument 0 \(lock\) .* a \.cta scope holds "
+     r"no thread of another CTA"),
+    ("atom.global.cas.b32 %r5, [%rd0], 0, 1;\n    membar.cta;", "membar.cta;\n    atom.global.exch.b32 %r7, [%rd0], 0;",
+     r"ld.global.u32: reads global address 0x\w+ \(argument 1 \(total\) .*\(a \.cta fence or membar\.cta does not"),
+], ids=["relaxed", "cta-scope", "membar.cta"])
+def test_a_global_spin_lock_without_gpu_scope_synchronisation_is_a_race(acquire, release, message):
+    """Relaxed atomics order nothing; .cta atomics are not even morally strong between CTAs; .cta fences make no
+    release or acquire pattern between CTAs."""
+    with pytest.raises(PtxHazardError, match=message):
+        locked(acquire, release)
 
 
 # endregion
