@@ -329,4 +329,26 @@ def test_a_peers_strong_store_after_the_owners_cta_load_is_a_race(schedule, seed
         run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
 
 
+
+@pytest.mark.parametrize("own, reported", [("st.relaxed.cta.shared.u32 [%r5], %r7;", True),
+                                           ("st.relaxed.cluster.shared.u32 [%r5], %r7;", False)],
+                         ids=["cta", "cluster"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_an_owners_store_and_a_peers_strong_store_of_one_word(own, reported, schedule, seed):
+    """CTA 1 stores .relaxed.cluster into CTA 0's word, CTA 0 stores the word itself: two writes, morally strong only
+    if the owner's scope holds the peer too (the owner's .cta store was exempt when it came second)."""
+    text = EXCHANGE.replace(".reg .b64 %rd<8>;", ".reg .b64 %rd<8>;\n    .reg .pred %p<2>;").replace(
+        "STORE", "setp.eq.u32 %p1, %r1, 1;\n    @%p1 st.relaxed.cluster.shared::cluster.u32 [%r6], %r7;").replace(
+        "LOAD", "mov.u32 %r8, 0;\n    @!%p1 " + own)
+    args = [np.zeros(128, np.uint32)]
+    if not reported:
+        run(text, 2, 64, args, cluster=2, schedule=schedule, seed=seed)
+        return
+    with pytest.raises(PtxHazardError, match=r"writes shared address 0x0 of CTA \(0, 0, 0\), which the instruction at "
+                                             r"line \d+ \(thread \(0, 0, 0\) of CTA \([01], 0, 0\)\) wrote, and no "
+                                             r"synchronisation orders the two .*a \.cta scope holds no thread of "
+                                             r"another CTA"):
+        run(text, 2, 64, args, cluster=2, schedule=schedule, seed=seed)
+
+
 # endregion

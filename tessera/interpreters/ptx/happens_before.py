@@ -239,9 +239,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 if self.completions:
                     self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
                 own = ~foreign
-                self._write_checks(inst, lanes[own], index[own], atomic)
+                self._write_checks(inst, lanes[own], index[own], atomic, cta_scoped)
             else:
-                self._write_checks(inst, lanes, index, atomic)
+                self._write_checks(inst, lanes, index, atomic, cta_scoped)
             self._after_peer_reads(inst, lanes, index, "writes")
         self.w_atomic[index] = atomic
         if cta_scoped or self.w_cta_any:  # (kept untouched, all false, by kernels without .cta strong stores)
@@ -264,9 +264,11 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if self.cta_read_any:
             self.cta_reads.clear(index)
 
-    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
+    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
+                      cta_scoped: bool = False) -> None:
         if len(lanes):
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic)
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic,
+                        cta_scoped)
             self._check_reads(inst, lanes, index, "writes")
             if self.strong_read_any and not atomic:  # a plain store after a strong load [memory_model.DATA_RACE]
                 self._check_reads(inst, lanes, index, "writes", reads=self.strong_reads)
