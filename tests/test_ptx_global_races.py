@@ -715,7 +715,8 @@ def _order_machine(keep_boxes: bool):
     tracker = SimpleNamespace(hb=hb, observed=np.zeros((2, 8), np.int64), barrier_name=lambda b: f"barrier {b}")
     memory = SimpleNamespace(_starts=np.array([GLOBAL_BASE]), segments=[SimpleNamespace(name="t", start=GLOBAL_BASE)])
     m = SimpleNamespace(grid=(4, 1, 1), block=(2, 1, 1), threads=2, lanes=8, lane_cta=np.arange(8) // 2,
-                        ctaid=np.array([[r, 0, 0] for r in range(4)]), tracker=tracker, memory=memory)
+                        ctaid=np.array([[r, 0, 0] for r in range(4)]), tracker=tracker, memory=memory,
+                        cluster=(1, 1, 1), cluster_size=1)
     order = GlobalOrder(m, 2048)
     order.keep_boxes = keep_boxes
     return m, order
@@ -859,7 +860,7 @@ def test_a_swizzled_box_is_staged_in_the_order_it_lies_in_shared_memory():
 def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():
     """A lock handed over many times: the releases published at its word are one joined entry per releasing CTA
     and scope, and an acquire takes in what each release carried (the clock of every releasing thread)."""
-    from tessera.interpreters.ptx.global_accesses import STRONG_CTA, STRONG_GPU
+    from tessera.interpreters.ptx.global_accesses import CTA, GPU, STRONG_CTA, STRONG_GPU
 
     m, order = _order_machine(True)
     hb = m.tracker.hb
@@ -868,7 +869,7 @@ def test_releases_at_a_location_are_kept_joined_per_cta_and_scope():
             hb.clock[lane, lane % 2] += 1
             order.release(np.array([lane]), np.array([64]), STRONG_GPU)
     order.release(np.array([3]), np.array([64]), STRONG_CTA)
-    assert sorted(order.releases[64]) == [(0, True), (1, False), (1, True)]
+    assert sorted(order.releases[64]) == [(0, GPU), (1, CTA), (1, GPU)]  # (releasing CTA, scope)
     order.acquire(np.array([1]), np.array([64]), STRONG_GPU, now=True)
     assert hb.clock[1, 0] == hb.clock[0, 0] - 1  # thread 0's last release (its clock advanced past it)
     assert hb.remote[1][1][0] == hb.clock[2, 0] - 1  # what it knows of CTA 1: its thread 0's last release

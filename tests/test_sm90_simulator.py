@@ -945,8 +945,9 @@ def test_ld_shared_of_another_threads_store_without_bar_sync_is_a_race(rng):
     kernel = planted(ST_SHARED_GEMM, "    sm90.fence_proxy_async\n",
                      "    %peek = sm90.ld_shared %sa : i32 -> i32\n    sm90.fence_proxy_async\n")
     with pytest.raises(KernelHazardError, match=r"%peek = sm90.ld_shared %sa .*: reads shared address 0x800 "
-                                                r"\(buffer 'a' \+ 0\), which thread 0 stored with no bar_sync in "
-                                                r"between \(data race\) " + _thread(1)):
+                                                r"\(buffer 'a' \+ 0\), which `sm90.st_shared .*` \(thread 0 .*\) "
+                                                r"wrote, and no synchronisation orders the two \(race: .*\) "
+                                                + _thread(1)):
         _run_st_shared(kernel, rng)
 
 
@@ -1266,8 +1267,9 @@ def test_a_turn_taken_before_the_barrier_is_a_shared_memory_race():
     kernel = planted(kernel, "          }\n          sm90.bar_arrive 1, 256",
                      "          }\n          sm90.bar_sync 2, 256\n          sm90.bar_arrive 1, 256")
     with pytest.raises(KernelHazardError, match=r"%n = sm90.ld_shared %turn : i32 -> i32: reads shared address 0x10 "
-                                                r"\(buffer 'turn' \+ 0\), which thread 256 stored with no bar_sync in "
-                                                r"between \(data race\) " + _thread(128)):
+                                                r"\(buffer 'turn' \+ 0\), which `sm90.st_shared .*` \(thread 256 .*\) "
+                                                r"wrote, and no synchronisation orders the two \(race: .*\) "
+                                                + _thread(128)):
         _run_pingpong(kernel)
 
 

@@ -250,8 +250,9 @@ def test_a_bar_arrive_releases_only_what_its_thread_did_before_arriving():
     ordered before warp 1's reads: the store after the bar_arrive races them (as in the PTX executor)."""
     _arrive("")
     with pytest.raises(KernelHazardError, match=r"^%seen = sm90.ld_shared %from .*: reads shared address 0x0 \(buffer "
-                                                r"'box' \+ 0\), which thread 0 stored with no bar_sync in between "
-                                                r"\(data race\) in thread 32 "):
+                                                r"'box' \+ 0\), which `sm90.st_shared %a, %c128 .*` \(thread 0 .*\) "
+                                                r"wrote, and no synchronisation orders the two \(race: .*\) "
+                                                r"in thread 32 "):
         _arrive("sm90.st_shared %a, %c128 : i32, i32")
 
 

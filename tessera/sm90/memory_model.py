@@ -291,7 +291,8 @@ MORALLY_STRONG = Rule(
     "each operation is strong and specifies a scope that includes the thread executing the other operation",
     "the PTX executor's general form of ATOMICS_ARE_INDIVISIBLE: atom, red, bulk reductions and ld/st with "
     ".relaxed/.acquire/.release/.volatile are strong; two strong accesses through the same proxy whose scopes "
-    "include each other's thread (.cta: the same CTA only) are not a race; so two red.async updates of one word "
+    "include each other's thread (.cta: the same CTA only; .cluster: the launch's cluster, each CTA its own "
+    "without a cluster launch) are not a race; so two red.async updates of one word "
     "(.relaxed.cluster) in flight at once are not either, while a plain access of it racing one is")
 
 RELEASE_ACQUIRE = Rule(

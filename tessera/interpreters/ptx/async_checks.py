@@ -9,6 +9,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.asynchrony import AsyncTracker
 from tessera.interpreters.ptx.decode import Step
+from tessera.interpreters.ptx.global_accesses import scope_level
 from tessera.interpreters.ptx.state import Machine
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaRoles, named_registers, wgmma_roles
 
@@ -123,9 +124,10 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
               and "mbarrier_init" not in mods and not any(x.startswith("proxy") for x in mods)) \
                 or (inst.opcode == "membar" and not any(x.startswith("proxy") for x in mods)):
             def after(sel, release=inst.opcode == "membar" or bool({"sc", "acq_rel", "release"} & set(mods)),
-                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods))):
+                      acquire=inst.opcode == "membar" or bool({"sc", "acq_rel", "acquire"} & set(mods)),
+                      scope=scope_level(mods)):
                 if m.global_order is not None:  # release and acquire patterns (global_order)
-                    m.global_order.fence(_lanes(m, sel), release, acquire)
+                    m.global_order.fence(_lanes(m, sel), release, acquire, scope)
         elif inst.opcode == "fence" and "mbarrier_init" in mods:
             def after(sel):
                 m.cluster_state.release_inits(_lanes(m, sel))

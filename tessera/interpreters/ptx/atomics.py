@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, decode, elements, opcode
-from tessera.interpreters.ptx.global_accesses import strong_kind
+from tessera.interpreters.ptx.global_accesses import STRONG_CTA, strong_kind
 from tessera.interpreters.ptx.memory import (
     IGNORED_QUALIFIERS,
     check_access,
@@ -193,7 +193,8 @@ def decode_atom(ops: Operands, inst, mods):
             if part_space == "global":
                 touched.append((lanes[positions], index))
             else:  # a plain access on either side needs synchronisation with it (`asynchrony.generic_access`)
-                m.tracker.generic_access(inst, lanes[positions], index, True, True, atomic=True)
+                m.tracker.generic_access(inst, lanes[positions], index, True, True, atomic=True,
+                                         cta_scoped=how == STRONG_CTA)
         watch = getattr(m, "watch", None)
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")

@@ -12,22 +12,50 @@ import numpy as np
 
 from tessera.interpreters.byte_box import box_offsets, box_view
 
-WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE = 1, 2, 3, 4, 5
-"""How an access is made: a weak generic ld/st; a strong generic access of scope .cta, or .cluster/.gpu/.sys;
+WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE, STRONG_CLUSTER = 1, 2, 3, 4, 5, 6
+"""How an access is made: a weak generic ld/st; a strong generic access of scope .cta, .cluster, or .gpu/.sys;
 the async proxy (TMA and bulk copies); a bulk reduction (async proxy, element-wise atomic)."""
-IS_STRONG = np.array([False, False, True, True, False, True])
-IS_WIDE = np.array([False, False, False, True, False, True])  # a scope wider than the CTA
-IS_ASYNC = np.array([False, False, False, False, True, True])
+CTA, CLUSTER, GPU = 1, 2, 3
+"""Scopes, each holding the one before: the threads of the CTA, of its cluster, of the whole launch (.gpu and
+.sys alike for one launch)."""
+IS_STRONG = np.array([False, False, True, True, False, True, True])
+SCOPE = np.array([0, 0, CTA, GPU, 0, GPU, CLUSTER])  # a strong kind's scope (0: not strong)
+IS_ASYNC = np.array([False, False, False, False, True, True, False])
 PROXY_NAMES = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
-          STRONG_GPU: "the generic proxy (strong)", ASYNC: "the async proxy",
-          ASYNC_REDUCE: "the async proxy (bulk reduction)"}
-_SCOPES = {"cta": STRONG_CTA}
+               STRONG_CLUSTER: "the generic proxy (strong, .cluster)", STRONG_GPU: "the generic proxy (strong)",
+               ASYNC: "the async proxy", ASYNC_REDUCE: "the async proxy (bulk reduction)"}
+
+
+def scope_level(modifiers) -> int:
+    """The scope an instruction's modifiers name: .cta, .cluster, else .gpu (the default of ld/st/atom/red;
+    membar.gl and .sys, fence.*.gpu and .sys)."""
+    return CTA if "cta" in modifiers else CLUSTER if "cluster" in modifiers else GPU
 
 
 def strong_kind(modifiers) -> int:
     """The kind of an ld/st/atom/red from its modifiers: strong when it has .relaxed/.acquire/.release/
-    .acq_rel/.volatile (atom and red always are), of scope .cta or wider (default .gpu)."""
-    return STRONG_CTA if "cta" in modifiers else STRONG_GPU
+    .acq_rel/.volatile (atom and red always are), of its scope (default .gpu)."""
+    return {CTA: STRONG_CTA, CLUSTER: STRONG_CLUSTER, GPU: STRONG_GPU}[scope_level(modifiers)]
+
+
+def cluster_of(m, ranks: np.ndarray) -> np.ndarray:
+    """The linear index of the cluster holding each CTA of grid rank `ranks` (x + X y + X Y z) in the launch's
+    cluster shape `m.cluster` (each CTA its own cluster without one)."""
+    (gx, gy, _), (cx, cy, cz) = m.grid, m.cluster
+    x, y, z = ranks % gx, ranks // gx % gy, ranks // (gx * gy)
+    return x // cx + -(-gx // cx) * (y // cy + -(-gy // cy) * (z // cz))
+
+
+def scope_holds(m, level, ranks: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Whether a scope `level` (per element; 0: none) of a thread of CTA `ranks` holds the threads of CTA `others`
+    (grid ranks) [memory_model.MORALLY_STRONG]."""
+    level = np.asarray(level)
+    same = ranks == others
+    if m.cluster_size > 1 and (level == CLUSTER).any():
+        same_cluster = cluster_of(m, ranks) == cluster_of(m, others)
+    else:
+        same_cluster = same
+    return (level >= GPU) | ((level >= CTA) & same) | ((level == CLUSTER) & same_cluster)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import IS_ASYNC, PROXY_NAMES, IS_STRONG, is_uniform, IS_WIDE
+from tessera.interpreters.ptx.global_accesses import IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform, scope_holds
 from tessera.interpreters.ranges import marked
 
 MARKED_SPAN = 64
 """`GlobalRaceChecks._check_together` marks a store's bytes in a table over their span up to this many times their
 count (the grid's epilogue stores span 31 times theirs: 4,096 bytes over four CTAs' output tiles)."""
+
+
+SCOPE_NOTE = ("; a .cta scope holds no thread of another CTA, a .cluster scope none outside the launch's cluster, "
+              "so the two are not morally strong")
+"""Why two strong accesses of different CTAs race (`_check_together`, `_check`)."""
 
 
 class GlobalRaceChecks:
@@ -130,12 +135,15 @@ class GlobalRaceChecks:
                   "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
 
-    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int) -> None:
-        """Threads of one instruction writing one byte: nothing orders them either. `index` [lanes, k] lies in
-        [low, high). Where that span is at most `MARKED_SPAN` times the bytes, the bytes marked in a table over it
-        decide (`ranges.marked`: no sort; an epilogue's stores into a few CTAs' output tiles); elsewhere, where each
-        thread's bytes are one run of k (a vector store), the runs' starts: no two within k of each other. A byte
-        written twice is then found by a sort, for the report."""
+    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,
+                        groups: np.ndarray | None = None) -> None:
+        """Threads of one instruction writing one byte: nothing orders them either. With `groups` (per lane: its
+        CTA for a strong .cta write, its cluster for a .cluster one, whose scope holds only those threads
+        [memory_model.MORALLY_STRONG]) only two threads of different groups race. `index` [lanes, k] lies in
+        [low, high). Where that span is at most `MARKED_SPAN`
+        times the bytes, the bytes marked in a table over it decide (`ranges.marked`: no sort; an epilogue's stores
+        into a few CTAs' output tiles); elsewhere, where each thread's bytes are one run of k (a vector store), the
+        runs' starts: no two within k of each other. A byte written twice is then found by a sort, for the report."""
         n, k = index.shape
         if high - low <= MARKED_SPAN * index.size:
             if np.count_nonzero(marked(index.reshape(-1), low, high)) == index.size:
@@ -145,8 +153,13 @@ class GlobalRaceChecks:
             if (starts[1:] - starts[:-1] >= k).all():
                 return
         flat = index.reshape(-1)
-        order = np.argsort(flat, kind="stable")
-        twice = np.flatnonzero(flat[order][1:] == flat[order][:-1])
+        if groups is not None:  # by byte, then group: a byte two groups write has two neighbours of different groups
+            group = np.repeat(groups, k)
+            order = np.lexsort((group, flat))
+            twice = np.flatnonzero((flat[order][1:] == flat[order][:-1]) & (group[order][1:] != group[order][:-1]))
+        else:
+            order = np.argsort(flat, kind="stable")
+            twice = np.flatnonzero(flat[order][1:] == flat[order][:-1])
         if not len(twice):
             return
         first, second = order[twice[0]] // k, order[twice[0] + 1] // k
@@ -156,7 +169,7 @@ class GlobalRaceChecks:
             inst, f"writes {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line {inst.line} "
                   f"({self.describe(int(self.lane_rank[other]), other % self.m.threads)}) wrote through "
                   f"{PROXY_NAMES[kind]} at once, and no synchronisation orders the two (race: two threads store to "
-                  "one location in one instruction)", lane)
+                  f"one location in one instruction{SCOPE_NOTE if groups is not None else ''})", lane)
 
     def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
         """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
@@ -168,8 +181,12 @@ class GlobalRaceChecks:
         other_kind = who & 7
         same = rank == mine
         ordered = self._ordered(lanes, who, epoch)
-        strong = IS_STRONG[kind] & IS_STRONG[other_kind] & (IS_ASYNC[kind] == IS_ASYNC[other_kind]) & \
-            (same | (IS_WIDE[kind] & IS_WIDE[other_kind]))
+        strong_pair = IS_STRONG[kind] & IS_STRONG[other_kind] & (IS_ASYNC[kind] == IS_ASYNC[other_kind])
+        strong = strong_pair.copy()
+        if strong.any():  # and each one's scope holds the other's thread
+            ranks, others = np.broadcast_arrays(mine - 1, np.maximum(rank - 1, 0))
+            strong &= scope_holds(self.m, SCOPE[kind], ranks, others) & \
+                scope_holds(self.m, SCOPE[other_kind], others, ranks)
         racing = (rank > 0) & ~ordered & ~strong
         if not racing.any():
             return
@@ -182,7 +199,11 @@ class GlobalRaceChecks:
         else:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "
                        "fence.acq_rel then a strong write) that this thread acquires (ld.acquire, atom.acquire, or a "
-                       "strong read then fence.acq_rel) on one location, and there is none")
+                       "strong read then fence.acq_rel) on one location, each of a scope holding the other CTA (a "
+                       ".cta fence or membar.cta does not, a .cluster one only inside the launch's cluster), and "
+                       "there is none")
+            if strong_pair[i, j]:  # both strong, a scope too narrow
+                missing += SCOPE_NOTE
         raise self.m.tracker.hb.hazard(inst, f"{does} {self.where(b)} through {PROXY_NAMES[kind]}, which the "
                                              f"instruction at line {int(line[i, j])} ({self.describe(r, t)}) {did} "
                                              f"through {PROXY_NAMES[int(other_kind[i, j])]}, and no synchronisation "

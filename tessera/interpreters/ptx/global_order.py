@@ -12,7 +12,8 @@ Two accesses to a byte, one a write, are a race [memory_model.DATA_RACE] unless
   or, for another CTA's access, by what the accessing thread acquired of that CTA (`HappensBefore.remote`);
 - or they are *morally strong* [memory_model.MORALLY_STRONG]: both strong (atom, red, ld/st with .relaxed,
   .acquire, .release or .volatile; bulk reductions), through the same proxy, each with a scope that includes
-  the other's thread (.cta only within one CTA). Atomics never race with each other.
+  the other's thread (.cta only within one CTA, .cluster within the launch's cluster, also for two threads of one
+  instruction). Atomics of .gpu or .sys scope never race with each other.
 
 The report names both sides: the instruction and line, thread and CTA, the proxy (generic, or async: TMA
 loads and stores, bulk copies and reductions) and the synchronisation that was missing.
@@ -24,7 +25,9 @@ flag is the location -1 - its flat index, and orders threads of the CTA the same
   thread's clock, and what it knows of other CTAs, at M;
 - an acquire operation (ld.acquire, atom.acquire or .acq_rel) of M, or a strong read of M followed by such a
   fence (`atom` reads; `red` does not: its strong read forms no acquire pattern), takes in every release
-  published at M by a thread whose scope and its own include each other.
+  published at M by a thread whose scope and its own include each other. Where a fence begins (ends) the
+  pattern, the fence's scope counts too: a .cta fence (membar.cta) synchronises with its own CTA only, a .cluster
+  one with its cluster's (`global_accesses.scope_holds`).
 Joining every release at M so far (not only the one whose value the read returns) can hide a race whose
 acquire read an older value; it never reports a correct kernel.
 
@@ -36,8 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, IS_ASYNC, IS_STRONG, StridedBox, is_uniform,
-                                                      put_at)
+from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IS_ASYNC, IS_STRONG, SCOPE,
+                                                      StridedBox, cluster_of, is_uniform, put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 
@@ -82,6 +85,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         """A new batch of CTAs: lanes are new threads (their fences and pending acquires are gone)."""
         m = self.m
         self.fence_release: dict[int, tuple] = {}  # lane -> released (clock, fenced, remote) at its last fence
+        self.fence_scope: dict[int, int] = {}  # lane -> that fence's scope (global_accesses.CTA, CLUSTER, GPU)
         self.pending_acquire: dict[int, list] = {}  # lane -> releases its strong reads saw since its last fence
         gx, gy, _ = m.grid
         cid = m.ctaid[m.lane_cta]
@@ -123,8 +127,12 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                                 side)
         if write and self.read_set is not None:
             self._check_sets(inst, lanes, index, kind)
-        if write and not IS_STRONG[kind] and len(lanes) > 1:
-            self._check_together(inst, lanes, index, kind, low, high)
+        if write and len(lanes) > 1 and SCOPE[kind] < GPU:  # strong .gpu/.sys writes of one instruction never race
+            groups = None
+            if IS_STRONG[kind]:
+                ranks = self.lane_rank[lanes]
+                groups = ranks if SCOPE[kind] == CTA else cluster_of(self.m, ranks)
+            self._check_together(inst, lanes, index, kind, low, high, groups)
         if IS_ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
             self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]

@@ -76,6 +76,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
         self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
         self.strong_reads: ReadClocks | None = None  # strong loads since the last write (see `strong_read`)
+        self.cta_reads: ReadClocks | None = None  # those of them of scope .cta (see `strong_read`)
         self.reset()
 
     def reset(self) -> None:
@@ -94,6 +95,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             # the last write was a cp.async completed by a cp.async.mbarrier.arrive [memory_model.CP_ASYNC_PROXY]
             self.w_mbarrier = np.zeros(s, bool)
             self.w_atomic = np.zeros(s, bool)  # the last generic write was an atom/red (`write`)
+            self.w_cta = np.zeros(s, bool)  # ... of scope .cta: morally strong inside its CTA only
             self.reads = ReadClocks(s, self.threads)  # the generic reads since the last write
             # [warpgroup of its CTA, byte]: 1 + index into `completions`, the async read by that warpgroup that
             # ended last (one row per warpgroup: two warpgroups' wgmmas read the same bytes, unordered)
@@ -106,7 +108,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 self.fenced[rows] = 0
             cleared = [self.clock, self.fenced_rows]
             if self.w_any:  # (else no generic write since the last reset: every write record is zero)
-                cleared += [self.w_clock, self.w_mbarrier, self.w_atomic]
+                cleared += [self.w_clock, self.w_mbarrier, self.w_atomic, self.w_cta]
             if self.r_any:
                 cleared.append(self.r_async)
             for array in cleared:
@@ -114,10 +116,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.reads.reset()
         if self.peer_reads is not None:
             self.peer_reads.reset()
-        if self.strong_reads is not None:
-            self.strong_reads.reset()
+        for reads in (self.strong_reads, self.cta_reads):
+            if reads is not None:
+                reads.reset()
         self.peer_read_any = False  # some byte holds a peer's read since its last write
         self.strong_read_any = False  # some byte holds a strong load since its last write
+        self.cta_read_any = False  # ... a strong load of scope .cta
+        self.w_cta_any = False  # some byte of `w_cta` may be true
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock[np.arange(n), np.arange(n) % self.threads] = 1
@@ -212,28 +217,36 @@ class HappensBefore(SyncEdges, AsyncRecords):
                          for lane, slot in zip(lanes[foreign], slots[foreign])])
         return foreign, rows
 
-    def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
+    def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
+              cta_scoped: bool = False) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
         memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER]).
         `atomic`: an atom/red or a strong store, morally strong with the other atomic and strong writes
         [memory_model.MORALLY_STRONG], so it is not judged against an earlier one of them, but a plain access on
-        either side of it is."""
+        either side of it is; `cta_scoped` (.cta), morally strong with accesses of its own CTA only."""
         if self.races:
             peers = self._peer_rows(lanes, index)
             if peers is not None:
                 foreign, rows = peers
                 lanes_f, index_f = lanes[foreign], index[foreign]
                 self._check(inst, lanes_f, index_f, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", rows,
-                            atomic)
+                            atomic, cta_scoped)
                 self._check_reads(inst, lanes_f, index_f, "writes", rows)
+                if self.strong_read_any and (not atomic or cta_scoped):  # the owner's strong reads: another CTA's
+                    self._check_reads(inst, lanes_f, index_f, "writes", rows, reads=self.strong_reads)
+                elif self.cta_read_any:  # a strong write of a wider scope: the owner's .cta strong reads
+                    self._check_reads(inst, lanes_f, index_f, "writes", rows, reads=self.cta_reads)
                 if self.completions:
                     self._after_async_reads(inst, lanes_f, index_f, "the store", rows)
                 own = ~foreign
-                self._write_checks(inst, lanes[own], index[own], atomic)
+                self._write_checks(inst, lanes[own], index[own], atomic, cta_scoped)
             else:
-                self._write_checks(inst, lanes, index, atomic)
+                self._write_checks(inst, lanes, index, atomic, cta_scoped)
             self._after_peer_reads(inst, lanes, index, "writes")
         self.w_atomic[index] = atomic
+        if cta_scoped or self.w_cta_any:  # (kept untouched, all false, by kernels without .cta strong stores)
+            self.w_cta[index] = cta_scoped
+            self.w_cta_any |= cta_scoped
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
         self.w_any = True
@@ -248,10 +261,14 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.peer_reads.clear(index)
         if self.strong_read_any:
             self.strong_reads.clear(index)
+        if self.cta_read_any:
+            self.cta_reads.clear(index)
 
-    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False) -> None:
+    def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
+                      cta_scoped: bool = False) -> None:
         if len(lanes):
-            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic)
+            self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic,
+                        cta_scoped)
             self._check_reads(inst, lanes, index, "writes")
             if self.strong_read_any and not atomic:  # a plain store after a strong load [memory_model.DATA_RACE]
                 self._check_reads(inst, lanes, index, "writes", reads=self.strong_reads)
@@ -274,27 +291,37 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
         self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
 
-    def strong_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+    def strong_read(self, inst, lanes: np.ndarray, index: np.ndarray, cta_scoped: bool = False) -> None:
         """A strong load (.relaxed/.acquire/.volatile) of `lanes` at `index` [lanes, bytes]: morally strong with an
         atomic or strong write, so judged only against the last write when that was a plain one, and recorded apart
         from the plain loads (`strong_reads`), for a later plain store only [memory_model.DATA_RACE] (the polls of a
         flag are synchronisation: a strong store after them is no race). A peer's bytes (distributed shared memory)
-        are judged, not recorded."""
+        are judged, not recorded, except by a .cta load (`cta_scoped`), morally strong with no access of the peer:
+        recorded as a plain peer read, so a later write of the peer's is judged against it; so is the owner's .cta
+        load of its own bytes in a cluster (`cta_reads`), which a peer's strong store must follow too."""
         if not self.races:
             return
         peers = self._peer_rows(lanes, index)
         if peers is not None:
             foreign, rows = peers
             self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
-                        rows, atomic=True)
+                        rows, atomic=True, cta_scoped=cta_scoped)
+            if cta_scoped:
+                self._peer_read(inst, lanes[foreign], index[foreign])
             lanes, index = lanes[~foreign], index[~foreign]
             if not len(lanes):
                 return
-        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads", atomic=True)
+        self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads", atomic=True,
+                    cta_scoped=cta_scoped)
         if self.strong_reads is None:
             self.strong_reads = ReadClocks(self.shared, self.threads)
         self.strong_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
         self.strong_read_any = True
+        if cta_scoped and self.peer_frame is not None:  # morally strong with no peer's write (distributed memory)
+            if self.cta_reads is None:
+                self.cta_reads = ReadClocks(self.shared, self.threads)
+            self.cta_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+            self.cta_read_any = True
 
     def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
@@ -338,13 +365,17 @@ class HappensBefore(SyncEdges, AsyncRecords):
                                     "(race: a bar.sync or an mbarrier wait between them is missing)", int(lanes[i]))
 
     def _check(self, inst, lanes, index, who, when, line, did: str, does: str, rows: np.ndarray | None = None,
-               atomic: bool = False) -> None:
+               atomic: bool = False, cta_scoped: bool = False) -> None:
         epochs = when[index]
         if not epochs.any():
             return
-        if atomic:  # an atomic against an atomic write: morally strong, never a race
-            epochs = np.where(self.w_atomic[index], 0, epochs)
         other = who[index]
+        if atomic:  # an atomic against an atomic write: morally strong, never a race, unless a .cta scope of either
+            strong = self.w_atomic[index]  # holds no thread of the other's CTA (distributed shared memory)
+            if cta_scoped or self.w_cta_any and self.w_cta[index].any():
+                strong = strong & ((other // self.threads == (lanes // self.threads)[:, None])
+                                   | ~(self.w_cta[index] | cta_scoped))
+            epochs = np.where(strong, 0, epochs)
         if rows is None:
             unordered = epochs > self.clock[lanes[:, None], other % self.threads]
             if self.peer_frame is not None:  # a peer's store into this CTA (distributed shared memory)
@@ -363,9 +394,11 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if unordered.any():
             i, j = np.unravel_index(np.argmax(unordered), unordered.shape)
             b = int(index[i, j])
+            # both strong, so a .cta scope left the other CTA's thread out
+            scope = "; a .cta scope holds no thread of another CTA" if atomic and self.w_atomic[b] else ""
             raise self.hazard(inst, f"{does} {self.where(b)}, which the instruction at line {int(line[b])} "
                                     f"({self.describe_lane(int(other[i, j]))}) {did}, and no synchronisation orders "
-                                    "the two (race: a bar.sync or an mbarrier wait between them is missing)",
+                                    f"the two (race: a bar.sync or an mbarrier wait between them is missing{scope})",
                               int(lanes[i]))
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,

@@ -31,7 +31,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode, per_lane
-from tessera.interpreters.ptx.global_accesses import WEAK, StridedBox, strong_kind
+from tessera.interpreters.ptx.global_accesses import STRONG_CTA, WEAK, StridedBox, strong_kind
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
@@ -136,7 +136,7 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     elif watch is not None and space == "shared" and data is not None:
         watch.on_shared_write(inst, lanes, index)
     if space == "shared":
-        m.tracker.generic_access(inst, lanes, index, data is not None, how != WEAK)
+        m.tracker.generic_access(inst, lanes, index, data is not None, how != WEAK, cta_scoped=how == STRONG_CTA)
     elif space == "global":
         note_global(m, lanes, index, data is not None, inst, how)
     if data is None:

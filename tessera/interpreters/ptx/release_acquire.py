@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import IS_WIDE
+from tessera.interpreters.ptx.global_accesses import CLUSTER, CTA, GPU, SCOPE, scope_holds
 
 
 class ReleaseAcquire:
@@ -20,15 +20,17 @@ class ReleaseAcquire:
         or (`fenced`) a strong write after the lane's last release fence, which then is the release point."""
         hb = self.m.tracker.hb
         for lane, location in zip(lanes.tolist(), locations.tolist()):
+            scope = int(SCOPE[kind])
             if fenced:
                 released = self.fence_release.get(lane)
                 if released is None:
                     continue
+                scope = min(scope, self.fence_scope[lane])  # the pattern's first operation is the fence
             else:
                 released = hb._release(np.array([lane]))
             c, f, remote = released
             joined = self.releases.setdefault(location, {})
-            key = (int(self.lane_rank[lane]), bool(IS_WIDE[kind]))
+            key = (int(self.lane_rank[lane]), scope)
             entry = joined.get(key)
             if entry is None:
                 joined[key] = [kind, c.copy(), remote, f.copy()]
@@ -46,8 +48,8 @@ class ReleaseAcquire:
             if not published:
                 continue
             rank = int(self.lane_rank[lane])
-            usable = [(source, *entry) for (source, wide), entry in published.items()
-                      if source == rank or (IS_WIDE[kind] and wide)]
+            usable = [(source, *entry) for (source, scope), entry in published.items()
+                      if source == rank or self._holds(scope, source, rank) and self._holds(SCOPE[kind], rank, source)]
             if now:
                 self._take(lane, usable)
             else:
@@ -66,17 +68,31 @@ class ReleaseAcquire:
                 hb.learn([lane], {source: np.concatenate([clock, fenced[hb.threads:]])})
             hb.learn([lane], {r: row for r, row in (remote or {}).items() if r != rank})
 
-    def fence(self, lanes: np.ndarray, release: bool, acquire: bool) -> None:
-        """A memory fence (fence.sc / fence.acq_rel / fence.release / fence.acquire / membar) of `lanes`."""
+    def fence(self, lanes: np.ndarray, release: bool, acquire: bool, scope: int) -> None:
+        """A memory fence (fence.sc / fence.acq_rel / fence.release / fence.acquire / membar) of `lanes`, of `scope`
+        (`global_accesses.scope_level`). A release (acquire) pattern built on a fence synchronises only if its first
+        (last) operation, the fence, is morally strong with the other side's [memory_model.RELEASE_ACQUIRE]: a .cta
+        fence orders nothing with another CTA's threads, as __threadfence_block() does not, a .cluster fence nothing
+        outside the launch's cluster."""
         if acquire:
             for lane in lanes.tolist():
                 waiting = self.pending_acquire.pop(lane, None)
+                if waiting:
+                    rank = int(self.lane_rank[lane])
+                    waiting = [entry for entry in waiting if self._holds(scope, rank, entry[0])]
                 if waiting:
                     self._take(lane, waiting)
         if release:
             hb = self.m.tracker.hb
             for lane in lanes.tolist():
                 self.fence_release[lane] = hb._release(np.array([lane]))
+                self.fence_scope[lane] = scope
+
+    def _holds(self, scope: int, rank: int, other: int) -> bool:
+        """Whether a scope `scope` of a thread of CTA `rank` holds CTA `other`'s threads."""
+        if scope != CLUSTER:  # the common cases without NumPy: this runs per published release of every acquire
+            return scope >= GPU or scope == CTA and rank == other
+        return bool(scope_holds(self.m, scope, np.array(rank), np.array(other)))
 
 
 def join_cta_knowledge(a: dict | None, b: dict | None) -> dict | None:

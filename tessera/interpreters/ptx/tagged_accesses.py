@@ -22,7 +22,7 @@ class TaggedAccesses:
     """The shared-memory accesses of `AsyncTracker` (its base class: the tags and state are `AsyncTracker`'s)."""
 
     def generic_access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, strong: bool = False,
-                       atomic: bool = False) -> None:
+                       atomic: bool = False, cta_scoped: bool = False) -> None:
         """An ld/st/ldmatrix/stmatrix... of `lanes` at `index` [lanes, bytes] of `Machine.shared`. A `strong`
         access (.relaxed/.acquire/.release/.volatile: a flag) is morally strong with the other strong and atomic
         accesses of its CTA [memory_model.MORALLY_STRONG] (its release/acquire edges are `global_order`'s), never
@@ -31,7 +31,8 @@ class TaggedAccesses:
         race and another strong or atomic one is not (`HappensBefore.write`); a strong read is judged against the
         last write when that was plain and recorded apart from the plain reads, so a later plain store is judged
         against it and a strong one is not (`HappensBefore.strong_read`). Both are checked against copies in
-        flight."""
+        flight. `cta_scoped`: a strong access of scope .cta, morally strong with none of another CTA's accesses
+        (distributed shared memory)."""
         if write:
             if self.tagged or self.reading or self.bulk_reads:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
@@ -44,10 +45,10 @@ class TaggedAccesses:
                 self.state[index] = PLAIN
                 self._forget_ranges(index)
             if self.proxy_readers or self.hb.races:
-                self.hb.write(inst, lanes, index, atomic or strong)
+                self.hb.write(inst, lanes, index, atomic or strong, cta_scoped)
             return
         if strong:
-            self.hb.strong_read(inst, lanes, index)
+            self.hb.strong_read(inst, lanes, index, cta_scoped)
         else:
             self.hb.read(inst, lanes, index)
         if not self.tagged:

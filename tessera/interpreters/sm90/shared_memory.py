@@ -279,8 +279,13 @@ class SharedMemory:
             unordered = self.cta.hb.ordered[writer, reader] <= self.written_at[addresses][stored]
             if unordered.any():
                 i = np.argmax(unordered)
-                self.cta.fail(op, f"reads {self.locate(addresses[stored][i])}, which thread {int(writer[i])} stored "
-                                  "with no bar_sync in between (data race)", int(reader[i]))
+                address = int(addresses[stored][i])
+                store = int(self.write_op[address])  # the other side by its op, as `happens_before` names a write's
+                other = f"`{describe_op(self.cta.hb.ops[store])}`" if store >= 0 else "a store"
+                self.cta.fail(op, f"reads {self.locate(address)}, which {other} "
+                                  f"({self.cta.thread_name(int(writer[i]))}) wrote, and no synchronisation orders "
+                                  "the two (race: a bar_sync or an mbarrier release/wait between the write and this "
+                                  "read is missing)", int(reader[i]))
 
     # endregion
     # region async proxy: wgmma operands, TMA copies
