@@ -20,7 +20,9 @@ import pytest
 
 import inprocess
 import tessera
+from tessera.ir.diagnostics import TesseraWarning
 from tessera.kernels import gemm
+from tessera.lowering.fallback import NoConfigurationFitsError
 from tessera.passes.convert_tile_to_sm90 import LoweringError
 from tessera.tools import tessera_opt, tessera_run
 
@@ -104,6 +106,15 @@ def test_ring_stages_over_a_partial_last_k_block(stages, rng):
     assert_matches(launch(gemm(block_m=64, block_n=64, stages=stages), a, b, level="target"), *expected(a, b))
 
 
+def test_strided_and_column_major_arrays(rng):
+    """Views a user slices out of larger arrays: every other column of A (a strided view) and B^T of a
+    row-major array (a column-major view), read as the arrays they show, at the target level."""
+    a, b = operands(rng, 70, 40, 144)
+    a, b = a[:, ::2], np.ascontiguousarray(b[::2].T).T  # [70, 72] strided; [72, 40] column-major
+    assert not a.flags.c_contiguous and b.flags.f_contiguous
+    assert_matches(launch(gemm(), a, b, level="target"), *expected(a, b))
+
+
 def test_a_cluster_over_a_single_m_block(rng):
     """cluster=(2, 1) with M = 100: one M block, so the second CTA of the cluster has no rows to compute."""
     a, b = operands(rng, 100, 64, 64)
@@ -151,6 +162,37 @@ def test_tma_boxes_past_256_rows_are_refused_when_compiled(options, rows, rng, t
     status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path), "-p", "default-pipeline",
                                                "-t", "ptx")
     assert status == 1 and "gemm.mlir:" in err and "a TMA box has at most 256 rows" in err
+
+
+def test_a_wgmma_past_the_registers_at_entry_is_refused_by_name():
+    """Regression: gemm(block_m=256, block_n=256) fell back to two stages without a producer warpgroup (512
+    threads), 145 registers counted of 255, and ptxas stopped (C7602: 128 registers at .reqntid 512, 154 needed
+    for its m64n256k16). Every configuration now refuses it, naming the wgmma and the count."""
+    message = r"a wgmma with N = 256 needs 154 registers per thread, more than the 128 each of 512 threads has at entry"
+    with pytest.raises(NoConfigurationFitsError, match=message):
+        tessera.compile(gemm(block_m=256, block_n=256))
+
+
+def test_without_setmaxnreg_the_budget_is_the_launch_bounds():
+    """Regression: gemm(block_m=256, block_n=192, beta=1.0) was kept two stages without a producer warpgroup as
+    "the largest configuration that fits" at 199 registers of 255, and ptxas spilled 176 bytes (128 a thread at
+    512 threads). It is the spilling rung now, and its note says so."""
+    with pytest.warns(TesseraWarning, match=r"compiled single-stage spilling .*: 199 registers per thread needed, 71 "
+                                            r"past the 128 a thread can hold left to ptxas"):
+        tessera.compile(gemm(block_m=256, block_n=192, beta=1.0), target="target")
+
+
+@pytest.mark.usefixtures("ptxas")  # the test command installs it: without it this fails, never skips
+@pytest.mark.parametrize("tiles", [(192, 256), (256, 192), (192, 192)], ids=lambda t: "x".join(map(str, t)))
+def test_wide_tiles_of_many_warpgroups_assemble(tiles):
+    """192 x 256 (warp-specialized, 512 threads, its wgmma needs 154 registers of 128: compiled two stages without
+    a producer, 384 threads, 168), 256 x 192 (122 of 96 at 640 threads: without a producer, 512 threads, 128) and
+    192 x 192 (warp-specialized, 122 of 128): each assembles without a spill."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = tessera.compile(gemm(block_m=tiles[0], block_n=tiles[1]), target="cubin")
+    entry = result.entry()
+    assert entry.spill_store_bytes == entry.spill_load_bytes == entry.stack_frame_bytes == 0
 
 
 # endregion

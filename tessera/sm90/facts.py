@@ -151,6 +151,8 @@ from tessera.sm90.wgmma import (
     ACCUMULATOR_THREAD_TERMS,
     accumulator_thread_base,
     A_FRAGMENT_REGISTERS,
+    WGMMA_PTXAS_EXTRA_REGISTERS,
+    wgmma_instruction_registers,
     WARPGROUP_SIZE,
     WARPS_PER_WARPGROUP,
     WGMMA_ACCUMULATOR_TYPES,
