@@ -30,7 +30,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.passes import ModulePass
 
 from tessera.dialects import sm90
-from tessera.ir.diagnostics import located
+from tessera.ir.diagnostics import located, source_location
 from tessera.ir.kernel_marks import TARGET_KERNEL_ATTR, target_kernels_in
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError, allocate_registers
 from tessera.sm90 import facts
@@ -93,10 +93,12 @@ def check_wgmma_registers(kernel: FuncOp, at_entry: int | None) -> None:
         need = facts.wgmma_instruction_registers(wgmma.n.value.data // 2, a_registers)
         if need > at_entry:
             threads = kernel.attributes[TARGET_KERNEL_ATTR].data["threads"].value.data
+            loc = source_location(wgmma)
             summary = (f"a wgmma with N = {wgmma.n.value.data} needs {need} registers per thread, more than the "
                        f"{at_entry} each of {threads} threads has at entry")
             raise RegisterBudgetError(located(wgmma, (
-                f"@{kernel.sym_name.data}: {summary} (its {wgmma.n.value.data // 2} accumulator registers"
-                f"{f', {a_registers} of A' if a_registers else ''} and the {facts.WGMMA_PTXAS_EXTRA_REGISTERS} ptxas "
-                f"keeps; setmaxnreg does not raise the count ptxas compiles it in): use fewer rows a block (fewer "
-                f"warpgroups) or a narrower N")), summary=summary)
+                f"kernel @{kernel.sym_name.data}: {summary} (the wgmma{f' at {loc}' if loc else ''}: its "
+                f"{wgmma.n.value.data // 2} accumulator registers{f', {a_registers} of A' if a_registers else ''} and "
+                f"the {facts.WGMMA_PTXAS_EXTRA_REGISTERS} ptxas keeps; setmaxnreg does not raise the count ptxas "
+                f"compiles it in): use fewer rows a block (fewer warpgroups) or a narrower N"), name_op=False),
+                summary=summary)

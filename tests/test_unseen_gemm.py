@@ -164,13 +164,18 @@ def test_tma_boxes_past_256_rows_are_refused_when_compiled(options, rows, rng, t
     assert status == 1 and "gemm.mlir:" in err and "a TMA box has at most 256 rows" in err
 
 
-def test_a_wgmma_past_the_registers_at_entry_is_refused_by_name():
+def test_a_wgmma_past_the_registers_at_entry_is_refused_by_name(tmp_path, capsys):
     """Regression: gemm(block_m=256, block_n=256) fell back to two stages without a producer warpgroup (512
     threads), 145 registers counted of 255, and ptxas stopped (C7602: 128 registers at .reqntid 512, 154 needed
-    for its m64n256k16). Every configuration now refuses it, naming the wgmma and the count."""
+    for its m64n256k16). Every configuration now refuses it, naming the wgmma, its line and the count."""
     message = r"a wgmma with N = 256 needs 154 registers per thread, more than the 128 each of 512 threads has at entry"
     with pytest.raises(NoConfigurationFitsError, match=message):
         tessera.compile(gemm(block_m=256, block_n=256))
+    path = tmp_path / "gemm.mlir"
+    path.write_text(str(gemm(block_m=256, block_n=256)))
+    status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path), "-p", "default-pipeline",
+                                               "-t", "ptx")
+    assert status == 1 and f"(the wgmma at {path}:" in err, err
 
 
 def test_without_setmaxnreg_the_budget_is_the_launch_bounds():
