@@ -121,6 +121,21 @@ def test_a_cluster_over_a_single_m_block(rng):
     assert_matches(launch(gemm(cluster=(2, 1)), a, b, level="target"), *expected(a, b))
 
 
+def test_runtime_gemm_batched_tt_f16_with_the_whole_epilogue(rng):
+    """`tessera.gemm` as a training step calls it: 3-D f16 A^T and B^T (a batch of 3, M = 33, N = 17, K = 41:
+    rows of 66 and 82 bytes, the ld.global kernel), alpha = 0.25, beta = -2 with C and a bias, at every level."""
+    a = rng.standard_normal((3, 41, 33)).astype(np.float16)
+    b = rng.standard_normal((3, 17, 41)).astype(np.float16)
+    c, bias = rng.standard_normal((3, 33, 17)).astype(np.float32), rng.standard_normal(17).astype(np.float32)
+    scaled, tolerance = (np.stack(x) for x in zip(*(expected(a[i], b[i], "TT", alpha=0.25) for i in range(3))))
+    reference = scaled - 2.0 * c + bias
+    tolerance = tolerance + 4 * U * (np.abs(scaled) + np.abs(2.0 * c) + np.abs(bias))  # C's and the bias's adds
+    for level in ("tile", "target", "ptx"):
+        out = tessera.gemm(a, b, transpose_a=True, transpose_b=True, alpha=0.25, beta=-2.0, c=c, bias=bias,
+                           level=level)
+        assert_matches(out, reference, tolerance)
+
+
 # endregion
 # region Tiles a CUTLASS user picks
 
