@@ -775,6 +775,24 @@ def test_registers_at_entry_are_ptxas_counts(ptxas):
         assert used == F.registers_at_entry(threads, ctas, largest_inc=inc), (threads, ctas, inc)
 
 
+def test_ptxas_compiles_a_wgmma_within_the_registers_at_entry(ptxas):
+    """`wgmma_instruction_registers` against ptxas: the 192 x 256 GEMM two stages without a producer (384
+    threads, 168 registers at entry, its m64n256k16 needing 128 + 26) assembles; given 512 threads (128 at
+    entry), ptxas stops and asks for exactly that count. With A in registers (flash attention's P.V at
+    head_dim 256), 4 more (`WGMMA_PTXAS_EXTRA_REGISTERS`)."""
+    import tessera
+    from tessera import toolchain
+    from tessera.kernels import gemm
+    from tessera.passes import PIPELINED_PIPELINE
+
+    ptx = tessera.compile(gemm(block_m=192, block_n=256), target="ptx", pipeline=PIPELINED_PIPELINE)
+    assert ".reqntid 384, 1, 1" in ptx
+    toolchain.compile_ptx(ptx, ptxas=ptxas)
+    need = F.wgmma_instruction_registers(F.accumulator_registers(256, "f32"))
+    with pytest.raises(toolchain.PtxasError, match=rf"Insufficient registers \(128\).* register target of {need} "):
+        toolchain.compile_ptx(ptx.replace(".reqntid 384, 1, 1", ".reqntid 512, 1, 1"), ptxas=ptxas)
+
+
 # endregion
 
 # region cvt / mov packing [P#data-movement-and-conversion-instructions-cvt, -mov-2]
@@ -968,6 +986,10 @@ DOCUMENTED = {
                                 "e5m2": ("f16", "f32"), "u8": ("s32",), "s8": ("s32",), "b1": ("s32",)},
     # [-register-fragment-wgmma-64n16], Figure 148: a0..a3, four .f16x2 registers of A per thread
     "A_FRAGMENT_REGISTERS": 4,
+    # not in NVIDIA's documentation: ptxas 13.0's "register target" of its C7602 refusal of an m64nNk16 wgmma at a
+    # kernel's launch bounds, N/2 + 26 (A in shared memory) and N/2 + 4 + 26 (in registers), for N = 160 to 256
+    # (test_ptxas_compiles_a_wgmma_within_the_registers_at_entry)
+    "WGMMA_PTXAS_EXTRA_REGISTERS": 26,
     # [-register-fragment-wgmma-64n16], Figures 148 and 149: warp 0 of the warpgroup holds rows 0-15 of A and D,
     # warp 1 rows 16-31, warp 2 rows 32-47, warp 3 rows 48-63
     "WGMMA_ROWS_PER_WARP": 16,

@@ -205,6 +205,13 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
                     shape = view.result.type.get_shape()
                     rows, cols = shape[0], shape[-1]
                     key = (arg, rows, op.dest.type.swizzle_bytes)
+                    # A box is the window's rows by one swizzle span (or, unswizzled, its whole row); past
+                    # cuTensorMapEncodeTiled's limit the map could not be made at launch, so refuse it here.
+                    for extent, size in (("rows", rows), ("columns", None if key[2] else cols)):
+                        if size is not None and size > facts.TENSOR_MAP_MAX_BOX:
+                            refuse(op, f"a TMA box has at most {facts.TENSOR_MAP_MAX_BOX} {extent} "
+                                        f"(cuTensorMapEncodeTiled's boxDim), this copy's has {size}: copy "
+                                        f"smaller windows (a smaller block)")
                     if not key[2] and self.row_box_cols.setdefault(key, cols) != cols:
                         refuse(op, f"unswizzled copies of one argument share a tensor map, so one box width: got "
                                     f"{cols} and {self.row_box_cols[key]} columns")

@@ -410,8 +410,9 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
             if configuration.spills:
                 spilled = fn.attributes[SPILL_ATTR].value.data if SPILL_ATTR in fn.attributes else 0
                 needed = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
-                spills = (f"{spilled} past the 255 a thread can hold left to ptxas, which spills them to local "
-                          "memory" if spilled else "none past 255")
+                # past 255, or past fewer at the kernel's launch bounds (allocate-registers)
+                spills = (f"{spilled} past the {needed - spilled} a thread can hold left to ptxas, which spills them "
+                          "to local memory" if spilled else "none past its budget")
                 note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
                         f"configuration fits without spilling: {refused})")
             else:

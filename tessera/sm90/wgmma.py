@@ -194,6 +194,24 @@ A_FRAGMENT_REGISTERS = 4
 """m64nNk16 f16/bf16 A in registers: four .f16x2/.b32 registers a0..a3 per thread, eight 16-bit elements."""
 
 
+WGMMA_PTXAS_EXTRA_REGISTERS = 26
+"""Registers ptxas needs for one `wgmma.mma_async` beyond its accumulator's (N/2 f32 per thread) and, with A in
+registers, A's (`A_FRAGMENT_REGISTERS`). ptxas compiles the instruction only within the registers each thread
+has at the kernel's entry (`warp.registers_at_entry` of its `.reqntid`: 128 at 512 threads, 96 at 640), whatever
+a later `setmaxnreg.inc` gives, and otherwise stops (fatal C7602, "Insufficient registers (128) to compile
+instruction ... Try to compile with register target of 154 or higher"): an m64n256k16 from shared memory needs
+128 + 26 = 154, from registers 128 + 4 + 26 = 158 (ptxas 13.0: gemm(block_m=192 or 256, block_n=160..256) at 512
+and 640 threads, and flash_attention(head_dim=256)'s P.V with its `.reqntid` raised to 512, every N/2 + 26 and
+N/2 + 30 exactly; tests/test_sm90_facts.py asks ptxas for the count)."""
+
+
+def wgmma_instruction_registers(accumulator_registers: int, a_registers: int = 0) -> int:
+    """The registers per thread ptxas needs at the kernel's entry to compile a wgmma whose accumulator takes
+    `accumulator_registers` and whose A takes `a_registers` (0 from shared memory): see
+    `WGMMA_PTXAS_EXTRA_REGISTERS`."""
+    return accumulator_registers + a_registers + WGMMA_PTXAS_EXTRA_REGISTERS
+
+
 def a_fragment_coords(i, half, thread):
     """(row, k) in the 64x16 A tile of the 16-bit element in register a[i] (i < 4), `half` 0 = bits 15:0
     (element a_{2i}), 1 = bits 31:16 (a_{2i+1}), of `thread` (Figure 148), vectorised:
