@@ -123,10 +123,13 @@ def _builder_options(config) -> dict:
                 block_n=c.block_n, deterministic=config.deterministic)
 
 
+@np.errstate(all="ignore")  # as `tessera.launch` (api.run_interpreted): an inf in dO is a value, not an error
 def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed: int | None = None):
     """(dq, dk, dv) as NumPy arrays of the kernels' element type, the three kernels run at `level` ("tile",
     "target" or "ptx"). At Tile level, `order_seed` runs each kernel's blocks in a random permutation of the
-    grid (seeded), as a GPU may schedule them."""
+    grid (seeded), as a GPU may schedule them. NumPy's floating-point warnings are off while they run: the Tile
+    IR interpreter is called here directly, not through `tessera.launch`, and under -W error its own
+    arithmetic on an inf or NaN (a loss whose dO holds inf) was an exception from inside the interpreter."""
     from tessera import api
     from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.runtime.compiler import KernelConfig, built_module
