@@ -28,6 +28,7 @@ import numpy as np
 
 from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
 from tessera.runtime.compiler import remembered
+from tessera.runtime.no_backward import no_backward
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
@@ -181,6 +182,7 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
     return dq, dk, dv
 
 
+@no_backward("attention_backward")
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
                        deterministic: bool = False, level: str | None = None, bias=None, score_mod=None,
                        mask_mod=None, block_mask=None, captured_grads=None):

@@ -13,7 +13,9 @@ captured_grads=)`: accumulated in f32 by the main kernel's atomic adds, then cas
 on its device, as FlexAttention does), so `loss.backward()` fills its `.grad` as FlexAttention's does. Both run
 on the GPU with CUDA tensors (`level=None`), or with `level=` in an interpreter on CPU tensors (the same
 kernels, on NumPy). The forward's `return_lse` is the forward's own option (issue 14's LSE output): where
-`tessera.attention` does not take it, calling this raises the TypeError that says so.
+`tessera.attention` does not take it, calling this raises the TypeError that says so. There is no second
+derivative: the gradients, computed under `create_graph=True`, raise `SECOND_ORDER` where autograd differentiates
+them (they came back as constants, and a gradient penalty silently lost its second-order terms).
 
 Importing this module imports PyTorch (it is the one module of Tessera that does); `import tessera` does not.
 """
@@ -21,6 +23,8 @@ Importing this module imports PyTorch (it is the one module of Tessera that does
 from __future__ import annotations
 
 import torch
+
+from tessera.runtime.no_backward import raising_backward
 
 
 class AttentionFunction(torch.autograd.Function):
@@ -41,17 +45,35 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        from tessera.runtime.attention_backward import attention_backward
+        saved = ctx.saved_tensors
+        with torch.no_grad():  # the kernels' gradients are constants to torch (below: create_graph=True)
+            grads = _gradients(ctx, *saved, do)
+        if torch.is_grad_enabled():  # create_graph=True: a loss on these gradients has no derivative here
+            inputs = [x for x in (*saved, do) if x.requires_grad]
+            grads = [None if g is None else raising_backward(torch, SECOND_ORDER, g, inputs) for g in grads]
+        return tuple(grads)
 
-        q, k, v, o, lse = ctx.saved_tensors
-        do = do.contiguous().to(q.dtype)
-        if not ctx.captured:
-            dq, dk, dv = attention_backward(q, k, v, o, lse, do, **ctx.options)
-            return dq, dk, dv, None, None, None, None, None, None, None
-        dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, *_ in ctx.captured],
-                                               **ctx.options)
-        return (dq, dk, dv, None, None, None, None, None, None, None,
-                *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured))
+
+SECOND_ORDER = ("tessera.runtime.autograd.attention has no second derivative: its gradients come from "
+                "tessera.attention_backward's kernels, outside torch's graph (a loss on them, e.g. a gradient "
+                "penalty under create_graph=True, cannot be differentiated)")
+"""The refusal raised where autograd differentiates a gradient of `AttentionFunction` (computed under
+`create_graph=True`): without it, those gradients were constants to torch and a gradient penalty lost its
+second-order terms silently."""
+
+
+def _gradients(ctx, q, k, v, o, lse, do) -> list:
+    """`AttentionFunction.backward`'s results, one per input of its forward (None where it takes none)."""
+    from tessera.runtime.attention_backward import attention_backward
+
+    do = do.contiguous().to(q.dtype)
+    if not ctx.captured:
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, **ctx.options)
+        return [dq, dk, dv, None, None, None, None, None, None, None]
+    dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, *_ in ctx.captured],
+                                           **ctx.options)
+    return [dq, dk, dv, None, None, None, None, None, None, None,
+            *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured)]
 
 
 def _as_captured(grad, dtype, device):

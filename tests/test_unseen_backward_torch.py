@@ -1,0 +1,219 @@
+"""Training through `tessera.runtime.autograd.attention` on round 23's unseen cases (CPU tensors, `level=`), against
+float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (and dO through a transposed
+loss), GQA 4:1 and MQA, only q requiring grad in f16 with a scale of the caller's at target level, causal with
+more queries than keys (zero gradients on the rows that see none), a loss over part of O, a learned full bias
+through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit over two steps, a two-layer toy
+model trained four SGD steps beside a float64 torch model, and the refusals: float64 inputs (gradcheck), a bias
+argument, dropout, and a second derivative (a gradient penalty under `create_graph=True`, which silently lost its
+second-order terms before). About 6 s; target level (only q requiring grad, the toy model) under `-m slow`
+(about 25 s)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.runtime.attention_base import UnsupportedKernel
+from test_unseen_backward import assert_close, backward64
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+from tessera.runtime.autograd import SECOND_ORDER, attention  # noqa: E402 (PyTorch first)
+
+
+def tensors(batch, heads, heads_k, seq_q, seq_k, head_dim, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, do = (torch.randn(batch, heads, seq_q, head_dim, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(batch, heads_k, seq_k, head_dim, generator=g).to(dtype) for _ in range(2))
+    return q, k, v, do
+
+
+def f64(x):
+    return x.detach().double().numpy()
+
+
+def check_grads(leaves, want, names=("dq", "dk", "dv")):
+    for name, leaf, expected in zip(names, leaves, want):
+        assert_close(leaf.grad.float().numpy(), expected, name)
+
+
+def test_transposed_views_of_a_bshd_layout():
+    q, k, v, do = tensors(1, 2, 2, 33, 47, 64)
+    leaves = [x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v)]  # [b, s, h, d]
+    views = [x.transpose(1, 2) for x in leaves]
+    assert not views[0].is_contiguous()
+    o = attention(*views, causal=True, level="tile")
+    (o.transpose(2, 3).float() * do.transpose(2, 3).float()).sum().backward()  # dO reaches it transposed
+    want_o, _, *want = backward64(*map(f64, (q, k, v, do)), True)
+    assert_close(o.detach().float().numpy(), want_o, "o")
+    for name, leaf, expected in zip(("dq", "dk", "dv"), leaves, want):
+        assert_close(leaf.grad.transpose(1, 2).float().numpy(), expected, name)
+
+
+@pytest.mark.parametrize("heads_k", [1, 2])
+def test_grouped_heads(heads_k):
+    q, k, v, do = tensors(2, 8, heads_k, 65, 33, 64, seed=heads_k)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    attention(*leaves, level="tile").backward(do)
+    check_grads(leaves, backward64(*map(f64, (q, k, v, do)))[2:])
+
+
+@pytest.mark.slow
+def test_only_q_requires_grad_in_f16_with_a_scale_at_target_level():
+    q, k, v, do = tensors(2, 4, 1, 19, 19, 64, dtype=torch.float16, seed=1)
+    leaf = q.clone().requires_grad_()
+    attention(leaf, k, v, causal=True, scale=0.3, level="target").backward(do)
+    assert_close(leaf.grad.float().numpy(), backward64(*map(f64, (q, k, v, do)), True, 0.3)[2], "dq")
+    assert k.grad is None and v.grad is None
+
+
+def test_more_queries_than_keys_causal():
+    q, k, v, do = tensors(1, 2, 1, 65, 3, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = attention(*leaves, causal=True, level="tile")
+    o.backward(do)
+    assert not o[:, :, :62].any() and not leaves[0].grad[:, :, :62].any()  # rows 0 .. 61 see no key
+    check_grads(leaves, backward64(*map(f64, (q, k, v, do)), True)[2:])
+
+
+def test_a_loss_over_part_of_the_output():
+    q, k, v, _ = tensors(1, 2, 2, 40, 40, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    attention(*leaves, causal=True, level="tile")[:, :, 10:20, :5].float().sum().backward()
+    do = np.zeros(q.shape)
+    do[:, :, 10:20, :5] = 1
+    check_grads(leaves, backward64(f64(q), f64(k), f64(v), do, True)[2:])
+
+
+def test_a_learned_full_bias_through_a_score_mod():
+    q, k, v, do = tensors(1, 2, 2, 17, 23, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    bias = torch.randn(1, 2, 17, 23, generator=torch.Generator().manual_seed(5)).requires_grad_()
+    attention(*leaves, causal=True, level="tile",
+              score_mod=lambda s, b, h, q_idx, kv_idx: s + bias[b, h, q_idx, kv_idx]).backward(do)
+    # the reference: the bias folded into q k^T through an extra feature (scores q.k / 8 + bias)
+    q64, k64 = f64(q), f64(k)
+    s = q64 @ np.swapaxes(k64, -1, -2) / 8 + f64(bias)
+    s = np.where(np.arange(23)[None] <= np.arange(17)[:, None] + 6, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = p @ f64(v)
+    ds = p * (f64(do) @ np.swapaxes(f64(v), -1, -2) - (f64(do) * o).sum(-1, keepdims=True))
+    want = (ds @ k64 / 8, np.swapaxes(ds, -1, -2) @ q64 / 8, np.swapaxes(p, -1, -2) @ f64(do), ds)
+    check_grads([*leaves, bias], want, ("dq", "dk", "dv", "dbias"))
+    detached = bias.detach()
+    leaf = q.clone().requires_grad_()
+    attention(leaf, k, v, causal=True, level="tile",
+              score_mod=lambda s, b, h, q_idx, kv_idx: s + detached[b, h, q_idx, kv_idx]).backward(do)
+    assert_close(leaf.grad.float().numpy(), want[0], "dq, the bias detached")
+
+
+def test_deterministic_steps_repeat_bit_for_bit():
+    q, k, v, do = tensors(1, 4, 2, 130, 300, 64)
+    runs = []
+    for _ in range(2):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        attention(*leaves, causal=True, deterministic=True, level="tile").backward(do)
+        runs.append([leaf.grad.view(torch.int16) for leaf in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+HEADS, HEAD_DIM, SEQ = 2, 64, 24
+WIDTH = HEADS * HEAD_DIM
+
+
+class Layer(torch.nn.Module):
+    """x + W_o attention(W_q x, W_k x, W_v x): q, k, v [b, h, s, d] permuted views of one projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH, bias=False)
+        self.out = torch.nn.Linear(WIDTH, WIDTH, bias=False)
+
+    def forward(self, x, attend):
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+        return x + self.out(attend(q, k, v).transpose(1, 2).reshape(batch, seq, WIDTH))
+
+
+def eager64(q, k, v):
+    s = q @ k.transpose(-1, -2) / HEAD_DIM ** 0.5
+    visible = torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+    return torch.softmax(s.masked_fill(~visible, float("-inf")), -1) @ v
+
+
+def train(level: str, steps: int):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Layer(), Layer())
+    reference = torch.nn.Sequential(Layer(), Layer()).double()
+    reference.load_state_dict({name: w.double() for name, w in model.state_dict().items()})
+    x, y = torch.randn(1, SEQ, WIDTH) * 0.5, torch.randn(1, SEQ, WIDTH) * 0.5
+
+    def tessera_attention(q, k, v):
+        return attention(*(t.to(torch.bfloat16) for t in (q, k, v)), causal=True, level=level).to(q.dtype)
+
+    def run(net, attend, x, y):
+        out = x
+        for layer in net:
+            out = layer(out, attend)
+        return ((out - y) ** 2).mean()
+
+    optimizers = [torch.optim.SGD(net.parameters(), lr=0.5) for net in (model, reference)]
+    losses = []
+    for _ in range(steps):
+        loss = run(model, tessera_attention, x, y)
+        want = run(reference, eager64, x.double(), y.double())
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        loss.backward()
+        want.backward()
+        for w, w64 in zip(model.parameters(), reference.parameters()):
+            assert_close(w.grad.numpy(), w64.grad.numpy(), "a weight's gradient", tol=0.02)
+        assert abs(loss.item() - want.item()) < 1e-4 * want.item()
+        losses.append(loss.item())
+        for optimizer in optimizers:
+            optimizer.step()
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+def test_a_two_layer_model_trains_as_its_float64_twin():
+    train("tile", 4)
+
+
+@pytest.mark.slow
+def test_a_two_layer_model_trains_as_its_float64_twin_at_target_level():
+    train("target", 2)
+
+
+def test_float64_inputs_are_refused_by_name_so_gradcheck_is():
+    q, k, v, _ = tensors(1, 1, 1, 3, 3, 64, dtype=torch.float64)
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    with pytest.raises(UnsupportedKernel, match="element type float64 is not supported"):
+        torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, level="tile"), leaves)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(bias=torch.zeros(1, 2, 16, 16, requires_grad=True)), ValueError, "bias is not supported with autograd"),
+    (dict(bias=torch.zeros(1, 2, 16, 16)), ValueError, "bias is not supported with autograd"),
+    (dict(dropout_p=0.1), TypeError, "dropout_p"),
+])
+def test_refused_options(options, error, message):
+    q, k, v, _ = tensors(1, 2, 2, 16, 16, 64)
+    with pytest.raises(error, match=message):
+        attention(*(x.requires_grad_() for x in (q, k, v)), level="tile", **options)
+
+
+@pytest.mark.parametrize("loss", ["linear", "square"])
+def test_a_second_derivative_is_refused_by_name(loss):
+    """A gradient penalty: the gradients computed under create_graph=True came back as constants (linear loss:
+    dO needs no grad) or with no graph at all, so the penalty's second-order terms were silently dropped. Now
+    differentiating them raises SECOND_ORDER; first-order gradients under create_graph=True are unchanged."""
+    q, k, v, do = tensors(1, 2, 2, 8, 8, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = attention(*leaves, level="tile")
+    objective = (o.float() * do.float()).sum() if loss == "linear" else (o.float() ** 2).sum() / 2
+    (dq,) = torch.autograd.grad(objective, leaves[0], create_graph=True)
+    if loss == "linear":
+        assert_close(dq.detach().float().numpy(), backward64(*map(f64, (q, k, v, do)))[2], "dq")
+    with pytest.raises(RuntimeError, match="has no second derivative"):
+        (dq.float() ** 2).sum().backward()
+    assert "create_graph=True" in SECOND_ORDER
