@@ -3,7 +3,8 @@ here (not `tessera.reference`): causal with seq_q != seq_k both ways (rows that 
 lengths 1, 3, 65, 127, 257, GQA 4:1 and MQA (dK and dV summed over a group's query heads), head_dim 64/96/128/192
 (256 and deterministic 192 refused by name), a scale of the caller's, dO with zeros (a loss over part of O) and
 with an inf (no floating-point warning escapes from the interpreter, the gradients as the FlashAttention formula
-gives them), and `deterministic=True` bit for bit over two runs and between target and PTX level. Tile level for
+gives them), a loss that reads the LSE (`dlse`, with and without a score_mod; a zero dLSE changes no bit), and
+`deterministic=True` bit for bit over two runs and between target and PTX level. Tile level for
 the grid (about 3 s); a slice at target and PTX level under `-m slow` (about 30 s). The PyTorch side (autograd,
 non-contiguous tensors, a toy model trained, gradcheck's refusal) is tests/test_unseen_backward_torch.py."""
 
@@ -161,6 +162,56 @@ def test_deterministic_gradients_repeat_bit_for_bit():
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
+@pytest.mark.parametrize("causal, heads_k", [(True, 1), (False, 2)])
+def test_a_loss_that_reads_the_lse(causal, heads_k):
+    """`dlse`: the loss's gradient in the forward's LSE joins dO's (dS += P dLSE); rows that see no key (seq_q >
+    seq_k, causal) still get zero gradients."""
+    q, k, v, o, lse, do = problem(1, 4, heads_k, 70, 33, 64, causal=causal)
+    dlse = np.random.default_rng(1).standard_normal(lse.shape).astype(np.float32)
+    _, _, *want = backward64(q, k, v, do, causal, dlse=dlse)
+    grads = tessera.attention_backward(q, k, v, o, lse, do, causal=causal, level="tile", dlse=dlse)
+    for name, grad, expected in zip(("dq", "dk", "dv"), grads, want):
+        assert_close(grad, expected, name)
+    if causal:
+        assert not np.asarray(grads[0][:, :, :37], np.float32).any()
+    plain = tessera.attention_backward(q, k, v, o, lse, do, causal=causal, level="tile")
+    zero = tessera.attention_backward(q, k, v, o, lse, do, causal=causal, level="tile", dlse=np.zeros_like(lse))
+    for a, b in zip(plain, zero):  # a zero dLSE changes no bit
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_a_loss_that_reads_the_lse_of_a_score_mod():
+    """With a score_mod, dLSE is in the modified scores' LSE: the float64 reference adds the bias to q k^T."""
+    q, k, v, _, _, do = problem(1, 2, 2, 40, 40, 64)
+    bias = np.random.default_rng(2).standard_normal((40, 40)).astype(np.float32)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[q_idx, kv_idx]
+
+    o, lse = tessera.attention(q, k, v, score_mod=score_mod, return_lse=True, level="tile")
+    dlse = np.random.default_rng(3).standard_normal(lse.shape).astype(np.float32)
+    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
+    s = q64 @ np.swapaxes(k64, -1, -2) / 8 + bias
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ds = p * (do64 @ np.swapaxes(v64, -1, -2) - (do64 * (p @ v64)).sum(-1, keepdims=True) + dlse[..., None])
+    want = (ds @ k64 / 8, np.swapaxes(ds, -1, -2) @ q64 / 8, np.swapaxes(p, -1, -2) @ do64)
+    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, level="tile", dlse=dlse)
+    for name, grad, expected in zip(("dq", "dk", "dv"), grads, want):
+        assert_close(grad, expected, name)
+
+
+@pytest.mark.parametrize("dlse, error, message", [
+    (np.zeros((1, 2, 7), np.float32), ValueError, r"dlse must have lse's shape \(1, 2, 8\)"),
+    (np.zeros((1, 2, 8), np.int32), TypeError, "dlse must hold floating-point numbers"),
+    ("dlse", TypeError, "dlse must be a NumPy array or a PyTorch tensor"),
+])
+def test_dlse_is_checked_by_name(dlse, error, message):
+    q, k, v, o, lse, do = problem(1, 2, 2, 8, 8, 64)
+    with pytest.raises(error, match=message):
+        tessera.attention_backward(q, k, v, o, lse, do, level="tile", dlse=dlse)
+
+
 SLICE = [  # below Tile level: small shapes, the PTX executor costs seconds a launch
     ((1, 2, 2, 65, 3, 64, True, None, "bf16"), "target"),
     ((1, 4, 1, 3, 65, 64, True, None, "bf16"), "ptx"),
@@ -174,6 +225,17 @@ SLICE = [  # below Tile level: small shapes, the PTX executor costs seconds a la
 @pytest.mark.parametrize("case, level", SLICE, ids=lambda c: "-".join(map(str, c)) if isinstance(c, tuple) else c)
 def test_gradients_below_tile_level(case, level):
     check(case, level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+def test_a_loss_that_reads_the_lse_below_tile_level(level):
+    q, k, v, o, lse, do = problem(1, 4, 1, 70, 33, 64, causal=True)
+    dlse = np.random.default_rng(1).standard_normal(lse.shape).astype(np.float32)
+    _, _, *want = backward64(q, k, v, do, True, dlse=dlse)
+    grads = tessera.attention_backward(q, k, v, o, lse, do, causal=True, level=level, dlse=dlse)
+    for name, grad, expected in zip(("dq", "dk", "dv"), grads, want):
+        assert_close(grad, expected, name)
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """Training through `tessera.runtime.autograd.attention` on round 23's unseen cases (CPU tensors, `level=`), against
 float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (and dO through a transposed
 loss), GQA 4:1 and MQA, only q requiring grad in f16 with a scale of the caller's at target level, causal with
-more queries than keys (zero gradients on the rows that see none), a loss over part of O, a learned full bias
+more queries than keys (zero gradients on the rows that see none), a loss over part of O, a loss that reads the
+LSE (`return_lse=True`; two key halves merged by their LSEs as ring attention does), a learned full bias
 through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit over two steps, a two-layer toy
 model trained four SGD steps beside a float64 torch model, and the refusals: float64 inputs (gradcheck), a bias
 argument, dropout, and a second derivative (a gradient penalty under `create_graph=True`, which silently lost its
-second-order terms before). About 6 s; target level (only q requiring grad, the toy model) under `-m slow`
-(about 25 s)."""
+second-order terms before). About 6 s; target level (only q requiring grad, the toy model) and a loss that reads
+the LSE on the GPU path through the fake driver under `-m slow` (about 30 s)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from test_unseen_backward import assert_close, backward64
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 from tessera.runtime.autograd import SECOND_ORDER, attention  # noqa: E402 (PyTorch first)
+import test_captured_gradients_gpu_path as gpu_path  # noqa: E402
+
+fake_gpu, private_cache = gpu_path.fake_gpu, gpu_path.private_cache  # its fixtures: the fake driver, a private cache
 
 
 def tensors(batch, heads, heads_k, seq_q, seq_k, head_dim, dtype=torch.bfloat16, seed=0):
@@ -117,6 +121,35 @@ def test_deterministic_steps_repeat_bit_for_bit():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
+def test_the_lse_output_is_differentiable():
+    """return_lse=True: (o, lse), and a loss that reads lse gets its gradient (it had none: autograd returned O
+    alone, and tessera.attention's LSE refuses a backward)."""
+    q, k, v, do = tensors(1, 4, 2, 33, 70, 64)
+    dlse = torch.randn(1, 4, 33, generator=torch.Generator().manual_seed(7))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o, lse = attention(*leaves, causal=True, level="tile", return_lse=True)
+    ((o.float() * do.float()).sum() + (lse * dlse).sum()).backward()
+    _, want_lse, *want = backward64(*map(f64, (q, k, v, do)), True, dlse=f64(dlse))
+    assert lse.dtype == torch.float32 and np.abs(lse.detach().numpy() - want_lse).max() < 1e-4
+    check_grads(leaves, want)
+
+
+def test_two_key_halves_merged_by_their_lse_give_full_attentions_gradients():
+    """Ring attention's merge: o = sum_i o_i exp(lse_i - logaddexp(lse_1, lse_2)); the gradients flow through both
+    LSEs, and equal those of attention over all the keys."""
+    q, k, v, do = tensors(1, 4, 2, 33, 70, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    q_, k_, v_ = leaves
+    (o1, lse1), (o2, lse2) = (attention(q_, k_[:, :, keys], v_[:, :, keys], level="tile", return_lse=True)
+                              for keys in (slice(0, 35), slice(35, 70)))
+    lse = torch.logaddexp(lse1, lse2)
+    o = o1.float() * torch.exp(lse1 - lse)[..., None] + o2.float() * torch.exp(lse2 - lse)[..., None]
+    (o * do.float()).sum().backward()
+    want_o, _, *want = backward64(*map(f64, (q, k, v, do)))
+    assert_close(o.detach().numpy(), want_o, "o")
+    check_grads(leaves, want)
+
+
 HEADS, HEAD_DIM, SEQ = 2, 64, 24
 WIDTH = HEADS * HEAD_DIM
 
@@ -195,6 +228,7 @@ def test_float64_inputs_are_refused_by_name_so_gradcheck_is():
     (dict(bias=torch.zeros(1, 2, 16, 16, requires_grad=True)), ValueError, "bias is not supported with autograd"),
     (dict(bias=torch.zeros(1, 2, 16, 16)), ValueError, "bias is not supported with autograd"),
     (dict(dropout_p=0.1), TypeError, "dropout_p"),
+    (dict(return_lse=1), ValueError, "return_lse must be True or False"),
 ])
 def test_refused_options(options, error, message):
     q, k, v, _ = tensors(1, 2, 2, 16, 16, 64)
@@ -217,3 +251,22 @@ def test_a_second_derivative_is_refused_by_name(loss):
     with pytest.raises(RuntimeError, match="has no second derivative"):
         (dq.float() ** 2).sum().backward()
     assert "create_graph=True" in SECOND_ORDER
+
+
+@pytest.mark.slow
+def test_a_loss_that_reads_the_lse_on_the_gpu_path(fake_gpu):
+    """`dlse` on the GPU path, through the fake driver (the PTX the runtime loads, in the PTX executor): NumPy
+    arrays, and pretend CUDA tensors (dPsum less dLSE on the device, between the preprocess and the main kernel)."""
+    from test_unseen_backward import problem
+
+    import tessera
+
+    _, fake = fake_gpu
+    q, k, v, o, lse, do = problem(1, 2, 1, 20, 9, 64, causal=True)
+    dlse = np.random.default_rng(1).standard_normal(lse.shape).astype(np.float32)
+    _, _, *want = backward64(q, k, v, do, True, dlse=dlse)
+    on_device = [gpu_path._on_device(fake, x) for x in (q, k, v, o, lse, do, dlse)]
+    for grads in (tessera.attention_backward(q, k, v, o, lse, do, causal=True, dlse=dlse),
+                  tessera.attention_backward(*on_device[:6], causal=True, dlse=on_device[6])):
+        for name, grad, expected in zip(("dq", "dk", "dv"), grads, want):
+            assert_close(np.asarray(grad.float().numpy() if isinstance(grad, torch.Tensor) else grad), expected, name)

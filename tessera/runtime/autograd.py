@@ -3,6 +3,7 @@
     o = attention(q, k, v, causal=False, scale=None, deterministic=False, level=None, score_mod=None,
                   mask_mod=None)
     o.sum().backward()        # q.grad, k.grad, v.grad from tessera.attention_backward
+    o, lse = attention(q, k, v, return_lse=True)   # lse differentiable too (attention_backward's dlse)
 
 `AttentionFunction` is a `torch.autograd.Function`: its forward runs `tessera.attention(..., return_lse=True)`
 and keeps q, k, v, O and LSE (f32, [batch, heads, seq_q]); its backward runs `tessera.attention_backward` on
@@ -32,7 +33,7 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale, deterministic: bool, level, score_mod=None, mask_mod=None,
-                captured_grads=(), *captured):
+                return_lse: bool = False, captured_grads=(), *captured):
         from tessera.runtime.attention import attention
 
         options = {} if level is None else {"level": level}
@@ -41,15 +42,16 @@ class AttentionFunction(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = dict(causal=causal, scale=scale, deterministic=deterministic, level=level, **mods)
         ctx.captured = [(name, tensor.dtype, tensor.device) for name, tensor in zip(captured_grads, captured)]
-        return o
+        return (o, lse) if return_lse else o
 
     @staticmethod
-    def backward(ctx, do):
+    def backward(ctx, do, dlse=None):
+        """dlse: the loss's gradient in the LSE output, with `return_lse` (zeros where the loss does not read it)."""
         saved = ctx.saved_tensors
         with torch.no_grad():  # the kernels' gradients are constants to torch (below: create_graph=True)
-            grads = _gradients(ctx, *saved, do)
+            grads = _gradients(ctx, *saved, do, dlse)
         if torch.is_grad_enabled():  # create_graph=True: a loss on these gradients has no derivative here
-            inputs = [x for x in (*saved, do) if x.requires_grad]
+            inputs = [x for x in (*saved, do, dlse) if x is not None and x.requires_grad]
             grads = [None if g is None else raising_backward(torch, SECOND_ORDER, g, inputs) for g in grads]
         return tuple(grads)
 
@@ -62,18 +64,19 @@ SECOND_ORDER = ("tessera.runtime.autograd.attention has no second derivative: it
 second-order terms silently."""
 
 
-def _gradients(ctx, q, k, v, o, lse, do) -> list:
-    """`AttentionFunction.backward`'s results, one per input of its forward (None where it takes none)."""
+def _gradients(ctx, q, k, v, o, lse, do, dlse) -> list:
+    """`AttentionFunction.backward`'s results, one per input of its forward (None where it takes none: the eight
+    options between v and the captured tensors)."""
     from tessera.runtime.attention_backward import attention_backward
 
     do = do.contiguous().to(q.dtype)
+    options = [None] * 8
     if not ctx.captured:
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do, **ctx.options)
-        return [dq, dk, dv, None, None, None, None, None, None, None]
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse=dlse, **ctx.options)
+        return [dq, dk, dv, *options]
     dq, dk, dv, grads = attention_backward(q, k, v, o, lse, do, captured_grads=[n for n, *_ in ctx.captured],
-                                           **ctx.options)
-    return [dq, dk, dv, None, None, None, None, None, None, None,
-            *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured)]
+                                           dlse=dlse, **ctx.options)
+    return [dq, dk, dv, *options, *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured)]
 
 
 def _as_captured(grad, dtype, device):
@@ -83,9 +86,12 @@ def _as_captured(grad, dtype, device):
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, deterministic: bool = False,
-              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None, enable_gqa=None):
+              level: str | None = None, bias=None, score_mod=None, mask_mod=None, block_mask=None, enable_gqa=None,
+              return_lse: bool = False):
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
-    (`tessera.attention_backward` takes none). A tensor that requires grad read by `score_mod` gets its gradient
+    (`tessera.attention_backward` takes none). `return_lse=True` returns (o, lse), lse f32 [batch, heads, seq_q]
+    (natural log, -inf for a row that sees no key) and differentiable too: a loss that reads it (a log-sum-exp
+    merge of two attentions, a z-loss) gets its part of the gradients (`attention_backward(dlse=)`). A tensor that requires grad read by `score_mod` gets its gradient
     (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
     `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
     `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
@@ -120,5 +126,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
                                  "grad, and deterministic=True: the gradients of captured tensors are added by "
                                  "atomic scatter-adds, in no fixed order (pass it detached, or deterministic=False)")
             names, tensors = captured_tensor_inputs("attention", score_mod, mask_mod, wanted["score_mod"])
-    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, tuple(names),
-                                   *tensors)
+    if not isinstance(return_lse, bool):
+        raise ValueError(f"attention: return_lse must be True or False, got {return_lse!r}")
+    return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, return_lse,
+                                   tuple(names), *tensors)
