@@ -2,11 +2,12 @@
 float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (and dO through a transposed
 loss), GQA 4:1 and MQA, only q requiring grad in f16 with a scale of the caller's at target level, causal with
 more queries than keys (zero gradients on the rows that see none), a loss over part of O, a loss that reads the
-LSE (`return_lse=True`; two key halves merged by their LSEs as ring attention does), a learned full bias
+LSE (`return_lse=True`; two key halves merged by their LSEs as ring attention does, also causal with mask_mods,
+rows seeing no key in one half; with a learned bias, whose gradient it reaches), K and V of one head expanded over four (stride 0), a learned full bias
 through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit over two steps, a two-layer toy
 model trained four SGD steps beside a float64 torch model, and the refusals: float64 inputs (gradcheck), a bias
 argument, dropout, and a second derivative (a gradient penalty under `create_graph=True`, which silently lost its
-second-order terms before). About 6 s; target level (only q requiring grad, the toy model) and a loss that reads
+second-order terms before). About 12 s; target level (only q requiring grad, the toy model) and a loss that reads
 the LSE on the GPU path through the fake driver under `-m slow` (about 30 s)."""
 
 from __future__ import annotations
@@ -134,6 +135,32 @@ def test_the_lse_output_is_differentiable():
     check_grads(leaves, want)
 
 
+def test_the_lse_of_a_learned_bias_passes_its_gradient_to_the_bias_too():
+    """With a score_mod, dLSE is in the modified scores' LSE, and so reaches the captured tensor's gradient."""
+    q, k, v, do = tensors(1, 2, 2, 17, 17, 64, seed=2)
+    g = torch.Generator().manual_seed(3)
+    bias, dlse = torch.randn(1, 2, 17, 17, generator=g).requires_grad_(), torch.randn(1, 2, 17, generator=g)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o, lse = attention(*leaves, level="tile", return_lse=True,
+                       score_mod=lambda s, b, h, q_idx, kv_idx: s + bias[b, h, q_idx, kv_idx])
+    ((o.float() * do.float()).sum() + (lse * dlse).sum()).backward()
+    q64, k64, v64, do64 = map(f64, (q, k, v, do))
+    s = q64 @ np.swapaxes(k64, -1, -2) / 8 + f64(bias)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ds = p * (do64 @ np.swapaxes(v64, -1, -2) - (do64 * (p @ v64)).sum(-1, keepdims=True) + f64(dlse)[..., None])
+    check_grads([leaves[0], leaves[1], bias], (ds @ k64 / 8, np.swapaxes(ds, -1, -2) @ q64 / 8, ds),
+                ("dq", "dk", "dbias"))
+
+
+def test_mqa_by_an_expanded_key_head():
+    """K and V of one head expanded (stride 0) over the query heads: torch sums the gradient back."""
+    q, k, v, do = tensors(1, 4, 1, 17, 29, 64, seed=4)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    attention(leaves[0], *(x.expand(1, 4, 29, 64) for x in leaves[1:]), level="tile").backward(do)
+    check_grads(leaves, backward64(*map(f64, (q, k, v, do)))[2:])
+
+
 def test_two_key_halves_merged_by_their_lse_give_full_attentions_gradients():
     """Ring attention's merge: o = sum_i o_i exp(lse_i - logaddexp(lse_1, lse_2)); the gradients flow through both
     LSEs, and equal those of attention over all the keys."""
@@ -146,6 +173,27 @@ def test_two_key_halves_merged_by_their_lse_give_full_attentions_gradients():
     o = o1.float() * torch.exp(lse1 - lse)[..., None] + o2.float() * torch.exp(lse2 - lse)[..., None]
     (o * do.float()).sum().backward()
     want_o, _, *want = backward64(*map(f64, (q, k, v, do)))
+    assert_close(o.detach().numpy(), want_o, "o")
+    check_grads(leaves, want)
+
+
+def test_causal_ring_attention_over_two_key_blocks():
+    """Causal attention over 80 keys as ring attention computes it: the past block and the diagonal one, each with
+    its mask_mod, merged by their LSEs; the diagonal block's first 40 rows see no key (LSE -inf, O 0), and no NaN
+    comes back from them. The gradients are those of causal attention over all the keys."""
+    n = 40
+    q, k, v, do = tensors(1, 2, 2, 2 * n, 2 * n, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    q_, k_, v_ = leaves
+    o1, lse1 = attention(q_, k_[:, :, :n], v_[:, :, :n], level="tile", return_lse=True,
+                         mask_mod=lambda b, h, q_idx, kv_idx: kv_idx <= q_idx)
+    o2, lse2 = attention(q_, k_[:, :, n:], v_[:, :, n:], level="tile", return_lse=True,
+                         mask_mod=lambda b, h, q_idx, kv_idx: kv_idx + n <= q_idx)
+    assert torch.isneginf(lse2[:, :, :n]).all()
+    lse = torch.logaddexp(lse1, lse2)
+    o = o1.float() * torch.exp(lse1 - lse)[..., None] + o2.float() * torch.exp(lse2 - lse)[..., None]
+    (o * do.float()).sum().backward()
+    want_o, _, *want = backward64(*map(f64, (q, k, v, do)), True)
     assert_close(o.detach().numpy(), want_o, "o")
     check_grads(leaves, want)
 
