@@ -101,7 +101,9 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
 
     check_enable_gqa("attention", enable_gqa, q, k)
     if bias is not None:
-        raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias")
+        raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias; "
+                         "a score_mod that adds it has a backward, and gives the bias its gradient where it requires "
+                         "grad: score_mod=lambda s, b, h, q_idx, kv_idx: s + bias[b, h, q_idx, kv_idx]")
     from tessera.variants.rebinding import captured_tensors_requiring_grad
 
     if block_mask is not None:  # FlexAttention's block mask stands for its mask_mod
