@@ -3,7 +3,8 @@ float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (
 loss), GQA 4:1 and MQA, only q requiring grad in f16 with a scale of the caller's at target level, causal with
 more queries than keys (zero gradients on the rows that see none), a loss over part of O, a loss that reads the
 LSE (`return_lse=True`; two key halves merged by their LSEs as ring attention does, also causal with mask_mods,
-rows seeing no key in one half; with a learned bias, whose gradient it reaches), K and V of one head expanded over four (stride 0), a learned full bias
+rows seeing no key in one half; with a learned bias, whose gradient it reaches), K and V of one head expanded over four (stride 0), activation checkpointing over q, k, v
+sliced from one projection, a learned full bias
 through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit over two steps, a two-layer toy
 model trained four SGD steps beside a float64 torch model, and the refusals: float64 inputs (gradcheck), a bias
 argument, dropout, and a second derivative (a gradient penalty under `create_graph=True`, which silently lost its
@@ -60,6 +61,24 @@ def test_grouped_heads(heads_k):
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     attention(*leaves, level="tile").backward(do)
     check_grads(leaves, backward64(*map(f64, (q, k, v, do)))[2:])
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_over_q_k_v_sliced_from_one_projection(reentrant):
+    """q, k, v column slices of one [b, h, s, 3d] tensor (row stride 3d), the attention recomputed in the backward
+    by torch.utils.checkpoint: the slices' gradients land side by side in the projection's."""
+    from torch.utils.checkpoint import checkpoint
+
+    g = torch.Generator().manual_seed(6)
+    qkv = torch.randn(1, 2, 30, 192, generator=g).to(torch.bfloat16).requires_grad_()
+    do = torch.randn(1, 2, 30, 64, generator=g).to(torch.bfloat16)
+
+    def attend(x):
+        return attention(x[..., :64], x[..., 64:128], x[..., 128:], causal=True, level="tile")
+
+    checkpoint(attend, qkv, use_reentrant=reentrant).backward(do)
+    _, _, *want = backward64(f64(qkv[..., :64]), f64(qkv[..., 64:128]), f64(qkv[..., 128:]), f64(do), True)
+    assert_close(qkv.grad.float().numpy(), np.concatenate(want, -1), "d qkv")
 
 
 @pytest.mark.slow
