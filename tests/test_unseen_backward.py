@@ -3,7 +3,8 @@ here (not `tessera.reference`): causal with seq_q != seq_k both ways (rows that 
 lengths 1, 3, 65, 127, 257, GQA 4:1 and MQA (dK and dV summed over a group's query heads), head_dim 64/96/128/192
 (256 and deterministic 192 refused by name), a scale of the caller's, dO with zeros (a loss over part of O) and
 with an inf (no floating-point warning escapes from the interpreter, the gradients as the FlashAttention formula
-gives them), a loss that reads the LSE (`dlse`, with and without a score_mod; a zero dLSE changes no bit), and
+gives them), a loss that reads the LSE (`dlse`; with a score_mod and a mask_mod under GQA too, at target level under
+`-m slow`; a zero dLSE changes no bit), and
 `deterministic=True` bit for bit over two runs and between target and PTX level. Tile level for
 the grid (about 3 s); a slice at target and PTX level under `-m slow` (about 30 s). The PyTorch side (autograd,
 non-contiguous tensors, a toy model trained, gradcheck's refusal) is tests/test_unseen_backward_torch.py."""
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import tessera
+from tessera.ir.diagnostics import TesseraWarning
 from tessera.runtime.attention_base import UnsupportedKernel
 
 TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -180,23 +182,32 @@ def test_a_loss_that_reads_the_lse(causal, heads_k):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
-def test_a_loss_that_reads_the_lse_of_a_score_mod():
-    """With a score_mod, dLSE is in the modified scores' LSE: the float64 reference adds the bias to q k^T."""
-    q, k, v, _, _, do = problem(1, 2, 2, 40, 40, 64)
+@pytest.mark.parametrize("level", ["tile", pytest.param("target", marks=pytest.mark.slow)])
+def test_a_loss_that_reads_the_lse_of_a_score_mod(level):
+    """With a score_mod (a bias table) and a mask_mod (causal), GQA 2:1: dLSE is in the modified scores' LSE."""
+    q, k, v, _, _, do = problem(1, 2, 1, 40, 40, 64)
     bias = np.random.default_rng(2).standard_normal((40, 40)).astype(np.float32)
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + bias[q_idx, kv_idx]
 
-    o, lse = tessera.attention(q, k, v, score_mod=score_mod, return_lse=True, level="tile")
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx
+
+    mods = dict(score_mod=score_mod, mask_mod=mask_mod)
+    o, lse = tessera.attention(q, k, v, return_lse=True, level="tile", **mods)
     dlse = np.random.default_rng(3).standard_normal(lse.shape).astype(np.float32)
-    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
-    s = q64 @ np.swapaxes(k64, -1, -2) / 8 + bias
+    q64, do64 = q.astype(np.float64), do.astype(np.float64)
+    k64, v64 = (np.repeat(x.astype(np.float64), 2, 1) for x in (k, v))
+    s = np.where(np.tri(40, dtype=bool), q64 @ np.swapaxes(k64, -1, -2) / 8 + bias, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     ds = p * (do64 @ np.swapaxes(v64, -1, -2) - (do64 * (p @ v64)).sum(-1, keepdims=True) + dlse[..., None])
-    want = (ds @ k64 / 8, np.swapaxes(ds, -1, -2) @ q64 / 8, np.swapaxes(p, -1, -2) @ do64)
-    grads = tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, level="tile", dlse=dlse)
+    want = (ds @ k64 / 8, (np.swapaxes(ds, -1, -2) @ q64 / 8).sum(1, keepdims=True),
+            (np.swapaxes(p, -1, -2) @ do64).sum(1, keepdims=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TesseraWarning)  # below Tile level: the rung the backward takes
+        grads = tessera.attention_backward(q, k, v, o, lse, do, level=level, dlse=dlse, **mods)
     for name, grad, expected in zip(("dq", "dk", "dv"), grads, want):
         assert_close(grad, expected, name)
 
