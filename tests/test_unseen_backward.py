@@ -3,11 +3,10 @@ here (not `tessera.reference`): causal with seq_q != seq_k both ways (rows that 
 lengths 1, 3, 65, 127, 257, GQA 4:1 and MQA (dK and dV summed over a group's query heads), head_dim 64/96/128/192
 (256 and deterministic 192 refused by name), a scale of the caller's, dO with zeros (a loss over part of O) and
 with an inf (no floating-point warning escapes from the interpreter, the gradients as the FlashAttention formula
-gives them), a loss that reads the LSE (`dlse`; with a score_mod and a mask_mod under GQA too, at target level under
-`-m slow`; a zero dLSE changes no bit), and
-`deterministic=True` bit for bit over two runs and between target and PTX level. Tile level for
-the grid (about 3 s); a slice at target and PTX level under `-m slow` (about 30 s). The PyTorch side (autograd,
-non-contiguous tensors, a toy model trained, gradcheck's refusal) is tests/test_unseen_backward_torch.py."""
+gives them), a loss that reads the LSE (`dlse`; also with a score_mod and a mask_mod under GQA; a zero dLSE
+changes no bit), and `deterministic=True` bit for bit over two runs and between target and PTX level. Tile level
+for the grid (about 5 s); a slice at target and PTX level under `-m slow` (about a minute). The PyTorch side
+(autograd, non-contiguous tensors, a toy model trained, gradcheck's refusal) is tests/test_unseen_backward_torch.py."""
 
 from __future__ import annotations
 
