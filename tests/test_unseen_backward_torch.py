@@ -1,15 +1,15 @@
 """Training through `tessera.runtime.autograd.attention` on round 23's unseen cases (CPU tensors, `level=`), against
 float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (and dO through a transposed
-loss), GQA 4:1 and MQA, only q requiring grad in f16 with a scale of the caller's at target level, causal with
-more queries than keys (zero gradients on the rows that see none), a loss over part of O, a loss that reads the
-LSE (`return_lse=True`; two key halves merged by their LSEs as ring attention does, also causal with mask_mods,
-rows seeing no key in one half; with a learned bias, whose gradient it reaches), K and V of one head expanded over four (stride 0), activation checkpointing over q, k, v
-sliced from one projection, a learned full bias
-through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit over two steps, a two-layer toy
-model trained four SGD steps beside a float64 torch model, and the refusals: float64 inputs (gradcheck), a bias
-argument, dropout, and a second derivative (a gradient penalty under `create_graph=True`, which silently lost its
-second-order terms before). About 12 s; target level (only q requiring grad, the toy model) and a loss that reads
-the LSE on the GPU path through the fake driver under `-m slow` (about 30 s)."""
+loss), GQA 4:1 and MQA (also K and V of one head expanded over four, stride 0), causal with more queries than keys
+(zero gradients on the rows that see none), a loss over part of O, a loss that reads the LSE (`return_lse=True`;
+two key halves merged by their LSEs as ring attention does, also causal with mask_mods, rows seeing no key in one
+half; with a learned bias, whose gradient it reaches), activation checkpointing over q, k, v sliced from one
+projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
+over two steps, a two-layer toy model trained four SGD steps beside a float64 torch model, and the refusals:
+float64 inputs (gradcheck), a bias argument, dropout, and a second derivative (a gradient penalty under
+`create_graph=True`, which silently lost its second-order terms before). About 12 s; under `-m slow` (about a
+minute): only q requiring grad in f16 with a scale of the caller's and the toy model at target level, and a loss
+that reads the LSE on the GPU path through the fake driver."""
 
 from __future__ import annotations
 
