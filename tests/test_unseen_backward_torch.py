@@ -6,7 +6,8 @@ two key halves merged by their LSEs as ring attention does, also causal with mas
 half; with a learned bias, whose gradient it reaches), activation checkpointing over q, k, v sliced from one
 projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
 over two steps, a two-layer toy model trained four SGD steps beside a float64 torch model, and the refusals:
-float64 inputs (gradcheck), a bias argument, dropout, and a second derivative (a gradient penalty under
+float64 inputs (gradcheck), a bias argument, dropout, head_dim 256 and deterministic 192 (before the forward
+runs), and a second derivative (a gradient penalty under
 `create_graph=True`, which silently lost its second-order terms before). About 12 s; under `-m slow` (about a
 minute): only q requiring grad in f16 with a scale of the caller's and the toy model at target level, and a loss
 that reads the LSE on the GPU path through the fake driver."""
@@ -304,6 +305,27 @@ def test_refused_options(options, error, message):
     q, k, v, _ = tensors(1, 2, 2, 16, 16, 64)
     with pytest.raises(error, match=message):
         attention(*(x.requires_grad_() for x in (q, k, v)), level="tile", **options)
+
+
+@pytest.mark.parametrize("head_dim, deterministic, error, message", [
+    (256, False, UnsupportedKernel, "head_dim 256 is not supported by the backward kernels"),
+    (192, True, ValueError, "head_dim 192 is not supported by the attention backward with deterministic=True"),
+])
+def test_a_backward_no_kernel_computes_is_refused_before_the_forward(monkeypatch, head_dim, deterministic, error,
+                                                                     message):
+    """Refused where the forward would run (it ran, compiled, and the step failed in its backward); without grad
+    the forward runs as ever."""
+    import tessera.runtime.attention as forward
+
+    q = tensors(1, 1, 1, 8, 8, head_dim)[0]
+    calls = []
+    monkeypatch.setattr(forward, "attention", lambda q, *args, **kwargs: calls.append(1) or (q, q[..., 0].float()))
+    with pytest.raises(error, match=message):
+        attention(q.clone().requires_grad_(), q, q, level="tile", deterministic=deterministic)
+    assert not calls
+    with torch.no_grad():
+        attention(q.clone().requires_grad_(), q, q, level="tile", deterministic=deterministic)
+    assert calls
 
 
 @pytest.mark.parametrize("loss", ["linear", "square"])

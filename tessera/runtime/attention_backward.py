@@ -61,7 +61,6 @@ def _dtype_name(x) -> str:
 def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level):
     """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
     TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
-    from tessera.kernels.attention_backward_config import HEAD_DIMS
     from tessera.runtime.launch import is_torch_tensor
 
     if level not in LEVELS or isinstance(level, bool):
@@ -101,13 +100,22 @@ def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, 
                                 f"{', '.join(DTYPES)})")
     if _dtype_name(lse) not in ("float32", "float64"):
         raise ValueError(f"{WHERE}: lse must be float32 (the forward's log-sum-exp), got {_dtype_name(lse)}")
+    return backward_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
+
+
+def backward_config(head_dim: int, causal, dtype: str, scale, deterministic):
+    """The checked `tessera.kernels.BackwardConfig` of the backward's kernels ("bf16"/"f16" `dtype`):
+    UnsupportedKernel for a head_dim no backward kernel takes, ValueError naming the option no kernel combines
+    (deterministic=True at head_dim 192). `tessera.runtime.autograd` asks before its forward runs."""
+    from tessera.kernels.attention_backward_config import HEAD_DIMS
+
     if head_dim not in HEAD_DIMS:
         raise UnsupportedKernel(f"{WHERE}: head_dim {head_dim} is not supported by the backward kernels "
                                 f"(supported: {', '.join(map(str, HEAD_DIMS))})")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     try:
-        return _checked_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
+        return _checked_config(head_dim, causal, dtype, scale, deterministic)
     except ValueError as error:
         raise ValueError(f"{WHERE}: {error}") from None
 

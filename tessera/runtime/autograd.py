@@ -79,6 +79,18 @@ def _gradients(ctx, q, k, v, o, lse, do, dlse) -> list:
     return [dq, dk, dv, *options, *(_as_captured(grads[name], dtype, device) for name, dtype, device in ctx.captured)]
 
 
+def _check_backward(q, causal, scale, deterministic) -> None:
+    """Refuse by name, before the forward runs, what the backward's kernels do not compute (head_dim 256,
+    deterministic=True at 192): a training step failed only in its backward, after a forward compiled and run.
+    Malformed arguments are left to the forward, which names them."""
+    from tessera.runtime.attention_base import DTYPES
+    from tessera.runtime.attention_backward import backward_config
+
+    dtype = DTYPES.get(str(q.dtype).removeprefix("torch."))
+    if isinstance(q, torch.Tensor) and q.dim() == 4 and dtype is not None:
+        backward_config(int(q.shape[-1]), causal, dtype, scale, deterministic)
+
+
 def _as_captured(grad, dtype, device):
     """A captured tensor's gradient (f32, on q's device) in that tensor's dtype (one rounding of the f32 sum, as
     FlexAttention casts its captured gradients) and on its device (a bias table kept elsewhere than q)."""
@@ -130,5 +142,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
             names, tensors = captured_tensor_inputs("attention", score_mod, mask_mod, wanted["score_mod"])
     if not isinstance(return_lse, bool):
         raise ValueError(f"attention: return_lse must be True or False, got {return_lse!r}")
+    if torch.is_grad_enabled() and (names or any(x.requires_grad for x in (q, k, v))):
+        _check_backward(q, causal, scale, deterministic)
     return AttentionFunction.apply(q, k, v, causal, scale, deterministic, level, score_mod, mask_mod, return_lse,
                                    tuple(names), *tensors)
