@@ -3,7 +3,7 @@ float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (
 loss), GQA 4:1 and MQA (also K and V of one head expanded over four, stride 0), causal with more queries than keys
 (zero gradients on the rows that see none), a loss over part of O, a loss that reads the LSE (`return_lse=True`;
 two key halves merged by their LSEs as ring attention does, also causal with mask_mods, rows seeing no key in one
-half; with a learned bias, whose gradient it reaches), activation checkpointing over q, k, v sliced from one
+half; with a learned bias, whose gradient it reaches; a z-loss on the LSE alone), activation checkpointing over q, k, v sliced from one
 projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
 over two steps, a two-layer toy model trained four SGD steps beside a float64 torch model, and the refusals:
 float64 inputs (gradcheck), a bias argument, dropout, head_dim 256 and deterministic 192 (before the forward
@@ -153,6 +153,17 @@ def test_the_lse_output_is_differentiable():
     _, want_lse, *want = backward64(*map(f64, (q, k, v, do)), True, dlse=f64(dlse))
     assert lse.dtype == torch.float32 and np.abs(lse.detach().numpy() - want_lse).max() < 1e-4
     check_grads(leaves, want)
+
+
+def test_a_z_loss_on_the_lse_alone():
+    """A loss on the LSE only (a z-loss): O's gradient is torch's zeros, dV is 0, dQ and dK come from dLSE alone."""
+    q, k, v, _ = tensors(1, 2, 2, 33, 33, 64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    _, lse = attention(*leaves, causal=True, level="tile", return_lse=True)
+    (lse ** 2).mean().backward()
+    dlse = 2 * f64(lse) / lse.numel()
+    check_grads(leaves, backward64(f64(q), f64(k), f64(v), np.zeros(q.shape), True, dlse=dlse)[2:])
+    assert not leaves[2].grad.any()
 
 
 def test_the_lse_of_a_learned_bias_passes_its_gradient_to_the_bias_too():
