@@ -3,8 +3,8 @@ float64 written here: tensors in [b, s, h, d] transposed to [b, h, s, d] views (
 loss), GQA 4:1 and MQA (also K and V of one head expanded over four, stride 0), causal with more queries than keys
 (zero gradients on the rows that see none), a loss over part of O, a loss that reads the LSE (`return_lse=True`;
 two key halves merged by their LSEs as ring attention does, also causal with mask_mods, rows seeing no key in one
-half; with a learned bias, whose gradient it reaches; a z-loss on the LSE alone), activation checkpointing over q, k, v sliced from one
-projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
+half; with a learned bias, whose gradient it reaches; a z-loss on the LSE alone), activation checkpointing over
+q, k, v sliced from one projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
 over two steps, a two-layer toy model trained four SGD steps beside a float64 torch model, and the refusals:
 float64 inputs (gradcheck), a bias argument, dropout, head_dim 256 and deterministic 192 (before the forward
 runs), and a second derivative (a gradient penalty under
