@@ -4,10 +4,10 @@ loss), GQA 4:1 and MQA (also K and V of one head expanded over four, stride 0), 
 (zero gradients on the rows that see none), a loss over part of O, a loss that reads the LSE (`return_lse=True`;
 two key halves merged by their LSEs as ring attention does, also causal with mask_mods, rows seeing no key in one
 half; with a learned bias, whose gradient it reaches; a z-loss on the LSE alone), activation checkpointing over
-q, k, v sliced from one projection, a learned full bias through a score_mod (dBias) and a detached one, `deterministic=True` bit for bit
-over two steps, a two-layer toy model trained four SGD steps beside a float64 torch model, and the refusals:
-float64 inputs (gradcheck), a bias argument, dropout, head_dim 256 and deterministic 192 (before the forward
-runs), and a second derivative (a gradient penalty under
+q, k, v sliced from one projection, a learned full bias through a score_mod (dBias) and a detached one,
+`deterministic=True` bit for bit over two steps, a two-layer toy model trained four SGD steps beside a float64
+torch model, and the refusals: float64 inputs (gradcheck), a bias argument, dropout, head_dim 256 and
+deterministic 192 (before the forward runs), and a second derivative (a gradient penalty under
 `create_graph=True`, which silently lost its second-order terms before). About 12 s; under `-m slow` (about a
 minute): only q requiring grad in f16 with a scale of the caller's and the toy model at target level, and a loss
 that reads the LSE on the GPU path through the fake driver."""
