@@ -103,7 +103,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
     """Differentiable `tessera.attention` (see the module docstring); an additive `bias` is refused by name
     (`tessera.attention_backward` takes none). `return_lse=True` returns (o, lse), lse f32 [batch, heads, seq_q]
     (natural log, -inf for a row that sees no key) and differentiable too: a loss that reads it (a log-sum-exp
-    merge of two attentions, a z-loss) gets its part of the gradients (`attention_backward(dlse=)`). A tensor that requires grad read by `score_mod` gets its gradient
+    merge of two attentions, a z-loss) gets its part of the gradients (`attention_backward(dlse=)`). A tensor
+    that requires grad read by `score_mod` gets its gradient
     (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
     `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
     `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
