@@ -13,7 +13,8 @@ Public API:
   on an H100/H200 (with `cuda-bindings`; see `tessera.runtime`, imported on first use), or with `level=` the
   same kernels in an interpreter;
 - `tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, level=None)`:
-  (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`).
+  (dq, dk, dv) on the GPU, or with `level=` in an interpreter (`tessera.runtime.attention_backward`; `dlse=`, the
+  loss's gradient in the LSE where the loss reads it).
 - both with FlexAttention's `score_mod=` and `mask_mod=` (plain Python traced into the kernel,
   `tessera.variants`; in the interpreters so far);
 - `tessera.attention(..., cu_seqlens_q=, cu_seqlens_k=, ...)`: packed variable-length batches

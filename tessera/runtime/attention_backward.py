@@ -1,13 +1,14 @@
 """`tessera.attention_backward(q, k, v, o, lse, do, ...)`: the gradients of attention, on the GPU or interpreted.
 
     dq, dk, dv = tessera.attention_backward(q, k, v, o, lse, do, causal=False, scale=None,
-                                            deterministic=False, level=None)
+                                            deterministic=False, level=None, dlse=None)
 
 q, o, do, dq: [batch, heads, seq_q, head_dim]; k, v, dk, dv: [batch, heads_k, seq_k, head_dim] with heads_k
 dividing heads (GQA; heads_k = heads without it); lse: [batch, heads, seq_q], the forward's log-sum-exp in
 natural log (f32; -inf for a row that sees no key). q, k, v, o and do share one element type, bf16
 (`ml_dtypes.bfloat16`) or float16, which is the kernels' and the gradients'. `scale` defaults to
-1/sqrt(head_dim); causal masking is aligned bottom-right, as in the forward.
+1/sqrt(head_dim); causal masking is aligned bottom-right, as in the forward. `dlse`: the loss's gradient in
+the forward's LSE output, where the loss reads it ([batch, heads, seq_q], float; `with_lse_gradient`).
 
 It runs the three kernels of `tessera.kernels.attention_backward` (preprocess, main, postprocess):
 - `level=None`: on the GPU (`tessera.runtime`, like `tessera.attention`): each kernel compiled with the
@@ -26,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor
+from tessera.runtime.attention_base import DTYPES, LAYOUT, UnsupportedKernel, check_tensor, with_lse_gradient
 from tessera.runtime.compiler import remembered
+from tessera.runtime.no_backward import no_backward
 
 LEVELS = (None, "tile", "target", "ptx")
 """Where `attention_backward` runs: the GPU (None) or one of `tessera.LEVELS`."""
@@ -59,7 +61,6 @@ def _dtype_name(x) -> str:
 def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level):
     """The `tessera.kernels.BackwardConfig` for well-formed arguments (see the module docstring); otherwise
     TypeError / ValueError / UnsupportedKernel naming the argument and the rule."""
-    from tessera.kernels.attention_backward_config import HEAD_DIMS
     from tessera.runtime.launch import is_torch_tensor
 
     if level not in LEVELS or isinstance(level, bool):
@@ -99,13 +100,22 @@ def check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, 
                                 f"{', '.join(DTYPES)})")
     if _dtype_name(lse) not in ("float32", "float64"):
         raise ValueError(f"{WHERE}: lse must be float32 (the forward's log-sum-exp), got {_dtype_name(lse)}")
+    return backward_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
+
+
+def backward_config(head_dim: int, causal, dtype: str, scale, deterministic):
+    """The checked `tessera.kernels.BackwardConfig` of the backward's kernels ("bf16"/"f16" `dtype`):
+    UnsupportedKernel for a head_dim no backward kernel takes, ValueError naming the option no kernel combines
+    (deterministic=True at head_dim 192). `tessera.runtime.autograd` asks before its forward runs."""
+    from tessera.kernels.attention_backward_config import HEAD_DIMS
+
     if head_dim not in HEAD_DIMS:
         raise UnsupportedKernel(f"{WHERE}: head_dim {head_dim} is not supported by the backward kernels "
                                 f"(supported: {', '.join(map(str, HEAD_DIMS))})")
     if isinstance(scale, np.floating | np.integer):
         scale = float(scale)
     try:
-        return _checked_config(head_dim, causal, DTYPES[names["q"]], scale, deterministic)
+        return _checked_config(head_dim, causal, dtype, scale, deterministic)
     except ValueError as error:
         raise ValueError(f"{WHERE}: {error}") from None
 
@@ -117,16 +127,42 @@ def _checked_config(head_dim, causal, dtype, scale, deterministic):
     return BackwardConfig.checked(head_dim, causal, dtype, scale, deterministic=deterministic)
 
 
+def check_lse_gradient(dlse, lse, as_tensor: bool):
+    """`dlse` as the backward's paths take it (`with_lse_gradient`): None, or f32 of lse's shape, a contiguous
+    tensor on lse's device where the kernels' launches take and give tensors (`as_tensor`: PyTorch inputs on the
+    GPU path), else a NumPy array. TypeError / ValueError naming `dlse` otherwise."""
+    from tessera.runtime.launch import is_torch_tensor, torch_to_numpy
+
+    if dlse is None:
+        return None
+    shape = check_tensor(WHERE, "dlse", dlse)
+    if tuple(int(d) for d in shape) != tuple(int(d) for d in lse.shape):
+        raise ValueError(f"{WHERE}: dlse must have lse's shape {tuple(lse.shape)} [batch, heads, seq_q], got "
+                         f"{tuple(shape)}")
+    if is_torch_tensor(dlse) != is_torch_tensor(lse):
+        raise ValueError(f"{WHERE}: dlse must be a NumPy array or a PyTorch tensor as lse is")
+    if _dtype_name(dlse) not in ("float32", "float64", "bfloat16", "float16"):
+        raise TypeError(f"{WHERE}: dlse must hold floating-point numbers, got {_dtype_name(dlse)}")
+    if as_tensor:
+        dlse = dlse.detach() if dlse.device == lse.device else dlse.detach().to(lse.device)
+        return dlse.float().contiguous()
+    return np.asarray(torch_to_numpy(dlse.cpu()) if is_torch_tensor(dlse) else dlse, np.float32)
+
+
 def _builder_options(config) -> dict:
     c = config.attention
     return dict(head_dim=c.head_dim, causal=c.causal, dtype=c.dtype, scale=c.scale, block_m=c.block_m,
                 block_n=c.block_n, deterministic=config.deterministic)
 
 
-def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed: int | None = None):
+@np.errstate(all="ignore")  # as `tessera.launch` (api.run_interpreted): an inf in dO is a value, not an error
+def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed: int | None = None, dlse=None):
     """(dq, dk, dv) as NumPy arrays of the kernels' element type, the three kernels run at `level` ("tile",
     "target" or "ptx"). At Tile level, `order_seed` runs each kernel's blocks in a random permutation of the
-    grid (seeded), as a GPU may schedule them."""
+    grid (seeded), as a GPU may schedule them. `dlse`: `with_lse_gradient`'s. NumPy's floating-point warnings
+    are off while they run: the Tile IR interpreter is called here directly, not through `tessera.launch`, and
+    under -W error its own arithmetic on an inf or NaN (a loss whose dO holds inf) was an exception from inside
+    the interpreter."""
     from tessera import api
     from tessera.interpreters.launch import prepare_arguments, run_grid
     from tessera.runtime.compiler import KernelConfig, built_module
@@ -134,7 +170,7 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
     kernels = built_module(KernelConfig.of("attention_backward", **_builder_options(config)))  # lowered once a level
     lse = np.asarray(lse, np.float32)
     if level != "tile":
-        return _run_lowered(kernels, q, k, v, o, lse, do, level)
+        return _run_lowered(kernels, q, k, v, o, lse, do, level, dlse)
     rng = np.random.default_rng(order_seed) if order_seed is not None else None
 
     def run(module, inputs, initial=None, **launch):
@@ -147,12 +183,12 @@ def run_interpreted(config, q, k, v, o, lse, do, level: str = "tile", order_seed
         return [a for a, arg in zip(arguments, sig.args) if arg.role == "out"]
 
     dpsum, lse2, dq_accum = run(kernels.preprocess, [o, do, lse])
-    dq_accum, dk, dv = run(kernels.main, [q, k, v, do, lse2, dpsum], initial={6: dq_accum})
+    dq_accum, dk, dv = run(kernels.main, [q, k, v, do, lse2, with_lse_gradient(dpsum, dlse)], initial={6: dq_accum})
     (dq,) = run(kernels.postprocess, [dq_accum], seq_q=q.shape[2])  # dq_accum's rows are padded
     return dq, dk, dv
 
 
-def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
+def _run_lowered(kernels, q, k, v, o, lse, do, level: str, dlse=None):
     """The three kernels lowered by the default pipeline and run at `level`; BackwardNotLowered naming the
     kernel and the lowering's diagnostic when a pass of the pipeline refuses one (a `DiagnosticException`,
     how passes refuse what they do not lower). Any other exception is a bug, not a refusal, and propagates."""
@@ -173,14 +209,16 @@ def _run_lowered(kernels, q, k, v, o, lse, do, level: str):
                 f"does not lower it yet: {first}") from None
     pipeline = _pipeline()
     dpsum, lse2, _ = entry.launch(kernels.preprocess, o, do, lse, level=level, pipeline=pipeline)
-    dq_accum, dk, dv = entry.launch(kernels.main, q, k, v, do, lse2, dpsum, level=level, pipeline=pipeline)
+    dq_accum, dk, dv = entry.launch(kernels.main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse), level=level,
+                                    pipeline=pipeline)
     dq = entry.launch(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2])
     return dq, dk, dv
 
 
+@no_backward("attention_backward")
 def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
                        deterministic: bool = False, level: str | None = None, bias=None, score_mod=None,
-                       mask_mod=None, block_mask=None, captured_grads=None):
+                       mask_mod=None, block_mask=None, captured_grads=None, dlse=None):
     """(dq, dk, dv) of attention; see the module docstring. A forward with an additive `bias` has no backward
     here yet: `bias` other than None is refused by name (the kernels would recompute P without it).
     `score_mod`/`mask_mod`/`block_mask`: those of the forward (`tessera.runtime.flex`).
@@ -190,7 +228,13 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
     `tessera.runtime.captured_gradients.captured_gradient_names`), added by atomic scatter-adds in the main
     kernel (in no fixed order: not with `deterministic=True`), at every level: on the GPU (level None) the main
     kernel adds them into f32 outputs the launch zero-fills (`tile.scatter_add` lowers to red.global.add.f32;
-    NumPy arrays, or tensors on q's device for PyTorch inputs)."""
+    NumPy arrays, or tensors on q's device for PyTorch inputs).
+
+    `dlse` (lse's shape and kind): the loss's gradient in the forward's LSE output, where the loss reads it too;
+    its part of the gradients is added (`with_lse_gradient`), at every level, with modifiers too."""
+    from tessera.runtime.launch import is_torch_tensor
+
+    as_tensor = level is None and is_torch_tensor(q)  # the GPU path's launches give tensors of q's kind
     if block_mask is not None:
         from tessera.runtime.flex import block_mask_mod
 
@@ -201,6 +245,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
         if bias is not None:
             raise ValueError("attention_backward: score_mod/mask_mod are not supported with bias")
         config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
+        dlse = check_lse_gradient(dlse, lse, as_tensor)
         c = config.attention
         names = {}
         if captured_grads is not None and captured_grads is not False:
@@ -213,7 +258,7 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
         grads = attention_backward_mods(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod, causal=causal,
                                         scale=scale, level=level, head_dim=c.head_dim, dtype=c.dtype,
                                         pipeline=_pipeline(), deterministic=config.deterministic,
-                                        captured_grads=tuple(names.values()))
+                                        captured_grads=tuple(names.values()), dlse=dlse)
         if not names:
             return grads
         dq, dk, dv, dcaptured = grads
@@ -224,14 +269,15 @@ def attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float |
         raise ValueError("attention_backward: bias is not supported: the backward kernels recompute P without a "
                          "bias and give no dBias (the forward takes one: tessera.attention(..., bias=))")
     config = check_backward_arguments(q, k, v, o, lse, do, causal, scale, deterministic, level)
-    from tessera.runtime.launch import is_torch_tensor, numpy_to_torch, torch_to_numpy
+    dlse = check_lse_gradient(dlse, lse, as_tensor)
+    from tessera.runtime.launch import numpy_to_torch, torch_to_numpy
 
     if level is not None:
         torch_in = is_torch_tensor(q)
         arrays = [torch_to_numpy(x.cpu()) if torch_in else np.asarray(x) for x in (q, k, v, o, lse, do)]
-        grads = run_interpreted(config, *arrays, level=level)
+        grads = run_interpreted(config, *arrays, level=level, dlse=dlse)
         return tuple(numpy_to_torch(g) for g in grads) if torch_in else grads
-    return _run_gpu(config, q, k, v, o, lse, do)
+    return _run_gpu(config, q, k, v, o, lse, do, dlse)
 
 
 def kernel_configs(config) -> list:
@@ -249,26 +295,27 @@ def _kernel_configs(config, pipeline: str) -> tuple:
                  for part in ("preprocess", "main", "postprocess"))
 
 
-def _run_gpu(config, q, k, v, o, lse, do):
-    """The three kernels on the GPU, compiled (or fetched from the cache) with the default pipeline."""
+def _run_gpu(config, q, k, v, o, lse, do, dlse=None):
+    """The three kernels on the GPU, compiled (or fetched from the cache) with the default pipeline; `dlse`:
+    `with_lse_gradient`'s."""
     from tessera.runtime.compiler import compile_kernel
     from tessera.runtime.launch import is_torch_tensor, usable_device
 
     usable_device((q, k, v, o, lse, do))  # no GPU, no compile
     pre, main, post = (compile_kernel(kernel_config) for kernel_config in kernel_configs(config))
     if is_torch_tensor(q) and q.is_cuda:
-        return _run_torch(pre, main, post, q, k, v, o, lse.float(), do)
+        return _run_torch(pre, main, post, q, k, v, o, lse.float(), do, dlse)
     lse = lse.float() if is_torch_tensor(lse) else np.asarray(lse, np.float32)
     # NumPy arrays and CPU tensors: `run` allocates every output and scratch buffer zeroed, as the main
     # kernel's dq_accum (added into) and semaphores need.
     from tessera.runtime import entry
 
     dpsum, lse2, _ = entry.launch(pre, o, do, lse)
-    dq_accum, dk, dv = entry.launch(main, q, k, v, do, lse2, dpsum)
+    dq_accum, dk, dv = entry.launch(main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse))
     return entry.launch(post, dq_accum, seq_q=q.shape[2]), dk, dv
 
 
-def _run_torch(pre, main, post, q, k, v, o, lse, do):
+def _run_torch(pre, main, post, q, k, v, o, lse, do, dlse=None):
     """The three kernels on CUDA tensors, on torch's current stream (`launch_on_tensors`), with no zero fill but
     the deterministic kernel's semaphores (which count from 0): the preprocess writes every element of dPsum,
     LSE2 and dq_accum, padding rows included (dq_accum = 0: `padded_rows`), the main kernel adds into that
@@ -278,6 +325,7 @@ def _run_torch(pre, main, post, q, k, v, o, lse, do):
     from tessera.runtime.launch import SCRATCH, launch_on_tensors
 
     dpsum, lse2, dq_accum = launch_on_tensors(pre, o, do, lse.contiguous(), zeroed=False)
-    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, dpsum, into={6: dq_accum}, zeroed=SCRATCH)
+    dq_accum, dk, dv = launch_on_tensors(main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse), into={6: dq_accum},
+                                         zeroed=SCRATCH)
     (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])
     return dq, dk, dv

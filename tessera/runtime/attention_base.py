@@ -1,6 +1,7 @@
 """What the attention entry points (`attention`, its plan, the varlen and backward ones) share: the element
-types and layout they take, the configuration of the forward kernel, the check of a tensor argument, and the
-error for what no kernel computes. It sits below them all, so that they import it and not each other."""
+types and layout they take, the configuration of the forward kernel, the check of a tensor argument, the error
+for what no kernel computes, and the backward's LSE gradient (`with_lse_gradient`, the dense and the modified
+backward's). It sits below them all, so that they import it and not each other."""
 
 from __future__ import annotations
 
@@ -72,3 +73,14 @@ def check_tensor(where: str, name: str, x) -> tuple:
                 f"{where} takes real floating-point numbers")
         raise TypeError(f"{where}: {name} has element type {x.dtype}; {rule}")
     return tuple(shape)
+
+
+def with_lse_gradient(dpsum, dlse):
+    """The preprocess's `dpsum` ([batch, heads, padded rows], NumPy or torch) less `dlse` on its first seq_q rows,
+    in place: a loss that reads the forward's LSE as well as O adds P dLSE to dS (d LSE_i / d S_ij = P_ij), and
+    dS = P (dP - dPsum) with dPsum - dLSE for dPsum is that sum, so the main kernel computes the gradients of
+    both unchanged (as with a score_mod: dLSE is in the modified scores' LSE). A row that sees no key has P = 0,
+    and so no gradient from a finite dLSE. `dlse` None changes nothing."""
+    if dlse is not None:
+        dpsum[:, :, : dlse.shape[2]] -= dlse
+    return dpsum

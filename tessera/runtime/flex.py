@@ -33,6 +33,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from tessera.lowering.kept import mark_built
+from tessera.runtime.attention_base import with_lse_gradient
 from tessera.variants.trace import modifier_key, trace_mod, tracer_settings
 from tessera.variants.block_mask import create_block_mask
 from tessera.variants.index_ranges import check_index_ranges
@@ -449,8 +450,9 @@ def warp_specialized_first(q, kernels, sparse: bool, **options):
 
 def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal: bool, scale, level,
                             head_dim: int, dtype: str, pipeline: str, deterministic: bool = False,
-                            captured_grads: tuple[str, ...] = ()):
-    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]), and with
+                            captured_grads: tuple[str, ...] = (), dlse=None):
+    """(dq, dk, dv) of `attention_mods` at `level`, from its O and LSE ([batch, heads, seq_q]) (and the loss's
+    gradient in that LSE, `dlse`: `runtime.attention_base.with_lse_gradient`), and with
     `captured_grads` (kernel input names, `runtime.captured_gradients`) a fourth item, the list of their gradients
     (f32, each its array's shape, at every level and on the GPU); `pipeline` is
     ignored: the backward with modifiers is lowered with `BACKWARD_PIPELINE` below Tile level and on the GPU.
@@ -480,7 +482,7 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
     last = level == "tile" or deterministic or kernels.head_split >= HEAD_SPLIT_FALLBACK
     try:  # spilling (the default pipeline's last rung) only where no head split is left to try
         with nullcontext() if last else without_spilling():
-            return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
+            return _backward(kernels, sparse, q, k, v, o, lse, do, dlse=dlse, **options)
     except RegisterBudgetError as error:
         if last:
             raise
@@ -492,11 +494,11 @@ def attention_backward_mods(q, k, v, o, lse, do, *, score_mod, mask_mod, causal:
              f"the registers ({summary[:120]}); rebuilt with head_split={HEAD_SPLIT_FALLBACK} ({HEAD_SPLIT_FALLBACK} "
              "thread blocks per key block, each holding a slice of dK and dV; both compute S and dP)")
     kernels, sparse = backward_kernels(q, head_split=HEAD_SPLIT_FALLBACK, **options)
-    return _backward(kernels, sparse, q, k, v, o, lse, do, **options)
+    return _backward(kernels, sparse, q, k, v, o, lse, do, dlse=dlse, **options)
 
 
 def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, level, deterministic,
-              captured_grads=(), **_):
+              captured_grads=(), dlse=None, **_):
     """`attention_backward_mods` with these kernels."""
     from tessera import api
     from tessera.runtime.launch import is_torch_tensor, numpy_to_torch
@@ -515,22 +517,22 @@ def _backward(kernels, sparse, q, k, v, o, lse, do, *, score_mod, mask_mod, leve
         extra = device_inputs(kernels.main, q, (*q.shape[:3], *k.shape[1:3]), score_mod, mask_mod, lists)
         shapes = {a.name: a.array.shape for a in trace_mod(score_mod, "score_mod").arrays} if captured_grads else {}
         return _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline,
-                                tuple(shapes[name] for name in captured_grads))
+                                tuple(shapes[name] for name in captured_grads), dlse)
     extra = _captured(score_mod, mask_mod) + lists()
     torch_in = is_torch_tensor(q)
     q, k, v, o, do = (_numpy(x) for x in (q, k, v, o, do))
     pipeline = None if level == "tile" else pipeline
     dpsum, lse2, _ = api.interpret(kernels.preprocess, o, do, _numpy(lse).astype(np.float32), level=level,
                                    pipeline=pipeline)
-    dq_accum, dk, dv, *dcaptured = api.interpret(kernels.main, q, k, v, do, lse2, dpsum, *extra, level=level,
-                                                 pipeline=pipeline)
+    dq_accum, dk, dv, *dcaptured = api.interpret(kernels.main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse),
+                                                 *extra, level=level, pipeline=pipeline)
     grads = (api.interpret(kernels.postprocess, dq_accum, level=level, pipeline=pipeline, seq_q=q.shape[2]), dk, dv)
     if torch_in:
         grads, dcaptured = tuple(numpy_to_torch(g) for g in grads), [numpy_to_torch(g) for g in dcaptured]
     return (*grads, dcaptured) if captured_grads else grads
 
 
-def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, captured_shapes: tuple = ()):
+def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, captured_shapes: tuple = (), dlse=None):
     """The three kernels compiled with `pipeline` (through the kernel cache, keyed by each module's text, and
     kept beside the kept modules: `_compiled`), the main one taking `extra` (`device_inputs`) after its tensors,
     launched as the dense backward launches its own (`runtime.attention_backward._run_torch`) on CUDA tensors:
@@ -541,7 +543,7 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, capture
     and dV (`finish_main`, whether its work list is empty or not), the postprocess writes every element of dQ
     (tests/test_launch_plan.py, on NaN-filled outputs). Other arrays: `entry.launch`, every output and scratch
     buffer allocated zeroed. Returns (dq, dk, dv), and the captured arrays' gradients (a list) as a fourth item
-    when there are any."""
+    when there are any. `dlse`: `runtime.attention_base.with_lse_gradient`'s."""
     from tessera.runtime.launch import SCRATCH, _torch, is_torch_tensor, launch_on_tensors
 
     pre, main, post = (_compiled(m, pipeline) for m in kernels.modules)
@@ -551,8 +553,8 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, capture
         torch = _torch()
         added = {accum + 3 + i: torch.zeros(shape, dtype=torch.float32, device=q.device)
                  for i, shape in enumerate(captured_shapes)}
-        dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, dpsum, *extra,
-                                                         into={accum: dq_accum, **added}, zeroed=SCRATCH)
+        dq_accum, dk, dv, *dcaptured = launch_on_tensors(main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse),
+                                                         *extra, into={accum: dq_accum, **added}, zeroed=SCRATCH)
         (dq,) = launch_on_tensors(post, dq_accum, zeroed=False, seq_q=q.shape[2])  # dq_accum's rows are padded
         return (dq, dk, dv, dcaptured) if captured_shapes else (dq, dk, dv)
     from tessera.runtime import entry
@@ -563,6 +565,6 @@ def _backward_on_gpu(kernels, q, k, v, o, lse, do, extra, pipeline: str, capture
         out = entry.launch(kernel, *inputs, **sizes)
         return list(out) if isinstance(out, tuple) else [out]
     dpsum, lse2, _ = launch(pre, o, do, lse)
-    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, dpsum, *extra)
+    dq_accum, dk, dv, *dcaptured = launch(main, q, k, v, do, lse2, with_lse_gradient(dpsum, dlse), *extra)
     (dq,) = launch(post, dq_accum, seq_q=q.shape[2])  # dq_accum's rows are padded
     return (dq, dk, dv, dcaptured) if captured_shapes else (dq, dk, dv)
