@@ -20,7 +20,7 @@ finiteness is not checked there, as FlashAttention-3 does not); host ones must b
 
 PyTorch tensors on the CPU levels are converted to NumPy bit for bit (through their bytes: e4m3 is the same
 OCP format in both) and the results returned as CPU tensors. What the FP8 kernel does not combine with (bias,
-score_mod/mask_mod, packed sequences, split-KV, clusters), e5m2 inputs (torch or ml_dtypes), and q, k, v of
+score_mod/mask_mod/block_mask, packed sequences, split-KV, clusters), e5m2 inputs (torch or ml_dtypes), and q, k, v of
 mixed FP8 and 16-bit types are refused by name (`UnsupportedKernel`). k and v may have fewer heads than q
 (GQA/MQA); query head h takes the descales of key head h // (heads // heads_k).
 """
