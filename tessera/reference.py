@@ -10,7 +10,9 @@ Conventions (the same as the kernels'):
 
 Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
 computed from the same rounded inputs may be at most twice the error of a straightforward computation in
-the kernel's precision, plus a small absolute term. With an additive bias (rounded to the kernel's type, as
+the kernel's precision, plus a small absolute term. An element that is NaN (or the same infinity) in both the output and the
+reference is no error: NaN inputs make NaN rows in the kernels and the references alike; NaN on one side only is
+an infinite error. With an additive bias (rounded to the kernel's type, as
 the kernel reads it) the rule is the same: the bias enters the reference in float64 and the straightforward
 computation as PyTorch's eager attention adds it, to the rounded scores, rounding the sum.
 
@@ -84,13 +86,22 @@ class Comparison:
         return f"max error {self.max_error:.3e}, tolerance {self.tolerance:.3e}: {verdict}"
 
 
+def _element_errors(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|out - ref| element by element in float64: 0 where both hold the same value, a NaN or an infinity
+    included (a NaN input gives NaN rows in the kernels and the references alike), infinite where only one is
+    NaN or they are different infinities."""
+    with np.errstate(invalid="ignore"):
+        error = np.nan_to_num(np.abs(out - ref), nan=np.inf)
+    return np.where((out == ref) | (np.isnan(out) & np.isnan(ref)), 0.0, error)
+
+
 def _max_error(out, ref) -> float:
     out = np.asarray(out).astype(np.float64)
     if out.shape != ref.shape:
         return float("inf")
     if out.size == 0:
         return 0.0
-    return float(np.nan_to_num(np.abs(out - ref), nan=np.inf).max())
+    return float(_element_errors(out, np.asarray(ref, np.float64)).max())
 
 
 # region Attention forward
@@ -146,13 +157,14 @@ def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None
 
 def _lse_comparison(out: np.ndarray, ref: np.ndarray, relative: float) -> Comparison:
     """An LSE `out` against its float64 `ref`: within `LSE_TOLERANCE` beyond `relative` |ref| where `ref` is
-    finite, exactly -inf where it is -inf; a shape mismatch, NaN or any other mismatch is an infinite error."""
+    finite, exactly -inf where it is -inf, NaN where it is NaN (a NaN input); a shape mismatch, NaN where the
+    reference is not, or any other mismatch is an infinite error."""
     if out.shape != ref.shape:
         return Comparison(float("inf"), LSE_TOLERANCE)
     empty = np.isneginf(ref)
     if not np.array_equal(np.isneginf(out), empty):
         return Comparison(float("inf"), LSE_TOLERANCE)
-    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]) - relative * np.abs(ref[~empty]), nan=np.inf)
+    error = _element_errors(out[~empty], ref[~empty]) - relative * np.abs(np.nan_to_num(ref[~empty]))
     return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
 
 
