@@ -10,10 +10,10 @@ Conventions (the same as the kernels'):
 
 Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
 computed from the same rounded inputs may be at most twice the error of a straightforward computation in
-the kernel's precision, plus a small absolute term. An element that is NaN (or the same infinity) in both the output and the
-reference is no error: NaN inputs make NaN rows in the kernels and the references alike; NaN on one side only is
-an infinite error. With an additive bias (rounded to the kernel's type, as
-the kernel reads it) the rule is the same: the bias enters the reference in float64 and the straightforward
+the kernel's precision, plus a small absolute term. An element that is NaN (or the same infinity) in both the
+output and the reference is no error: NaN inputs make NaN rows in the kernels and the references alike; NaN on
+one side only is an infinite error. With an additive bias (rounded to the kernel's type, as the kernel reads it)
+the rule is the same: the bias enters the reference in float64 and the straightforward
 computation as PyTorch's eager attention adds it, to the rounded scores, rounding the sum.
 
 Bias conventions (the kernels' and the float64 reference's alike): a -inf bias entry hides its key, and a row

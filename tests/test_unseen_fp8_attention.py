@@ -225,7 +225,7 @@ def _small():
 @pytest.mark.parametrize("call, error, message", [
     (lambda q, k, v: tessera.attention(*(x.astype(np.float32) for x in (q, k, v)), descale_q=np.ones((1, 2)),
                                        level="tile"),
-     ValueError, r"descale_q, descale_k and descale_v apply to FP8 attention .* got float32 inputs"),
+     ValueError, r"apply to FP8 attention .* got float32 inputs .* convert with \.astype\(ml_dtypes\.float8_e4m3fn\)"),
     (lambda q, k, v: tessera.attention(*(x.astype(np.float32) for x in (q, k, v)), level="tile"),
      UnsupportedKernel, r"element type float32 is not supported"),
     (lambda q, k, v: tessera.attention(*(x.view(np.uint8) for x in (q, k, v)), level="tile"),

@@ -75,7 +75,8 @@ def check_fp8_arguments(q, k, v) -> int:
                          f"other inputs are not supported, got {', '.join(names)}")
     if names[0] not in FP8_NAMES:
         raise ValueError(f"attention: descale_q, descale_k and descale_v apply to FP8 attention ({FP8_INPUT} q, k "
-                         f"and v); got {names[0]} inputs")
+                         f"and v); got {names[0]} inputs (arrays holding e4m3 values: convert with "
+                         f".astype(ml_dtypes.{FP8_INPUT}) or .to(torch.{FP8_INPUT}))")
     if names[0] != FP8_INPUT:
         raise UnsupportedKernel(f"attention: element type {names[0]} is not supported; FP8 attention takes "
                                 f"{FP8_INPUT} (e4m3) q, k and v, as FlashAttention-3 does")
