@@ -101,7 +101,8 @@ def test_saturated_inputs_stay_finite():
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(level="tile", num_splits=2), ValueError, "not supported with num_splits=2"),
     (dict(level="tile", cluster=2), ValueError, "not supported with cluster=2"),
-    (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError, "not supported with score_mod/mask_mod/block_mask"),
+    (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError,
+     "not supported with score_mod/mask_mod/block_mask"),
     (dict(level="tile", descale_k=np.ones((1, 3))), ValueError, r"descale_k must have shape \[batch, heads_k\]"),
     (dict(level="tile", descale_v=np.array([[np.inf, 1.0]])), ValueError, "descale_v must be finite"),
     (dict(level="tile", scale=[1.0]), ValueError, "scale must be a positive finite number"),
@@ -124,6 +125,21 @@ def test_a_block_mask_is_refused_not_ignored():
     for level in ("tile", "target", None):
         with pytest.raises(ValueError, match="FP8 attention .* not supported with score_mod/mask_mod/block_mask"):
             tessera.attention(q, k, v, block_mask=block_mask, level=level)
+
+
+def test_autograd_refuses_fp8_inputs_that_require_grad_before_the_forward():
+    """Regression (unseen23f): `tessera.runtime.autograd.attention` on FP8 tensors that require grad ran the
+    forward and failed in the backward on o's type ("q, k, v, o and do must have one element type"). FP8
+    attention has no backward: refused by name before the forward; without grad it runs the forward."""
+    torch = pytest.importorskip("torch")
+    from tessera.runtime import autograd
+
+    arrays = fp8_inputs(0, 1, 2, 2, 8, 8, 64)[:3]
+    q, k, v = (torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in arrays)
+    with pytest.raises(ValueError, match="FP8 .* require grad: FP8 attention has no backward"):
+        autograd.attention(q.clone().requires_grad_(), k, v, level="tile")
+    o = autograd.attention(q, k, v, level="tile")
+    assert o.dtype == torch.bfloat16 and not o.requires_grad
 
 
 def test_the_api_refuses_mixed_and_e5m2_inputs():
