@@ -21,6 +21,7 @@ import pytest
 
 import tessera
 from tessera import reference as R
+from tessera import reference_fp8
 from tessera.runtime.attention_base import UnsupportedKernel
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -61,7 +62,8 @@ def _check(o, lse, q, k, v, descales, causal):
     assert o.dtype == np.dtype(ml_dtypes.bfloat16) and o.shape == q.shape
     check = R.check_attention_fp8(o, q, k, v, *descales, causal=causal)
     assert check.ok, check
-    assert np.abs(o.astype(np.float64) - ref_o).max() <= check.tolerance
+    np.testing.assert_allclose(reference_fp8.attention_fp8(q, k, v, *descales, causal=causal), ref_o, rtol=1e-9,
+                               atol=1e-12)  # the rule's reference is this one
     if lse is not None:
         assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
         assert R.check_lse_fp8(lse, q, k, *descales[:2], causal=causal).ok
@@ -216,6 +218,21 @@ def test_descales_of_any_real_type_are_the_same_factors():
                                       tessera.attention(q, k, v, descale_q=other, level="tile").view(np.uint16))
     ints = tessera.attention(q, k, v, descale_v=np.array([[3, 1]], np.int32), level="tile")
     _check(ints, None, q, k, v, [None, None, np.array([[3.0, 1.0]])], causal=False)
+
+
+def test_the_rule_holds_each_head_to_its_own_descales():
+    """Descales 100x apart between (batch, head)s: the kernel is within the rule in every head, and a head lost
+    (zeros where its descale_v is 0.01) or doubled is a mismatch. Regression: check_attention_fp8 took one
+    tolerance for all heads, from the largest |V| and baseline error of any, and passed both."""
+    q, k, v, _ = _draw(18, 2, 3, 3, 40, 77, 128)
+    descales = [np.array([[0.1, 1, 10], [3, 0.3, 0.03]], np.float32),
+                np.array([[2, 0.5, 0.05], [0.7, 7, 0.07]], np.float32),
+                np.array([[1, 100, 0.01], [5, 0.5, 50]], np.float32)]
+    o = _run("tile", q, k, v, descales, causal=True)[0].astype(np.float32)
+    for head, change in (((0, 2), 0.0), ((0, 0), 2.0)):
+        wrong = o.copy()
+        wrong[head] *= change
+        assert not R.check_attention_fp8(wrong, q, k, v, *descales, causal=True).ok, head
 
 
 def _small():
