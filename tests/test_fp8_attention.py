@@ -155,6 +155,7 @@ def test_the_api_refuses_mixed_and_e5m2_inputs():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(dtype="e5m2"), "dtype 'e5m2' is not supported"),
+    (dict(dtype="float8_e4m3fn"), r"dtype must be one of 'bf16', 'f16', 'e4m3'; got 'float8_e4m3fn'"),
     (dict(dtype="e4m3", bias=True), "not supported with bias"),
     (dict(dtype="e4m3", num_splits=2), r"not supported with num_splits > 1"),
     (dict(dtype="bf16", v_transposed=True), "v_transposed=True applies to the FP8 kernel"),
