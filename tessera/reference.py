@@ -10,8 +10,10 @@ Conventions (the same as the kernels'):
 
 Tolerance (DESIGN.md section 9, in the FlashAttention style): a kernel's error against the fp64 reference
 computed from the same rounded inputs may be at most twice the error of a straightforward computation in
-the kernel's precision, plus a small absolute term. With an additive bias (rounded to the kernel's type, as
-the kernel reads it) the rule is the same: the bias enters the reference in float64 and the straightforward
+the kernel's precision, plus a small absolute term. An element that is NaN (or the same infinity) in both the
+output and the reference is no error: NaN inputs make NaN rows in the kernels and the references alike; NaN on
+one side only is an infinite error. With an additive bias (rounded to the kernel's type, as the kernel reads it)
+the rule is the same: the bias enters the reference in float64 and the straightforward
 computation as PyTorch's eager attention adds it, to the rounded scores, rounding the sum.
 
 Bias conventions (the kernels' and the float64 reference's alike): a -inf bias entry hides its key, and a row
@@ -84,13 +86,22 @@ class Comparison:
         return f"max error {self.max_error:.3e}, tolerance {self.tolerance:.3e}: {verdict}"
 
 
+def _element_errors(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|out - ref| element by element in float64: 0 where both hold the same value, a NaN or an infinity
+    included (a NaN input gives NaN rows in the kernels and the references alike), infinite where only one is
+    NaN or they are different infinities."""
+    with np.errstate(invalid="ignore"):
+        error = np.nan_to_num(np.abs(out - ref), nan=np.inf)
+    return np.where((out == ref) | (np.isnan(out) & np.isnan(ref)), 0.0, error)
+
+
 def _max_error(out, ref) -> float:
     out = np.asarray(out).astype(np.float64)
     if out.shape != ref.shape:
         return float("inf")
     if out.size == 0:
         return 0.0
-    return float(np.nan_to_num(np.abs(out - ref), nan=np.inf).max())
+    return float(_element_errors(out, np.asarray(ref, np.float64)).max())
 
 
 # region Attention forward
@@ -146,13 +157,14 @@ def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None
 
 def _lse_comparison(out: np.ndarray, ref: np.ndarray, relative: float) -> Comparison:
     """An LSE `out` against its float64 `ref`: within `LSE_TOLERANCE` beyond `relative` |ref| where `ref` is
-    finite, exactly -inf where it is -inf; a shape mismatch, NaN or any other mismatch is an infinite error."""
+    finite, exactly -inf where it is -inf, NaN where it is NaN (a NaN input); a shape mismatch, NaN where the
+    reference is not, or any other mismatch is an infinite error."""
     if out.shape != ref.shape:
         return Comparison(float("inf"), LSE_TOLERANCE)
     empty = np.isneginf(ref)
     if not np.array_equal(np.isneginf(out), empty):
         return Comparison(float("inf"), LSE_TOLERANCE)
-    error = np.nan_to_num(np.abs(out[~empty] - ref[~empty]) - relative * np.abs(ref[~empty]), nan=np.inf)
+    error = _element_errors(out[~empty], ref[~empty]) - relative * np.abs(np.nan_to_num(ref[~empty]))
     return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
 
 
@@ -319,15 +331,30 @@ def check_attention_mods_backward(grads, q, k, v, o, do, dtype, score_mod=None, 
 def check_attention_fp8(out, q8, k8, v8, descale_q=None, descale_k=None, descale_v=None, causal: bool = False,
                         scale: float | None = None) -> Comparison:
     """Compare an FP8 attention output with `attention_fp8` (float64, dequantized inputs) under the rule of the
-    module docstring: at most twice the error of `attention_fp8_same_precision` (the larger of its two
-    roundings of P, normalized or not: with few keys one of them may happen to be exact), plus
-    ABSOLUTE_TOLERANCE times max(1, max |dequantized V|) (the output is a convex combination of V's rows)."""
+    module docstring, head by head: in each (batch, query head), at most twice the error of
+    `attention_fp8_same_precision` there (the larger of its two roundings of P, normalized or not: with few
+    keys one of them may happen to be exact), plus ABSOLUTE_TOLERANCE times max(1, max |dequantized V|) of its
+    key head (the output is a convex combination of those rows). Per head because the descales are: one
+    tolerance for all would let a head whose descale_v is 100x smaller than another's be lost entirely. The
+    Comparison returned is the head's whose error is the largest part of its tolerance."""
     ref = attention_fp8(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale)
-    baseline = max(_max_error(attention_fp8_same_precision(q8, k8, v8, descale_q, descale_k, descale_v, causal,
-                                                           scale, normalized), ref) for normalized in (True, False))
-    v_max = float(np.abs(dequantize_fp8(v8, fp8_descales(q8, k8, descale_q, descale_k, descale_v)[2])).max())
-    tolerance = 2 * baseline + ABSOLUTE_TOLERANCE * max(1.0, v_max)
-    return Comparison(_max_error(out, ref), tolerance)
+    out = np.asarray(out).astype(np.float64)
+    if out.shape != ref.shape:
+        return Comparison(float("inf"), ABSOLUTE_TOLERANCE)
+    baseline = np.maximum.reduce([_head_errors(attention_fp8_same_precision(
+        q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, normalized).astype(np.float64), ref)
+        for normalized in (True, False)])
+    v = dequantize_fp8(v8, fp8_descales(q8, k8, descale_q, descale_k, descale_v)[2], ref.shape[1])
+    v_max = np.abs(np.where(np.isnan(v), 0, v)).max(axis=(2, 3))  # a NaN in V: its NaN rows are held as NaN
+    tolerance = 2 * baseline + ABSOLUTE_TOLERANCE * np.maximum(1.0, v_max)
+    error = _head_errors(out, ref)
+    worst = np.unravel_index(np.argmax(error / tolerance), error.shape)
+    return Comparison(float(error[worst]), float(tolerance[worst]))
+
+
+def _head_errors(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """The largest element error (`_element_errors`) of each [batch, head] of [batch, heads, seq, d] arrays."""
+    return _element_errors(out, ref).max(axis=(2, 3))
 
 
 FP8_LSE_ROUNDINGS = 8

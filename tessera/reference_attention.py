@@ -43,18 +43,20 @@ def saturate_bias(bias, scale: float):
 
 
 def softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
-    """softmax over the last axis of `scores` where `visible`; a row that sees nothing (or sums to no positive
-    number) is zeros. One new array, worked on in place."""
+    """softmax over the last axis of `scores` where `visible`; a row that sees nothing (every score -inf) is
+    zeros, a row with a NaN or +inf score is NaN (as the kernels give it: the reference module's conventions).
+    One new array, worked on in place."""
     if visible is not None:
         scores = np.where(visible, scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)
     row_max[np.isneginf(row_max)] = 0
-    weights = np.subtract(scores, row_max, out=scores if visible is not None else None)
+    with np.errstate(invalid="ignore"):  # +inf - +inf: NaN, the row's value
+        weights = np.subtract(scores, row_max, out=scores if visible is not None else None)
     np.exp(weights, out=weights)
     total = weights.sum(axis=-1, keepdims=True)
-    positive = total > 0
-    np.divide(weights, total, out=weights, where=positive)
-    weights[~positive[..., 0]] = 0
+    seen = total != 0  # True for NaN: a NaN row stays NaN
+    np.divide(weights, total, out=weights, where=seen)
+    weights[~seen[..., 0]] = 0
     return weights
 
 
@@ -101,7 +103,7 @@ def attention_lse(q, k, causal: bool = False, scale: float | None = None, bias=N
         scores = np.where(causal_visible(q.shape[2], k.shape[2]), scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)
     safe = np.where(np.isneginf(row_max), 0, row_max)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf: no key; +inf - +inf: a NaN row
         return (np.log(np.exp(scores - safe).sum(axis=-1, keepdims=True)) + safe)[..., 0]
 
 

@@ -313,7 +313,7 @@ BUILDERS = [
     ("head_dim 80", lambda: tessera.kernels.flash_attention(head_dim=80), ValueError,
      r"head_dim must be one of 64, 96, 128, 192, 256; got 80"),
     ("dtype f32", lambda: tessera.kernels.flash_attention(head_dim=64, dtype="f32"), ValueError,
-     r"dtype must be one of 'bf16', 'f16'; got 'f32'"),
+     r"dtype must be one of 'bf16', 'f16', 'e4m3'; got 'f32'"),
     ("scale overflows f32", lambda: tessera.kernels.flash_attention(head_dim=64, scale=1e39), ValueError,
      r"scale must be representable as an f32"),
     ("scale underflows f32", lambda: tessera.kernels.flash_attention(head_dim=64, scale=1e-50), ValueError,

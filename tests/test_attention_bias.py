@@ -112,6 +112,20 @@ def test_minus_infinity_hides_keys_like_an_attention_mask(rng):
     assert np.all(out[..., 3, :] == 0) and np.isneginf(lse[..., 3, 0]).all()
 
 
+def test_plus_infinity_makes_its_row_nan_in_the_kernel_and_the_reference(rng):
+    """A +inf bias entry makes its row NaN, O and LSE (the reference module's convention), in the kernel and in
+    the float64 reference alike, so the check holds a right kernel right. Regression (unseen23f): the reference
+    gave that row zeros, and check_attention called the kernel's NaN row a mismatch of infinite error."""
+    q, k, v, bias = _inputs(rng, (1, 1, 40, 70), 64)
+    bias[..., 7, 30] = np.inf
+    out, lse = tessera.interpret(flash_attention(64, bias=True, return_lse=True), q, k, v, bias)
+    assert np.isnan(out[..., 7, :].astype(np.float32)).all() and np.isnan(lse[..., 7, 0]).all()
+    assert np.isnan(reference_attention.attention(q, k, v, bias=bias)[..., 7, :]).all()
+    _check(out, q, k, v, bias, "bf16", False, lse)
+    zeroed = np.where(np.isnan(out.astype(np.float32)), 0, out.astype(np.float32))  # a NaN row lost: a mismatch
+    assert not reference.check_attention(zeroed, q, k, v, BF16, bias=bias).ok
+
+
 def test_the_bias_is_added_after_the_scale(rng):
     """With scale 0.5 the result is softmax(0.5 Q K^T + Bias): a kernel that scaled the bias too is refused by
     the check (the bias is large against the scores here)."""

@@ -101,7 +101,8 @@ def test_saturated_inputs_stay_finite():
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(level="tile", num_splits=2), ValueError, "not supported with num_splits=2"),
     (dict(level="tile", cluster=2), ValueError, "not supported with cluster=2"),
-    (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError, "not supported with score_mod/mask_mod"),
+    (dict(level="tile", mask_mod=lambda b, h, i, j: i >= j), ValueError,
+     "not supported with score_mod/mask_mod/block_mask"),
     (dict(level="tile", descale_k=np.ones((1, 3))), ValueError, r"descale_k must have shape \[batch, heads_k\]"),
     (dict(level="tile", descale_v=np.array([[np.inf, 1.0]])), ValueError, "descale_v must be finite"),
     (dict(level="tile", scale=[1.0]), ValueError, "scale must be a positive finite number"),
@@ -111,6 +112,34 @@ def test_the_api_refuses_what_fp8_does_not_support(kwargs, error, message):
     q, k, v, _ = fp8_inputs(0, 1, 2, 2, 8, 8, 64)
     with pytest.raises(error, match=message):
         tessera.attention(q, k, v, **kwargs)
+
+
+def test_a_block_mask_is_refused_not_ignored():
+    """Regression (unseen23f): FlexAttention's `block_mask` stands for a mask_mod, which the FP8 kernel does not
+    take; FP8 inputs with one were run without it (the unmasked output, silently). Refused by name, as a
+    mask_mod is, at every level."""
+    from tessera.variants import create_block_mask
+
+    q, k, v, _ = fp8_inputs(0, 1, 2, 2, 8, 8, 64)
+    block_mask = create_block_mask(lambda b, h, i, j: j <= i, 1, 2, 8, 8)
+    for level in ("tile", "target", None):
+        with pytest.raises(ValueError, match="FP8 attention .* not supported with score_mod/mask_mod/block_mask"):
+            tessera.attention(q, k, v, block_mask=block_mask, level=level)
+
+
+def test_autograd_refuses_fp8_inputs_that_require_grad_before_the_forward():
+    """Regression (unseen23f): `tessera.runtime.autograd.attention` on FP8 tensors that require grad ran the
+    forward and failed in the backward on o's type ("q, k, v, o and do must have one element type"). FP8
+    attention has no backward: refused by name before the forward; without grad it runs the forward."""
+    torch = pytest.importorskip("torch")
+    from tessera.runtime import autograd
+
+    arrays = fp8_inputs(0, 1, 2, 2, 8, 8, 64)[:3]
+    q, k, v = (torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in arrays)
+    with pytest.raises(ValueError, match="FP8 .* require grad: FP8 attention has no backward"):
+        autograd.attention(q.clone().requires_grad_(), k, v, level="tile")
+    o = autograd.attention(q, k, v, level="tile")
+    assert o.dtype == torch.bfloat16 and not o.requires_grad
 
 
 def test_the_api_refuses_mixed_and_e5m2_inputs():
@@ -126,6 +155,7 @@ def test_the_api_refuses_mixed_and_e5m2_inputs():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(dtype="e5m2"), "dtype 'e5m2' is not supported"),
+    (dict(dtype="float8_e4m3fn"), r"dtype must be one of 'bf16', 'f16', 'e4m3'; got 'float8_e4m3fn'"),
     (dict(dtype="e4m3", bias=True), "not supported with bias"),
     (dict(dtype="e4m3", num_splits=2), r"not supported with num_splits > 1"),
     (dict(dtype="bf16", v_transposed=True), "v_transposed=True applies to the FP8 kernel"),

@@ -254,6 +254,15 @@ def test_attention_trace_refuses_the_ptx_level():
         attention_trace(flash(), q, k, v, level="ptx")
 
 
+def test_attention_trace_refuses_an_fp8_kernel_by_name():
+    """Regression (unseen23f): the FP8 kernel's descale inputs cannot be passed to attention_trace, whose
+    refusal was the launch's "takes 6 inputs, got 3"; it now says the FP8 kernel is not traced and what to use."""
+    q, k, v = (x.astype(ml_dtypes.float8_e4m3fn) for x in _qkv())
+    with pytest.raises(ValueError, match=r"takes inputs \(Q, K, V, DescaleQ, DescaleK, DescaleV\); .* FP8 kernel "
+                                         r"\(flash_attention\(dtype='e4m3'\)\) is not traced; .*\.check_attention_fp8"):
+        attention_trace(build_kernel("flash_attention", head_dim=64, causal=True, dtype="e4m3"), q, k, v)
+
+
 # endregion
 # region tessera-opt --validate
 def _kernel_file(tmp_path):

@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import Float8E4M3FNType
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
-from tessera.kernels.common import ArgSpec, TileBuilder, f32, global_tensor
+from tessera.kernels.common import DTYPES, ArgSpec, TileBuilder, check_choice, f32, global_tensor
 
 FP8_DTYPES = ("e4m3",)
 """The 8-bit input types `flash_attention` takes (e5m2 inputs are refused by name: FlashAttention-3 and cuDNN
@@ -108,12 +108,14 @@ def fp8_element_type() -> Float8E4M3FNType:
 
 def check_fp8_options(dtype: object, *, bias: bool, num_splits: int, mods: bool, cluster: tuple[int, int, int],
                       v_transposed: object) -> bool:
-    """Whether `dtype` names the FP8 kernel; ValueError naming what it does not combine with (e5m2, bias,
+    """Whether `dtype` names the FP8 kernel; ValueError for a dtype no forward kernel takes (naming bf16, f16 and
+    e4m3), or naming what FP8 does not combine with (e5m2, bias,
     split-KV, score_mod/mask_mod, clusters), a `v_transposed` without it, or `v_transposed=True`
     (`V_TRANSPOSED_NATURAL_REFUSAL`: it says why and what to use instead)."""
     if dtype == "e5m2":
         raise ValueError("dtype 'e5m2' is not supported by the attention kernels: the FP8 forward takes e4m3 inputs "
                          "(dtype='e4m3'), as FlashAttention-3 does")
+    check_choice("dtype", dtype, (*DTYPES, *FP8_DTYPES))  # naming 'e4m3' too: 'float8_e4m3fn' is a near miss
     fp8 = dtype in FP8_DTYPES
     if not isinstance(v_transposed, bool) and v_transposed not in V_TRANSPOSED_ORDERS:
         raise ValueError(f"v_transposed must be False or 'p8'; got {v_transposed!r}")

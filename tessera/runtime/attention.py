@@ -150,8 +150,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     k and v with fewer heads than q, as FlexAttention does (`check_enable_gqa`).
     FP8: q, k, v as `ml_dtypes.float8_e4m3fn` arrays or `torch.float8_e4m3fn` tensors, with `descale_q`,
     `descale_k`, `descale_v` f32 [batch, heads_k] (None: 1), return bf16 o (`tessera.runtime.attention_fp8`; on
-    the GPU and every interpreter level, seq_k a multiple of 16 below Tile level; not with bias,
-    score_mod/mask_mod, packed sequences, split-KV or clusters: refused by name)."""
+    the GPU and every interpreter level, any seq_k; not with bias, score_mod/mask_mod/block_mask, packed
+    sequences, split-KV or clusters: refused by name)."""
     from tessera.runtime.attention_fp8 import attention_fp8, is_fp8_call
     from tessera.runtime.attention_plan import (
         attention_plan, auto_for_zero, check_level, combine_lowering, run_in_interpreter,
@@ -161,7 +161,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     check_enable_gqa("attention", enable_gqa, q, k)
     if is_fp8_call(q, k, v, (descale_q, descale_k, descale_v)):
         refused = [name for name, on in (
-            ("bias", bias is not None), ("score_mod/mask_mod", score_mod is not None or mask_mod is not None),
+            ("bias", bias is not None),
+            ("score_mod/mask_mod/block_mask", any(x is not None for x in (score_mod, mask_mod, block_mask))),
             ("packed sequences (cu_seqlens)", cu_seqlens_q is not None or cu_seqlens_k is not None),
             ("max_seqlen_q/max_seqlen_k/seqused_k", any(x is not None for x in (max_seqlen_q, max_seqlen_k, seqused_k))),
             (f"num_splits={num_splits!r}", not (num_splits == 1 or num_splits == "auto")),

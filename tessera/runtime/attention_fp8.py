@@ -20,7 +20,7 @@ finiteness is not checked there, as FlashAttention-3 does not); host ones must b
 
 PyTorch tensors on the CPU levels are converted to NumPy bit for bit (through their bytes: e4m3 is the same
 OCP format in both) and the results returned as CPU tensors. What the FP8 kernel does not combine with (bias,
-score_mod/mask_mod, packed sequences, split-KV, clusters), e5m2 inputs (torch or ml_dtypes), and q, k, v of
+score_mod/mask_mod/block_mask, packed sequences, split-KV, clusters), e5m2 inputs (torch or ml_dtypes), and q, k, v of
 mixed FP8 and 16-bit types are refused by name (`UnsupportedKernel`). k and v may have fewer heads than q
 (GQA/MQA); query head h takes the descales of key head h // (heads // heads_k).
 """
@@ -75,7 +75,8 @@ def check_fp8_arguments(q, k, v) -> int:
                          f"other inputs are not supported, got {', '.join(names)}")
     if names[0] not in FP8_NAMES:
         raise ValueError(f"attention: descale_q, descale_k and descale_v apply to FP8 attention ({FP8_INPUT} q, k "
-                         f"and v); got {names[0]} inputs")
+                         f"and v); got {names[0]} inputs (arrays holding e4m3 values: convert with "
+                         f".astype(ml_dtypes.{FP8_INPUT}) or .to(torch.{FP8_INPUT}))")
     if names[0] != FP8_INPUT:
         raise UnsupportedKernel(f"attention: element type {names[0]} is not supported; FP8 attention takes "
                                 f"{FP8_INPUT} (e4m3) q, k and v, as FlashAttention-3 does")

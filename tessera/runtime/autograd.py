@@ -108,11 +108,18 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, determi
     (`tessera.runtime.captured_gradients.captured_tensor_inputs`), on the GPU and in the interpreters; read by
     `mask_mod`, 0-d, where no gradient reaches it (used as an index, read at constant indices), or with
     `deterministic=True` (its gradient is added by atomics, in no fixed order), it is refused by name here,
-    before the forward runs, rather than leave its gradient silently unset. `block_mask`: FlexAttention's, for its
-    mask_mod (`tessera.runtime.flex.block_mask_mod`); `enable_gqa`: FlexAttention's (`check_enable_gqa`)."""
+    before the forward runs, rather than leave its gradient silently unset; so are FP8 q, k, v that require grad
+    (FP8 attention has no backward). `block_mask`: FlexAttention's, for its mask_mod
+    (`tessera.runtime.flex.block_mask_mod`); `enable_gqa`: FlexAttention's (`check_enable_gqa`)."""
     from tessera.runtime.attention import check_enable_gqa
+    from tessera.runtime.attention_fp8 import is_fp8_call
 
     check_enable_gqa("attention", enable_gqa, q, k)
+    wants_grad = torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
+    if wants_grad and is_fp8_call(q, k, v, ()):  # else its backward failed on o's type, after the forward
+        raise ValueError("attention: FP8 (8-bit float) q, k, v that require grad: FP8 attention has no backward, as "
+                         "in FlashAttention-3 (tessera.attention_backward takes bfloat16 and float16); detach them "
+                         "or call under torch.no_grad() for the forward, or train in bfloat16")
     if bias is not None:
         raise ValueError("attention: bias is not supported with autograd: tessera.attention_backward takes no bias; "
                          "a score_mod that adds it has a backward, and gives the bias its gradient where it requires "

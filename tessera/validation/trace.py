@@ -64,7 +64,8 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
                     block: tuple[int, int, int] = (0, 0, 0), kernel: str | None = None,
                     bias=None) -> AttentionTrace:
     """Run the flash attention kernel of `module` (Tile IR; not modified) on Q, K, V (and `bias`, which a
-    kernel built with `bias=True` needs and any other refuses: ValueError) at `level` ("tile" or "target"),
+    kernel built with `bias=True` needs and any other refuses: ValueError; a kernel with other inputs, the FP8
+    kernel's descales, is refused: ValueError) at `level` ("tile" or "target"),
     after `pipeline` if given (at "target" it must reach Target IR; default the full `DEFAULT_PIPELINE`), and
     return the state of row block `block` = (batch, head, row block)."""
     from tessera import find_kernel
@@ -87,6 +88,12 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
         raise ValueError(f"attention_trace runs at level 'tile' or 'target' (the PTX executor keeps no per-op "
                          f"values), got '{level}'")
     sig = find_kernel(module, kernel)
+    traced = ["Q", "K", "V"] + (["Bias"] if sig.bias else [])
+    if len(sig.inputs) != len(traced):  # an FP8 kernel's descales: its golden would need them, and 2^8 P
+        raise ValueError(f"{where}: kernel @{sig.name} takes inputs ({', '.join(a.name for a in sig.inputs)}); "
+                         f"attention_trace traces a 16-bit flash attention kernel on {', '.join(traced[:3])} (and "
+                         "Bias) only: an FP8 kernel (flash_attention(dtype='e4m3')) is not traced; hold its output "
+                         "to tessera.reference.check_attention_fp8")
     if sig.bias != (bias is not None):
         raise ValueError(f"{where}: kernel @{sig.name} " + (
             "takes 4 inputs (Q, K, V, Bias): pass bias=, [batch, heads, seq_q, seq_k] (1 where it is broadcast)"
