@@ -379,7 +379,7 @@ class BackwardLowering:
             return
         element = op.result.type.element_type
         if not (isinstance(element, Float32Type) or element == i32):
-            refuse(op, f"1-D windows load into f32 or i32 row vectors, got {element}")
+            refuse(op, f"1-D windows load into f32, i32, bf16 or f16 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
         self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(element, [ROWS_PER_THREAD]))))
 
@@ -390,7 +390,7 @@ class BackwardLowering:
             return
         element = op.value.type.element_type
         if not (isinstance(element, Float32Type) or element == i32):
-            refuse(op, f"1-D windows store f32 or i32 row vectors, got {element}")
+            refuse(op, f"1-D windows store f32, i32, bf16 or f16 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
         # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
         first = e.setp("eq", self.col_base, e.index(0))
@@ -399,7 +399,7 @@ class BackwardLowering:
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
         src, dst = op.source.type, op.result.type
-        if not (isinstance(dst.element_type, Float32Type) and is_half(src.element_type) and src.rank == 2):
+        if not (isinstance(dst.element_type, Float32Type) and is_half(src.element_type)):
             super()._lower_CastOp(op, e)
             return
         half = "bf16" if isinstance(src.element_type, BFloat16Type) else "f16"

@@ -1,0 +1,241 @@
+"""Kernels a user writes next, round 9: 16-bit row vectors and [1, 1] tiles below Tile IR (`tests/user_kernels/`).
+
+The most common GEMM epilogue keeps its vectors in the checkpoint's precision: a bf16 or f16 per-column bias
+broadcast with `tile.load_broadcast` (promised aligned, and at any N: a bias of 135 columns), a bf16 per-row scale
+[M, 1] and an f16 per-row bias [M] read with `tile.load`, a bf16 per-column scale [1, N] read from a one-row tensor
+and written back, a bf16 bias broadcast straight into a full [64, 64] tile, row statistics stored in bf16 and f16,
+and per-tensor scales read from memory as [1, 1] tiles (bf16 from a [1, 1] tensor, f32 from a [1] one) multiplying
+a [128, 64] accumulator and a column vector, their product stored as a [1, 1] bf16 by one block. Each runs through
+`tessera.launch` at the Tile, target and PTX levels against a float64 NumPy reference.
+
+Before this round all of them ran at Tile level and were refused below it by name: row vectors, columns and column
+vectors were f32, i32 or i1 only, and a [1, 1] tile did not have the block's rows. They lower now
+(`passes/convert_tile_to_sm90/small_tiles.py`), and so does a bf16 bias broadcast from a one-row shared tile; the
+ops whose meaning depends on where a value lies in the block (tile.iota) refuse a [1, 1] tile by name at their line.
+A one-row shared tile of a tensor TMA cannot read stopped the compiler with a ZeroDivisionError; it is refused by
+name (`tests/test_any_shape.py`).
+
+The default run takes each kernel at one level and the refusals; `-m slow` runs every kernel at every level on
+every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
+--check`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import inprocess
+import tessera
+from tessera.passes.convert_tile_to_sm90 import LoweringError
+from text_edits import checked
+from unseen_rounds import KERNELS, Case, f64, round_tests
+
+BF16 = ml_dtypes.bfloat16
+F16 = np.float16
+
+
+# region inputs and references: integers and eighths, every product and sum exact in f32
+
+def _gemm(m, n, k, rng):
+    return rng.integers(-3, 4, (m, k)).astype(BF16), (rng.integers(-8, 9, (k, n)) / 8).astype(BF16)
+
+
+def _bias_inputs(dtype):
+    def inputs(shape, rng):
+        m, n, k = shape
+        return [*_gemm(m, n, k, rng), (rng.integers(-64, 65, n) / 16).astype(dtype)], {}
+    return inputs
+
+
+def _bias_ref(a, b, bias):
+    a, b, bias = f64(a, b, bias)
+    return ((a @ b + bias).astype(BF16).astype(np.float64),)
+
+
+def _row_scale_inputs(shape, rng):
+    m, n, k = shape
+    return [*_gemm(m, n, k, rng), (rng.integers(-16, 17, (m, 1)) / 8).astype(BF16),
+            (rng.integers(-64, 65, m) / 16).astype(F16)], {}
+
+
+def _row_scale_ref(a, b, s, r):
+    a, b, s, r = f64(a, b, s, r)
+    return (a @ b * s + r[:, None],)
+
+
+def _scales_inputs(shape, rng):
+    m, n, k = shape
+    return [*_gemm(m, n, k, rng), (rng.integers(-64, 65, n) / 16).astype(np.float32),
+            np.array([[-0.375]], BF16), np.array([2.5], np.float32)], {}
+
+
+def _scales_ref(a, b, bias, sa, sb):
+    a, b, bias, sa, sb = f64(a, b, bias, sa, sb)
+    return ((a @ b + bias * sb[0]) * sa[0, 0], (sa * sb[0]).astype(BF16).astype(np.float64))
+
+
+def _stats_inputs(shape, rng):
+    (m,) = shape
+    return [(rng.integers(-64, 65, (m, 64)) / 8).astype(np.float32)], {}
+
+
+def _stats_ref(x):
+    (x,) = f64(x)
+    return (x.sum(1, keepdims=True).astype(BF16).astype(np.float64), x.max(1).astype(F16).astype(np.float64))
+
+
+def _column_scale_inputs(shape, rng):
+    m, n = shape
+    return [(rng.integers(-64, 65, (m, n)) / 8).astype(BF16), (rng.integers(-16, 17, (1, n)) / 8).astype(BF16),
+            (rng.integers(-64, 65, n) / 16).astype(BF16)], {}
+
+
+def _column_scale_ref(x, w, b):
+    x, w, b = f64(x, w, b)
+    return ((x * w + b).astype(BF16).astype(np.float64), (2 * w).astype(BF16).astype(np.float64))
+
+# endregion
+
+
+GEMM_SHAPES = ((70, 72, 64), (200, 136, 40), (1, 8, 8), (129, 64, 72))
+ANY_GEMM_SHAPES = ((65, 135, 40), (1, 7, 3), (70, 72, 64), (131, 129, 17))
+
+CASES = {
+    # products of integers and eighths, sums of at most 72 of them, a bias in sixteenths: exact in f32, then one
+    # bf16 rounding on both sides
+    "gemm_bias_bf16": Case("gemm_bias_bf16", _bias_inputs(BF16), _bias_ref, 0.0, 0.0, GEMM_SHAPES),
+    "gemm_bias_f16_any": Case("gemm_bias_f16_any", _bias_inputs(F16), _bias_ref, 0.0, 0.0, ANY_GEMM_SHAPES),
+    # the same exact sums, times a scale in eighths, plus a bias in sixteenths: exact in f32
+    "gemm_row_scale": Case("gemm_row_scale", _row_scale_inputs, _row_scale_ref, 0.0, 0.0, ANY_GEMM_SHAPES),
+    "gemm_tensor_scales": Case("gemm_tensor_scales", _scales_inputs, _scales_ref, 0.0, 0.0,
+                               ((130, 72, 64), (1, 7, 3), (257, 65, 40))),
+    # sums of 64 values in eighths below 2^9: exact in f32, then one bf16 rounding; the max exact
+    "row_stats_16bit": Case("row_stats_16bit", _stats_inputs, _stats_ref, 0.0, 0.0, ((70,), (1,), (129,))),
+    # eighths times eighths plus sixteenths: exact in f32, then one bf16 rounding; 2 W exact
+    "column_scale_bf16": Case("column_scale_bf16", _column_scale_inputs, _column_scale_ref, 0.0, 0.0,
+                              ((70, 135), (1, 1), (129, 64), (3, 200))),
+}
+
+FAST = {"gemm_bias_bf16": ("ptx",), "gemm_bias_f16_any": ("target",), "gemm_row_scale": ("target",),
+        "gemm_tensor_scales": ("ptx",), "row_stats_16bit": ("target",), "column_scale_bf16": ("target",)}
+
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "gemm_bias_bf16": ["M=70", "N=72", "K=64"], "gemm_bias_f16_any": ["M=65", "N=135", "K=40"],
+    "gemm_row_scale": ["M=70", "N=135", "K=40"], "gemm_tensor_scales": ["M=130", "N=72", "K=40"],
+    "row_stats_16bit": ["M=70"], "column_scale_bf16": ["M=70", "N=135"],
+}
+
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
+
+
+def _launch(module, arrays, level):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warp-specialize: nothing to specialize in these kernels
+        return tessera.launch(module, *arrays, level=level)
+
+
+# region a bias through a one-row shared tile
+
+_GLOBAL_BIAS = """    %biasw = tile.view %bias[%n0] : !tile.tile<?xbf16, global> -> !tile.tile<64xbf16, global>
+    %bh = tile.load_broadcast %biasw : !tile.tile<64xbf16, global> -> !tile.tile<1x64xbf16, register>
+    %bv = tile.cast %bh : !tile.tile<1x64xbf16, register> -> !tile.tile<1x64xf32, register>
+    %y = tile.add %acc, %bv : !tile.tile<64x64xf32, register>, !tile.tile<1x64xf32, register>"""
+
+
+def _shared_bias_kernel(result: str) -> str:
+    """gemm_bias_bf16 with its bias [1, N] copied into a one-row shared tile and broadcast from there, into a column
+    vector [1, 64] or straight into a full [64, 64] bf16 tile."""
+    text = checked((KERNELS / "gemm_bias_bf16.mlir").read_text()).replace(
+        "%bias: !tile.tile<?xbf16, global> {tile.dims = #tile.dims<N>}",
+        "%bias: !tile.tile<1x?xbf16, global> {tile.dims = #tile.dims<1, N>}").replace(_GLOBAL_BIAS, f"""\
+    %brow = tile.alloc_shared : !tile.tile<1x64xbf16, shared>
+    %biasw = tile.view %bias[%c0, %n0] : !tile.tile<1x?xbf16, global> -> !tile.tile<1x64xbf16, global>
+    tile.cp_async %biasw, %brow : !tile.tile<1x64xbf16, global>, !tile.tile<1x64xbf16, shared>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %bh = tile.load_broadcast %brow : !tile.tile<1x64xbf16, shared> -> !tile.tile<{result}xbf16, register>
+    %bv = tile.cast %bh : !tile.tile<{result}xbf16, register> -> !tile.tile<{result}xf32, register>
+    %y = tile.add %acc, %bv : !tile.tile<64x64xf32, register>, !tile.tile<{result}xf32, register>""")
+    return text
+
+
+@pytest.mark.parametrize("result", ("1x64", "64x64"))
+def test_a_16_bit_bias_broadcast_from_a_one_row_shared_tile(result):
+    """The bias row by TMA into shared memory, then each thread's pairs of columns one 32-bit word each."""
+    module = tessera.parse_module(_shared_bias_kernel(result), "k.mlir")
+    rng = np.random.default_rng(0)
+    a, b = _gemm(70, 72, 64, rng)
+    bias = (rng.integers(-64, 65, (1, 72)) / 16).astype(BF16)
+    expected = _bias_ref(a, b, bias[0])[0]
+    for level in ("tile", "target"):
+        np.testing.assert_array_equal(_launch(module, [a, b, bias], level).astype(np.float64), expected)
+
+
+# endregion
+# region [1, 1] tiles where the block's rows matter
+
+
+def _iota_scale_kernel() -> str:
+    """gemm_tensor_scales with its scale plus the row coordinate of a [1, 1] tile (0 at Tile level)."""
+    return checked((KERNELS / "gemm_tensor_scales.mlir").read_text()).replace(
+        "    %y = tile.mul %x, %sa : !tile.tile<128x64xf32, register>, !tile.tile<1x1xf32, register>",
+        "    %row = tile.iota rows : !tile.tile<1x1xi32, register>\n"
+        "    %rowf = tile.cast %row : !tile.tile<1x1xi32, register> -> !tile.tile<1x1xf32, register>\n"
+        "    %sa0 = tile.add %sa, %rowf : !tile.tile<1x1xf32, register>\n"
+        "    %y = tile.mul %x, %sa0 : !tile.tile<128x64xf32, register>, !tile.tile<1x1xf32, register>")
+
+
+def test_a_1x1_iota_runs_at_tile_level_and_is_refused_below_it(tmp_path):
+    """tile.iota of a [1, 1] tile would give each thread its own rows: refused at its line, by the Python API and by
+    the tools (exit 1, no traceback)."""
+    text = _iota_scale_kernel()
+    module = tessera.parse_module(text, "k.mlir")
+    arrays, _ = _scales_inputs((70, 72, 64), np.random.default_rng(0))
+    c, _ = _launch(module, arrays, "tile")
+    np.testing.assert_array_equal(c.astype(np.float64), _scales_ref(*arrays)[0])
+    line = 1 + text[:text.index("%row = tile.iota")].count("\n")
+    message = ("a [1, 1] register tile is one value for the whole block, held by every thread: tile.iota of it is "
+               "not supported below Tile IR")
+    with pytest.raises(LoweringError, match=rf"k.mlir:{line}:5: .*" + re.escape(message)):
+        tessera.compile(module, target="target")
+    path = tmp_path / "k.mlir"
+    path.write_text(text)
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "target",
+                            "-d", "M=70", "-d", "N=72", "-d", "K=64"])
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert f"k.mlir:{line}:5" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+# endregion
+
+
+@pytest.mark.parametrize("dtype", ("f32", "f16"))
+def test_a_1x1_scale_of_another_type(dtype):
+    """gemm_tensor_scales with sa read from an f32 or f16 [1, 1] tensor: one element every thread loads (a 32-bit
+    word, or 16 bits packed with itself)."""
+    text = checked((KERNELS / "gemm_tensor_scales.mlir").read_text())
+    sa_lines = text[text.index("%SA: "):text.index("\n", text.index("%SA: "))]
+    load = text[text.index("    %saw = "):text.index("    %sbw = ")]
+    cast = "" if dtype == "f32" else \
+        f"    %sa = tile.cast %sah : !tile.tile<1x1x{dtype}, register> -> !tile.tile<1x1xf32, register>\n"
+    text = text.replace(sa_lines, sa_lines.replace("xbf16", f"x{dtype}")).replace(load, f"""\
+    %saw = tile.view %SA[%c0, %c0] : !tile.tile<1x1x{dtype}, global> -> !tile.tile<1x1x{dtype}, global>
+    %sah = tile.load %saw : !tile.tile<1x1x{dtype}, global> -> !tile.tile<1x1x{dtype}, register>
+{cast}""")
+    if dtype == "f32":
+        text = text.replace("%sah = tile.load", "%sa = tile.load")
+    module = tessera.parse_module(text, "k.mlir")
+    arrays, _ = _scales_inputs((130, 72, 64), np.random.default_rng(0))
+    arrays[3] = arrays[3].astype({"f32": np.float32, "f16": F16}[dtype])
+    expected = _scales_ref(*arrays)
+    for level in ("tile", "target"):
+        c, sc = _launch(module, arrays, level)
+        np.testing.assert_array_equal(c.astype(np.float64), expected[0])
+        np.testing.assert_array_equal(sc.astype(np.float64), expected[1])
