@@ -5,7 +5,8 @@ broadcast with `tile.load_broadcast` (promised aligned, and at any N: a bias of 
 [M, 1] and an f16 per-row bias [M] read with `tile.load`, a bf16 per-column scale [1, N] read from a one-row tensor
 and written back, a bf16 bias broadcast straight into a full [64, 64] tile, row statistics stored in bf16 and f16,
 and per-tensor scales read from memory as [1, 1] tiles (bf16 from a [1, 1] tensor, f32 from a [1] one) multiplying
-a [128, 64] accumulator and a column vector, their product stored as a [1, 1] bf16 by one block. Each runs through
+a [128, 64] accumulator and a column vector, their product stored as a [1, 1] bf16 by one block; and a bf16
+per-column weight [1, N] scaled by a [1, 1] f32 in a kernel with no other tile. Each runs through
 `tessera.launch` at the Tile, target and PTX levels against a float64 NumPy reference.
 
 Before this round all of them ran at Tile level and were refused below it by name: row vectors, columns and column
@@ -13,7 +14,8 @@ vectors were f32, i32 or i1 only, and a [1, 1] tile did not have the block's row
 (`passes/convert_tile_to_sm90/small_tiles.py`), and so does a bf16 bias broadcast from a one-row shared tile; the
 ops whose meaning depends on where a value lies in the block (tile.iota) refuse a [1, 1] tile by name at their line.
 A one-row shared tile of a tensor TMA cannot read stopped the compiler with a ZeroDivisionError; it is refused by
-name (`tests/test_any_shape.py`).
+name (`tests/test_any_shape.py`). A kernel of column vectors [1, N] (and [1, 1] tiles) only, no tile with the
+block's rows, stopped it with a ValueError; it runs on one warpgroup (`column_vector_scale`).
 
 The default run takes each kernel at one level and the refusals; `-m slow` runs every kernel at every level on
 every shape, and checks each with every ptxas found (no warning, no spill) and with `tessera-run --level ptx
@@ -100,6 +102,15 @@ def _column_scale_ref(x, w, b):
     x, w, b = f64(x, w, b)
     return ((x * w + b).astype(BF16).astype(np.float64), (2 * w).astype(BF16).astype(np.float64))
 
+def _vector_scale_inputs(shape, rng):
+    (n,) = shape
+    return [(rng.integers(-64, 65, (1, n)) / 8).astype(BF16), np.array([[1.25]], np.float32)], {}
+
+
+def _vector_scale_ref(w, s):
+    w, s = f64(w, s)
+    return (w * s[0, 0],)
+
 # endregion
 
 
@@ -120,15 +131,19 @@ CASES = {
     # eighths times eighths plus sixteenths: exact in f32, then one bf16 rounding; 2 W exact
     "column_scale_bf16": Case("column_scale_bf16", _column_scale_inputs, _column_scale_ref, 0.0, 0.0,
                               ((70, 135), (1, 1), (129, 64), (3, 200))),
+    # eighths times 1.25: exact
+    "column_vector_scale": Case("column_vector_scale", _vector_scale_inputs, _vector_scale_ref, 0.0, 0.0,
+                                ((135,), (1,), (64,))),
 }
 
 FAST = {"gemm_bias_bf16": ("ptx",), "gemm_bias_f16_any": ("target",), "gemm_row_scale": ("target",),
-        "gemm_tensor_scales": ("ptx",), "row_stats_16bit": ("target",), "column_scale_bf16": ("target",)}
+        "gemm_tensor_scales": ("ptx",), "row_stats_16bit": ("target",), "column_scale_bf16": ("target",),
+        "column_vector_scale": ("ptx",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "gemm_bias_bf16": ["M=70", "N=72", "K=64"], "gemm_bias_f16_any": ["M=65", "N=135", "K=40"],
     "gemm_row_scale": ["M=70", "N=135", "K=40"], "gemm_tensor_scales": ["M=130", "N=72", "K=40"],
-    "row_stats_16bit": ["M=70"], "column_scale_bf16": ["M=70", "N=135"],
+    "row_stats_16bit": ["M=70"], "column_scale_bf16": ["M=70", "N=135"], "column_vector_scale": ["N=135"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
@@ -239,3 +254,180 @@ def test_a_1x1_scale_of_another_type(dtype):
         c, sc = _launch(module, arrays, level)
         np.testing.assert_array_equal(c.astype(np.float64), expected[0])
         np.testing.assert_array_equal(sc.astype(np.float64), expected[1])
+
+
+def test_a_kernel_of_column_vectors_only():
+    """No register tile has the block's rows (W + W of an f32 [1, N] row): it stopped convert-tile-to-sm90 with a
+    ValueError from inside (`_block_rows` found no rows); it runs on one warpgroup."""
+    text = checked((KERNELS / "column_vector_scale.mlir").read_text()).replace(
+        "    %sw = tile.view %S[%c0, %c0] : !tile.tile<1x1xf32, global> -> !tile.tile<1x1xf32, global>\n"
+        "    %s = tile.load %sw : !tile.tile<1x1xf32, global> -> !tile.tile<1x1xf32, register>\n"
+        "    %v = tile.mul %s, %w : !tile.tile<1x1xf32, register>, !tile.tile<1x64xf32, register>",
+        "    %v = tile.add %w, %w : !tile.tile<1x64xf32, register>")
+    module = tessera.parse_module(text, "k.mlir")
+    w, s = _vector_scale_inputs((135,), np.random.default_rng(0))[0]
+    for level in ("tile", "target"):
+        np.testing.assert_array_equal(_launch(module, [w, s], level), 2 * w.astype(np.float32))
+
+
+# region the bias kernel as users vary it
+
+_BIAS_LINES = ("    %biasw = tile.view %bias[%n0] : !tile.tile<?xbf16, global> -> !tile.tile<64xbf16, global>\n"
+               "    %bh = tile.load_broadcast %biasw : !tile.tile<64xbf16, global> -> !tile.tile<1x64xbf16, register>\n"
+               "    %bv = tile.cast %bh : !tile.tile<1x64xbf16, register> -> !tile.tile<1x64xf32, register>\n")
+
+
+def _bias_variant(variant: str) -> str:
+    """gemm_bias_bf16, varied: its bias read before the K loop; from column n0 + 1 (pairs at odd columns: one
+    element a load even under the promise); from row 1 of a per-expert table [E, N]; or the result zeroed at columns
+    >= a length read from memory as a [1, 1] i32."""
+    text = checked((KERNELS / "gemm_bias_bf16.mlir").read_text())
+    if variant == "before_loop":
+        early = checked(text.replace(_BIAS_LINES, ""))
+        return early.replace("    %zero = tile.fill", _BIAS_LINES + "    %zero = tile.fill")
+    if variant == "odd_start":
+        return text.replace("%biasw = tile.view %bias[%n0]", "%one = arith.constant 1 : index\n"
+                            "    %n1 = arith.addi %n0, %one : index\n    %biasw = tile.view %bias[%n1]")
+    if variant == "expert_row":
+        return checked(text.replace("%bias: !tile.tile<?xbf16, global> {tile.dims = #tile.dims<N>}",
+                                    "%bias: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<E, N>}")).replace(
+            "%biasw = tile.view %bias[%n0] : !tile.tile<?xbf16, global>",
+            "%biasw = tile.view %bias[%c1, %n0] : !tile.tile<?x?xbf16, global>")
+    return checked(text.replace("%bias: !tile.tile<?xbf16, global> {tile.dims = #tile.dims<N>}",
+                                "%bias: !tile.tile<?xbf16, global> {tile.dims = #tile.dims<N>},\n"
+                                "      %L: !tile.tile<1x1xi32, global> {tile.dims = #tile.dims<1, 1>}")).replace(
+        "    %y = tile.add %acc, %bv : !tile.tile<64x64xf32, register>, !tile.tile<1x64xf32, register>", """\
+    %y0 = tile.add %acc, %bv : !tile.tile<64x64xf32, register>, !tile.tile<1x64xf32, register>
+    %lw = tile.view %L[%c0, %c0] : !tile.tile<1x1xi32, global> -> !tile.tile<1x1xi32, global>
+    %l = tile.load %lw : !tile.tile<1x1xi32, global> -> !tile.tile<1x1xi32, register>
+    %cols = tile.iota cols offset %n0 : !tile.tile<64x64xi32, register>
+    %keep = tile.cmp lt %cols, %l : !tile.tile<64x64xi32, register>, !tile.tile<1x1xi32, register>
+    %z = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+    %y = tile.select %keep, %y0, %z : !tile.tile<64x64xi1, register>, !tile.tile<64x64xf32, register>, \
+!tile.tile<64x64xf32, register>""")
+
+
+@pytest.mark.parametrize("variant", ("before_loop", "odd_start", "expert_row", "length"))
+def test_the_bias_kernel_varied(variant):
+    module = tessera.parse_module(_bias_variant(variant), "k.mlir")
+    rng = np.random.default_rng(1)
+    a, b = _gemm(70, 136, 64, rng)
+    bias = (rng.integers(-64, 65, (3, 136)) / 16).astype(BF16)
+    arrays = [a, b, bias if variant == "expert_row" else bias[0]]
+    table = bias.astype(np.float64)
+    row = {"odd_start": np.append(table[0, 1:], 0), "expert_row": table[1]}.get(variant, table[0])
+    expected = f64(a)[0] @ f64(b)[0] + row
+    if variant == "length":
+        arrays.append(np.array([[50]], np.int32))
+        expected[:, 50:] = 0
+    for level in ("tile", "target"):
+        got = _launch(module, arrays, level).astype(np.float64)
+        np.testing.assert_array_equal(got, expected.astype(BF16).astype(np.float64))
+
+# endregion
+
+
+def test_a_bias_promised_aligned_loads_pairs_and_one_at_an_odd_column_elements():
+    """Under tile.divisible N = 8 the bias's pairs start on 4 bytes: 32-bit words (and no 16-bit load anywhere in
+    the kernel); from column n0 + 1 they do not: one ld.global.u16 an element."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        aligned = tessera.compile(tessera.parse_module((KERNELS / "gemm_bias_bf16.mlir").read_text()))
+        odd = tessera.compile(tessera.parse_module(_bias_variant("odd_start")))
+    assert "ld.global.u16" not in aligned and "ld.global.b32" in aligned
+    assert "ld.global.u16" in odd
+
+
+# region one value for the block carried by a loop, a 16-bit column from one element, a 16-bit row vector filled
+
+LOOP_CARRIED_SCALE = """
+builtin.module {
+  func.func @k(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+      %S: !tile.tile<1x1xf32, global> {tile.dims = #tile.dims<1, 1>},
+      %Y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>, tile.role = "out"},
+      %F: !tile.tile<1x1xbf16, global> {tile.dims = #tile.dims<1, 1>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c3 = arith.constant 3 : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %sw = tile.view %S[%c0, %c0] : !tile.tile<1x1xf32, global> -> !tile.tile<1x1xf32, global>
+    %s = tile.load %sw : !tile.tile<1x1xf32, global> -> !tile.tile<1x1xf32, register>
+    %one = tile.fill 1.0 : !tile.tile<1x1xf32, register>
+    %t = scf.for %j = %c0 to %c3 step %c1 iter_args(%a = %one) -> (!tile.tile<1x1xf32, register>) {
+      %a2 = tile.mul %a, %s : !tile.tile<1x1xf32, register>
+      scf.yield %a2 : !tile.tile<1x1xf32, register>
+    }
+    %pos = tile.cmp gt %t, %one : !tile.tile<1x1xf32, register>
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %xt = tile.mul %x, %t : !tile.tile<64x64xf32, register>, !tile.tile<1x1xf32, register>
+    %y = tile.select %pos, %xt, %x : !tile.tile<1x1xi1, register>, !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, register>
+    %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    %first = arith.cmpi eq, %b, %c0 : index
+    scf.if %first {
+      %f = tile.fill -1.5 : !tile.tile<1x1xbf16, register>
+      %fw = tile.view %F[%c0, %c0] : !tile.tile<1x1xbf16, global> -> !tile.tile<1x1xbf16, global>
+      tile.store_global %f, %fw : !tile.tile<1x1xbf16, register>, !tile.tile<1x1xbf16, global>
+    }
+    func.return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("scale", (1.5, 0.5))
+def test_a_1x1_tile_carried_by_a_loop(scale):
+    """t = s^3 by an scf.for carrying a [1, 1] tile, then Y = X t where t > 1 (a [1, 1] i1 condition), else X; and a
+    bf16 [1, 1] constant stored by block 0."""
+    module = tessera.parse_module(LOOP_CARRIED_SCALE, "k.mlir")
+    x = (np.random.default_rng(0).integers(-64, 65, (130, 64)) / 8).astype(np.float32)
+    t = scale**3
+    for level in ("tile", "target"):
+        y, f = _launch(module, [x, np.array([[scale]], np.float32)], level)
+        np.testing.assert_array_equal(y, x * t if t > 1 else x)
+        np.testing.assert_array_equal(f.astype(np.float32), [[-1.5]])
+
+
+ELEMENT_AS_COLUMN = """
+builtin.module {
+  func.func @k(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+      %S: !tile.tile<1xbf16, global> {tile.dims = #tile.dims<1>},
+      %Y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>, tile.role = "out"},
+      %R: !tile.tile<?xf16, global> {tile.dims = #tile.dims<M>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %sw = tile.view %S[%c0] : !tile.tile<1xbf16, global> -> !tile.tile<1xbf16, global>
+    %sh = tile.load_broadcast %sw : !tile.tile<1xbf16, global> -> !tile.tile<64x1xbf16, register>
+    %s = tile.cast %sh : !tile.tile<64x1xbf16, register> -> !tile.tile<64x1xf32, register>
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %y = tile.mul %x, %s : !tile.tile<64x64xf32, register>, !tile.tile<64x1xf32, register>
+    %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    %r = tile.fill 2.5 : !tile.tile<64xf16, register>
+    %rw = tile.view %R[%m0] : !tile.tile<?xf16, global> -> !tile.tile<64xf16, global>
+    tile.store_global %r, %rw : !tile.tile<64xf16, register>, !tile.tile<64xf16, global>
+    func.return
+  }
+}
+"""
+
+
+def test_a_16_bit_element_broadcast_as_a_column_and_a_16_bit_row_vector_filled():
+    """One bf16 element by tile.load_broadcast into a [64, 1] column (every thread loads it, packed with itself),
+    and an f16 row vector [64] filled and stored into a 1-D output (each row once)."""
+    module = tessera.parse_module(ELEMENT_AS_COLUMN, "k.mlir")
+    x = (np.random.default_rng(0).integers(-64, 65, (70, 64)) / 8).astype(np.float32)
+    for level in ("tile", "target"):
+        y, r = _launch(module, [x, np.array([-0.75], BF16)], level)
+        np.testing.assert_array_equal(y, x * -0.75)
+        np.testing.assert_array_equal(r, np.full(70, 2.5, F16))
+
+# endregion

@@ -126,7 +126,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
         """The rows of the block's register tiles, BM: every register tile but a column vector [1, N] and a [1, 1]
         tile (one value for the block, small_tiles.py) has them (a row vector [BM] and a column [BM, 1] one value
         per row). A tile of other rows is refused at the op that makes it; a 1-D one of 1 row ([1]) is told to
-        use a [1, 1] tile."""
+        use a [1, 1] tile. A kernel of column vectors and [1, 1] tiles only runs on one warpgroup."""
         rows = {}  # rows -> the first op whose register tile has them
         for op in walk_ops(self.fn):
             for value in op.results:
@@ -135,8 +135,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
                         self._is_column_vector(ty) or is_scalar(ty)):
                     rows.setdefault(ty.get_shape()[0], (op, ty))
         if not rows:
-            refuse(self.fn, "a kernel's register tiles must include one of the block's rows (a row vector [BM] or "
-                            "a tile [BM, N], BM a multiple of 64)")
+            return facts.WGMMA_M
         if len(rows) > 1:
             bm, odd = max(rows), min(rows)
             op, ty = rows[odd]
