@@ -431,3 +431,53 @@ def test_a_16_bit_element_broadcast_as_a_column_and_a_16_bit_row_vector_filled()
         np.testing.assert_array_equal(r, np.full(70, 2.5, F16))
 
 # endregion
+
+
+# region column vectors of other widths
+
+def _bias_width_kernel(bn: int, t: str) -> str:
+    """X [M, N] f32 + a 16-bit bias [N] broadcast as a column vector [1, bn], which block row 0 also stores into
+    B2 [1, N] (a column vector of the wgmma N bn: bn/8 packed registers a thread)."""
+    return f"""builtin.module {{
+  func.func @k(%X: !tile.tile<?x?xf32, global> {{tile.dims = #tile.dims<M, N>}},
+      %b: !tile.tile<?x{t}, global> {{tile.dims = #tile.dims<N>}},
+      %Y: !tile.tile<?x?xf32, global> {{tile.dims = #tile.dims<M, N>, tile.role = "out"}},
+      %B2: !tile.tile<1x?x{t}, global> {{tile.dims = #tile.dims<1, N>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, {bn})>}} {{
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %cbn = arith.constant {bn} : index
+    %bm = tile.program_id x : index
+    %bb = tile.program_id y : index
+    %m0 = arith.muli %bm, %c64 : index
+    %n0 = arith.muli %bb, %cbn : index
+    %xw = tile.view %X[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x{bn}xf32, global>
+    %x = tile.load %xw : !tile.tile<64x{bn}xf32, global> -> !tile.tile<64x{bn}xf32, register>
+    %bw = tile.view %b[%n0] : !tile.tile<?x{t}, global> -> !tile.tile<{bn}x{t}, global>
+    %bh = tile.load_broadcast %bw : !tile.tile<{bn}x{t}, global> -> !tile.tile<1x{bn}x{t}, register>
+    %bv = tile.cast %bh : !tile.tile<1x{bn}x{t}, register> -> !tile.tile<1x{bn}xf32, register>
+    %y = tile.add %x, %bv : !tile.tile<64x{bn}xf32, register>, !tile.tile<1x{bn}xf32, register>
+    %yw = tile.view %Y[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x{bn}xf32, global>
+    tile.store_global %y, %yw : !tile.tile<64x{bn}xf32, register>, !tile.tile<64x{bn}xf32, global>
+    %first = arith.cmpi eq, %bm, %c0 : index
+    scf.if %first {{
+      %b2w = tile.view %B2[%c0, %n0] : !tile.tile<1x?x{t}, global> -> !tile.tile<1x{bn}x{t}, global>
+      tile.store_global %bh, %b2w : !tile.tile<1x{bn}x{t}, register>, !tile.tile<1x{bn}x{t}, global>
+    }}
+    func.return
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("bn, dtype", ((8, "bf16"), (24, "f16"), (256, "bf16")))
+def test_16_bit_column_vectors_of_other_widths(bn, dtype):
+    rng = np.random.default_rng(bn)
+    x = (rng.integers(-64, 65, (70, 2 * bn + 3)) / 8).astype(np.float32)
+    b = (rng.integers(-64, 65, 2 * bn + 3) / 16).astype({"bf16": BF16, "f16": F16}[dtype])
+    module = tessera.parse_module(_bias_width_kernel(bn, dtype), "k.mlir")
+    for level in ("tile", "target"):
+        y, b2 = _launch(module, [x, b], level)
+        np.testing.assert_array_equal(y, x + b.astype(np.float32))
+        np.testing.assert_array_equal(b2[0], b)
+
+# endregion
