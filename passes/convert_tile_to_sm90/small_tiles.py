@@ -12,7 +12,7 @@ of whole registers.
 From global memory a column vector's pairs are loaded as 32-bit words where every pair starts on 4 bytes
 (`_words_aligned`: an even first column of rows that start on 4 bytes), otherwise one `ld.global.u16` per element
 (a bias of 135 columns), packed (`pack_pairs`); from a one-row shared tile a word a pair; a row vector's or a
-column's two rows are always two elements.
+column's two rows are always two elements (a row vector's, of a 1-D window: `BackwardLowering._row_window_access`).
 Stores split the pairs (`unpack_pairs`) and write one `st.global.b16` per element, from one lane of those holding it.
 
 A [1, 1] tile (one value for the whole block: a per-tensor scale read from memory) is held as a column [BM, 1]
@@ -128,10 +128,6 @@ class SmallTileLowering:
             super()._lower_LoadOp(op, e)
         elif is_scalar(ty):
             self._set(op.result, self._load_scalar(op, window, ty, e))
-        elif is_half(ty.element_type) and ty.rank == 1:  # the thread's two rows of a 1-D window
-            base, offsets, mask = self._row_window_access(op, window, e)
-            elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, 2))
-            self._set(op.result, pack_pairs(e, e.shuffle(elements, [0]), e.shuffle(elements, [1])))
         elif is_half(ty.element_type) and self._is_column_vector(ty):
             self._require_row_window(op, window)
             self._set(op.result, self._load_half_row(op, window, ty, self._layout(op, ty).distinct_columns[0], e))
@@ -148,10 +144,6 @@ class SmallTileLowering:
             mask = e.andi(mask, e.broadcast(first, 1))
             store = sm90.StGlobalB16Op if is_half(ty.element_type) else sm90.StGlobalOp
             e.op(store(base, e.dense(i32, [0]), e.shuffle(value, [0]), mask, column_bytes))
-        elif is_half(ty.element_type) and ty.rank == 1:  # each row once, by the lane of its quad at column base 0
-            base, offsets, mask = self._row_window_access(op, window, e)
-            mask = e.andi(mask, e.broadcast(e.setp("eq", self.col_base, e.index(0)), 2))
-            e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask))
         elif is_half(ty.element_type) and self._is_column_vector(ty):
             base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
             e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask, columns))
