@@ -525,3 +525,51 @@ def test_the_first_rows_of_a_row_vector_into_a_1d_window(dtype):
         np.testing.assert_array_equal(_launch(module, [x], level).astype(np.float64), expected)
 
 # endregion
+
+
+# region a 16-bit column of a table
+
+def _table_column_kernel(col: int) -> str:
+    """Y = X * S[:, col] by row, S [M, 5] bf16 (rows of 10 bytes), and T[:, col] = f16(S[:, col]): a 16-bit column
+    [64, 1] read from and written to column `col` of a table."""
+    return f"""builtin.module {{
+  func.func @k(%X: !tile.tile<?x64xf32, global> {{tile.dims = #tile.dims<M, 64>}},
+      %S: !tile.tile<?x5xbf16, global> {{tile.dims = #tile.dims<M, 5>}},
+      %Y: !tile.tile<?x64xf32, global> {{tile.dims = #tile.dims<M, 64>, tile.role = "out"}},
+      %T: !tile.tile<?x5xf16, global> {{tile.dims = #tile.dims<M, 5>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, 64)>}} {{
+    %c0 = arith.constant 0 : index
+    %cc = arith.constant {col} : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %sw = tile.view %S[%m0, %cc] : !tile.tile<?x5xbf16, global> -> !tile.tile<64x1xbf16, global>
+    %sh = tile.load %sw : !tile.tile<64x1xbf16, global> -> !tile.tile<64x1xbf16, register>
+    %s = tile.cast %sh : !tile.tile<64x1xbf16, register> -> !tile.tile<64x1xf32, register>
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %y = tile.mul %x, %s : !tile.tile<64x64xf32, register>, !tile.tile<64x1xf32, register>
+    %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    %t = tile.cast %s : !tile.tile<64x1xf32, register> -> !tile.tile<64x1xf16, register>
+    %tw = tile.view %T[%m0, %cc] : !tile.tile<?x5xf16, global> -> !tile.tile<64x1xf16, global>
+    tile.store_global %t, %tw : !tile.tile<64x1xf16, register>, !tile.tile<64x1xf16, global>
+    func.return
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("col", (0, 3))
+def test_a_16_bit_column_of_a_table(col):
+    module = tessera.parse_module(_table_column_kernel(col), "k.mlir")
+    rng = np.random.default_rng(0)
+    x = (rng.integers(-64, 65, (70, 64)) / 8).astype(np.float32)
+    s = (rng.integers(-16, 17, (70, 5)) / 8).astype(BF16)
+    t = np.zeros((70, 5), F16)
+    t[:, col] = s[:, col].astype(F16)
+    for level in ("tile", "target"):
+        y, got = _launch(module, [x, s], level)
+        np.testing.assert_array_equal(y, x * s[:, col:col + 1].astype(np.float32))
+        np.testing.assert_array_equal(got, t)
+
+# endregion
