@@ -149,8 +149,3 @@ class SmallTileLowering:
             e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask, columns))
         else:
             super()._lower_StoreGlobalOp(op, e)
-
-    @staticmethod
-    def _require_row_window(op, window: Window) -> None:
-        if len(window.shape) != 2 or window.shape[0] != 1:
-            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")

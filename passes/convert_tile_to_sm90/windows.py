@@ -234,14 +234,19 @@ class WindowLowering:
         columns, `_is_column_vector`) moved to or from a [1, N] window of a 2-D tensor: the window's one row, not
         the thread's rows. `writers`: only the threads of the tile's first row write (the lanes of one quad
         hold every column once; the other rows hold the same values again)."""
-        if len(window.shape) != 2 or window.shape[0] != 1:
-            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
+        self._require_row_window(op, window)
         columns = self._layout(op, ty).distinct_columns[0]
         base, mask, column_bytes = self._one_row_access(window, ty, columns, e)
         if writers:
             first_row = e.setp("eq", self.row_base, e.index(0))
             mask = e.andi(mask, e.broadcast(first_row, len(columns)))
         return base, e.dense(i32, [0] * len(columns)), mask, column_bytes
+
+    @staticmethod
+    def _require_row_window(op, window: Window) -> None:
+        """A [1, N] register tile (a column vector) moves to or from a [1, N] window: its one row."""
+        if len(window.shape) != 2 or window.shape[0] != 1:
+            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
 
     def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,
                                e: Emitter) -> SSAValue:
