@@ -8,7 +8,7 @@
 - A kernel whose `tile.divisible` promise the sizes break is refused at launch, naming the call and the size.
 - The default GEMM takes any M, N, K at every level and picks the TMA path itself where the rows allow it
   (`tile.specialize`), without warnings.
-- `tile.load_broadcast` of a row of a 2-D tensor.
+- `tile.load_broadcast` of a row of a 2-D tensor; a one-row shared tile of a tensor TMA cannot read is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tessera.kernel_abi import specialized
 from tessera.kernels import gemm
 from tessera.numerics import dtype_from_name
 from tessera.passes import apply_pipeline
+from tessera.passes.convert_tile_to_sm90 import LoweringError
 from tessera.runtime.arguments import bind_sizes
 from text_edits import checked, filled
 
@@ -265,6 +266,26 @@ def test_load_broadcast_of_a_row_of_a_matrix(level, shape, rng):
     y = tessera.interpret(tessera.parse_module(ROW_BROADCAST), x, level=level)
     expected = np.broadcast_to(x[2], shape) if shape[0] > 2 else np.zeros(shape, np.float32)
     assert np.array_equal(y, expected)
+
+
+def test_a_one_row_shared_tile_that_tma_cannot_fill_is_refused_by_name():
+    """Row 2 of X through a one-row shared tile: X's rows need not start on 16 bytes, so TMA cannot copy it, and
+    the copy by the block's threads handles swizzled tiles only (it stopped with a ZeroDivisionError from inside
+    the compiler); refused at the copy's line, saying what to write instead."""
+    text = checked(ROW_BROADCAST.replace("16", "32")).replace(  # a one-row tile of 128 bytes, a TMA box's
+        "    %b = tile.load_broadcast %row : !tile.tile<32xf32, global> -> !tile.tile<64x32xf32, register>\n",
+        "    %row2 = tile.view %X[%c2, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<1x32xf32, global>\n"
+        "    %s = tile.alloc_shared : !tile.tile<1x32xf32, shared>\n"
+        "    tile.cp_async %row2, %s : !tile.tile<1x32xf32, global>, !tile.tile<1x32xf32, shared>\n"
+        "    tile.cp_commit_group\n    tile.cp_wait_group 0\n    tile.barrier\n"
+        "    %b = tile.load_broadcast %s : !tile.tile<1x32xf32, shared> -> !tile.tile<64x32xf32, register>\n")
+    module = tessera.parse_module(text, "k.mlir")
+    x = np.arange(3 * 7, dtype=np.float32).reshape(3, 7)
+    assert np.array_equal(tessera.interpret(module, x, level="tile"), np.broadcast_to(x[2], (3, 7)))
+    with pytest.raises(LoweringError, match=r"k.mlir:16:5: .*tile.cp_async %row2, %s .*a one-row shared tile is "
+                                            r"filled by TMA, but the rows of %X need not start on 16 bytes .*"
+                                            r"tile.load_broadcast the row from its global window"):
+        tessera.compile(module, target="target")
 
 
 # endregion

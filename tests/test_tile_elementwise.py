@@ -232,25 +232,31 @@ def test_lowering_refuses_arithmetic_on_packed_tiles_by_name(name, element):
         tessera.compile(module, target="target")
 
 
-def test_one_value_for_the_block_as_a_1x1_tile_is_refused_at_its_line():
-    """A [1, 1] tile (one value for the whole block, as tile.gather's [1, 1] indices make) runs at Tile level;
-    below it every register tile but a column vector [1, N] has the block's rows, and the refusal named the
-    kernel, not the op, and not what to write instead: a row vector [BM] of the value."""
+@pytest.mark.parametrize("shape", ("1x1", "1"))
+def test_one_value_for_the_block(shape):
+    """One value for the whole block: a [1, 1] tile runs at every level (every thread holds it: small_tiles.py); a
+    1-D [1] tile runs at Tile level and is refused below it at its line, naming the [1, 1] tile to write instead
+    (it was refused at the kernel's line, as every register tile but a column vector [1, N] has the block's rows)."""
     text = checked((KERNELS / "softmax.mlir").read_text()).replace(
         "%y = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>",
-        "%half = tile.fill 0.5 : !tile.tile<1x1xf32, register>\n"
+        f"%half = tile.fill 0.5 : !tile.tile<{shape}xf32, register>\n"
         "%y0 = tile.div %e, %s : !tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>\n"
-        "%y = tile.mul %y0, %half : !tile.tile<64x64xf32, register>, !tile.tile<1x1xf32, register>")
+        f"%y = tile.mul %y0, %half : !tile.tile<64x64xf32, register>, !tile.tile<{shape}xf32, register>")
     module = parse_module(text, "k.mlir")
     x = np.random.default_rng(0).standard_normal((70, 64)).astype(np.float32)
-    y = tessera.launch(module, x, level="tile")
     e = np.exp(x - x.max(1, keepdims=True))
-    np.testing.assert_allclose(y, 0.5 * e / e.sum(1, keepdims=True), rtol=1e-5)
-    line = 1 + text[:text.index("%half = tile.fill")].count("\n")
-    with pytest.raises(Exception, match=rf"k.mlir:{line}:5: .*register tiles must all have the same number of rows "
-                                        r".*!tile.tile<1x1xf32, register> has 1, others 64; one value for the whole "
-                                        r"block is a row vector \[64\]"):
-        tessera.compile(module, target="target")
+    levels = ("tile", "target") if shape == "1x1" else ("tile",)
+    for level in levels:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = tessera.launch(module, x, level=level)
+        np.testing.assert_allclose(y, 0.5 * e / e.sum(1, keepdims=True), rtol=1e-5)
+    if shape == "1":
+        line = 1 + text[:text.index("%half = tile.fill")].count("\n")
+        with pytest.raises(Exception, match=rf"k.mlir:{line}:5: .*register tiles must all have the same number of "
+                                            r"rows .*!tile.tile<1xf32, register> has 1, others 64; one value for the "
+                                            r"whole block is a \[1, 1\] tile"):
+            tessera.compile(module, target="target")
 
 
 def test_verifier_refuses_non_broadcasting_shapes():

@@ -48,6 +48,8 @@ How each piece maps:
   promised by `tile.divisible`), otherwise one element per register (`st.global.b16`, `ld.global.u16`), since
   a pair at an odd element straddles a 4-byte boundary. `tile.load_broadcast` loads each register's column of
   a 1-D window (a bias, or a row of a matrix: the leading indices select it, zero outside the tensor).
+- A bf16/f16 row vector, column or column vector packs its f32 counterpart's registers in pairs, and a [1, 1]
+  tile (one value for the block) is held by every thread as a column is (`small_tiles`).
 Refused by name: ring stages of a tensor TMA cannot read, shared tiles without a 32/64/128-byte swizzle that
 divides their rows (stores of register tiles into shared tiles and gathers need 128B), register tiles
 that are not [64 W, N] with a legal wgmma N, reshapes other than [BM] <-> [BM, 1], waits whose groups come from a

@@ -240,8 +240,8 @@ class AttentionLowering:
                             "the loop-carried values of scf.for/scf.if, or stored by tile.store_global only")
             self._set(op.result, e.op(sm90.CvtPackFp8Op(self._get(op.source), fmt)))
             return
-        if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type) and src.rank == 2):
-            refuse(op, "only casts of 2-D f32 register tiles to bf16/f16, and between i32 and f32, are supported")
+        if not (isinstance(src.element_type, Float32Type) and isinstance(dst.element_type, BFloat16Type | Float16Type)):
+            refuse(op, "only casts of f32 register tiles to bf16/f16 (and back), and between i32 and f32, are supported")
         half = "bf16" if isinstance(dst.element_type, BFloat16Type) else "f16"
         users = [use.operation for use in op.result.uses]
         if len(users) == 1 and isinstance(users[0], tile.StoreSharedOp) and users[0].value is op.result \

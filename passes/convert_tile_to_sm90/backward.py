@@ -47,6 +47,7 @@ from tessera.lowering.fragments import ROWS_PER_THREAD, AccumulatorLayout, eleme
 from tessera.passes.convert_tile_to_sm90.common import (
     CORE_ROWS, LINE, RoundOnStore, Scaled, SharedTile, Window, refuse,
 )
+from tessera.passes.convert_tile_to_sm90.small_tiles import pack_pairs, unpack_pairs
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
 
@@ -357,15 +358,17 @@ class BackwardLowering:
         self._set(op.result, e.subf(self._get(op.source), self._broadcast_rows(op, self._get(op.rows), e)))
 
     # -- 1-D row windows, 16-bit to f32 casts ----------------------------------------------------------------
-    def _row_window_access(self, op, window: Window, e: Emitter):
+    def _row_window_access(self, op, window: Window, e: Emitter, row_end: SSAValue | None = None):
         """(base address, byte offsets, in-bounds mask) of this thread's two rows of a 1-D [BM] window
-        [lead..., row0] of an f32 or i32 tensor."""
+        [lead..., row0] of an f32, i32, bf16 or f16 tensor; `row_end`, if given, an absolute row before which the
+        access stops even inside the tensor (`tile.store_global_rows`)."""
         *lead, row0 = window.indices
         rows = sorted(set(AccumulatorLayout(facts.WGMMA_K_BYTES // 4).row_offsets))  # the thread's two rows
         row = e.addi(row0, self.row_base)
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
-        mask = self._all_true(e, len(rows)) if window.in_bounds else \
-            self._below(e, self._lead_limit(e, window, dims, e.op(arith.SubiOp(dims[-1], row))), rows)
+        end = dims[-1] if row_end is None else e.op(arith.MinSIOp(dims[-1], row_end))
+        mask = self._all_true(e, len(rows)) if window.in_bounds and row_end is None else \
+            self._below(e, self._lead_limit(e, window, dims, e.op(arith.SubiOp(end, row))), rows)
         if not (window.in_bounds or window.starts_inside):
             mask = e.andi(mask, self._not_before(e, row, rows))
         elt = element_type_bytes(self._arg_tile(window.arg).element_type)
@@ -378,9 +381,13 @@ class BackwardLowering:
             super()._lower_LoadOp(op, e)
             return
         element = op.result.type.element_type
-        if not (isinstance(element, Float32Type) or element == i32):
-            refuse(op, f"1-D windows load into f32 or i32 row vectors, got {element}")
+        if not (isinstance(element, Float32Type) or element == i32 or is_half(element)):
+            refuse(op, f"1-D windows load into f32, i32, bf16 or f16 row vectors, got {element}")
         base, offsets, mask = self._row_window_access(op, window, e)
+        if is_half(element):  # the two rows, an element each, packed (small_tiles.py)
+            rows = e.op(sm90.LdGlobalU16Op(base, offsets, mask, ROWS_PER_THREAD))
+            self._set(op.result, pack_pairs(e, e.shuffle(rows, [0]), e.shuffle(rows, [1])))
+            return
         self._set(op.result, e.op(sm90.LdGlobalOp(base, offsets, mask, VectorType(element, [ROWS_PER_THREAD]))))
 
     def _lower_StoreGlobalOp(self, op: tile.StoreGlobalOp, e: Emitter) -> None:
@@ -388,18 +395,27 @@ class BackwardLowering:
         if not (isinstance(window, Window) and op.value.type.rank == 1):
             super()._lower_StoreGlobalOp(op, e)
             return
-        element = op.value.type.element_type
-        if not (isinstance(element, Float32Type) or element == i32):
-            refuse(op, f"1-D windows store f32 or i32 row vectors, got {element}")
-        base, offsets, mask = self._row_window_access(op, window, e)
-        # the four lanes of a row's quad hold the same value: the one whose column base is 0 writes it
+        self._store_row_vector(op, window, op.value.type, self._get(op.value), e)
+
+    def _store_row_vector(self, op, window: Window, ty, value: SSAValue, e: Emitter,
+                          row_end: SSAValue | None = None) -> None:
+        """A row vector [BM] into a 1-D window: each of the thread's two rows (`_row_window_access`, `row_end` as
+        there), by the lane of its quad whose column base is 0 (the four lanes of a row's quad hold the same value);
+        32-bit elements with `st.global.b32`, 16-bit ones unpacked (small_tiles.py) with `st.global.b16`."""
+        element = ty.element_type
+        if not (isinstance(element, Float32Type) or element == i32 or is_half(element)):
+            refuse(op, f"1-D windows store f32, i32, bf16 or f16 row vectors, got {element}")
+        base, offsets, mask = self._row_window_access(op, window, e, row_end)
         first = e.setp("eq", self.col_base, e.index(0))
         mask = e.andi(mask, e.broadcast(first, ROWS_PER_THREAD))
-        e.op(sm90.StGlobalOp(base, offsets, self._get(op.value), mask))
+        if is_half(element):
+            e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask))
+            return
+        e.op(sm90.StGlobalOp(base, offsets, value, mask))
 
     def _lower_CastOp(self, op: tile.CastOp, e: Emitter) -> None:
         src, dst = op.source.type, op.result.type
-        if not (isinstance(dst.element_type, Float32Type) and is_half(src.element_type) and src.rank == 2):
+        if not (isinstance(dst.element_type, Float32Type) and is_half(src.element_type)):
             super()._lower_CastOp(op, e)
             return
         half = "bf16" if isinstance(src.element_type, BFloat16Type) else "f16"

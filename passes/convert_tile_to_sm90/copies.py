@@ -81,9 +81,14 @@ class CopyLowering:
         else as many as leave it `COPY_SLICE_ELEMENTS` ([256, 64] by 128 threads: 64 rows at a time). In each
         slice, thread t takes column c = t mod W of rows g L .. g L + L - 1, g = t / W, L = R W / threads. A warp
         reads consecutive elements of a row (coalesced), and L is a multiple of the swizzle's 8-row period, so
-        each register's swizzle term is a constant."""
+        each register's swizzle term is a constant. An unswizzled tile (a one-row tile [1, N]) is refused by name:
+        a row that TMA cannot read is broadcast from its global window instead."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
         line = dest.swizzle  # the bytes of a row of a box
+        if not line:
+            refuse(op, f"a one-row shared tile is filled by TMA, but the rows of %{self.sig.args[window.arg].name} "
+                        "need not start on 16 bytes (its innermost size is not promised a multiple of 16 bytes by "
+                        "tile.divisible): promise the size, or tile.load_broadcast the row from its global window")
         period = facts.swizzle_period_bytes(line) // line
         width = cols if threads % cols == 0 else min(math.gcd(cols, threads), facts.WARP_SIZE)
         if elt != 2 or (rows * width) % threads or (rows * width // threads) % period:

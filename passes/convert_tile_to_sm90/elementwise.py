@@ -36,6 +36,7 @@ from tessera.lowering.emitter import Emitter
 from tessera.numerics import exact_reciprocal, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
                                                         refuse, constant_f32, constant_i32)
+from tessera.passes.convert_tile_to_sm90.small_tiles import is_scalar
 from tessera.passes.convert_tile_to_sm90.index_diagonals import ROW_VECTOR_ROWS, IndexDiagonalLowering
 
 _FLOAT_BINARY = {
@@ -91,6 +92,8 @@ class ElementwiseLowering(IndexDiagonalLowering):
             return e.shuffle(lowered, self._layout(op, result).distinct_columns[1])
         if source == "row" and target == "full":
             return e.shuffle(lowered, self._layout(op, result).row_of_element)
+        if is_scalar(value.type) and target == "column":  # one value for the block, on every column
+            return e.shuffle(lowered, [0] * self._vector_type(op, result).get_shape()[0])
         refuse(op, f"cannot broadcast {value.type} to {result}")
 
     def _f32_only(self, op: Operation) -> None:

@@ -70,6 +70,7 @@ from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.shared_tiles import SharedTileLowering
+from tessera.passes.convert_tile_to_sm90.small_tiles import SmallTileLowering, is_scalar
 from tessera.passes.convert_tile_to_sm90.tidy import tidy_kernel
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
 from tessera.passes.convert_tile_to_sm90.windows import WindowLowering
@@ -80,9 +81,9 @@ HANDLED = ("tile", "scf", "func")
 
 
 @dataclass
-class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering, RegisterTileLowering,
-                     MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering, ServingLowering,
-                     TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
+class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
+                     RegisterTileLowering, MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering,
+                     ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp
@@ -122,20 +123,23 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
 
     # region set-up --------------------------------------------------------------------------------------
     def _block_rows(self) -> int:
-        """The rows of the block's register tiles, BM: every register tile but a column vector [1, N] has them
-        (a row vector [BM] and a column [BM, 1] one value per row). A tile of other rows is refused at the op
-        that makes it; one of 1 row ([1, 1], [1]: one value for the whole block) is told to use a row vector."""
+        """The rows of the block's register tiles, BM: every register tile but a column vector [1, N] and a [1, 1]
+        tile (one value for the block, small_tiles.py) has them (a row vector [BM] and a column [BM, 1] one value
+        per row). A tile of other rows is refused at the op that makes it; a 1-D one of 1 row ([1]) is told to
+        use a [1, 1] tile. A kernel of column vectors and [1, 1] tiles only runs on one warpgroup."""
         rows = {}  # rows -> the first op whose register tile has them
         for op in walk_ops(self.fn):
             for value in op.results:
                 ty = value.type
-                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not self._is_column_vector(ty):
+                if isinstance(ty, TileType) and ty.memory_space == MemSpace.REGISTER and not (
+                        self._is_column_vector(ty) or is_scalar(ty)):
                     rows.setdefault(ty.get_shape()[0], (op, ty))
+        if not rows:
+            return facts.WGMMA_M
         if len(rows) > 1:
             bm, odd = max(rows), min(rows)
             op, ty = rows[odd]
-            hint = (f"; one value for the whole block is a row vector [{bm}], the value on every row (tile.splat, "
-                    f"tile.gather at a splat index)") if odd == 1 else ""
+            hint = "; one value for the whole block is a [1, 1] tile" if odd == 1 else ""
             refuse(op, f"register tiles must all have the same number of rows (the block's query/row tile), got "
                        f"{sorted(rows)}: {ty} has {odd}, others {bm}{hint}")
         (bm,) = rows
@@ -261,6 +265,7 @@ class KernelLowering(BackwardLowering, SharedTileLowering, CopyLowering, WindowL
     # region driver --------------------------------------------------------------------------------------
     def run(self) -> func.FuncOp:
         self._refuse_packed_arithmetic()
+        self._refuse_misplaced_scalars()
         self.bm = self._block_rows()
         self.warpgroups = self.bm // facts.WGMMA_M
         self.threads = self.warpgroups * facts.WARPGROUP_SIZE

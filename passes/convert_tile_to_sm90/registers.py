@@ -86,18 +86,26 @@ class RegisterTileLowering:
         return ty.rank == 2 and ty.get_shape()[0] == 1 and ty.get_shape()[1] > 1
 
     def _vector_type(self, op: Operation, ty: TileType) -> VectorType:
+        """The registers of this thread's share of a register tile: one per element of an f32, i32 or i1 tile
+        (an [BM, N] tile its accumulator-layout elements, a row vector or column its two rows, a column vector its
+        distinct columns); a 16-bit tile packs those of its f32 counterpart in pairs (small_tiles.py)."""
         element = ty.element_type
         small = isinstance(element, IntegerType) and element.width.data in (1, 32)  # i32 values, i1 predicates
+        half = isinstance(element, BFloat16Type | Float16Type)
         if ty.rank == 1 or self._is_column(ty):
             if small:
                 return VectorType(element, ROW_VECTOR_TYPE.get_shape())
+            if half:
+                return VectorType(i32, [ROW_VECTOR_TYPE.get_shape()[0] // 2])
             if not isinstance(element, Float32Type):
-                refuse(op, "row vectors must be f32, i32 or i1")
+                refuse(op, f"row vectors must be f32, bf16, f16, i32 or i1, got {element}")
             return ROW_VECTOR_TYPE
         layout = self._layout(op, ty)
         if self._is_column_vector(ty):
+            if half:
+                return VectorType(i32, [len(layout.distinct_columns[0]) // 2])
             if not (small or isinstance(element, Float32Type)):
-                refuse(op, f"column vectors [1, N] must be f32, i32 or i1, got {element}")
+                refuse(op, f"column vectors [1, N] must be f32, bf16, f16, i32 or i1, got {element}")
             return VectorType(element, [len(layout.distinct_columns[0])])
         if isinstance(element, Float32Type):
             return layout.vector_type()
@@ -111,12 +119,12 @@ class RegisterTileLowering:
         """An f32 (or i32, i1) tile is one register per element; a 16-bit or 8-bit one (the first, never-read value of a
         P that overlap-softmax{fold=true} carries) is packed, two or four equal elements per 32-bit register,
         as the A operand of an mma holds them (`_lower_CastOp`, `sm90.cvt_pack_fp8`: with every element equal,
-        the 8-bit key order does not matter)."""
+        the 8-bit key order does not matter), and a 16-bit vector as `_vector_type` says."""
         ty = op.result.type
         element = ty.element_type
         if is_fp8(element) and ty.rank == 2:
             per_register = 4
-        elif isinstance(element, BFloat16Type | Float16Type) and ty.rank == 2:
+        elif isinstance(element, BFloat16Type | Float16Type):
             per_register = 2
         else:
             vt = self._vector_type(op, ty)
@@ -130,7 +138,7 @@ class RegisterTileLowering:
         width = 32 // per_register
         bits = int(np.array(op.value.value.data, dtype=numpy_dtype(element)).view(f"uint{width}"))
         word = sum(bits << (width * k) for k in range(per_register))
-        lanes = self._layout(op, ty).lanes // per_register
+        lanes = self._layout(op, ty).lanes // 4 if per_register == 4 else self._vector_type(op, ty).get_shape()[0]
         self._set(op.result, e.splat(i32, word - (1 << 32) if word >= 1 << 31 else word, lanes))
 
     def _thread_offsets(self, op, ty: TileType, pairs: bool = False) -> tuple[list[int], list[int]]:

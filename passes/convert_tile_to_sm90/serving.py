@@ -80,6 +80,10 @@ class ServingLowering:
         """`tile.store_global`'s predicated `st.global`s (a column tile's, e.g. the LSE, by one lane of each
         quad), with the row bound min(tensor rows, row0 + rows)."""
         window = self._get(op.dest)
+        if len(window.shape) == 1:  # a row vector into a 1-D window: the rows from its first
+            row_end = e.addi(window.indices[-1], self._get(op.rows))
+            self._store_row_vector(op, window, op.value.type, self._get(op.value), e, row_end=row_end)
+            return
         row_end = e.addi(window.indices[-2], self._get(op.rows))
         self._store_window(op, window, op.value.type, self._get(op.value), e, row_end=row_end)
 

@@ -21,6 +21,7 @@ from tessera.kernel_abi import rows_aligned
 from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import element_type_bytes
 from tessera.sm90 import facts
+from tessera.passes.convert_tile_to_sm90.small_tiles import pack_pairs, unpack_pairs
 from tessera.passes.convert_tile_to_sm90.common import (
     ROW_TILE_ROWS,
     refuse,
@@ -73,7 +74,9 @@ class WindowLowering:
         only: `sm90.cvt_pack`'s byte pairs) is one register per pair as well. A window promised
         `in_bounds` (without `row_end`) takes an all-true mask: no compare, and unpredicated accesses."""
         half = element_type_bytes(ty.element_type) in (1, 2)  # f32 and i32 tiles hold one element per register
-        if half and (ty.get_shape()[1] % 2 or self._is_column(ty)):
+        # 8- and 16-bit tiles a pair of columns a register; a 16-bit column [BM, 1] its two rows, an element each
+        by_rows = per_element and element_type_bytes(ty.element_type) == 2 and self._is_column(ty)
+        if half and not by_rows and (ty.get_shape()[1] % 2 or self._is_column(ty)):
             refuse(op, f"{8 * element_type_bytes(ty.element_type)}-bit tiles in registers need an even number of columns")
         packed = half and not per_element
         *lead, row0, col0 = window.indices
@@ -119,9 +122,12 @@ class WindowLowering:
         32-bit elements (f32, i32: one element per register), or 16-bit elements whose packed pairs start on
         their own size (an access must be aligned to its size [P#operand-addresses]): every row of the tensor
         does (its innermost size is even for every size the kernel accepts, `rows_aligned`) and so does the
-        window's first column (`Window.even_column`; the fragment layouts put pairs at even columns from it)."""
+        window's first column (`Window.even_column`; the fragment layouts put pairs at even columns from it). A
+        16-bit column [BM, 1] never does: its pairs are two rows (small_tiles.py)."""
         if element_type_bytes(ty.element_type) == 4:
             return True
+        if self._is_column(ty):
+            return False
         return window.even_column and rows_aligned(self.sig, window.arg, 2 * element_type_bytes(ty.element_type))
 
     def _store_window(self, op, window: Window, ty: TileType, value: SSAValue, e: Emitter,
@@ -154,11 +160,7 @@ class WindowLowering:
             return
         base, offsets, mask, columns = self._window_access(op, window, ty, e, row_end=row_end, per_element=True)
         mask = self._column_writers(ty, mask, columns, e)
-        pairs = len(columns) // 2
-        high = e.op(arith.DivUIOp(value, e.splat(i32, 1 << 16, pairs)))
-        # element 2i is pair i's low half (st.b16 stores a register's low 16 bits), element 2i + 1 its high
-        elements = e.shuffle(value, [i // 2 + (i % 2) * pairs for i in range(2 * pairs)], high)
-        e.op(sm90.StGlobalB16Op(base, offsets, elements, mask, columns))
+        e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask, columns))
 
     def _column_writers(self, ty, mask, columns, e: Emitter):
         """The store mask of a tile of type `ty`: `mask` itself, or for a column tile ([BM, 1]) `mask` and
@@ -181,7 +183,7 @@ class WindowLowering:
         window = self._get(op.source)
         ty = op.result.type
         if not (isinstance(ty.element_type, Float32Type) or ty.element_type == i32):
-            refuse(op, f"only f32 and i32 rows can be broadcast, got {ty.element_type}")
+            refuse(op, f"only f32, i32, bf16 and f16 rows can be broadcast, got {ty.element_type}")
         vector_type = self._vector_type(op, ty)
         if self._is_column(ty):  # [BM, 1]: one element, on both of the thread's rows
             columns, spread = [0], [0] * vector_type.get_shape()[0]
@@ -232,14 +234,19 @@ class WindowLowering:
         columns, `_is_column_vector`) moved to or from a [1, N] window of a 2-D tensor: the window's one row, not
         the thread's rows. `writers`: only the threads of the tile's first row write (the lanes of one quad
         hold every column once; the other rows hold the same values again)."""
-        if len(window.shape) != 2 or window.shape[0] != 1:
-            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
+        self._require_row_window(op, window)
         columns = self._layout(op, ty).distinct_columns[0]
         base, mask, column_bytes = self._one_row_access(window, ty, columns, e)
         if writers:
             first_row = e.setp("eq", self.row_base, e.index(0))
             mask = e.andi(mask, e.broadcast(first_row, len(columns)))
         return base, e.dense(i32, [0] * len(columns)), mask, column_bytes
+
+    @staticmethod
+    def _require_row_window(op, window: Window) -> None:
+        """A [1, N] register tile (a column vector) moves to or from a [1, N] window: its one row."""
+        if len(window.shape) != 2 or window.shape[0] != 1:
+            refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
 
     def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,
                                e: Emitter) -> SSAValue:
@@ -274,13 +281,8 @@ class WindowLowering:
         if not self._words_aligned(window, ty):
             base, offsets, mask, columns = self._window_access(op, window, ty, e, per_element=True)
             elements = e.op(sm90.LdGlobalU16Op(base, offsets, mask, len(columns), columns))
-            pairs = len(columns) // 2
-            low = e.shuffle(elements, range(0, 2 * pairs, 2))
-            high = e.shuffle(elements, range(1, 2 * pairs, 2))
-            # high << 16 as high x 2^16 (high < 2^16): a multiply takes its constant as an immediate, where a
-            # vector of shift amounts would hold a register per lane
-            shifted = e.muli(high, e.splat(i32, 1 << 16, pairs))
-            self._set(op.result, e.op(arith.OrIOp(low, shifted)))
+            self._set(op.result, pack_pairs(e, e.shuffle(elements, range(0, len(columns), 2)),
+                                            e.shuffle(elements, range(1, len(columns), 2))))
             return
         base, offsets, mask, columns = self._window_access(op, window, ty, e)
         value = e.op(sm90.LdGlobalOp(base, offsets, mask, self._vector_type(op, ty), columns))
