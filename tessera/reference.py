@@ -36,10 +36,12 @@ BACKWARD_ABSOLUTE_TOLERANCE x max(1, max |reference gradient|).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.host_arrays import host_numpy
 from tessera.numerics import F32, round_to
 from tessera.reference_attention import (
     attention,
@@ -65,6 +67,17 @@ from tessera.reference_fp8 import (
     fp8_descales,
 )
 from tessera.reference_gemm import gemm, gemm_inputs
+
+
+def _host_inputs(check):
+    """`check` taking PyTorch tensors (CPU or CUDA; bf16 and FP8 too, as `tessera.attention` returns them) as
+    well as NumPy arrays: every tensor argument, and each tensor of a tuple or list argument (gradients), is
+    converted bit for bit before `check` sees it (`tessera.host_arrays.host_numpy`)."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        return check(*(host_numpy(a) for a in args), **{k: host_numpy(v) for k, v in kwargs.items()})
+    return checked
 
 ABSOLUTE_TOLERANCE = 1e-3
 """The small absolute term of the attention tolerance (outputs are O(1): convex combinations of V rows)."""
@@ -107,6 +120,7 @@ def _max_error(out, ref) -> float:
 # region Attention forward
 
 
+@_host_inputs
 def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | None = None,
                     bias=None) -> Comparison:
     """Compare an attention output with the fp64 reference under the tolerance rule (the module docstring);
@@ -119,6 +133,7 @@ def check_attention(out, q, k, v, dtype, causal: bool = False, scale: float | No
     return Comparison(_max_error(out, ref), tolerance)
 
 
+@_host_inputs
 def check_attention_kernel(sig, out, inputs, dtype) -> Comparison:
     """`check_attention` for the output of the "attention" kernel `sig` (a KernelSignature) run on `inputs`
     (Q, K, V, and Bias when the kernel takes one)."""
@@ -142,6 +157,7 @@ LSE_F32_ROUNDING = 2.0**-23
 """The relative part of `check_lse`'s rule: two f32 roundings (of m and of m + ln l) of the LSE's magnitude."""
 
 
+@_host_inputs
 def check_lse(lse, q, k, dtype, causal: bool = False, scale: float | None = None, bias=None) -> Comparison:
     """Compare an LSE output ([batch, heads, seq_q], or with a trailing 1) with `attention_lse` on the inputs
     rounded to `dtype`: within `LSE_TOLERANCE` where the reference is finite, beyond the f32 rounding of the
@@ -168,6 +184,7 @@ def _lse_comparison(out: np.ndarray, ref: np.ndarray, relative: float) -> Compar
     return Comparison(float(error.max()) if error.size else 0.0, LSE_TOLERANCE)
 
 
+@_host_inputs
 def check_packed_attention(o, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, dtype, causal: bool = False,
                            scale: float | None = None) -> list[tuple[Comparison, Comparison | None] | None]:
     """Packed (varlen) results against each sequence's own reference: o [total_q, heads, D] under the
@@ -205,6 +222,7 @@ def check_packed_attention(o, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, dtype, c
 # region GEMM
 
 
+@_host_inputs
 def check_gemm(out, a, b, dtype, *, c=None, bias=None, transpose_a: bool = False, transpose_b: bool = False,
                alpha: float = 1.0, beta: float = 0.0) -> Comparison:
     """Compare a GEMM output (f32 accumulation) with the fp64 reference alpha op(A) op(B) + beta C + bias
@@ -231,6 +249,7 @@ def check_gemm(out, a, b, dtype, *, c=None, bias=None, transpose_a: bool = False
     return Comparison(_max_error(out, ref), tolerance)
 
 
+@_host_inputs
 def check_gemm_kernel(sig, out, inputs, dtype) -> Comparison:
     """`check_gemm` for the output of the "gemm" kernel `sig` (a KernelSignature) run on `inputs`."""
     return check_gemm(out, inputs[0], inputs[1], dtype, **gemm_inputs(sig, inputs))
@@ -256,6 +275,7 @@ BACKWARD_ABSOLUTE_TOLERANCE = 1e-3
 """The small absolute term of the backward's rule, relative to max(1, max |reference gradient|)."""
 
 
+@_host_inputs
 def check_attention_backward(grads, q, k, v, o, do, dtype, causal: bool = False,
                              scale: float | None = None) -> tuple[Comparison, Comparison, Comparison]:
     """Compare (dq, dk, dv) with the float64 gradient under the backward's rule (see above); one Comparison per
@@ -284,6 +304,7 @@ def _gradient_comparisons(grads, refs, baselines) -> tuple[Comparison, ...]:
 # region FlexAttention-style modifiers (tessera.variants.trace)
 
 
+@_host_inputs
 def check_attention_mods(out, q, k, v, dtype, score_mod=None, mask_mod=None, scale: float | None = None,
                          lse=None) -> Comparison:
     """`check_attention`'s rule for a kernel with modifiers: the error of O against the float64 reference at
@@ -308,6 +329,7 @@ def check_attention_mods(out, q, k, v, dtype, score_mod=None, mask_mod=None, sca
     return Comparison(error, tolerance)
 
 
+@_host_inputs
 def check_attention_mods_backward(grads, q, k, v, o, do, dtype, score_mod=None, mask_mod=None,
                                   scale: float | None = None) -> tuple[Comparison, Comparison, Comparison]:
     """`check_attention_backward`'s rule for kernels with modifiers: against `attention_mods_backward`, with
@@ -328,6 +350,7 @@ def check_attention_mods_backward(grads, q, k, v, o, do, dtype, score_mod=None, 
 # region FP8 attention (e4m3 inputs with per-(batch, kv-head) descale factors)
 
 
+@_host_inputs
 def check_attention_fp8(out, q8, k8, v8, descale_q=None, descale_k=None, descale_v=None, causal: bool = False,
                         scale: float | None = None) -> Comparison:
     """Compare an FP8 attention output with `attention_fp8` (float64, dequantized inputs) under the rule of the
@@ -366,6 +389,7 @@ kernel's O(1) scores; FP8 descales (300 x 300, saturated rows) make the scores, 
 where these roundings outgrow LSE_TOLERANCE (seen: 1.2 x 2^-23 |LSE| at |LSE| = 1.4e4, CTA simulator)."""
 
 
+@_host_inputs
 def check_lse_fp8(lse, q8, k8, descale_q=None, descale_k=None, causal: bool = False,
                   scale: float | None = None) -> Comparison:
     """Compare an FP8 forward's LSE ([batch, heads, seq_q]) with `attention_fp8_lse` (float64, dequantized
