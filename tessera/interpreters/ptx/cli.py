@@ -207,6 +207,8 @@ def _struct(path: str, rng: np.random.Generator, budget: int | None):
             description = json.load(f)
     except json.JSONDecodeError as error:
         raise ValueError(f"--arg struct:{path}: not JSON: {error}") from None
+    except OSError as error:
+        raise ValueError(f"--arg struct:{path}: cannot read '{path}': {error.strerror or error}") from None
 
     def make(name, spec):
         if not isinstance(spec, str) or not _ARRAY.match(spec):
@@ -220,8 +222,11 @@ def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.ptx import launch
     from tessera.interpreters.ptx.parse import parse_ptx
 
-    with open(args.file, "rb") as f:
-        data = f.read()
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as e:  # as tessera-run says it of an MLIR file, not Python's "[Errno 2] ..."
+        raise ValueError(f"cannot read '{args.file}': {e.strerror or e}") from None
     try:
         text = data.decode()
     except UnicodeDecodeError as e:  # as tessera-opt and tessera-run say it of an MLIR file
