@@ -1,0 +1,78 @@
+"""What a first-time user of the installed package tries next (unseen round 23, first contact): a misspelt pass
+name, `python -m tessera`, `tessera-run --version`, a .ptx file that is not there. Each ends in the answer a user
+can act on, never Python's own words (`No module named tessera.__main__`, `[Errno 2] ...`). The same checks
+against the installed wheel are in tests/test_wheel.py. In this process: about 1 s."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+import inprocess
+import tessera
+import tessera.kernels
+from tessera.passes import PipelineError
+from tessera.tools import tessera_opt, tessera_run
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = ROOT / "examples" / "gemm.mlir"
+VECTOR_ADD = ROOT / "tests" / "ptx_kernels" / "vector_add.ptx"
+
+
+@pytest.mark.parametrize("spec, meant", [
+    ("defualt-pipeline", "default-pipeline"),                       # a named pipeline
+    ("assign-swizle", "assign-swizzle"),                            # a pass of Tessera's
+    ("canonicalize,cse,pipline-loops{stages=3}", "pipeline-loops"),  # one element of several, with options
+    ("canonicalise", "canonicalize"),                               # one of xDSL's
+])
+def test_a_misspelt_pass_is_refused_with_the_one_meant(spec, meant, capsys):
+    """Regression: xDSL's "Unrecognized passes: ['defualt-pipeline']" named the typo but not the pass."""
+    hint = f"(did you mean '{meant}'?)"
+    status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(GEMM), "-p", spec)
+    assert status == 1 and err.startswith(f"tessera-opt: error: invalid pass pipeline '{spec}'") and hint in err, err
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(GEMM), "-d", "M=64", "-d", "N=64",
+                                               "-d", "K=64", "-p", spec)
+    assert status == 1 and hint in err, err
+    with pytest.raises(PipelineError, match=r"Unrecognized passes: .*" + hint.replace("(", r"\(").replace("?)", r"\?\)")):
+        tessera.compile(tessera.kernels.gemm(), pipeline=spec)
+
+
+def test_a_pass_name_close_to_none_gets_no_guess(capsys):
+    status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(GEMM), "-p", "no-such-pass")
+    assert status == 1 and err == "tessera-opt: error: invalid pass pipeline 'no-such-pass': Unrecognized passes: " \
+                                  "['no-such-pass']\n", err
+
+
+def test_python_m_tessera_names_the_version_and_the_tools():
+    """Regression: `python -m tessera` said "No module named tessera.__main__; 'tessera' is a package"."""
+    proc = inprocess.run([sys.executable, "-m", "tessera"])
+    assert proc.returncode == 0 and proc.stdout.startswith(f"tessera {tessera.__version__}: "), proc.stderr
+    assert "tessera-opt FILE" in proc.stdout and "tessera-run FILE" in proc.stdout
+    proc = inprocess.run([sys.executable, "-m", "tessera", "gemm.mlir"])
+    assert proc.returncode == 2 and proc.stderr.startswith("python -m tessera: error: takes no arguments (got gemm.mlir)")
+
+
+@pytest.mark.parametrize("flag", ["-v", "--version"])
+def test_both_tools_print_the_package_version(flag, capsys):
+    """Regression: `tessera-run --version` was a usage error (tessera-opt has had -v/--version)."""
+    xdsl = importlib.metadata.version("xdsl")
+    for main, name in ((tessera_run.main, "tessera-run"), (tessera_opt.main, "tessera-opt")):
+        status, out, _ = inprocess.main_in_process(main, capsys, flag)
+        assert status == 0 and out == f"{name} {tessera.__version__} (xdsl {xdsl})\n", out
+
+
+def test_a_ptx_file_that_cannot_be_read_is_named_as_an_mlir_file_is(tmp_path, capsys):
+    """Regression: a missing .ptx file gave "tessera-run: error: [Errno 2] No such file or directory: 'x.ptx'"."""
+    missing = tmp_path / "missing.ptx"
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(missing))
+    assert status == 1 and err == f"tessera-run: error: cannot read '{missing}': No such file or directory\n", err
+    folder = tmp_path / "folder.ptx"
+    folder.mkdir()
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(folder))
+    assert status == 1 and err == f"tessera-run: error: cannot read '{folder}': Is a directory\n", err
+    json = tmp_path / "missing.json"
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(VECTOR_ADD), "--arg", f"struct:{json}")
+    assert status == 1 and f"--arg struct:{json}: cannot read '{json}': No such file or directory" in err, err
