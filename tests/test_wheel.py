@@ -224,6 +224,22 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     for proc in (opt, run):
         assert "Traceback" not in proc.stderr
 
+    # 6. What a first-time user tries next (tests/test_unseen_install.py runs the same in this process): `python -m
+    # tessera` names the version the distribution was built with; `tessera-opt --help` every pass and named pipeline
+    # it accepts; a misspelt pass is refused with the one meant.
+    from tessera.passes import PASSES, named_pipelines
+
+    about = _run([python, "-I", "-m", "tessera"], tmp_path, "python -m tessera from the wheel", env=env)
+    assert about.stdout.startswith(f"tessera {version}: "), about.stdout
+    listing = _run([venv / "bin" / "tessera-opt", "--help"], tmp_path, "tessera-opt --help from the wheel", env=env)
+    unlisted = [name for name in [*PASSES, *named_pipelines()] if f"  {name}" not in listing.stdout]
+    assert not unlisted, f"tessera-opt --help does not list {unlisted}"
+    typo = subprocess.run([venv / "bin" / "tessera-opt", gemm, "-p", "defualt-pipeline"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert typo.returncode == 1 and "(did you mean 'default-pipeline'?)" in typo.stderr, typo.stderr
+    for proc in (about, listing, typo):
+        assert "Traceback" not in proc.stderr
+
 
 DOCS_DATA = ("examples", "bench", "tests/ptx_kernels", "tests/user_kernels", "tests/rewriter")
 """The checkout's folders that blocks of the docs read by relative path (a user runs them from a checkout)."""
