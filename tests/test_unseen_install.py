@@ -76,3 +76,17 @@ def test_a_ptx_file_that_cannot_be_read_is_named_as_an_mlir_file_is(tmp_path, ca
     json = tmp_path / "missing.json"
     status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(VECTOR_ADD), "--arg", f"struct:{json}")
     assert status == 1 and f"--arg struct:{json}: cannot read '{json}': No such file or directory" in err, err
+
+
+def test_the_autograd_module_without_torch_says_how_to_get_it(monkeypatch):
+    """Regression: `import tessera.runtime.autograd` without PyTorch was Python's bare "No module named 'torch'"
+    (the GPU runtime has named its extra, cuda-bindings, all along). The error keeps its name, torch, for code
+    that tells optional extras apart (tests/test_wheel.py's OPTIONAL_IMPORTS)."""
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` finds where it is not installed
+    monkeypatch.delitem(sys.modules, "tessera.runtime.autograd", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"tessera.runtime.autograd needs PyTorch, which is not installed: "
+                                                  r"pip install torch .*pip install '.\[torch\]'") as caught:
+        importlib.import_module("tessera.runtime.autograd")
+    assert caught.value.name == "torch"
