@@ -90,3 +90,13 @@ def test_the_autograd_module_without_torch_says_how_to_get_it(monkeypatch):
                                                   r"pip install torch .*pip install '.\[torch\]'") as caught:
         importlib.import_module("tessera.runtime.autograd")
     assert caught.value.name == "torch"
+
+
+def test_a_ptx_file_run_without_its_arguments_lists_its_parameters(tmp_path, capsys):
+    """What a user runs next after the README's `tessera-opt ... -t ptx -o flash_attention.ptx`: `tessera-run
+    flash_attention.ptx`. Regression: "entry ... has 8 parameters, got 0 arguments" said neither which nor how."""
+    ptx = tmp_path / "gemm.ptx"
+    ptx.write_text(tessera.compile(tessera.kernels.gemm()))
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(ptx))
+    assert status == 1 and "parameters (param_A_map" in err and "got 0 --arg: give one per parameter, in order" in err
+    assert "tessera-run FILE.mlir --level ptx" in err, err

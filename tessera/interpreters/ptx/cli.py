@@ -240,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
     if entry is None:
         raise ValueError(f"no entry named '{args.kernel}' (entries: {', '.join(module.entries)})")
     values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed), args.memory_budget)
+    if len(args.args) != len(entry.params):  # the launch counts them too, but cannot say how a shell gives them
+        raise ValueError(
+            f"entry {args.kernel} has {len(entry.params)} parameters ({', '.join(p.name for p in entry.params)}), "
+            f"got {len(args.args)} --arg: give one per parameter, in order (tessera-run FILE.ptx --help); a kernel "
+            "Tessera printed runs from its MLIR with tessera-run FILE.mlir --level ptx, which makes its arguments")
     from tessera.interpreters.ptx.params import Description
 
     described = next((v for v in values if isinstance(v, Description)), None)
