@@ -27,7 +27,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "tessera-run with them", file=sys.stderr)
         print(USAGE, file=sys.stderr)
         return 2
-    print(USAGE)
+    try:
+        print(USAGE, flush=True)
+    except BrokenPipeError:  # `python -m tessera | head -1`: the reader stopped early, as the tools end then
+        from tessera.tools.streams import quiet_broken_pipe
+
+        return quiet_broken_pipe()
     return 0
 
 

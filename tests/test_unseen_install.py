@@ -100,3 +100,13 @@ def test_a_ptx_file_run_without_its_arguments_lists_its_parameters(tmp_path, cap
     status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(ptx))
     assert status == 1 and "parameters (param_A_map" in err and "got 0 --arg: give one per parameter, in order" in err
     assert "tessera-run FILE.mlir --level ptx" in err, err
+
+
+def test_python_m_tessera_into_a_reader_that_stops_early_prints_no_traceback():
+    """Regression (found at once): `python -m tessera | head -1` ended in a BrokenPipeError traceback."""
+    import subprocess
+
+    reader = subprocess.Popen([sys.executable, "-m", "tessera"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.close()  # the reader has gone before the first line is written
+    _, err = reader.communicate(timeout=60)
+    assert reader.returncode in (0, 1) and b"Traceback" not in err, err.decode()
