@@ -110,3 +110,11 @@ def test_python_m_tessera_into_a_reader_that_stops_early_prints_no_traceback():
     reader.stdout.close()  # the reader has gone before the first line is written
     _, err = reader.communicate(timeout=60)
     assert reader.returncode in (0, 1) and b"Traceback" not in err, err.decode()
+
+
+def test_python_m_tessera_opt_calls_itself_tessera_opt():
+    """docs/tools.md gives `python -m tessera.tools.tessera_opt` beside the script. Regression: its usage and
+    argparse's errors said `tessera_opt.py` (xDSL names its parser after sys.argv[0])."""
+    proc = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_opt", "-t", "nosuch"])
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith("usage: tessera-opt [-h]"), proc.stderr
+    assert "tessera-opt: error: argument -t/--target: invalid choice: 'nosuch'" in proc.stderr
