@@ -118,3 +118,26 @@ def test_python_m_tessera_opt_calls_itself_tessera_opt():
     proc = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_opt", "-t", "nosuch"])
     assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith("usage: tessera-opt [-h]"), proc.stderr
     assert "tessera-opt: error: argument -t/--target: invalid choice: 'nosuch'" in proc.stderr
+
+
+def test_no_module_sets_an_array_shape_in_place():
+    """NumPy 2.5, which pip installs on Python 3.12 and later (pyproject allows it; CI's Python 3.11 gets 2.4),
+    deprecates assigning an array's `.shape` (and `.strides`): under `python -W error::DeprecationWarning` on
+    Python 3.13 the CTA simulator's first wgmma failed, and a later NumPy removes it. Regression:
+    `fragment_view.FragmentPlan._arranged` split its pairs so; it now reshapes and checks for a copy."""
+    import ast
+    import re
+
+    offenders = []
+    for folder in ("tessera", "dialects", "passes", "tools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if not re.search(r"\.(shape|strides)\s*(=[^=]|[-+*/]=)|\.(shape|strides)\s*:", text):
+                continue  # parsed only where an assignment may be (parsing every module takes seconds)
+            for node in ast.walk(ast.parse(text)):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+                offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for target in targets
+                              if isinstance(target, ast.Attribute) and target.attr in ("shape", "strides")
+                              and not (isinstance(target.value, ast.Name) and target.value.id == "self")]
+    assert not offenders, f"array shapes set in place (use reshape): {offenders}"
