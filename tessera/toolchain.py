@@ -78,8 +78,8 @@ def find_tools(name: str) -> list[str]:
 
 def find_all_ptxas() -> list[ToolVersion]:
     """Every ptxas found (`find_tools`), one per version, newest first: the system's, CUDA_HOME's and the
-    wheels' (`pip install tessera[test,ptx]` brings a CUDA 12 one and the newest CUDA 13 one). Of two with
-    the same version, the one `find_tool` would prefer is kept."""
+    wheels' (`pip install '.[test,ptx]'` in a checkout brings a CUDA 12 one and the newest CUDA 13 one). Of two
+    with the same version, the one `find_tool` would prefer is kept."""
     by_version: dict[tuple[int, ...], ToolVersion] = {}
     for path in find_tools("ptxas"):
         version = tool_version(path)

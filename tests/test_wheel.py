@@ -286,10 +286,12 @@ def test_docs_blocks_run_with_the_wheel(tmp_path):
 def test_install_hints_name_what_pip_can_install():
     """The distribution `tessera-compiler` is installed from its source, not from PyPI: no message or docstring
     of the package may tell a user to `pip install 'tessera-compiler[EXTRA]'` (the extras install from a checkout,
-    `pip install '.[EXTRA]'`, or by their packages' own names)."""
+    `pip install '.[EXTRA]'`, or by their packages' own names), nor `pip install tessera[EXTRA]`, which installs
+    PyPI's unrelated `tessera` (regression: tessera.toolchain.find_all_ptxas's docstring said so)."""
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    hint = re.compile(r"tessera-compiler\[|pip install ['\"]?tessera\b")
     offenders = [f"{path.relative_to(ROOT)}:{number}"
                  for folder in package_dir.values() for path in sorted((ROOT / folder).rglob("*.py"))
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                 if "tessera-compiler[" in line]
+                 if hint.search(line)]
     assert not offenders, f"hints to install extras from PyPI, where tessera-compiler is not: {offenders}"
