@@ -141,3 +141,32 @@ def test_no_module_sets_an_array_shape_in_place():
                               if isinstance(target, ast.Attribute) and target.attr in ("shape", "strides")
                               and not (isinstance(target.value, ast.Name) and target.value.id == "self")]
     assert not offenders, f"array shapes set in place (use reshape): {offenders}"
+
+
+def test_a_random_draw_is_located_through_python_313s_paired_loads(monkeypatch):
+    """Python 3.13 loads two locals in one instruction (LOAD_FAST_LOAD_FAST, argval ('score', 'rng')), so the
+    refusal of a draw from a generator passed by keyword named the modifier's `def` line, not the line reading
+    `rng` (tests/test_attention_mods_unseen7.py failed so on Python 3.13). The 3.13 instruction is written here
+    over this Python's two LOAD_FASTs, so that any Python checks it."""
+    import dis
+
+    from tessera.variants import randomness
+
+    def keyword_noise(score, b, h, q_idx, kv_idx, *, rng):
+        return score + rng.standard_normal()
+
+    real = dis.get_instructions
+
+    def paired(code):
+        instructions = list(real(code))
+        for i, (first, second) in enumerate(zip(instructions, instructions[1:])):
+            if (first.opname, second.opname, second.argval) == ("LOAD_FAST", "LOAD_FAST", "rng"):
+                paired_load = first._replace(opname="LOAD_FAST_LOAD_FAST", argval=(first.argval, "rng"))
+                return [*instructions[:i], paired_load, *instructions[i + 2:]]
+        return instructions  # Python 3.13 and later: already paired
+
+    monkeypatch.setattr(dis, "get_instructions", lambda code: iter(paired(code)) if code is keyword_noise.__code__
+                        else real(code))
+    assert any(i.opname == "LOAD_FAST_LOAD_FAST" for i in dis.get_instructions(keyword_noise.__code__))
+    line = int(randomness._naming_line(keyword_noise, {"rng"}).rsplit(":", 1)[1])
+    assert line == keyword_noise.__code__.co_firstlineno + 1, line
