@@ -172,7 +172,23 @@ def parse_pipeline(spec: str):
         where = f" at column {position}" if expand_named_pipelines(spec) == spec else ""
         raise PipelineError(f"invalid pass pipeline '{spec}'{where}: {lines[-1].strip()}") from None
     except (ValueError, TypeError) as error:
-        raise PipelineError(f"invalid pass pipeline '{spec}': {str(error).strip()}") from None
+        raise PipelineError(f"invalid pass pipeline '{spec}': {str(error).strip()}{did_you_mean(spec)}") from None
+
+
+def did_you_mean(spec: str) -> str:
+    """` (did you mean 'NAME'?)` for the first element of `spec` that names neither a pass (`all_passes`) nor a
+    named pipeline but is close to one (`default-pipline`, `assign-swizle`); '' where there is none. `parse_pipeline`
+    appends it to xDSL's "Unrecognized passes", which names the misspelt pass but not the pass meant."""
+    import difflib
+
+    known = [*all_passes(), *named_pipelines()]
+    for element in _ELEMENT_SEPARATOR.split(spec):
+        name = element.split("{", 1)[0].strip()
+        if name and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
+                return f" (did you mean '{close[0]}'?)"
+    return ""
 
 
 def pipeline_name(variable: str) -> str:

@@ -78,8 +78,8 @@ def find_tools(name: str) -> list[str]:
 
 def find_all_ptxas() -> list[ToolVersion]:
     """Every ptxas found (`find_tools`), one per version, newest first: the system's, CUDA_HOME's and the
-    wheels' (`pip install tessera[test,ptx]` brings a CUDA 12 one and the newest CUDA 13 one). Of two with
-    the same version, the one `find_tool` would prefer is kept."""
+    wheels' (`pip install '.[test,ptx]'` in a checkout brings a CUDA 12 one and the newest CUDA 13 one). Of two
+    with the same version, the one `find_tool` would prefer is kept."""
     by_version: dict[tuple[int, ...], ToolVersion] = {}
     for path in find_tools("ptxas"):
         version = tool_version(path)
@@ -370,7 +370,7 @@ def compile_ptx(
     The cubin is written to `output` when given (and `cubin_path` names it), else to a temporary folder
     that is removed; either way `PtxasResult.cubin` holds its bytes. Diagnostics name the input
     `source_name`. Raises `PtxasError` when ptxas rejects the module, `ToolchainError` when no ptxas is found
-    (pass `ptxas=PATH` to choose one) or it cannot be run."""
+    (pass `ptxas=PATH` to choose one), it cannot be run, or it does not say its version (no working ptxas)."""
     tool = ptxas or find_ptxas()
     if tool is None:
         raise ToolchainError(
@@ -379,6 +379,11 @@ def compile_ptx(
             "or from a Tessera checkout `pip install '.[ptx]'`"
         )
     version = tool_version(tool)
+    if not version.version:  # every ptxas says "V13.0.88"; else the tool does not run (a wrapper whose CUDA is gone)
+        raise ToolchainError(
+            f"{tool} is not a working ptxas: `{Path(tool).name} --version` printed "
+            f"{version.text[-300:] or 'nothing'!r}, no version; remove or fix it (it is found first), or pass "
+            "ptxas=PATH")
     with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as work:
         ptx_name = "kernel.ptx"
         Path(work, ptx_name).write_text(ptx)

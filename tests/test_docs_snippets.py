@@ -202,3 +202,29 @@ def test_block_runs_as_written(block: Block, tmp_path: Path):
     assert result.returncode == 0, (
         f"{block.name} ({block.tag}) exited with {result.returncode}\n--- block ---\n{block.code}"
         f"--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}")
+
+
+def test_the_packages_the_docs_install_are_spelled_as_the_extras_require_them():
+    """A `pip install 'REQUIREMENT'` in the README or docs/ whose package is one of pyproject's extras gives that
+    extra's own requirement (the README's ptxas line and install.md's `[ptx]` line spell the extra out): the
+    console blocks are not run (they install), so when an extra's bounds move, this moves the line a reader copies."""
+    import tomllib
+
+    def spelled(requirement: str) -> tuple[str, tuple[str, ...]]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+        return name.lower().replace("_", "-"), tuple(sorted(requirement[len(name):].replace(" ", "").split(",")))
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    required = dict(spelled(r) for requirements in extras.values() for r in requirements)
+    wrong, checked = [], 0
+    for page in markdown_files():
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for requirement in re.findall(r"pip install[^#`|]*", line):
+                for quoted in re.findall(r"'([A-Za-z0-9_.-]+[<>=!~][^']*)'", requirement):
+                    name, bounds = spelled(quoted)
+                    checked += name in required
+                    if name in required and bounds != required[name]:
+                        wrong.append(f"{page.relative_to(ROOT)}:{number}: '{quoted}', the extra requires "
+                                     f"{name}{','.join(required[name])}")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 3, "the README's and install.md's ptxas lines were not found"

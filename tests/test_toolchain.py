@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -126,6 +127,18 @@ def test_wheels_are_found_through_the_nvidia_namespace_package(no_cuda, monkeypa
 def test_a_missing_ptxas_is_a_toolchain_error_that_says_how_to_install_it(no_cuda, no_wheels):
     with pytest.raises(ToolchainError, match=r"ptxas not found.*install it with `pip install nvidia-cuda-nvcc`, or from a "
                                              r"Tessera checkout `pip install '\.\[ptx\]'`$"):
+        compile_ptx(sample("gemm_tile_sanity.ptx"))
+
+
+def test_a_ptxas_that_does_not_run_is_named_not_said_to_reject_the_ptx(no_cuda, no_wheels, monkeypatch, tmp_path):
+    """A wrapper left on PATH after its CUDA toolkit was removed (unseen round 23: `exec /usr/local/cuda/bin/ptxas`).
+    Regression: "ptxas (unknown version) rejected <ptx> (exit status 127)", as if the PTX were at fault."""
+    stale = _fake_tool(tmp_path / "bin", "ptxas")
+    stale.write_text('#!/bin/sh\nexec /nonexistent/cuda/bin/ptxas "$@"\n')
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    toolchain.tool_version.cache_clear()
+    with pytest.raises(ToolchainError, match=rf"^{re.escape(str(stale))} is not a working ptxas: `ptxas --version` "
+                                             r"printed '.*/nonexistent/cuda/bin/ptxas.*', no version; remove or fix it"):
         compile_ptx(sample("gemm_tile_sanity.ptx"))
 
 

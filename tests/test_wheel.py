@@ -224,25 +224,49 @@ def test_the_wheel_installs_a_working_tessera(tmp_path):
     for proc in (opt, run):
         assert "Traceback" not in proc.stderr
 
+    # 6. What a first-time user tries next (tests/test_unseen_install.py runs the same in this process): `python -m
+    # tessera` names the version the distribution was built with; `tessera-opt --help` every pass and named pipeline
+    # it accepts; a misspelt pass is refused with the one meant.
+    from tessera.passes import PASSES, named_pipelines
+
+    about = _run([python, "-I", "-m", "tessera"], tmp_path, "python -m tessera from the wheel", env=env)
+    assert about.stdout.startswith(f"tessera {version}: "), about.stdout
+    listing = _run([venv / "bin" / "tessera-opt", "--help"], tmp_path, "tessera-opt --help from the wheel", env=env)
+    unlisted = [name for name in [*PASSES, *named_pipelines()] if f"  {name}" not in listing.stdout]
+    assert not unlisted, f"tessera-opt --help does not list {unlisted}"
+    typo = subprocess.run([venv / "bin" / "tessera-opt", gemm, "-p", "defualt-pipeline"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert typo.returncode == 1 and "(did you mean 'default-pipeline'?)" in typo.stderr, typo.stderr
+    for proc in (about, listing, typo):
+        assert "Traceback" not in proc.stderr
+
 
 DOCS_DATA = ("examples", "bench", "tests/ptx_kernels", "tests/user_kernels", "tests/rewriter")
 """The checkout's folders that blocks of the docs read by relative path (a user runs them from a checkout)."""
 
 
+def reads_checkout(code: str) -> bool:
+    """Whether a block names one of `DOCS_DATA` (`examples/gemm.mlir`, `Path("bench")`): it runs from a checkout;
+    every other block must run from any directory (docs/install.md)."""
+    return any(re.search(rf"(?<![\w/]){re.escape(folder)}\b", code) for folder in DOCS_DATA)
+
+
 @pytest.mark.slow
 def test_docs_blocks_run_with_the_wheel(tmp_path):
     """Every python and shell block of README.md and docs/*.md that is not gpu-only runs, as written, with the
-    wheel installed in a fresh environment, from a directory outside the checkout that holds copies of only the
-    data folders the blocks read (`DOCS_DATA`): no block may depend on the editable install (the package's
-    location, modules outside it). test_docs_snippets runs the same blocks against the editable install."""
+    wheel installed in a fresh environment, from a directory outside the checkout: a block that names one of the
+    data folders (`reads_checkout`) from one that holds copies of only those folders, every other block from an
+    empty one. No block may depend on the editable install (the package's location, modules outside it), nor
+    on a checkout it does not name. test_docs_snippets runs the same blocks against the editable install."""
     import test_docs_snippets as snippets
 
     source = tmp_path / "checkout"
     _copy_checkout(source)
     venv, _, env = _fresh_install(_build("build_wheel", source, tmp_path / "wheel"), tmp_path)
-    user = tmp_path / "user"
+    user, anywhere = tmp_path / "user", tmp_path / "anywhere"
     for folder in DOCS_DATA:
         shutil.copytree(ROOT / folder, user / folder)
+    anywhere.mkdir()
     env = dict(env, PATH=str(venv / "bin") + os.pathsep + env.get("PATH", ""), OPENBLAS_NUM_THREADS="1")
     failed = []
     for block in snippets.ALL_BLOCKS:
@@ -252,7 +276,8 @@ def test_docs_blocks_run_with_the_wheel(tmp_path):
         script.write_text(block.padded_code, encoding="utf-8")
         command = ([venv / "bin" / "python", script] if block.tag == "python"
                    else ["bash", "-e", "-o", "pipefail", "-c", block.code])
-        proc = subprocess.run(command, cwd=user, env=env, capture_output=True, text=True, timeout=snippets.TIMEOUT_S)
+        proc = subprocess.run(command, cwd=user if reads_checkout(block.code) else anywhere, env=env,
+                              capture_output=True, text=True, timeout=snippets.TIMEOUT_S)
         if proc.returncode != 0:
             failed.append(f"{block.name}: exit {proc.returncode}\n{proc.stderr[-1500:]}")
     assert not failed, "\n".join(failed)
@@ -261,10 +286,12 @@ def test_docs_blocks_run_with_the_wheel(tmp_path):
 def test_install_hints_name_what_pip_can_install():
     """The distribution `tessera-compiler` is installed from its source, not from PyPI: no message or docstring
     of the package may tell a user to `pip install 'tessera-compiler[EXTRA]'` (the extras install from a checkout,
-    `pip install '.[EXTRA]'`, or by their packages' own names)."""
+    `pip install '.[EXTRA]'`, or by their packages' own names), nor `pip install tessera[EXTRA]`, which installs
+    PyPI's unrelated `tessera` (regression: tessera.toolchain.find_all_ptxas's docstring said so)."""
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    hint = re.compile(r"tessera-compiler\[|pip install ['\"]?tessera\b")
     offenders = [f"{path.relative_to(ROOT)}:{number}"
                  for folder in package_dir.values() for path in sorted((ROOT / folder).rglob("*.py"))
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                 if "tessera-compiler[" in line]
+                 if hint.search(line)]
     assert not offenders, f"hints to install extras from PyPI, where tessera-compiler is not: {offenders}"

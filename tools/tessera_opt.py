@@ -251,6 +251,8 @@ class TesseraOptMain(xDSLOptMain):
     def register_all_arguments(self, arg_parser) -> None:
         from tessera.tools.opt_help import add_help_listings
 
+        # xDSL's parser takes its name from sys.argv[0]: `python -m tessera.tools.tessera_opt` would be tessera_opt.py
+        arg_parser.prog = "tessera-opt"
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--validate", action="store_true",
                                 help="run every kernel after each pass of the pipeline and compare the levels")

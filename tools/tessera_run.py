@@ -35,6 +35,7 @@ the PTX executor in N processes (`tessera.interpreters.parallel`: the same resul
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import sys
@@ -47,7 +48,7 @@ import numpy as np
 from tessera.interpreters.launch import check_sizes
 from tessera.interpreters.limits import DEFAULT_MEMORY_BUDGET, MemoryBudgetError
 
-from tessera import LEVELS  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
+from tessera import LEVELS, __version__  # where a kernel runs: tile, target, ptx, as tessera.interpret's level=
 from tessera.tools.arguments import parse_seed, parse_size, parse_workers
 from tessera.tools.streams import STDIN_NAME, quiet_broken_pipe, read_standard_input, reads_standard_input
 
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=parse_workers, default=None, metavar="N",
                         help="run the CTAs in N processes (CTA simulator and PTX executor; the same results and "
                              "first error as one process; default: one)")
+    parser.add_argument("-v", "--version", action="version",
+                        version=f"tessera-run {__version__} (xdsl {importlib.metadata.version('xdsl')})",
+                        help="print the version, as tessera-opt -v does, and exit")
     return parser
 
 

@@ -23,7 +23,12 @@ Importing this module imports PyTorch (it is the one module of Tessera that does
 
 from __future__ import annotations
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as error:  # say how to get it, as the GPU runtime does for cuda-bindings
+    raise ModuleNotFoundError("tessera.runtime.autograd needs PyTorch, which is not installed: pip install torch "
+                              "(a CPU build is enough), or from a Tessera checkout pip install '.[torch]'",
+                              name=error.name) from None
 
 from tessera.runtime.no_backward import raising_backward
 

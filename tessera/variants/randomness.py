@@ -107,7 +107,11 @@ def _naming_line(fn: Callable, names: set[str]) -> str:
     """file:line of the first instruction of `fn`'s code loading one of `names` (its first line if none)."""
     code = underlying(fn).__code__
     for instruction in dis.get_instructions(code):
-        if instruction.argval in names and instruction.positions and instruction.positions.lineno:
+        # Python 3.13's paired loads (LOAD_FAST_LOAD_FAST `score, rng`) name two variables, as a tuple
+        loaded = instruction.argval if isinstance(instruction.argval, tuple) and "FAST" in instruction.opname \
+            else (instruction.argval,)
+        if any(isinstance(name, str) and name in names for name in loaded) and instruction.positions \
+                and instruction.positions.lineno:
             return f"{code.co_filename}:{instruction.positions.lineno}"
     return f"{code.co_filename}:{code.co_firstlineno}"
 

@@ -207,6 +207,8 @@ def _struct(path: str, rng: np.random.Generator, budget: int | None):
             description = json.load(f)
     except json.JSONDecodeError as error:
         raise ValueError(f"--arg struct:{path}: not JSON: {error}") from None
+    except OSError as error:
+        raise ValueError(f"--arg struct:{path}: cannot read '{path}': {error.strerror or error}") from None
 
     def make(name, spec):
         if not isinstance(spec, str) or not _ARRAY.match(spec):
@@ -220,8 +222,11 @@ def run(args: argparse.Namespace) -> int:
     from tessera.interpreters.ptx import launch
     from tessera.interpreters.ptx.parse import parse_ptx
 
-    with open(args.file, "rb") as f:
-        data = f.read()
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as e:  # as tessera-run says it of an MLIR file, not Python's "[Errno 2] ..."
+        raise ValueError(f"cannot read '{args.file}': {e.strerror or e}") from None
     try:
         text = data.decode()
     except UnicodeDecodeError as e:  # as tessera-opt and tessera-run say it of an MLIR file
@@ -235,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
     if entry is None:
         raise ValueError(f"no entry named '{args.kernel}' (entries: {', '.join(module.entries)})")
     values, buffers = _arguments(args.args, args.buffers, np.random.default_rng(args.seed), args.memory_budget)
+    if len(args.args) != len(entry.params):  # the launch counts them too, but cannot say how a shell gives them
+        raise ValueError(
+            f"entry {args.kernel} has {len(entry.params)} parameters ({', '.join(p.name for p in entry.params)}), "
+            f"got {len(args.args)} --arg: give one per parameter, in order (tessera-run FILE.ptx --help); a kernel "
+            "Tessera printed runs from its MLIR with tessera-run FILE.mlir --level ptx, which makes its arguments")
     from tessera.interpreters.ptx.params import Description
 
     described = next((v for v in values if isinstance(v, Description)), None)

@@ -37,7 +37,8 @@ Refused: indirect calls (`call` through a register, prototypes), `brx.idx`, vect
 
 Written by hand (one regular expression per token class in `lexer`, recursive descent over the tokens, linear
 in the text; the ISA's names checked against are in `isa_names`) because the PyPI package ptx-parser 0.1.3 rejects `.target sm_90a` and most of the sm_90a syntax and
-records no line numbers on what it parses: see PARSER_EVALUATION.md.
+records no line numbers on what it parses: see PARSER_EVALUATION.md beside this file in a checkout (the wheel
+holds only modules).
 """
 
 from __future__ import annotations

@@ -132,10 +132,10 @@ class FragmentPlan:
     def _arranged(self, pairs: np.ndarray, lead: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray | None:
         """Complex pairs [..., 128, n / 4] as [..., split digits, the other digits in product order] (a view
         transposed by `axes`, `_layout`'s; None where the pairs cannot be split into digits without a copy)."""
-        digits = pairs.view()
-        try:
-            digits.shape = lead + self.pairs_shape
-        except AttributeError:
+        # reshape copies where no view has the shape, and a copy shares no memory with `pairs`. (Setting `.shape`,
+        # which refuses instead, is deprecated from NumPy 2.5 on; `copy=False` needs NumPy 2.1, we take 1.26.)
+        digits = pairs.reshape(lead + self.pairs_shape)
+        if not np.may_share_memory(digits, pairs):
             return None
         return digits.transpose(axes)
 
