@@ -73,6 +73,7 @@ def fake_gpu(monkeypatch):
     driver = Driver(api)
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: fake)  # is_torch_tensor's
     monkeypatch.setattr(toolchain, "find_ptxas", lambda *args, **kwargs: None)  # the fake loads the PTX: no cubin
     forget_plans()
     forget_device_inputs()

@@ -500,6 +500,7 @@ def test_backward_parts_times_each_kernel_its_zero_fills_the_gaps_and_the_host_w
     config = SimpleNamespace(attention=SimpleNamespace(head_dim=128, causal=False, dtype="bf16", scale=0.1,
                                                        block_m=128, block_n=128), deterministic=False)
     monkeypatch.setattr(launch, "_torch", lambda: torch)
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: torch)  # is_torch_tensor's
     monkeypatch.setattr(launch, "usable_device", lambda inputs: 0)
     monkeypatch.setattr(backward, "check_backward_arguments", lambda *arguments: config)
     monkeypatch.setattr(compiler, "compile_kernel", lambda c: SimpleNamespace(config=c))

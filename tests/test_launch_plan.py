@@ -53,6 +53,7 @@ def gpu(monkeypatch):
         return check_inputs(*args, **kwargs)
 
     monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: fake)  # is_torch_tensor's
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     monkeypatch.setattr(launch_module, "check_inputs", counted)
     forget_plans()
@@ -417,6 +418,7 @@ def test_the_backward_on_cuda_tensors_runs_right_through_its_ptx(monkeypatch, rn
     fake = FakeCudaTorch(torch, api=api)
     driver = Driver(api)
     monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: fake)  # is_torch_tensor's
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     forget_plans()
 
@@ -462,6 +464,7 @@ def test_the_modifiers_backward_on_cuda_tensors_reads_nothing_it_did_not_write(m
     o, lse = tessera.attention(q, k, v, score_mod=softcap_alibi, mask_mod=window, return_lse=True)
     expected = tessera.attention_backward(q, k, v, o, lse, do, score_mod=softcap_alibi, mask_mod=window)
     monkeypatch.setattr(launch_module, "_torch", lambda: Poisoned())
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: Poisoned())  # is_torch_tensor's
     tensors = [numpy_to_torch(np.asarray(x)).cuda() for x in (q, k, v, o, lse, do)]
     for _ in range(2):
         grads = [g.float().cpu().numpy() for g in tessera.attention_backward(*tensors, score_mod=softcap_alibi,

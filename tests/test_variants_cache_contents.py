@@ -200,6 +200,7 @@ def test_a_learned_table_on_the_device_through_the_fake_driver(traces, monkeypat
     driver = Driver(api)
     monkeypatch.setattr(launch_module, "get_driver", lambda: driver)
     monkeypatch.setattr(launch_module, "_torch", lambda: fake)
+    monkeypatch.setattr("tessera.host_arrays._torch", lambda: fake)  # is_torch_tensor's
     monkeypatch.setattr(toolchain, "find_ptxas", lambda *args, **kwargs: None)
     monkeypatch.setattr(flex, "WARP_SPECIALIZED_FIRST", {})  # the builder's 64 x 64 kernel (no refused candidate)
     forget_plans()
