@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tessera
@@ -169,3 +170,26 @@ def test_the_epilogue_ptxas_spills_warns_under_a_real_ptxas():
     lowered, description, fallbacks = compiled_gemm(block_m=192, beta=1.0, bias=True)
     spill = spill_check.ptxas_spill(lowered)
     assert spill is None or (len(fallbacks) == 1 and str(spill) in description.pipeline_note)
+
+
+def bf16(x):
+    """`x` rounded to bf16 (nearest, ties to even), as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+@pytest.mark.parametrize("epilogue", [dict(beta=1.0, bias=True), dict(beta=0.5, alpha=-1.5, bias=True),
+                                      dict(beta=1.0, alpha=2.0)], ids=["beta-bias", "scaled-bias", "scaled"])
+def test_the_192_row_epilogues_compute_alpha_ab_plus_beta_c_plus_bias(level, epilogue):
+    """Whichever configuration the fallback keeps (with ptxas: the spilling rung or two stages without a
+    producer; without: warp-specialized), alpha A B + beta C + bias against float64, two 192-row blocks."""
+    rng = np.random.default_rng(1)
+    a, b, c, bias = (rng.standard_normal(shape) for shape in ((200, 72), (72, 136), (200, 136), (136,)))
+    inputs = [a, b, c] + [bias] * epilogue.get("bias", False)
+    expected = epilogue.get("alpha", 1.0) * (bf16(a) @ bf16(b)) + epilogue["beta"] * c + (bias if "bias" in epilogue else 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = np.asarray(tessera.interpret(gemm(block_m=192, **epilogue), *inputs, level=level), np.float64)
+    # the output's bf16 rounding (2^-8 of it), C's and the bias's, and f32 sums of 72 terms
+    assert np.all(np.abs(out - expected) <= 2.0 ** -7 * (np.abs(expected) + np.abs(c) + 1))
