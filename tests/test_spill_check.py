@@ -1,7 +1,7 @@
 """The default pipeline asks ptxas of a tight kernel only (`tessera.lowering.fallback`, `CONSUMER_HEADROOM`, with
 the registers ptxas loads early, `spill_check.early_load_registers`): a kernel ptxas spills takes the next
-configuration, one it assembles without a spill, or one no ptxas is found for, is kept. ptxas's answers are faked here (the real ones:
-`-m slow -k swiglu_residual_tools` in tests/test_unseen_kernels5.py, and the FP8 flash kernels of
+configuration, one it assembles without a spill, or one no ptxas is found for, is kept. ptxas's answers are faked
+here (the real ones: `-m slow -k swiglu_residual_tools` in tests/test_unseen_kernels5.py, and the FP8 flash kernels of
 tests/test_fp8*.py): `tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of its consumers' 240, tight."""
 
 from __future__ import annotations
@@ -123,10 +123,12 @@ def compiled_gemm(**config):
 
 
 def test_early_loads_count_the_epilogue_global_loads(monkeypatch):
-    """The C tile's 64 registers and the bias's 32 (N/4), loaded after the K loop; none for the plain GEMM."""
+    """The C tile's 64 registers and the bias's 32 (N/4), loaded after the K loop; none for the plain GEMM, and
+    none of the any-shape kernel's A and B loads, in the K loop."""
     answering(monkeypatch, None)  # each kept warp-specialized
-    for config, registers in ((dict(beta=1.0, bias=True), 96), (dict(beta=1.0), 64), ({}, 0)):
-        lowered = tessera.compile(gemm(block_m=192, **config), target="target")
+    for config, registers in ((dict(beta=1.0, bias=True), 96), (dict(beta=1.0), 64), ({}, 0),
+                              (dict(block_m=128, aligned=False, beta=1.0, bias=True), 96)):
+        lowered = tessera.compile(gemm(**{"block_m": 192, **config}), target="target")
         (fn,) = [op for op in lowered.walk() if "sm90.registers" in op.attributes]
         assert spill_check.early_load_registers(fn) == registers
 
@@ -187,7 +189,8 @@ def test_the_192_row_epilogues_compute_alpha_ab_plus_beta_c_plus_bias(level, epi
     rng = np.random.default_rng(1)
     a, b, c, bias = (rng.standard_normal(shape) for shape in ((200, 72), (72, 136), (200, 136), (136,)))
     inputs = [a, b, c] + [bias] * epilogue.get("bias", False)
-    expected = epilogue.get("alpha", 1.0) * (bf16(a) @ bf16(b)) + epilogue["beta"] * c + (bias if "bias" in epilogue else 0)
+    expected = (epilogue.get("alpha", 1.0) * (bf16(a) @ bf16(b)) + epilogue["beta"] * c
+                + (bias if "bias" in epilogue else 0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = np.asarray(tessera.interpret(gemm(block_m=192, **epilogue), *inputs, level=level), np.float64)

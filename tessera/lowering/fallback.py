@@ -122,10 +122,10 @@ in 27 more SASS instructions per trip than `red` (2274 against 2247 under 13.0).
 CONSUMER_HEADROOM = 8
 """Registers per thread (one setmaxnreg step): a kernel whose allocator peak (with its early loads,
 `spill_check.early_load_registers`) leaves fewer spare under its budget (`_budget`) is tight, and the default
-pipeline asks ptxas whether it spills before keeping it (module docstring). The allocator's count is within a few registers of what ptxas needs, on either side
-(tests/test_regalloc_accuracy.py: a soft-cap's count is 3 under), so a tight count is no proof either way:
-`tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of 240 and every ptxas (12.9, 13.0, 13.5) spilled 4
-bytes there (ptxas issues its 32 predicated bias loads and 64 residual loads early, each bit of their masks in a
+pipeline asks ptxas whether it spills before keeping it (module docstring). The allocator's count is within a
+few registers of what ptxas needs, on either side (tests/test_regalloc_accuracy.py: a soft-cap's count is 3
+under), so a tight count is no proof either way: `tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of
+240 and every ptxas (12.9, 13.0, 13.5) spilled 4 bytes there (ptxas issues its 32 predicated bias loads and 64 residual loads early, each bit of their masks in a
 register of its own), where two stages without a producer (255) assemble without a spill; the FP8 flash kernels
 (`flash_attention(dtype="e4m3")`) count 144 of 144 at head_dim 64, 176 of 176 at 128, 198 of 200 at 256 (one
 more causal) and every ptxas assembles them without a spill. The bf16 flash kernels leave 15 (225 of 240): no

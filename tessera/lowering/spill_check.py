@@ -95,8 +95,8 @@ def early_load_registers(fn: func.FuncOp) -> int:
     registers are live beside values the allocator counts as dead by then: `gemm(block_m=192, beta=1.0,
     bias=True)` counts 135 (the accumulator and the C tile) and ptxas 12.9 to 13.5 need more than 168, the C
     tile's 64 loads issued before the bias's 32 are added. A bound, not a count: the fallback asks ptxas where
-    the peak and it pass the budget (`tessera.lowering.fallback`). A kernel without a loop has none: its loads
-    are issued where the count has them, first."""
+    the peak and it pass the budget (`tessera.lowering.fallback`). A kernel without a loop has none (its loads
+    lead its code already)."""
     from tessera.dialects.sm90_memory import LdGlobalOp, LdGlobalU16Op
 
     return sum(op.result.type.get_shape()[0] for op in walk_ops(fn)
@@ -104,15 +104,20 @@ def early_load_registers(fn: func.FuncOp) -> int:
 
 
 def _after_a_loop(op: Operation) -> bool:
-    """Whether `op` follows an `scf.for` in program order (one that precedes it or an op around it in its block)
-    and no `scf.for` encloses it."""
-    while not isinstance(op, func.FuncOp | scf.ForOp):
-        before = op.prev_op
-        while before is not None:
-            if any(isinstance(inner, scf.ForOp) for inner in walk_ops(before)):
-                return True
-            before = before.prev_op
-        op = op.parent_op()
-        if op is None:
+    """Whether no `scf.for` encloses `op` and one precedes it in program order (before it or an op around it,
+    in its block)."""
+    around = [op]
+    while not isinstance(around[-1].parent_op(), func.FuncOp | None):
+        around.append(around[-1].parent_op())
+        if isinstance(around[-1], scf.ForOp):
             return False
-    return False
+    return any(isinstance(inner, scf.ForOp) for outer in around for before in _preceding(outer)
+               for inner in walk_ops(before))
+
+
+def _preceding(op: Operation):
+    """The ops before `op` in its block, nearest first."""
+    before = op.prev_op
+    while before is not None:
+        yield before
+        before = before.prev_op
