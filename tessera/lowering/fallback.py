@@ -53,12 +53,16 @@ registers a thread with its dP group in flight across the score_mod's ops, and f
 the single-stage backward with three captured-gradient scatters at head_dim 64 needs 264 of 255 in the default
 order and fits in the builder's.
 
-A warp-specialized kernel that fits its consumers' budget with fewer than `CONSUMER_HEADROOM` registers to
-spare at the allocator's peak is tight: the count is no closer than that to what ptxas needs, on either side. Of
-a tight kernel (and only of one) the fallback asks ptxas (`tessera.lowering.spill_check.ptxas_spill`: its PTX
-assembled by the newest ptxas found, the answer cached by the PTX text); when ptxas spills it, the kernel is
-refused, the refusal naming the spill and the ptxas, and the next configuration is tried. When ptxas does not
-spill it, or no ptxas is found, it is kept.
+A kernel that fits its budget (a warp-specialized kernel's: its consumers' setmaxnreg count; another's: what its
+launch bounds give a thread at entry, 168 at 384 threads) with fewer than `CONSUMER_HEADROOM` registers to spare
+at the allocator's peak is tight: the count is no closer than that to what ptxas needs, on either side. So is one
+whose peak leaves fewer spare once the registers of its epilogue's global loads are added
+(`spill_check.early_load_registers`: ptxas issues an epilogue's loads early, beside values the count has
+retired; `gemm(block_m=192, beta=1.0, bias=True)` counts 135 of 160 and ptxas needs more than 168). Of a tight
+kernel (and only of one) the fallback asks ptxas (`tessera.lowering.spill_check.ptxas_spill`: its PTX assembled
+by the newest ptxas found, the answer cached by the PTX text); when ptxas spills it, the kernel is refused, the
+refusal naming the spill and the ptxas, and the next configuration is tried, up to the spilling rung, whose note
+names ptxas's spill. When ptxas does not spill it, or no ptxas is found, it is kept.
 
 Each kernel of a module gets its own configuration: a module of several kernels is lowered kernel by kernel,
 each from a copy of the module holding it alone (with every op that is no kernel), so a kernel that fits
@@ -89,7 +93,7 @@ from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located, warn
 from tessera.kernel_abi import is_kernel, is_target_kernel, kernels
 from tessera.regalloc import SPILL_ATTR, RegisterBudgetError
-from tessera.passes.allocate_registers import REGISTERS_ATTR
+from tessera.passes.allocate_registers import REGISTERS_ATTR, registers_at_entry
 from tessera.passes.convert_tile_to_sm90.common import SharedMemoryError
 from tessera.passes.pipeline_loops import PipelineLoopsError
 from tessera.sm90 import facts
@@ -116,12 +120,12 @@ in 27 more SASS instructions per trip than `red` (2274 against 2247 under 13.0).
 
 
 CONSUMER_HEADROOM = 8
-"""Registers per thread (one setmaxnreg step): a warp-specialized kernel whose allocator peak leaves fewer spare
-under its consumers' budget is tight, and the default pipeline asks ptxas whether it spills before keeping it
-(module docstring). The allocator's count is within a few registers of what ptxas needs, on either side
-(tests/test_regalloc_accuracy.py: a soft-cap's count is 3 under), so a tight count is no proof either way:
-`tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of 240 and every ptxas (12.9, 13.0, 13.5) spilled 4
-bytes there (ptxas issues its 32 predicated bias loads and 64 residual loads early, each bit of their masks in a
+"""Registers per thread (one setmaxnreg step): a kernel whose allocator peak (with its early loads,
+`spill_check.early_load_registers`) leaves fewer spare under its budget (`_budget`) is tight, and the default
+pipeline asks ptxas whether it spills before keeping it (module docstring). The allocator's count is within a
+few registers of what ptxas needs, on either side (tests/test_regalloc_accuracy.py: a soft-cap's count is 3
+under), so a tight count is no proof either way: `tests/user_kernels/gemm_swiglu_residual.mlir` counts 235 of
+240 and every ptxas (12.9, 13.0, 13.5) spilled 4 bytes there (ptxas issues its 32 predicated bias loads and 64 residual loads early, each bit of their masks in a
 register of its own), where two stages without a producer (255) assemble without a spill; the FP8 flash kernels
 (`flash_attention(dtype="e4m3")`) count 144 of 144 at head_dim 64, 176 of 176 at 128, 198 of 200 at 256 (one
 more causal) and every ptxas assembles them without a spill. The bf16 flash kernels leave 15 (225 of 240): no
@@ -274,23 +278,23 @@ def _fit(first: Configuration, module: ModuleOp, run: Callable[[str, ModuleOp], 
 
 
 def _spilled_when_tight(trial: ModuleOp) -> RegisterBudgetError | None:
-    """The refusal of `trial` (one kernel, lowered) when it is tight, a warp-specialized kernel whose allocator
-    peak leaves fewer than `CONSUMER_HEADROOM` registers spare under its consumers' setmaxnreg budget, and the
-    newest ptxas found spills it (module docstring); None otherwise, without running ptxas unless tight."""
+    """The refusal of `trial` (one kernel, lowered) when it is tight, a kernel whose allocator peak, with the
+    registers of its epilogue's global loads (`spill_check.early_load_registers`: ptxas issues them
+    early), leaves fewer than `CONSUMER_HEADROOM` registers spare under its budget (`_budget`), and the newest
+    ptxas found spills it (module docstring); None otherwise, without running ptxas unless tight."""
     from tessera.lowering import spill_check
 
     for fn in walk_ops(trial):
         if not is_target_kernel(fn) or REGISTERS_ATTR not in fn.attributes:
             continue
-        budget = _consumer_budget(fn)
+        budget, whose = _budget(fn)
         peak = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
-        if budget is None or peak <= budget - CONSUMER_HEADROOM:
+        if peak + spill_check.early_load_registers(fn) <= budget - CONSUMER_HEADROOM:
             continue
         spill = spill_check.ptxas_spill(trial)
         if spill is None:
             return None
-        need = (f"the consumer warpgroups' {peak} registers per thread leave {budget - peak} of their {budget}, "
-                f"and {spill}")
+        need = f"{whose} {peak} registers per thread leave {budget - peak} of their {budget}, and {spill}"
         return RegisterBudgetError(located(fn, f"@{fn.sym_name.data}: {need}"), summary=need)
     return None
 
@@ -316,6 +320,17 @@ def _consumer_budget(fn) -> int | None:
     budgets = [op.count.value.data for op in walk_ops(fn)
                if isinstance(op, sm90.SetMaxNRegOp) and op.action.data == "inc"]
     return max(budgets, default=None)
+
+
+def _budget(fn) -> tuple[int, str]:
+    """The registers per thread ptxas has for the Target IR kernel `fn`'s computing threads, and whose they are
+    (as a refusal names them): its consumers' setmaxnreg budget, else what its launch bounds give each thread
+    at entry (`allocate_registers.registers_at_entry`: 168 at 384 threads), at most 255."""
+    consumers = _consumer_budget(fn)
+    if consumers is not None:
+        return consumers, "the consumer warpgroups'"
+    at_entry = registers_at_entry(fn)
+    return min(at_entry or facts.MAX_REGISTERS_PER_THREAD, facts.MAX_REGISTERS_PER_THREAD), "the threads'"
 
 
 def _takes_red(configuration: Configuration, trial: ModuleOp, refused: bool) -> bool:
@@ -360,6 +375,10 @@ def _lower_down(module: ModuleOp, first: Configuration,
             except DiagnosticException as error:
                 failures.append((configuration, error))
                 continue
+        spilled = None if configuration.spills else _spilled_when_tight(trial)
+        if spilled is not None:  # ptxas spills what the count let pass: a smaller configuration may not
+            failures.append((configuration, spilled))
+            continue
         for warning in caught:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         take_body(module, trial)
@@ -412,13 +431,22 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
                 needed = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
                 # past 255, or past fewer at the kernel's launch bounds (allocate-registers)
                 spills = (f"{spilled} past the {needed - spilled} a thread can hold left to ptxas, which spills them "
-                          "to local memory" if spilled else "none past its budget")
+                          "to local memory" if spilled else _ptxas_spills_within_budget(module))
                 note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
                         f"configuration fits without spilling: {refused})")
             else:
                 note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
             fn.attributes[PIPELINE_NOTE_ATTR] = StringAttr(note)
             warn(located(fn, f"the default pipeline fell back: {note}"))
+
+
+def _ptxas_spills_within_budget(module: ModuleOp) -> str:
+    """How the spilling rung's note names a kernel (of `module`, lowered) allocated within its budget: ptxas may
+    spill it all the same (a count within the budget but with ptxas's early loads past it, module docstring)."""
+    from tessera.lowering import spill_check
+
+    spill = spill_check.ptxas_spill(module)
+    return "none past its budget" + (f", and {spill}" if spill is not None else "")
 
 
 def take_body(module: ModuleOp, lowered: ModuleOp) -> None:
