@@ -267,15 +267,17 @@ class Perturbation(Interpreter.Listener):
         return np.where(arg.read() == arg.view(data), arg.view(move), 0.0)
 
     def _record_store(self, op: tile.StoreSharedOp) -> None:
+        """After `tile.store_shared`: the buffer's elements that hold the stored value (the active blocks')
+        carry its move; the others keep what they carried."""
         value, dest = self.args
-        move = self.carried.get(op.operands[0])
         buffer = dest.buffer
-        record = self.stored.get(id(buffer))
-        before = record[2] if record is not None else np.zeros(buffer.data.shape)
+        move, record = self.carried.get(op.operands[0]), self.stored.get(id(buffer))
         if move is None and record is None:
             return
+        before = record[2] if record is not None else np.zeros(buffer.data.shape)
         stored = buffer.data == np.broadcast_to(value, buffer.data.shape)
         move = np.where(stored, 0.0 if move is None else move, before)
+        # keyed by id: SharedBuffer compares by value; the record holds the buffer, so the id stays its own
         self.stored[id(buffer)] = (buffer, buffer.data.copy(), move)
 
     def did_interpret_op(self, op: Operation, results) -> None:
