@@ -72,6 +72,20 @@ def test_a_shared_buffer_carries_the_move_of_what_was_stored_into_it():
     np.testing.assert_array_equal(_tolerance(_b2b_through_shared()), _tolerance(B2B.read_text()))
 
 
+def test_a_shared_buffer_written_since_the_store_carries_nothing(monkeypatch):
+    """The stored bf16 intermediate is overwritten by a copy of B1 before the mma reads the buffer: the mma's
+    operands are loads, and its tolerance is the one without carried moves."""
+    text = str(checked(_b2b_through_shared()).replace(
+        "    tile.barrier\n    %c = tile.mma %h_smem,",
+        "    tile.barrier\n"
+        "    tile.cp_async %b1w, %h_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>\n"
+        "    tile.cp_commit_group\n    tile.cp_wait_group 0\n    tile.barrier\n"
+        "    %c = tile.mma %h_smem,"))
+    tolerance = _tolerance(text)
+    monkeypatch.setattr(rounding, "CARRIED", {})
+    np.testing.assert_array_equal(tolerance, _tolerance(text))
+
+
 def test_row_sum_moves_by_the_sum_of_its_operands_moves():
     x = np.array([[[1.0, -2.0, 3.0]]])
     assert rounding._row_sum_carried(None, (x,), (np.array([[[0.5, 0.25, 0.0]]]),)).tolist() == [[0.75]]
