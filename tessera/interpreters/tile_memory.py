@@ -211,9 +211,14 @@ class SharedRef:
         table[rows[m], cols[m]] = value
 
     def read(self) -> np.ndarray:
+        return self.view(self.buffer.data)
+
+    def view(self, data: np.ndarray) -> np.ndarray:
+        """What `read` returns, taken from `data` (an array shaped like the buffer's, [B, *shape]) instead of the
+        buffer's contents: a listener's per-element record of the buffer read as the op reads it."""
         if self.stage is None:
-            return self.buffer.data
-        return self.buffer.data[np.arange(len(self.stage)), self.stage]
+            return data
+        return data[np.arange(len(self.stage)), self.stage]
 
     def write(self, values: np.ndarray, mask: np.ndarray) -> None:
         if self.stage is None:
