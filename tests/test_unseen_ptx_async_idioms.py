@@ -136,9 +136,9 @@ def test_more_arrivals_in_one_instruction_than_the_phase_expects_are_refused_at_
     text = COPY.replace("PRODUCER", producer)
     arrive = line_of(text, "    mbarrier.arrive" if "\n" in producer else "cp.async.mbarrier.arrive")
     with pytest.raises(PtxHazardError, match=rf"<ptx>:{arrive}: error: \S*mbarrier.arrive\S*: arrives on the mbarrier "
-                                             r"at shared address 0x0 after the earlier arrivals of this instruction "
-                                             r"completed its phase 0: more threads arrive than the 16 the barrier "
-                                             r"expects \(thread \((16|8), 0, 0\) of CTA \(0, 0, 0\)\)"):
+                                             r"at shared address 0x0 after the earlier arrivals of its warp in this "
+                                             r"instruction completed its phase 0: more threads arrive than the 16 "
+                                             r"the barrier expects \(thread \((16|8), 0, 0\) of CTA \(0, 0, 0\)\)"):
         copies(16, producer, schedule=schedule, seed=seed)
 
 
