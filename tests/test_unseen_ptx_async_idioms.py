@@ -8,6 +8,8 @@ kernel author puts it. CTA-local ordering: tests/test_unseen_ptx_sync_idioms.py.
 
 from __future__ import annotations
 
+import subprocess
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -110,6 +112,50 @@ def test_an_mbarrier_arrive_does_not_complete_a_cp_async():
     with pytest.raises(PtxHazardError, match=r"ld.shared.u32: reads shared address 0x\w+ before it was signalled: "
                                              r"the cp.async at line \d+ into it has not landed"):
         copies(32, "mbarrier.arrive.shared::cta.b64 %rd3, [%r1];")
+
+
+OVER_ARRIVALS = [
+    "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%r1];",  # 32 arrivals on a count of 16
+    "cp.async.mbarrier.arrive.shared::cta.b64 [%r1];\n    mbarrier.arrive.shared::cta.b64 %rd3, [%r1];",
+    "cp.async.mbarrier.arrive.shared::cta.b64 [%r1];\n    mbarrier.arrive.release.cta.shared::cta.b64 %rd3, [%r1], 2;",
+]
+
+
+@pytest.mark.parametrize("producer", OVER_ARRIVALS, ids=["noinc", "arrive", "arrive-count-2"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed-warp", 0), ("adversarial", 3)])
+def test_more_arrivals_in_one_instruction_than_the_phase_expects_are_refused_at_the_arrive(producer, schedule, seed):
+    """The PTX ISA (mbarrier-arrive-on): an arrive-on operation consists of "decrementing the pending arrival count
+    by the value specified by count argument" and, "if the current phase has been completed", the transition "to
+    the next phase"; (mbarrier-phase-completion) the phase completes when "the pending arrival count reaches zero"
+    and the transition reinitialises it to the expected count. So an arrival past the pending count is not lost: it
+    counts towards the next phase, and the warp's 32 arrive-ons on a barrier of 16 complete phase 0 and phase 1 in
+    one instruction. Whether the warp waiting on parity 0 sees phase 0 complete then depends on when it polls
+    (between the two completions it passes, after them parity 0 names phase 2 and it spins): no schedule is what
+    the kernel means. Both simulators refuse it at the arrive, by the same name (the executor completed two phases
+    and reported the consumer's deadlock; the CTA simulator: tests/test_unseen_target_races.py)."""
+    text = COPY.replace("PRODUCER", producer)
+    arrive = line_of(text, "    mbarrier.arrive" if "\n" in producer else "cp.async.mbarrier.arrive")
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{arrive}: error: \S*mbarrier.arrive\S*: arrives on the mbarrier "
+                                             r"at shared address 0x0 after the earlier arrivals of its warp in this "
+                                             r"instruction completed its phase 0: more threads arrive than the 16 "
+                                             r"the barrier expects \(thread \((16|8), 0, 0\) of CTA \(0, 0, 0\)\)"):
+        copies(16, producer, schedule=schedule, seed=seed)
+
+
+def test_arrivals_of_two_each_that_complete_the_phase_exactly_are_right():
+    """The count-2 arrive of the 32 threads on a barrier of 64 completes phase 0 with the last one: right."""
+    np.testing.assert_array_equal(copies(64, OVER_ARRIVALS[2]), SRC[::4])
+
+
+def test_the_over_arrival_kernels_pass_ptxas(ptxas, tmp_path):
+    from unseen_ptx import HEAD
+    for i, producer in enumerate(OVER_ARRIVALS):
+        path = tmp_path / f"k{i}.ptx"
+        path.write_text(HEAD + COPY.replace("COUNT", "16").replace("PRODUCER", producer).replace("CONSUMER_WAIT",
+                                                                                                 MBAR_WAIT))
+        done = subprocess.run([ptxas, "-arch=sm_90a", "-o", str(tmp_path / "k.cubin"), str(path)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and not done.stderr, (producer, done.stderr)
 
 
 # endregion

@@ -23,6 +23,9 @@ accesses were morally strong. The CTA-local cases: tests/test_unseen_ptx_sync_id
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -349,6 +352,153 @@ def test_an_owners_store_and_a_peers_strong_store_of_one_word(own, reported, sch
                                              r"synchronisation orders the two .*a \.cta scope holds no thread of "
                                              r"another CTA"):
         run(text, 2, 64, args, cluster=2, schedule=schedule, seed=seed)
+
+
+# endregion
+# region a peer's strong load and the owner's write of one word
+PEER_OWNER = r"""
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<2>;
+    .shared .align 16 .b8 buf[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r2, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    mapa.shared::cluster.u32 %r6, %r5, 0;
+    mov.u32 %r7, %r0;
+    mov.u32 %r8, 0;
+    st.shared.u32 [%r5], 7;
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 PEER
+    SYNC
+    @!%p1 OWNER
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r11, %ctaid.x;
+    mad.lo.u32 %r12, %r11, 64, %r0;
+    mul.wide.u32 %rd3, %r12, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r8;
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    ret;
+}
+"""
+"""Each CTA of a cluster of two sets its own `buf` word t to 7 and meets; then CTA 1 (the peer) performs PEER on CTA
+0's word t through `mapa` (its result in %r8, out[64 + t]) and CTA 0 (the owner) performs OWNER on it (%r7 = t),
+with SYNC (a cluster barrier, or nothing) between."""
+CLUSTER_BARRIER = "barrier.cluster.arrive;\n    barrier.cluster.wait;"
+PEER_LOAD = "ld.relaxed.cluster.shared::cluster.u32 %r8, [%r6];"
+PEER_ADD = "atom.relaxed.cluster.shared::cluster.add.u32 %r8, [%r6], 1;"
+OWNER_CTA_STORE = "st.relaxed.cta.shared.u32 [%r5], %r7;"
+
+
+def peer_and_owner(peer: str, owner: str, sync: str = "", **kw) -> np.ndarray:
+    text = PEER_OWNER.replace("PEER", peer).replace("OWNER", owner).replace("SYNC", sync)
+    return run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, **kw)[0]
+
+
+PEER_OWNER_RACES = [
+    (PEER_LOAD, OWNER_CTA_STORE),  # .cta holds no thread of the peer (it was missed when the load came first)
+    (PEER_LOAD, "st.shared.u32 [%r5], %r7;"),  # a plain store (missed the same way)
+    ("ld.volatile.shared::cluster.u32 %r8, [%r6];", OWNER_CTA_STORE),  # .volatile is .relaxed.sys
+    ("ld.acquire.cluster.shared::cluster.u32 %r8, [%r6];", "atom.relaxed.cta.shared.exch.b32 %r9, [%r5], %r7;"),
+    (PEER_LOAD, "red.relaxed.cta.shared.add.u32 [%r5], %r7;"),
+    (PEER_ADD, OWNER_CTA_STORE),
+    (PEER_ADD, "atom.relaxed.cta.shared.add.u32 %r9, [%r5], 1;"),
+    (PEER_ADD, "ld.relaxed.cta.shared.u32 %r9, [%r5];"),
+]
+PEER_OWNER_CLEAN = [
+    (PEER_LOAD, "st.relaxed.cluster.shared.u32 [%r5], %r7;"),
+    ("ld.acquire.cluster.shared::cluster.u32 %r8, [%r6];", "st.release.cluster.shared.u32 [%r5], %r7;"),
+    ("ld.relaxed.gpu.shared::cluster.u32 %r8, [%r6];", "st.volatile.shared.u32 [%r5], %r7;"),
+    (PEER_LOAD, "red.relaxed.cluster.shared.add.u32 [%r5], %r7;"),
+    (PEER_ADD, "atom.relaxed.cluster.shared.add.u32 %r9, [%r5], 1;"),
+    (PEER_ADD, "ld.relaxed.cluster.shared.u32 %r9, [%r5];"),
+]
+ORDERS = [("min-pc", None), ("delayed", 0), ("delayed", 1)]
+"""Schedules: CTA 1's access runs first on min-pc and delayed seed 0, CTA 0's on delayed seed 1."""
+
+
+@pytest.mark.parametrize("peer, owner", PEER_OWNER_RACES)
+@pytest.mark.parametrize("schedule, seed", ORDERS)
+def test_a_peers_strong_access_and_the_owners_access_not_morally_strong_race(peer, owner, schedule, seed):
+    """The PTX ISA (memory-consistency-model-morally-strong-operations): morally strong only if "each operation is
+    strong and specifies a scope that includes the thread executing the other operation"; the owner's .cta (or
+    plain) access and the peer's .cluster one are not, so unordered they race (memory-consistency-model-conflict-
+    and-data-races). Reported whichever runs first, at the second, naming both instructions and both CTAs (a
+    peer's .cluster load followed by the owner's store was missed: a peer's strong loads were not recorded)."""
+    text = PEER_OWNER.replace("PEER", peer).replace("OWNER", owner).replace("SYNC", "")
+    peer_line, owner_line = line_of(text, "@%p1 "), line_of(text, "@!%p1 ")
+    second, first = (peer_line, owner_line) if seed == 1 else (owner_line, peer_line)
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{second}: error: .* shared address 0x0 of CTA \(0, 0, 0\), which "
+                                             rf"the instruction at line {first} \(thread \(0, 0, 0\) of CTA "
+                                             r"\([01], 0, 0\)\) .*and no synchronisation orders the two") as error:
+        run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+    assert set(re.findall(r"thread \(0, 0, 0\) of CTA \((\d), 0, 0\)", str(error.value))) == {"0", "1"}
+
+
+@pytest.mark.parametrize("peer, owner", PEER_OWNER_CLEAN)
+@pytest.mark.parametrize("schedule, seed", ORDERS)
+def test_a_peers_strong_access_and_the_owners_cluster_scoped_one_are_no_race(peer, owner, schedule, seed):
+    """Both strong with scopes holding the other thread: morally strong, no race on any schedule; the peer reads
+    the 7 (its add: returns 7) or what the owner made of it (t stored, 7 + t added, 8 after the owner's add)."""
+    out = peer_and_owner(peer, owner, schedule=schedule, seed=seed)
+    t = np.arange(64)
+    assert (out[64:] == np.stack([t * 0 + 7, t * 0 + 8, t, t + 7])).any(axis=0).all()  # 7, 7 + 1, t, 7 + t
+
+
+@pytest.mark.parametrize("peer, owner, peer_first, owner_first", [
+    (PEER_LOAD, OWNER_CTA_STORE, 7, np.arange(64)),
+    (PEER_LOAD, "st.shared.u32 [%r5], %r7;", 7, np.arange(64)),
+    (PEER_ADD, OWNER_CTA_STORE, 7, np.arange(64)),
+    (PEER_ADD, "atom.relaxed.cta.shared.add.u32 %r9, [%r5], 1;", 7, 8),
+])
+def test_a_cluster_barrier_between_the_peer_and_the_owner_orders_them(peer, owner, peer_first, owner_first):
+    """The race cases with a cluster barrier between: clean, and the peer reads the 7 when it goes first, the
+    owner's value when the owner does (the owner's access moved before the barrier)."""
+    np.testing.assert_array_equal(peer_and_owner(peer, owner, CLUSTER_BARRIER)[64:],
+                                  np.broadcast_to(peer_first, 64))
+    text = PEER_OWNER.replace("@%p1 PEER\n    SYNC\n    @!%p1 OWNER",
+                              f"@!%p1 {owner}\n    {CLUSTER_BARRIER}\n    @%p1 {peer}")
+    out = run(text, 2, 64, [np.zeros(128, np.uint32)], cluster=2, schedule="delayed", seed=1)[0]
+    np.testing.assert_array_equal(out[64:], np.broadcast_to(owner_first, 64))
+
+
+@pytest.mark.parametrize("store, reported", [("st.relaxed.cta.shared::cluster.u32 [%r9], %r7;", False),
+                                             ("red.relaxed.cta.shared::cluster.add.u32 [%r9], %r7;", False),
+                                             ("st.shared::cluster.u32 [%r9], %r7;", True)])
+def test_a_cta_scoped_store_of_the_peer_that_loaded_the_word_is_morally_strong_with_the_load(store, reported):
+    """CTA 1's thread t loads CTA 0's word t (.cluster) and its thread t ^ 1 stores the word (.cta, through
+    `mapa`): both threads are of CTA 1, so the .cta scope holds the loading thread and the two are morally strong
+    (no race, as between any two threads of one CTA); a plain store is a race."""
+    peer = (PEER_LOAD + "\n    xor.b32 %r13, %r4, 4;\n    add.u32 %r14, %r2, %r13;\n"
+            "    mapa.shared::cluster.u32 %r9, %r14, 0;\n    @%p1 " + store)
+    if not reported:
+        peer_and_owner(peer, "mov.u32 %r9, 0;")
+        return
+    with pytest.raises(PtxHazardError, match=r"st.shared::cluster.u32: writes shared address 0x4 of CTA \(0, 0, 0\), "
+                                             r"which the instruction at line \d+ \(thread \(1, 0, 0\) of CTA "
+                                             r"\(1, 0, 0\)\) read through a shared::cluster address"):
+        peer_and_owner(peer, "mov.u32 %r9, 0;")
+
+
+def test_the_peer_and_owner_cases_pass_ptxas(ptxas, tmp_path):
+    """Every kernel above is sm_90a PTX ptxas takes without a diagnostic."""
+    from unseen_ptx import HEAD
+    pairs = PEER_OWNER_RACES + PEER_OWNER_CLEAN
+    for i, (peer, owner) in enumerate(pairs):
+        for sync in ("", CLUSTER_BARRIER):
+            path = tmp_path / f"k{i}.ptx"
+            path.write_text(HEAD + PEER_OWNER.replace("PEER", peer).replace("OWNER", owner).replace("SYNC", sync))
+            done = subprocess.run([ptxas, "-arch=sm_90a", "-o", str(tmp_path / "k.cubin"), str(path)],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0 and not done.stderr, (peer, owner, done.stderr)
 
 
 # endregion

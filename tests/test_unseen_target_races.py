@@ -221,8 +221,12 @@ def test_an_mbarrier_counting_more_copiers_than_arrive_is_a_deadlock_naming_it()
 
 
 def test_an_mbarrier_counting_fewer_copiers_is_refused_at_the_arrive():
-    """32 arrivals of one op on a count of 16 (the PTX executor completes two phases and the waiter deadlocks on
-    the third: tests/test_unseen_ptx_async_idioms.py counts the other way)."""
+    """32 arrivals of one op on a count of 16. The PTX ISA (mbarrier-arrive-on): an arrive-on is "decrementing the
+    pending arrival count by the value specified by count argument", then the transition "to the next phase" if
+    "the current phase has been completed"; so the 17th arrival counts towards phase 1, which the same op completes
+    too, and whether a waiter of parity 0 sees phase 0 complete depends on when it polls. Refused at the arrive,
+    by the same name as the PTX executor (tests/test_unseen_ptx_async_idioms.py, which completed two phases and
+    reported the waiter's deadlock)."""
     with pytest.raises(KernelHazardError, match=r"sm90.cp_async_mbarrier_arrive_noinc %bar: arrives on the mbarrier "
                                                 r"at shared address 0x200 .* more threads arrive than the 16 the "
                                                 r"barrier expects"):

@@ -31,7 +31,8 @@ a read checks the write: an access whose other side does not happen before it is
 sides (instruction, line, thread) and the synchronisation that would have ordered them. A write racing an
 earlier reader is reported even when a later reader, ordered before the write, read the byte since. Reads of a
 CTA's bytes by its peers (`ld.shared::cluster` through `mapa`) are kept apart (`peer_reads`: a column per thread of
-the cluster), and a write of those bytes is judged by what the writer knows of the reading peer's threads.
+the cluster; a peer's strong loads in `peer_strong_reads`), and a write of those bytes is judged by what the writer
+knows of the reading peer's threads.
 
 Other CTAs (`remote`): global memory (`global_order`) is shared by every CTA of the grid, and only atomics
 and strong accesses with release/acquire semantics order accesses of different CTAs. What a lane knows of
@@ -75,6 +76,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.peer_frame = None  # in a cluster: (shared bytes per CTA, CTA slot -> grid rank), set by the tracker
         self.cluster_size = 1  # CTAs per cluster (the batch's CTA slots of a cluster are consecutive)
         self.peer_reads: ReadClocks | None = None  # reads of a CTA's bytes by its peers (see `_peer_read`)
+        self.peer_strong_reads: ReadClocks | None = None  # ... strong ones of a scope wider than .cta (the same)
         self.strong_reads: ReadClocks | None = None  # strong loads since the last write (see `strong_read`)
         self.cta_reads: ReadClocks | None = None  # those of them of scope .cta (see `strong_read`)
         self.reset()
@@ -114,12 +116,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
             for array in cleared:
                 array.fill(0)
             self.reads.reset()
-        if self.peer_reads is not None:
-            self.peer_reads.reset()
+        for reads in (self.peer_reads, self.peer_strong_reads):
+            if reads is not None:
+                reads.reset()
         for reads in (self.strong_reads, self.cta_reads):
             if reads is not None:
                 reads.reset()
-        self.peer_read_any = False  # some byte holds a peer's read since its last write
+        self.peer_read_any = False  # some byte holds a peer's read (plain or strong) since its last write
         self.strong_read_any = False  # some byte holds a strong load since its last write
         self.cta_read_any = False  # ... a strong load of scope .cta
         self.w_cta_any = False  # some byte of `w_cta` may be true
@@ -242,7 +245,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 self._write_checks(inst, lanes[own], index[own], atomic, cta_scoped)
             else:
                 self._write_checks(inst, lanes, index, atomic, cta_scoped)
-            self._after_peer_reads(inst, lanes, index, "writes")
+            self._after_peer_reads(inst, lanes, index, "writes", atomic, cta_scoped)
         self.w_atomic[index] = atomic
         if cta_scoped or self.w_cta_any:  # (kept untouched, all false, by kernels without .cta strong stores)
             self.w_cta[index] = cta_scoped
@@ -258,7 +261,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
         """A write of `index` (flat bytes or a slice): the reads recorded since the last one no longer apply."""
         self.reads.clear(index)
         if self.peer_read_any:
-            self.peer_reads.clear(index)
+            for reads in (self.peer_reads, self.peer_strong_reads):
+                if reads is not None:
+                    reads.clear(index)
         if self.strong_read_any:
             self.strong_reads.clear(index)
         if self.cta_read_any:
@@ -295,10 +300,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
         """A strong load (.relaxed/.acquire/.volatile) of `lanes` at `index` [lanes, bytes]: morally strong with an
         atomic or strong write, so judged only against the last write when that was a plain one, and recorded apart
         from the plain loads (`strong_reads`), for a later plain store only [memory_model.DATA_RACE] (the polls of a
-        flag are synchronisation: a strong store after them is no race). A peer's bytes (distributed shared memory)
-        are judged, not recorded, except by a .cta load (`cta_scoped`), morally strong with no access of the peer:
-        recorded as a plain peer read, so a later write of the peer's is judged against it; so is the owner's .cta
-        load of its own bytes in a cluster (`cta_reads`), which a peer's strong store must follow too."""
+        flag are synchronisation: a strong store after them is no race). A load of a peer's bytes (distributed
+        shared memory) is recorded in the peer's frame: a .cta one (`cta_scoped`), morally strong with no access of
+        the peer, as a plain peer read, so any later write of the peer's is judged against it; a wider one in
+        `peer_strong_reads`, so a later plain or .cta write of another CTA is [memory_model.MORALLY_STRONG]. The
+        owner's .cta load of its own bytes in a cluster is kept apart too (`cta_reads`), which a peer's strong
+        store must follow."""
         if not self.races:
             return
         peers = self._peer_rows(lanes, index)
@@ -306,8 +313,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             foreign, rows = peers
             self._check(inst, lanes[foreign], index[foreign], self.w_lane, self.w_clock, self.w_line, "wrote", "reads",
                         rows, atomic=True, cta_scoped=cta_scoped)
-            if cta_scoped:
-                self._peer_read(inst, lanes[foreign], index[foreign])
+            self._peer_read(inst, lanes[foreign], index[foreign], strong=not cta_scoped)
             lanes, index = lanes[~foreign], index[~foreign]
             if not len(lanes):
                 return
@@ -323,34 +329,59 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.cta_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
             self.cta_read_any = True
 
-    def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+    def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray, strong: bool = False) -> None:
         """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
         Kept apart from the CTA's own readers (`reads`, whose columns are the threads of one CTA): `peer_reads`
-        has a column per thread of the cluster (`cluster_rows`), so a later write of those bytes, by the owner or
-        by an asynchronous copy, is judged by what the writer knows of the reading peer's threads
-        [memory_model.WRITE_ORDER]."""
-        if self.peer_reads is None:
-            self.peer_reads = ReadClocks(self.shared, self.cluster_size * self.threads)
-        clocks = np.zeros((self.lanes, self.cluster_size * self.threads), np.int32)  # rows of the readers only
+        (`peer_strong_reads` for a `strong` load of a scope wider than .cta) has a column per thread of the
+        cluster (`cluster_rows`), so a later write of those bytes, by the owner or by an asynchronous copy, is
+        judged by what the writer knows of the reading peer's threads [memory_model.WRITE_ORDER]."""
+        size = self.cluster_size * self.threads
+        if strong:
+            if self.peer_strong_reads is None:
+                self.peer_strong_reads = ReadClocks(self.shared, size)
+            reads = self.peer_strong_reads
+        else:
+            if self.peer_reads is None:
+                self.peer_reads = ReadClocks(self.shared, size)
+            reads = self.peer_reads
+        clocks = np.zeros((self.lanes, size), np.int32)  # rows of the readers only
         unique = np.unique(lanes)
         clocks[unique] = self.cluster_rows(unique)
-        self.peer_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, clocks)
+        reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, clocks)
         self.peer_read_any = True
 
-    def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str) -> None:
-        """Every peer's read of `index` [lanes, bytes] since its last write must happen before the writing lane."""
+    def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, atomic: bool = False,
+                          cta_scoped: bool = False) -> None:
+        """Every peer's read of `index` [lanes, bytes] since its last write must happen before the writing lanes,
+        a peer's strong read (`peer_strong_reads`, of a scope holding the whole cluster) unless the write is
+        morally strong with it [memory_model.MORALLY_STRONG]: an `atomic` (or strong) write is, unless it is
+        `cta_scoped` and of another CTA than the reader's (the owner's st.relaxed.cta after a peer's
+        ld.relaxed.cluster of the word is a race)."""
         if not self.peer_read_any:
             return
-        reads = self.peer_reads
-        if not (reads.clock[index].any() or (reads.shared and reads.row[index].any())):
-            return
-        found = reads.unordered(lanes, index, self.clock, self.cluster_rows(lanes))
-        if found is not None:
-            i, j, reader, line = found
-            raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
-                                    f"({self.describe_lane(reader)}) read through a shared::cluster address, and no "
-                                    "synchronisation orders the two (race: a cluster barrier, or a release of the "
-                                    "peer's read on an mbarrier this thread waits on, is missing)", int(lanes[i]))
+        rows = None
+        for reads, strong in ((self.peer_reads, False), (self.peer_strong_reads, True)):
+            if reads is None or strong and atomic and not cta_scoped:
+                continue
+            if not (reads.clock[index].any() or (reads.shared and reads.row[index].any())):
+                continue
+            if rows is None:
+                rows = self.cluster_rows(lanes)
+            known = rows
+            if strong and atomic:  # .cta: morally strong with the reads of the writer's own CTA, ordered or not
+                known = rows.copy()
+                t = self.threads
+                for i, slot in enumerate((np.asarray(lanes) // t % self.cluster_size).tolist()):
+                    known[i, slot * t:(slot + 1) * t] = np.iinfo(np.int32).max
+            found = reads.unordered(lanes, index, self.clock, known)
+            if found is not None:
+                i, j, reader, line = found
+                scope = "; a .cta scope holds no thread of another CTA" if strong and atomic else ""
+                raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
+                                        f"({self.describe_lane(reader)}) read through a shared::cluster address, and "
+                                        "no synchronisation orders the two (race: a cluster barrier, or a release of "
+                                        f"the peer's read on an mbarrier this thread waits on, is missing{scope})",
+                                  int(lanes[i]))
 
     def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None,
                      reads: ReadClocks | None = None) -> None:

@@ -5,8 +5,10 @@ mbarrier [P#...-mbarrier]: the `facts.MBarrierState` machine per (CTA, shared ad
 count)/arrive.expect_tx/expect_tx/complete_tx/arrive_drop/inval, try_wait(.parity) (blocks the thread until
 the phase completes, see `schedule`) and test_wait(.parity) (returns at once). An arrive's 64-bit state is
 the phase number it arrived in. Generic addresses must fall in the shared window. Arrivals from many threads
-of one instruction are applied in lane order. `asynchrony` lands TMA copies when a wait finds every arrival of
-the phase in, records what each thread observed, and reports transaction counts that disagree with the copies.
+of one instruction are applied in lane order; more of one warp's than the phase has pending (the rest would
+complete a later phase in the same warp instruction) are refused at the arrive, as the CTA simulator refuses them.
+`asynchrony` lands TMA copies when a wait finds every arrival of the phase in, records what each thread observed,
+and reports transaction counts that disagree with the copies.
 An arrive is a release and a successful wait an acquire at any .scope, a peer CTA's arrive included (as CUTLASS's
 cluster pipelines rely on; by the letter a .cta scope does not reach a peer: memory_model.MBARRIER_ARRIVE_SCOPE);
 a .relaxed arrive or wait, which orders nothing, is refused by name.
@@ -200,11 +202,28 @@ def _arrived(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: l
 
 
 def _arrive_each(m: Machine, inst, lanes, addresses, values, phases, action, expect: bool) -> None:
-    """Apply the arrivals of `lanes` one by one, in lane order (a phase may complete between two of them)."""
+    """Apply the arrivals of `lanes` one by one, in lane order (a phase may complete with the last of them). A lane
+    arriving on a barrier whose phase an earlier lane of its warp completed in this instruction is refused, as the
+    CTA simulator refuses it (`sm90.mbarrier`): each arrive-on decrements the pending count and the phase completes
+    when it reaches zero [P#...-mbarrier-arrive-on, -phase-completion], so the warp's extra arrivals count towards
+    the next phase, which the same warp instruction completes too or not, and whether a waiter of the first phase
+    sees it complete before its parity is reused depends on when it polls: on no schedule is that what the kernel
+    means. Per warp (its lanes arrive together), not per batch of lanes: which warps the executor runs in one step
+    is the schedule's choice, and two warps' instructions are no more simultaneous than any two others."""
+    completed: dict[tuple, int] = {}  # (barrier, CTA, warp) -> the phase an arrival of the warp completed
     for i, (lane, a) in enumerate(zip(lanes.tolist(), addresses.tolist())):
+        key = mbarrier_key(m, lane, a)
+        warp = (key, lane // m.threads, lane % m.threads // facts.WARP_SIZE)
+        if warp in completed:
+            raise m.tracker.hazard(inst, f"arrives on the mbarrier at shared address {a:#x} after the earlier "
+                                         f"arrivals of its warp in this instruction completed its phase "
+                                         f"{completed[warp]}: more threads arrive than the "
+                                         f"{m.mbarriers[key].expected} the barrier expects", lane)
         count = 1 if expect or values is None else int(values[i])
         tx = int(values[i]) if expect else 0
         phases[i] = apply(m, inst, lane, a, action(count, tx))
+        if m.mbarriers[key].phase != int(phases[i]):
+            completed[warp] = int(phases[i])
 
 
 def _arrive_together(m: Machine, inst, lanes, phases, groups: list | None) -> bool:
@@ -224,11 +243,12 @@ def _arrive_together(m: Machine, inst, lanes, phases, groups: list | None) -> bo
 
 
 def mbarrier_arrive_lanes(m: Machine, inst, space: str, lanes: np.ndarray, addresses, count: int) -> np.ndarray:
-    """One arrive (with `count`) per lane, in lane order; returns each lane's state (phase)."""
+    """One arrive (with `count`) per lane, in lane order (`_arrive_each`); returns each lane's state (phase)."""
     addresses = shared_addresses(m, inst, space, lanes, addresses)
     _released(m, inst, lanes, addresses)
-    return np.array([apply(m, inst, int(lane), int(a), lambda s: s.arrive(count)) for lane, a in zip(lanes, addresses)],
-                    np.uint64)
+    phases = np.empty(len(lanes), np.uint64)
+    _arrive_each(m, inst, lanes, addresses, None, phases, lambda _, __: lambda s: s.arrive(count), False)
+    return phases
 
 
 def decode_cp_async_mbarrier_arrive(ops: Operands, inst, mods):
