@@ -431,13 +431,23 @@ def _note(module: ModuleOp, configuration: Configuration, failures: list) -> Non
                 needed = fn.attributes[REGISTERS_ATTR].data["peak"].value.data
                 # past 255, or past fewer at the kernel's launch bounds (allocate-registers)
                 spills = (f"{spilled} past the {needed - spilled} a thread can hold left to ptxas, which spills them "
-                          "to local memory" if spilled else _ptxas_spills_within_budget(module))
+                          f"to local memory{_ptxas_says(module)}" if spilled else _ptxas_spills_within_budget(module))
                 note = (f"compiled {configuration.name}: {needed} registers per thread needed, {spills} (no "
                         f"configuration fits without spilling: {refused})")
             else:
                 note = f"compiled {configuration.name}, the largest configuration that fits (refused: {refused})"
             fn.attributes[PIPELINE_NOTE_ATTR] = StringAttr(note)
             warn(located(fn, f"the default pipeline fell back: {note}"))
+
+
+def _ptxas_says(module: ModuleOp) -> str:
+    """What ptxas spills of a kernel (of `module`, lowered) allocated past its budget, in the note's words: the
+    registers past it say nothing of the bytes (128x256 GEMM with beta and bias: 8 registers, 132 bytes of spill
+    stores), so the note gives ptxas's count where a ptxas is found (`spill_check.ptxas_spill`, cached)."""
+    from tessera.lowering import spill_check
+
+    spill = spill_check.ptxas_spill(module)
+    return f" ({spill})" if spill is not None else ""
 
 
 def _ptxas_spills_within_budget(module: ModuleOp) -> str:
