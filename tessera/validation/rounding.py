@@ -382,6 +382,9 @@ class Perturbation(Interpreter.Listener):
                 moves = [self._carried_move(v, a) for v, a in zip(op.operands, self.args)]
             if contraction is not None:
                 bound = bound + contraction(op, self.operands, moves)
+            if passed is None and not np.any(bound):  # an exact op that passes nothing on (a fill, a splat, a gather)
+                self.carried.pop(op.results[0], None)
+                return
             carried = bound if passed is None else bound + passed(op, self.operands, moves, value)
             finite = np.isfinite(value)
             # a value that is not finite is never moved (below), and carries no move on (a mask's -inf)
