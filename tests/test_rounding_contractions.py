@@ -116,7 +116,8 @@ def test_the_backward_dq_is_within_its_tolerance_at_target_level(backward_main, 
 
 
 def test_a_wrong_score_scale_in_the_backward_is_still_a_mismatch(backward_main, capsys, monkeypatch):
-    """convert-tile-to-sm90 makes the backward's score scale (scale log2 e) 1.001 times larger."""
+    """convert-tile-to-sm90 makes the backward's score scale (scale log2 e) 1.0001 times larger: dQaccum off by
+    0.285 against 0.205, with the moves passed on through its converts and loads too (`PASSED_ON`)."""
     cls = tessera.passes.PASSES["convert-tile-to-sm90"]()
     original = cls.apply
 
@@ -124,7 +125,7 @@ def test_a_wrong_score_scale_in_the_backward_is_still_a_mismatch(backward_main, 
         original(self, ctx, module)
         for op in module.walk():
             if isinstance(op, arith.ConstantOp) and op.result.name_hint == "score_scale":
-                values = [x * 1.001 for x in op.value.get_values()]
+                values = [x * 1.0001 for x in op.value.get_values()]
                 op.value = DenseIntOrFPElementsAttr.from_list(op.value.get_type(), values)
 
     monkeypatch.setattr(cls, "apply", apply)
