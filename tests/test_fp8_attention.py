@@ -2,7 +2,8 @@
 `ml_dtypes.float8_e4m3fn` inputs with descale factors, against `tessera.reference.check_attention_fp8`
 (float64 attention of the dequantized inputs; at most twice the error of the same-precision computation).
 
-The lowered kernel (levels "target" and "ptx") is tested in test_fp8_lowering.py; its refusals here.
+The lowered kernel (levels "target" and "ptx") is tested in test_fp8_lowering.py; its refusals here, and the
+check of an output past bf16's range at every level.
 """
 
 from __future__ import annotations
@@ -98,16 +99,24 @@ def test_saturated_inputs_stay_finite():
     assert R.check_attention_fp8(o, q, k, v, big).ok
 
 
-def _column_of_448(descale_v: float):
+def _column_of_448(descale_v: float, level: str = "tile"):
     """Inputs whose V has 448 (e4m3's largest) in column 0 of head 0, with that head's descale_v `descale_v`:
-    the exact output's column 0 there is 448 descale_v in every row, the kernel's output at Tile level."""
+    the exact output's column 0 there is 448 descale_v in every row, and the kernel's output at `level`."""
     q, k, v, (dq, dk, dv) = fp8_inputs(7, 1, 2, 2, 20, 40, 64)
     v = v.astype(np.float32)
     v[0, 0, :, 0] = 448
     v, dv = v.astype(E4M3), dv.copy()
     dv[0, 0] = descale_v
-    o = tessera.attention(q, k, v, descale_q=dq, descale_k=dk, descale_v=dv, level="tile").astype(np.float32)
+    o = tessera.attention(q, k, v, descale_q=dq, descale_k=dk, descale_v=dv, level=level).astype(np.float32)
     return o, (q, k, v, dq, dk, dv)
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("descale_v, overflows", [(1e36, 20), (5e35, 0)])
+def test_the_lowered_kernel_overflows_where_the_exact_output_does(level, descale_v, overflows):
+    o, inputs = _column_of_448(descale_v, level)
+    check = R.check_attention_fp8(o, *inputs)
+    assert check.ok and np.isinf(o).sum() == overflows and ("overflows bf16" in check.note) == bool(overflows)
 
 
 def test_an_output_past_bf16s_range_is_held_to_inf_and_said():
