@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.host_arrays import host_numpy
-from tessera.numerics import F32, round_to
+from tessera.numerics import BF16, F32, round_to
 from tessera.reference_attention import (
     attention,
     attention_lse,
@@ -89,6 +89,9 @@ class Comparison:
 
     max_error: float
     tolerance: float
+    note: str = ""
+    """What the numbers alone do not say (`check_attention_fp8`: an output element that is not finite where the
+    exact one is, or exact outputs past the output type's range); printed after the verdict."""
 
     @property
     def ok(self) -> bool:
@@ -96,7 +99,8 @@ class Comparison:
 
     def __str__(self) -> str:
         verdict = "ok" if self.ok else "MISMATCH"
-        return f"max error {self.max_error:.3e}, tolerance {self.tolerance:.3e}: {verdict}"
+        text = f"max error {self.max_error:.3e}, tolerance {self.tolerance:.3e}: {verdict}"
+        return f"{text} ({self.note})" if self.note else text
 
 
 def _element_errors(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -359,20 +363,52 @@ def check_attention_fp8(out, q8, k8, v8, descale_q=None, descale_k=None, descale
     keys one of them may happen to be exact), plus ABSOLUTE_TOLERANCE times max(1, max |dequantized V|) of its
     key head (the output is a convex combination of those rows). Per head because the descales are: one
     tolerance for all would let a head whose descale_v is 100x smaller than another's be lost entirely. The
-    Comparison returned is the head's whose error is the largest part of its tolerance."""
-    ref = attention_fp8(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale)
+    Comparison returned is the head's whose error is the largest part of its tolerance.
+
+    Range: the output is held to the float64 output where bf16 holds it, to +-inf where the exact output is past
+    bf16's range (what its rounding gives; the note says how many and where). An inf or NaN where the exact output
+    is finite in bf16 is a MISMATCH named in the note by (batch, head, row), whatever the same-precision
+    computation does there (its own overflow made the head's tolerance infinite: any output passed)."""
+    exact = attention_fp8(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale)
     out = np.asarray(out).astype(np.float64)
-    if out.shape != ref.shape:
+    if out.shape != exact.shape:
         return Comparison(float("inf"), ABSOLUTE_TOLERANCE)
-    baseline = np.maximum.reduce([_head_errors(attention_fp8_same_precision(
-        q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, normalized).astype(np.float64), ref)
-        for normalized in (True, False)])
+    with np.errstate(over="ignore"):  # past bf16's range, in the rounding and in the same-precision run
+        ref = round_to(exact, BF16).astype(np.float64)
+        ref = np.where(np.isinf(ref), ref, exact)  # +-inf where the exact output is past bf16's range, else exact
+        baseline = np.maximum.reduce([_finite_head_errors(attention_fp8_same_precision(
+            q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, normalized).astype(np.float64), ref)
+            for normalized in (True, False)])
     v = dequantize_fp8(v8, fp8_descales(q8, k8, descale_q, descale_k, descale_v)[2], ref.shape[1])
     v_max = np.abs(np.where(np.isnan(v), 0, v)).max(axis=(2, 3))  # a NaN in V: its NaN rows are held as NaN
     tolerance = 2 * baseline + ABSOLUTE_TOLERANCE * np.maximum(1.0, v_max)
     error = _head_errors(out, ref)
     worst = np.unravel_index(np.argmax(error / tolerance), error.shape)
-    return Comparison(float(error[worst]), float(tolerance[worst]))
+    return Comparison(float(error[worst]), float(tolerance[worst]), _fp8_range_note(out, exact, ref))
+
+
+def _finite_head_errors(baseline: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """`_head_errors` of the same-precision computation, whose elements that are not finite where the reference
+    is count 0: an f32 overflow of its own must not make the head's tolerance infinite (it let any output pass)."""
+    return np.where(np.isfinite(ref) & ~np.isfinite(baseline), 0.0, _element_errors(baseline, ref)).max(axis=(2, 3))
+
+
+def _fp8_range_note(out: np.ndarray, exact: np.ndarray, ref: np.ndarray) -> str:
+    """`check_attention_fp8`'s note: the first (batch, head, row) whose output is inf or NaN where the exact output
+    is finite in bf16 (a MISMATCH: its error is infinite), and how many exact outputs overflow bf16 (held to
+    +-inf there, as the output's rounding gives them)."""
+    notes = []
+    lost = ~np.isfinite(out) & np.isfinite(ref)
+    if lost.any():
+        b, h, row, column = np.argwhere(lost)[0].tolist()
+        notes.append(f"output[{b}, {h}, {row}, {column}] (batch {b}, head {h}, row {row}) is {out[b, h, row, column]} "
+                     f"where the exact output {exact[b, h, row, column]:.6g} is finite in bf16")
+    past = np.isfinite(exact) & np.isinf(ref)
+    if past.any():
+        b, h, row, column = np.argwhere(past)[0].tolist()
+        notes.append(f"the exact output overflows bf16 in {int(past.sum())} element(s), first output[{b}, {h}, {row}, "
+                     f"{column}] = {exact[b, h, row, column]:.6g}: held to +-inf there")
+    return "; ".join(notes)
 
 
 def _head_errors(out: np.ndarray, ref: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 `ml_dtypes.float8_e4m3fn` inputs with descale factors, against `tessera.reference.check_attention_fp8`
 (float64 attention of the dequantized inputs; at most twice the error of the same-precision computation).
 
-The lowered kernel (levels "target" and "ptx") is tested in test_fp8_lowering.py; its refusals here.
+The lowered kernel (levels "target" and "ptx") is tested in test_fp8_lowering.py; its refusals here, and the
+check of an output past bf16's range at every level.
 """
 
 from __future__ import annotations
@@ -96,6 +97,60 @@ def test_saturated_inputs_stay_finite():
     o = tessera.attention(q, k, v, descale_q=big, level="tile")
     assert np.all(np.isfinite(o.astype(np.float32)))
     assert R.check_attention_fp8(o, q, k, v, big).ok
+
+
+def _column_of_448(descale_v: float, level: str = "tile"):
+    """Inputs whose V has 448 (e4m3's largest) in column 0 of head 0, with that head's descale_v `descale_v`:
+    the exact output's column 0 there is 448 descale_v in every row, and the kernel's output at `level`."""
+    q, k, v, (dq, dk, dv) = fp8_inputs(7, 1, 2, 2, 20, 40, 64)
+    v = v.astype(np.float32)
+    v[0, 0, :, 0] = 448
+    v, dv = v.astype(E4M3), dv.copy()
+    dv[0, 0] = descale_v
+    o = tessera.attention(q, k, v, descale_q=dq, descale_k=dk, descale_v=dv, level=level).astype(np.float32)
+    return o, (q, k, v, dq, dk, dv)
+
+
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("descale_v, overflows", [(1e36, 20), (5e35, 0)])
+def test_the_lowered_kernel_overflows_where_the_exact_output_does(level, descale_v, overflows):
+    o, inputs = _column_of_448(descale_v, level)
+    check = R.check_attention_fp8(o, *inputs)
+    assert check.ok and np.isinf(o).sum() == overflows and ("overflows bf16" in check.note) == bool(overflows)
+
+
+def test_an_output_past_bf16s_range_is_held_to_inf_and_said():
+    """448 x 1e36 overflows bf16: the kernel's inf there is right, and the verdict says the exact output
+    overflows. The same-precision computation overflows there too, which made the head's tolerance infinite:
+    the check passed any output in that head (a value doubled, an inf where the exact output is 1.1e36) and
+    reported the other head's numbers."""
+    o, inputs = _column_of_448(1e36)
+    assert np.isinf(o[0, 0, :, 0]).all() and np.isfinite(o[0, 0, :, 1:]).all()
+    check = R.check_attention_fp8(o, *inputs)
+    assert check.ok and check.tolerance < 1e37, check
+    assert "the exact output overflows bf16 in 20 element(s), first output[0, 0, 0, 0] = 4.48e+38" in check.note
+    doubled = o.copy()
+    doubled[0, 0, 0, 1] *= 2  # 1.24e36 to 2.48e36, against a tolerance of 7.2e35 in head 0
+    assert not R.check_attention_fp8(doubled, *inputs).ok
+    lost = o.copy()
+    lost[0, 0, 5, 1] = np.inf
+    check = R.check_attention_fp8(lost, *inputs)
+    assert not check.ok and "output[0, 0, 5, 1] (batch 0, head 0, row 5) is inf where the exact output" in str(check)
+
+
+def test_an_inf_or_nan_where_the_exact_output_fits_bf16_is_a_mismatch_naming_its_row():
+    """448 x 5e35 = 2.24e38 fits bf16: the kernel's output is finite and right; an inf or NaN in its place is a
+    MISMATCH that names the (batch, head, row)."""
+    o, inputs = _column_of_448(5e35)
+    check = R.check_attention_fp8(o, *inputs)
+    assert np.isfinite(o).all() and check.ok and check.note == "", check
+    for bad in (np.inf, np.nan):
+        wrong = o.copy()
+        wrong[0, 0, 7, 0] = bad
+        check = R.check_attention_fp8(wrong, *inputs)
+        assert not check.ok
+        assert f"output[0, 0, 7, 0] (batch 0, head 0, row 7) is {bad} where the exact output 2.24e+38 is finite " \
+               "in bf16" in check.note
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -17,7 +17,7 @@ from tessera.interpreters.ptx import PtxHazardError, launch
 from tessera.interpreters.sm90 import run_target_kernel
 from tessera.ir import parse_module
 from tessera.kernel_abi import is_target_kernel
-from text_edits import filled
+from text_edits import checked, filled
 
 _SOURCE = np.arange(32, dtype=np.int32) + 100
 
@@ -370,6 +370,22 @@ def test_target_an_arrive_before_the_empty_wait_carries_no_release():
                                                 r"sm90.ld_shared %box .*` \(thread 32 .*\) read, and no "
                                                 r"synchronisation orders the two"):
         _cluster(early=_ARRIVE_LINK, late="")
+
+
+def test_target_one_warps_remote_arrivals_past_the_phase_are_refused_at_the_arrive():
+    """Warp 1 of each CTA arrives on CTA 0's `empty` (a count of 2) in one op: the warp's second arrival completes
+    the phase and its third would count towards the next one in the same instruction, refused by the name the
+    CTA's own arrives and the PTX executor give it (the cluster path counted it into the next phase silently)."""
+    text = str(checked(filled(_CLUSTER, EARLY="", LATE=_ARRIVE_LINK)).replace(
+        "    } else {\n      scf.if %reader {",
+        "    } else {\n      %all = sm90.mapa %empty, %c0 : index\n      sm90.mbarrier_arrive_cluster %all\n"
+        "      scf.if %reader {"))
+    kernel = next(op for op in parse_module(text).walk() if is_target_kernel(op))
+    with pytest.raises(KernelHazardError, match=r"^sm90.mbarrier_arrive_cluster %all: arrives on the mbarrier at "
+                                                r"shared address 0x88 \(buffer 'empty' \+ 0\) of CTA rank 0 after the "
+                                                r"earlier arrivals of its warp in this op completed its phase 0: more "
+                                                r"threads arrive than the 2 the barrier expects .*thread 34 "):
+        run_target_kernel(kernel, [np.arange(64, dtype=np.int32).reshape(2, 32), np.zeros((2, 32), np.int32)], {})
 
 
 # endregion

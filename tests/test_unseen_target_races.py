@@ -1,9 +1,10 @@
 """The CTA simulator (`run_target_kernel`, level "target") on hand-written Target IR for the idioms of
 tests/test_unseen_ptx_sync_idioms.py and tests/test_unseen_ptx_async_idioms.py (unseen23x): a shared-memory tree
 reduction of 128 threads with one `bar_sync` between two levels missing, two groups of warps on named barriers 1
-and 2 with a read across them, a cp.async copy read after a `bar_sync` without its `cp_async_wait_group`, and
-cp.async copies completed on an mbarrier whose count is not the copying threads'. Each report names both sides (a
-deadlock the barrier and its pending arrivals); each correct twin runs clean and right against NumPy."""
+and 2 with a read across them, a cp.async copy read after a `bar_sync` without its `cp_async_wait_group`,
+cp.async copies completed on an mbarrier whose count is not the copying threads', and an arrive by an op of two
+warps counted as the PTX ISA counts it, warp by warp. Each report names both sides (a deadlock the barrier and its
+pending arrivals); each correct twin runs clean and right against NumPy."""
 
 from __future__ import annotations
 
@@ -231,6 +232,73 @@ def test_an_mbarrier_counting_fewer_copiers_is_refused_at_the_arrive():
                                                 r"at shared address 0x200 .* more threads arrive than the 16 the "
                                                 r"barrier expects"):
         launch(NOINC.replace("COUNT", "16"))
+
+
+# endregion
+
+
+# region an arrive by an op of two warps
+TWO_WARPS = """    %bar = sm90.shared_buffer "bar" offset 512 size 8 align 8 swizzle 0 : i32
+    %c0 = arith.constant 0 : index
+    %lead = arith.cmpi eq, %tid, %c0 : index
+    scf.if %lead {
+      sm90.mbarrier_init %bar, COUNT
+    }
+    sm90.bar_sync 0, 128
+    %c64 = arith.constant 64 : index
+    %producer = arith.cmpi ult, %tid, %c64 : index
+    scf.if %producer {
+""" + LOAD_X.replace("    sm90.bar_sync 0, 128\n", "").replace("\n    ", "\n      ").replace("    %xv", "      %xv", 1) + """      sm90.mbarrier_arrive %bar
+    } else {
+      %parity = arith.constant PARITY : i32
+      scf.while () : () -> () {
+        %done = sm90.mbarrier_try_wait_parity %bar, %parity : i32
+        %again = arith.xori %done, %true1 : i1
+        scf.condition(%again)
+      } do {
+        scf.yield
+      }
+      %back = arith.constant -256 : i32
+      %theirs = arith.addi %mine, %back : i32
+      %w = sm90.ld_shared %theirs : i32 -> i32
+      %wv = vector.broadcast %w : i32 to vector<1xi32>
+      sm90.st_global %out[%own], %wv, %true : vector<1xi64>, vector<1xi32>, vector<1xi1>
+    }
+"""
+"""Warps 0 and 1 store x[t] into word t and arrive on `bar` (init COUNT) in one op; warps 2 and 3 wait for the phase
+of parity PARITY and thread 64 + i copies word i to out[64 + i]."""
+
+
+def two_warps(count: int, parity: int = 0) -> str:
+    return TWO_WARPS.replace("COUNT", str(count)).replace("PARITY", str(parity))
+
+
+def test_an_arrive_of_two_warps_on_a_barrier_counting_both_is_right():
+    np.testing.assert_array_equal(launch(two_warps(64))[64:], X[:64])
+
+
+def test_an_arrive_of_two_warps_counts_the_second_warp_into_the_next_phase():
+    """A count of 32: the PTX ISA counts each thread's arrive-on (mbarrier-arrive-on: "the pending arrival count is
+    decremented by count"; mbarrier-phase-completion: the phase completes when it "has reached zero", and the
+    transition reinitialises it to the expected count), and the op is one instruction per warp: warp 0 completes
+    phase 0, warp 1 phase 1, as the PTX executor counts them (`_arrive_each`). The simulator refused the 33rd
+    arrival, counting the op as one. A wait for parity 1 then passes; a wait for parity 0 finds phase 2 under way
+    and names it."""
+    np.testing.assert_array_equal(launch(two_warps(32, parity=1))[64:], X[:64])
+    with pytest.raises(DeadlockError, match=r"sm90.mbarrier_try_wait_parity %bar, %parity : i32: deadlock: .* "
+                                            r"waiting for parity 0, but the barrier is in phase 2 \(parity 0\) with "
+                                            r"32 of 32 arrivals pending"):
+        launch(two_warps(32))
+
+
+def test_an_arrive_of_two_warps_where_one_warp_over_arrives_is_refused_at_the_arrive():
+    """A count of 48: warp 0's 32 arrivals leave 16 pending, warp 1's first 16 complete phase 0 and its 17th would
+    count towards phase 1 in the same instruction: refused, as the PTX executor refuses it."""
+    with pytest.raises(KernelHazardError, match=r"sm90.mbarrier_arrive %bar: arrives on the mbarrier at shared "
+                                                r"address 0x200 .* after the earlier arrivals of its warp in this op "
+                                                r"completed its phase 0: more threads arrive than the 48 the barrier "
+                                                r"expects .*thread 48 "):
+        launch(two_warps(48))
 
 
 # endregion

@@ -23,7 +23,11 @@ signs. The rules:
   f32 summation order, n 2^-24 sum |terms|; and the contractions' carried moves (`CARRIED`): a contraction
   may move by sum |move of each operand element| x |the other operand| (`tile.mma`; `tile.row_sum`: the sum of
   its operand's moves), the bound of any signs, where an operand's move is the bound its producer applied
-  (through shared memory too: a cast to f16 stored with `tile.store_shared` and read by the mma). The moved
+  (through shared memory too: a cast to f16 stored with `tile.store_shared` and read by the mma), passed on
+  by the ops that move values without rounding them (neg, abs, select, maxima and minima, masks, reshapes and
+  the broadcasts of their operands, loads of a shared tile, scf.for and scf.if) and by the converts with the
+  rounding they add (`PASSED_ON`): an f16 rounding widened, negated and selected before a row sum, or carried
+  out of a loop to an mma, still counts there. The moved
   runs move the operands coherently, all up or all down, and those moves cancel in a sum over terms of mixed
   signs (dQ = sum_j dS_j K_j), while a lower level whose f32 value differs in its last bits rounds one term
   the other way, a move that does not cancel: the attention backward's f16 dQaccum was off by 0.14 against a
@@ -50,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.interpreter import Interpreter
 from xdsl.ir import Operation, SSAValue
@@ -57,6 +62,7 @@ from xdsl.ir import Operation, SSAValue
 from tessera.dialects import tile
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters.launch import prepare_arguments, run_grid
+from tessera.interpreters.tile_elementwise import aligned_operand
 from tessera.interpreters.tile_memory import SharedBuffer, SharedRef
 from tessera.kernel_abi import KernelSignature
 from tessera.validation.compare import differences, max_difference
@@ -234,16 +240,72 @@ CARRIED: dict[type[Operation], Callable] = {
     tile.RowSumOp: _row_sum_carried,
 }
 """Per contraction, the move of its result from the moves its operands carry (module docstring), added to its
-`ROUNDING` bound: a function of the op, its operands and, per operand, the bound its producer applied (0 where
-none)."""
+`ROUNDING` bound: a function of the op, its operands and, per operand, the move it carries (0 where none)."""
+
+
+def _aligned_moves(op: Operation, operands, moves) -> list[np.ndarray]:
+    """Per tile operand, |its carried move| at its own shape, aligned to broadcast against the result as the
+    interpreter aligns the operand (a row vector [B, M] as [B, M, 1])."""
+    result = op.results[0].type
+    return [aligned_operand(np.broadcast_to(_magnitude(m), np.shape(x)) if isinstance(x, np.ndarray) else
+                            _magnitude(m), v.type, result)  # a global window (`tile.load`'s) carries none
+            for v, x, m in zip(op.operands, operands, moves) if isinstance(v.type, TileType)]
+
+
+def _elementwise_passed(op, operands, moves, result) -> np.ndarray:
+    """Each result element is its operand's element (or, past a mask, -inf: see `Perturbation`)."""
+    return _aligned_moves(op, operands, moves)[0]
+
+
+def _select_passed(op: tile.SelectOp, operands, moves, result) -> np.ndarray:
+    condition, _, _ = (aligned_operand(np.asarray(x), v.type, op.result.type) for v, x in zip(op.operands, operands))
+    _, true_move, false_move = _aligned_moves(op, operands, moves)
+    return np.where(condition, true_move, false_move)
+
+
+def _extremum_passed(op, operands, moves, result) -> np.ndarray:
+    """max and min move by at most the larger of their operands' moves."""
+    return np.maximum(*_aligned_moves(op, operands, moves))
+
+
+def _row_max_passed(op, operands, moves, result) -> np.ndarray:
+    return _aligned_moves(op, operands, moves)[0].max(axis=-1)
+
+
+def _reshape_passed(op: tile.ReshapeOp, operands, moves, result) -> np.ndarray:
+    return _aligned_moves(op, operands, moves)[0].reshape(np.shape(result))
+
+
+PASSED_ON: dict[type[Operation], Callable] = {
+    tile.NegOp: _elementwise_passed,
+    tile.AbsOp: _elementwise_passed,
+    tile.CastOp: _elementwise_passed,
+    tile.MaskCausalOp: _elementwise_passed,
+    tile.MaskBoundsOp: _elementwise_passed,
+    tile.LoadOp: _elementwise_passed,
+    tile.LoadBroadcastOp: _elementwise_passed,
+    tile.SelectOp: _select_passed,
+    tile.ElementMaxOp: _extremum_passed,
+    tile.ElementMinOp: _extremum_passed,
+    tile.RowMaxOp: _row_max_passed,
+    tile.ReshapeOp: _reshape_passed,
+}
+"""Per op that moves values without rounding them, and per conversion, the move its result carries on from its
+operands' (module docstring): a function of the op, its operands, their carried moves and its result, whose
+value broadcasts to the result. The result carries that plus its own `ROUNDING` bound (a narrowing cast's).
+Unlike a contraction's, this move is not applied to the result again: in the moved runs the result moved with
+its operands already. A `tile.load` or `tile.load_broadcast` carries the move of what a shared tile holds
+(`Perturbation`), none from global memory."""
 
 
 class Perturbation(Interpreter.Listener):
     """Moves each float register tile an op produces by its `rounding_bound`, times `sign` (+1, -1, or 0 for
     seeded random signs per element); a contraction (`CARRIED`) also by the sum of its operands' carried moves.
 
-    Carried moves: each register value's is the bound its producer applied (`carried`, per SSA value: a loop
-    body's value is its latest iteration's); `tile.store_shared` records the stored value's into the buffer
+    Carried moves: each register value's is the bound its producer applied, plus what it passed on from its
+    operands' (`PASSED_ON`; `carried`, per SSA value: a loop body's value is its latest iteration's, a loop's
+    iteration arguments and results and an if's results carry what is passed to them, `_pass_on`);
+    `tile.store_shared` records the stored value's into the buffer
     (`stored`, per buffer: the move and the data as stored), and an op reading the buffer (a stage of it) finds
     the move where the buffer still holds the stored data, 0 where something else wrote it since."""
 
@@ -255,6 +317,31 @@ class Perturbation(Interpreter.Listener):
     def will_interpret_op(self, op: Operation, args) -> None:
         self.args = tuple(args)
         self.operands = tuple(a.read() if isinstance(a, SharedRef) else a for a in args)
+        if isinstance(op, scf.ForOp):
+            self._pass_on(op.operands[3:], op.body.block.args[1:])
+            self._pass_on(op.operands[3:], op.results)  # what a loop of no trips returns
+        elif isinstance(op, scf.IfOp):
+            for result in op.results:  # each region's yield adds its moves (`_pass_on`)
+                self.carried.pop(result, None)
+        elif isinstance(op, scf.YieldOp) and isinstance(op.parent_op(), scf.ForOp):
+            loop = op.parent_op()
+            self._pass_on(op.operands, loop.body.block.args[1:])
+            self._pass_on(op.operands, loop.results)
+        elif isinstance(op, scf.YieldOp) and isinstance(op.parent_op(), scf.IfOp):
+            self._pass_on(op.operands, op.parent_op().results, merge=True)
+
+    def _pass_on(self, values: Sequence[SSAValue], targets: Sequence[SSAValue], merge: bool = False) -> None:
+        """Control flow moves values without rounding them: each target (a loop's iteration argument or result,
+        an if's result) carries the move of the value passed to it; with `merge`, the larger of that and what
+        it carries already (the two branches of an scf.if, each for its own blocks)."""
+        moves = [self.carried.get(v) for v in values]
+        for target, move in zip(targets, moves):
+            if merge and move is not None and target in self.carried:
+                move = np.maximum(self.carried[target], move)
+            if move is not None:
+                self.carried[target] = move
+            elif not merge:
+                self.carried.pop(target, None)
 
     def _carried_move(self, value: SSAValue, arg) -> np.ndarray | float:
         """The move operand `value` (interpreted as `arg`) carries."""
@@ -284,23 +371,34 @@ class Perturbation(Interpreter.Listener):
         if isinstance(op, tile.StoreSharedOp):
             self._record_store(op)
             return
-        if len(results) != 1 or not isinstance(results[0], np.ndarray) or results[0].dtype != np.float64:
-            return
+        if not op.name.startswith("tile.") or len(results) != 1 or not isinstance(results[0], np.ndarray) \
+                or results[0].dtype != np.float64:
+            return  # control flow passes its values on unmoved (`_pass_on`)
         value = results[0]
         with np.errstate(all="ignore"):
             bound = rounding_bound(op, self.operands, value)
-            contraction = CARRIED.get(type(op))
-            if contraction is not None:
+            contraction, passed = CARRIED.get(type(op)), PASSED_ON.get(type(op))
+            if contraction is not None or passed is not None:
                 moves = [self._carried_move(v, a) for v, a in zip(op.operands, self.args)]
+            if contraction is not None:
                 bound = bound + contraction(op, self.operands, moves)
-            bound = np.broadcast_to(bound, value.shape)
-            if not bound.any():
+            if passed is None and not np.any(bound):  # an exact op that passes nothing on (a fill, a splat, a gather)
                 self.carried.pop(op.results[0], None)
                 return
-            self.carried[op.results[0]] = bound
+            carried = bound if passed is None else bound + passed(op, self.operands, moves, value)
+            finite = np.isfinite(value)
+            # a value that is not finite is never moved (below), and carries no move on (a mask's -inf)
+            carried = np.where(finite, np.broadcast_to(carried, value.shape), 0.0)
+            if carried.any():
+                self.carried[op.results[0]] = carried
+            else:
+                self.carried.pop(op.results[0], None)
+            bound = np.broadcast_to(bound, value.shape)
+            if not bound.any():
+                return
             sign = self.sign if self.sign else self.rng.choice((-1.0, 1.0), size=value.shape)
             moved = value + sign * bound
-        value[...] = np.where(np.isfinite(value), moved, value)  # the listener sees the result the op returns
+        value[...] = np.where(finite, moved, value)  # the listener sees the result the op returns
 
 
 def run_widened(module: ModuleOp, sig: KernelSignature, inputs, sizes: Mapping[str, int],

@@ -286,12 +286,18 @@ class ClusterFunctions(InterpreterFunctions):
         cta, cluster = self.cta, self.cluster
         completed = False
         local: dict[int, list[int]] = {}  # this CTA's arrivals on its own barriers: releases (happens_before)
+        by_warp: dict[tuple, int] = {}  # (CTA rank, barrier, warp) -> the phase the warp's arrivals completed
         for thread in self._threads():
             peer, offset = cluster.resolve(cta, op, int(thread), int(addresses[thread]))
             barrier = cluster.peer_barrier(cta, op, int(thread), peer, offset, "arrives on")
             if peer is cta:
                 cta.mbarriers.get(op, int(thread), offset)  # the CTA-local init rules
                 local.setdefault(barrier.index, []).append(int(thread))
+            warp = (peer.rank, barrier.index, int(thread) // facts.WARP_SIZE)
+            if warp in by_warp:  # as `MBarriers.arrive` refuses it in the CTA
+                cta.fail(op, f"arrives on the mbarrier at {peer.smem.locate(offset)} of CTA rank {peer.rank} after "
+                             f"the earlier arrivals of its warp in this op completed its phase {by_warp[warp]}: more "
+                             f"threads arrive than the {barrier.state.expected} the barrier expects", thread)
             phase = barrier.state.phase
             try:
                 barrier.state.arrive()
@@ -301,6 +307,7 @@ class ClusterFunctions(InterpreterFunctions):
             done = barrier.state.phase != phase
             cluster.note_arrival(peer, barrier, cta.rank, int(thread), done)
             if done:
+                by_warp[warp] = phase
                 if peer is cta and barrier.index in local:
                     cta.hb.arrive(barrier.index, np.asarray(local.pop(barrier.index)))
                 peer.hb.phase_completed(barrier.index)

@@ -12,8 +12,9 @@ then arrives on barrier Y lets Y's waiters observe X's phase p. A thread may rea
 Rules enforced, each reported with the op and the thread: init at a free, 8-byte-aligned address inside shared
 memory, not over a live barrier; no use before init, after inval, or by a thread the init is not ordered before
 (a bar_sync after the init); the state machine's own limits (`facts.MBarrierState`: arrival count, tx-count
-range); no more arrivals in one op than the phase expects (the extra ones would complete later phases); no
-inval while TMA copies still complete on the barrier. A `try_wait` that fails in every active thread blocks the
+range); no more arrivals by one warp of an op than the phase has pending (the warp's extra ones would complete
+the next phase in the same instruction), while a later warp of the op counts towards the next phase, as the PTX
+ISA counts arrive-ons (`MBarriers.arrive`); no inval while TMA copies still complete on the barrier. A `try_wait` that fails in every active thread blocks the
 strand until the barrier changes; if nothing can change it, the scheduler reports the deadlock with the
 barrier's address, the parity waited for and the phase it is in.
 """
@@ -140,22 +141,43 @@ class MBarriers:
             self.observed = np.concatenate([self.observed, np.zeros((1, self.cta.threads), np.int64)])
 
     def arrive(self, op: Operation, addresses: np.ndarray, tx_bytes: int | None) -> None:
-        """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, in thread order.
-        Each arrival is a release (`happens_before`) into the phase it counts towards."""
+        """mbarrier.arrive (tx_bytes None) or mbarrier.arrive.expect_tx by every active thread, warp by warp and in
+        thread order within a warp. Each arrival is a release (`happens_before`) into the phase it counts towards.
+
+        The PTX ISA counts each thread's arrive-on [P#...-mbarrier-arrive-on]: it decrements the pending count, and
+        the phase completes when that reaches zero, the pending count then reinitialised to the expected one
+        [P#...-mbarrier-phase-completion]. An op of several warps is one instruction per warp: a later warp's
+        arrivals past a phase its earlier warps completed count towards the next phase, as the PTX executor
+        counts them. Within one warp, an arrival after the warp's own earlier arrivals completed the phase is
+        refused (the instruction would complete two phases at once, and whether a waiter sees the first depends
+        on when it polls: `tessera.interpreters.ptx.mbarrier`, which refuses it by the same name)."""
         threads = self._active_threads()
         if tx_bytes is None and self._arrive_together(op, threads, addresses):
             return
         if tx_bytes is not None:
             self.tx.update(self.get(op, int(t), int(addresses[t])).index for t in threads)
-        completed: set[int] = set()
+        completed = False
+        warps = threads // facts.WARP_SIZE
+        for warp in np.unique(warps).tolist():
+            if self._arrive_warp(op, threads[warps == warp], addresses, tx_bytes):
+                completed = True
+        if completed and (tx_bytes is None or self.cta.scheduler.adversarial):
+            # A completed phase may release another strand (a producer waiting for a slot to be emptied): let
+            # it run now, at the earliest moment the hardware could, so that a release that comes before
+            # the releasing threads' last read (a refill overwriting data still being read) shows.
+            self.cta.scheduler.hand_over()
+
+    def _arrive_warp(self, op: Operation, threads: np.ndarray, addresses: np.ndarray, tx_bytes: int | None) -> bool:
+        """The arrivals of one warp's active `threads` (`arrive`), in thread order; whether one completed a phase."""
+        completed: dict[int, int] = {}  # barrier -> the phase this warp's arrivals completed
         arrivals: dict[int, list[int]] = {}
-        for thread in threads:
+        for thread in threads.tolist():
             barrier = self.get(op, thread, int(addresses[thread]))
-            arrivals.setdefault(barrier.index, []).append(int(thread))
+            arrivals.setdefault(barrier.index, []).append(thread)
             if barrier.index in completed:
                 self.cta.fail(op, f"arrives on the mbarrier at {self._locate(barrier.address)} after the earlier "
-                                  f"arrivals of this op completed its phase {barrier.state.phase - 1}: more threads "
-                                  f"arrive than the {barrier.state.expected} the barrier expects", thread)
+                                  f"arrivals of its warp in this op completed its phase {completed[barrier.index]}: "
+                                  f"more threads arrive than the {barrier.state.expected} the barrier expects", thread)
             phase = barrier.state.phase
             try:
                 if tx_bytes is None:
@@ -165,18 +187,14 @@ class MBarriers:
             except ValueError as error:
                 self.cta.fail(op, f"{error} (mbarrier at {self._locate(barrier.address)}, phase {phase})", thread)
             if barrier.state.phase != phase:
-                completed.add(barrier.index)
-        for index, threads in arrivals.items():
+                completed[barrier.index] = phase
+        for index, arrived in arrivals.items():
             if tx_bytes is None:
-                self._note_publish(index, np.asarray(threads))
-            self.cta.hb.arrive(index, np.asarray(threads))
+                self._note_publish(index, np.asarray(arrived))
+            self.cta.hb.arrive(index, np.asarray(arrived))
             if index in completed:
                 self.cta.hb.phase_completed(index)
-        if completed and (tx_bytes is None or self.cta.scheduler.adversarial):
-            # A completed phase may release another strand (a producer waiting for a slot to be emptied): let
-            # it run now, at the earliest moment the hardware could, so that a release that comes before
-            # the releasing threads' last read (a refill overwriting data still being read) shows.
-            self.cta.scheduler.hand_over()
+        return bool(completed)
 
     def _arrive_together(self, op: Operation, threads: np.ndarray, addresses: np.ndarray) -> bool:
         """The common case of `arrive` at once: every active thread arrives on one barrier whose phase has room
