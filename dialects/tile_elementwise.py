@@ -15,8 +15,7 @@ The result shape is the broadcast of the operands'; all operands share one eleme
 condition is `i1`).
 
 Element types: the transcendental functions and the rounding ops (floor, ceil, rint, trunc) take and give f32;
-add/sub/mul/element_max/element_min/neg/abs
-take f32 (or any float) or i32; floordiv/mod (Python's `//` and `%`) take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
+add/sub/mul/element_max/element_min take f32 (or any float) or i32; neg/abs take f32 or i32; floordiv/mod (Python's `//` and `%`) take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
 from __future__ import annotations
