@@ -1,0 +1,216 @@
+"""Attention variants as a FlexAttention user writes them next (round 24), forward and backward against the float64
+reference written apart from `tessera.reference` (`mods_reference`: dQ, dK, dV from each score_mod's derivative
+taken by hand, the gradients of captured tables summed by `np.add.at` for the O the kernels hold).
+
+The variants: Gemma-2's tanh soft-cap by 50 with its backward, alone and under a causal sliding window; ALiBi
+under GQA with eight per-head slopes captured and their gradient; attention sinks (the first 4 keys) beside a
+causal window whose width is read per head; prefix-LM from a per-batch length array; a learned [2S - 1]
+relative-position table and T5's bidirectional log buckets into an [H, 32] table, both with their gradients; a
+[B, S] per-query temperature times the score plus an [H, S] key bias under a causal factor (two tables, two
+gradients); a mask that empties whole query rows (every third), a whole query block's rows (64..127) and whole
+key blocks (64..127); T5's buckets precomputed as an integer [2S - 1] table that indexes the float [H, 32] one
+(only the float table gets a gradient). Then `causal=True` beside a mask_mod and a score_mod (bottom-right, the
+rows above the diagonal left empty when seq_q > seq_k), head_dim 64/96/128 in bf16 and f16, `block_mask=` made
+by `create_block_mask` from a document-id array, and a soft-capped kernel printed and run by `tessera-run --check`.
+The torch modifiers (a learned per-head soft-cap, HF T5's `_relative_position_bucket` over an nn.Embedding, a
+prefix-LM length tensor with torch's own block mask, a loss that reads the LSE) are in
+test_attention_mods_unseen24_torch.py.
+
+The default run takes Tile level over three shapes (seq 177, 7 and 1 queries; GQA 2:1, MHA and MQA: 4:1,
+2:1 and 8:1 for ALiBi's eight heads; batch 2); `-m slow` every variant in the CTA simulator and the PTX executor at one shape,
+and the head_dim and dtype grid in the CTA simulator."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from mods_reference import check
+
+import inprocess
+import tessera
+from tessera.numerics import BF16, F16
+from tessera.variants import create_block_mask
+
+H = 4
+S = 177                                                                   # the longest sequence of the shapes
+_rng = np.random.default_rng(24)
+CAP = 50.0
+SLOPES = (2.0 ** -np.arange(1, 9)).astype(np.float32)                    # ALiBi, eight query heads
+SINKS = 4
+WIDTH = np.array([8, 16, 33, 64])                                          # a causal window per head
+PREFIX = np.array([5, 120])                                                # per batch entry
+REL = (_rng.standard_normal(2 * S - 1) * 0.5).astype(np.float32)          # by q_idx - kv_idx + S - 1
+T5 = (_rng.standard_normal((H, 32)) * 0.5).astype(np.float32)             # [heads, buckets]
+QTEMP = (1 + 0.3 * _rng.standard_normal((2, S))).astype(np.float32)       # [B, S] by (b, q_idx)
+KBIAS = (0.5 * _rng.standard_normal((H, S))).astype(np.float32)           # [H, S] by (h, kv_idx)
+_distance = np.arange(-(S - 1), S)                                         # kv_idx - q_idx
+BUCKETS = np.where(np.abs(_distance) < 8, np.abs(_distance), np.minimum(
+    8 + (np.log(np.maximum(np.abs(_distance), 1) / 8) / np.log(16) * 8).astype(np.int64), 15)) + 16 * (_distance > 0)
+
+
+# region modifiers
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return CAP * np.tanh(score / CAP)
+
+
+def d_softcap(s, b, h, q_idx, kv_idx):
+    return 1 - np.tanh(s / CAP) ** 2
+
+
+def causal_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score + SLOPES[h] * (kv_idx - q_idx)
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sinks_head_window(b, h, q_idx, kv_idx):
+    return (kv_idx < SINKS) | ((q_idx >= kv_idx) & (q_idx - kv_idx < WIDTH[h]))
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < PREFIX[b]) | (q_idx >= kv_idx)
+
+
+def relative(score, b, h, q_idx, kv_idx):
+    return score + REL[q_idx - kv_idx + S - 1]
+
+
+def t5_bucket(relative_position, num_buckets=32, max_distance=128):
+    """T5's bidirectional bucket of kv_idx - q_idx: half the buckets each way, the first 8 exact, then
+    log-spaced up to max_distance."""
+    half = num_buckets // 2
+    n = np.abs(relative_position)
+    exact = half // 2
+    with np.errstate(divide="ignore", invalid="ignore"):  # n = 0 takes the exact branch
+        large = exact + (np.log(n / exact) / np.log(max_distance / exact) * (half - exact)).astype(np.int32)
+    return (relative_position > 0).astype(np.int32) * half + np.where(n < exact, n, np.minimum(large, half - 1))
+
+
+def t5(score, b, h, q_idx, kv_idx):
+    return score + T5[h, t5_bucket(kv_idx - q_idx)]
+
+
+def two_tables(score, b, h, q_idx, kv_idx):
+    return score * QTEMP[b, q_idx] + KBIAS[h, kv_idx] * (q_idx >= kv_idx)
+
+
+def empty_rows_and_blocks(b, h, q_idx, kv_idx):
+    """Rows 64..127 and every third row see nothing; keys 64..127 are never seen."""
+    return (q_idx // 64 != 1) & (q_idx % 3 != 0) & (kv_idx // 64 != 1) & (kv_idx <= q_idx + 5)
+
+
+def bucket_table(score, b, h, q_idx, kv_idx):
+    return score + T5[h, BUCKETS[kv_idx - q_idx + S - 1]]
+
+# endregion
+
+
+def _t5_reads(s, b, h, q_idx, kv_idx):
+    return [((h, t5_bucket(kv_idx - q_idx)), 1.0)]
+
+
+VARIANTS = {  # name -> (score_mod, mask_mod, d score_mod / d score, {table: (shape, reads)})
+    "softcap": (softcap, None, d_softcap, None),
+    "softcap+causal-window": (softcap, causal_window, d_softcap, None),
+    "alibi-gqa": (alibi, causal, None, {"SLOPES": (SLOPES.shape, lambda s, b, h, q_idx, kv_idx: [
+        ((h,), kv_idx - q_idx)])}),
+    "sinks+head-window": (None, sinks_head_window, None, None),
+    "prefix-lm": (None, prefix_lm, None, None),
+    "relative": (relative, None, None, {"REL": (REL.shape, lambda s, b, h, q_idx, kv_idx: [
+        ((q_idx - kv_idx + S - 1,), 1.0)])}),
+    "t5-bidirectional": (t5, None, None, {"T5": (T5.shape, _t5_reads)}),
+    "two-tables": (two_tables, None, lambda s, b, h, q_idx, kv_idx: QTEMP[b, q_idx], {
+        "QTEMP": (QTEMP.shape, lambda s, b, h, q_idx, kv_idx: [((b, q_idx), s)]),
+        "KBIAS": (KBIAS.shape, lambda s, b, h, q_idx, kv_idx: [((h, kv_idx), (q_idx >= kv_idx) * 1.0)])}),
+    "empty-rows-and-blocks": (None, empty_rows_and_blocks, None, None),
+    "bucket-table": (bucket_table, None, None, {"T5": (T5.shape, lambda s, b, h, q_idx, kv_idx: [
+        ((h, BUCKETS[kv_idx - q_idx + S - 1]), 1.0)])}),
+}
+SHAPES = [(2, H, 2, S, S), (1, H, H, 7, S), (2, H, 1, 1, 7)]  # (batch, heads, heads_k, seq_q, seq_k)
+
+
+def _shape(name, shape):
+    """ALiBi's eight slopes make eight query heads (GQA 4:1, or 8:1 for MQA)."""
+    return (shape[0], 8, *shape[2:]) if name == "alibi-gqa" else shape
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_at_tile_level(name, shape):
+    check(_shape(name, shape), "tile", *VARIANTS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_below_tile_level(name, level):
+    check(_shape(name, (1, 2, 1, 50, 70)), level, *VARIANTS[name])
+
+
+def bottom_right_window(b, h, q_idx, kv_idx):
+    return q_idx - kv_idx < 50  # with causal=True: a sliding window under the bottom-right diagonal
+
+
+def distance_bias(score, b, h, q_idx, kv_idx):
+    return score - 0.05 * np.abs(q_idx - kv_idx)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 100, 177), (1, 2, 2, 177, 100), (1, 2, 1, 7, 7), (1, 2, 1, 1, 177)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mods", [(distance_bias, bottom_right_window), (None, sinks_head_window)],
+                         ids=["bias+window", "sinks"])
+def test_causal_true_beside_a_mask_mod(mods, shape):
+    """causal=True is bottom-right and hides what the mask_mod shows too; seq_q > seq_k leaves the first rows
+    empty (O = 0, LSE = -inf)."""
+    check(shape, "tile", *mods, causal=True)
+
+
+HEAD_DIM_CASES = [(hd, dtype) for hd in (64, 96, 128) for dtype in (BF16, F16)]
+
+
+@pytest.mark.parametrize("head_dim, dtype", HEAD_DIM_CASES, ids=lambda x: str(getattr(x, "name", x)))
+def test_head_dims_and_types_at_tile_level(head_dim, dtype):
+    check((1, 2, 1, 77, 130), "tile", *VARIANTS["softcap+causal-window"], head_dim=head_dim, dtype=dtype)
+    check((1, 8, 2, 33, 100), "tile", *VARIANTS["alibi-gqa"], head_dim=head_dim, dtype=dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim, dtype", HEAD_DIM_CASES, ids=lambda x: str(getattr(x, "name", x)))
+def test_head_dims_and_types_in_the_cta_simulator(head_dim, dtype):
+    check((1, 2, 1, 77, 130), "target", *VARIANTS["softcap+causal-window"], head_dim=head_dim, dtype=dtype)
+    check((1, 8, 2, 33, 100), "target", *VARIANTS["alibi-gqa"], head_dim=head_dim, dtype=dtype)
+
+
+DOCS = np.repeat([0, 1, 2, 3], [40, 1, 50, 86])                            # packed documents, one of one token
+
+
+def documents(b, h, q_idx, kv_idx):
+    return (DOCS[q_idx] == DOCS[kv_idx]) & (q_idx >= kv_idx)
+
+
+@pytest.mark.parametrize("block", [64, 128])
+def test_block_mask_of_a_document_id_array(block):
+    """FlexAttention's call: the block mask made once from the documents' mask_mod, passed to the forward and the
+    backward instead of the mask_mod, with a relative table's gradient beside it."""
+    block_mask = create_block_mask(documents, 1, H, S, S, device="cpu", BLOCK_SIZE=block)
+    check((1, H, 2, S, S), "tile", relative, documents, None, VARIANTS["relative"][3], block_mask=block_mask)
+
+
+def test_tessera_run_checks_a_printed_variant_kernel(tmp_path):
+    """A soft-capped kernel printed from the builder runs in `tessera-run --check` against its own Tile IR in
+    float64 (a kernel of kind custom), exit status 0."""
+    path = tmp_path / "softcap.mlir"
+    path.write_text(str(tessera.kernels.flash_attention(64, score_mod=softcap, dtype="bf16")))
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "-d", "batch=1", "-d",
+                            "heads=2", "-d", "seq_q=70", "-d", "seq_k=90", "--check"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check: max error" in result.stdout and ": ok" in result.stdout
