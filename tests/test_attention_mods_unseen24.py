@@ -11,7 +11,9 @@ gradients); a mask that empties whole query rows (every third), a whole query bl
 key blocks (64..127); T5's buckets precomputed as an integer [2S - 1] table that indexes the float [H, 32] one
 (only the float table gets a gradient). Then `causal=True` beside a mask_mod and a score_mod (bottom-right, the
 rows above the diagonal left empty when seq_q > seq_k), head_dim 64/96/128 in bf16 and f16, `block_mask=` made
-by `create_block_mask` from a document-id array, and a soft-capped kernel printed and run by `tessera-run --check`.
+by `create_block_mask` from a document-id array, a soft-capped kernel printed and run by `tessera-run --check`,
+and the refusal this round fixed: a NaN constant in a hook (np.nan, float("nan"), a table's NaN read at a
+constant index) is refused by name, where the kernel builder's tile.fill verifier raised from inside the build.
 The torch modifiers (a learned per-head soft-cap, HF T5's `_relative_position_bucket` over an nn.Embedding, a
 prefix-LM length tensor with torch's own block mask, a loss that reads the LSE) are in
 test_attention_mods_unseen24_torch.py.
@@ -31,7 +33,7 @@ from mods_reference import check
 import inprocess
 import tessera
 from tessera.numerics import BF16, F16
-from tessera.variants import create_block_mask
+from tessera.variants import ModTraceError, create_block_mask
 
 H = 4
 S = 177                                                                   # the longest sequence of the shapes
@@ -203,6 +205,52 @@ def test_block_mask_of_a_document_id_array(block):
     backward instead of the mask_mod, with a relative table's gradient beside it."""
     block_mask = create_block_mask(documents, 1, H, S, S, device="cpu", BLOCK_SIZE=block)
     check((1, H, 2, S, S), "tile", relative, documents, None, VARIANTS["relative"][3], block_mask=block_mask)
+
+
+# region what this round found
+
+_NAN_TABLE = np.array([np.nan, 1.0], np.float32)
+
+
+def nan_where(score, b, h, q_idx, kv_idx):
+    return np.where(q_idx == kv_idx, np.nan, score)
+
+
+def nan_plus(score, b, h, q_idx, kv_idx):
+    return score + float("nan")
+
+
+def nan_read(score, b, h, q_idx, kv_idx):
+    return score + _NAN_TABLE[0]
+
+
+def nan_compare(b, h, q_idx, kv_idx):
+    return q_idx < kv_idx + np.nan
+
+
+@pytest.mark.parametrize("hook, kind", [(nan_where, "score_mod"), (nan_plus, "score_mod"), (nan_read, "score_mod"),
+                                        (nan_compare, "mask_mod")], ids=lambda x: getattr(x, "__name__", x))
+def test_a_nan_constant_is_refused_by_name(hook, kind):
+    """Was xdsl's VerifyException from tile.fill's verifier (a kernel constant holds no NaN) while the builder
+    verified the kernel: now the tracer refuses it, naming the hook and its line."""
+    q, k, v, _ = (np.ones((1, 1, 9, 64), BF16) for _ in range(4))
+    with pytest.raises(ModTraceError, match=rf"{kind} '{hook.__name__}' at .*test_attention_mods_unseen24.py:\d+: "
+                                            "cannot trace a NaN constant"):
+        tessera.attention(q, k, v, level="tile", **{kind: hook})
+
+
+def test_a_table_holding_nan_read_at_traced_indices_is_data():
+    """A NaN in a captured table read at traced indices is an input of the kernel, not a constant: it runs, and
+    the rows that read it are NaN, as in NumPy."""
+    q, k, v, _ = (np.ones((1, 1, 9, 64), BF16) for _ in range(4))
+
+    def nan_by_distance(score, b, h, q_idx, kv_idx):
+        return score + _NAN_TABLE[np.clip(q_idx - kv_idx, 0, 1)]
+
+    o = np.asarray(tessera.attention(q, k, v, score_mod=nan_by_distance, level="tile"), np.float32)
+    assert np.isnan(o).all()  # every row reads q_idx - kv_idx = 0 at its diagonal
+
+# endregion
 
 
 def test_tessera_run_checks_a_printed_variant_kernel(tmp_path):
