@@ -19,8 +19,8 @@ prefix-LM length tensor with torch's own block mask, a loss that reads the LSE) 
 test_attention_mods_unseen24_torch.py.
 
 The default run takes Tile level over three shapes (seq 177, 7 and 1 queries; GQA 2:1, MHA and MQA: 4:1,
-2:1 and 8:1 for ALiBi's eight heads; batch 2); `-m slow` every variant in the CTA simulator and the PTX executor at one shape,
-and the head_dim and dtype grid in the CTA simulator."""
+2:1 and 8:1 for ALiBi's eight heads; batch 2); `-m slow` every variant in the CTA simulator and the PTX executor
+at one shape (batch 2 for the hooks that read b), and the head_dim and dtype grid in the CTA simulator."""
 
 from __future__ import annotations
 
@@ -156,7 +156,8 @@ def test_variant_at_tile_level(name, shape):
 @pytest.mark.parametrize("level", ["target", "ptx"])
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_below_tile_level(name, level):
-    check(_shape(name, (1, 2, 1, 50, 70)), level, *VARIANTS[name])
+    batch = 2 if name in ("prefix-lm", "two-tables") else 1  # PREFIX[b], QTEMP[b, q_idx]
+    check(_shape(name, (batch, 2, 1, 50, 70)), level, *VARIANTS[name])
 
 
 def bottom_right_window(b, h, q_idx, kv_idx):

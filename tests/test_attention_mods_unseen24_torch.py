@@ -7,7 +7,8 @@ transformers' T5 `_relative_position_bucket`, verbatim (`torch.min`, `torch.full
 a per-batch int32 length tensor through torch's own `create_block_mask` and Tessera's as `block_mask=`; causal
 documents with a learned [2S - 1] table through `block_mask=`; and a loss that reads the LSE beside O
 (`return_lse=True`), with rows a mask_mod empties, a caller's scale and head_dim 96 and 128. Tile level by default;
-`-m slow` a slice in the CTA simulator and the PTX executor. Skipped without torch."""
+`-m slow` a slice in the CTA simulator and the PTX executor, and a mask that empties a whole query block and key
+block on the GPU path through the fake driver (NaN-filled fresh memory). Skipped without torch."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 
 import tessera.runtime.autograd  # noqa: E402
 from tessera.variants import create_block_mask  # noqa: E402
+from test_captured_gradients_gpu_path import fake_gpu, private_cache  # noqa: E402, F401 - fixtures
 
 S = 177
 
@@ -230,3 +232,35 @@ def test_a_loss_that_reads_the_lse(case, shape):
 def test_below_tile_level(make_mods, level):
     shape = (1, 8 if make_mods is alibi_bf16 else 4, 2, 50, S if make_mods is documents else 70)
     check(shape, make_mods, level=level, lse_weight=0.3)
+
+
+@pytest.mark.slow
+def test_empty_blocks_on_the_gpu_path_write_every_output(fake_gpu):
+    """On the GPU path (the fake driver: the PTX the runtime loads, in the PTX executor; pretend CUDA tensors whose
+    fresh memory reads as NaN), a mask_mod that leaves query block 0 and key block 0 without a visible key: the
+    forward still stores that block's O (0) and LSE (-inf), the backward its dQ, dK and dV (0), as level "ptx"
+    does into zeroed memory (about 12 s)."""
+    import numpy as np
+    from mods_reference import assert_close as assert_close_numpy
+    from mods_reference import inputs, reference
+    from test_captured_gradients_gpu_path import _on_device
+
+    _, fake = fake_gpu
+
+    def late_blocks(b, h, q_idx, kv_idx):
+        return (q_idx >= 128) & (kv_idx >= 128) & (kv_idx <= q_idx)
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 30 * np.tanh(score / 30)
+    q, k, v, do = inputs((1, 1, 1, 200, 200), 4)
+    hooks = {"score_mod": softcap, "mask_mod": late_blocks}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a rung taken below Tile level
+        o, lse = tessera.attention(*(_on_device(fake, x) for x in (q, k, v)), return_lse=True, **hooks)
+        lse = _on_device(fake, lse.detach())  # the fake's lse[..., 0] is a host tensor; a GPU's stays on it
+        grads = tessera.attention_backward(*(_on_device(fake, x) for x in (q, k, v)), o, lse, _on_device(fake, do),
+                                           **hooks)
+    want = reference(q, k, v, do, softcap, late_blocks, lambda s, b, h, q_idx, kv_idx: 1 - np.tanh(s / 30) ** 2)
+    for name, got, expected in zip(("O", "dQ", "dK", "dV"), (o, *grads), (want[0], *want[2:5])):
+        assert_close_numpy(name, got.detach().float().numpy(), expected)
+    assert_close_numpy("LSE", lse.detach().numpy(), want[1], 1e-3, 1e-2)
