@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tessera.variants import torch_mods
 from tessera.variants.index_ranges import registered_traces
 
 
@@ -33,7 +34,7 @@ def check_captured_values(where: str, module, inputs: Mapping[str, object]) -> N
             if given is None or trace.learned(captured) is not None or getattr(given, "is_cuda", False):
                 continue
             expected = trace.kernel_input(captured)
-            host = np.asarray(given.detach().cpu() if hasattr(given, "detach") else given)
+            host = torch_mods.as_numpy(given) if torch_mods.is_tensor(given) else np.asarray(given)
             if host is expected or host.shape != expected.shape:  # a shape the kernel's dims refuse elsewhere
                 continue
             if not np.array_equal(host.astype(expected.dtype), expected, equal_nan=expected.dtype.kind == "f"):
