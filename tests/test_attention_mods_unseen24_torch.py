@@ -264,3 +264,25 @@ def test_empty_blocks_on_the_gpu_path_write_every_output(fake_gpu):
     for name, got, expected in zip(("O", "dQ", "dK", "dV"), (o, *grads), (want[0], *want[2:5])):
         assert_close_numpy(name, got.detach().float().numpy(), expected)
     assert_close_numpy("LSE", lse.detach().numpy(), want[1], 1e-3, 1e-2)
+
+
+_IDS = torch.repeat_interleave(torch.arange(2), torch.tensor([10, 20]))
+_SLOPES = torch.nn.Parameter(torch.tensor([0.5, 0.25]))
+
+
+@pytest.mark.parametrize("hooks, error, message", [
+    ({"mask_mod": lambda b, h, q_idx, kv_idx: _IDS.to(torch.int32)[q_idx] == _IDS[kv_idx]}, "ModTraceError",
+     r"mask_mod '.*' at .*: cannot trace .to\(torch.int32\) of the captured array _IDS"),
+    ({"mask_mod": lambda b, h, q_idx, kv_idx: q_idx - kv_idx < _SLOPES[h] * 40}, "ValueError",
+     "the mask_mod reads _SLOPES, which requires grad: a mask passes no gradient"),
+    ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + score.new_tensor(0.5)}, "ModTraceError",
+     r"score_mod '.*' at .*: cannot trace the attribute .new_tensor of a traced value"),
+], ids=["to-dtype", "mask-requires-grad", "new_tensor"])
+def test_refused_by_name(hooks, error, message):
+    """What the docs refuse (a captured tensor's .to(dtype), a mask_mod's tensor that requires grad) and what has
+    no traced counterpart (`score.new_tensor`), refused by name before anything runs."""
+    q, k, v = (torch.randn(1, 2, 30, 64, generator=torch.Generator().manual_seed(i)).bfloat16().requires_grad_()
+               for i in range(3))
+    with pytest.raises(Exception, match=message) as raised:
+        tessera.runtime.autograd.attention(q, k, v, level="tile", **hooks)
+    assert type(raised.value).__name__ == error
