@@ -20,7 +20,8 @@ test_attention_mods_unseen24_torch.py.
 
 The default run takes Tile level over three shapes (seq 177, 7 and 1 queries; GQA 2:1, MHA and MQA: 4:1,
 2:1 and 8:1 for ALiBi's eight heads; batch 2); `-m slow` every variant in the CTA simulator and the PTX executor
-at one shape (batch 2 for the hooks that read b), and the head_dim and dtype grid in the CTA simulator."""
+at one shape (batch 2 for the hooks that read b), the head_dim and dtype grid in the CTA simulator, and four
+variants at 1000 x 1000 and one-row shapes at Tile level."""
 
 from __future__ import annotations
 
@@ -150,6 +151,18 @@ def _shape(name, shape):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_at_tile_level(name, shape):
     check(_shape(name, shape), "tile", *VARIANTS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [(1, H, 2, 1000, 1000), (1, H, 1, 1, 1000), (1, H, 1, 1000, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", ["softcap+causal-window", "sinks+head-window", "t5-bidirectional", "alibi-gqa"])
+def test_variant_at_long_and_one_row_shapes(name, shape):
+    """1000 x 1000 (eight query blocks, sixteen key blocks of 64), one query row against 1000 keys (decoding), 1000
+    queries against one key: the variants whose tables reach past 177 positions (about 5 s each). Without the
+    slopes' gradient: against one key it is exactly 0, a sum of f32 roundings of dP - dPsum weighted by distances
+    up to 999 (0.012 of terms near 8000), which no tolerance of the largest entry bounds."""
+    check(_shape(name, shape), "tile", *VARIANTS[name][:3])
 
 
 @pytest.mark.slow
