@@ -2,18 +2,22 @@
 reference written apart from `tessera.reference` (`mods_reference`: dQ, dK, dV from each score_mod's derivative
 taken by hand, the gradients of captured tables summed by `np.add.at` for the O the kernels hold).
 
-The variants: Gemma-2's tanh soft-cap by 50 with its backward, alone and under a causal sliding window; ALiBi
-under GQA with eight per-head slopes captured and their gradient; attention sinks (the first 4 keys) beside a
-causal window whose width is read per head; prefix-LM from a per-batch length array; a learned [2S - 1]
-relative-position table and T5's bidirectional log buckets into an [H, 32] table, both with their gradients; a
-[B, S] per-query temperature times the score plus an [H, S] key bias under a causal factor (two tables, two
-gradients); a mask that empties whole query rows (every third), a whole query block's rows (64..127) and whole
-key blocks (64..127); T5's buckets precomputed as an integer [2S - 1] table that indexes the float [H, 32] one
-(only the float table gets a gradient). Then `causal=True` beside a mask_mod and a score_mod (bottom-right, the
-rows above the diagonal left empty when seq_q > seq_k), head_dim 64/96/128 in bf16 and f16, `block_mask=` made
-by `create_block_mask` from a document-id array, a soft-capped kernel printed and run by `tessera-run --check`,
-and the refusal this round fixed: a NaN constant in a hook (np.nan, float("nan"), a table's NaN read at a
-constant index) is refused by name, where the kernel builder's tile.fill verifier raised from inside the build.
+The variants: Gemma-2's tanh soft-cap by 50 with its backward, alone and under a causal sliding window; ALiBi under
+GQA with eight per-head slopes captured and their gradient; attention sinks (the first 4 keys) beside a causal
+window whose width is read per head; prefix-LM from a per-batch length array; a learned [2S - 1] relative-position
+table and T5's bidirectional log buckets into an [H, 32] table, both with their gradients; a [B, S] per-query
+temperature times the score plus an [H, S] key bias under a causal factor (two tables, two gradients); a mask that
+empties whole query rows (every third), a whole query block's rows (64..127) and whole key blocks (64..127); T5's
+buckets precomputed as an integer [2S - 1] table that indexes the float [H, 32] one (only the float table gets a
+gradient); key blocks listed with gaps (every other block of 64); a score_mod NaN where causal hides it (sqrt of
+q_idx - kv_idx, with a learned slope); a table read at the np.digitize bucket of the score; `deterministic=True`
+repeating bit for bit. Then `causal=True` beside a mask_mod and a score_mod (bottom-right, the rows above the
+diagonal left empty when seq_q > seq_k), head_dim 64/96/128 in bf16 and f16, `block_mask=` made by
+`create_block_mask` from a document-id array, a soft-capped kernel printed and run by `tessera-run --check`, and
+what this round fixed: a NaN constant in a hook (np.nan, float("nan"), a table's NaN read at a constant index) is
+refused by name, where the kernel builder's tile.fill verifier raised from inside the build; a builder's kernel
+launched with captured arrays of other values than traced is refused by name (it ran them against lists and proofs
+of the traced ones).
 The torch modifiers (a learned per-head soft-cap, HF T5's `_relative_position_bucket` over an nn.Embedding, a
 prefix-LM length tensor with torch's own block mask, a loss that reads the LSE) are in
 test_attention_mods_unseen24_torch.py.
@@ -26,6 +30,7 @@ variants at 1000 x 1000 and one-row shapes at Tile level."""
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -220,6 +225,75 @@ def test_block_mask_of_a_document_id_array(block):
     backward instead of the mask_mod, with a relative table's gradient beside it."""
     block_mask = create_block_mask(documents, 1, H, S, S, device="cpu", BLOCK_SIZE=block)
     check((1, H, 2, S, S), "tile", relative, documents, None, VARIANTS["relative"][3], block_mask=block_mask)
+
+
+def strided_blocks(b, h, q_idx, kv_idx):
+    """Every other key block of 64 and the diagonal: lists with gaps, a query block's blocks not contiguous."""
+    return ((kv_idx // 64) % 2 == 0) | (q_idx == kv_idx)
+
+
+_T2 = np.array([0.5, -0.25], np.float32)
+
+
+def sqrt_of_the_distance(score, b, h, q_idx, kv_idx):
+    return score - _T2[h] * np.sqrt(q_idx - kv_idx)  # NaN above the diagonal, which causal hides
+
+
+BINS = np.array([-1.0, 0.0, 1.0])
+_BUCKET_BIAS = np.array([0.3, -0.2, 0.1, 0.5], np.float32)
+
+
+def score_buckets(score, b, h, q_idx, kv_idx):
+    return score + _BUCKET_BIAS[np.digitize(score, BINS)]
+
+
+MORE = {  # name -> (shape, score_mod, mask_mod, d score_mod / d score, {table: (shape, reads)})
+    "strided-blocks+softcap": ((1, 2, 2, 300, 520), softcap, strided_blocks, d_softcap, None),
+    "sqrt-distance-under-causal": ((1, 2, 1, 50, 70), sqrt_of_the_distance, causal, None, {"_T2": (_T2.shape, (
+        lambda s, b, h, q_idx, kv_idx: [((h,), -np.sqrt(np.maximum(q_idx - kv_idx, 0)))]))}),
+    "table-at-the-score's-bucket": ((1, 2, 1, 37, 45), score_buckets, None, None, {"_BUCKET_BIAS": (
+        _BUCKET_BIAS.shape, lambda s, b, h, q_idx, kv_idx: [((np.digitize(s, BINS),), 1.0)])}),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE))
+def test_more_variants_at_tile_level(name):
+    """Block lists with gaps; a score_mod NaN where causal hides it (its derivatives and the table's gradient
+    0 there, not NaN); a table read at the bucket of the score (its gradient 1 at each read, the score's
+    derivative through the bucket 0)."""
+    shape, *mods = MORE[name]
+    with np.errstate(invalid="ignore"):  # the reference's sqrt above the diagonal
+        check(shape, "tile", *mods)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name", ["sqrt-distance-under-causal", "table-at-the-score's-bucket"])
+def test_more_variants_below_tile_level(name, level):
+    shape, *mods = MORE[name]
+    with np.errstate(invalid="ignore"):
+        check(shape, level, *mods)
+
+
+@pytest.mark.parametrize("name, level", [
+    *((name, "tile") for name in ("empty-rows-and-blocks", "sinks+head-window", "prefix-lm", "softcap+causal-window")),
+    *(pytest.param(name, "ptx", marks=pytest.mark.slow) for name in ("empty-rows-and-blocks", "prefix-lm"))])
+def test_deterministic_backward_repeats_bit_for_bit(name, level):
+    """deterministic=True orders the dQ additions by each key block's rank among a query block's visitors: with
+    rows and blocks emptied, sinks and prefixes, two runs give the same bits, within the reference (in the PTX
+    executor, whose schedule interleaves the key blocks' thread blocks, at 150 queries x 140 keys)."""
+    score_mod, mask_mod, d_score_mod, _ = VARIANTS[name]
+    shape = (2, H, 2, 200, 150) if level == "tile" else (2, 2, 1, 150, 140)
+    q, k, v, do = mods_reference.inputs(shape, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a rung taken below Tile level
+        o, lse = tessera.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, return_lse=True, level=level)
+        runs = [tessera.attention_backward(q, k, v, o, lse, do, score_mod=score_mod, mask_mod=mask_mod,
+                                           level=level, deterministic=True) for _ in range(2)]
+    want = mods_reference.reference(q, k, v, do, score_mod, mask_mod, d_score_mod)
+    for grad, first, second, expected in zip(("dQ", "dK", "dV"), *runs, want[2:5]):
+        assert np.array_equal(np.asarray(first), np.asarray(second)), grad
+        mods_reference.assert_close(grad, first, expected)
 
 
 # region what this round found
