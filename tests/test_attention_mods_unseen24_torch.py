@@ -5,7 +5,8 @@ f16; ALiBi slopes kept as a bf16 parameter under GQA 4:1 with a causal mask_mod 
 transformers' T5 `_relative_position_bucket`, verbatim (`torch.min`, `torch.full_like`, `math.log`,
 `.to(torch.long)`), bidirectional and causal, indexing an nn.Embedding's weight [buckets, heads]; prefix-LM from
 a per-batch int32 length tensor through torch's own `create_block_mask` and Tessera's as `block_mask=`; causal
-documents with a learned [2S - 1] table through `block_mask=`; and a loss that reads the LSE beside O
+documents with a learned [2S - 1] table through `block_mask=`; FlexAttention's own `noop_mask`, `and_masks` and
+`or_masks`; refusals by name; and a loss that reads the LSE beside O
 (`return_lse=True`), with rows a mask_mod empties, a caller's scale and head_dim 96 and 128. Tile level by default;
 `-m slow` a slice in the CTA simulator and the PTX executor, and a mask that empties a whole query block and key
 block on the GPU path through the fake driver (NaN-filled fresh memory). Skipped without torch."""
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
@@ -240,7 +242,6 @@ def test_empty_blocks_on_the_gpu_path_write_every_output(fake_gpu):
     fresh memory reads as NaN), a mask_mod that leaves query block 0 and key block 0 without a visible key: the
     forward still stores that block's O (0) and LSE (-inf), the backward its dQ, dK and dV (0), as level "ptx"
     does into zeroed memory (about 12 s)."""
-    import numpy as np
     from mods_reference import assert_close as assert_close_numpy
     from mods_reference import inputs, reference
     from test_captured_gradients_gpu_path import _on_device
@@ -286,3 +287,33 @@ def test_refused_by_name(hooks, error, message):
     with pytest.raises(Exception, match=message) as raised:
         tessera.runtime.autograd.attention(q, k, v, level="tile", **hooks)
     assert type(raised.value).__name__ == error
+
+
+def _causal_numpy(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def _everything_numpy(b, h, q_idx, kv_idx):
+    return np.ones((), bool)
+
+
+@pytest.mark.parametrize("case", ["noop_mask", "and_masks", "or_masks", "new_ones"])
+def test_flex_attentions_own_masks(case):
+    """FlexAttention's `noop_mask` (its `b.new_ones(size=(), dtype=torch.bool, device=b.device)`) alone and in
+    `and_masks` / `or_masks`, and a mask made with `b.new_ones`, against NumPy twins."""
+    from mods_reference import check as check_numpy
+    from torch.nn.attention import flex_attention as flex
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def window(b, h, q_idx, kv_idx):
+        return q_idx - kv_idx <= 20
+
+    mask_mod, twin = {
+        "noop_mask": (flex.noop_mask, _everything_numpy),
+        "and_masks": (flex.and_masks(causal, flex.noop_mask), _causal_numpy),
+        "or_masks": (flex.or_masks(window, flex.noop_mask), _everything_numpy),
+        "new_ones": (lambda b, h, q_idx, kv_idx: b.new_ones(size=(), dtype=torch.bool) & (q_idx >= kv_idx),
+                     _causal_numpy)}[case]
+    check_numpy((1, 2, 1, 37, 45), "tile", None, mask_mod, reference_mods=(None, twin))
