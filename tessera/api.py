@@ -15,6 +15,7 @@ from tessera.kernel_abi import KernelSignature, is_target_kernel, signature, spe
 from tessera.kernel_abi import kernels as kernel_functions
 from tessera.variants.index_ranges import check_launch
 from tessera.variants.launch_lists import check_lists_at_launch
+from tessera.variants.launch_values import check_captured_values
 
 LEVELS = ("tile", "target", "ptx")
 """Where `interpret` runs a kernel: the Tile IR interpreter, the CTA simulator on its Target IR, or the PTX
@@ -164,8 +165,10 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
     for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
         check_size(where, name, value)
-    check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
-    check_lists_at_launch(where, module, bound, dict(zip((a.name for a in sig.inputs), arrays)))  # and its lists
+    by_name = dict(zip((a.name for a in sig.inputs), arrays))
+    check_captured_values(where, module, by_name)  # a kernel built from score_mod / mask_mod: its arrays as traced,
+    check_launch(where, module, bound)  # their reads in bounds
+    check_lists_at_launch(where, module, bound, by_name)  # and its lists
 
     from tessera.interpreters.launch import prepare_arguments, run_grid
 

@@ -82,3 +82,15 @@ def test_a_read_outside_a_table_is_refused(compiled, path):
     extra = [BIAS, DOCS] + create_block_mask(in_document, 1, 2, 120, 120, DEFAULT_BLOCK_M, block_n).inputs()
     with pytest.raises(IndexRangeError, match=r"score_mod 'key_bias' .*reads BIAS\[kv_idx\]"):
         PATHS[path](kernel, q, k, v, *extra)
+
+
+@pytest.mark.parametrize("path", PATH_PARAMS)
+def test_a_mask_array_of_other_values_is_refused(compiled, path):
+    """DOCS passed with other documents than traced ran against the lists and the kernel made for the traced
+    ones (an O of neither mask); the learned BIAS takes any values."""
+    kernel, block_n = compiled
+    q, k, v = _inputs(100)
+    extra = forward_inputs(q, k, key_bias, in_document, block_n)  # BIAS, DOCS, then the lists
+    with pytest.raises(ValueError, match="input mask_mod_DOCS holds other values than the array DOCS the mask_mod "
+                                         "'in_document' was traced with"):
+        PATHS[path](kernel, q, k, v, extra[0], np.roll(extra[1], 5), *extra[2:])

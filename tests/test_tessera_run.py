@@ -287,3 +287,35 @@ def test_a_kernel_sized_by_its_launch_is_refused_by_name(builder, args, tmp_path
     assert err.startswith(f"tessera-run: error: {path}:2:3: kernel @{builder}") and \
         ": sized by its launch (max_seqlen_q) and reads index tables that are not generated; run it with " \
         "tessera.launch" in err, err
+
+
+def _window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx < 40)
+
+
+@pytest.mark.parametrize("kernel", ["forward", "backward main"])
+@pytest.mark.parametrize("tool", ["tessera-run --level ptx", "tessera-opt --validate"])
+def test_a_block_sparse_kernel_is_refused_by_name(kernel, tool, tmp_path, capsys):
+    """Regression: tessera-run drew random block lists for a kernel built from a mask_mod with block_sparse=True
+    (negative counts, key blocks past the sequence): at level ptx the PTX executor reported its producer's TMA
+    load still in flight at the CTA's end, a hazard of lists no mask makes. It now refuses the kernel as it
+    refuses the serving kernels' index tables, at the kernel, before running it; so does --validate."""
+    import tessera.kernels
+
+    module = tessera.kernels.flash_attention(64, mask_mod=_window, block_sparse=True) if kernel == "forward" \
+        else tessera.kernels.attention_backward(64, mask_mod=_window, block_sparse=True).main
+    path = tmp_path / "sparse.mlir"
+    path.write_text(str(module))
+    sizes = ["-d", "batch=1", "-d", "heads=2", "-d", "seq_q=300", "-d", "seq_k=190"]
+    if tool == "tessera-run --level ptx":
+        status, out, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), *sizes, "--level", "ptx")
+        prefix = f"tessera-run: error: {path}:2:3: kernel @"
+    else:
+        status, out, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path), "-p", "default-pipeline",
+                                                     "--validate", *sizes, "-o", str(tmp_path / "out.mlir"))
+        prefix = f"tessera-opt: error: --validate: tessera.validate.validate: {path}:2:3: kernel @"
+    assert status == 1 and not out, out + err
+    lists = "Q_NUM_VISITS, Q_VISITS" if kernel == "backward main" else \
+        "FULL_KV_NUM_BLOCKS, FULL_KV_INDICES, KV_NUM_BLOCKS, KV_INDICES"
+    assert err.startswith(prefix) and f": reads block lists ({lists}) that are not generated; run it with " \
+        "tessera.launch" in err, err

@@ -22,6 +22,7 @@ from tessera.runtime.variant_launch import check_compiled_launch
 from tessera.runtime.no_backward import no_backward
 from tessera.variants.index_ranges import check_launch
 from tessera.variants.launch_lists import check_lists_at_launch
+from tessera.variants.launch_values import check_captured_values
 
 
 @no_backward("launch")
@@ -85,8 +86,10 @@ def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipelin
             check_array(where, f"input {i}", x)  # the TypeError naming what it is
     if sig is not None:  # a wrong call fails before the GPU is asked
         bound = sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
-        check_launch(where, module, bound)  # a kernel built from score_mod / mask_mod: their reads in bounds
-        check_lists_at_launch(where, module, bound, dict(zip((a.name for a in sig.inputs), arrays)))
+        by_name = dict(zip((a.name for a in sig.inputs), arrays))
+        check_captured_values(where, module, by_name)  # a kernel built from score_mod / mask_mod: its arrays as
+        check_launch(where, module, bound)  # traced, their reads in bounds
+        check_lists_at_launch(where, module, bound, by_name)  # and its lists
     elif module.module is not None:  # compiled from such a module: its checks too (`variant_launch`)
         bound, _ = check_inputs(module.host, arrays, sizes)
         check_compiled_launch(where, module, arrays, bound)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from tessera.runtime.arguments import kernel_tensors
 from tessera.variants.index_ranges import check_launch
 from tessera.variants.launch_lists import check_lists_at_launch
+from tessera.variants.launch_values import check_captured_values
 
 
 def check_compiled_launch(where: str, kernel, inputs: Sequence, sizes: Mapping[str, int]) -> None:
@@ -34,5 +35,6 @@ def check_compiled_launch(where: str, kernel, inputs: Sequence, sizes: Mapping[s
     wanted = [t for t in kernel_tensors(kernel.host) if t.role == "in"]
     named = {sig.args[t.source].name: x for t, x in zip(wanted, inputs)}
     bound = dict(sizes)
+    check_captured_values(where, module, named)
     check_launch(where, module, bound)
     check_lists_at_launch(where, module, bound, named)

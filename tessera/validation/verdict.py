@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tessera.ir.diagnostics import located
 from tessera.kernel_abi import KernelSignature
+from tessera.kernels.attention_mods import BACKWARD_BLOCK_LISTS, BACKWARD_RANKS, BLOCK_LISTS
 from tessera.validation.rounding import KernelReference, kernel_reference
 
 BUILDER_KINDS = ("attention", "gemm")
@@ -93,18 +94,33 @@ def check_outputs(where: str, sig: KernelSignature) -> None:
                                                         "tile.role = \"out\"): there is nothing to check"))
 
 
+BLOCK_LIST_INPUTS = BLOCK_LISTS + BACKWARD_BLOCK_LISTS + BACKWARD_RANKS
+"""The inputs of the block-sparse kernels with modifiers that hold a mask's block lists (the forward's, the
+backward main kernel's work lists and their deterministic ranks): `check_generated_inputs` generates none."""
+
+
 def check_generated_inputs(where: str | None, sig: KernelSignature) -> None:
     """ValueError, located at the kernel (prefixed with `where` unless None), unless kernel `sig` can run on
     generated inputs: a kernel whose grid is sized by a launch size that no argument's dimensions use
     (`tile.launch_sizes`, the packed and paged attention kernels' max_seqlen_q) indexes its tensors through
     int32 tables (cu_seqlens, page_table, cache_seqlens) whose values only the caller knows; random ones would
     send its reads and stores anywhere, and no verdict on them would mean anything. A launch size that an
-    argument's dimensions use is a size like the others (`KernelSignature.size_names`), given with the rest."""
+    argument's dimensions use is a size like the others (`KernelSignature.size_names`), given with the rest.
+    So does a block-sparse kernel built from a mask_mod: its loops walk the block lists it takes
+    (`BLOCK_LIST_INPUTS`, made by `create_block_mask`), and random ones (negative counts, key blocks past the
+    sequence) left its producer's TMA loads in flight at the CTA's end in the PTX executor, a hazard report
+    of lists no mask makes."""
     grid_only = [n for n in sig.launch_sizes if n not in sig.size_names()]
     if grid_only:
         message = located(sig.op, f"kernel @{sig.name}: sized by its launch ({', '.join(grid_only)}) and "
                                   "reads index tables that are not generated; run it with tessera.launch at each "
                                   "level on real tables and compare with tessera.reference (docs/serving.md)")
+        raise ValueError(message if where is None else f"{where}: {message}")
+    lists = [arg.name for arg in sig.inputs if arg.name in BLOCK_LIST_INPUTS]
+    if lists:
+        message = located(sig.op, f"kernel @{sig.name}: reads block lists ({', '.join(lists)}) that are not "
+                                  "generated; run it with tessera.launch at each level on the lists of "
+                                  "create_block_mask for its mask_mod (docs/variants-block-sparsity.md)")
         raise ValueError(message if where is None else f"{where}: {message}")
 
 

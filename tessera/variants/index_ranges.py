@@ -344,6 +344,11 @@ def check_at_launch(module, traces: list) -> None:
     _AT_LAUNCH[module] = list(traces)
 
 
+def registered_traces(module) -> list:
+    """The (Trace, kind) pairs a builder registered for `module` (`check_at_launch`); [] for any other module."""
+    return list(_AT_LAUNCH.get(module, ()))
+
+
 def check_launch(where: str, module, sizes: dict[str, int]) -> None:
     """`check_trace` of the modifiers registered for `module` (`check_at_launch`) at the launch's `sizes`
     (the kernel's dims bound by the inputs); nothing for any other module. `where` names the entry point."""

@@ -43,6 +43,9 @@ class Traced:
                 raise self._tracing.refuse(f"the integer constant {value} (outside i32)")
             return Node("const", (), I32, int(value))
         if isinstance(value, (float, np.floating)):
+            if value != value:  # Tile IR's tile.fill holds no NaN: refused here, not by its verifier mid-build
+                raise self._tracing.refuse("a NaN constant (a kernel's constants hold no NaN; hide a key with "
+                                           "-inf or a mask_mod)")
             return Node("const", (), F32, float(value))
         if isinstance(value, np.ndarray) and value.ndim == 0:
             return self._lift(value[()])
