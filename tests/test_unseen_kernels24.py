@@ -1,0 +1,311 @@
+"""Kernels a user writes next, round 24 (`tests/user_kernels/*.mlir`, not earlier rounds'): a softmax over rows as
+long as a vocabulary in three passes (1,000 and GPT-2's 50,257 columns), a per-row dynamic int8 quantizer with its
+scales out (zero rows, round-half-to-even ties), a fused AdamW step (three outputs, the bias corrections 1 - b^t
+computed on [1, 1] tiles from a step count read from memory), a GEGLU GEMM epilogue with the exact erf GELU
+(written with Abramowitz and Stegun's 7.1.26, since Tile IR has no erf), the KL divergence of two rows of logits
+(two online log-sum-exps), the tanh GELU's backward, a batched nn.Linear (weights [batch, N, K], transpose_b) with
+a Mish epilogue and f16 out, GPT-NeoX rotary embedding at head_dim 128 with angles picked by a position table
+(`tile.gather` with a row vector of positions), row L2 normalization clamped at 1e-12, and cross-entropy with label
+smoothing and an ignored label. Each runs through `tessera.launch` at the Tile, target and PTX levels on shapes
+no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
+
+The verdict of `tessera-run --check` is held both ways: each kernel checks ok (`-m slow`, at PTX level), and each
+with one lowering seeded wrong the way a compiler bug would be (a comparison off by one, a subtraction lowered as
+an addition, the arms of a select swapped, an op dropped) exits 1 with MISMATCH and the elements off.
+
+The default run takes each kernel at one level, the 50,257 columns at Tile level and the seeded verdicts in the
+CTA simulator (about 20 s of CPU); `-m slow` runs every kernel at every level on every shape, the 50,257 columns
+in the CTA simulator, and checks each kernel with every ptxas found (no warning, no spill) and with `tessera-run
+--level ptx --check`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from xdsl.dialects import arith
+
+import inprocess
+from unseen_rounds import KERNELS, Case, f64, round_tests, run_case
+
+BF16 = ml_dtypes.bfloat16
+F32_U = 2.0**-24  # f32's unit roundoff
+
+
+# region inputs and references
+
+def _softmax_inputs(shape, rng):
+    return [(rng.standard_normal(shape) * 4).astype(BF16)], {}
+
+
+def _softmax_ref(x):
+    x, = f64(x)
+    e = np.exp(x - x.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True),)
+
+
+def _quant_inputs(shape, rng):
+    """Rows whose absolute maximum is 127 2^k (so 127 / max is exact in f32) and elements in steps of max / 1016:
+    every code x 127 / max is a multiple of 1/8, ties of .5 included, computed exactly at every level; every fifth
+    row zeros."""
+    m, n = shape
+    top = 127.0 * 2.0 ** rng.integers(-3, 4, m)
+    x = rng.integers(-1016, 1017, (m, n)) / 1016 * top[:, None]
+    x[np.arange(m), rng.integers(0, n, m)] = top * rng.choice([-1, 1], m)
+    x[::5] = 0
+    return [x.astype(np.float32)], {}
+
+
+def _quant_ref(x):
+    x, = f64(x)
+    top = np.abs(x).max(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        codes = np.nan_to_num(np.clip(np.rint(x * (127 / top)[:, None]), -127, 127))
+    return codes, top / 127
+
+
+def _adam_inputs(shape, rng):
+    r, c, t = shape
+    p, g, m = (rng.standard_normal((r, c)).astype(np.float32) for _ in range(3))
+    v = (rng.random((r, c)) * 0.1).astype(np.float32)
+    return [p, g, m, v, np.array([t], np.float32)], {}
+
+
+def _adam_ref(p, g, m, v, t):
+    p, g, m, v, t = f64(p, g, m, v, t)
+    m2 = 0.9 * m + 0.1 * g
+    v2 = 0.999 * v + 0.001 * g * g
+    p2 = p - 1e-3 * (m2 / (1 - 0.9 ** t[0]) / (np.sqrt(v2 / (1 - 0.999 ** t[0])) + 1e-8) + 0.01 * p)
+    return p2, m2, v2
+
+
+def _geglu_inputs(shape, rng):
+    m, n, k = shape
+    return [rng.integers(-3, 4, (m, k)).astype(BF16), (rng.integers(-8, 9, (k, n)) / 16).astype(BF16),
+            (rng.integers(-8, 9, (k, n)) / 16).astype(BF16), rng.standard_normal(n).astype(np.float32)], {}
+
+
+_erf = np.vectorize(math.erf)
+
+
+def _geglu_ref(a, bg, bu, bias):
+    a, bg, bu, bias = f64(a, bg, bu, bias)
+    x = a @ bg + bias
+    return (x * (1 + _erf(x / math.sqrt(2))) / 2 * (a @ bu),)
+
+
+def _kl_inputs(shape, rng):
+    p = (rng.standard_normal(shape) * 3).astype(np.float32)
+    return [p, (p + rng.standard_normal(shape)).astype(np.float32)], {}
+
+
+def _log_softmax(x):
+    top = x.max(1, keepdims=True)
+    return x - top - np.log(np.exp(x - top).sum(1, keepdims=True))
+
+
+def _kl_ref(p, q):
+    lp, lq = (_log_softmax(x) for x in f64(p, q))
+    return ((np.exp(lp) * (lp - lq)).sum(1),)
+
+
+def _gelu_bwd_inputs(shape, rng):
+    return [rng.standard_normal(shape).astype(BF16), rng.uniform(-1, 1, shape).astype(BF16)], {}
+
+
+def _gelu_bwd_ref(x, dy):
+    x, dy = f64(x, dy)
+    k, c = math.sqrt(2 / math.pi), 0.044715
+    t = np.tanh(k * (x + c * x**3))
+    return ((dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x))),)
+
+
+def _mish_inputs(shape, rng):
+    b, m, n, k = shape
+    return [rng.integers(-3, 4, (b, m, k)).astype(BF16), (rng.integers(-8, 9, (b, n, k)) / 8).astype(BF16)], {}
+
+
+def _mish_ref(x, w):
+    x, w = f64(x, w)
+    h = x @ np.swapaxes(w, 1, 2)
+    softplus = np.where(h > 20, h, np.log1p(np.exp(np.minimum(h, 20))))
+    return (h * np.tanh(softplus),)
+
+
+def _rope_inputs(shape, rng):
+    h, t, s = shape
+    angle = np.arange(s)[:, None] * 10000.0 ** (-np.arange(64) / 64)
+    return [rng.standard_normal((h, t, 128)).astype(BF16), rng.integers(0, s, t).astype(np.int32),
+            np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)], {}
+
+
+def _rope_ref(q, pos, cos, sin):
+    q, cos, sin = f64(q, cos, sin)
+    c, s = cos[pos], sin[pos]
+    q1, q2 = q[..., :64], q[..., 64:]
+    return (np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], -1),)
+
+
+def _l2_inputs(shape, rng):
+    x = rng.standard_normal(shape) * 3
+    x[::4] = 0
+    return [x.astype(np.float32)], {}
+
+
+def _l2_ref(x):
+    x, = f64(x)
+    return (x / np.maximum(np.sqrt((x * x).sum(1, keepdims=True)), 1e-12),)
+
+
+def _smoothing_inputs(shape, rng):
+    m, v = shape
+    labels = rng.integers(0, v, m).astype(np.int32)
+    labels[::3] = -100
+    return [(rng.standard_normal((m, v)) * 4).astype(BF16), labels], {}
+
+
+def _smoothing_ref(x, labels):
+    x, = f64(x)
+    top = x.max(1)
+    lse = top + np.log(np.exp(x - top[:, None]).sum(1))
+    loss = lse - 0.9 * x[np.arange(len(x)), np.maximum(labels, 0)] - 0.1 * x.mean(1)
+    return (np.where(labels == -100, 0.0, loss),)
+
+
+# endregion
+
+CASES = {
+    # ex2.approx on |x - max| < 2^6 (2^-22 + 2^6 2^-23 relative), the f32 sum of N <= 1000 terms (1000 U) and the
+    # correctly rounded division: below 2^-13 relative
+    "softmax_three_pass": Case("softmax_three_pass", _softmax_inputs, _softmax_ref, 2.0**-13, 2.0**-40,
+                               ((70, 130), (3, 1000), (1, 1), (129, 64), (17, 65))),
+    # every code and scale exact (the inputs' docstring), ties to even as NumPy's rint
+    "int8_row_quant": Case("int8_row_quant", _quant_inputs, _quant_ref, 0.0, 0.0,
+                           ((70, 130), (3, 1000), (1, 1), (129, 17))),
+    # M', V': a few f32 roundings of terms below 2^3. P': ex2.approx's 2 ulp of b^t cancel in 1 - b2^t = 1e-3 at
+    # t = 1 (2^-12 relative in V'/(1 - b2^t), half that through the sqrt), in an update lr |M'/sqrt(V')| below 2^5
+    # 1e-3: below 2^-17 absolute
+    "adamw_step": Case("adamw_step", _adam_inputs, _adam_ref, 0.0, (2.0**-17, 2.0**-20, 2.0**-24),
+                       ((70, 130, 1), (3, 17, 1000), (1, 1, 10), (129, 65, 2))),
+    # A B exact (integers times sixteenths), erf within 1.5e-7 (7.1.26) after rcp.approx and ex2.approx, then one
+    # bf16 rounding: one bf16 ulp relative, and the erf's error times |x u| < 2^6 absolute
+    "gemm_geglu_erf": Case("gemm_geglu_erf", _geglu_inputs, _geglu_ref, 2.0**-8, 2.0**-12,
+                           ((70, 130, 72), (1, 1, 1), (3, 17, 7), (65, 64, 129))),
+    # two log-sum-exps (lg2.approx's absolute bound, f32 sums), then N terms p (lp - lq) with |lp - lq| < 2^5
+    "kl_div_rows": Case("kl_div_rows", _kl_inputs, _kl_ref, 2.0**-20, 2.0**-16,
+                        ((70, 130), (3, 1000), (1, 1), (129, 64))),
+    # tanh.approx's 2^-11 relative moves 1 - t^2 by 2^-10, times |0.5 x k (1 + 3 c x^2) dy| < 2^3 for |x| < 5,
+    # |dy| <= 1; then one bf16 rounding
+    "gelu_tanh_bwd": Case("gelu_tanh_bwd", _gelu_bwd_inputs, _gelu_bwd_ref, 2.0**-8, 2.0**-7,
+                          ((70, 130), (1, 1), (3, 17), (129, 65))),
+    # X W^T exact (integers times eighths), tanh.approx's 2^-11 relative, ex2/lg2 approx on the softplus, one f16
+    # rounding (2^-11 relative): 2^-9 relative
+    "bmm_linear_mish": Case("bmm_linear_mish", _mish_inputs, _mish_ref, 2.0**-9, 2.0**-14,
+                            ((2, 70, 65, 40), (1, 1, 1, 1), (3, 3, 17, 7), (1, 129, 64, 72))),
+    # two f32 products and a sum of values below 2^3 (2^-20), then one bf16 rounding
+    "rope_neox_positions": Case("rope_neox_positions", _rope_inputs, _rope_ref, 2.0**-8, 2.0**-20,
+                                ((2, 70, 17), (1, 1, 1), (3, 3, 1000), (1, 129, 64))),
+    # sums of N <= 1000 squares, a correctly rounded sqrt and division, one bf16 rounding
+    "l2_normalize_rows": Case("l2_normalize_rows", _l2_inputs, _l2_ref, 2.0**-8, 0.0,
+                              ((70, 130), (3, 1000), (1, 1), (129, 64))),
+    # the log-sum-exp of values below 2^5 (lg2.approx, ex2.approx, f32 sums), the row's f32 sum of N <= 1000 values
+    # below 2^5 divided by N, the label's logit exact
+    "xent_label_smoothing": Case("xent_label_smoothing", _smoothing_inputs, _smoothing_ref, 2.0**-20, 2.0**-14,
+                                 ((70, 130), (3, 1000), (1, 1), (129, 64))),
+}
+
+FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_step": ("ptx",),
+        "gemm_geglu_erf": ("target",), "kl_div_rows": ("target",), "gelu_tanh_bwd": ("ptx",),
+        "bmm_linear_mish": ("tile",), "rope_neox_positions": ("target",), "l2_normalize_rows": ("ptx",),
+        "xent_label_smoothing": ("target",)}
+
+TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
+    "softmax_three_pass": ["M=70", "N=130"], "int8_row_quant": ["M=70", "N=130"], "adamw_step": ["R=70", "C=130"],
+    "gemm_geglu_erf": ["M=70", "N=130", "K=72"], "kl_div_rows": ["M=70", "N=130"],
+    "gelu_tanh_bwd": ["M=70", "N=130"], "bmm_linear_mish": ["batch=2", "M=70", "N=65", "K=40"],
+    "rope_neox_positions": ["H=2", "T=70", "S=17"], "l2_normalize_rows": ["M=70", "N=130"],
+    "xent_label_smoothing": ["M=70", "V=130"],
+}
+
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES, fast_shape=0)
+
+
+# region GPT-2's vocabulary
+
+# the f32 sum of 50,257 terms in any order may move by 50257 U relative (2^-8.4); the other terms as above
+VOCAB = Case("softmax_three_pass", _softmax_inputs, _softmax_ref, 2.0**-8, 2.0**-40, ((3, 50257),))
+
+
+def test_softmax_over_gpt2s_vocabulary():
+    run_case(VOCAB, VOCAB.shapes[0], "tile")
+
+
+@pytest.mark.slow
+def test_softmax_over_gpt2s_vocabulary_lowered():
+    run_case(VOCAB, VOCAB.shapes[0], "target")
+
+# endregion
+# region the verdict of a lowering seeded wrong
+
+
+def _identity(self, op, e):
+    """An op dropped: its result is its first operand's registers."""
+    self._set(op.result, self._get(op.operands[0]))
+
+
+def _off_by_one_compare(self, op, e):
+    """`lt` lowered as `le`, `ge` as `gt`, `eq` as `ne`: a bound off by one, a label test inverted."""
+    predicate = {"lt": "le", "ge": "gt", "eq": "ne"}.get(op.predicate.data, op.predicate.data)
+    a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.lhs, op.rhs))
+    self._set(op.result, e.setp(predicate, a, b))
+
+
+def _swapped_select(self, op, e):
+    c, a, b = (self._broadcast_operand(op, v, op.result.type, e) for v in (op.condition, op.lhs, op.rhs))
+    self._set(op.result, e.select(c, b, a))
+
+
+SEEDS = {  # kernel: (what is seeded, the ElementwiseLowering method replaced, its replacement)
+    "softmax_three_pass": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
+    "int8_row_quant": ("tile.abs dropped", "_lower_AbsOp", _identity),
+    "adamw_step": ("tile.exp2 dropped", "_lower_Exp2Op", _identity),
+    "gemm_geglu_erf": ("tile.reciprocal dropped", "_lower_ReciprocalOp", _identity),
+    "kl_div_rows": ("tile.log dropped", "_lower_LogOp", _identity),
+    "gelu_tanh_bwd": ("tile.tanh dropped", "_lower_TanhOp", _identity),
+    "bmm_linear_mish": ("select arms swapped", "_lower_SelectOp", _swapped_select),
+    "rope_neox_positions": ("f32 subtraction lowered as addition", None, None),
+    "l2_normalize_rows": ("tile.sqrt dropped", "_lower_SqrtOp", _identity),
+    "xent_label_smoothing": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
+}
+
+
+def test_every_case_has_a_seeded_bug():
+    assert sorted(SEEDS) == sorted(CASES)
+
+
+@pytest.mark.parametrize("kernel", SEEDS)
+def test_a_lowering_seeded_wrong_is_a_mismatch(kernel, monkeypatch):
+    """`tessera-run --check` against the kernel's own Tile IR in float64 exits 1 and says MISMATCH, counting the
+    elements beyond their tolerance, when one op's lowering is seeded wrong: not a false ok."""
+    from tessera.passes.convert_tile_to_sm90 import elementwise
+    from tessera.passes.convert_tile_to_sm90.kernel import KernelLowering
+
+    _, method, replacement = SEEDS[kernel]
+    if method is None:
+        monkeypatch.setitem(elementwise._FLOAT_BINARY, elementwise.tile.SubOp, arith.AddfOp)
+    else:
+        monkeypatch.setattr(KernelLowering, method, replacement)
+    arguments = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(KERNELS / f"{kernel}.mlir"),
+                            "--level", "target", "--check", *arguments])
+    assert result.returncode == 1, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "MISMATCH" in output and "beyond their tolerance" in output, output
+    assert "Traceback" not in result.stderr
+
+# endregion
