@@ -176,6 +176,42 @@ def _smoothing_ref(x, labels):
     return (np.where(labels == -100, 0.0, loss),)
 
 
+def _moe_inputs(shape, rng):
+    """Tokens sorted by expert: each block of 64 rows one expert (sorted, some experts owning none, the last one
+    past E: its weight and bias read as 0)."""
+    m, n, k, e = shape
+    blocks = -(-m // 64)
+    experts = np.sort(rng.integers(0, e, blocks))
+    experts[-1] = e if blocks > 2 else experts[-1]
+    return [rng.integers(-3, 4, (m, k)).astype(BF16), experts.astype(np.int32),
+            (rng.integers(-8, 9, (e, k, n)) / 8).astype(BF16), rng.standard_normal((e, n)).astype(np.float32)], {}
+
+
+def _moe_ref(x, experts, w, bias):
+    x, w, bias = f64(x, w, bias)
+    e = len(w)
+    w = np.concatenate([w, np.zeros_like(w[:1])])  # an expert past the table: zeros
+    bias = np.concatenate([bias, np.zeros_like(bias[:1])])
+    return (np.concatenate([x[64 * b:64 * (b + 1)] @ w[min(i, e)] + bias[min(i, e)]
+                            for b, i in enumerate(experts)]),)
+
+
+def _gather_inputs(shape, rng):
+    m, n, e = shape
+    blocks = -(-n // 64)
+    index = rng.integers(0, e, blocks)
+    index[-1] = e if blocks > 1 else index[-1]  # past the tables: reads 0
+    return [rng.standard_normal((m, n)).astype(np.float32), index.astype(np.int32),
+            rng.standard_normal(e).astype(np.float32), rng.standard_normal((e, m)).astype(np.float32)], {}
+
+
+def _gather_ref(x, index, s, t):
+    x, s, t = f64(x, s, t)
+    s, t = np.append(s, 0.0), np.concatenate([t, np.zeros_like(t[:1])])
+    columns = np.minimum(index, len(s) - 1)[np.arange(x.shape[1]) // 64]
+    return (x * s[columns] + 2 * t[columns].T,)
+
+
 # endregion
 
 CASES = {
@@ -216,19 +252,27 @@ CASES = {
     # below 2^5 divided by N, the label's logit exact
     "xent_label_smoothing": Case("xent_label_smoothing", _smoothing_inputs, _smoothing_ref, 2.0**-20, 2.0**-14,
                                  ((70, 130), (3, 1000), (1, 1), (129, 64))),
+    # X W exact (integers times eighths, sums exact in f32), the bias added once: one f32 rounding
+    "moe_grouped_gemm": Case("moe_grouped_gemm", _moe_inputs, _moe_ref, F32_U, 0.0,
+                             ((200, 130, 72, 3), (1, 1, 1, 1), (130, 17, 7, 5), (257, 64, 64, 2))),
+    # a product and two sums: three f32 roundings of values below 2^4
+    "gather_at_a_scalar": Case("gather_at_a_scalar", _gather_inputs, _gather_ref, 0.0, 2.0**-18,
+                               ((70, 130, 3), (1, 1, 1), (129, 200, 2), (3, 65, 5))),
 }
 
 FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_step": ("ptx",),
         "gemm_geglu_erf": ("target",), "kl_div_rows": ("target",), "gelu_tanh_bwd": ("ptx",),
         "bmm_linear_mish": ("tile",), "rope_neox_positions": ("target",), "l2_normalize_rows": ("ptx",),
-        "xent_label_smoothing": ("target",)}
+        "xent_label_smoothing": ("target",), "moe_grouped_gemm": ("target",),
+        "gather_at_a_scalar": ("ptx",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "softmax_three_pass": ["M=70", "N=130"], "int8_row_quant": ["M=70", "N=130"], "adamw_step": ["R=70", "C=130"],
     "gemm_geglu_erf": ["M=70", "N=130", "K=72"], "kl_div_rows": ["M=70", "N=130"],
     "gelu_tanh_bwd": ["M=70", "N=130"], "bmm_linear_mish": ["batch=2", "M=70", "N=65", "K=40"],
     "rope_neox_positions": ["H=2", "T=70", "S=17"], "l2_normalize_rows": ["M=70", "N=130"],
-    "xent_label_smoothing": ["M=70", "V=130"],
+    "xent_label_smoothing": ["M=70", "V=130"], "moe_grouped_gemm": ["M=200", "N=130", "K=72", "E=3", "B=4"],
+    "gather_at_a_scalar": ["M=70", "N=130", "E=3", "B=3"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
@@ -270,7 +314,8 @@ def _swapped_select(self, op, e):
     self._set(op.result, e.select(c, b, a))
 
 
-SEEDS = {  # kernel: (what is seeded, the ElementwiseLowering method replaced, its replacement)
+SEEDS = {  # kernel: (what is seeded, the KernelLowering method replaced and its replacement, or None and the f32
+    # binary op lowered as another)
     "softmax_three_pass": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
     "int8_row_quant": ("tile.abs dropped", "_lower_AbsOp", _identity),
     "adamw_step": ("tile.exp2 dropped", "_lower_Exp2Op", _identity),
@@ -278,9 +323,11 @@ SEEDS = {  # kernel: (what is seeded, the ElementwiseLowering method replaced, i
     "kl_div_rows": ("tile.log dropped", "_lower_LogOp", _identity),
     "gelu_tanh_bwd": ("tile.tanh dropped", "_lower_TanhOp", _identity),
     "bmm_linear_mish": ("select arms swapped", "_lower_SelectOp", _swapped_select),
-    "rope_neox_positions": ("f32 subtraction lowered as addition", None, None),
+    "rope_neox_positions": ("f32 subtraction lowered as addition", None, ("SubOp", arith.AddfOp)),
     "l2_normalize_rows": ("tile.sqrt dropped", "_lower_SqrtOp", _identity),
     "xent_label_smoothing": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
+    "moe_grouped_gemm": ("f32 addition lowered as subtraction", None, ("AddOp", arith.SubfOp)),
+    "gather_at_a_scalar": ("f32 product lowered as addition", None, ("MulOp", arith.AddfOp)),
 }
 
 
@@ -297,7 +344,8 @@ def test_a_lowering_seeded_wrong_is_a_mismatch(kernel, monkeypatch):
 
     _, method, replacement = SEEDS[kernel]
     if method is None:
-        monkeypatch.setitem(elementwise._FLOAT_BINARY, elementwise.tile.SubOp, arith.AddfOp)
+        op, lowered = replacement
+        monkeypatch.setitem(elementwise._FLOAT_BINARY, getattr(elementwise.tile, op), lowered)
     else:
         monkeypatch.setattr(KernelLowering, method, replacement)
     arguments = [arg for size in TOOL_SIZES[kernel] for arg in ("-d", size)]
