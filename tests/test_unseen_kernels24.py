@@ -6,8 +6,16 @@ computed on [1, 1] tiles from a step count read from memory), a GEGLU GEMM epilo
 (two online log-sum-exps), the tanh GELU's backward, a batched nn.Linear (weights [batch, N, K], transpose_b) with
 a Mish epilogue and f16 out, GPT-NeoX rotary embedding at head_dim 128 with angles picked by a position table
 (`tile.gather` with a row vector of positions), row L2 normalization clamped at 1e-12, and cross-entropy with label
-smoothing and an ignored label. Each runs through `tessera.launch` at the Tile, target and PTX levels on shapes
-no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
+smoothing and an ignored label, a mixture-of-experts grouped GEMM (each block's expert read with
+`tile.load_index`, its bias row gathered at that [1, 1] coordinate, padding blocks running zero trips) and tables
+gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles. Each runs through `tessera.launch` at the
+Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
+
+Bug found: `tile.gather` at a [1, 1] coordinate (an expert's row of a bias table) ran at Tile level and was refused
+below it, as if the gather depended on where the value lies in the block; the op's contract broadcasts a [1, 1]
+coordinate as any elementwise operand, and the lowering does now. Refused by name at its line, by `tessera.launch`
+and `tessera-run` (exit 1, no traceback): the MoE kernel's K loop of copies under an `scf.if` (the kernel as kept
+gives padding blocks zero trips instead).
 
 The verdict of `tessera-run --check` is held both ways: each kernel checks ok (`-m slow`, at PTX level), and each
 with one lowering seeded wrong the way a compiler bug would be (a comparison off by one, a subtraction lowered as
@@ -22,6 +30,7 @@ in the CTA simulator, and checks each kernel with every ptxas found (no warning,
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import ml_dtypes
@@ -30,6 +39,9 @@ import pytest
 from xdsl.dialects import arith
 
 import inprocess
+import tessera
+from tessera.passes.convert_tile_to_sm90.common import LoweringError
+from text_edits import checked
 from unseen_rounds import KERNELS, Case, f64, round_tests, run_case
 
 BF16 = ml_dtypes.bfloat16
@@ -177,12 +189,16 @@ def _smoothing_ref(x, labels):
 
 
 def _moe_inputs(shape, rng):
-    """Tokens sorted by expert: each block of 64 rows one expert (sorted, some experts owning none, the last one
-    past E: its weight and bias read as 0)."""
+    """Tokens sorted by expert: each block of 64 rows one expert (sorted, some experts owning none), the last block
+    padding (-1) where there are two or more, the one before it past E (its weight and bias read as 0) where there
+    are three or more."""
     m, n, k, e = shape
     blocks = -(-m // 64)
     experts = np.sort(rng.integers(0, e, blocks))
-    experts[-1] = e if blocks > 2 else experts[-1]
+    if blocks > 1:
+        experts[-1] = -1
+    if blocks > 2:
+        experts[-2] = e
     return [rng.integers(-3, 4, (m, k)).astype(BF16), experts.astype(np.int32),
             (rng.integers(-8, 9, (e, k, n)) / 8).astype(BF16), rng.standard_normal((e, n)).astype(np.float32)], {}
 
@@ -192,7 +208,7 @@ def _moe_ref(x, experts, w, bias):
     e = len(w)
     w = np.concatenate([w, np.zeros_like(w[:1])])  # an expert past the table: zeros
     bias = np.concatenate([bias, np.zeros_like(bias[:1])])
-    return (np.concatenate([x[64 * b:64 * (b + 1)] @ w[min(i, e)] + bias[min(i, e)]
+    return (np.concatenate([x[64 * b:64 * (b + 1)] @ w[e if i < 0 else i] + bias[e if i < 0 else i]
                             for b, i in enumerate(experts)]),)
 
 
@@ -355,5 +371,41 @@ def test_a_lowering_seeded_wrong_is_a_mismatch(kernel, monkeypatch):
     output = result.stdout + result.stderr
     assert "MISMATCH" in output and "beyond their tolerance" in output, output
     assert "Traceback" not in result.stderr
+
+# endregion
+# region an scf.if around a K loop of copies
+
+
+def _moe_branching():
+    """The MoE kernel skipping its padding with an scf.if around the K loop, as a user first writes it."""
+    text = checked((KERNELS / "moe_grouped_gemm.mlir").read_text()).replace(
+        "    %n_k = arith.select %padding, %c0, %n_k_all : index\n",
+        "    %acc = scf.if %padding -> (!tile.tile<64x64xf32, register>) {\n"
+        "      %none_acc = tile.fill 0.0 : !tile.tile<64x64xf32, register>\n"
+        "      scf.yield %none_acc : !tile.tile<64x64xf32, register>\n"
+        "    } else {\n"
+        "    %n_k = arith.addi %n_k_all, %c0 : index\n").replace(
+        "    %acc = scf.for %j", "    %prod = scf.for %j").replace(
+        "    %ev = tile.splat %e", "    scf.yield %prod : !tile.tile<64x64xf32, register>\n    }\n    %ev = tile.splat %e")
+    return str(text)
+
+
+def test_a_loop_of_copies_inside_an_scf_if_is_refused_by_name(tmp_path):
+    """Right at Tile level; below it refused at the commit's line (a copy group committed inside a branch), by
+    `tessera.launch` and by `tessera-run` (exit 1, no traceback). The kernel as kept runs zero trips instead."""
+    text = _moe_branching()
+    module = tessera.parse_module(text, "k.mlir")
+    shape = (200, 130, 72, 3)
+    arrays, _ = _moe_inputs(shape, np.random.default_rng(0))
+    np.testing.assert_allclose(tessera.launch(module, *arrays, level="tile"), _moe_ref(*arrays)[0], rtol=F32_U)
+    message = "tile.cp_commit_group: copy groups of unstaged tiles cannot be committed inside an scf.if"
+    with pytest.raises(LoweringError, match=rf"k.mlir:\d+:\d+: kernel @moe_grouped_gemm: .*{re.escape(message)}"):
+        tessera.launch(module, *arrays, level="target")
+    path = tmp_path / "k.mlir"
+    path.write_text(text)
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "target",
+                            *[arg for size in TOOL_SIZES["moe_grouped_gemm"] for arg in ("-d", size)]])
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert re.search(r"k.mlir:\d+:\d+", result.stderr) and "Traceback" not in result.stderr, result.stderr
 
 # endregion

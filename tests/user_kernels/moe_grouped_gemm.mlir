@@ -1,10 +1,12 @@
 // A mixture-of-experts grouped GEMM, as the expert layer of a MoE model runs after routing: the tokens X [M, K]
 // bf16 are sorted by expert and padded so that each block of 64 rows belongs to one expert, whose number the table
-// EXPERT [B] i32 gives (B = ceil(M / 64); an expert may own no block, or many); each block multiplies its rows by
-// its expert's weight W [E, K, N] bf16: Y[rows of block b] = X[rows of block b] W[EXPERT[b]], Y [M, N] f32,
-// then + bias[EXPERT[b], :] (BIAS [E, N] f32, read with tile.gather at the expert's row). Any M, N, K, E
-// (specialized on K and N multiples of 8). The expert is a scalar read with tile.load_index and used as the
-// leading index of W's views. Grid: M blocks x N blocks.
+// EXPERT [B] i32 gives (B = ceil(M / 64); an expert may own no block, or many; -1 marks a block of padding);
+// each block multiplies its rows by its expert's weight W [E, K, N] bf16: Y[rows of block b] = X[rows of block b]
+// W[EXPERT[b]] + BIAS[EXPERT[b], :] (BIAS [E, N] f32, read with tile.gather at the expert's row, a [1, 1]
+// coordinate), Y [M, N] f32, and 0 in a block of padding. Any M, N, K, E (specialized on K and N multiples of 8).
+// The expert is a scalar read with tile.load_index and used as the leading index of W's views. A block of padding
+// runs its K loop zero times (an scf.if around the loop is refused below Tile IR: its copies commit their groups
+// inside the branch) and gathers its bias at row -1, outside the table: 0. Grid: M blocks x N blocks.
 builtin.module {
   func.func @moe_grouped_gemm(
       %X: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
@@ -23,7 +25,10 @@ builtin.module {
     %n0 = arith.muli %bn, %c64 : index
     %e = tile.load_index %EXPERT[%bm] : !tile.tile<?xi32, global>
     %k_size = tile.dim %X[1] : !tile.tile<?x?xbf16, global>
-    %n_k = arith.ceildivui %k_size, %c64 : index
+    %n_k_all = arith.ceildivui %k_size, %c64 : index
+    %none = arith.constant -1 : index
+    %padding = arith.cmpi eq, %e, %none : index
+    %n_k = arith.select %padding, %c0, %n_k_all : index
     %x_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
     %w_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
     %zero = tile.fill 0.0 : !tile.tile<64x64xf32, register>
