@@ -8,12 +8,17 @@ a Mish epilogue and f16 out, GPT-NeoX rotary embedding at head_dim 128 with angl
 (`tile.gather` with a row vector of positions), row L2 normalization clamped at 1e-12, and cross-entropy with label
 smoothing and an ignored label, a mixture-of-experts grouped GEMM (each block's expert read with
 `tile.load_index`, its bias row gathered at that [1, 1] coordinate, padding blocks running zero trips) and tables
-gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles. Each runs through `tessera.launch` at the
+gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles, a Mixtral-style router (logits of 8
+experts by a wgmma with N = 8 over Wr^T's [8, 64] tiles, their softmax, the top-1 expert and its probability) and
+a lower-triangular TRMM (each row block's trip count its program id + 1, A's diagonal tile masked in registers and
+stored to shared memory as the mma's operand). Each runs through `tessera.launch` at the
 Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
 
 Bug found: `tile.gather` at a [1, 1] coordinate (an expert's row of a bias table) ran at Tile level and was refused
 below it, as if the gather depended on where the value lies in the block; the op's contract broadcasts a [1, 1]
-coordinate as any elementwise operand, and the lowering does now. Refused by name at its line, by `tessera.launch`
+coordinate as any elementwise operand, and the lowering does now. The router at a K whose rows need not start on
+16 bytes was refused below Tile IR: its [8, 64] tile, copied by the threads without TMA, gave each of 128 threads
+4 rows, half the swizzle's period; 64 threads copy it now, 8 rows each (`tests/test_any_shape.py`). Refused by name at its line, by `tessera.launch`
 and `tessera-run` (exit 1, no traceback): the MoE kernel's K loop of copies under an `scf.if` (the kernel as kept
 gives padding blocks zero trips instead).
 
@@ -228,6 +233,29 @@ def _gather_ref(x, index, s, t):
     return (x * s[columns] + 2 * t[columns].T,)
 
 
+def _router_inputs(shape, rng):
+    m, k = shape
+    return [rng.integers(-3, 4, (m, k)).astype(BF16), (rng.integers(-8, 9, (8, k)) / 8).astype(BF16)], {}
+
+
+def _router_ref(x, w):
+    x, w = f64(x, w)
+    logits = x @ w.T
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    p = e / e.sum(1, keepdims=True)
+    return p, logits.argmax(1).astype(np.float64), p.max(1)
+
+
+def _trmm_inputs(shape, rng):
+    m, n = shape
+    return [rng.integers(-3, 4, (m, m)).astype(BF16), (rng.integers(-8, 9, (m, n)) / 8).astype(BF16)], {}
+
+
+def _trmm_ref(a, b):
+    a, b = f64(a, b)
+    return (np.tril(a) @ b,)
+
+
 # endregion
 
 CASES = {
@@ -274,13 +302,21 @@ CASES = {
     # a product and two sums: three f32 roundings of values below 2^4
     "gather_at_a_scalar": Case("gather_at_a_scalar", _gather_inputs, _gather_ref, 0.0, 2.0**-18,
                                ((70, 130, 3), (1, 1, 1), (129, 200, 2), (3, 65, 5))),
+    # logits exact (integers times eighths); P: ex2.approx on |l - max| < 2^8 (2^-22 + 2^8 2^-23 relative), a sum of
+    # 8 terms and a division; the first index of the maximum exact (ties: integer logits tie often); its
+    # probability a reciprocal of the sum (rcp.approx's ulp)
+    "router_top1": Case("router_top1", _router_inputs, _router_ref, (2.0**-13, 0.0, 2.0**-13), (2.0**-30, 0.0, 2.0**-30),
+                        ((70, 37), (200, 72), (1, 1), (3, 7), (129, 8))),
+    # tril(A) B exact (integers times eighths, sums exact in f32)
+    "trmm_lower": Case("trmm_lower", _trmm_inputs, _trmm_ref, 0.0, 0.0,
+                       ((200, 130), (70, 17), (1, 1), (129, 64), (3, 5))),
 }
 
 FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_step": ("ptx",),
         "gemm_geglu_erf": ("target",), "kl_div_rows": ("target",), "gelu_tanh_bwd": ("ptx",),
         "bmm_linear_mish": ("tile",), "rope_neox_positions": ("target",), "l2_normalize_rows": ("ptx",),
         "xent_label_smoothing": ("target",), "moe_grouped_gemm": ("target",),
-        "gather_at_a_scalar": ("ptx",)}
+        "gather_at_a_scalar": ("ptx",), "router_top1": ("target",), "trmm_lower": ("tile",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "softmax_three_pass": ["M=70", "N=130"], "int8_row_quant": ["M=70", "N=130"], "adamw_step": ["R=70", "C=130"],
@@ -288,7 +324,8 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "gelu_tanh_bwd": ["M=70", "N=130"], "bmm_linear_mish": ["batch=2", "M=70", "N=65", "K=40"],
     "rope_neox_positions": ["H=2", "T=70", "S=17"], "l2_normalize_rows": ["M=70", "N=130"],
     "xent_label_smoothing": ["M=70", "V=130"], "moe_grouped_gemm": ["M=200", "N=130", "K=72", "E=3", "B=4"],
-    "gather_at_a_scalar": ["M=70", "N=130", "E=3", "B=3"],
+    "gather_at_a_scalar": ["M=70", "N=130", "E=3", "B=3"], "router_top1": ["M=70", "K=37"],
+    "trmm_lower": ["M=200", "N=130"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
@@ -344,6 +381,8 @@ SEEDS = {  # kernel: (what is seeded, the KernelLowering method replaced and its
     "xent_label_smoothing": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
     "moe_grouped_gemm": ("f32 addition lowered as subtraction", None, ("AddOp", arith.SubfOp)),
     "gather_at_a_scalar": ("f32 product lowered as addition", None, ("MulOp", arith.AddfOp)),
+    "router_top1": ("tile.reciprocal dropped", "_lower_ReciprocalOp", _identity),
+    "trmm_lower": ("select arms swapped", "_lower_SelectOp", _swapped_select),
 }
 
 
