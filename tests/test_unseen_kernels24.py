@@ -11,14 +11,18 @@ smoothing and an ignored label, a mixture-of-experts grouped GEMM (each block's 
 gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles, a Mixtral-style router (logits of 8
 experts by a wgmma with N = 8 over Wr^T's [8, 64] tiles, their softmax, the top-1 expert and its probability) and
 a lower-triangular TRMM (each row block's trip count its program id + 1, A's diagonal tile masked in registers and
-stored to shared memory as the mma's operand). Each runs through `tessera.launch` at the
+stored to shared memory as the mma's operand) and dropout by a counter-based hash (wrapping i32 products of
+iota coordinates and a seed, Python's `%`). Each runs through `tessera.launch` at the
 Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
 
 Bug found: `tile.gather` at a [1, 1] coordinate (an expert's row of a bias table) ran at Tile level and was refused
 below it, as if the gather depended on where the value lies in the block; the op's contract broadcasts a [1, 1]
 coordinate as any elementwise operand, and the lowering does now. The router at a K whose rows need not start on
 16 bytes was refused below Tile IR: its [8, 64] tile, copied by the threads without TMA, gave each of 128 threads
-4 rows, half the swizzle's period; 64 threads copy it now, 8 rows each (`tests/test_any_shape.py`). Refused by name at its line, by `tessera.launch`
+4 rows, half the swizzle's period; 64 threads copy it now, 8 rows each (`tests/test_any_shape.py`). The hash's
+multiplier written `tile.fill 73856093` of an i32 tile ran as 73856096 at every level (the fill holds an f32): it is
+refused where it is written, naming `tile.splat` of an `arith.constant`, which the kernel uses
+(`tests/lit/dialects/tile/fill-syntax-invalid.mlir`). Refused by name at its line, by `tessera.launch`
 and `tessera-run` (exit 1, no traceback): the MoE kernel's K loop of copies under an `scf.if` (the kernel as kept
 gives padding blocks zero trips instead).
 
@@ -256,6 +260,24 @@ def _trmm_ref(a, b):
     return (np.tril(a) @ b,)
 
 
+def _dropout_inputs(shape, rng):
+    m, n, seed = shape
+    return [rng.standard_normal((m, n)).astype(np.float32), np.array([seed], np.int32)], {}
+
+
+def _wrap(v):
+    """int64 values as i32 arithmetic leaves them (two's complement)."""
+    return (v + 2**31) % 2**32 - 2**31
+
+
+def _dropout_ref(x, seed):
+    i, j = np.indices(x.shape).astype(np.int64)
+    h = _wrap(_wrap(_wrap(i * 73856093) + _wrap(j * 19349663)) + int(seed[0]))
+    keep = _wrap(h * h) % 1000 < 900
+    return np.where(keep, x.astype(np.float32) * np.float32(1.1111111111111112), 0).astype(np.float64), \
+        keep.astype(np.float64)
+
+
 # endregion
 
 CASES = {
@@ -310,13 +332,17 @@ CASES = {
     # tril(A) B exact (integers times eighths, sums exact in f32)
     "trmm_lower": Case("trmm_lower", _trmm_inputs, _trmm_ref, 0.0, 0.0,
                        ((200, 130), (70, 17), (1, 1), (129, 64), (3, 5))),
+    # integer hashing exact (wrapping i32), the kept values one f32 product as the reference rounds it
+    "dropout_hash": Case("dropout_hash", _dropout_inputs, _dropout_ref, 0.0, 0.0,
+                         ((70, 130, 12345), (3, 17, 2147483647), (1, 1, 0), (129, 65, -7))),
 }
 
 FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_step": ("ptx",),
         "gemm_geglu_erf": ("target",), "kl_div_rows": ("target",), "gelu_tanh_bwd": ("ptx",),
         "bmm_linear_mish": ("tile",), "rope_neox_positions": ("target",), "l2_normalize_rows": ("ptx",),
         "xent_label_smoothing": ("target",), "moe_grouped_gemm": ("target",),
-        "gather_at_a_scalar": ("ptx",), "router_top1": ("target",), "trmm_lower": ("tile",)}
+        "gather_at_a_scalar": ("ptx",), "router_top1": ("target",), "trmm_lower": ("tile",),
+        "dropout_hash": ("tile", "ptx")}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "softmax_three_pass": ["M=70", "N=130"], "int8_row_quant": ["M=70", "N=130"], "adamw_step": ["R=70", "C=130"],
@@ -325,7 +351,7 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "rope_neox_positions": ["H=2", "T=70", "S=17"], "l2_normalize_rows": ["M=70", "N=130"],
     "xent_label_smoothing": ["M=70", "V=130"], "moe_grouped_gemm": ["M=200", "N=130", "K=72", "E=3", "B=4"],
     "gather_at_a_scalar": ["M=70", "N=130", "E=3", "B=3"], "router_top1": ["M=70", "K=37"],
-    "trmm_lower": ["M=200", "N=130"],
+    "trmm_lower": ["M=200", "N=130"], "dropout_hash": ["M=70", "N=130"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
@@ -383,6 +409,7 @@ SEEDS = {  # kernel: (what is seeded, the KernelLowering method replaced and its
     "gather_at_a_scalar": ("f32 product lowered as addition", None, ("MulOp", arith.AddfOp)),
     "router_top1": ("tile.reciprocal dropped", "_lower_ReciprocalOp", _identity),
     "trmm_lower": ("select arms swapped", "_lower_SelectOp", _swapped_select),
+    "dropout_hash": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
 }
 
 
