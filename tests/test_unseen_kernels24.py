@@ -24,7 +24,8 @@ multiplier written `tile.fill 73856093` of an i32 tile ran as 73856096 at every 
 refused where it is written, naming `tile.splat` of an `arith.constant`, which the kernel uses
 (`tests/lit/dialects/tile/fill-syntax-invalid.mlir`). Refused by name at its line, by `tessera.launch`
 and `tessera-run` (exit 1, no traceback): the MoE kernel's K loop of copies under an `scf.if` (the kernel as kept
-gives padding blocks zero trips instead).
+gives padding blocks zero trips instead), and a tile copied to shared memory read back with `tile.load` (tile-ir.md
+promised it; it now says that only the Tile interpreter runs it).
 
 The verdict of `tessera-run --check` is held both ways: each kernel checks ok (`-m slow`, at PTX level), and each
 with one lowering seeded wrong the way a compiler bug would be (a comparison off by one, a subtraction lowered as
@@ -473,5 +474,51 @@ def test_a_loop_of_copies_inside_an_scf_if_is_refused_by_name(tmp_path):
                             *[arg for size in TOOL_SIZES["moe_grouped_gemm"] for arg in ("-d", size)]])
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert re.search(r"k.mlir:\d+:\d+", result.stderr) and "Traceback" not in result.stderr, result.stderr
+
+# endregion
+# region a shared tile read back into registers
+
+SHARED_READ_BACK = """
+builtin.module {
+  func.func @relu_through_shared(
+      %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
+      %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, K>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(K, 64)>} {
+    %c64 = arith.constant 64 : index
+    %bm = tile.program_id x : index
+    %bk = tile.program_id y : index
+    %m0 = arith.muli %bm, %c64 : index
+    %k0 = arith.muli %bk, %c64 : index
+    %a_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+    %aw = tile.view %A[%m0, %k0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %aw, %a_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %ah = tile.load %a_smem : !tile.tile<64x64xbf16, shared, swizzle 128> -> !tile.tile<64x64xbf16, register>
+    %a = tile.cast %ah : !tile.tile<64x64xbf16, register> -> !tile.tile<64x64xf32, register>
+    %cw = tile.view %C[%m0, %k0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %a, %cw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_a_shared_tile_read_into_registers_is_refused_below_tile_level_by_name(tmp_path):
+    """A prologue on a tile copied to shared memory, read back with `tile.load` (tile-ir.md's table promised it):
+    right at Tile level, refused at the load's line below it by `tessera.launch` and `tessera-run` (exit 1)."""
+    module = tessera.parse_module(SHARED_READ_BACK, "k.mlir")
+    a = np.random.default_rng(0).integers(-3, 4, (70, 130)).astype(BF16)
+    np.testing.assert_array_equal(tessera.launch(module, a, level="tile"), a.astype(np.float32))
+    message = "tile.load of a shared tile into registers is not supported"
+    with pytest.raises(LoweringError, match=rf"k.mlir:18:5: kernel @relu_through_shared: .*{message}"):
+        tessera.launch(module, a, level="target")
+    path = tmp_path / "k.mlir"
+    path.write_text(SHARED_READ_BACK)
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "ptx",
+                            "-d", "M=70", "-d", "K=130"])
+    assert result.returncode == 1 and message in result.stderr and "k.mlir:18:5" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 # endregion
