@@ -40,7 +40,7 @@ from tessera.dialects.tile_base import (
     tile_type,
 )
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8, is_half
-from tessera.ir.hex_floats import parse_optional_hex_float
+from tessera.ir.hex_floats import float_of_bits, parse_optional_hex_literal
 from tessera.ir.diagnostics import require
 
 # region Tensor-core matrix multiply
@@ -413,7 +413,8 @@ class ReshapeOp(IRDLOperation):
 @irdl_op_definition
 class FillOp(IRDLOperation):
     """`%r = tile.fill -inf : type`: a register tile with every element equal to `value` (written as a number,
-    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`).
+    `inf`/`-inf`, or a hex literal read as MLIR reads one: of a float tile the f32 bit pattern, `0xff800000`; of
+    an integer tile its value, `0x10` is 16).
     A float tile takes `value` rounded to its type; an integer tile (`tile.fill 3.0 : ...xi32`) takes a whole
     number its type holds (i1: 0 or 1), never a truncated or wrapped one. The value is held as an f32, so an
     integer fill takes only a number an f32 holds exactly (every one up to 2^24): another (73856093, a hash's
@@ -452,12 +453,11 @@ class FillOp(IRDLOperation):
     def parse(cls, parser: Parser) -> FillOp:
         start = parser.pos
         negative = parser.parse_optional_punctuation("-") is not None
+        hex_literal = None
         if parser.parse_optional_keyword("inf"):
             value = float("inf")
-        elif (bits := parse_optional_hex_float(parser, Float32Type())) is not None:  # f32 bits, as in MLIR
-            if negative:
-                parser.raise_error("hexadecimal float literal should not have a leading minus", start, parser.pos)
-            value = bits
+        elif (hex_literal := parse_optional_hex_literal(parser)) is not None:
+            value = float(hex_literal[0])  # read once the type is known, below
         else:
             value = float(parser.parse_number(context_msg=" (the fill value, or inf)"))
             if math.isfinite(value) and abs(value) >= F32_OVERFLOW:
@@ -467,6 +467,13 @@ class FillOp(IRDLOperation):
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ty = parser.parse_type()
+        element = ty.element_type if isinstance(ty, TileType) else None
+        if hex_literal is not None and not isinstance(element, IntegerType | IndexType):
+            # as in MLIR: a hex literal of a float is its bit pattern (f32's: the value is held as an f32), of an
+            # integer its value
+            if negative:
+                parser.raise_error("hexadecimal float literal should not have a leading minus", start, end)
+            value = float_of_bits(parser, hex_literal[0], hex_literal[1], Float32Type())
         if (message := _inexact_integer_fill(-value if negative else value, ty)) is not None:
             parser.raise_error(message, start, end)
         op = cls(-value if negative else value, ty)
