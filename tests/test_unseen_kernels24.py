@@ -1,38 +1,39 @@
 """Kernels a user writes next, round 24 (`tests/user_kernels/*.mlir`, not earlier rounds'): a softmax over rows as
-long as a vocabulary in three passes (1,000 and GPT-2's 50,257 columns), a per-row dynamic int8 quantizer with its
-scales out (zero rows, round-half-to-even ties), a fused AdamW step (three outputs, the bias corrections 1 - b^t
-computed on [1, 1] tiles from a step count read from memory), a GEGLU GEMM epilogue with the exact erf GELU
-(written with Abramowitz and Stegun's 7.1.26, since Tile IR has no erf), the KL divergence of two rows of logits
-(two online log-sum-exps), the tanh GELU's backward, a batched nn.Linear (weights [batch, N, K], transpose_b) with
-a Mish epilogue and f16 out, GPT-NeoX rotary embedding at head_dim 128 with angles picked by a position table
-(`tile.gather` with a row vector of positions), row L2 normalization clamped at 1e-12, and cross-entropy with label
-smoothing and an ignored label, a mixture-of-experts grouped GEMM (each block's expert read with
-`tile.load_index`, its bias row gathered at that [1, 1] coordinate, padding blocks running zero trips) and tables
-gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles, a Mixtral-style router (logits of 8
-experts by a wgmma with N = 8 over Wr^T's [8, 64] tiles, their softmax, the top-1 expert and its probability) and
-a lower-triangular TRMM (each row block's trip count its program id + 1, A's diagonal tile masked in registers and
-stored to shared memory as the mma's operand) and dropout by a counter-based hash (wrapping i32 products of
-iota coordinates and a seed, Python's `%`). Each runs through `tessera.launch` at the
-Tile, target and PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
+long as a vocabulary in three passes (1,000 and GPT-2's 50,257 columns); a per-row dynamic int8 quantizer with its
+scales out (zero rows, ties to even); a fused AdamW step (three outputs, the bias corrections 1 - b^t on [1, 1]
+tiles from a step count read from memory); a GEGLU epilogue with the exact erf GELU (Abramowitz and Stegun's
+7.1.26: Tile IR has no erf); the KL divergence of two rows of logits (two online log-sum-exps); the tanh GELU's
+backward; a batched nn.Linear (weights [batch, N, K], transpose_b) with Mish and f16 out; GPT-NeoX rotary embedding
+at head_dim 128 with angles picked by a position table (`tile.gather` at a row vector of positions); row L2
+normalization; cross-entropy with label smoothing and an ignored label; a mixture-of-experts grouped GEMM (each
+block's expert read with `tile.load_index`, its bias row gathered at that [1, 1] coordinate, padding blocks running
+zero trips); tables gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [64, 1] tiles; a Mixtral-style
+router (8 experts' logits by a wgmma with N = 8 over Wr^T's [8, 64] tiles, their softmax, the top-1 expert and its
+probability); a lower-triangular TRMM (each row block's trip count its program id + 1, A's diagonal tile masked in
+registers and stored to shared memory as the mma's operand); dropout by a counter-based hash (wrapping i32
+products of iota coordinates and a seed, Python's `%`). Each runs through `tessera.launch` at the Tile, target and
+PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
 
-Bug found: `tile.gather` at a [1, 1] coordinate (an expert's row of a bias table) ran at Tile level and was refused
-below it, as if the gather depended on where the value lies in the block; the op's contract broadcasts a [1, 1]
-coordinate as any elementwise operand, and the lowering does now. The router at a K whose rows need not start on
-16 bytes was refused below Tile IR: its [8, 64] tile, copied by the threads without TMA, gave each of 128 threads
-4 rows, half the swizzle's period; 64 threads copy it now, 8 rows each (`tests/test_any_shape.py`). The hash's
-multiplier written `tile.fill 73856093` of an i32 tile ran as 73856096 at every level (the fill holds an f32): it is
-refused where it is written, naming `tile.splat` of an `arith.constant`, which the kernel uses
-(`tests/lit/dialects/tile/fill-syntax-invalid.mlir`). Refused by name at its line, by `tessera.launch`
-and `tessera-run` (exit 1, no traceback): the MoE kernel's K loop of copies under an `scf.if` (the kernel as kept
-gives padding blocks zero trips instead), and a tile copied to shared memory read back with `tile.load` (tile-ir.md
-promised it; it now says that only the Tile interpreter runs it).
+Bugs found: `tile.gather` at a [1, 1] coordinate (an expert's bias row) was refused below Tile IR as if it
+depended on where the value lies in the block; the op's contract broadcasts it as any operand, and the lowering
+does now. The router at a K whose rows need not start on 16 bytes was refused below Tile IR: its [8, 64] tile,
+copied by the threads without TMA, gave each of 128 threads half a swizzle period; 64 threads copy it now
+(`tests/test_any_shape.py`). The hash's multiplier as `tile.fill 73856093` of an i32 tile ran as 73856096 at every
+level (the fill holds an f32): refused where it is written now, naming `tile.splat` of an `arith.constant`, which
+the kernel uses (`tests/lit/dialects/tile/fill-syntax-invalid.mlir`; a hex fill of an i32 tile, read as f32 bits,
+is its value now: `fill-hex.mlir`). A CTA simulator hazard of a lowered kernel (the MoE table one entry short) was
+located by `tessera-run` at the kernel's line, not the op's (`tests/test_tessera_run.py`).
+
+Refused by name at their line, by `tessera.launch` and `tessera-run` (exit 1, no traceback): the MoE kernel's K
+loop of copies under an `scf.if` (the kernel as kept gives padding blocks zero trips), and a tile copied to shared
+memory read back with `tile.load` (tile-ir.md promised it at every level; it now says Tile level only).
 
 The verdict of `tessera-run --check` is held both ways: each kernel checks ok (`-m slow`, at PTX level), and each
 with one lowering seeded wrong the way a compiler bug would be (a comparison off by one, a subtraction lowered as
 an addition, the arms of a select swapped, an op dropped) exits 1 with MISMATCH and the elements off.
 
 The default run takes each kernel at one level, the 50,257 columns at Tile level and the seeded verdicts in the
-CTA simulator (about 20 s of CPU); `-m slow` runs every kernel at every level on every shape, the 50,257 columns
+CTA simulator (about 30 s of CPU); `-m slow` runs every kernel at every level on every shape, the 50,257 columns
 in the CTA simulator, and checks each kernel with every ptxas found (no warning, no spill) and with `tessera-run
 --level ptx --check`.
 """
