@@ -11,7 +11,8 @@ zero trips); tables gathered at a [1, 1] coordinate into [1, 1], [64, 64] and [6
 router (8 experts' logits by a wgmma with N = 8 over Wr^T's [8, 64] tiles, their softmax, the top-1 expert and its
 probability); a lower-triangular TRMM (each row block's trip count its program id + 1, A's diagonal tile masked in
 registers and stored to shared memory as the mma's operand); dropout by a counter-based hash (wrapping i32
-products of iota coordinates and a seed, Python's `%`). Each runs through `tessera.launch` at the Tile, target and
+products of iota coordinates and a seed, Python's `%`); a GEMM batched over two leading dims with per-head weights
+(a loop over N blocks around the K loop: a grid of B * H is refused by name, `dims-product-invalid.mlir`). Each runs through `tessera.launch` at the Tile, target and
 PTX levels on shapes no tile divides (1, 3, 17, 70, 130, 1000) against a float64 NumPy reference.
 
 Bugs found: `tile.gather` at a [1, 1] coordinate (an expert's bias row) was refused below Tile IR as if it
@@ -280,6 +281,16 @@ def _dropout_ref(x, seed):
         keep.astype(np.float64)
 
 
+def _bhmk_inputs(shape, rng):
+    b, h, m, n, k = shape
+    return [rng.integers(-3, 4, (b, h, m, k)).astype(BF16), (rng.integers(-8, 9, (h, k, n)) / 8).astype(BF16)], {}
+
+
+def _bhmk_ref(x, w):
+    x, w = f64(x, w)
+    return (np.einsum("bhmk,hkn->bhmn", x, w),)
+
+
 # endregion
 
 CASES = {
@@ -337,6 +348,9 @@ CASES = {
     # integer hashing exact (wrapping i32), the kept values one f32 product as the reference rounds it
     "dropout_hash": Case("dropout_hash", _dropout_inputs, _dropout_ref, 0.0, 0.0,
                          ((70, 130, 12345), (3, 17, 2147483647), (1, 1, 0), (129, 65, -7))),
+    # X W exact (integers times eighths, sums exact in f32)
+    "gemm_bhmk": Case("gemm_bhmk", _bhmk_inputs, _bhmk_ref, 0.0, 0.0,
+                      ((2, 3, 70, 65, 40), (1, 1, 1, 1, 1), (1, 2, 3, 17, 7), (2, 1, 65, 130, 72))),
 }
 
 FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_step": ("ptx",),
@@ -344,7 +358,7 @@ FAST = {"softmax_three_pass": ("target",), "int8_row_quant": ("ptx",), "adamw_st
         "bmm_linear_mish": ("tile",), "rope_neox_positions": ("target",), "l2_normalize_rows": ("ptx",),
         "xent_label_smoothing": ("target",), "moe_grouped_gemm": ("target",),
         "gather_at_a_scalar": ("ptx",), "router_top1": ("target",), "trmm_lower": ("tile",),
-        "dropout_hash": ("tile", "ptx")}
+        "dropout_hash": ("tile", "ptx"), "gemm_bhmk": ("target",)}
 
 TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "softmax_three_pass": ["M=70", "N=130"], "int8_row_quant": ["M=70", "N=130"], "adamw_step": ["R=70", "C=130"],
@@ -354,6 +368,7 @@ TOOL_SIZES = {  # -d sizes for tessera-run: partial last blocks everywhere
     "xent_label_smoothing": ["M=70", "V=130"], "moe_grouped_gemm": ["M=200", "N=130", "K=72", "E=3", "B=4"],
     "gather_at_a_scalar": ["M=70", "N=130", "E=3", "B=3"], "router_top1": ["M=70", "K=37"],
     "trmm_lower": ["M=200", "N=130"], "dropout_hash": ["M=70", "N=130"],
+    "gemm_bhmk": ["B=2", "H=3", "M=70", "N=65", "K=40"],
 }
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
@@ -395,6 +410,13 @@ def _swapped_select(self, op, e):
     self._set(op.result, e.select(c, b, a))
 
 
+def _z_as_x(self, op, e):
+    from tessera.dialects import sm90
+
+    axis = {"z": "x"}.get(op.axis.data, op.axis.data)
+    self._set(op.result, e.op(sm90.SpecialRegOp(f"ctaid.{axis}")))
+
+
 SEEDS = {  # kernel: (what is seeded, the KernelLowering method replaced and its replacement, or None and the f32
     # binary op lowered as another)
     "softmax_three_pass": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
@@ -412,7 +434,12 @@ SEEDS = {  # kernel: (what is seeded, the KernelLowering method replaced and its
     "router_top1": ("tile.reciprocal dropped", "_lower_ReciprocalOp", _identity),
     "trmm_lower": ("select arms swapped", "_lower_SelectOp", _swapped_select),
     "dropout_hash": ("compare off by one", "_lower_CmpOp", _off_by_one_compare),
+    "gemm_bhmk": ("program id z read as x (the batch as the row block)", "_lower_ProgramIdOp", _z_as_x),
 }
+
+
+RACING_SEEDS = {"gemm_bhmk"}
+"""Seeds whose wrong lowering makes two blocks write one element: the check stops at the race, located."""
 
 
 def test_every_case_has_a_seeded_bug():
@@ -422,7 +449,8 @@ def test_every_case_has_a_seeded_bug():
 @pytest.mark.parametrize("kernel", SEEDS)
 def test_a_lowering_seeded_wrong_is_a_mismatch(kernel, monkeypatch):
     """`tessera-run --check` against the kernel's own Tile IR in float64 exits 1 and says MISMATCH, counting the
-    elements beyond their tolerance, when one op's lowering is seeded wrong: not a false ok."""
+    elements beyond their tolerance, when one op's lowering is seeded wrong (or, where the seed makes blocks write
+    each other's elements, stops at that race): not a false ok."""
     from tessera.passes.convert_tile_to_sm90 import elementwise
     from tessera.passes.convert_tile_to_sm90.kernel import KernelLowering
 
@@ -437,7 +465,10 @@ def test_a_lowering_seeded_wrong_is_a_mismatch(kernel, monkeypatch):
                             "--level", "target", "--check", *arguments])
     assert result.returncode == 1, result.stdout + result.stderr
     output = result.stdout + result.stderr
-    assert "MISMATCH" in output and "beyond their tolerance" in output, output
+    if kernel in RACING_SEEDS:  # blocks that write each other's elements: the CTA simulator stops at the race
+        assert "race" in result.stderr and re.search(rf"{kernel}.mlir:\d+:\d+", result.stderr), output
+    else:
+        assert "MISMATCH" in output and "beyond their tolerance" in output, output
     assert "Traceback" not in result.stderr
 
 # endregion
