@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerType, UnitAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
@@ -39,7 +40,7 @@ from tessera.dialects.tile_base import (
     tile_type,
 )
 from tessera.dialects.tile_types import MemSpace, TileType, is_float, is_fp8, is_half
-from tessera.ir.hex_floats import parse_optional_hex_float
+from tessera.ir.hex_floats import float_of_bits, parse_optional_hex_literal
 from tessera.ir.diagnostics import require
 
 # region Tensor-core matrix multiply
@@ -412,9 +413,12 @@ class ReshapeOp(IRDLOperation):
 @irdl_op_definition
 class FillOp(IRDLOperation):
     """`%r = tile.fill -inf : type`: a register tile with every element equal to `value` (written as a number,
-    `inf`/`-inf`, or, as in MLIR float attributes, a hex literal that is the f32 bit pattern: `0xff800000`).
+    `inf`/`-inf`, or a hex literal read as MLIR reads one: of a float tile the f32 bit pattern, `0xff800000`; of
+    an integer tile its value, `0x10` is 16).
     A float tile takes `value` rounded to its type; an integer tile (`tile.fill 3.0 : ...xi32`) takes a whole
-    number its type holds (i1: 0 or 1), never a truncated or wrapped one."""
+    number its type holds (i1: 0 or 1), never a truncated or wrapped one. The value is held as an f32, so an
+    integer fill takes only a number an f32 holds exactly (every one up to 2^24): another (73856093, a hash's
+    multiplier) is refused, not rounded (to 73856096); `tile.splat` of an `arith.constant` gives any integer."""
 
     name = "tile.fill"
     value = prop_def(FloatAttr[Float32Type])
@@ -422,6 +426,8 @@ class FillOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def __init__(self, value: float, ty: TileType):
+        if (message := _inexact_integer_fill(value, ty)) is not None:
+            raise ValueError(message)
         super().__init__(properties={"value": FloatAttr(as_f32(value), Float32Type())}, result_types=[ty])
 
     def verify_(self) -> None:
@@ -447,23 +453,44 @@ class FillOp(IRDLOperation):
     def parse(cls, parser: Parser) -> FillOp:
         start = parser.pos
         negative = parser.parse_optional_punctuation("-") is not None
+        hex_literal = None
         if parser.parse_optional_keyword("inf"):
             value = float("inf")
-        elif (bits := parse_optional_hex_float(parser, Float32Type())) is not None:  # f32 bits, as in MLIR
-            if negative:
-                parser.raise_error("hexadecimal float literal should not have a leading minus", start, parser.pos)
-            value = bits
+        elif (hex_literal := parse_optional_hex_literal(parser)) is not None:
+            value = float(hex_literal[0])  # read once the type is known, below
         else:
             value = float(parser.parse_number(context_msg=" (the fill value, or inf)"))
             if math.isfinite(value) and abs(value) >= F32_OVERFLOW:
                 parser.raise_error("fill value out of range for f32 (magnitudes up to 3.4028235e+38; write inf for "
                                    "an infinity)", start, parser.pos)
+        end = parser.pos
         attributes = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ty = parser.parse_type()
+        element = ty.element_type if isinstance(ty, TileType) else None
+        if hex_literal is not None and not isinstance(element, IntegerType | IndexType):
+            # as in MLIR: a hex literal of a float is its bit pattern (f32's: the value is held as an f32), of an
+            # integer its value
+            if negative:
+                parser.raise_error("hexadecimal float literal should not have a leading minus", start, end)
+            value = float_of_bits(parser, hex_literal[0], hex_literal[1], Float32Type())
+        if (message := _inexact_integer_fill(-value if negative else value, ty)) is not None:
+            parser.raise_error(message, start, end)
         op = cls(-value if negative else value, ty)
         op.attributes.update(attributes)
         return op
+
+
+def _inexact_integer_fill(value: float, ty: Attribute) -> str | None:
+    """Why `tile.fill value` of an integer tile `ty` is refused (a whole number an f32 does not hold exactly, which
+    the f32 property would round), or None."""
+    element = ty.element_type if isinstance(ty, TileType) else None
+    if not isinstance(element, IntegerType | IndexType) or not math.isfinite(value) or value != int(value):
+        return None
+    if abs(value) >= F32_OVERFLOW or float(np.float32(value)) == value:
+        return None  # past f32's range: as_f32 refuses it; exact: taken
+    return (f"a fill of {element} holds its value as an f32, which would round {int(value)} to "
+            f"{int(np.float32(value))}: splat an arith.constant of it instead (tile.splat)")
 
 
 # endregion

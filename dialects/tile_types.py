@@ -282,14 +282,19 @@ class DimExprAttr(ParametrizedAttribute):
             if parser.parse_optional_punctuation("*") is None:
                 return DimExprAttr("", value)
             factor = value
-        ident = parser.parse_identifier("dimension name, integer or ceildiv(name, N)")
-        if ident == "ceildiv" and parser.parse_optional_punctuation("("):
+        symbol = parser.parse_identifier("dimension name, integer or ceildiv(name, N)")
+        divisor = 1
+        if symbol == "ceildiv" and parser.parse_optional_punctuation("("):
             symbol = parser.parse_identifier("dimension name")
             parser.parse_punctuation(",")
             divisor = parser.parse_integer(allow_negative=True, allow_boolean=False)
             parser.parse_punctuation(")")
-            return DimExprAttr(symbol, divisor, factor)
-        return DimExprAttr(ident, 1, factor)
+        start = parser.pos
+        if parser.parse_optional_punctuation("*") is not None:  # `B * H`: a product the expressions do not hold
+            parser.raise_error("a dimension expression has one name, and its constant factor in front (`3 * heads`): "
+                               "a product after a name (`B * H`, `heads * 3`) is not one; give each name a grid "
+                               "axis of its own", start, parser.pos)
+        return DimExprAttr(symbol, divisor, factor)
 
 
 @irdl_attr_definition

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -321,3 +323,44 @@ def test_an_odd_first_column_moves_elements_even_under_a_promise(rng):
         expected[:, j + 1: j + 1 + width] = x[:, j: j + width].astype(ml_dtypes.bfloat16)
     for level in ("tile", "target", "ptx"):
         assert np.array_equal(tessera.interpret(kernel, x, level=level), expected), level
+
+
+ROUTER = Path(__file__).parent / "user_kernels" / "router_top1.mlir"
+
+
+def _router(experts: int, k_step: int) -> str:
+    """tests/user_kernels/router_top1.mlir (a wgmma of N = 8 over Wr^T's [8, 64] tiles) with `experts` rows of Wr
+    and K steps of `k_step`."""
+    swizzle = {64: 128, 32: 64}[k_step]
+    return str(checked(ROUTER.read_text())
+               .replace("64x8x", f"64x{experts}x").replace("1x8x", f"1x{experts}x")
+               .replace("8x?xbf16", f"{experts}x?xbf16").replace("?x8xf32", f"?x{experts}xf32")
+               .replace("#tile.dims<8, K>", f"#tile.dims<{experts}, K>")
+               .replace("#tile.dims<M, 8>", f"#tile.dims<M, {experts}>")
+               .replace("8x64xbf16, global", f"{experts}x{k_step}xbf16, global")
+               .replace("8x64xbf16, shared, swizzle 128", f"{experts}x{k_step}xbf16, shared, swizzle {swizzle}")
+               .replace("64x64xbf16, shared, swizzle 128", f"64x{k_step}xbf16, shared, swizzle {swizzle}")
+               .replace("64x64xbf16, global", f"64x{k_step}xbf16, global")
+               .replace("%k0 = arith.muli %j, %c64", f"%k0 = arith.muli %j, %c{k_step}")
+               .replace("%n_k = arith.ceildivui %k_size, %c64", f"%n_k = arith.ceildivui %k_size, %c{k_step}")
+               .replace("%c64 = arith.constant 64 : index",
+                        f"%c64 = arith.constant 64 : index\n    %c{k_step} = arith.constant {k_step} : index"
+                        if k_step != 64 else "%c64 = arith.constant 64 : index"))
+
+
+@pytest.mark.parametrize("experts, k_step", [(8, 64), (24, 64), (8, 32)])
+def test_tiles_of_fewer_rows_than_the_threads_share_are_copied_without_tma(experts, k_step, rng):
+    """Regression: the [8, 64] B^T tile of a wgmma with N = 8 (a router over 8 experts, Wr [8, K] read
+    transposed) at a K whose rows need not start on 16 bytes was refused below Tile IR ("a copy without TMA needs
+    a 16-bit tile whose columns ... divide the block's 128 threads into groups of a multiple of 8 rows"): 128
+    threads over 8 rows of 64 give a thread 4 rows, half the swizzle's period. 64 threads copy it, 8 rows each; a
+    [24, 64] tile in a slice of 16 rows by every thread and one of 8 by half of them; an [8, 32] tile by 32."""
+    module = tessera.parse_module(_router(experts, k_step), "router.mlir")
+    assert _copies(module, {"M": 70, "K": 37}) == {0: "ld.global", 1: "ld.global"}
+    x = rng.integers(-3, 4, (70, 37)).astype(ml_dtypes.bfloat16)
+    w = (rng.integers(-8, 9, (experts, 37)) / 8).astype(ml_dtypes.bfloat16)
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    p, top, _ = tessera.interpret(module, x, w, level="target")
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=2.0**-16, atol=2.0**-30)
+    np.testing.assert_array_equal(top, logits.argmax(1))

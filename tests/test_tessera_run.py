@@ -210,6 +210,19 @@ def test_a_kernel_hazard_is_one_located_diagnostic(capsys, gemm_target_files, tm
     assert "builtin.module" not in err and len(err.splitlines()) == 3  # the message, the source line, a caret
 
 
+def test_a_hazard_of_a_lowered_tile_kernel_is_located_at_its_tile_op():
+    """Regression: a Tile IR kernel run in the CTA simulator (`--level target`) whose table of block entries is
+    one short (B = 2 for 4 row blocks) reads past it: the diagnostic was located at the kernel's line (the deepest
+    op on the error's own traceback, which ends above the op's frames); it is at the `tile.load_index` whose load
+    it is, with that line under it."""
+    kernel = ROOT / "tests" / "user_kernels" / "moe_grouped_gemm.mlir"
+    line = next(n for n, text in enumerate(kernel.read_text().splitlines(), 1) if "= tile.load_index" in text)
+    proc = run(str(kernel), "--level", "target", "-d", "M=200", "-d", "N=130", "-d", "K=72", "-d", "E=3", "-d", "B=2")
+    assert proc.returncode == 1
+    assert re.match(rf"tessera-run: error: {re.escape(str(kernel))}:{line}:5: kernel @moe_grouped_gemm: op "
+                    r"'sm90.ld_global': .*outside tensor %EXPERT_ptr", proc.stderr), proc.stderr
+    assert proc.stderr.splitlines()[1].strip().startswith("%e = tile.load_index"), proc.stderr
+
 def test_what_cannot_run_is_named(capsys, gemm_target_files, tmp_path):
     status, _, err = run_in_process(capsys, str(gemm_target_files["plain"]), *GEMM_SIZES, "--level", "tile")
     assert status == 1 and "kernel @gemm_bf16 is Target IR: it runs in the CTA simulator" in err

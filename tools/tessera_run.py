@@ -342,23 +342,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _interpretation_diagnostic(e: BaseException) -> str:
     """An interpreter's error as one located diagnostic: xDSL attaches the whole module, printed once per
-    enclosing op, as notes; the message is what matters, and the innermost op being run (the deepest frame
-    with an `op` being interpreted) says where."""
-    from xdsl.ir import Operation
-
+    enclosing op, as notes; the message is what matters, and the op that found it says where: the CTA
+    simulator's `failing_op` (found on the frames of the hazard's unwind, or in a worker process), else the
+    innermost op being run (the deepest frame with an `op` being interpreted). The error's own traceback ends
+    where the simulator raised it again, above the frames of the op: there the deepest op is the kernel's."""
+    from tessera.interpreters.parallel import innermost_op
     from tessera.ir.diagnostics import internal_error_text, located, with_context
 
     if not str(e).strip():
         return internal_error_text(e)
-    op = None
-    tb = e.__traceback__
-    while tb is not None:
-        candidate = tb.tb_frame.f_locals.get("op")
-        if isinstance(candidate, Operation):
-            op = candidate
-        tb = tb.tb_next
-    if op is None:  # raised again from a worker process (`--workers`), which found the op
-        op = getattr(e, "failing_op", None)
+    op = getattr(e, "failing_op", None) or innermost_op(e)
     return with_context(located(op, str(e)))
 
 

@@ -81,8 +81,10 @@ class CopyLowering:
         else as many as leave it `COPY_SLICE_ELEMENTS` ([256, 64] by 128 threads: 64 rows at a time). In each
         slice, thread t takes column c = t mod W of rows g L .. g L + L - 1, g = t / W, L = R W / threads. A warp
         reads consecutive elements of a row (coalesced), and L is a multiple of the swizzle's 8-row period, so
-        each register's swizzle term is a constant. An unswizzled tile (a one-row tile [1, N]) is refused by name:
-        a row that TMA cannot read is broadcast from its global window instead."""
+        each register's swizzle term is a constant. A tile too short for that (an [8, 64] B^T tile of a wgmma with
+        N = 8: 4 rows a thread) is copied with L the period, in slices of threads / W periods of rows, the last
+        slice by only the threads its rows need (the others skip it). An unswizzled tile (a one-row tile [1, N]) is
+        refused by name: a row that TMA cannot read is broadcast from its global window instead."""
         rows, cols, elt, threads = dest.rows, dest.cols, dest.elt_bytes, self.threads
         line = dest.swizzle  # the bytes of a row of a box
         if not line:
@@ -91,23 +93,35 @@ class CopyLowering:
                         "tile.divisible): promise the size, or tile.load_broadcast the row from its global window")
         period = facts.swizzle_period_bytes(line) // line
         width = cols if threads % cols == 0 else min(math.gcd(cols, threads), facts.WARP_SIZE)
-        if elt != 2 or (rows * width) % threads or (rows * width // threads) % period:
-            refuse(op, f"a copy without TMA needs a 16-bit tile whose columns, taken {width} at a time, divide the "
-                        f"block's {threads} threads into groups of a multiple of {period} rows each, got [{rows}, "
-                        f"{cols}] x {elt} bytes")
-        slice_rows = rows
-        if rows * width // threads > COPY_WHOLE_ELEMENTS and rows % (COPY_SLICE_ELEMENTS * threads // width) == 0:
-            slice_rows = COPY_SLICE_ELEMENTS * threads // width
-        for first_row in range(0, rows, slice_rows):
+        if elt != 2 or rows % period:
+            refuse(op, f"a copy without TMA needs a 16-bit tile of a multiple of {period} rows (the swizzle's "
+                        f"period), got [{rows}, {cols}] x {elt} bytes")
+        share = rows * width / threads  # rows of a column a thread copies when all of them copy the whole tile
+        if share == int(share) and share % period == 0:
+            slice_rows = rows
+            if share > COPY_WHOLE_ELEMENTS and rows % (COPY_SLICE_ELEMENTS * threads // width) == 0:
+                slice_rows = COPY_SLICE_ELEMENTS * threads // width
+            slices = [(first_row, slice_rows, threads) for first_row in range(0, rows, slice_rows)]
+        else:  # too few rows: a period of rows a thread, the last slice by the threads its rows need
+            step = threads // width * period
+            slices = [(first_row, min(step, rows - first_row), min(step, rows - first_row) // period * width)
+                      for first_row in range(0, rows, step)]
+        for first_row, slice_rows, active in slices:
             for first_column in range(0, cols, width):
-                self._copy_slice_by_threads(window, dest, first_row, slice_rows, first_column, width, e)
+                def copy(t: Emitter, first_row=first_row, slice_rows=slice_rows, active=active,
+                         first_column=first_column):
+                    self._copy_slice_by_threads(window, dest, first_row, slice_rows, first_column, width, active, t)
+                if active == threads:
+                    copy(e)
+                else:
+                    e.if_(e.cmpi(self.tid, e.index(active), "ult"), copy)
         e.op(sm90.FenceProxyAsyncOp())
 
     def _copy_slice_by_threads(self, window: Window, dest: SharedTile, slice_row: int, slice_rows: int,
-                               first_column: int, width: int, e: Emitter) -> None:
+                               first_column: int, width: int, threads: int, e: Emitter) -> None:
         """One slice of `_copy_by_threads`: rows slice_row .. slice_row + slice_rows - 1 of the tile, columns
-        first_column .. first_column + width - 1."""
-        elt, threads = dest.elt_bytes, self.threads
+        first_column .. first_column + width - 1, by the block's first `threads` threads."""
+        elt = dest.elt_bytes
         line = dest.swizzle
         per_thread = slice_rows * width // threads
         *lead, row0, col0 = window.indices

@@ -17,8 +17,10 @@ Stores split the pairs (`unpack_pairs`) and write one `st.global.b16` per elemen
 
 A [1, 1] tile (one value for the whole block: a per-tensor scale read from memory) is held as a column [BM, 1]
 whose rows all hold the value: every thread loads the one element, so it broadcasts onto every other operand as
-a column does, and thread 0 alone stores it. The ops whose meaning depends on where a value lies in the block
-(tile.iota, tile.gather, the row reductions and row ops, masks) refuse it by name (`_refuse_misplaced_scalars`).
+a column does, and thread 0 alone stores it. tile.gather takes it as a coordinate (a row of a table picked by
+one index for the block, broadcast onto the result's registers as any operand is) and makes it (every coordinate
+[1, 1]: every thread reads the one element). The ops whose meaning depends on where a value lies in the block
+(tile.iota, the row reductions and row ops, masks) refuse it by name (`_refuse_misplaced_scalars`).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ HALF = 1 << 16
 """2^16: a packed pair is lo + hi * HALF (a multiply and a division take it as an immediate, where a shift by a
 vector of amounts would hold a register per lane)."""
 
-SCALAR_OPS = (tile.LoadOp, tile.LoadBroadcastOp, tile.StoreGlobalOp, tile.CastOp, tile.FillOp, tile.ScaleOp,
-              tile.SaturatingScaleOp, tile.LogOp, *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
-"""The Tile ops that take or make a [1, 1] register tile below Tile IR: value by value, or its load and store."""
+SCALAR_OPS = (tile.LoadOp, tile.LoadBroadcastOp, tile.GatherOp, tile.StoreGlobalOp, tile.CastOp, tile.FillOp,
+              tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp,
+              *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
+"""The Tile ops that take or make a [1, 1] register tile below Tile IR: value by value, its load and store, or its
+gather (a coordinate is broadcast onto the result's registers as an elementwise operand is)."""
 
 
 def is_scalar(ty) -> bool:

@@ -49,16 +49,21 @@ UNSTORABLE_FLOAT_TYPES = (Float80Type, Float128Type)
 """Float types whose values xDSL 0.74 cannot encode (no byte format): attributes of them are refused."""
 
 
-def parse_optional_hex_float(parser: AttrParser, type: AnyFloat) -> float | None:
-    """For an op's custom syntax that reads a float of `type` itself (`tile.fill 0xff800000 : ...`): if the
-    next token is a hex integer literal, consume it and return the `type` value whose bit pattern it is (a
-    ParseError if it is wider than `type`); else None and nothing is consumed."""
+def parse_optional_hex_literal(parser: AttrParser) -> tuple[int, Span] | None:
+    """For an op's custom syntax that reads a number before its type (`tile.fill 0xff800000 : ...`): if the next
+    token is a hex integer literal, consume it and return its value and span; else None and nothing is consumed.
+    What it means depends on the type that follows: an integer's value, a float's bit pattern (`float_of_bits`)."""
     token = parser._current_token
     if token.kind != MLIRTokenKind.INTEGER_LIT or token.text[:2] not in ("0x", "0X"):
         return None
-    bits = parser.parse_integer(allow_negative=False)
+    return parser.parse_integer(allow_negative=False), token.span
+
+
+def float_of_bits(parser: AttrParser, bits: int, span: Span, type: AnyFloat) -> float:
+    """The `type` value whose bit pattern is `bits`, a hex literal read at `span` (a ParseError there if it is
+    wider than `type`)."""
     if bits >> type.bitwidth:
-        parser.raise_error(f"hexadecimal float constant out of range for type {type.name}", token.span)
+        parser.raise_error(f"hexadecimal float constant out of range for type {type.name}", span)
     return next(type.iter_unpack(bits.to_bytes(type.compile_time_size, "little")))
 
 
