@@ -215,6 +215,29 @@ def test_result_mismatch_message_names_element_values_and_op(monkeypatch):
     assert "first diverging op: %s_max = arith.mulf" in text
 
 
+def test_a_level_that_raises_is_failed_not_a_mismatch(monkeypatch):
+    """A kernel that raises at a level (a hazard the CTA simulator finds, a refusal) has no numbers to compare:
+    its row says FAILED, not MISMATCH, which reads as numbers off (found by unseen24k)."""
+    from tessera.validation import levels
+    from tessera.interpreters.block_batch import KernelHazardError
+
+    original = levels.run_level
+
+    def hazard_at_target(module, level, *args, **kwargs):
+        if level == "target":
+            raise KernelHazardError("tile.load reads past its table (block 3)")
+        return original(module, level, *args, **kwargs)
+
+    monkeypatch.setattr(levels, "run_level", hazard_at_target)
+    report = validate(build_kernel("gemm", dtype="bf16"), FULL)
+    assert not report.ok and report.mismatch.kind == "failure"
+    row = report.checks[-1]
+    assert row.level == "target" and row.failed and row.verdict == "FAILED"
+    last_line = report.table().splitlines()[-1]
+    assert last_line.endswith("FAILED") and "MISMATCH" not in report.table()
+    assert "KernelHazardError: tile.load reads past its table" in str(report)
+
+
 # endregion
 # region attention intermediates per K/V tile
 def _qkv():

@@ -52,6 +52,14 @@ class LevelCheck:
     expectation: Expectation | None
     ok: bool
     note: str = ""
+    failed: bool = False
+    """The kernel raised at this level (a hazard, a refusal, a fault): no numbers to compare."""
+
+    @property
+    def verdict(self) -> str:
+        """The table's last column: "ok", "MISMATCH" (numbers off) or "FAILED" (the run raised), with its note."""
+        word = "ok" if self.ok else "FAILED" if self.failed else "MISMATCH"
+        return word + (f" ({self.note})" if self.note else "")
 
 
 @dataclass
@@ -123,7 +131,7 @@ class ValidationReport:
         rows = [("#", "pass", "level", "vs previous", "vs reference", "tolerance", "ok")]
         for c in self.checks:
             rows.append((str(c.position), c.pass_name, c.level, number(c.vs_previous), number(c.vs_reference),
-                         number(c.tolerance), ("ok" if c.ok else "MISMATCH") + (f" ({c.note})" if c.note else "")))
+                         number(c.tolerance), c.verdict))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
         sizes = " ".join(f"{k}={v}" for k, v in self.sizes.items())
@@ -194,7 +202,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
         judge = reference_for(module, sig, inputs, bound, seed)
     except Exception as error:  # noqa: BLE001 - the input kernel itself fails: that is the finding
         report.checks.append(LevelCheck(0, INPUT, levels.level_of(module, sig.name), None, None, None, None, False,
-                                        "failed"))
+                                        failed=True))
         report.mismatch = Mismatch(0, INPUT, levels.level_of(module, sig.name), "failure",
                                    f"{type(error).__name__}: {error}")
         return report
@@ -212,7 +220,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
                                             f"skipped: {error}"))
             return old_outputs
         except Exception as error:  # noqa: BLE001 - any failure of the kernel is the finding
-            report.checks.append(LevelCheck(position, name, level, None, None, None, None, False, "failed"))
+            report.checks.append(LevelCheck(position, name, level, None, None, None, None, False, failed=True))
             report.mismatch = Mismatch(position, name, level, "failure", f"{type(error).__name__}: {error}")
             return None
         error, tolerance = judge.judge(outputs)
