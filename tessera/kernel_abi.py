@@ -42,9 +42,14 @@ declared as `tile.launch_sizes = ["max_seqlen_q"]`: the packed (varlen, paged) a
 ceildiv(max_seqlen_q, BM) query blocks per sequence, the longest sequence being a number only the caller
 knows (FlashAttention's `max_seqlen_q`). Used by the grid only (no tensor, no kernel parameter), a
 kernel must be correct for any value at least what its blocks need (the varlen kernels: every sequence's
-length), and the caller checks that. A launch size that a tensor's dimensions use is a size like the others,
+length), and says so in `tile.tables` (`longest`), which every launch checks. A launch size that a tensor's dimensions use is a size like the others,
 exact and a kernel parameter (`KernelSignature.size_names`): the backward's postprocess takes seq_q so, since
 its one input, dq_accum, has padded rows that do not give it.
+
+A kernel that reaches its tensors through int32 index tables declares what they must hold, `tile.tables`
+(`tessera.index_tables`: each sequence's rows within a size or reached through a page table, at most a launch
+size long, not overlapping where written), and every launch checks the tables it is given against it
+(`KernelSignature.tables`, `index_tables.check_tables`).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
+from tessera.index_tables import TABLES_ATTR, SequenceRange, check_tables, parse_tables, table_problem
 from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
@@ -163,6 +169,8 @@ class KernelSignature:
     """Named sizes whose divisibility a launch specializes the kernel on (`tile.specialize`, `specialized`)."""
     promised: Mapping[str, int] = field(default_factory=dict)
     """The promise alone (`tile.divisible`): what every launch of the kernel as written must meet."""
+    tables: tuple[SequenceRange, ...] = ()
+    """What the kernel's index tables must hold (`tile.tables`, `tessera.index_tables`); every launch checks it."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -223,6 +231,13 @@ class KernelSignature:
             if expr.evaluate(bound) != actual:
                 raise ValueError(f"{what}: the other sizes give {expr.evaluate(bound)}, got {actual}")
         return bound
+
+    def check_tables(self, where: str, inputs: Sequence, sizes: Mapping[str, int]) -> None:
+        """Check the index tables among `inputs` (the kernel's inputs in order) against `tables` at the bound
+        `sizes` (`index_tables.check_tables`: ValueError naming the table, entry, value and bound)."""
+        if self.tables:
+            given = {i: x for i, x in zip((i for i, a in enumerate(self.args) if a.role == "in"), inputs)}
+            check_tables(where, self.tables, given, lambda i: self.args[i].name, sizes)
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         grid = self.grid.evaluate(sizes)
@@ -454,9 +469,12 @@ def signature(op: func.FuncOp) -> KernelSignature:
         if arg.key_order is not None and divisible.get(last.symbol.data, 1) % 16:
             _fail(op, f"argument %{arg.name} is in '{KEY_ORDER_ATTR}' order by groups of 16 keys: the kernel must "
                       f"promise ('{DIVISIBLE_ATTR}') that {last.symbol.data} is a multiple of 16")
+    tables = parse_tables(op.attributes.get(TABLES_ATTR))
+    if isinstance(tables, str) or (problem := table_problem(tables, args, defined, launch)):
+        _fail(op, tables if isinstance(tables, str) else problem)
     assumed = _merge_multiples(divisible, specialize)
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, assumed, cluster,
-                           launch, bias, specialize, divisible)
+                           launch, bias, specialize, divisible, tables)
 
 
 def _merge_multiples(*promises: Mapping[str, int]) -> dict[str, int]:

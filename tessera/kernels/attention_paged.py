@@ -31,7 +31,10 @@ Queries are packed as in `attention_varlen` (a decoding step of batch B with seq
 seqstart_q = 0, seq_q, 2 seq_q, ...), and so are the grid (ceildiv(max_seqlen_q, BM), heads [x S], batch),
 max_seqlen_q a launch size, the bounded stores, the LSE output (`return_lse`) and the split-KV partial
 results (`num_splits`): the key range of a part is a contiguous run of the sequence's key blocks, each still
-read through the page table.
+read through the page table. The kernel declares what its tables hold (`tile.tables`, `tessera.index_tables`):
+the query rows as varlen's, cache_seqlens[b] within max_pages x page_size, and each page a sequence reads,
+page_table[b, j] for j < ceil(cache_seqlens[b] / page_size), within the num_pages pages (the other slots are
+never read: -1 padding there is accepted); every launch checks the tables it is given.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
+from tessera.index_tables import TABLES_ATTR, SequenceRange, tables_attribute
 from tessera.kernels.attention_block import output_args
 from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_varlen import (
@@ -52,6 +56,7 @@ from tessera.kernels.attention_varlen import (
     i32,
     load_q_and_run,
     packed_grid,
+    query_rows,
     varlen_block_start,
 )
 from tessera.kernels.common import (
@@ -161,6 +166,11 @@ def flash_attention_paged(
     ]
     variant = f"flash_attention_paged{c.block_n}" if copy == "tma" else "flash_attention_paged_gather"
     fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), packed_grid(c), LAUNCH_SIZES)
+    index = {a.name: i for i, a in enumerate(args)}  # the keys [0, cache_seqlens[b]) through the page table
+    fn.attributes[TABLES_ATTR] = tables_attribute([
+        query_rows(index["seqstart_q"], index["seqend_q"]),
+        SequenceRange(length=index["cache_seqlens"], pages=index["page_table"], page_size="page_size",
+                      num_pages="num_pages")])
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     batch = b.program_id("z", "batch")
     seq_k = b.emit(tile.LoadIndexOp(values["cache_seqlens"], [batch]), "seq_k")
