@@ -332,7 +332,7 @@ def varlen_args(**changes):
     ({"cu_seqlens_k": np.array([0, 12], np.int32)}, ValueError, "cu_seqlens_k must have 3 entries"),
     ({"max_seqlen_k": 9}, ValueError, r"max_seqlen_k = 9 is smaller than the longest sequence \(10\)"),
     ({"max_seqlen_q": -1}, ValueError, "max_seqlen_q must be an int >= 0"),
-    ({"seqused_k": np.array([3, 1], np.int32)}, ValueError, "seqused_k must lie between 0 and each sequence's length"),
+    ({"seqused_k": np.array([3, 1], np.int32)}, ValueError, r"seqused_k\[0\] = 3 must lie in \[0, 2\], between 0 and sequence 0's length"),
     ({"q": np.zeros((9, 64), BF16)}, ValueError, r"q must be 3-D \[total_tokens, heads, head_dim\]"),
     ({"max_seqlen_q": 4}, ValueError, r"max_seqlen_q = 4 is smaller than the longest sequence \(5\)"),
     ({"max_seqlen_q": 5.0}, ValueError, "max_seqlen_q must be an int >= 0"),

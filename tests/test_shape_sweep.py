@@ -163,7 +163,7 @@ REFUSALS = {
                                     "max_seqlen_q = 3 is smaller than the longest sequence"),
     "varlen seqused_k past a sequence": (lambda: _varlen([0, 5, 10], [0, 5, 10],
                                                          seqused_k=np.array([6, 1], np.int32)),
-                                         "seqused_k must lie between 0 and each sequence's length"),
+                                         r"seqused_k\[0\] = 6 must lie in \[0, 5\]"),
     "varlen no sequence": (lambda: _varlen([0], [0], max_q=0, max_k=0), "must have batch . 1 >= 2 entries"),
     "kvcache page out of range": (lambda: _kvcache(table=((0, 4),)), "page_table holds page 4, outside the 4"),
     "kvcache negative page": (lambda: _kvcache(table=((0, -1),)), "page_table holds page -1"),

@@ -207,7 +207,7 @@ def test_speculative_decoding_on_gathered_pages_below_tile_level(level, rng):
     ([3, 40], 0, r"cache_seqlens\[1\] = 40 \(\+ seq_new = 0\) must lie in \[0, 32\], the rows the page table or "
                  r"cache reaches \(2 pages of 16 rows\)"),
     ([-1, 2], 0, r"cache_seqlens\[0\] = -1 \(\+ seq_new = 0\) must lie in \[0, 32\]"),
-    ([32, 2], 1, r"cache_seqlens\[0\] = 32 \(\+ seq_new = 1\) must lie in \[0, 32\]"),
+    ([32, 2], 1, r"cache_seqlens\[0\] = 32 \(\+ seq_new = 1\) must lie in \[1, 32\]"),
 ])
 def test_cache_seqlens_past_the_page_table_is_refused_by_entry(lengths, seq_new, message):
     """Regression: the refusal listed every cache_seqlens (a batch of 256 numbers) without saying which one."""
