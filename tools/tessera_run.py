@@ -154,7 +154,18 @@ def target_signature(op):
                            scale.value.data if scale is not None and hasattr(scale, "value") else None,
                            tuple(tensors[i] for i in range(len(tensors))), grid,
                            gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None,
-                           launch_sizes=launch_size_names(op))
+                           launch_sizes=launch_size_names(op), tables=_declared_tables(op))
+
+
+def _declared_tables(op):
+    """The index-table rules a Target IR kernel keeps from its Tile IR (`tile.tables`); RunError if malformed."""
+    from tessera.index_tables import TABLES_ATTR, parse_tables
+    from tessera.ir.diagnostics import located
+
+    tables = parse_tables(op.attributes.get(TABLES_ATTR))
+    if isinstance(tables, str):
+        raise RunError(located(op, tables))
+    return tables
 
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
