@@ -185,15 +185,17 @@ def check_longest(where: str, name: str, longest: int, lengths) -> None:
 
 
 def check_disjoint(where: str, starts, ends, label: Label) -> None:
-    """ValueError naming two sequences whose (non-empty) ranges [starts[b], ends[b]) share a row."""
+    """ValueError naming two sequences whose (non-empty) ranges [starts[b], ends[b]) share a row (`label(b)`
+    names the table entry that starts sequence b). Sorted by start, an overlap shows between neighbours."""
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     used = np.flatnonzero(ends > starts)
     order = used[np.argsort(starts[used], kind="stable")]
     clash = np.flatnonzero(ends[order[:-1]] > starts[order[1:]])
     if clash.size:
         a, b = int(order[clash[0]]), int(order[clash[0] + 1])
-        raise ValueError(f"{where}: sequences {a} and {b} both cover row {int(starts[b])} ({label(a)} and "
-                         f"{label(b)}): the kernel writes each sequence's rows, and two sequences' rows must not "
+        raise ValueError(f"{where}: sequences {a} and {b} both cover row {int(starts[b])}: their rows are "
+                         f"[{int(starts[a])}, {int(ends[a])}) and [{int(starts[b])}, {int(ends[b])}) ({label(a)}, "
+                         f"{label(b)}); the kernel writes each sequence's rows, so two sequences' rows must not "
                          "overlap")
 
 

@@ -209,7 +209,8 @@ VARLEN_BAD = {
     "a negative start": (lambda t: [np.array([-2, 4], np.int32), *t[1:]], 9,
                          r"seqstart_q\[0\] = -2 must lie in \[0, 13\]"),
     "two sequences writing one row": (lambda t: [np.array([0, 2], np.int32), np.array([4, 13], np.int32), *t[2:]], 11,
-                                      r"sequences 0 and 1 both cover row 2"),
+                                      r"sequences 0 and 1 both cover row 2: their rows are \[0, 4\) and \[2, 13\) "
+                                      r"\(seqstart_q\[0\], seqstart_q\[1\]\)"),
     "keys past the packed keys": (lambda t: [*t[:3], np.array([5, 4], np.int32)], 9,
                                   r"seqlen_k\[1\] = 4 must lie in \[0, 3\]"),
     "a negative key length": (lambda t: [*t[:3], np.array([-1, 3], np.int32)], 9,
