@@ -4,20 +4,19 @@
 tables against what the kernel declares (`tile.tables`, `tessera.index_tables`) at every level and before the
 GPU is asked: a table that would give wrong numbers is refused by name (the table, its entry, the value, the
 bound); padding that is never read is accepted. Each result is judged against a float64 NumPy reference written
-here from the tables' meaning."""
+here from the tables' meaning. About 20 s on one core."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+import inprocess
 import tessera
 from tessera.kernels import flash_attention_paged, flash_attention_varlen
 from tessera.runtime import CudaUnavailable
+from tessera.tools import tessera_opt, tessera_run
 
 BF16 = ml_dtypes.bfloat16
 D = 64
@@ -338,22 +337,19 @@ def test_a_custom_kernel_declares_its_tables_and_the_launch_checks_them(level, r
     ('[{rows = "N", start = 1 : i64, end = 2 : i64, stride = 2 : i64}]', "unknown or malformed 'stride'"),
     ('{rows = "N"}', "must be an array of dictionaries"),
 ])
-def test_a_malformed_declaration_is_a_located_diagnostic(tables, message, tmp_path):
+def test_a_malformed_declaration_is_a_located_diagnostic(tables, message, tmp_path, capsys):
     """tessera-opt reads the file and refuses the declaration at the kernel, exit status 1, no traceback."""
     path = tmp_path / "k.mlir"
     path.write_text(declared(tables))
-    done = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_opt", str(path)], capture_output=True,
-                          text=True)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert f"{path}:3:3" in done.stderr and message.replace("\\", "") in done.stderr.replace("\\", ""), done.stderr
+    status, _, err = inprocess.main_in_process(tessera_opt.main, capsys, str(path))
+    assert status == 1 and f"{path}:3:3" in err and message.replace("\\", "") in err.replace("\\", ""), err
 
 
-def test_tessera_run_refuses_a_kernel_whose_tables_it_cannot_generate(tmp_path):
+def test_tessera_run_refuses_a_kernel_whose_tables_it_cannot_generate(tmp_path, capsys):
     path = tmp_path / "k.mlir"
     path.write_text(declared(ROWS))
-    done = subprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "-d", "N=5", "-d", "B=3"],
-                          capture_output=True, text=True)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "declares ('tile.tables') what its index tables (ends, starts) hold" in done.stderr, done.stderr
+    status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), "-d", "N=5", "-d", "B=3")
+    assert status == 1 and f"{path}:3:3" in err
+    assert "declares ('tile.tables') what its index tables (ends, starts) hold" in err, err
 
 # endregion
