@@ -143,11 +143,10 @@ def check_cu_seqlens(where: str, name: str, x, batch_plus_one: int | None, total
     values = check_table(where, name, x, batch_plus_one)
     if int(x.shape[0]) < 2:
         raise ValueError(f"{where}: {name} must have batch + 1 >= 2 entries, got {int(x.shape[0])}")
-    if values is not None:
-        if values[0] < 0 or np.any(np.diff(values) < 0):
-            raise ValueError(f"{where}: {name} must be non-decreasing from >= 0, got {values.tolist()}")
-        if values[-1] > total:
-            raise ValueError(f"{where}: {name} ends at {int(values[-1])}, past the {total} packed rows")
+    if values is not None:  # each entry from the one before it (0 for the first) to the packed rows
+        previous = np.concatenate([[0], values[:-1]]).astype(np.int64)
+        check_interval(where, lambda b: f"{name}[{b}]", values, previous, total,
+                       f"{name} being non-decreasing from >= 0 and ending within the {total} packed rows")
     return values
 
 
