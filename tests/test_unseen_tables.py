@@ -248,6 +248,18 @@ def test_bad_paged_tables_are_refused_by_name(case, rng):
     launch_everywhere(flash_attention_paged(head_dim=D, page_size=page_size), inputs, match, max_seqlen_q=1)
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_max_seqlen_q_far_past_the_sequences_is_refused_not_run_for_hours(level, rng):
+    """Regression: max_seqlen_q = 2^31 - 1 passed the table checks (larger than needed is allowed) and the Tile
+    interpreter ran its 2^24 empty query blocks a sequence for hours; the interpreters now refuse a grid of more
+    than MAX_GRID_BLOCKS, naming the launch size (on a GPU the blocks exit at once: it runs)."""
+    q, k, v, tables = varlen_case(rng, [4, 9], [5, 3])
+    with pytest.raises(ValueError, match=r"grid \(16777216, 1, 2\) is 33554432 thread blocks, more than the 1048576 "
+                                         r"the interpreters run in one launch; a launch size larger than the kernel "
+                                         r"needs \(max_seqlen_q = 2147483647\)"):
+        tessera.launch(flash_attention_varlen(head_dim=D), q, k, v, *tables, level=level, max_seqlen_q=2**31 - 1)
+
+
 def test_a_zero_length_batch_is_refused_by_name(rng):
     """No sequence at all: the grid would have no block along z, and the tables no entry."""
     q, k, v, _ = varlen_case(rng, [4], [4])
