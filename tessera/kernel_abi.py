@@ -300,8 +300,9 @@ def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[st
         if value is not None and value % multiple:
             instead = ("compile a kernel that does not promise it (tessera.interpret compiles the default "
                        "tessera.kernels.gemm() for the sizes it is given)" if kind == "gemm" else
-                       "make the kernel ask for it with tile.specialize instead (its launches then compile the "
-                       "variant the sizes meet: docs/any-shape.md)")
+                       "build the kernel for these sizes (a builder's: call it with them, e.g. "
+                       "flash_attention_paged(page_size=...)), or make the kernel ask for it with tile.specialize "
+                       "instead (its launches then compile the variant the sizes meet: docs/any-shape.md)")
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
                              f"got {name} = {value}: launch it with such sizes, or {instead}")
 

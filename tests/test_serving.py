@@ -22,15 +22,17 @@ from tessera.toolchain import compile_ptx
 from conftest import build_kernel
 
 
-def trusting_tables(module):
-    """`module` with its kernel's `tile.tables` removed: a kernel that declares nothing about its index tables
-    is launched on any values, so the simulators' own serving checks are what catches a bad one."""
+def trusting_launches(module):
+    """`module` with its kernel's declarations of what a launch may give it removed (`tile.tables`: its index
+    tables; `tile.divisible`: the TMA paged kernel's page_size): such a kernel is launched on any values, so the
+    simulators' own serving checks are what catches a bad one."""
     from tessera.index_tables import TABLES_ATTR
-    from tessera.kernel_abi import kernels
+    from tessera.kernel_abi import DIVISIBLE_ATTR, kernels
 
     module = module.clone()
     for fn in kernels(module):
-        fn.attributes.pop(TABLES_ATTR, None)
+        for declared in (TABLES_ATTR, DIVISIBLE_ATTR):
+            fn.attributes.pop(declared, None)
     return module
 
 BF16 = ml_dtypes.bfloat16
@@ -279,8 +281,9 @@ def paged_inputs(rng, page_size, table):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_box_across_a_page_boundary_is_reported(level, rng):
-    """A kernel built for pages of 128 rows run on pages of 64: each 128-row box crosses into the next page."""
-    module = build_kernel("flash_attention_paged", head_dim=64, page_size=128)
+    """A kernel built for pages of 128 rows run on pages of 64: each 128-row box crosses into the next page. A
+    launch of the kernel as built refuses the page_size first (test_unseen_tables.py)."""
+    module = trusting_launches(build_kernel("flash_attention_paged", head_dim=64, page_size=128))
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"rows \[0, 128\) of page 2 of %[KV] crosses a page boundary \(page_size 64\)"):
             tessera.interpret(module, *paged_inputs(rng, 64, [[2, 3]]), level=level, max_seqlen_q=1)
@@ -290,7 +293,7 @@ def test_a_box_across_a_page_boundary_is_reported(level, rng):
 def test_a_page_table_entry_out_of_range_is_reported(level, rng):
     """The TMA path (pages of 128); the gather's is in test_paged_gather.py. A launch of the kernel as built refuses
     the table first (test_unseen_tables.py)."""
-    module = trusting_tables(build_kernel("flash_attention_paged", head_dim=64, page_size=128))
+    module = trusting_launches(build_kernel("flash_attention_paged", head_dim=64, page_size=128))
     with checking(PagedCache("K"), PagedCache("V")):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
             tessera.interpret(module, *paged_inputs(rng, 128, [[1, 9]]), level=level, max_seqlen_q=1)

@@ -260,6 +260,17 @@ def test_a_max_seqlen_q_far_past_the_sequences_is_refused_not_run_for_hours(leve
         tessera.launch(flash_attention_varlen(head_dim=D), q, k, v, *tables, level=level, max_seqlen_q=2**31 - 1)
 
 
+def test_a_cache_of_smaller_pages_than_the_tma_kernel_was_built_for_is_refused(rng):
+    """Regression: the TMA kernel built for pages of 128 rows, given a cache of 64-row pages, read each key block
+    as one 128-row box across two pages (the simulators reported it; on a GPU a silently wrong result). The
+    kernel now promises page_size a multiple of its key block, and every launch checks it."""
+    q, k_cache, v_cache, table, lengths = paged_case(rng, 64, [70, 3])
+    inputs = paged_inputs(128, q, k_cache, v_cache, table, lengths)  # the [num_pages, heads_k, page_size, D] view
+    launch_everywhere(flash_attention_paged(head_dim=D, page_size=128), inputs,
+                      r"promises \(tile.divisible\) that page_size is a multiple of 128, got page_size = 64: .*"
+                      r"flash_attention_paged\(page_size=...\)", max_seqlen_q=1)
+
+
 def test_a_zero_length_batch_is_refused_by_name(rng):
     """No sequence at all: the grid would have no block along z, and the tables no entry."""
     q, k, v, _ = varlen_case(rng, [4], [4])
