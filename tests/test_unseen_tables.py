@@ -271,6 +271,24 @@ def test_a_cache_of_smaller_pages_than_the_tma_kernel_was_built_for_is_refused(r
                       r"flash_attention_paged\(page_size=...\)", max_seqlen_q=1)
 
 
+@pytest.mark.parametrize("heads,heads_k", [(3, 2), (2, 3)])
+def test_query_heads_that_are_no_multiple_of_the_key_heads_are_refused(heads, heads_k, rng):
+    """Regression: the raw varlen kernel given 3 query heads over 2 key heads read key head 2 (past the last: TMA's
+    zero fill, a silently wrong head at every level), and 2 over 3 divided by zero (the simulators refused it, the
+    GPU leaves it unspecified). The builders now declare `tile.multiples = {heads = "heads_k"}`, which every
+    launch checks, the compiled kernel's too."""
+    from tessera.runtime.compiler import KernelConfig, compile_kernel
+    from tessera.runtime.launch import run
+
+    q, k, v, tables = varlen_case(rng, [4, 9], [5, 3], heads=heads)
+    k, v = np.repeat(k[:1], heads_k, 0), np.repeat(v[:1], heads_k, 0)
+    match = rf"needs heads to be a multiple of heads_k \(tile.multiples\), got heads = {heads} and heads_k = {heads_k}"
+    launch_everywhere(flash_attention_varlen(head_dim=D), [q, k, v, *tables], match, max_seqlen_q=9)
+    kernel = compile_kernel(KernelConfig.of("flash_attention_varlen", head_dim=D, dtype="bf16"))
+    with pytest.raises(ValueError, match=match):
+        run(kernel, *(x.astype(BF16) for x in (q, k, v)), *tables, sizes={"max_seqlen_q": 9})
+
+
 def test_a_zero_length_batch_is_refused_by_name(rng):
     """No sequence at all: the grid would have no block along z, and the tables no entry."""
     q, k, v, _ = varlen_case(rng, [4], [4])

@@ -116,7 +116,7 @@ def target_signature(op):
     from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
-        gemm_options, launch_size_names,
+        gemm_options, launch_size_names, size_multiples,
     )
 
     name = op.sym_name.data
@@ -154,7 +154,8 @@ def target_signature(op):
                            scale.value.data if scale is not None and hasattr(scale, "value") else None,
                            tuple(tensors[i] for i in range(len(tensors))), grid,
                            gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None,
-                           launch_sizes=launch_size_names(op), tables=_declared_tables(op))
+                           launch_sizes=launch_size_names(op), multiples=size_multiples(op),
+                           tables=_declared_tables(op))
 
 
 def _declared_tables(op):
