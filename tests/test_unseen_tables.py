@@ -377,6 +377,8 @@ def test_a_custom_kernel_declares_its_tables_and_the_launch_checks_them(level, r
      "neither a size an input defines nor a launch size"),
     ('[{rows = "N", start = 1 : i64, end = 2 : i64, stride = 2 : i64}]', "unknown or malformed 'stride'"),
     ('{rows = "N"}', "must be an array of dictionaries"),
+    (ROWS + ', tile.multiples = {N = "Q"}', "'tile.multiples' must be a dictionary such as {heads = \"heads_k\"} of "
+                                          "sizes the inputs define"),
 ])
 def test_a_malformed_declaration_is_a_located_diagnostic(tables, message, tmp_path, capsys):
     """tessera-opt reads the file and refuses the declaration at the kernel, exit status 1, no traceback."""
