@@ -70,6 +70,9 @@ class HostDescription:
         """What the kernel's index tables must hold (`tile.tables`, kept from its Tile IR by convert-tile-to-sm90;
         `tessera.index_tables`): every launch checks the tables it can read against it."""
         ranges = parse_tables(self.op.attributes.get(TABLES_ATTR))
+        inputs = {a.source for a in self.target.args if a.source is not None and a.role == "in"}
+        if not isinstance(ranges, str) and any(i not in inputs for r in ranges for i in r.tables):
+            ranges = f"'{TABLES_ATTR}' names an argument that is not one of the kernel's inputs {sorted(inputs)}"
         if isinstance(ranges, str):
             raise ValueError(f"@{self.kernel}: {ranges}")
         return ranges

@@ -395,4 +395,23 @@ def test_tessera_run_refuses_a_kernel_whose_tables_it_cannot_generate(tmp_path, 
     assert status == 1 and f"{path}:3:3" in err
     assert "declares ('tile.tables') what its index tables (ends, starts) hold" in err, err
 
+
+def test_tessera_run_reads_the_declaration_back_from_target_ir(tmp_path, capsys):
+    """The Target IR keeps `tile.tables`: tessera-run refuses the kernel as it refuses its Tile IR, and a
+    declaration edited to name an argument the kernel does not have is a located diagnostic, not a traceback."""
+    target = str(tessera.compile(flash_attention_varlen(head_dim=D), "target"))
+    assert 'length = 6 : i64' in target  # seqlen_k, argument 6
+    for text, message in ((target, "sized by its launch (max_seqlen_q) and reads index tables that are not generated"),
+                          (target.replace("length = 6 : i64", "length = 9 : i64"), "names argument 9; the kernel has 8")):
+        path = tmp_path / "k.target.mlir"
+        path.write_text(text)
+        status, _, err = inprocess.main_in_process(tessera_run.main, capsys, str(path), *(
+            f"-d{n}=8" for n in ("heads", "total_q", "heads_k", "total_k", "batch")))
+        assert status == 1 and message in err, err
+    from tessera.host import describe  # the GPU runtime's view of the same Target IR
+
+    (host,) = describe(tessera.parse_module(target.replace("length = 6 : i64", "length = 9 : i64")))
+    with pytest.raises(ValueError, match=r"'tile.tables' names an argument that is not one of the kernel's inputs"):
+        host.tables
+
 # endregion

@@ -155,17 +155,21 @@ def target_signature(op):
                            tuple(tensors[i] for i in range(len(tensors))), grid,
                            gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None,
                            launch_sizes=launch_size_names(op), multiples=size_multiples(op),
-                           tables=_declared_tables(op))
+                           tables=_declared_tables(op, [tensors[i] for i in range(len(tensors))]))
 
 
-def _declared_tables(op):
-    """The index-table rules a Target IR kernel keeps from its Tile IR (`tile.tables`); RunError if malformed."""
-    from tessera.index_tables import TABLES_ATTR, parse_tables
+def _declared_tables(op, args):
+    """The index-table rules a Target IR kernel keeps from its Tile IR (`tile.tables`), checked against its
+    tensors `args` as `kernel_abi.signature` checks a Tile IR kernel's; RunError if malformed."""
+    from tessera.index_tables import TABLES_ATTR, parse_tables, table_problem
     from tessera.ir.diagnostics import located
+    from tessera.kernel_abi import launch_size_names
 
     tables = parse_tables(op.attributes.get(TABLES_ATTR))
-    if isinstance(tables, str):
-        raise RunError(located(op, tables))
+    defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if e.is_name}
+    problem = tables if isinstance(tables, str) else table_problem(tables, args, defined, launch_size_names(op))
+    if problem:
+        raise RunError(located(op, problem))
     return tables
 
 
