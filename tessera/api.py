@@ -165,6 +165,7 @@ def run_interpreted(where: str, module, arrays, kernel, level, pipeline, sizes, 
             raise ValueError(f"{where}: size {name}={value} contradicts the inputs, which give {name}={bound[name]}")
     for name, value in bound.items():  # sizes the inputs give reach the kernel as 32-bit parameters too
         check_size(where, name, value)
+    sig.check_tables(where, arrays, bound)  # its index tables hold what the kernel declares (`tile.tables`)
     by_name = dict(zip((a.name for a in sig.inputs), arrays))
     check_captured_values(where, module, by_name)  # a kernel built from score_mod / mask_mod: its arrays as traced,
     check_launch(where, module, bound)  # their reads in bounds

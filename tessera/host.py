@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tessera.cluster import CLUSTER_ATTR, kernel_cluster, launch_cluster
 from tessera.interpreters.sm90.target_abi import TargetKernel, target_kernel
+from tessera.index_tables import TABLES_ATTR, SequenceRange, parse_tables
 from tessera.kernel_abi import COPY_ATTR, ELEMENT_ATTR, is_target_kernel
 from tessera.lowering.fallback import PIPELINE_NOTE_ATTR
 from tessera.numerics import numpy_dtype
@@ -63,6 +64,18 @@ class HostDescription:
         """The Target IR kernel's launch attributes and arguments (`target_kernel`), read once: a launch asks
         for them on every call (the op is the compiled kernel's, never changed after compiling)."""
         return target_kernel(self.op)
+
+    @cached_property
+    def tables(self) -> tuple[SequenceRange, ...]:
+        """What the kernel's index tables must hold (`tile.tables`, kept from its Tile IR by convert-tile-to-sm90;
+        `tessera.index_tables`): every launch checks the tables it can read against it."""
+        ranges = parse_tables(self.op.attributes.get(TABLES_ATTR))
+        inputs = {a.source for a in self.target.args if a.source is not None and a.role == "in"}
+        if not isinstance(ranges, str) and any(i not in inputs for r in ranges for i in r.tables):
+            ranges = f"'{TABLES_ATTR}' names an argument that is not one of the kernel's inputs {sorted(inputs)}"
+        if isinstance(ranges, str):
+            raise ValueError(f"@{self.kernel}: {ranges}")
+        return ranges
 
     @property
     def copies(self) -> dict[int, str]:

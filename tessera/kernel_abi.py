@@ -21,6 +21,11 @@ tiles move one 32-bit pair per register only where rows start on 4 bytes). conve
 Target IR kernel, and every launch (each interpreter level and the GPU runtime) refuses sizes that break it
 (`check_divisible`): a kernel compiled on the promise would fault or be silently wrong.
 
+A kernel may also require a named size to be a multiple of another, `tile.multiples = {heads = "heads_k"}`
+(grouped-query attention: each key head serves heads / heads_k query heads, and a kernel given other counts
+would divide by zero or read a key head past the last); every launch refuses sizes that break it
+(`check_multiples`), and convert-tile-to-sm90 keeps it on the Target IR kernel.
+
 A kernel written for any sizes may ask to be specialized on their divisibility, `tile.specialize = {K = 8 : i64,
 N = 8 : i64}` (as Triton specializes on the divisibility of its integer arguments). Compiled without sizes
 (`tessera.compile`, tessera-opt) it is the fast variant: the lowering assumes the entries as if promised
@@ -42,9 +47,14 @@ declared as `tile.launch_sizes = ["max_seqlen_q"]`: the packed (varlen, paged) a
 ceildiv(max_seqlen_q, BM) query blocks per sequence, the longest sequence being a number only the caller
 knows (FlashAttention's `max_seqlen_q`). Used by the grid only (no tensor, no kernel parameter), a
 kernel must be correct for any value at least what its blocks need (the varlen kernels: every sequence's
-length), and the caller checks that. A launch size that a tensor's dimensions use is a size like the others,
+length), and says so in `tile.tables` (`longest`), which every launch checks. A launch size that a tensor's dimensions use is a size like the others,
 exact and a kernel parameter (`KernelSignature.size_names`): the backward's postprocess takes seq_q so, since
 its one input, dq_accum, has padded rows that do not give it.
+
+A kernel that reaches its tensors through int32 index tables declares what they must hold, `tile.tables`
+(`tessera.index_tables`: each sequence's rows within a size or reached through a page table, at most a launch
+size long, not overlapping where written), and every launch checks the tables it is given against it
+(`KernelSignature.tables`, `index_tables.check_tables`).
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, element_byte_width, is_fp8
+from tessera.index_tables import TABLES_ATTR, SequenceRange, check_tables, parse_tables, table_problem
 from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
@@ -68,6 +79,7 @@ DIMS_ATTR = "tile.dims"
 ROLE_ATTR = "tile.role"
 DIVISIBLE_ATTR = "tile.divisible"
 SPECIALIZE_ATTR = "tile.specialize"
+MULTIPLES_ATTR = "tile.multiples"
 LAUNCH_SIZES_ATTR = "tile.launch_sizes"
 KEY_ORDER_ATTR = "tile.key_order"
 """`tile.key_order = "p8"` on an 8-bit input: its innermost dimension holds keys in the order of
@@ -163,6 +175,10 @@ class KernelSignature:
     """Named sizes whose divisibility a launch specializes the kernel on (`tile.specialize`, `specialized`)."""
     promised: Mapping[str, int] = field(default_factory=dict)
     """The promise alone (`tile.divisible`): what every launch of the kernel as written must meet."""
+    multiples: Mapping[str, str] = field(default_factory=dict)
+    """Named sizes that must be multiples of other named sizes (`tile.multiples`): every launch checks them."""
+    tables: tuple[SequenceRange, ...] = ()
+    """What the kernel's index tables must hold (`tile.tables`, `tessera.index_tables`); every launch checks it."""
 
     @property
     def inputs(self) -> tuple[KernelArg, ...]:
@@ -218,11 +234,19 @@ class KernelSignature:
                 if sizes.setdefault(name, actual) != actual:
                     raise ValueError(f"{what}: '{name}' is {sizes[name]} elsewhere, got {actual}")
         check_divisible(self.name, self.promised, sizes, self.kind)
+        check_multiples(self.name, self.multiples, sizes)
         bound = bind_launch_sizes(self.name, self.launch_sizes, sizes, launch or {})
         for what, expr, actual in derived:
             if expr.evaluate(bound) != actual:
                 raise ValueError(f"{what}: the other sizes give {expr.evaluate(bound)}, got {actual}")
         return bound
+
+    def check_tables(self, where: str, inputs: Sequence, sizes: Mapping[str, int]) -> None:
+        """Check the index tables among `inputs` (the kernel's inputs in order) against `tables` at the bound
+        `sizes` (`index_tables.check_tables`: ValueError naming the table, entry, value and bound)."""
+        if self.tables:
+            given = {i: x for i, x in zip((i for i, a in enumerate(self.args) if a.role == "in"), inputs)}
+            check_tables(where, self.tables, given, lambda i: self.args[i].name, sizes)
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         grid = self.grid.evaluate(sizes)
@@ -285,10 +309,28 @@ def check_divisible(kernel: str, divisible: Mapping[str, int], sizes: Mapping[st
         if value is not None and value % multiple:
             instead = ("compile a kernel that does not promise it (tessera.interpret compiles the default "
                        "tessera.kernels.gemm() for the sizes it is given)" if kind == "gemm" else
-                       "make the kernel ask for it with tile.specialize instead (its launches then compile the "
-                       "variant the sizes meet: docs/any-shape.md)")
+                       "build the kernel for these sizes (a builder's: call it with them, e.g. "
+                       "flash_attention_paged(page_size=...)), or make the kernel ask for it with tile.specialize "
+                       "instead (its launches then compile the variant the sizes meet: docs/any-shape.md)")
             raise ValueError(f"kernel @{kernel} promises (tile.divisible) that {name} is a multiple of {multiple}, "
                              f"got {name} = {value}: launch it with such sizes, or {instead}")
+
+
+def size_multiples(op: func.FuncOp) -> dict[str, str]:
+    """`tile.multiples` of a Tile IR or Target IR kernel as {size: the size it is a multiple of} ({} for none;
+    `signature` checks its form on Tile IR kernels)."""
+    attr = op.attributes.get(MULTIPLES_ATTR)
+    if not isinstance(attr, DictionaryAttr):
+        return {}
+    return {name: v.data for name, v in attr.data.items() if isinstance(v, StringAttr)}
+
+
+def check_multiples(kernel: str, multiples: Mapping[str, str], sizes: Mapping[str, int]) -> None:
+    """ValueError naming both sizes and their values where `sizes` break the kernel's `tile.multiples`."""
+    for name, of in multiples.items():
+        if name in sizes and of in sizes and sizes[name] % sizes[of]:
+            raise ValueError(f"kernel @{kernel} needs {name} to be a multiple of {of} (tile.multiples), got "
+                             f"{name} = {sizes[name]} and {of} = {sizes[of]}")
 
 
 def specialized(module: ModuleOp, kernel: KernelSignature, sizes: Mapping[str, int]) -> ModuleOp:
@@ -454,9 +496,16 @@ def signature(op: func.FuncOp) -> KernelSignature:
         if arg.key_order is not None and divisible.get(last.symbol.data, 1) % 16:
             _fail(op, f"argument %{arg.name} is in '{KEY_ORDER_ATTR}' order by groups of 16 keys: the kernel must "
                       f"promise ('{DIVISIBLE_ATTR}') that {last.symbol.data} is a multiple of 16")
+    multiples = op.attributes.get(MULTIPLES_ATTR, DictionaryAttr({}))
+    if not isinstance(multiples, DictionaryAttr) or not all(
+            isinstance(v, StringAttr) and {k, v.data} <= defined for k, v in multiples.data.items()):
+        _fail(op, f"'{MULTIPLES_ATTR}' must be a dictionary such as {{heads = \"heads_k\"}} of sizes the inputs define")
+    tables = parse_tables(op.attributes.get(TABLES_ATTR))
+    if isinstance(tables, str) or (problem := table_problem(tables, args, defined, launch)):
+        _fail(op, tables if isinstance(tables, str) else problem)
     assumed = _merge_multiples(divisible, specialize)
     return KernelSignature(op, op.sym_name.data, kind, causal, scale, tuple(args), grid, gemm, assumed, cluster,
-                           launch, bias, specialize, divisible)
+                           launch, bias, specialize, divisible, size_multiples(op), tables)
 
 
 def _merge_multiples(*promises: Mapping[str, int]) -> dict[str, int]:

@@ -22,7 +22,7 @@ from tessera.kernels.attention_paged import GATHER_BLOCK_M, paged_copy
 from tessera.runtime.kvcache import attention_with_kvcache
 from tessera.toolchain import compile_ptx
 
-from test_serving import HEADS, bf16, check_paged, paged_cache
+from test_serving import HEADS, bf16, check_paged, paged_cache, trusting_launches
 
 LENGTHS = [1, 339, 200]
 
@@ -183,7 +183,7 @@ def _check_kernel_output(out, q, k_cache, v_cache, table, lengths):
 
 @pytest.mark.parametrize("level", ["tile", "target", "ptx"])
 def test_a_page_table_entry_out_of_range_is_reported_on_the_gather_path(level, rng):
-    module = flash_attention_paged(64, causal=True, page_size=16)
+    module = trusting_launches(flash_attention_paged(64, causal=True, page_size=16))
     inputs = _kernel_inputs(*_decode_inputs(rng, 16, lengths=(20,), table=[[1, 9]], pages=4))
     with checking(PagedCache("K", row_axis=1, pages=4), PagedCache("V", row_axis=1, pages=4)):
         with pytest.raises(Exception, match=r"page-table entry 9 of %[KV] is out of range \[0, 4\)"):
@@ -192,7 +192,7 @@ def test_a_page_table_entry_out_of_range_is_reported_on_the_gather_path(level, r
 
 def test_the_tile_interpreter_reports_a_page_out_of_range_without_serving_checks(rng):
     """A page number out of range is an error of the kernel (the op's contract), checked or not."""
-    module = flash_attention_paged(64, causal=True, page_size=16)
+    module = trusting_launches(flash_attention_paged(64, causal=True, page_size=16))
     inputs = _kernel_inputs(*_decode_inputs(rng, 16, lengths=(20,), table=[[1, -2]], pages=4))
     with pytest.raises(KernelHazardError, match=r"tile.cp_async_gather.*page-table entry -2 of %K is out of "
                                                 r"range \[0, 4\) \(key row 16\)"):

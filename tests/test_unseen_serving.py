@@ -207,7 +207,7 @@ def test_speculative_decoding_on_gathered_pages_below_tile_level(level, rng):
     ([3, 40], 0, r"cache_seqlens\[1\] = 40 \(\+ seq_new = 0\) must lie in \[0, 32\], the rows the page table or "
                  r"cache reaches \(2 pages of 16 rows\)"),
     ([-1, 2], 0, r"cache_seqlens\[0\] = -1 \(\+ seq_new = 0\) must lie in \[0, 32\]"),
-    ([32, 2], 1, r"cache_seqlens\[0\] = 32 \(\+ seq_new = 1\) must lie in \[0, 32\]"),
+    ([32, 2], 1, r"cache_seqlens\[0\] = 32 \(\+ seq_new = 1\) must lie in \[1, 32\]"),
 ])
 def test_cache_seqlens_past_the_page_table_is_refused_by_entry(lengths, seq_new, message):
     """Regression: the refusal listed every cache_seqlens (a batch of 256 numbers) without saying which one."""
@@ -281,7 +281,8 @@ def test_a_packed_decoding_batch_at_ptx_level(rng):
 
 def test_a_negative_cu_seqlens_start_is_refused():
     q, k = np.zeros((9, 2, 64), BF16), np.zeros((12, 2, 64), BF16)
-    with pytest.raises(ValueError, match=r"cu_seqlens_q must be non-decreasing from >= 0, got \[-1, 4, 9\]"):
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] = -1 must lie in \[0, 9\], cu_seqlens_q being "
+                                         r"non-decreasing from >= 0"):
         tessera.attention(q, k, k, cu_seqlens_q=np.array([-1, 4, 9], np.int32), cu_seqlens_k=np.array([0, 2, 12], np.int32),
                           max_seqlen_q=5, max_seqlen_k=10, level="tile")
 

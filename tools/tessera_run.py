@@ -116,7 +116,7 @@ def target_signature(op):
     from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
         DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
-        gemm_options, launch_size_names,
+        gemm_options, launch_size_names, size_multiples,
     )
 
     name = op.sym_name.data
@@ -154,7 +154,23 @@ def target_signature(op):
                            scale.value.data if scale is not None and hasattr(scale, "value") else None,
                            tuple(tensors[i] for i in range(len(tensors))), grid,
                            gemm_options(op, info.data) if isinstance(kind, StringAttr) and kind.data == "gemm" else None,
-                           launch_sizes=launch_size_names(op))
+                           launch_sizes=launch_size_names(op), multiples=size_multiples(op),
+                           tables=_declared_tables(op, [tensors[i] for i in range(len(tensors))]))
+
+
+def _declared_tables(op, args):
+    """The index-table rules a Target IR kernel keeps from its Tile IR (`tile.tables`), checked against its
+    tensors `args` as `kernel_abi.signature` checks a Tile IR kernel's; RunError if malformed."""
+    from tessera.index_tables import TABLES_ATTR, parse_tables, table_problem
+    from tessera.ir.diagnostics import located
+    from tessera.kernel_abi import launch_size_names
+
+    tables = parse_tables(op.attributes.get(TABLES_ATTR))
+    defined = {e.symbol.data for a in args if a.role == "in" for e in a.dims if e.is_name}
+    problem = tables if isinstance(tables, str) else table_problem(tables, args, defined, launch_size_names(op))
+    if problem:
+        raise RunError(located(op, problem))
+    return tables
 
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:

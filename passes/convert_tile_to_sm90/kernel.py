@@ -38,6 +38,8 @@ from tessera.kernel_abi import (
     GRID_ATTR,
     KERNEL_ATTR,
     LAUNCH_SIZES_ATTR,
+    MULTIPLES_ATTR,
+    TABLES_ATTR,
     ROLE_ATTR,
     SIZE_ATTR,
     SOURCE_ATTR,
@@ -326,7 +328,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
                           f"than the {facts.MAX_SHARED_MEMORY_PER_BLOCK} a thread block of sm_90 may have: use fewer "
                           "pipeline stages or smaller tiles", SharedMemoryError)
         attributes = {KERNEL_ATTR: self.fn.attributes[KERNEL_ATTR], GRID_ATTR: self.fn.attributes[GRID_ATTR]}
-        for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR):  # the launch reads them from the Target IR kernel
+        for kept in (CLUSTER_ATTR, LAUNCH_SIZES_ATTR, MULTIPLES_ATTR, TABLES_ATTR):  # the launch reads them from the Target IR kernel
             if kept in self.fn.attributes:
                 attributes[kept] = self.fn.attributes[kept]
         if self.sig.divisible:  # what the lowering assumed (promised or specialized on): every launch checks it

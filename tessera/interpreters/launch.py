@@ -29,7 +29,7 @@ from tessera.interpreters.block_batch import BlockBatch
 from tessera.dialects import tile
 from tessera.interpreters.control import BatchedControlFunctions
 from tessera.interpreters.grid_sync import GridSync
-from tessera.interpreters.limits import check_memory
+from tessera.interpreters.limits import check_grid, check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
 from tessera.interpreters.tile_memory import GridWrites
@@ -62,7 +62,8 @@ def check_sizes(sig: KernelSignature, sizes: Mapping[str, int], memory_budget: i
                 input_copies: int = 1) -> None:
     """Refuse, before allocating, a launch of `sig` with `sizes` whose grid exceeds the driver's launch limits
     or whose arguments (inputs counted `input_copies` times, e.g. 2 for generated inputs that are then
-    converted; outputs and scratch once) need more host memory than `memory_budget` (ValueError naming it)."""
+    converted; outputs and scratch once) need more host memory than `memory_budget`, or whose grid has more
+    blocks than the interpreters run (`check_grid`): ValueError naming it."""
     facts.check_launch(sig.grid_size(sizes))
     parts = []
     for arg in sig.args:
@@ -70,6 +71,7 @@ def check_sizes(sig: KernelSignature, sizes: Mapping[str, int], memory_budget: i
         copies = input_copies if arg.role == "in" else 1
         parts.append((f"argument %{arg.name} ({arg.role}) of shape {list(arg.shape(sizes))}", copies * nbytes))
     check_memory(f"kernel @{sig.name}", parts, memory_budget)
+    check_grid(f"kernel @{sig.name}", sig.grid_size(sizes), sizes, sig.launch_sizes)
 
 
 def prepare_arguments(

@@ -17,6 +17,25 @@ from the inputs (`tile.load_index`, a size) that is far too large is refused at 
 running for hours (the PTX executor's bound is `max_steps`). Far above every loop of the suite and the
 benchmarks: a K loop over 2^20 tiles of 64 covers a dimension of 2^26."""
 
+MAX_GRID_BLOCKS = 1 << 20
+"""The most thread blocks one launch may run in the interpreters (`check_grid`), so that a grid sized by a launch
+size far larger than the kernel needs (the packed kernels' max_seqlen_q = 2^31 - 1: 2^24 query blocks a
+sequence, each exiting at once, memory no object) is refused at the launch, naming it, instead of running for
+hours. Far above every launch of the suite and the benchmarks (thousands of blocks)."""
+
+
+def check_grid(what: str, grid: tuple[int, int, int], sizes: dict[str, int], launch_sizes=()) -> None:
+    """ValueError naming `what`'s grid when it has more than `MAX_GRID_BLOCKS` blocks, and the launch sizes
+    among `sizes` that size it (a larger value than needed only adds blocks without work)."""
+    blocks = grid[0] * grid[1] * grid[2]
+    if blocks <= MAX_GRID_BLOCKS:
+        return
+    given = ", ".join(f"{name} = {sizes[name]}" for name in launch_sizes)
+    hint = f"; a launch size larger than the kernel needs ({given}) only adds blocks without work" if given else ""
+    raise ValueError(f"{what}: grid {tuple(grid)} is {blocks} thread blocks, more than the {MAX_GRID_BLOCKS} the "
+                     f"interpreters run in one launch{hint}")
+
+
 DEFAULT_MEMORY_BUDGET = 8 << 30
 """8 GiB: above every launch of the test suite and the benchmarks by orders of magnitude."""
 

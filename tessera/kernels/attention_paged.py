@@ -6,7 +6,8 @@ The cache is `num_pages` pages of `page_size` token rows; sequence b's token t l
 block BN is the head_dim's default (`DEFAULT_BLOCK_N`: 128 for head_dim 64, 96 and 128, 112 for 192, 48 for
 256) and the kernel reads each key block one of two ways (`paged_copy`), as FlashAttention-3 does:
 
-- "tma", when page_size is a multiple of BN: a block never crosses a page, so it is one TMA box of one page,
+- "tma", when page_size is a multiple of BN: a block never crosses a page, so it is one TMA box of one page
+  (the kernel promises it, `tile.divisible = {page_size = BN}`, and every launch checks the cache's page_size),
   {D, BN, 1, 1} at (0, row in page, key head, page). The cache arguments are then [num_pages, heads_k,
   page_size, D]: FlashAttention's [num_pages, page_size, heads_k, D] with its middle dimensions swapped, a view
   (strides) that the tensor map describes, not a copy. Kernel `flash_attention_paged{BN}_d{D}_...` The rows of the
@@ -31,7 +32,10 @@ Queries are packed as in `attention_varlen` (a decoding step of batch B with seq
 seqstart_q = 0, seq_q, 2 seq_q, ...), and so are the grid (ceildiv(max_seqlen_q, BM), heads [x S], batch),
 max_seqlen_q a launch size, the bounded stores, the LSE output (`return_lse`) and the split-KV partial
 results (`num_splits`): the key range of a part is a contiguous run of the sequence's key blocks, each still
-read through the page table.
+read through the page table. The kernel declares what its tables hold (`tile.tables`, `tessera.index_tables`):
+the query rows as varlen's, cache_seqlens[b] within max_pages x page_size, and each page a sequence reads,
+page_table[b, j] for j < ceil(cache_seqlens[b] / page_size), within the num_pages pages (the other slots are
+never read: -1 padding there is accepted); every launch checks the tables it is given.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
+from tessera.index_tables import TABLES_ATTR, SequenceRange, tables_attribute
+from tessera.kernel_abi import DIVISIBLE_ATTR
 from tessera.kernels.attention_block import output_args
 from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_varlen import (
@@ -52,6 +58,7 @@ from tessera.kernels.attention_varlen import (
     i32,
     load_q_and_run,
     packed_grid,
+    query_rows,
     varlen_block_start,
 )
 from tessera.kernels.common import (
@@ -161,6 +168,13 @@ def flash_attention_paged(
     ]
     variant = f"flash_attention_paged{c.block_n}" if copy == "tma" else "flash_attention_paged_gather"
     fn, b = kernel_function(c.kernel_name(variant), args, c.kernel_info(), packed_grid(c), LAUNCH_SIZES)
+    index = {a.name: i for i, a in enumerate(args)}  # the keys [0, cache_seqlens[b]) through the page table
+    fn.attributes[TABLES_ATTR] = tables_attribute([
+        query_rows(index["seqstart_q"], index["seqend_q"]),
+        SequenceRange(length=index["cache_seqlens"], pages=index["page_table"], page_size="page_size",
+                      num_pages="num_pages")])
+    if copy == "tma":  # a key block's box must not cross a page: every launch checks the promise
+        fn.attributes[DIVISIBLE_ATTR] = DictionaryAttr({"page_size": IntegerAttr(c.block_n, 64)})
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     batch = b.program_id("z", "batch")
     seq_k = b.emit(tile.LoadIndexOp(values["cache_seqlens"], [batch]), "seq_k")

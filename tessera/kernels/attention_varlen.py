@@ -15,8 +15,9 @@ h // (heads // heads_k).
 
 The grid is (ceildiv(max_seqlen_q, BM), heads, batch), as FlashAttention-3 launches it: max_seqlen_q, the
 longest sequence's query rows, is a launch size (`tessera.kernel_abi`: the caller gives it beside the
-inputs, and checks on the host that it is at least every sequence's length; a larger value only launches
-blocks that exit). A block whose rows start past the end of its sequence runs no key block and stores
+inputs; a larger value only launches blocks that exit). The kernel declares what its tables hold
+(`tile.tables`, `tessera.index_tables`: each sequence's rows within total_q and total_k, the query rows not
+overlapping and at most max_seqlen_q of them), and every launch checks the tables it is given. A block whose rows start past the end of its sequence runs no key block and stores
 nothing (its cost is a few table reads). Within a sequence every
 position is relative to its start, so masks (`tile.mask_bounds` at the sequence's key length,
 `tile.mask_causal` aligned bottom-right per sequence) are those of the dense kernel. Loads may read rows of
@@ -46,6 +47,7 @@ from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import SSAValue
 
 from tessera.dialects import tile
+from tessera.index_tables import TABLES_ATTR, SequenceRange, tables_attribute
 from tessera.kernels.attention import flash_loop
 from tessera.kernels.attention_block import (
     SPLIT_OUTPUTS,
@@ -75,6 +77,13 @@ PACKED_ROWS = ("heads", "total_q")
 
 LAUNCH_SIZES = ("max_seqlen_q",)
 """The packed kernels' launch size (`tessera.kernel_abi`): the longest sequence's query rows."""
+
+
+def query_rows(start: int, end: int) -> SequenceRange:
+    """What the packed kernels' query tables (arguments `start`, `end`) must hold (`tessera.index_tables`):
+    sequence b's rows [start[b], end[b]) of total_q, at most max_seqlen_q of them (the grid's query blocks),
+    written by its blocks alone."""
+    return SequenceRange(start=start, end=end, rows="total_q", longest=LAUNCH_SIZES[0], written=True)
 
 i32 = IntegerType(32)
 
@@ -186,6 +195,10 @@ def flash_attention_varlen(
     ]
     fn, b = kernel_function(c.kernel_name("flash_attention_varlen"), args, c.kernel_info(), packed_grid(c),
                             LAUNCH_SIZES)
+    index = {a.name: i for i, a in enumerate(args)}  # the key rows [seqstart_k[b], + seqlen_k[b]) of total_k
+    fn.attributes[TABLES_ATTR] = tables_attribute([
+        query_rows(index["seqstart_q"], index["seqend_q"]),
+        SequenceRange(start=index["seqstart_k"], length=index["seqlen_k"], rows="total_k")])
     values = dict(zip((a.name for a in args), fn.body.blocks.first.args))
     blk = varlen_block_start(b, c, values)
     load_q_and_run(b, blk)

@@ -38,7 +38,9 @@ from tessera.dialects.tile_types import (
     TileType,
     element_byte_width,
 )
-from tessera.kernel_abi import DIMS_ATTR, GRID_ATTR, KERNEL_ATTR, LAUNCH_SIZES_ATTR, ROLE_ATTR, KernelSignature, signature
+from tessera.kernel_abi import (
+    DIMS_ATTR, GRID_ATTR, KERNEL_ATTR, LAUNCH_SIZES_ATTR, MULTIPLES_ATTR, ROLE_ATTR, KernelSignature, signature,
+)
 from tessera.numerics import F32_LARGEST
 
 # region Argument checking
@@ -317,6 +319,9 @@ def kernel_function(
     fn.attributes[GRID_ATTR] = DimsAttr(grid)
     if launch_sizes:
         fn.attributes[LAUNCH_SIZES_ATTR] = ArrayAttr([StringAttr(n) for n in launch_sizes])
+    used = {str(d) for arg in args for d in arg.dims}
+    if {"heads", "heads_k"} <= used:  # grouped heads, as every builder names them: query head h reads key head
+        fn.attributes[MULTIPLES_ATTR] = DictionaryAttr({"heads": StringAttr("heads_k")})  # h // (heads / heads_k)
     block = fn.body.blocks.first
     for value, arg in zip(block.args, args):
         value.name_hint = arg.name

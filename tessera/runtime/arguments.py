@@ -20,7 +20,8 @@ import numpy as np
 from tessera.dialects.tile_types import DimsAttr
 from tessera.host import HostDescription
 from tessera.kernel_abi import (
-    ELEMENT_ATTR, bind_launch_sizes, check_divisible, divisible_sizes, kernel_kind, launch_size_names,
+    ELEMENT_ATTR, bind_launch_sizes, check_divisible, check_multiples, divisible_sizes, kernel_kind,
+    launch_size_names, size_multiples,
 )
 from tessera.numerics import numpy_dtype
 from tessera.sm90 import facts
@@ -135,6 +136,7 @@ def bind_sizes(host: HostDescription, shapes: Mapping[int, Sequence[int]],
             elif expr.is_name and sizes.setdefault(expr.symbol.data, actual) != actual:
                 raise ValueError(f"{what}: '{expr.symbol.data}' is {sizes[expr.symbol.data]} elsewhere, got {actual}")
     check_divisible(host.kernel, divisible_sizes(host.op), sizes, kernel_kind(host.op))
+    check_multiples(host.kernel, size_multiples(host.op), sizes)
     # launch sizes first: one that a tensor's dimensions use is a kernel parameter too (`tessera.kernel_abi`)
     sizes = bind_launch_sizes(host.kernel, launch_size_names(host.op), sizes, launch or {})
     for param in host.params:

@@ -86,6 +86,7 @@ def _launch_gpu(where: str, module, sig: KernelSignature | None, arrays, pipelin
             check_array(where, f"input {i}", x)  # the TypeError naming what it is
     if sig is not None:  # a wrong call fails before the GPU is asked
         bound = sig.sizes_from_inputs([tuple(x.shape) for x in arrays], sizes)
+        sig.check_tables(where, arrays, bound)  # what the host can read of its index tables (`tile.tables`)
         by_name = dict(zip((a.name for a in sig.inputs), arrays))
         check_captured_values(where, module, by_name)  # a kernel built from score_mod / mask_mod: its arrays as
         check_launch(where, module, bound)  # traced, their reads in bounds

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.index_tables import check_interval, check_pages
 from tessera.runtime.no_backward import no_backward
 from tessera.runtime.serving import (
     check_groups,
@@ -98,28 +99,9 @@ def check_lengths(where: str, lengths: np.ndarray, seq_new: int, capacity: int, 
     appended tokens would pass the `capacity` rows its page table (or its row of a contiguous cache) reaches:
     the kernel would read, and the append write, rows that are not the sequence's."""
     ends = lengths.astype(np.int64) + seq_new
-    bad = (lengths < 0) | (ends > capacity)
-    if bad.any():
-        b = int(np.argmax(bad))
-        raise ValueError(f"{where}: cache_seqlens[{b}] = {int(lengths[b])} (+ seq_new = {seq_new}) must lie in "
-                         f"[0, {capacity}], the rows the page table or cache reaches ({reach})")
-
-
-def check_pages(where: str, table: np.ndarray, lengths: np.ndarray | None, seq_new: int, page_size: int,
-                num_pages: int) -> None:
-    """ValueError naming the first page_table entry outside the cache's `num_pages` pages among those a sequence
-    reaches (its first ceil((cache_seqlens + seq_new) / page_size) columns; every column where `lengths` is not
-    known on the host). The slots past them are never read, so a serving stack's padding there (-1, as vLLM's
-    block tables carry) is accepted, as FlashAttention accepts it."""
-    reached = np.ones(table.shape, bool)
-    if lengths is not None:
-        pages = -(-(lengths.astype(np.int64) + seq_new) // page_size)
-        reached = np.arange(table.shape[1])[None, :] < pages[:, None]
-    bad = reached & ((table < 0) | (table >= num_pages))
-    if bad.any():
-        b, j = (int(x) for x in np.argwhere(bad)[0])
-        raise ValueError(f"{where}: page_table holds page {int(table[b, j])}, outside the {num_pages} pages of "
-                         f"k_cache, at [{b}, {j}], which sequence {b} reads")
+    check_interval(where, lambda b: f"cache_seqlens[{b}]", ends, seq_new, capacity,
+                   f"the rows the page table or cache reaches ({reach})",
+                   shown=lambda b: f"{int(lengths[b])} (+ seq_new = {seq_new})")
 
 
 def append_to_cache(k_cache, v_cache, k_new, v_new, page_table, cache_seqlens) -> None:
@@ -236,7 +218,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, page_table=N
         check_lengths(where, lengths, seq_new, capacity, reach)
 
     if page_table is not None and table_values is not None:
-        check_pages(where, table_values, lengths, seq_new, page_size, kc_shape[0])
+        ends = None if lengths is None else lengths.astype(np.int64) + seq_new
+        check_pages(where, table_values, ends, page_size, kc_shape[0], "page_table", "k_cache")
     if page_table is not None and seq_new and table_values is not None and lengths is not None:
         check_appends(where, table_values, lengths, seq_new, page_size)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.host import HostDescription
+from tessera.index_tables import check_tables
 from tessera.host_arrays import (  # noqa: F401 - the runtime's names for them
     _torch,
     _torch_dtype,
@@ -104,6 +105,8 @@ def check_inputs(host: HostDescription, inputs: Sequence, launch: Mapping[str, i
         if element_dtype(x) != tensor.dtype:
             raise ValueError(f"@{host.kernel}: input {tensor.label} must be {tensor.dtype.name}, got {dtype_name(x)}")
     sizes = bind_sizes(host, {t.source: tuple(x.shape) for t, x in zip(wanted, inputs)}, launch)
+    labels = {t.source: t.label for t in wanted}  # its index tables, where the host can read them (`tile.tables`)
+    check_tables(f"@{host.kernel}", host.tables, {t.source: x for t, x in zip(wanted, inputs)}, labels.get, sizes)
     views = {t.source: view_of(x) for t, x in zip(wanted, inputs)}
     for tensor in tensors:
         if tensor.role != "in":

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.index_tables import check_interval, check_longest, host_values
+
 LEVELS = (None, "tile", "target", "ptx")
 """Where a serving kernel runs: None on the GPU, or in one of `tessera.interpret`'s interpreters."""
 
@@ -118,13 +120,6 @@ def check_groups(where: str, heads: int, heads_k: int, q: str, k: str) -> None:
                          "(GQA/MQA: query head h reads key head h // (heads // heads_k))")
 
 
-def host_values(x) -> np.ndarray | None:
-    """The values of an index table the host can read (NumPy, CPU tensor), else None (a CUDA tensor)."""
-    if is_torch(x):
-        return None if x.is_cuda else x.numpy()
-    return np.asarray(x)
-
-
 def check_table(where: str, name: str, x, length: int | None = None, rank: int = 1) -> np.ndarray | None:
     """An int32 table of `rank` dimensions (the first of size `length` when given): its host values or None."""
     from tessera.runtime.launch import dtype_name
@@ -148,20 +143,19 @@ def check_cu_seqlens(where: str, name: str, x, batch_plus_one: int | None, total
     values = check_table(where, name, x, batch_plus_one)
     if int(x.shape[0]) < 2:
         raise ValueError(f"{where}: {name} must have batch + 1 >= 2 entries, got {int(x.shape[0])}")
-    if values is not None:
-        if values[0] < 0 or np.any(np.diff(values) < 0):
-            raise ValueError(f"{where}: {name} must be non-decreasing from >= 0, got {values.tolist()}")
-        if values[-1] > total:
-            raise ValueError(f"{where}: {name} ends at {int(values[-1])}, past the {total} packed rows")
+    if values is not None:  # each entry from the one before it (0 for the first) to the packed rows
+        previous = np.concatenate([[0], values[:-1]]).astype(np.int64)
+        check_interval(where, lambda b: f"{name}[{b}]", values, previous, total,
+                       f"{name} being non-decreasing from >= 0 and ending within the {total} packed rows")
     return values
 
 
 def check_max_seqlen(where: str, name: str, value, cu: np.ndarray | None) -> None:
+    """`value` an int >= 0 and at least every sequence's length in `cu` (host values, or None)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise ValueError(f"{where}: {name} must be an int >= 0, got {value!r}")
-    if cu is not None and len(cu) > 1 and int(np.max(np.diff(cu))) > value:
-        raise ValueError(f"{where}: {name} = {value} is smaller than the longest sequence "
-                         f"({int(np.max(np.diff(cu)))})")
+    if cu is not None:
+        check_longest(where, name, int(value), np.diff(cu.astype(np.int64)))
 
 
 def zeros_like(x):
@@ -280,9 +274,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     batch = int(cu_seqlens_q.shape[0]) - 1
     if seqused_k is not None:
         used = check_table(where, "seqused_k", seqused_k, batch)
-        if used is not None and cu_k is not None and (np.any(used < 0) or np.any(used > np.diff(cu_k))):
-            raise ValueError(f"{where}: seqused_k must lie between 0 and each sequence's length in cu_seqlens_k, "
-                             f"got {used.tolist()} for lengths {np.diff(cu_k).tolist()}")
+        if used is not None and cu_k is not None:
+            check_interval(where, lambda b: f"seqused_k[{b}]", used, 0, np.diff(cu_k.astype(np.int64)),
+                           lambda b: f"between 0 and sequence {b}'s length in cu_seqlens_k")
     from tessera.kernels import AttentionConfig
     from tessera.runtime.attention_plan import resolve_num_splits
 

@@ -106,15 +106,19 @@ def check_generated_inputs(where: str | None, sig: KernelSignature) -> None:
     int32 tables (cu_seqlens, page_table, cache_seqlens) whose values only the caller knows; random ones would
     send its reads and stores anywhere, and no verdict on them would mean anything. A launch size that an
     argument's dimensions use is a size like the others (`KernelSignature.size_names`), given with the rest.
-    So does a block-sparse kernel built from a mask_mod: its loops walk the block lists it takes
-    (`BLOCK_LIST_INPUTS`, made by `create_block_mask`), and random ones (negative counts, key blocks past the
-    sequence) left its producer's TMA loads in flight at the CTA's end in the PTX executor, a hazard report
-    of lists no mask makes."""
+    So is a kernel that declares what its index tables must hold (`tile.tables`, `tessera.index_tables`):
+    random tables would break it, and the launch would refuse them. So does a block-sparse kernel built from
+    a mask_mod: its loops walk the block lists it takes (`BLOCK_LIST_INPUTS`, made by `create_block_mask`), and
+    random ones (negative counts, key blocks past the sequence) left its producer's TMA loads in flight at the
+    CTA's end in the PTX executor, a hazard report of lists no mask makes."""
     grid_only = [n for n in sig.launch_sizes if n not in sig.size_names()]
-    if grid_only:
-        message = located(sig.op, f"kernel @{sig.name}: sized by its launch ({', '.join(grid_only)}) and "
-                                  "reads index tables that are not generated; run it with tessera.launch at each "
-                                  "level on real tables and compare with tessera.reference (docs/serving.md)")
+    tables = sorted({sig.args[i].name for r in sig.tables for i in r.tables})
+    if grid_only or tables:
+        what = (f"sized by its launch ({', '.join(grid_only)}) and reads" if grid_only
+                else f"declares ('tile.tables') what its index tables ({', '.join(tables)}) hold, and reads")
+        message = located(sig.op, f"kernel @{sig.name}: {what} index tables that are not generated; run it with "
+                                  "tessera.launch at each level on real tables and compare with tessera.reference "
+                                  "(docs/serving.md)")
         raise ValueError(message if where is None else f"{where}: {message}")
     lists = [arg.name for arg in sig.inputs if arg.name in BLOCK_LIST_INPUTS]
     if lists:
