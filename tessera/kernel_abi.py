@@ -264,6 +264,11 @@ SIZE_ATTR = "sm90.size"
 """The named size an index argument carries."""
 ELEMENT_ATTR = "sm90.element_type"
 """The element type of the tensor a tensor map or pointer argument addresses."""
+UNREAD_ATTR = "sm90.unread_tensors"
+"""On a Target IR kernel: the Tile IR tensor arguments it has no argument for (its body neither reads nor writes
+them, so convert-tile-to-sm90 gave them none), each a dictionary of `sm90.source`, `tile.dims`, `tile.role`,
+`sm90.element_type` and `name`: a launch from the Target IR alone (tessera-run) still numbers every tensor of
+the Tile IR kernel and takes their sizes."""
 COPY_ATTR = "sm90.copy"
 """On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
 need not start on 16 bytes); tensor-map arguments are the TMA copies."""

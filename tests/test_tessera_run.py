@@ -180,6 +180,43 @@ def test_a_target_ir_file_runs_in_the_cta_simulator_and_checks(capsys, gemm_targ
     assert "check: max error" in out and ": ok" in out
 
 
+UNREAD_INPUT = """
+func.func @scaled(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>},
+                  %U: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<m, 64>},
+                  %Y: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<n, 64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+  %c0 = arith.constant 0 : index
+  %w = tile.view %X[%c0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  %x = tile.load %w : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+  %t = tile.tanh %x : !tile.tile<64x64xf32, register>
+  %o = tile.view %Y[%c0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+  tile.store_global %t, %o : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+  func.return
+}
+"""
+
+
+def test_a_target_ir_kernel_with_an_input_it_never_reads_runs(capsys, tmp_path):
+    """Regression (found by tables24): the lowering gives an input the kernel never reads no argument, and
+    tessera-run refused the Target IR ("the 'sm90.source' indices [0, 2] do not number the tensors"); the kernel
+    keeps the tensor's description (`sm90.unread_tensors`), so the Target IR runs with every tensor in its
+    place, its size m included."""
+    tile_file, target_file = tmp_path / "unread.mlir", tmp_path / "unread.target.mlir"
+    tile_file.write_text(UNREAD_INPUT)
+    assert tessera_opt.main([str(tile_file), "-p", TARGET_PIPELINE, "-o", str(target_file)]) == 0
+    text = target_file.read_text()
+    assert 'sm90.unread_tensors = [{sm90.source = 1 : i64, sm90.element_type = f32, tile.dims = #tile.dims<m, 64>, ' \
+           'tile.role = "in", name = "U"}]' in text
+    for level in ("target", "ptx"):
+        status, out, err = run_in_process(capsys, str(target_file), "-d", "n=64", "-d", "m=3", "--level", level)
+        assert status == 0, err
+        assert "@scaled [n=64 m=3]: grid (1, 1, 1), Target IR" in out and "-> Y[64, 64]" in out
+    broken = tmp_path / "broken.mlir"
+    broken.write_text(checked(text).replace('name = "U"', 'label = "U"'))
+    status, _, err = run_in_process(capsys, str(broken), "-d", "n=64", "-d", "m=3")
+    assert status == 1 and "each entry of 'sm90.unread_tensors' needs" in err and "Traceback" not in err
+
+
 def test_a_wrong_target_ir_kernel_fails_the_check(capsys, gemm_target_files, tmp_path):
     """The check compares with NumPy: a Target IR GEMM that stores twice its product must fail it."""
     text = gemm_target_files["plain"].read_text()

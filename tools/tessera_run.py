@@ -109,14 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
 def target_signature(op):
     """The Tile-level signature of a Target IR kernel, read back from what convert-tile-to-sm90 keeps on it:
     `tile.kernel`, `tile.grid`, and on each tensor-map or pointer argument the `tile.dims`, `tile.role` and
-    `sm90.element_type` of the Tile IR argument `sm90.source` names. RunError says what is missing."""
-    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr
+    `sm90.element_type` of the Tile IR argument `sm90.source` names, and the tensors the kernel has no argument
+    for (`sm90.unread_tensors`). RunError says what is missing."""
+    from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr
 
     from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType
     from tessera.ir.diagnostics import located
     from tessera.kernel_abi import (
-        DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, KernelArg, KernelSignature,
-        gemm_options, launch_size_names, size_multiples,
+        DIMS_ATTR, ELEMENT_ATTR, GRID_ATTR, KERNEL_ATTR, ROLE_ATTR, SOURCE_ATTR, UNREAD_ATTR, KernelArg,
+        KernelSignature, gemm_options, launch_size_names, size_multiples,
     )
 
     name = op.sym_name.data
@@ -146,6 +147,17 @@ def target_signature(op):
         tensor_name = arg_name.split("_map")[0].removesuffix("_ptr")
         tile_type = TileType([DYNAMIC] * len(dims), element, MemSpace.GLOBAL)
         tensors.setdefault(index, KernelArg(tensor_name, role.data, tile_type, dims))
+    unread = op.attributes.get(UNREAD_ATTR)  # tensors the kernel has no argument for, in their places
+    for entry in unread.data if isinstance(unread, ArrayAttr) else ():
+        attrs = entry.data if isinstance(entry, DictionaryAttr) else {}
+        source, dims, role, element, tensor = (attrs.get(k) for k in (SOURCE_ATTR, DIMS_ATTR, ROLE_ATTR, ELEMENT_ATTR,
+                                                                       "name"))
+        if not isinstance(source, IntegerAttr) or not isinstance(dims, DimsAttr) or element is None \
+                or not isinstance(role, StringAttr) or not isinstance(tensor, StringAttr):
+            raise RunError(located(op, f"each entry of '{UNREAD_ATTR}' needs '{SOURCE_ATTR}', '{DIMS_ATTR}', "
+                                       f"'{ROLE_ATTR}', '{ELEMENT_ATTR}' and 'name', got {entry}"))
+        tile_type = TileType([DYNAMIC] * len(dims), element, MemSpace.GLOBAL)
+        tensors.setdefault(source.value.data, KernelArg(tensor.data, role.data, tile_type, dims))
     if sorted(tensors) != list(range(len(tensors))):
         raise RunError(located(op, f"the '{SOURCE_ATTR}' indices {sorted(tensors)} do not number the tensors "
                                    "0, 1, ... (each tensor of the Tile IR kernel once)"))

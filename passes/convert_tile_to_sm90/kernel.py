@@ -43,6 +43,7 @@ from tessera.kernel_abi import (
     ROLE_ATTR,
     SIZE_ATTR,
     SOURCE_ATTR,
+    UNREAD_ATTR,
     SWIZZLE_ATTR,
     TARGET_KERNEL_ATTR,
     KernelSignature,
@@ -333,6 +334,12 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
                 attributes[kept] = self.fn.attributes[kept]
         if self.sig.divisible:  # what the lowering assumed (promised or specialized on): every launch checks it
             attributes[DIVISIBLE_ATTR] = DictionaryAttr({n: IntegerAttr(v, 64) for n, v in self.sig.divisible.items()})
+        given = {arg for arg, _, _ in self.map_args} | set(self.pointer_args)
+        unread = [DictionaryAttr({SOURCE_ATTR: IntegerAttr(i, 64), ELEMENT_ATTR: a.type.element_type, DIMS_ATTR: a.dims,
+                                  ROLE_ATTR: StringAttr(a.role), "name": StringAttr(a.name)})
+                  for i, a in enumerate(self.sig.args) if i not in given]
+        if unread:  # a launch from this Target IR alone still numbers every tensor (kernel_abi.UNREAD_ATTR)
+            attributes[UNREAD_ATTR] = ArrayAttr(unread)
         attributes[TARGET_KERNEL_ATTR] = DictionaryAttr({
             "threads": IntegerAttr(self.threads, 64), "smem_bytes": IntegerAttr(self.smem_offset, 64)})
         new = func.FuncOp(self.fn.sym_name.data, (arg_types, []), Region(entry), arg_attrs=ArrayAttr(arg_attrs))
