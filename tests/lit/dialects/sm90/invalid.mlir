@@ -283,13 +283,19 @@ sm90.bar_sync 16, 128
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_arrive' op thread count must be a positive multiple of 32, got 48
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_arrive' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 48
 sm90.bar_arrive 1, 48
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32, got 0
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 0
 sm90.bar_sync 0, 0
+
+// -----
+
+// More threads than a block has: the barrier never completes (and ptxas takes no such count).
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 2048
+sm90.bar_sync 1, 2048
 
 // ===== sm90.setmaxnreg
 
