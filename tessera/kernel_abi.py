@@ -569,6 +569,10 @@ def _check_step(loop: Operation) -> None:
 
 
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the signature of every kernel in `module`, and its body (`check_body`; raises VerifyException)."""
+    """Check the signature of every kernel in `module`, and its body (`check_body`), then the shared-memory
+    layout of every Target IR kernel (`tessera.shared_layout`); raises VerifyException."""
+    from tessera.shared_layout import verify_shared_layout  # imports the sm90 dialect, which Tile IR needs not
+
     for op in kernels(module):
         check_body(op, signature(op))
+    verify_shared_layout(module)

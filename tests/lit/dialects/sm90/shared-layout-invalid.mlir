@@ -1,0 +1,44 @@
+// The shared-memory layout of a Target IR kernel (tessera/shared_layout.py): its buffers lie within the
+// kernel's smem_bytes (the PTX's launch size), two different buffers share no byte, and smem_bytes is at most
+// what a block may use. One buffer declared twice (as passes that clone a region do) is one buffer.
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64}} {
+  %a = sm90.shared_buffer "a" offset 0 size 128 align 16 swizzle 0 : i32
+  %a2 = sm90.shared_buffer "a" offset 0 size 128 align 16 swizzle 0 : i32
+  %b = sm90.shared_buffer "b" offset 128 size 128 align 16 swizzle 0 : i32
+  func.return
+}
+// CHECK: func.func @k
+
+// -----
+
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64}} {
+  // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: op 'sm90.shared_buffer': shared buffer 'box' [0, 512) does not fit the kernel's 256 bytes of shared memory (sm90.kernel smem_bytes)
+  %buf = sm90.shared_buffer "box" offset 0 size 512 align 16 swizzle 0 : i32
+  func.return
+}
+
+// -----
+
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 64 : i64, smem_bytes = 256 : i64}} {
+  %a = sm90.shared_buffer "a" offset 0 size 128 align 16 swizzle 0 : i32
+  // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: op 'sm90.shared_buffer': shared buffer 'b' [64, 192) overlaps shared buffer 'a' [0, 128)
+  %b = sm90.shared_buffer "b" offset 64 size 128 align 16 swizzle 0 : i32
+  func.return
+}
+
+// -----
+
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.kernel' smem_bytes = 1048576 exceeds the 232448 bytes of shared memory a block may use
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 64 : i64, smem_bytes = 1048576 : i64}} {
+  func.return
+}
