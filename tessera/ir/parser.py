@@ -41,6 +41,7 @@ from xdsl.parser.core import UnresolvedOperand
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from tessera.ir.diagnostics import LocatedVerifyException, remember_source
 from tessera.ir.hex_floats import HexFloatLiterals
@@ -101,6 +102,18 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
             return opaque_op(name)
         return super()._get_op_by_name(name)
+
+    def _parse_block(self):  # private in xDSL 0.74 (pinned): a labelled block, after a region's first one
+        # xDSL expects a block label wherever a region's ops stop before its `}` and says only " in block
+        # definition": the usual cause is a `}` left out (the input ends) or text that is no op.
+        token = self._current_token
+        if token.kind == MLIRTokenKind.EOF:
+            self.raise_error("the input ends inside a region: a '}' is missing (a function body or another op's "
+                             "region is not closed)")
+        if token.kind != MLIRTokenKind.CARET_IDENT:
+            self.raise_error(f"expected an operation, a block label (^bb1:) or the '}}' closing the region, got "
+                             f"'{token.text}'")
+        return super()._parse_block()
 
     def file_line_col(self, position: int) -> FileLineColLoc:
         """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""
