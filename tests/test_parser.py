@@ -293,3 +293,17 @@ def test_a_region_that_is_not_closed_says_so(text, line, message):
 def test_a_labelled_block_after_the_entry_block_still_parses():
     text = "func.func @f() {\n  func.return\n^bb1:\n  func.return\n}\n"
     assert "^bb1:" in print_module(parse_module(text))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("func.func @f(%w: !tile.tile<8xf32, global>) {\n  %x = tile.loadd %w : !tile.tile<8xf32, global> -> "
+     "!tile.tile<8xf32, register>\n  func.return\n}\n",
+     "Operation tile.loadd is not registered (did you mean 'tile.load'?)"),
+    ("func.func @f(%x: i32) {\n  sm90.mbarrier_inits %x, 1\n  func.return\n}\n",
+     "Operation sm90.mbarrier_inits is not registered (did you mean 'sm90.mbarrier_init'?)"),
+    ("func.func @f() {\n  foo.bar\n  func.return\n}\n", "Operation foo.bar is not registered\n"),
+])
+def test_a_misspelt_op_of_a_known_dialect_names_the_op_meant(text, message):
+    with pytest.raises(ParseError) as error:
+        parse_module(text, "k.mlir")
+    assert message in str(error.value) + "\n", str(error.value)

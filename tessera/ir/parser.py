@@ -29,6 +29,7 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
 from __future__ import annotations
 
 import bisect
+import difflib
 import re
 import sys
 
@@ -101,6 +102,10 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
             return opaque_op(name)
+        if op_type is None and (dialect := self.ctx.get_optional_dialect(name.split(".")[0])) is not None:
+            # a misspelt op of a known dialect (`tile.loadd`): name the op meant, as -p names the pass meant
+            if close := difflib.get_close_matches(name, [op.name for op in dialect.operations], n=1):
+                self.raise_error(f"Operation {name} is not registered (did you mean '{close[0]}'?)")
         return super()._get_op_by_name(name)
 
     def _parse_block(self):  # private in xDSL 0.74 (pinned): a labelled block, after a region's first one
