@@ -49,6 +49,7 @@ its one input, dq_accum, has padded rows that do not give it.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -568,11 +569,40 @@ def _check_step(loop: Operation) -> None:
                                             f"{step.value.value.data}", name_op=False))
 
 
+FUNCTION_ATTRS = (KERNEL_ATTR, GRID_ATTR, DIVISIBLE_ATTR, SPECIALIZE_ATTR, LAUNCH_SIZES_ATTR, "tile.cluster")
+"""The `tile.` attributes of a kernel function (`tessera.cluster.CLUSTER_ATTR` is the last)."""
+ARGUMENT_ATTRS = (DIMS_ATTR, ROLE_ATTR, KEY_ORDER_ATTR)
+"""The `tile.` attributes of a kernel's arguments."""
+
+
+def check_attribute_names(op: func.FuncOp) -> None:
+    """Refuse a `tile.` attribute of function `op` or of its arguments that is not one of FUNCTION_ATTRS or
+    ARGUMENT_ATTRS but close to one (`tile.kernal`, `tile.dim`, `tile.rol`), naming the one meant: misspelt, it
+    is ignored, and the function is no kernel (a pass then says its Tile IR was not lowered) or the argument
+    no output (its store is refused as a write of an input). Other unknown names are left alone."""
+    known = FUNCTION_ATTRS + ARGUMENT_ATTRS
+    arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else ()
+    named = [(name, "") for name in op.attributes] + [
+        (name, f"argument {i}: ") for i, attrs in enumerate(arg_attrs) for name in attrs.data]
+    for name, where in named:
+        if name.startswith("tile.") and name not in known:
+            if close := difflib.get_close_matches(name, known, n=1, cutoff=0.8):
+                raise VerifyException(located(op, f"{where}unknown attribute '{name}' (did you mean '{close[0]}'?)"))
+
+
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the signature of every kernel in `module`, and its body (`check_body`), then the shared-memory
-    layout of every Target IR kernel (`tessera.shared_layout`); raises VerifyException."""
+    """Check the attribute names of every function (`check_attribute_names`), the signature of every kernel in
+    `module` and its body (`check_body`), then the shared-memory layout of every Target IR kernel
+    (`tessera.shared_layout`); raises VerifyException."""
     from tessera.shared_layout import verify_shared_layout  # imports the sm90 dialect, which Tile IR needs not
 
+    pending: list[Operation] = [module]
+    while pending:  # the functions of the module and of modules in it, without walking the functions' bodies
+        op = pending.pop()
+        if isinstance(op, func.FuncOp):
+            check_attribute_names(op)
+        elif isinstance(op, ModuleOp):
+            pending.extend(op.ops)
     for op in kernels(module):
         check_body(op, signature(op))
     verify_shared_layout(module)
