@@ -102,11 +102,18 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
             return opaque_op(name)
-        if op_type is None and (dialect := self.ctx.get_optional_dialect(name.split(".")[0])) is not None:
+        if op_type is not None:
+            return super()._get_op_by_name(name)
+        hint = ""
+        if (dialect := self.ctx.get_optional_dialect(name.split(".")[0])) is not None:
             # a misspelt op of a known dialect (`tile.loadd`): name the op meant, as -p names the pass meant
-            if close := difflib.get_close_matches(name, [op.name for op in dialect.operations], n=1):
-                self.raise_error(f"Operation {name} is not registered (did you mean '{close[0]}'?)")
-        return super()._get_op_by_name(name)
+            if close := difflib.get_close_matches(name, [op.name for op in dialect.operations], n=1, cutoff=0.8):
+                hint = f" (did you mean '{close[0]}'?)"
+        # at the name, which the parser has just read (xDSL points at the token after it: the next line's op
+        # when the unknown op has no operands)
+        end = self._current_token.span.start
+        start = self.lexer.input.content.rfind(name, 0, end)
+        self.raise_error(f"Operation {name} is not registered{hint}", start, start + len(name))
 
     def _parse_block(self):  # private in xDSL 0.74 (pinned): a labelled block, after a region's first one
         # xDSL expects a block label wherever a region's ops stop before its `}` and says only " in block
