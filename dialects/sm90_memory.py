@@ -54,7 +54,7 @@ class SharedBufferOp(IRDLOperation):
     Invariants: offset is a multiple of align; align is a power of two, at least the swizzle period
     (1024/512/256 bytes for 128/64/32B swizzles, so that descriptors use base offset 0) and at least 8
     (the mbarrier size). Of one kernel, buffers lie within its `smem_bytes` and do not overlap
-    (`tessera.shared_layout`, which every module verification runs)."""
+    (`tessera.target_kernel_abi`, which every module verification runs)."""
 
     name = "sm90.shared_buffer"
     sym = prop_def(StringAttr)

@@ -591,18 +591,14 @@ def check_attribute_names(op: func.FuncOp) -> None:
 
 
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the attribute names of every function (`check_attribute_names`), the signature of every kernel in
-    `module` and its body (`check_body`), then the shared-memory layout of every Target IR kernel
-    (`tessera.shared_layout`); raises VerifyException."""
-    from tessera.shared_layout import verify_shared_layout  # imports the sm90 dialect, which Tile IR needs not
+    """Check the attribute names of every function of `module` (`check_attribute_names`) and, of a kernel, its
+    signature and body (`check_body`), then what every Target IR kernel declares and its shared-memory layout
+    (`tessera.target_kernel_abi`); raises VerifyException."""
+    from tessera.target_kernel_abi import verify_target_kernels  # imports the sm90 dialect, which Tile IR needs not
 
-    pending: list[Operation] = [module]
-    while pending:  # the functions of the module and of modules in it, without walking the functions' bodies
-        op = pending.pop()
+    for op in walk_ops(module):  # function by function, in order: the first one that is wrong is reported
         if isinstance(op, func.FuncOp):
             check_attribute_names(op)
-        elif isinstance(op, ModuleOp):
-            pending.extend(op.ops)
-    for op in kernels(module):
-        check_body(op, signature(op))
-    verify_shared_layout(module)
+            if is_kernel(op):
+                check_body(op, signature(op))
+    verify_target_kernels(module)

@@ -1,16 +1,19 @@
-"""The shared-memory layout of a Target IR kernel, checked where every module is verified.
+"""What a Target IR kernel declares and the shared-memory layout its buffers keep, checked where every module is
+verified (and read by the CTA simulator, `tessera.interpreters.sm90.target_abi`).
 
-A Target IR kernel (`sm90.kernel = {threads = N, smem_bytes = B}`) declares the bytes of dynamic shared memory
-it is launched with, and each `sm90.shared_buffer` names a byte range [offset, offset + size) of them. The
-invariants, which convert-tile-to-sm90's bump allocator meets by construction and a hand-written kernel may not:
+A Target IR kernel carries `sm90.kernel = {threads = N, smem_bytes = B}`: it is launched with N threads, a
+positive multiple of the warp size and at most `facts.MAX_THREADS_PER_BLOCK`, and B bytes of dynamic shared
+memory, at most `facts.MAX_SHARED_MEMORY_PER_BLOCK` (the PTX printer writes both into the launch line, the
+driver launches no more). Each `sm90.shared_buffer` names a byte range [offset, offset + size) of the B bytes.
+The invariants, which convert-tile-to-sm90's bump allocator meets by construction and a hand-written kernel may
+not:
 
-- B is at most `facts.MAX_SHARED_MEMORY_PER_BLOCK` (the driver launches no more);
-- every buffer lies within the B bytes: the PTX printer's launch size comes from B, so a buffer past it is read
-  and written past the allocation on a GPU (the CTA simulator refused it only when it ran the kernel);
+- every buffer lies within the B bytes: a buffer past them is read and written past the allocation on a GPU
+  (the CTA simulator refused it only when it ran the kernel);
 - two buffers overlap only as two declarations of one buffer (the same name, offset and size: passes that clone
   a region re-declare the buffers it uses); two different buffers sharing bytes corrupt each other.
 
-Each violation is a VerifyException located at the buffer, naming the kernel and the rule.
+Each violation is a VerifyException located at the kernel or the buffer, naming the rule.
 """
 
 from __future__ import annotations
@@ -29,24 +32,38 @@ from tessera.sm90 import facts
 _is_shared_buffer = subclass_test(SharedBufferOp)
 
 
-def declared_smem_bytes(kernel: func.FuncOp) -> int | None:
-    """The kernel's `sm90.kernel` smem_bytes, or None where the attribute does not give an integer (the
-    interpreters and the PTX printer refuse that kernel by name)."""
+def launch_attributes(kernel: func.FuncOp) -> tuple[int, int]:
+    """(threads, smem_bytes) of a Target IR kernel's `sm90.kernel`; ValueError naming the kernel and the rule
+    where the attribute is not a dictionary of two integers within the launch limits."""
+    where = f"@{kernel.sym_name.data}: '{TARGET_KERNEL_ATTR}'"
     info = kernel.attributes.get(TARGET_KERNEL_ATTR)
-    entry = info.data.get("smem_bytes") if isinstance(info, DictionaryAttr) else None
-    return entry.value.data if isinstance(entry, IntegerAttr) else None
+    if not isinstance(info, DictionaryAttr):
+        raise ValueError(f"@{kernel.sym_name.data} is not a target kernel: it needs "
+                         f"'{TARGET_KERNEL_ATTR} = {{threads = N, smem_bytes = B}}'")
+    values = []
+    for key in ("threads", "smem_bytes"):
+        entry = info.data.get(key)
+        if not isinstance(entry, IntegerAttr):
+            raise ValueError(f"{where} needs an integer '{key}'")
+        values.append(entry.value.data)
+    threads, smem_bytes = values
+    if not (0 < threads <= facts.MAX_THREADS_PER_BLOCK and threads % facts.WARP_SIZE == 0):
+        raise ValueError(f"{where}: threads must be a positive multiple of {facts.WARP_SIZE} up to "
+                         f"{facts.MAX_THREADS_PER_BLOCK}, got {threads}")
+    if not 0 <= smem_bytes <= facts.MAX_SHARED_MEMORY_PER_BLOCK:
+        raise ValueError(f"{where}: smem_bytes must be from 0 to the {facts.MAX_SHARED_MEMORY_PER_BLOCK} bytes of "
+                         f"shared memory a block may use, got {smem_bytes}")
+    return threads, smem_bytes
 
 
-def verify_shared_layout(module: ModuleOp) -> None:
-    """Check the invariants above for every Target IR kernel of `module`; raises VerifyException."""
+def verify_target_kernels(module: ModuleOp) -> None:
+    """Check `launch_attributes` and the layout invariants above for every Target IR kernel of `module`; raises
+    VerifyException."""
     for kernel in target_kernels_in(module):
-        smem = declared_smem_bytes(kernel)
-        if smem is None:
-            continue
-        if smem > facts.MAX_SHARED_MEMORY_PER_BLOCK:
-            raise VerifyException(located(kernel, (
-                f"kernel @{kernel.sym_name.data}: '{TARGET_KERNEL_ATTR}' smem_bytes = {smem} exceeds the "
-                f"{facts.MAX_SHARED_MEMORY_PER_BLOCK} bytes of shared memory a block may use")))
+        try:
+            _, smem = launch_attributes(kernel)
+        except ValueError as e:
+            raise VerifyException(located(kernel, f"kernel {e}")) from None
         seen: dict[tuple[str, int, int], SharedBufferOp] = {}
         for op in walk_ops(kernel):
             if not _is_shared_buffer(op):

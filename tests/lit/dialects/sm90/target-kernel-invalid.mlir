@@ -1,6 +1,7 @@
-// The shared-memory layout of a Target IR kernel (tessera/shared_layout.py): its buffers lie within the
-// kernel's smem_bytes (the PTX's launch size), two different buffers share no byte, and smem_bytes is at most
-// what a block may use. One buffer declared twice (as passes that clone a region do) is one buffer.
+// What a Target IR kernel declares and its shared-memory layout (tessera/target_kernel_abi.py): its buffers lie
+// within the kernel's smem_bytes (the PTX's launch size), two different buffers share no byte, smem_bytes is at
+// most what a block may use, and threads a multiple of 32 up to 1024. One buffer declared twice (as passes that
+// clone a region do) is one buffer.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
 func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
@@ -36,9 +37,26 @@ func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.kernel' smem_bytes = 1048576 exceeds the 232448 bytes of shared memory a block may use
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.kernel': smem_bytes must be from 0 to the 232448 bytes of shared memory a block may use, got 1048576
 func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
     attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
                 sm90.kernel = {threads = 64 : i64, smem_bytes = 1048576 : i64}} {
+  func.return
+}
+
+// -----
+
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.kernel': threads must be a positive multiple of 32 up to 1024, got 2048
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 2048 : i64, smem_bytes = 256 : i64}} {
+  func.return
+}
+
+// -----
+
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.kernel' needs an integer 'smem_bytes'
+func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>, sm90.kernel = {threads = 64 : i64}} {
   func.return
 }
