@@ -2,22 +2,6 @@
 // parsing. Each kernel has its own name so that each message is unique; the last chunk is a valid module.
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
-// ===== misspelt tile. attribute names (`check_attribute_names`): ignored, they would make no kernel or no output
-
-// CHECK: func @misspelt_kernel: unknown attribute 'tile.kernal' (did you mean 'tile.kernel'?)
-func.func @misspelt_kernel(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernal = {kind = "custom"}, tile.grid = #tile.dims<n>} {
-  func.return
-}
-
-// -----
-
-// CHECK: kernel @misspelt_role: argument 1: unknown attribute 'tile.rol' (did you mean 'tile.role'?)
-func.func @misspelt_role(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>, tile.rol = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
-  func.return
-}
-
-// -----
-
 // ===== tile.kernel
 
 // CHECK: kernel @not_dict: 'tile.kernel' must be a dictionary such as {kind = "attention"}
@@ -316,9 +300,23 @@ func.func @while_loop(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>})
 
 // -----
 
-// ===== valid kernels of each kind pass
+// ===== misspelt tile. attribute names (`check_attribute_names`): ignored, they would make no kernel or no output
+
+// CHECK: func @misspelt_kernel: unknown attribute 'tile.kernal' (did you mean 'tile.kernel'?)
+func.func @misspelt_kernel(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernal = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
 
 // -----
+
+// CHECK: kernel @misspelt_role: argument 1: unknown attribute 'tile.rol' (did you mean 'tile.role'?)
+func.func @misspelt_role(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>, tile.rol = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// ===== valid kernels of each kind pass
 
 // CHECK-LABEL: builtin.module {
 // CHECK:       func.func @attention(
