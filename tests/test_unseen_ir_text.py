@@ -164,6 +164,9 @@ CONTEXT = {  # name: (the text, its line the diagnostic points at, the diagnosti
         TARGET_KERNEL.replace("  sm90.bar_sync", '  %b = sm90.shared_buffer "b" offset 64 size 64 align 16 '
                               'swizzle 0 : i32\n  sm90.bar_sync'), 5,
         "shared buffer 'b' [64, 128) overlaps shared buffer 'a' [0, 128)"),
+    "a Target IR kernel of more threads than a block has": (
+        TARGET_KERNEL.replace("threads = 64 : i64", "threads = 2048 : i64"), 1,
+        "'sm90.kernel': threads must be a positive multiple of 32 up to 1024, got 2048"),
     "a named barrier for more threads than a block has": (
         TARGET_KERNEL.replace("sm90.bar_sync 0, 64", "sm90.bar_sync 0, 2048"), 5,
         "'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads"),
