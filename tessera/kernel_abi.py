@@ -63,6 +63,9 @@ from tessera.dialects.tile_types import DYNAMIC, DimsAttr, MemSpace, TileType, e
 from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
+from tessera.target_kernel_abi import (  # noqa: F401 (ABI names: the arguments of a Target IR kernel)
+    BOX_ATTR, COPY_ATTR, ELEMENT_ATTR, SIZE_ATTR, SOURCE_ATTR, SWIZZLE_ATTR, verify_target_kernels,
+)
 
 GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
@@ -230,20 +233,6 @@ class KernelSignature:
         return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
-# Arguments of a Target IR kernel (see passes/convert_tile_to_sm90.py, tessera/interpreters/sm90/launch.py):
-SOURCE_ATTR = "sm90.source"
-"""Index of the Tile IR argument a tensor map or global pointer stands for."""
-BOX_ATTR = "sm90.box"
-"""A tensor map's box, innermost dimension first."""
-SWIZZLE_ATTR = "sm90.swizzle"
-"""A tensor map's shared-memory swizzle in bytes."""
-SIZE_ATTR = "sm90.size"
-"""The named size an index argument carries."""
-ELEMENT_ATTR = "sm90.element_type"
-"""The element type of the tensor a tensor map or pointer argument addresses."""
-COPY_ATTR = "sm90.copy"
-"""On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
-need not start on 16 bytes); tensor-map arguments are the TMA copies."""
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
@@ -594,8 +583,6 @@ def verify_kernels(module: ModuleOp) -> None:
     """Check the attribute names of every function of `module` (`check_attribute_names`) and, of a kernel, its
     signature and body (`check_body`), then what every Target IR kernel declares and its shared-memory layout
     (`tessera.target_kernel_abi`); raises VerifyException."""
-    from tessera.target_kernel_abi import verify_target_kernels  # imports the sm90 dialect, which Tile IR needs not
-
     for op in walk_ops(module):  # function by function, in order: the first one that is wrong is reported
         if isinstance(op, func.FuncOp):
             check_attribute_names(op)

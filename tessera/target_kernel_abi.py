@@ -13,23 +13,58 @@ not:
 - two buffers overlap only as two declarations of one buffer (the same name, offset and size: passes that clone
   a region re-declare the buffers it uses); two different buffers sharing bytes corrupt each other.
 
+And a TMA copy (`sm90.tma_load`, `sm90.tma_load_multicast`) of a tensor-map argument gives one coordinate per
+dimension of its box (`sm90.box`): the PTX printer takes the copy's rank from its coordinates (a 1-D copy of a
+2-D map, which the hardware faults on), the simulators from the map.
+
 Each violation is a VerifyException located at the kernel or the buffer, naming the rule.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.dialects.sm90_memory import SharedBufferOp
+from tessera.dialects.sm90_base import TensorMapType
+from tessera.dialects.sm90_cluster import TmaLoadMulticastOp
+from tessera.dialects.sm90_memory import SharedBufferOp, TmaLoadOp
 from tessera.ir.class_tests import subclass_test
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import TARGET_KERNEL_ATTR, target_kernels_in
 from tessera.ir.walk import walk_ops
 from tessera.sm90 import facts
 
+# Arguments of a Target IR kernel (see passes/convert_tile_to_sm90.py, tessera/interpreters/sm90/launch.py;
+# tessera.kernel_abi re-exports them):
+SOURCE_ATTR = "sm90.source"
+"""Index of the Tile IR argument a tensor map or global pointer stands for."""
+BOX_ATTR = "sm90.box"
+"""A tensor map's box, innermost dimension first."""
+SWIZZLE_ATTR = "sm90.swizzle"
+"""A tensor map's shared-memory swizzle in bytes."""
+SIZE_ATTR = "sm90.size"
+"""The named size an index argument carries."""
+ELEMENT_ATTR = "sm90.element_type"
+"""The element type of the tensor a tensor map or pointer argument addresses."""
+COPY_ATTR = "sm90.copy"
+"""On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
+need not start on 16 bytes); tensor-map arguments are the TMA copies."""
+
 _is_shared_buffer = subclass_test(SharedBufferOp)
+_is_tma_copy = subclass_test((TmaLoadOp, TmaLoadMulticastOp))
+
+
+def _tensor_map_ranks(kernel: func.FuncOp) -> dict[SSAValue, int]:
+    """{tensor-map argument: the number of sizes of its `sm90.box`} for the kernel's arguments that have one."""
+    arg_attrs = kernel.arg_attrs.data if kernel.arg_attrs is not None else ()
+    ranks = {}
+    for arg, attrs in zip(kernel.body.blocks.first.args if kernel.body.blocks else (), arg_attrs):
+        box = attrs.data.get(BOX_ATTR)
+        if isinstance(arg.type, TensorMapType) and isinstance(box, ArrayAttr):
+            ranks[arg] = len(box.data)
+    return ranks
 
 
 def launch_attributes(kernel: func.FuncOp) -> tuple[int, int]:
@@ -64,8 +99,13 @@ def verify_target_kernels(module: ModuleOp) -> None:
             _, smem = launch_attributes(kernel)
         except ValueError as e:
             raise VerifyException(located(kernel, f"kernel {e}")) from None
+        ranks = _tensor_map_ranks(kernel)
         seen: dict[tuple[str, int, int], SharedBufferOp] = {}
         for op in walk_ops(kernel):
+            if _is_tma_copy(op) and (rank := ranks.get(op.tensor_map)) is not None and len(op.coords) != rank:
+                raise VerifyException(located(op, (
+                    f"'{op.name}' op a rank-{rank} tensor map (sm90.box of {rank} sizes) needs {rank} "
+                    f"coordinates, got {len(op.coords)}")))
             if not _is_shared_buffer(op):
                 continue
             name, start = op.sym.data, op.offset.value.data

@@ -60,3 +60,19 @@ func.func @k(%out: i64 {sm90.source = 0 : i64, tile.dims = #tile.dims<64>, tile.
     attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>, sm90.kernel = {threads = 64 : i64}} {
   func.return
 }
+
+// -----
+
+// A TMA copy of a tensor-map argument gives one coordinate per dimension of its sm90.box: -t ptx printed a 1-D
+// copy of this 2-D map (cp.async.bulk.tensor.1d), which the hardware faults on.
+func.func @k(%map: !sm90.tensormap {sm90.source = 0 : i64, sm90.box = [64 : i64, 64 : i64], sm90.swizzle = 128 : i64, sm90.element_type = bf16, tile.dims = #tile.dims<M, 64>},
+             %out: i64 {sm90.source = 1 : i64, tile.dims = #tile.dims<M, 64>, tile.role = "out"})
+    attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>,
+                sm90.kernel = {threads = 128 : i64, smem_bytes = 9216 : i64}} {
+  %c0 = arith.constant 0 : i32
+  %full = sm90.shared_buffer "full" offset 0 size 8 align 8 swizzle 0 : i32
+  %tile = sm90.shared_buffer "tile" offset 1024 size 8192 align 1024 swizzle 128 : i32
+  // CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}kernel @k: 'sm90.tma_load' op a rank-2 tensor map (sm90.box of 2 sizes) needs 2 coordinates, got 1
+  sm90.tma_load %map[%c0], %tile, %full : i32
+  func.return
+}
