@@ -167,6 +167,17 @@ CONTEXT = {  # name: (the text, its line the diagnostic points at, the diagnosti
     "a Target IR kernel of more threads than a block has": (
         TARGET_KERNEL.replace("threads = 64 : i64", "threads = 2048 : i64"), 1,
         "'sm90.kernel': threads must be a positive multiple of 32 up to 1024, got 2048"),
+    "a StableHLO add of an i8 and an f32 tensor (NumPy promoted it)": (
+        function("%a: tensor<4xi8>, %b: tensor<4xf32>",
+                 '%r = "stablehlo.add"(%a, %b) : (tensor<4xi8>, tensor<4xf32>) -> tensor<4xf32>'), 2,
+        "'stablehlo.add' op operands and result must have one element type, got i8, f32"),
+    "a StableHLO compare of two shapes": (
+        function("%a: tensor<4xf32>, %b: tensor<8xf32>", '%r = "stablehlo.compare"(%a, %b) '
+                 "<{comparison_direction = #stablehlo<comparison_direction LT>}> : (tensor<4xf32>, tensor<8xf32>) "
+                 "-> tensor<4xi1>"), 2, "'stablehlo.compare' op lhs, rhs and the result must have one shape"),
+    "a StableHLO reshape to more elements (NumPy's error, unlocated, when run)": (
+        function("%a: tensor<4x8xf32>", '%r = "stablehlo.reshape"(%a) : (tensor<4x8xf32>) -> tensor<64xf32>'), 2,
+        "'stablehlo.reshape' op operand and result must hold as many elements, got 32 and 64"),
     "a named barrier for more threads than a block has": (
         TARGET_KERNEL.replace("sm90.bar_sync 0, 64", "sm90.bar_sync 0, 2048"), 5,
         "'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads"),
