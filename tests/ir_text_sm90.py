@@ -143,7 +143,7 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
     ('sm90.bulk_reduce_add', 'operand 0: wrong element type', 'i64', 'i32',
      "'sm90.bulk_reduce_add': operand 'dest' at position 0 does not"),
     ('sm90.bulk_reduce_add', 'bytes out of range', 'bytes = 512 : i64', 'bytes = -1 : i64',
-     'bytes must be a positive multiple of 16, got -1'),
+     "bytes must be a positive multiple of 16 up to a block's 232448"),
     ('sm90.bulk_reduce_add', 'property bytes missing', '"sm90.bulk_reduce_add"(%a0, %a1) <{bytes = 512 : i64}> :',
      '"sm90.bulk_reduce_add"(%a0, %a1) :', "'sm90.bulk_reduce_add': property 'bytes' expected in operation"),
     ('sm90.bulk_wait_group', 'pending out of range', 'pending = 0 : i64, read', 'pending = -1 : i64, read',
