@@ -536,6 +536,8 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
                                                  f"{', '.join(TILE_KERNEL_DIALECTS)} ops", name_op=False))
         if inner.name == "scf.for":
             _check_step(inner)
+        if inner.name == "scf.yield":
+            _check_if_yield(inner)
         field = WRITES.get(inner.name)
         if field is None:
             continue
@@ -547,6 +549,20 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
             raise VerifyException(located(inner, f"writes argument %{name}, an input: a kernel writes only its "
                                                  f"outputs and scratch buffers (declare %{name} with "
                                                  f"tile.role = \"out\")"))
+
+
+def _check_if_yield(yield_op: Operation) -> None:
+    """What an scf.if's branch yields has the types of the scf.if's results (MLIR's scf.if verifier rule, which
+    xDSL 0.74 does not check: a bf16 tile yielded as an f32 result verified, and each level read it its way)."""
+    parent = yield_op.parent_op()
+    if parent is None or parent.name != "scf.if":
+        return
+    got = [v.type for v in yield_op.operands]
+    expected = [r.type for r in parent.results]
+    if got != expected:
+        raise VerifyException(located(yield_op, (
+            f"'scf.yield' yields ({', '.join(map(str, got))}) to an scf.if whose results are "
+            f"({', '.join(map(str, expected))})"), name_op=False))
 
 
 def _check_step(loop: Operation) -> None:

@@ -316,6 +316,24 @@ func.func @misspelt_role(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n
 
 // -----
 
+// An scf.if yields what its results are (MLIR's rule, which xDSL 0.74 does not check).
+func.func @if_yield(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %b = tile.program_id x : index
+  %c0 = arith.constant 0 : index
+  %c = arith.cmpi eq, %b, %c0 : index
+  %f = tile.fill 1.0 : !tile.tile<16xf32, register>
+  %r = scf.if %c -> (!tile.tile<16xf32, register>) {
+    scf.yield %f : !tile.tile<16xf32, register>
+  } else {
+    %h = tile.cast %f : !tile.tile<16xf32, register> -> !tile.tile<16xbf16, register>
+    // CHECK: kernel @if_yield: 'scf.yield' yields (!tile.tile<16xbf16, register>) to an scf.if whose results are (!tile.tile<16xf32, register>)
+    scf.yield %h : !tile.tile<16xbf16, register>
+  }
+  func.return
+}
+
+// -----
+
 // ===== valid kernels of each kind pass
 
 // CHECK-LABEL: builtin.module {
