@@ -25,8 +25,8 @@ WELL_FORMED = {**ir_text_tile.WELL_FORMED, **ir_text_sm90.WELL_FORMED, **ir_text
 MALFORMED = [*ir_text_tile.MALFORMED, *ir_text_sm90.MALFORMED, *ir_text_graph.MALFORMED]
 IN_CONTEXT = {"tile.release"}
 """Ops whose well-formed use needs more than a function of arguments (a ring's `tile.stage`): in `RING_KERNEL`."""
-WITH_REGIONS = {"stablehlo.reduce", "stablehlo.return", "stablehlo.composite"}
-"""StableHLO ops with a region or a decomposition, used in the rewriter's graphs (tests/test_rewriter*.py)."""
+WITH_REGIONS = {"stablehlo.reduce", "stablehlo.return"}
+"""StableHLO's reduction and the terminator of its region, used in the rewriter's graphs (tests/test_rewriter*.py)."""
 
 
 def function(args: str, body: str) -> str:
