@@ -77,6 +77,7 @@ class _AttentionConfigOp(IRDLOperation):
 
     def _verify_config(self, tensors: dict[str, SSAValue]) -> None:
         from tessera.kernels import HEAD_DIMS
+        from tessera.kernels.common import check_block
 
         d = self.head_dim.value.data
         if d not in HEAD_DIMS:
@@ -85,6 +86,11 @@ class _AttentionConfigOp(IRDLOperation):
             self._fail(f"dtype '{self.dtype.data}' is not one of {', '.join(DTYPES)}")
         if not (self.scale.value.data > 0 and abs(self.scale.value.data) != float("inf")):
             self._fail(f"scale must be a positive finite f32, got {self.scale.value.data}")
+        for what in ("block_m", "block_n"):  # the builders' own rule (a block of 3 rows is no kernel)
+            try:
+                check_block(what, getattr(self, what).value.data)
+            except ValueError as e:
+                self._fail(str(e))
         for what, value in tensors.items():
             shape = _shape(value)
             if len(shape) != 4 or shape[3] != d:

@@ -53,7 +53,8 @@ class SharedBufferOp(IRDLOperation):
 
     Invariants: offset is a multiple of align; align is a power of two, at least the swizzle period
     (1024/512/256 bytes for 128/64/32B swizzles, so that descriptors use base offset 0) and at least 8
-    (the mbarrier size); buffers of one kernel do not overlap (checked by the kernel verifier)."""
+    (the mbarrier size), at most 1024. Of one kernel, buffers lie within its `smem_bytes` and do not overlap
+    (`tessera.target_kernel_abi`, which every module verification runs)."""
 
     name = "sm90.shared_buffer"
     sym = prop_def(StringAttr)
@@ -75,8 +76,11 @@ class SharedBufferOp(IRDLOperation):
     def verify_(self) -> None:
         offset, size, align, swizzle = (int_value(a) for a in (self.offset, self.size, self.alignment, self.swizzle))
         require(swizzle in facts.SWIZZLE_MODES, self, f"swizzle must be one of {facts.SWIZZLE_MODES} bytes, got {swizzle}")
-        require(align >= facts.MBARRIER_BYTES and align & (align - 1) == 0, self,
-                f"alignment must be a power of two >= {facts.MBARRIER_BYTES}, got {align}")
+        # at most the 128B swizzle's period: the printed kernel rounds its shared memory's base up to the largest
+        # alignment of its buffers at run time (.align in PTX, and as many bytes more at launch)
+        largest = facts.swizzle_period_bytes(max(facts.SWIZZLE_MODES))
+        require(facts.MBARRIER_BYTES <= align <= largest and align & (align - 1) == 0, self,
+                f"alignment must be a power of two from {facts.MBARRIER_BYTES} to {largest}, got {align}")
         require(align >= facts.swizzle_period_bytes(swizzle), self,
                 f"a {swizzle}B swizzle needs {facts.swizzle_period_bytes(swizzle)}-byte alignment, got {align}")
         require(offset >= 0 and offset % align == 0, self, f"offset {offset} is not a multiple of the alignment {align}")

@@ -58,6 +58,7 @@ from tessera.dialects.sm90_base import lanes, i64_attr
 from tessera.dialects.sm90_memory import column_bytes_properties, verify_column_bytes, verify_offsets_and_mask
 from tessera.sm90 import matrix as matrix_facts
 from tessera.ir.diagnostics import require
+from tessera.sm90 import facts
 
 # region Atomic adds into global memory [P#parallel-synchronization-and-communication-instructions-red, -atom]
 
@@ -146,8 +147,8 @@ class BulkReduceAddOp(IRDLOperation):
     by the async proxy: data another thread wrote with st.shared/stmatrix needs that thread's
     `sm90.fence_proxy_async` and a barrier before. The source may be overwritten only after a
     `sm90.bulk_wait_group ... read` covering the group this op is committed in; the global values may be read
-    only after the kernel ends (other CTAs add to them too). Invariants: bytes is a positive multiple of 16;
-    both addresses are 16-byte aligned at run time."""
+    only after the kernel ends (other CTAs add to them too). Invariants: bytes is a positive multiple of 16,
+    at most a block's shared memory; both addresses are 16-byte aligned at run time."""
 
     name = "sm90.bulk_reduce_add"
     dest = operand_def(I64)
@@ -161,7 +162,9 @@ class BulkReduceAddOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = self.bytes.value.data
-        require(n > 0 and n % BULK_ALIGNMENT == 0, self, f"bytes must be a positive multiple of {BULK_ALIGNMENT}, got {n}")
+        require(0 < n <= facts.MAX_SHARED_MEMORY_PER_BLOCK and n % BULK_ALIGNMENT == 0, self,
+                f"bytes must be a positive multiple of {BULK_ALIGNMENT} up to a block's "
+                f"{facts.MAX_SHARED_MEMORY_PER_BLOCK} bytes of shared memory, got {n}")
 
 
 @irdl_op_definition

@@ -178,8 +178,9 @@ class _NamedBarrierOp(IRDLOperation):
     def verify_(self) -> None:
         barrier, threads = int_value(self.barrier), int_value(self.threads)
         require(0 <= barrier < facts.NAMED_BARRIERS, self, f"barrier id must be in [0, {facts.NAMED_BARRIERS}), got {barrier}")
-        require(threads > 0 and threads % facts.WARP_SIZE == 0, self,
-                f"thread count must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
+        require(0 < threads <= facts.MAX_THREADS_PER_BLOCK and threads % facts.WARP_SIZE == 0, self,
+                f"thread count must be a positive multiple of {facts.WARP_SIZE} up to a block's "
+                f"{facts.MAX_THREADS_PER_BLOCK} threads, got {threads}")
 
 
 @irdl_op_definition

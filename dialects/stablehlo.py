@@ -19,6 +19,8 @@ Semantics are upstream's; `tessera.graph.stablehlo_interpreter` runs them on Num
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -32,6 +34,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolRefAttr,
     TensorType,
+    i1,
 )
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute
 from xdsl.irdl import (
@@ -171,13 +174,21 @@ def _i64s(attr: DenseArrayBase | None) -> list[int]:
     return [] if attr is None else [int(x) for x in attr.get_values()]
 
 
+def _require_one_element_type(op: IRDLOperation, what: str, values) -> None:
+    """StableHLO's rule for elementwise ops: `values` (tensors) share one element type; NumPy would promote
+    mixed ones silently (an i8 plus an f32 is an f32 there, an error in StableHLO)."""
+    elements = list(dict.fromkeys(str(_tensor(v).element_type) for v in values))
+    require(len(elements) <= 1, op, f"{what} must have one element type, got {', '.join(elements)}")
+
+
 class _Elementwise(IRDLOperation):
-    """An elementwise op: every operand and the result have the same shape."""
+    """An elementwise op: every operand and the result have the same shape and element type."""
 
     def verify_(self) -> None:
-        shapes = {tuple(_tensor(v).get_shape()) for v in (*self.operands, *self.results)
-                  if isinstance(v.type, TensorType)}
+        values = [v for v in (*self.operands, *self.results) if isinstance(v.type, TensorType)]
+        shapes = {tuple(_tensor(v).get_shape()) for v in values}
         require(len(shapes) <= 1, self, f"operands and result must have one shape, got {sorted(shapes)}")
+        _require_one_element_type(self, "operands and result", values)
 
 
 def _unary(op_name: str, doc: str) -> type[IRDLOperation]:
@@ -243,6 +254,8 @@ class SelectOp(IRDLOperation):
         require(_tensor(self.on_true).get_shape() == shape == _tensor(self.on_false).get_shape(), self,
                 "on_true, on_false and the result must have one shape")
         require(_tensor(self.pred).get_shape() in (shape, ()), self, "pred must be a scalar or of the result's shape")
+        require(_tensor(self.pred).element_type == i1, self, f"pred must be i1, got {_tensor(self.pred).element_type}")
+        _require_one_element_type(self, "on_true, on_false and the result", (self.on_true, self.on_false, self.result))
 
 
 @irdl_op_definition
@@ -255,6 +268,14 @@ class CompareOp(IRDLOperation):
     result = result_def(TensorType)
     comparison_direction = prop_def(ComparisonDirectionAttr)
     compare_type = opt_prop_def(ComparisonTypeAttr)
+
+    def verify_(self) -> None:
+        shape = _tensor(self.result).get_shape()
+        require(_tensor(self.lhs).get_shape() == shape == _tensor(self.rhs).get_shape(), self,
+                "lhs, rhs and the result must have one shape")
+        _require_one_element_type(self, "lhs and rhs", (self.lhs, self.rhs))
+        require(_tensor(self.result).element_type == i1, self,
+                f"the result must be i1, got {_tensor(self.result).element_type}")
 
 
 @irdl_op_definition
@@ -305,11 +326,20 @@ class BroadcastInDimOp(IRDLOperation):
 
 @irdl_op_definition
 class ReshapeOp(IRDLOperation):
-    """`reshape`: the same elements, in row-major order, in the result's shape."""
+    """`reshape`: the same elements, in row-major order, in the result's shape (as many, of one type)."""
 
     name = "stablehlo.reshape"
     operand = operand_def(TensorType)
     result = result_def(TensorType)
+
+    def verify_(self) -> None:
+        source, result = _tensor(self.operand), _tensor(self.result)
+        require(source.element_type == result.element_type, self,
+                f"operand and result must have one element type, got {source.element_type} and {result.element_type}")
+        counts = [math.prod(t.get_shape()) for t in (source, result)]
+        if all(-1 not in t.get_shape() for t in (source, result)):  # a dynamic size is checked when it runs
+            require(counts[0] == counts[1], self, f"operand and result must hold as many elements, got "
+                                                  f"{counts[0]} and {counts[1]}")
 
 
 @irdl_op_definition

@@ -194,7 +194,10 @@ class FmaOp(_ElementwiseOp):
 
 @irdl_op_definition
 class ScaleOp(_ElementwiseOp):
-    """`%r = tile.scale %x by 0.125 : type`: r = x * factor elementwise (factor is an f32 constant)."""
+    """`%r = tile.scale %x by 0.125 : type`: r = x * factor elementwise (factor is a finite f32 constant).
+
+    A NaN or infinite factor is refused: the custom form writes the factor as a decimal float literal, which
+    has no spelling for them (the printed op would not read back), and no kernel means x * inf."""
 
     name = "tile.scale"
     source = operand_def(_ElementwiseOp.T)
@@ -207,6 +210,11 @@ class ScaleOp(_ElementwiseOp):
             properties={"factor": FloatAttr(as_f32(factor), Float32Type())},
             result_types=[SSAValue.get(source).type],
         )
+
+    def verify_(self) -> None:
+        super().verify_()
+        value = self.factor.value.data
+        require(math.isfinite(value), self, f"factor must be a finite f32, got {value}")
 
 
 @irdl_op_definition

@@ -147,7 +147,7 @@ class _BroadcastOp(IRDLOperation):
         for i, ty in enumerate(types):
             require_space(self, f"operand {i}", ty, MemSpace.REGISTER)
         values = [tile_type(o) for o in self._value_operands()]
-        elements = {t.element_type for t in values}
+        elements = dict.fromkeys(t.element_type for t in values)  # in operand order: the message is the same every run
         require(len(elements) == 1, self, f"operands must share one element type, got {', '.join(map(str, elements))}")
         self._check_element("operand", values[0].element_type)
         shape = broadcast_shape([t.get_shape() for t in types])

@@ -32,7 +32,7 @@ from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, 
 from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_register_store, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import DYNAMIC, MemSpace, TileType
-from tessera.ir.diagnostics import require
+from tessera.ir.diagnostics import require, source_location
 
 # region Memory: allocation, views and copies
 
@@ -297,7 +297,11 @@ class ReleaseOp(IRDLOperation):
     whole block (no `tile.barrier` is needed), and every later read of that stage must come before the
     `tile.release` of the stage. Refilling a stage that was read and not released since, or reading a
     stage after its release and before its next copy landed, is a race. This is what lets a pipeline
-    overlap the copy of stage i+N-1 with the compute on stage i without a block-wide barrier per step."""
+    overlap the copy of stage i+N-1 with the compute on stage i without a block-wide barrier per step.
+
+    The verifier refuses the race it can see in the text: a later op of the release's block (or nested in
+    one) that uses the released stage value before a copy into it (`tile.cp_async`, `tile.cp_async_gather`)
+    refills it. The Tile interpreter reports the others (another `tile.stage` of the same slot) when it runs."""
 
     name = "tile.release"
     stage = operand_def(TILE)
@@ -310,6 +314,26 @@ class ReleaseOp(IRDLOperation):
     def verify_(self) -> None:
         require_space(self, "operand", tile_type(self.stage), MemSpace.SHARED)
         require(isinstance(self.stage.owner, StageOp), self, "operand must be a stage of a ring (the result of tile.stage)")
+        if (user := _use_after_release(self)) is not None:
+            at = source_location(user)
+            require(False, self, f"releases the stage that {user.name}{f' at {at}' if at else ''} uses after it, before "
+                                 "a copy refills it: a released stage may be refilled at any moment (use it before "
+                                 "its release)")
+
+
+def _use_after_release(release: ReleaseOp) -> Operation | None:
+    """The first op after `release` in its block (or nested in such an op) that uses the released stage, unless
+    a copy into the stage (a refill) comes first; another release of it is no use."""
+    stage, op = release.stage, release.next_op
+    while op is not None:
+        for inner in op.walk():
+            if stage not in inner.operands or isinstance(inner, ReleaseOp):
+                continue
+            if isinstance(inner, (CpAsyncOp, CpAsyncGatherOp)) and inner.dest == stage:
+                return None
+            return inner
+        op = op.next_op
+    return None
 
 
 @irdl_op_definition

@@ -59,6 +59,7 @@ size long, not overlapping where written), and every launch checks the tables it
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ from tessera.index_tables import TABLES_ATTR, SequenceRange, check_tables, parse
 from tessera.ir.walk import walk_ops
 from tessera.ir.diagnostics import located
 from tessera.ir.kernel_marks import KERNEL_ATTR, TARGET_KERNEL_ATTR, is_kernel, is_target_kernel  # noqa: F401 (ABI names)
+from tessera.target_kernel_abi import (  # noqa: F401 (ABI names: the arguments of a Target IR kernel)
+    BOX_ATTR, COPY_ATTR, ELEMENT_ATTR, SIZE_ATTR, SOURCE_ATTR, SWIZZLE_ATTR, UNREAD_ATTR, verify_target_kernels,
+)
 
 GRID_ATTR = "tile.grid"
 DIMS_ATTR = "tile.dims"
@@ -253,25 +257,6 @@ class KernelSignature:
         return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
-# Arguments of a Target IR kernel (see passes/convert_tile_to_sm90.py, tessera/interpreters/sm90/launch.py):
-SOURCE_ATTR = "sm90.source"
-"""Index of the Tile IR argument a tensor map or global pointer stands for."""
-BOX_ATTR = "sm90.box"
-"""A tensor map's box, innermost dimension first."""
-SWIZZLE_ATTR = "sm90.swizzle"
-"""A tensor map's shared-memory swizzle in bytes."""
-SIZE_ATTR = "sm90.size"
-"""The named size an index argument carries."""
-ELEMENT_ATTR = "sm90.element_type"
-"""The element type of the tensor a tensor map or pointer argument addresses."""
-UNREAD_ATTR = "sm90.unread_tensors"
-"""On a Target IR kernel: the Tile IR tensor arguments it has no argument for (its body neither reads nor writes
-them, so convert-tile-to-sm90 gave them none), each a dictionary of `sm90.source`, `tile.dims`, `tile.role`,
-`sm90.element_type` and `name`: a launch from the Target IR alone (tessera-run) still numbers every tensor of
-the Tile IR kernel and takes their sizes."""
-COPY_ATTR = "sm90.copy"
-"""On a pointer argument: "ld.global" when the kernel copies that tensor into shared memory without TMA (its rows
-need not start on 16 bytes); tensor-map arguments are the TMA copies."""
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
@@ -600,6 +585,8 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
                                                  f"{', '.join(TILE_KERNEL_DIALECTS)} ops", name_op=False))
         if inner.name == "scf.for":
             _check_step(inner)
+        if inner.name == "scf.yield":
+            _check_if_yield(inner)
         field = WRITES.get(inner.name)
         if field is None:
             continue
@@ -613,6 +600,20 @@ def check_body(op: func.FuncOp, sig: KernelSignature) -> None:
                                                  f"tile.role = \"out\")"))
 
 
+def _check_if_yield(yield_op: Operation) -> None:
+    """What an scf.if's branch yields has the types of the scf.if's results (MLIR's scf.if verifier rule, which
+    xDSL 0.74 does not check: a bf16 tile yielded as an f32 result verified, and each level read it its way)."""
+    parent = yield_op.parent_op()
+    if parent is None or parent.name != "scf.if":
+        return
+    got = [v.type for v in yield_op.operands]
+    expected = [r.type for r in parent.results]
+    if got != expected:
+        raise VerifyException(located(yield_op, (
+            f"'scf.yield' yields ({', '.join(map(str, got))}) to an scf.if whose results are "
+            f"({', '.join(map(str, expected))})"), name_op=False))
+
+
 def _check_step(loop: Operation) -> None:
     """A loop whose step is a constant must step by a positive amount (MLIR's scf.for verifier rule, which
     xDSL 0.74 does not check): a zero step never ends, and a negative one has no meaning for scf.for."""
@@ -622,7 +623,34 @@ def _check_step(loop: Operation) -> None:
                                             f"{step.value.value.data}", name_op=False))
 
 
+FUNCTION_ATTRS = (KERNEL_ATTR, GRID_ATTR, DIVISIBLE_ATTR, SPECIALIZE_ATTR, LAUNCH_SIZES_ATTR, "tile.cluster")
+"""The `tile.` attributes of a kernel function (`tessera.cluster.CLUSTER_ATTR` is the last)."""
+ARGUMENT_ATTRS = (DIMS_ATTR, ROLE_ATTR, KEY_ORDER_ATTR)
+"""The `tile.` attributes of a kernel's arguments."""
+
+
+def check_attribute_names(op: func.FuncOp) -> None:
+    """Refuse a `tile.` attribute of function `op` or of its arguments that is not one of FUNCTION_ATTRS or
+    ARGUMENT_ATTRS but close to one (`tile.kernal`, `tile.dim`, `tile.rol`), naming the one meant: misspelt, it
+    is ignored, and the function is no kernel (a pass then says its Tile IR was not lowered) or the argument
+    no output (its store is refused as a write of an input). Other unknown names are left alone."""
+    known = FUNCTION_ATTRS + ARGUMENT_ATTRS
+    arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else ()
+    named = [(name, "") for name in op.attributes] + [
+        (name, f"argument {i}: ") for i, attrs in enumerate(arg_attrs) for name in attrs.data]
+    for name, where in named:
+        if name.startswith("tile.") and name not in known:
+            if close := difflib.get_close_matches(name, known, n=1, cutoff=0.8):
+                raise VerifyException(located(op, f"{where}unknown attribute '{name}' (did you mean '{close[0]}'?)"))
+
+
 def verify_kernels(module: ModuleOp) -> None:
-    """Check the signature of every kernel in `module`, and its body (`check_body`; raises VerifyException)."""
-    for op in kernels(module):
-        check_body(op, signature(op))
+    """Check the attribute names of every function of `module` (`check_attribute_names`) and, of a kernel, its
+    signature and body (`check_body`), then what every Target IR kernel declares and its shared-memory layout
+    (`tessera.target_kernel_abi`); raises VerifyException."""
+    for op in walk_ops(module):  # function by function, in order: the first one that is wrong is reported
+        if isinstance(op, func.FuncOp):
+            check_attribute_names(op)
+            if is_kernel(op):
+                check_body(op, signature(op))
+    verify_target_kernels(module)

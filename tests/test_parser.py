@@ -273,3 +273,37 @@ def test_a_byte_order_mark_is_not_part_of_the_ir():
     assert print_module(module) == "builtin.module {\n}\n"
     with pytest.raises(ParseError, match=r"bom.mlir:2:23"):
         parse_module("\ufefffunc.func @f() {\n  %x = arith.constant : index\n}\n", "bom.mlir")
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("func.func @f() {\n  func.return\n", 3,
+     "the input ends inside a region: a '}' is missing (a function body or another op's region is not closed)"),
+    ("builtin.module {\nfunc.func @f() {\n  func.return\n}\n", 5, "the input ends inside a region: a '}' is missing"),
+    ("func.func @f() {\n  42\n}\n", 2, "expected an operation, a block label (^bb1:) or the '}' closing the region, "
+                                      "got '42'"),
+])
+def test_a_region_that_is_not_closed_says_so(text, line, message):
+    """Regression: xDSL expects a block label where a region's ops stop before its '}', and said only
+    " in block definition" for a missing '}' (the input ends) or a stray token."""
+    with pytest.raises(ParseError) as error:
+        parse_module(text, "k.mlir")
+    assert f"k.mlir:{line}:" in str(error.value) and message in str(error.value), str(error.value)
+
+
+def test_a_labelled_block_after_the_entry_block_still_parses():
+    text = "func.func @f() {\n  func.return\n^bb1:\n  func.return\n}\n"
+    assert "^bb1:" in print_module(parse_module(text))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("func.func @f(%w: !tile.tile<8xf32, global>) {\n  %x = tile.loadd %w : !tile.tile<8xf32, global> -> "
+     "!tile.tile<8xf32, register>\n  func.return\n}\n",
+     "Operation tile.loadd is not registered (did you mean 'tile.load'?)"),
+    ("func.func @f(%x: i32) {\n  sm90.mbarrier_inits %x, 1\n  func.return\n}\n",
+     "Operation sm90.mbarrier_inits is not registered (did you mean 'sm90.mbarrier_init'?)"),
+    ("func.func @f() {\n  foo.bar\n  func.return\n}\n", "Operation foo.bar is not registered\n"),
+])
+def test_a_misspelt_op_of_a_known_dialect_names_the_op_meant(text, message):
+    with pytest.raises(ParseError) as error:
+        parse_module(text, "k.mlir")
+    assert message in str(error.value) + "\n", str(error.value)

@@ -17,6 +17,7 @@ import functools
 import numpy as np
 import pytest
 from xdsl.dialects import scf
+from xdsl.utils.exceptions import VerifyException
 
 import tessera
 from tessera import reference
@@ -102,9 +103,23 @@ def test_a_released_stage_is_refilled_and_read_again():
     np.testing.assert_array_equal(out[:16], a[16:32])
 
 
+def _read_again(name: str) -> str:
+    """A read of slot 0 through a second `tile.stage` of it: the same bytes, a value the verifier does not
+    follow (it refuses a use of the released value itself), so the interpreter's ring rules are what see it."""
+    return (f"%again = tile.stage %kv_ring[%c0] : !tile.tile<2x16x64xbf16, shared, swizzle 128> -> {STAGE}\n  "
+            f"%{name} = tile.load %again : {STAGE} -> !tile.tile<16x64xbf16, register>")
+
+
 def test_reading_a_released_stage_is_reported():
-    with pytest.raises(KernelHazardError, match=r"^%r = tile.load %s0 .*: reads the source \(ring kv_ring\) whose "
+    with pytest.raises(KernelHazardError, match=r"^%r = tile.load %again .*: reads the source \(ring kv_ring\) whose "
                                                 r"contents are released by tile.release and not refilled since"):
+        _run_ring(COPY0, WAIT, _read("x"), RELEASE, _read_again("r"))
+
+
+def test_reading_the_released_stage_value_is_refused_where_it_is_written():
+    """The same read through the released value itself is refused by tile.release's verifier, before any run."""
+    with pytest.raises(VerifyException, match=r"'tile.release' op releases the stage that tile.load at "
+                                              r"<string>:\d+:\d+ uses after it, before a copy refills it"):
         _run_ring(COPY0, WAIT, _read("x"), RELEASE, _read("r"))
 
 
@@ -117,7 +132,7 @@ def test_refilling_a_stage_read_since_its_release_is_reported_even_after_a_barri
 def test_releasing_a_stage_whose_copy_is_in_flight_is_reported():
     with pytest.raises(KernelHazardError, match=r"^tile.release %s0 .*: releases a stage of ring kv_ring whose copy "
                                                 r"is still in flight"):
-        _run_ring(COPY0, "tile.cp_commit_group", RELEASE, "tile.cp_wait_group 0", _read("r"))
+        _run_ring(COPY0, "tile.cp_commit_group", RELEASE, "tile.cp_wait_group 0", _read_again("r"))
 
 
 def test_a_stage_released_then_refilled_is_in_flight_until_its_wait():
@@ -299,14 +314,15 @@ def _flash_inputs():
 
 @pytest.mark.parametrize("stages", [2, 3])
 def test_release_before_the_last_read_is_reported(stages):
+    """A seeded pipelining bug (V's release moved above P.V, its read): tile.release's verifier refuses it before
+    the interpreter runs (the interpreter's own report of it is test_reading_a_released_stage_is_reported)."""
     module, loop = _flash_loop(stages)
     release_v = _ops(loop, tile.ReleaseOp)[1]
     pv = _ops(loop, tile.MmaOp)[1]
     release_v.detach()
     pv.parent_block().insert_op_before(release_v, pv)
-    with pytest.raises(KernelHazardError, match=r"^%acc_next = tile.mma %p_half, %v_stage.*: reads operand B \(ring "
-                                                r"v_ring\) whose contents are released by tile.release and not "
-                                                r"refilled since \(read after release\) in block \(0, 0, 0\)"):
+    with pytest.raises(VerifyException, match=r"'tile.release' op releases the stage that tile.mma uses after it, "
+                                              r"before a copy refills it"):
         tessera.interpret(module, *_flash_inputs())
 
 

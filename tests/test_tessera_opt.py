@@ -76,7 +76,7 @@ CASES = {
     ),
     "type-error": Case(("type.mlir",), 1, stderr=("type.mlir:2:31", "tile type: only shared tiles can be swizzled")),
     "kernel-abi-error": Case(("kernel.mlir",), 1, stderr=("kernel @k: 'tile.kernel' needs kind",)),
-    "unknown-op": Case(("unknown-op.mlir",), 1, stderr=("unknown-op.mlir:2:19", "tile.bogus is not registered")),
+    "unknown-op": Case(("unknown-op.mlir",), 1, stderr=("unknown-op.mlir:2:8", "tile.bogus is not registered")),
     "unknown-dialect": Case(("unknown-dialect.mlir",), 1, stderr=("unknown-dialect.mlir:1:", "nosuch.op")),
     "error-in-second-chunk": Case(
         ("split.mlir", "--split-input-file"), 1, stderr=("argument 0 (%x): dimension '32' contradicts the static size 64",)

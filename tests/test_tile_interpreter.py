@@ -8,6 +8,7 @@ import pytest
 from xdsl.dialects import scf
 
 import tessera
+import tessera.kernels
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.reference_attention import attention_operands
@@ -32,6 +33,18 @@ def _erase(op):
 
 def test_unseeded_kernel_runs(rng):
     tessera.interpret(_fresh_flash(), *attention_operands(rng, 150, 150, 64, heads=2))
+
+
+def test_a_block_of_more_row_groups_than_an_int64_mask_has_runs(rng):
+    """Regression: flash attention with block_m = 4096 (64 row groups of 64 rows; a multiple of 16, which the
+    builder takes and the passes refuse) was "OverflowError: Python int too large to convert to C long" in
+    tile.mma, whose race checks kept one bit per row group."""
+    from tessera.reference import check_attention
+
+    q, k, v = attention_operands(rng, 40, 40, 64, heads=1)
+    module = tessera.kernels.flash_attention(head_dim=64, block_m=4096)
+    o = tessera.interpret(module, q, k, v)
+    assert check_attention(o, q, k, v, o.dtype).ok
 
 
 def test_missing_wait_is_reported(rng):

@@ -122,7 +122,7 @@ _MMA = ("%part = tile.mma %x_smem, %u_smem, %zeros : !tile.tile<64x64xbf16, shar
 MISSING = {  # name: (edit of row_cumsum.mlir, "line:col", message)
     "scan op": (lambda text: checked(text).replace(_MMA, "%part = tile.cumsum %x_smem : !tile.tile<64x64xbf16, shared, "
                                                 "swizzle 128> -> !tile.tile<64x64xf32, register>"),
-                "37:27", "Operation tile.cumsum is not registered"),
+                "37:15", "Operation tile.cumsum is not registered"),
     "int8 GEMM": (lambda text: checked(text).replace("xbf16", "xi8"), "9:21",
                   "element type must be bf16, f16, f32, f8E4M3FN, f8E5M2, i32, i64, index or i1, got i8"),
 }

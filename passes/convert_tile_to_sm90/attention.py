@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math as pymath
 
-from xdsl.dialects import arith, scf
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
@@ -26,6 +26,7 @@ from tessera.numerics import F32_LARGEST, LN2, LOG2E, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (
     RoundOnStore,
     Scaled,
+    feeds_mma_a_only,
     refuse,
 )
 
@@ -234,7 +235,7 @@ class AttentionLowering:
             if _stored_only(op.result):  # a quantize epilogue: byte pairs, stored two bytes a register
                 self._set(op.result, e.op(sm90.CvtPackOp(self._get(op.source), fmt)))
                 return
-            if not _feeds_mma_a_only(op.result):
+            if not feeds_mma_a_only(op.result):
                 refuse(op, "an 8-bit register tile is lowered as the A operand of an 8-bit tile.mma (its "
                             "registers hold the keys in the order facts.P8_KEY_ORDER), directly or through "
                             "the loop-carried values of scf.for/scf.if, or stored by tile.store_global only")
@@ -421,36 +422,6 @@ def _feeds_causal_mask(bounds: tile.MaskBoundsOp) -> bool:
     causal = use.operation if use is not None else None
     return (isinstance(causal, tile.MaskCausalOp) and use.index == 0 and causal.k_start == bounds.k_start
             and causal.seq_k == bounds.seq_k and causal.parent_block() is bounds.parent_block())
-
-
-def _feeds_mma_a_only(value: SSAValue, seen: set | None = None) -> bool:
-    """Whether every use of `value` is the A operand of a tile.mma, directly or through the iteration arguments
-    and results of an scf.for (as its initial value or yielded) or the results of an scf.if: an 8-bit P in registers
-    means nothing else (its keys are in P8 key order)."""
-    seen = set() if seen is None else seen
-    if value in seen:
-        return True
-    seen.add(value)
-    for use in value.uses:
-        user = use.operation
-        if isinstance(user, tile.MmaOp) and user.a is value and user.b is not value:
-            continue
-        if isinstance(user, scf.ForOp) and use.index >= 3:  # an initial value of an iteration argument
-            i = use.index - 3
-            if not all(_feeds_mma_a_only(v, seen) for v in (user.results[i], user.body.block.args[i + 1])):
-                return False
-            continue
-        if not isinstance(user, scf.YieldOp):
-            return False
-        parent = user.parent_op()
-        carried = [parent.results[use.index]]
-        if isinstance(parent, scf.ForOp):
-            carried.append(parent.body.block.args[use.index + 1])
-        elif not isinstance(parent, scf.IfOp):
-            return False
-        if not all(_feeds_mma_a_only(v, seen) for v in carried):
-            return False
-    return True
 
 
 def _stored_only(value: SSAValue) -> bool:

@@ -307,3 +307,33 @@ def constant_i32(value: SSAValue) -> int | None:
     if not isinstance(constant, IntegerAttr):
         return None
     return (constant.value.data + 2**31) % 2**32 - 2**31  # an index constant is truncated to i32
+
+
+def feeds_mma_a_only(value: SSAValue, seen: set | None = None) -> bool:
+    """Whether every use of `value` is the A operand of a tile.mma, directly or through the iteration arguments
+    and results of an scf.for (as its initial value or yielded) or the results of an scf.if: an 8-bit P in registers
+    means nothing else (its keys are in P8 key order)."""
+    seen = set() if seen is None else seen
+    if value in seen:
+        return True
+    seen.add(value)
+    for use in value.uses:
+        user = use.operation
+        if isinstance(user, tile.MmaOp) and user.a is value and user.b is not value:
+            continue
+        if isinstance(user, scf.ForOp) and use.index >= 3:  # an initial value of an iteration argument
+            i = use.index - 3
+            if not all(feeds_mma_a_only(v, seen) for v in (user.results[i], user.body.block.args[i + 1])):
+                return False
+            continue
+        if not isinstance(user, scf.YieldOp):
+            return False
+        parent = user.parent_op()
+        carried = [parent.results[use.index]]
+        if isinstance(parent, scf.ForOp):
+            carried.append(parent.body.block.args[use.index + 1])
+        elif not isinstance(parent, scf.IfOp):
+            return False
+        if not all(feeds_mma_a_only(v, seen) for v in carried):
+            return False
+    return True

@@ -26,6 +26,7 @@ from tessera.lowering.emitter import Emitter
 from tessera.lowering.fragments import ROW_VECTOR_TYPE, AccumulatorLayout
 from tessera.sm90 import facts
 from tessera.passes.convert_tile_to_sm90.common import (
+    feeds_mma_a_only,
     refuse,
 )
 
@@ -123,6 +124,10 @@ class RegisterTileLowering:
         ty = op.result.type
         element = ty.element_type
         if is_fp8(element) and ty.rank == 2:
+            if not feeds_mma_a_only(op.result):  # stored, it would be written as the byte pairs of a cast
+                refuse(op, "an 8-bit register fill is lowered as the A operand of an 8-bit tile.mma (four equal "
+                           "bytes a register), directly or through loop-carried values: fill f32 and tile.cast "
+                           "it to store it")
             per_register = 4
         elif isinstance(element, BFloat16Type | Float16Type):
             per_register = 2

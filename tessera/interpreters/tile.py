@@ -25,13 +25,14 @@ from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_elementwise import ElementwiseFunctions, aligned_operand
 from tessera.interpreters.tile_memory import (
-    ROW_GROUP,
     AsyncCopies,
     GatheredRows,
     GlobalView,
     GridWrites,
     SharedBuffer,
     SharedRef,
+    every_row_group,
+    row_group_bits,
 )
 from tessera.interpreters.grid_sync import GridDeadlock, GridSync  # noqa: I001 - after tile_memory: merge-friendly
 from tessera.numerics import F32, batched_matmul, numpy_dtype, round_to, widened_dtype
@@ -456,14 +457,13 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         rows of the result each): group g reads A's rows of its slab (every row of a transposed A, whose
         columns it reads) and every row of B."""
         wide = np.float64 if self.widen else F32
-        groups = -(-int(np.shape(args[2])[-2]) // ROW_GROUP) if np.ndim(args[2]) >= 3 else 1
-        every = np.int64((1 << groups) - 1)
+        every = every_row_group(int(np.shape(args[2])[-2]) if np.ndim(args[2]) >= 3 else 1)
 
         def readers(operand, by_rows: bool) -> np.ndarray | None:
             if not isinstance(operand, SharedRef) or operand.buffer.staged:
                 return None
             rows = operand.buffer.mma_rows.shape[1]
-            return np.int64(1) << (np.arange(rows) // ROW_GROUP) if by_rows else np.full(rows, every)
+            return row_group_bits(rows) if by_rows else np.full(rows, every)
 
         a = self._operand_tile(op, args[0], "operand A", readers(args[0], op.transpose_a is None)).astype(wide)
         b = self._operand_tile(op, args[1], "operand B", readers(args[1], False)).astype(wide)

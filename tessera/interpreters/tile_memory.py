@@ -50,6 +50,20 @@ from tessera.sm90 import facts
 EMPTY, IN_FLIGHT, LANDED, READY, RELEASED, WRITTEN = range(6)
 ROW_GROUP = facts.WGMMA_M
 """Rows of a `tile.mma` result that one group of threads (a warpgroup) computes, reading its operands itself."""
+ROW_GROUP_BITS = 63
+"""Row groups the race checks tell apart: one bit each of an int64 mask (the sign bit unused). Rows past the
+63rd group count as the last group: a block has at most 1024 threads, 8 warpgroups, so only a `tile.mma` no
+lowering takes has more groups (flash attention built with block_m = 4096), and the mask would overflow."""
+
+
+def row_group_bits(rows: int) -> np.ndarray:
+    """[rows] int64: the bit of the row group of each row of a `tile.mma` result (`ROW_GROUP_BITS`)."""
+    return np.int64(1) << np.minimum(np.arange(rows) // ROW_GROUP, ROW_GROUP_BITS - 1)
+
+
+def every_row_group(rows: int) -> np.int64:
+    """The mask of every row group of a `tile.mma` result of `rows` rows."""
+    return np.int64((1 << min(-(-rows // ROW_GROUP), ROW_GROUP_BITS)) - 1)
 _STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_group covers its copy)",
                LANDED: "landed but not yet published to the block (missing tile.barrier after cp_wait_group)",
                RELEASED: "released by tile.release and not refilled since (read after release)",
@@ -242,7 +256,7 @@ class SharedRef:
             batch.fail(op, f"overwrites shared buffer {self.buffer.name}, read since the last tile.barrier "
                            "(write-after-read race)", racing)
         rows = self.buffer.mma_rows.shape[1]
-        self.check_mma_readers(batch, op, np.int64(1) << (np.arange(rows) // ROW_GROUP), "its row group")
+        self.check_mma_readers(batch, op, row_group_bits(rows), "its row group")
         self.write(values, active)
         self._set(self.buffer.state, WRITTEN, active)
 
@@ -288,7 +302,7 @@ class SharedRef:
         other = batch.active[:, None] & (readers & ~writers[None, :] != 0)
         if other.any():
             b, r = np.unravel_index(int(np.argmax(other)), other.shape)
-            groups = [g for g in range(63) if int(readers[b, r]) >> g & 1 and not int(writers[r]) >> g & 1]
+            groups = [g for g in range(ROW_GROUP_BITS) if int(readers[b, r]) >> g & 1 and not int(writers[r]) >> g & 1]
             batch.fail(op, f"overwrites row {r} of shared buffer {self.buffer.name}, which the tile.mma of row group "
                            f"{groups[0]} (rows {ROW_GROUP * groups[0]}..{ROW_GROUP * groups[0] + ROW_GROUP - 1} of "
                            f"its result) read since the last tile.barrier, from {who} (write-after-read race: "

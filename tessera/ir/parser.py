@@ -29,6 +29,7 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
 from __future__ import annotations
 
 import bisect
+import difflib
 import re
 import sys
 
@@ -41,6 +42,7 @@ from xdsl.parser.core import UnresolvedOperand
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from tessera.ir.diagnostics import LocatedVerifyException, remember_source
 from tessera.ir.hex_floats import HexFloatLiterals
@@ -100,7 +102,30 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
             return opaque_op(name)
-        return super()._get_op_by_name(name)
+        if op_type is not None:
+            return super()._get_op_by_name(name)
+        hint = ""
+        if (dialect := self.ctx.get_optional_dialect(name.split(".")[0])) is not None:
+            # a misspelt op of a known dialect (`tile.loadd`): name the op meant, as -p names the pass meant
+            if close := difflib.get_close_matches(name, [op.name for op in dialect.operations], n=1, cutoff=0.8):
+                hint = f" (did you mean '{close[0]}'?)"
+        # at the name, which the parser has just read (xDSL points at the token after it: the next line's op
+        # when the unknown op has no operands)
+        end = self._current_token.span.start
+        start = self.lexer.input.content.rfind(name, 0, end)
+        self.raise_error(f"Operation {name} is not registered{hint}", start, start + len(name))
+
+    def _parse_block(self):  # private in xDSL 0.74 (pinned): a labelled block, after a region's first one
+        # xDSL expects a block label wherever a region's ops stop before its `}` and says only " in block
+        # definition": the usual cause is a `}` left out (the input ends) or text that is no op.
+        token = self._current_token
+        if token.kind == MLIRTokenKind.EOF:
+            self.raise_error("the input ends inside a region: a '}' is missing (a function body or another op's "
+                             "region is not closed)")
+        if token.kind != MLIRTokenKind.CARET_IDENT:
+            self.raise_error(f"expected an operation, a block label (^bb1:) or the '}}' closing the region, got "
+                             f"'{token.text}'")
+        return super()._parse_block()
 
     def file_line_col(self, position: int) -> FileLineColLoc:
         """The `FileLineColLoc` of a character offset into the text (lines and columns count from 1)."""

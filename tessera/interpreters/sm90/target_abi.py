@@ -31,10 +31,8 @@ from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.program import CompiledKernel
 from tessera.interpreters.sm90.registers import full
 from tessera.interpreters.sm90.tma import TensorMap
-from tessera.kernel_abi import (
-    BOX_ATTR, DIMS_ATTR, GRID_ATTR, ROLE_ATTR, SIZE_ATTR, SOURCE_ATTR, SWIZZLE_ATTR, TARGET_KERNEL_ATTR,
-)
-from tessera.sm90 import facts
+from tessera.kernel_abi import BOX_ATTR, DIMS_ATTR, GRID_ATTR, ROLE_ATTR, SIZE_ATTR, SOURCE_ATTR, SWIZZLE_ATTR
+from tessera.target_kernel_abi import launch_attributes
 
 
 @dataclass(frozen=True)
@@ -82,16 +80,7 @@ def target_kernel(op: func.FuncOp, program: CompiledKernel | None = None) -> Tar
     `program`: the kernel's `CompiledKernel.of` where the caller has it (its `program` then, not a second check
     of the kernel's structure)."""
     name = op.sym_name.data
-    info = op.attributes.get(TARGET_KERNEL_ATTR)
-    if not isinstance(info, DictionaryAttr):
-        raise ValueError(f"@{name} is not a target kernel: it needs "
-                         f"'{TARGET_KERNEL_ATTR} = {{threads = N, smem_bytes = B}}'")
-    where = f"@{name}: '{TARGET_KERNEL_ATTR}'"
-    threads, smem_bytes = _int_entry(info.data, "threads", where), _int_entry(info.data, "smem_bytes", where)
-    if threads <= 0 or threads % facts.WARP_SIZE:
-        raise ValueError(f"{where}: threads must be a positive multiple of {facts.WARP_SIZE}, got {threads}")
-    if smem_bytes < 0:
-        raise ValueError(f"{where}: smem_bytes must be >= 0, got {smem_bytes}")
+    threads, smem_bytes = launch_attributes(op)
     grid = op.attributes.get(GRID_ATTR)
     if not isinstance(grid, DimsAttr):
         raise ValueError(f"@{name} needs '{GRID_ATTR} = #tile.dims<...>'")

@@ -10,7 +10,7 @@
 
 // RUN: not tessera-opt %S/Inputs/unknown-op.mlir 2>&1 | filecheck %s --check-prefix=UNKNOWN-OP
 // UNKNOWN-OP-NOT: Traceback
-// UNKNOWN-OP:     unknown-op.mlir:3:19
+// UNKNOWN-OP:     unknown-op.mlir:3:8
 // UNKNOWN-OP:     Operation tile.bogus is not registered
 // UNKNOWN-OP-NOT: Traceback
 

@@ -20,13 +20,20 @@
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.shared_buffer' op alignment must be a power of two >= 8, got 4
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.shared_buffer' op alignment must be a power of two from 8 to 1024, got 4
 %s = sm90.shared_buffer "s" offset 0 size 1024 align 4 swizzle 0 : i32
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.shared_buffer' op alignment must be a power of two >= 8, got 48
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.shared_buffer' op alignment must be a power of two from 8 to 1024, got 48
 %s = sm90.shared_buffer "s" offset 0 size 1024 align 48 swizzle 0 : i32
+
+// -----
+
+// More than the 128B swizzle's period: the printed kernel would align its base (.align) and launch with that many
+// bytes more.
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.shared_buffer' op alignment must be a power of two from 8 to 1024, got 4096
+%s = sm90.shared_buffer "s" offset 0 size 1024 align 4096 swizzle 0 : i32
 
 // -----
 
@@ -283,13 +290,19 @@ sm90.bar_sync 16, 128
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_arrive' op thread count must be a positive multiple of 32, got 48
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_arrive' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 48
 sm90.bar_arrive 1, 48
 
 // -----
 
-// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32, got 0
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 0
 sm90.bar_sync 0, 0
+
+// -----
+
+// More threads than a block has: the barrier never completes (and ptxas takes no such count).
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bar_sync' op thread count must be a positive multiple of 32 up to a block's 1024 threads, got 2048
+sm90.bar_sync 1, 2048
 
 // ===== sm90.setmaxnreg
 

@@ -48,8 +48,16 @@ sm90.red_global_add %base[%offs], %v, %m {column_bytes = array<i32: 0, 4>} : vec
 
 %base = "test.op"() : () -> i64
 %a = "test.op"() : () -> i32
-// CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bulk_reduce_add' op bytes must be a positive multiple of 16, got 24
+// CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bulk_reduce_add' op bytes must be a positive multiple of 16 up to a block's 232448 bytes of shared memory, got 24
 sm90.bulk_reduce_add %base, %a, 24 : i64
+
+// -----
+
+// The source is shared memory: no more bytes than a block has (the PTX's size operand is 32 bits).
+%base = "test.op"() : () -> i64
+%a = "test.op"() : () -> i32
+// CHECK: {{^.*reductions-invalid.mlir:[0-9]+:[0-9]+: }}'sm90.bulk_reduce_add' op bytes must be a positive multiple of 16 up to a block's 232448 bytes of shared memory, got 1099511627776
+sm90.bulk_reduce_add %base, %a, 1099511627776 : i64
 
 // -----
 

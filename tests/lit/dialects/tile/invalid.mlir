@@ -649,6 +649,13 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 // -----
 
+// A NaN or infinite factor: the custom form (`by 0x7fc00000`) would not read back.
+%x = "test.op"() : () -> !tile.tile<16xf32, register>
+// CHECK: {{^.*invalid.mlir:[0-9]+:[0-9]+: }}'tile.scale' op factor must be a finite f32, got nan
+%r = "tile.scale"(%x) <{factor = 0x7FC00000 : f32}> : (!tile.tile<16xf32, register>) -> !tile.tile<16xf32, register>
+
+// -----
+
 %t = "test.op"() : () -> !tile.tile<?x64xf16, global>
 // CHECK: Expected attribute i64 but got i32
 %n = "tile.dim"(%t) <{index = 1 : i32}> : (!tile.tile<?x64xf16, global>) -> index

@@ -300,9 +300,41 @@ func.func @while_loop(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>})
 
 // -----
 
-// ===== valid kernels of each kind pass
+// ===== misspelt tile. attribute names (`check_attribute_names`): ignored, they would make no kernel or no output
+
+// CHECK: func @misspelt_kernel: unknown attribute 'tile.kernal' (did you mean 'tile.kernel'?)
+func.func @misspelt_kernel(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernal = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
 
 // -----
+
+// CHECK: kernel @misspelt_role: argument 1: unknown attribute 'tile.rol' (did you mean 'tile.role'?)
+func.func @misspelt_role(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}, %y: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>, tile.rol = "out"}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  func.return
+}
+
+// -----
+
+// An scf.if yields what its results are (MLIR's rule, which xDSL 0.74 does not check).
+func.func @if_yield(%x: !tile.tile<?xf32, global> {tile.dims = #tile.dims<n>}) attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<n>} {
+  %b = tile.program_id x : index
+  %c0 = arith.constant 0 : index
+  %c = arith.cmpi eq, %b, %c0 : index
+  %f = tile.fill 1.0 : !tile.tile<16xf32, register>
+  %r = scf.if %c -> (!tile.tile<16xf32, register>) {
+    scf.yield %f : !tile.tile<16xf32, register>
+  } else {
+    %h = tile.cast %f : !tile.tile<16xf32, register> -> !tile.tile<16xbf16, register>
+    // CHECK: kernel @if_yield: 'scf.yield' yields (!tile.tile<16xbf16, register>) to an scf.if whose results are (!tile.tile<16xf32, register>)
+    scf.yield %h : !tile.tile<16xbf16, register>
+  }
+  func.return
+}
+
+// -----
+
+// ===== valid kernels of each kind pass
 
 // CHECK-LABEL: builtin.module {
 // CHECK:       func.func @attention(
