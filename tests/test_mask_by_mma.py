@@ -55,7 +55,7 @@ def test_the_select_stays_where_keys_past_the_limit_are_not_known_zero(builder, 
     assert str(tile_ir(module.clone())) == str(tile_ir(module, mask_by_mma=False))
 
 
-@pytest.mark.parametrize("head_dim, seq_k", [(128, 1), (128, 175), (128, 177), (128, 200), (128, 1000),
+@pytest.mark.parametrize("head_dim, seq_k", [(128, 1), (128, 175), (128, 176), (128, 177), (128, 200), (128, 1000),
                                              (64, 177), (256, 300)])
 def test_tile_ir_bitwise_as_the_select(head_dim, seq_k):
     q, k, v = inputs(100, seq_k, head_dim)
