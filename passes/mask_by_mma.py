@@ -23,25 +23,27 @@ the masked trips only, and the masks' branch is gone:
     %t = tile.scale %b by c
     %m = %t
 
-`%bias` is a [N, 16] bf16 shared tile of its own (32-byte rows, swizzle 32), one per shape for the kernel. Every column of a bias row is
-the same, so each score gains the exact sum of 16 equal terms, +0 or -inf with no 0 x inf; S + 0 = S and
-S + -inf = -inf, and c > 0 keeps -inf: the result is `tile.mask_bounds`'s wherever the masked scores are
-finite. The lowering issues the bias mma as a group of its own after the score group's commit and before the
-next group (the previous trip's P.V of a rotated loop), on the masked path only; the wait before the softmax
-retires both (convert-tile-to-sm90's *accumulate branch*, control.py).
+`%bias` is a [N, 16] bf16 shared tile of its own (32-byte rows, swizzle 32), one per shape for the kernel. Every
+column of a bias row is the same, so each score gains the exact sum of 16 equal terms, +0 or -inf with no 0 x inf;
+S + 0 = S (but -0 + 0 = +0, which no later op tells apart) and S + -inf = -inf, and c > 0 keeps -inf: the result is
+`tile.mask_bounds`'s wherever the masked scores are finite. The lowering issues the bias mma as a group of its own
+after the score group's commit and before the next group (the previous trip's P.V of a rotated loop), on the masked
+path only; the wait before the softmax retires both (convert-tile-to-sm90's *accumulate branch*, control.py).
 
-Precondition (otherwise the loop keeps its select): the masked scores are finite. The score mma's B operand
-(the key tile, [N, K] with `transpose_b`: row n holds key k0 + n) is written only by `tile.cp_async` copies of
-windows of one kernel argument whose key dimension is the mask's `%seq_k` (`tile.dim %K[axis]`, the window's
-row axis): a masked key lies past the tensor's end, and a copy reads zeros there (the Tile interpreter's
-`GlobalView.read`; TMA's tensor maps are the argument's dims with OOB fill NONE, `tessera.host.tensor_maps`),
-so its score is Q . 0 = 0 for finite Q. Kernels whose keys past the limit are memory of another sequence or
-of a cache page (varlen, paged, block-sparse: their limit is not the tensor's dimension, or their copies are
-gathers) fail it and keep the select. Also required: the masks' branch holds one `tile.mask_bounds` alone;
-the score mma's result is read only through the `tile.scale` chain into the branch; `%k0`, `%seq_k` and
-`%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8; and the kernel's shared
-memory with the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel near it, such as
-two_pass_attention at head_dim 128 with its two stages, keeps its select rather than falling back to one
+Precondition (otherwise the loop keeps its select): the masked scores are finite. The score mma's B operand (the
+key tile, [N, K] with `transpose_b`: row n holds key k0 + n) is written only by `tile.cp_async` copies of windows
+of one kernel argument whose key dimension is the mask's `%seq_k` (`tile.dim %K[axis]`, the window's row axis): a
+masked key lies past the tensor's end, and a copy reads zeros there (the Tile interpreter's `GlobalView.read`;
+TMA's tensor maps are the argument's dims with OOB fill NONE, `tessera.host.tensor_maps`), so its score is 0
+(Q . 0, Q finite). Kernels whose keys past the limit are memory of another sequence, of a cache page or of the next
+split (varlen, paged, split-KV: their limit is not the tensor's dimension, or their copies are gathers) fail it and
+keep the select; so do causal diagonals (a mask per row and column, no per-key bias) and loops whose masks
+peel-masked-iterations leaves unbranched (block-sparse's lists of visited blocks). Also required: the masks'
+branch holds one
+`tile.mask_bounds` alone; the score mma's result is read only through the `tile.scale` chain into the branch;
+`%k0`, `%seq_k` and `%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8; and the
+kernel's shared memory with the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel near it,
+such as two_pass_attention at head_dim 128 with its two stages, keeps its select rather than falling back to one
 stage).
 
 Invariants: the same trips are masked (the branch's condition is the masks' branch's); the loop's other ops
@@ -65,6 +67,7 @@ from tessera.dialects import tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.walk import walk_ops
 from tessera.lowering.fragments import element_type_bytes
+from tessera.passes.peel_masked_iterations import is_unmasked_branch
 from tessera.sm90.facts import MAX_SHARED_MEMORY_PER_BLOCK
 
 BIAS_COLUMNS = 16
@@ -173,13 +176,11 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
 
 def _masks_branches(loop: scf.ForOp) -> list[scf.IfOp]:
     """The masks' branches of `loop` (`peel-masked-iterations{branch=true}`: `scf.if %iv < %mid`)."""
-    from tessera.passes.peel_masked_iterations import _is_unmasked_branch
-
     iv = loop.body.block.args[0]
     found = []
     for op in loop.body.block.ops:
         if isinstance(op, scf.IfOp) and isinstance(op.cond.owner, arith.CmpiOp) \
-                and op.cond.owner.lhs is iv and _is_unmasked_branch(op, iv, op.cond.owner.rhs):
+                and op.cond.owner.lhs is iv and is_unmasked_branch(op, iv, op.cond.owner.rhs):
             found.append(op)
     return found
 

@@ -379,12 +379,12 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     A trip is a path through the loop's SASS from its header to a branch (or fall-through) back to it that
     runs no instruction twice: so it takes no back edge of a loop inside it (a wait's retry loop, the fold's
     re-entry), and a wait's out-of-line retry, longer than the path past it, is in none of the trips below:
-    - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), a
-      group of one that adds to the previous group's result not counted (`_lone_mmas`), then the most TMA copies and mbarrier arrivals (`UTMA*`,
-      `SYNCS.ARRIVE*`: one elected thread's issue, which its warp runs), then the most `MUFU` (the softmax's
-      exponentials): the one that branches over the masks (the FSELs that peel-masked-iterations{branch=true}
-      puts under a warp-uniform branch, or mask-by-mma's bias mma), over the fold's exit
-      and over every wait's out-of-line retry;
+    - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), a group
+      of one that adds to the previous group's result not counted (`_lone_mmas`), then the most TMA copies and
+      mbarrier arrivals (`UTMA*`, `SYNCS.ARRIVE*`: one elected thread's issue, which its warp runs), then the most
+      `MUFU` (the softmax's exponentials): the one that branches over the masks (the FSELs that
+      peel-masked-iterations{branch=true} puts under a warp-uniform branch, or mask-by-mma's bias mma), over the
+      fold's exit and over every wait's out-of-line retry;
     - the masked trip is the shortest of those that issue the most MMAs (a lone one too), then TMA copies and
       arrivals, then `FSEL`, then `MUFU`: the one that runs the masks.
     In a loop without such branches both are the loop's in-line body. Static counts: each instruction once."""

@@ -37,7 +37,8 @@ def inputs(seq_q: int, seq_k: int, head_dim: int, heads: int = 1, kv_heads: int 
 def test_the_flash_mask_becomes_a_bias_mma_after_the_score_mma():
     text = str(tile_ir(kernels.flash_attention(head_dim=128)))
     assert "tile.mask_bounds" not in text
-    assert text.count("tile.key_bias") == 1 and "tile.alloc_shared : !tile.tile<176x16xbf16, shared, swizzle 32>" in text
+    assert text.count("tile.key_bias") == 1
+    assert "tile.alloc_shared : !tile.tile<176x16xbf16, shared, swizzle 32>" in text
     score = text.index("%s = tile.mma")
     bias = text.index("tile.mma %ones, %key_bias, %s transpose_b")
     assert score < text.index("scf.if %unmasked") < bias < text.index("%acc_next = tile.mma")  # before P.V

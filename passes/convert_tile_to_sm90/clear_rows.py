@@ -93,7 +93,8 @@ class ClearRowsLowering:
         words = CHUNK_BYTES // WORD_BYTES
         past_words = e.splat(i32, past_word, words)
         if kept_word is not None:
-            past_scalar, kept_scalar = (e.op(arith.ConstantOp.from_int_and_width(w, i32)) for w in (past_word, kept_word))
+            past_scalar, kept_scalar = (e.op(arith.ConstantOp.from_int_and_width(w, i32))
+                                        for w in (past_word, kept_word))
         active = None  # when C does not divide T, the threads past the last whole row of chunks store nothing
         if self.threads % chunks:  # (head_dim 96, bf16: 12 chunks a row, threads 252 .. 255 idle)
             active = e.cmpi(self.tid, e.index(per_round * chunks), "slt")
