@@ -34,17 +34,16 @@ Precondition (otherwise the loop keeps its select): the masked scores are finite
 key tile, [N, K] with `transpose_b`: row n holds key k0 + n) is written only by `tile.cp_async` copies of windows
 of one kernel argument whose key dimension is the mask's `%seq_k` (`tile.dim %K[axis]`, the window's row axis): a
 masked key lies past the tensor's end, and a copy reads zeros there (the Tile interpreter's `GlobalView.read`;
-TMA's tensor maps are the argument's dims with OOB fill NONE, `tessera.host.tensor_maps`), so its score is 0
-(Q . 0, Q finite). Kernels whose keys past the limit are memory of another sequence, of a cache page or of the next
-split (varlen, paged, split-KV: their limit is not the tensor's dimension, or their copies are gathers) fail it and
-keep the select; so do causal diagonals (a mask per row and column, no per-key bias) and loops whose masks
-peel-masked-iterations leaves unbranched (block-sparse's lists of visited blocks). Also required: the masks'
-branch holds one
-`tile.mask_bounds` alone; the score mma's result is read only through the `tile.scale` chain into the branch;
-`%k0`, `%seq_k` and `%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8; and the
-kernel's shared memory with the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel near it,
-such as two_pass_attention at head_dim 128 with its two stages, keeps its select rather than falling back to one
-stage).
+TMA's tensor maps are the argument's dims with OOB fill NONE, `tessera.host.tensor_maps`), so its score is
+Q . 0 = 0 (Q finite). Kernels whose keys past the limit are memory of another sequence, of a cache page or of the
+next split (varlen, paged, split-KV: their limit is not the tensor's dimension, or their copies are gathers) fail
+it and keep the select; so do causal diagonals (a mask per row and column, no per-key bias) and loops whose masks
+peel-masked-iterations leaves unbranched (block-sparse's lists of visited blocks). Also required: the masks' branch
+holds one `tile.mask_bounds` alone; the score mma's result is read only through the `tile.scale` chain into the
+branch; `%k0`, `%seq_k` and `%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8;
+and the kernel's shared memory with the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel
+near it, such as two_pass_attention at head_dim 128 with its two stages, keeps its select rather than falling back
+to one stage).
 
 Invariants: the same trips are masked (the branch's condition is the masks' branch's); the loop's other ops
 are unchanged. With finite Q and K the kernel's results are bitwise those of the select.
