@@ -40,10 +40,10 @@ next split (varlen, paged, split-KV: their limit is not the tensor's dimension, 
 it and keep the select; so do causal diagonals (a mask per row and column, no per-key bias) and loops whose masks
 peel-masked-iterations leaves unbranched (block-sparse's lists of visited blocks). Also required: the masks' branch
 holds one `tile.mask_bounds` alone; the score mma's result is read only through the `tile.scale` chain into the
-branch; `%k0`, `%seq_k` and `%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8;
-and the kernel's shared memory with the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel
-near it, such as two_pass_attention at head_dim 128 with its two stages, keeps its select rather than falling back
-to one stage).
+branch; `%k0`, `%seq_k` and `%mid` are defined before the score mma; the score tile is f32 with N a multiple of 8,
+from 16-bit operands (the bias wgmma, k16, chains on the score's: one shape); and the kernel's shared memory with
+the bias tile stays within a thread block's (`shared_bytes_bound`: a kernel near it, such as two_pass_attention at
+head_dim 128 with its two stages, keeps its select rather than falling back to one stage).
 
 Invariants: the same trips are masked (the branch's condition is the masks' branch's); the loop's other ops
 are unchanged. With finite Q and K the kernel's results are bitwise those of the select.
@@ -158,6 +158,8 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
         return None
     ty = mma.result.type
     if not isinstance(ty.element_type, Float32Type) or ty.rank != 2 or ty.get_shape()[1] % 8:
+        return None
+    if element_type_bytes(mma.a.type.element_type) != 2:  # the bias mma chains on S's wgmmas: one shape (k16)
         return None
     cond = branch.cond.owner
     if not isinstance(cond, arith.CmpiOp):

@@ -48,6 +48,7 @@ from xdsl.traits import Pure
 
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import element_type_bytes
 from tessera.passes.convert_tile_to_sm90.attention import combine_across_quad
 from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
@@ -87,15 +88,19 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | None:
 
 def accumulates_in_flight(op: scf.IfOp, mma: tile.MmaOp, pending: list[PendingMma]) -> bool:
     """Whether update branch `op` with mma `mma` is an *accumulate branch* (module docstring): the mma's
-    accumulator is the youngest group in flight's result and the other branch yields it where the mma's
-    branch yields the mma's result, and the branch reads nothing else in flight."""
+    accumulator is the youngest group in flight's result, an mma's of the same wgmma shape (operand width: the
+    same k-step), the other branch yields it where the mma's branch yields the mma's result, and nothing else
+    reads it (the mma writes its registers in place)."""
     if not pending or mma.acc is not pending[-1].tile_value:
+        return False
+    producer = mma.acc.owner
+    if not isinstance(producer, tile.MmaOp) or element_type_bytes(producer.a.type.element_type) \
+            != element_type_bytes(mma.a.type.element_type):
         return False
     other = next(region for region in op.regions if region is not mma.parent_region())
     position = list(mma.parent_block().last_op.operands).index(mma.result)
     if list(other.block.last_op.operands)[position] is not mma.acc:
         return False
-    # the mma writes the accumulator's registers in place: nothing else may read them
     return all(use.operation in (mma, other.block.last_op) for use in mma.acc.uses)
 
 
