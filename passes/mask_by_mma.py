@@ -148,6 +148,10 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
     mask = masked[0]
     if list(masked[1].operands) != [mask.result] or list(identity[0].operands) != [mask.source]:
         return None
+    # every value from the score mma to the mask is read only on that way (and by the identity's yield): the
+    # rewrite makes each of them masked, so no other reader may expect it unmasked
+    if {use.operation for use in mask.source.uses} != {mask, identity[0]}:
+        return None
     value = mask.source
     while isinstance(value.owner, tile.ScaleOp) and value.owner.factor.value.data > 0:
         if len({use.operation for use in value.owner.source.uses}) != 1:

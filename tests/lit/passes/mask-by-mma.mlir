@@ -81,3 +81,37 @@ func.func @written_keys(%K: !tile.tile<?x64xbf16, global>, %x: !tile.tile<64x64x
   }
   func.return %r : !s
 }
+
+// The unmasked scores read again after the masks' branch: the bias would mask them there too, so the select stays.
+// CHECK-LABEL: func.func @unmasked_read_again
+// CHECK-NOT:     tile.key_bias
+// CHECK:         tile.mask_bounds
+func.func @unmasked_read_again(%K: !tile.tile<?x64xbf16, global>, %n: index, %mid: index) -> !s {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %seq_k = tile.dim %K[0] : !tile.tile<?x64xbf16, global>
+  %q_smem = tile.alloc_shared : !k
+  %k_smem = tile.alloc_shared : !k
+  %zero = tile.fill 0.0 : !s
+  %r = scf.for %j = %c0 to %n step %c1 iter_args(%acc = %zero) -> (!s) {
+    %k0 = arith.muli %j, %c64 : index
+    %w = tile.view %K[%k0, %c0] : !tile.tile<?x64xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %w, %k_smem : !tile.tile<64x64xbf16, global>, !k
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %s = tile.mma %q_smem, %k_smem, %zero transpose_b : !k, !k, !s
+    %unmasked = arith.cmpi slt, %j, %mid : index
+    %m = scf.if %unmasked -> (!s) {
+      scf.yield %s : !s
+    } else {
+      %b = tile.mask_bounds %s, %k0, %seq_k : !s
+      scf.yield %b : !s
+    }
+    %both = tile.add %m, %s : !s
+    %next = tile.add %acc, %both : !s
+    scf.yield %next : !s
+  }
+  func.return %r : !s
+}
