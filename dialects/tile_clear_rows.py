@@ -70,9 +70,10 @@ class KeyBiasOp(IRDLOperation):
     (every column of a row is the same, so no 0 x inf arises), which is `tile.mask_bounds` wherever the score is
     finite. Invariants: %t is a plain (unstaged) 2-D shared tile; the op is collective (every thread of the
     block runs it with the same operands) and publishes what it writes, as `tile.clear_rows` does: after it,
-    `tile.mma` reads the tile with no `tile.barrier` in between. It may run while an earlier `tile.mma` that
-    read the tile is in flight only in that the lowering waits for it first. Refused by the verifier: a tile
-    that is not a 2-D shared tile of a 16-bit float type (wgmma's bf16/f16 operands; -inf is exact in both)."""
+    `tile.mma` reads the tile with no `tile.barrier` in between; and it orders itself after every earlier read
+    of the tile (an earlier masked trip's bias mma: the lowering waits for the thread's own wgmma groups, then
+    a barrier). Refused by the verifier: a tile that is not a 2-D shared tile of a 16-bit float type (wgmma's
+    bf16/f16 operands; -inf is exact in both); by the lowering, an unswizzled one."""
 
     name = "tile.key_bias"
     tile = operand_def(TILE)
