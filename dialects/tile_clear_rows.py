@@ -1,5 +1,6 @@
-"""Tile IR op `tile.clear_rows`, part of the `tile` dialect (`tile.py` registers it and re-exports it as
-`tile.ClearRowsOp`): zero the rows of a shared key tile that lie past the sequence's keys.
+"""Tile IR ops `tile.clear_rows` and `tile.key_bias`, part of the `tile` dialect (`tile.py` registers them and
+re-exports them as `tile.ClearRowsOp`, `tile.KeyBiasOp`): a shared key tile's rows by whether they lie past the
+sequence's keys (zeroed; or, for the bias tile of `mask-by-mma`, +0 inside and -inf past).
 
 Why an op of its own: a copy of a key block may read rows past the sequence's keys (a paged cache's page past
 `cache_seqlens`, the next packed sequence's rows). The score masks hide those keys (P = 0), but P.V still
@@ -10,7 +11,7 @@ registers can (the P.V mma reads V from shared memory), so the rows themselves a
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import IndexType
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IndexType
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
@@ -56,3 +57,42 @@ class ClearRowsOp(IRDLOperation):
         ty = tile_type(self.tile)
         require_space(self, "operand", ty, MemSpace.SHARED)
         require(ty.rank == 2, self, f"clears the rows of a [rows, columns] shared tile (or ring stage), got rank {ty.rank}")
+
+
+@irdl_op_definition
+class KeyBiasOp(IRDLOperation):
+    """`tile.key_bias %t, %k0, %seq_k : !tile.tile<RxCxT, shared>`: write the additive mask of key block k0 into
+    shared tile %t: row r (key k0 + r) becomes +0 in every column where k0 + r < seq_k, and -inf where
+    k0 + r >= seq_k.
+
+    The tile is the B operand of an mma that adds the bounds mask with the tensor core (`mask-by-mma`):
+    S += ones[M, C] . %t^T adds, to score column r, the sum of C equal terms 1 x bias[r], exactly +0 or -inf
+    (every column of a row is the same, so no 0 x inf arises), which is `tile.mask_bounds` wherever the score is
+    finite. Invariants: %t is a plain (unstaged) 2-D shared tile; the op is collective (every thread of the
+    block runs it with the same operands) and publishes what it writes, as `tile.clear_rows` does: after it,
+    `tile.mma` reads the tile with no `tile.barrier` in between; and it orders itself after every earlier read
+    of the tile (an earlier masked trip's bias mma: the lowering waits for the thread's own wgmma groups, then
+    a barrier). Refused by the verifier: a tile that is not a 2-D shared tile of a 16-bit float type (wgmma's
+    bf16/f16 operands; -inf is exact in both); by the lowering, an unswizzled one."""
+
+    name = "tile.key_bias"
+    tile = operand_def(TILE)
+    k_start = operand_def(IndexType)
+    seq_k = operand_def(IndexType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$tile `,` $k_start `,` $seq_k attr-dict `:` type($tile)"
+
+    def __init__(self, tile: SSAValue | Operation, k_start: SSAValue | Operation, seq_k: SSAValue | Operation):
+        super().__init__(operands=[tile, k_start, seq_k])
+
+    @property
+    def rows(self) -> int:
+        """R, the tile's rows: the keys it holds."""
+        return tile_type(self.tile).get_shape()[0]
+
+    def verify_(self) -> None:
+        ty = tile_type(self.tile)
+        require_space(self, "operand", ty, MemSpace.SHARED)
+        require(ty.rank == 2, self, f"writes the bias of a [keys, columns] shared tile, got rank {ty.rank}")
+        require(isinstance(ty.element_type, BFloat16Type | Float16Type), self,
+                f"the bias tile is a wgmma B operand of bf16 or f16, got {ty.element_type}")

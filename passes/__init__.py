@@ -111,6 +111,12 @@ def _hoist_invariant_descriptors() -> type[ModulePass]:
     return HoistInvariantDescriptorsPass
 
 
+def _mask_by_mma() -> type[ModulePass]:
+    from tessera.passes.mask_by_mma import MaskByMmaPass
+
+    return MaskByMmaPass
+
+
 def _multicast_cluster_copies() -> type[ModulePass]:
     from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
 
@@ -129,6 +135,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "pipeline-loops": _pipeline_loops,
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
+    "mask-by-mma": _mask_by_mma,
     "rewrite-attention": _rewrite_attention,
     "form-clusters": _form_clusters,
     "multicast-cluster-copies": _multicast_cluster_copies,
@@ -285,13 +292,14 @@ TARGET_PIPELINE = "assign-swizzle,convert-tile-to-sm90,canonicalize,compute-dist
 warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the default (`DEFAULT_PIPELINE`)."""
 
 PIPELINED_PIPELINE = (
-    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},"
+    "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},mask-by-mma,"
     "convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,slab-elementwise-chains,rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,
 under a warp-uniform branch in the one loop (peel-masked-iterations{branch=true}: the key-block body printed
-once, not again as a masked tail loop)."""
+once, not again as a masked tail loop), a bounds mask of keys past a tensor's end added by the tensor core
+(mask-by-mma: one wgmma of a bias tile, no select per score)."""
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies,hoist-invariant-descriptors"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure

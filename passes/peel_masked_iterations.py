@@ -220,7 +220,7 @@ def branch_masks(loop: scf.ForOp, mid: SSAValue) -> None:
     branch_clears(loop, mid)
 
 
-def _is_unmasked_branch(op: Operation | None, iv: SSAValue, mid: SSAValue) -> bool:
+def is_unmasked_branch(op: Operation | None, iv: SSAValue, mid: SSAValue) -> bool:
     """Whether `op` is an `scf.if %iv < %mid` with an else block (the masks' branch of `branch_masks`)."""
     if not isinstance(op, scf.IfOp) or not op.false_region.blocks:
         return False
@@ -238,7 +238,7 @@ def branch_clears(loop: scf.ForOp, mid: SSAValue) -> None:
     iv = block.args[0]
     for clear in [op for op in block.ops if isinstance(op, tile.ClearRowsOp)]:
         branch = clear.prev_op
-        if not _is_unmasked_branch(branch, iv, mid):
+        if not is_unmasked_branch(branch, iv, mid):
             unmasked = IndexBuilder(InsertPoint.before(clear)).cmp("slt", iv, mid, "unmasked")
             branch = scf.IfOp(unmasked, [], Region(Block([scf.YieldOp()])), Region(Block([scf.YieldOp()])))
             Rewriter.insert_op(branch, InsertPoint.before(clear))

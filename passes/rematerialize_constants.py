@@ -105,7 +105,11 @@ _TAKE_REGISTERS = (scf.ForOp, scf.YieldOp, sm90.WgmmaMmaAsyncOp)
 def _insertion_point(user: Operation) -> Operation:
     """Right before `user`, except for a wgmma: before the wgmma_fence that opens its chain. Registers a
     wgmma reads must be written before that fence; a `mov` between the fence and the wgmma (a zero
-    accumulator) makes ptxas serialize the wgmma pipeline while other groups are in flight."""
+    accumulator) makes ptxas serialize the wgmma pipeline while other groups are in flight. So is a
+    `vector.shuffle` read only by wgmmas (a constant A fragment's k-step: `mask-by-mma`'s ones)."""
+    if isinstance(user, vector.ShuffleOp) and user.result.uses \
+            and all(isinstance(use.operation, sm90.WgmmaMmaAsyncOp) for use in user.result.uses):
+        user = user.result.get_unique_use().operation if user.result.has_one_use() else user
     if not isinstance(user, sm90.WgmmaMmaAsyncOp):
         return user
     op = user.prev_op

@@ -347,6 +347,22 @@ def trip_loops(disassembly: str | Sequence[SassInstruction]) -> list[SassLoop]:
     return sorted(found, key=len)
 
 
+def _lone_mmas(ordered: Sequence[SassInstruction]) -> set[int]:
+    """The indices in `ordered` (one function's SASS by offset) of the MMAs that are a wgmma group by
+    themselves adding to the previous group's accumulator: one that ends its group (`gsb0`) right after the
+    previous MMA ended one, with the same destination registers. In the flash loop, mask-by-mma's bias mma,
+    which the masked trips add to the score group's result."""
+    lone, ended, previous = set(), False, None
+    for n, ins in enumerate(ordered):
+        if ins.opcode not in MMA_OPCODES:
+            continue
+        closes, accumulator = "gsb0" in ins.operands, ins.operands.split(",", 1)[0].strip()
+        if closes and ended and accumulator == previous:
+            lone.add(n)
+        ended, previous = closes, accumulator
+    return lone
+
+
 def _back_edge_sources(loop: SassLoop, code: Sequence[SassInstruction]) -> set[int]:
     """The offsets of the loop's instructions that may run right before its header."""
     ordered = sorted((i for i in code if i.function == loop.function), key=lambda i: i.offset)
@@ -363,13 +379,14 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     A trip is a path through the loop's SASS from its header to a branch (or fall-through) back to it that
     runs no instruction twice: so it takes no back edge of a loop inside it (a wait's retry loop, the fold's
     re-entry), and a wait's out-of-line retry, longer than the path past it, is in none of the trips below:
-    - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), then
-      the most TMA copies and mbarrier arrivals (`UTMA*`, `SYNCS.ARRIVE*`: one elected thread's issue, which
-      its warp runs), then the most `MUFU` (the softmax's exponentials): the one that branches over the masks
-      (the FSELs that peel-masked-iterations{branch=true} puts under a warp-uniform branch), over the fold's exit
-      and over every wait's out-of-line retry;
-    - the masked trip is the shortest of those that issue the most MMAs, then TMA copies and arrivals, then
-      `FSEL`, then `MUFU`: the one that runs the masks.
+    - the steady trip (`masked=False`) is the shortest of those that issue the most MMAs (`MMA_OPCODES`), a group
+      of one that adds to the previous group's result not counted (`_lone_mmas`), then the most TMA copies and
+      mbarrier arrivals (`UTMA*`, `SYNCS.ARRIVE*`: one elected thread's issue, which its warp runs), then the most
+      `MUFU` (the softmax's exponentials): the one that branches over the masks (the FSELs that
+      peel-masked-iterations{branch=true} puts under a warp-uniform branch, or mask-by-mma's bias mma), over the
+      fold's exit and over every wait's out-of-line retry;
+    - the masked trip is the shortest of those that issue the most MMAs (a lone one too), then TMA copies and
+      arrivals, then `FSEL`, then `MUFU`: the one that runs the masks.
     In a loop without such branches both are the loop's in-line body. Static counts: each instruction once."""
     code = parse_sass(disassembly) if isinstance(disassembly, str) else list(disassembly)
     if loop is None:
@@ -380,11 +397,15 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     index = {ins.offset: n for n, ins in enumerate(ordered)}
     inside = {index[offset] for offset in loop.offsets}
     head = index[loop.head]
+    lone = _lone_mmas(ordered)
 
-    def weight(ins: SassInstruction) -> tuple[int, ...]:
+    def weight(n: int) -> tuple[int, ...]:
+        ins = ordered[n]
         mma, mufu = int(ins.opcode in MMA_OPCODES), int(ins.opcode == "MUFU")
         issue = int(ins.mnemonic.startswith(_ISSUES))
-        return (mma, issue, int(ins.opcode == "FSEL"), mufu, -1) if masked else (mma, issue, mufu, -1)
+        if masked:
+            return (mma, issue, int(ins.opcode == "FSEL"), mufu, -1)
+        return (mma and n not in lone, issue, mufu, -1)
 
     def following(n: int) -> list[int]:
         return [k for k in _next_instructions(ordered, index, n) if k in inside]
@@ -409,7 +430,7 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
             stack.append((k, iter(following(k))))
     best: dict[int, tuple[tuple[int, ...], int | None]] = {}
     for n in postorder:
-        own = weight(ordered[n])
+        own = weight(n)
         options = [(own, None)] if head in following(n) else []
         options += [(tuple(a + b for a, b in zip(own, best[k][0])), k)
                     for k in following(n) if (n, k) not in back and k in best]

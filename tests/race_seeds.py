@@ -273,18 +273,19 @@ def _skipped_on_the_first_trip(lines, i):
 
 def issuing(prefix: str, n: int):
     """The n-th `prefix` (wgmma.fence or wgmma.commit_group) of the consumer loop that opens or closes a group of
-    wgmma.mma_async (0: S = Q K^T, 1: O += P V)."""
+    more than one wgmma.mma_async (0: S = Q K^T, 1: O += P V; mask-by-mma's bias, one wgmma on the masked trips,
+    is not counted)."""
     def pick(lines):
         start, stop = _consumer_loop(lines)
         found = []
         for i in _all(lines, lambda s: s.startswith(prefix), start, stop):
             step = 1 if prefix == "wgmma.fence" else -1
-            k = i + step
+            k, mmas = i + step, 0
             while start <= k < stop and not re.match(r"wgmma\.(fence|commit_group|wait_group)", lines[k].strip()):
-                if lines[k].strip().startswith("wgmma.mma_async"):
-                    found.append(i)
-                    break
+                mmas += lines[k].strip().startswith("wgmma.mma_async")
                 k += step
+            if mmas > 1:
+                found.append(i)
         return _nth(found, n)
     return pick
 

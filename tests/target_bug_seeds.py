@@ -267,10 +267,11 @@ def _pingpong(kind, barrier_index: int):
 
 
 def _issuing(loop: scf.ForOp, kind) -> list:
-    """The ops of `kind` in `loop` (nested ones included) beside a wgmma_mma_async: 0 = S's, 1 = P.V's (under
-    the folded loop's `scf.if first_trip`)."""
+    """The ops of `kind` in `loop` (nested ones included) beside more than one wgmma_mma_async: 0 = S's, 1 =
+    P.V's (under the folded loop's `scf.if first_trip`; mask-by-mma's bias, one wgmma in the masked trips'
+    branch, is not counted)."""
     return [op for op in loop.body.walk() if isinstance(op, kind)
-            and any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.parent_block().ops)]
+            and sum(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in op.parent_block().ops) > 1]
 
 
 def _loop_fence(position: int):

@@ -170,7 +170,8 @@ _FIRST_FILLS = ("on the short shape (two k-blocks, four slots) every fill is a s
 
 def _flash(empty: int, cluster: bool) -> list:
     """Seeds of both flash kernels (split-KV; clusters of two if `cluster`), `empty` the empty barriers' arrival
-    count: the loop's groups are S = Q K^T then O += P V, each waited on (the second 0 pending)."""
+    count: the loop's groups are S = Q K^T then O += P V, each waited on (the second 0 pending); the cluster
+    kernel, not causal, commits mask-by-mma's bias group between them on its masked trips."""
     return [
         ("wait deleted", "the consumers' Q wait", Edit("delete", At("consumer", "wait", 0)), ALL, ""),
         ("wait deleted", "the consumers' first K full wait (the loop's K wait since the fold)",
@@ -196,7 +197,7 @@ def _flash(empty: int, cluster: bool) -> list:
         ("expect_tx deleted", "the producer's first K", Edit("delete", At("producer", "expect_tx", 0)), ALL, ""),
         ("wgmma.commit_group deleted", "S = Q K^T in the loop", Edit("delete", At(C, "commit", 0)), ALL,
          _FIRST_TRIP),
-        ("wgmma.commit_group deleted", "O += P V in the loop", Edit("delete", At(C, "commit", 1)),
+        ("wgmma.commit_group deleted", "O += P V in the loop", Edit("delete", At(C, "commit", 2 if cluster else 1)),
          *(("CRCR", _UNREACHED) if cluster else ("CRRR", _FOLDED_PV))),
         ("wgmma.wait_group deleted", "the first in the loop", Edit("delete", _WAIT_GROUP_1), "CRCR",
          _UNREACHED),

@@ -33,10 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from fold_epilogue import fold_epilogue, normalized  # noqa: E402
 
 
+SELECT_PIPELINE = DEFAULT_PIPELINE.replace("mask-by-mma,", "")
+"""The default pipeline with the bounds mask selected under the masked branch (without mask-by-mma): the form
+whose else-branch opens with the exit test, and bench/fold_epilogue.py's hand edit."""
+
+
 @pytest.fixture(scope="module")
 def lowered():
     module = tessera.kernels.flash_attention(head_dim=64)
-    apply_pipeline(module, DEFAULT_PIPELINE + ",allocate-registers")
+    apply_pipeline(module, SELECT_PIPELINE + ",allocate-registers")
     return module
 
 
@@ -88,6 +93,33 @@ def test_the_flash_loop_is_recognised(lowered):
     assert fold.epilogue[0].name == "arith.subi" and fold.epilogue[-1].name == "sm90.mbarrier_arrive"
 
 
+def test_a_loop_without_a_masked_branch_exits_after_the_update_wait(monkeypatch):
+    """mask-by-mma (the default) adds the bounds mask before the update: no branch after it for the exit test,
+    which then follows the update's wait_group on every trip; the same bits as unfolded in the PTX executor."""
+    module = tessera.kernels.flash_attention(head_dim=64)
+    lowered_default = module.clone()
+    apply_pipeline(lowered_default, DEFAULT_PIPELINE + ",allocate-registers")
+    printer, loop = _main_loop(lowered_default)
+    fold = fold_or_refusal(printer, loop)
+    assert isinstance(fold, EpilogueFold) and fold.masked is None and fold.sunk == []
+    assert isinstance(fold.exit_after, sm90.WgmmaWaitGroupOp) and fold.exit_after.pending.value.data == 1
+    lines = [line.strip() for line in print_ptx(lowered_default, registers=allocated_registers).splitlines()
+             if not line.strip().startswith("//")]
+    wait = lines.index("wgmma.wait_group.sync.aligned 1;")
+    assert lines[wait + 1].startswith("setp.eq.s32") and re.fullmatch(r"@%p\d+ bra \$L__pv_exit\d+;", lines[wait + 2])
+    rng = np.random.default_rng(4)
+    plain = printed.ptx_text
+
+    def unfolded(mod):
+        _, allocated = plain(mod)
+        return print_ptx(allocated, registers=allocated_registers, fold_epilogue=False), allocated
+
+    q, k, v = (a.astype(np.float32) for a in attention_operands(rng, 64, 300, 64, heads=1))
+    folded = tessera.interpret(module, q, k, v, level="ptx")
+    monkeypatch.setattr(printed, "ptx_text", unfolded)
+    assert np.array_equal(folded, tessera.interpret(module, q, k, v, level="ptx"), equal_nan=True)
+
+
 def _unmasked_bound(loop: scf.ForOp) -> arith.MaxSIOp:
     masked = [op for op in loop.body.block.ops if isinstance(op, scf.IfOp)][1]
     return masked.cond.owner.rhs.owner
@@ -97,7 +129,7 @@ def test_a_masked_branch_trip_n_might_skip_is_not_folded():
     """`maxsi(x, 0)` without the `minsi(., n)`: the unmasked trips may reach n, so trip n might skip the
     masked branch and its exit test: printed as without the fold."""
     module = tessera.kernels.flash_attention(head_dim=64)
-    apply_pipeline(module, DEFAULT_PIPELINE + ",allocate-registers")
+    apply_pipeline(module, SELECT_PIPELINE + ",allocate-registers")
     printer, loop = _main_loop(module)
     bound = _unmasked_bound(loop)
     minimum = bound.lhs.owner

@@ -443,6 +443,34 @@ def offsets(instructions) -> list[int]:
     return [i.offset for i in instructions]
 
 
+BIASED_SASS = """
+//--------------------- .text.biased          --------------------------
+        .section        .text.biased,"ax",@progbits
+biased:
+.text.biased:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_0:
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12], R24, gsb0 ;
+        /*0030*/               @P0 BRA `(.L_x_1) ;
+        /*0040*/                   STS.128 [R19+UR9], R8 ;
+        /*0050*/                   HGMMA.64x64x16.F32.BF16 R24, R220, gdesc[UR20], R24, gsb0 ;
+.L_x_1:
+        /*0060*/                   HGMMA.64x64x16.F32.BF16 R88, R176, gdesc[UR16].tnspB, R88 ;
+        /*0070*/                   HGMMA.64x64x16.F32.BF16 R88, R180, gdesc[UR16].tnspB, R88, gsb0 ;
+        /*0080*/                   ISETP.GE.AND P2, PT, R1, R5, PT ;
+        /*0090*/              @!P2 BRA `(.L_x_0) ;
+        /*00a0*/                   EXIT ;
+"""
+"""A loop whose masked trips add the mask by a lone MMA (mask-by-mma's bias: a group of one HGMMA after the
+score group's) under a branch: the steady trip branches over it, the masked trip runs it."""
+
+
+def test_the_steady_trip_skips_a_lone_mma_the_masked_trip_runs():
+    assert offsets(loop_trip(BIASED_SASS)) == [0x10, 0x20, 0x30, 0x60, 0x70, 0x80, 0x90]
+    assert offsets(loop_trip(BIASED_SASS, masked=True)) == [0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90]
+
+
 def test_a_trip_is_a_path_from_the_loop_header_back_to_it():
     (inner,) = trip_loops(NESTED_SASS)  # the outer loop's back edge (0x90) leaves from outside the inner loop
     assert inner.head == 0x40 and offsets(loop_trip(NESTED_SASS)) == [0x40, 0x50, 0x60, 0x70]

@@ -42,9 +42,9 @@ def test_full_pipeline_validates_clean(variant):
     assert report.ok, str(report)
     assert [c.pass_name for c in report.checks[1:len(PASS_NAMES) + 1]] == PASS_NAMES
     levels = [c.level for c in report.checks]
-    assert levels[:5] == ["tile"] * 5 and levels[5:11] == ["target"] * 6
+    assert levels[:6] == ["tile"] * 6 and levels[6:12] == ["target"] * 6
     # within a level the passes are bit-exact; across Tile -> Target only the reference tolerance holds
-    assert all(c.vs_previous == 0 for c in report.checks[1:5] + report.checks[6:11])
+    assert all(c.vs_previous == 0 for c in report.checks[1:6] + report.checks[7:12])
     ptx = report.checks[-1]
     assert ptx.level == "ptx"
     if HAS_PTX_EXECUTOR:

@@ -23,6 +23,15 @@ empty group, wgmma.fence and wgmma.commit_group, to keep the counts equal: 3 SAS
 trip of the flash d128 loop under ptxas 12.9, 13.0 and 13.5; on the first trip the wait it makes instead is
 the one the wait_group after the join would make.)
 
+An *accumulate branch* (`mask-by-mma`'s bias mma) is an update branch whose mma accumulates onto the youngest
+group in flight (its accumulator is that group's result, not waited for: wgmmas of one shape chain on an
+accumulator in flight) and whose other branch yields that accumulator. Its mma's group is committed in its
+branch after the accumulator's; the other path waits for nothing. After the join the two groups are one
+pending entry, the branch's result: on the mma's path the entries after it count the groups committed after
+the mma, on the other path those committed after the accumulator's group, the same groups; so a wait for the
+result (`wait_group N`, N the entries after it) completes the accumulator's group and, on the mma's path,
+the mma's, on both, and a wait for an older entry completes the same older groups on both paths.
+
 Phase counters. A copy group committed in a loop nest completes one phase of its barrier per execution; the
 parity it waits for is that of the number of earlier executions. Where every inner loop's bounds are defined
 outside the nest, that number is the linear trip number (`BackwardLowering._parity`). Where an inner loop's
@@ -39,6 +48,7 @@ from xdsl.traits import Pure
 
 from tessera.dialects import sm90, tile
 from tessera.lowering.emitter import Emitter
+from tessera.lowering.fragments import element_type_bytes
 from tessera.passes.convert_tile_to_sm90.attention import combine_across_quad
 from tessera.passes.convert_tile_to_sm90.row_sums import reduced_after_loop
 from tessera.passes.convert_tile_to_sm90.common import (
@@ -56,8 +66,9 @@ def _register_only(op: Operation) -> bool:
 
 def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | None:
     """The tile.mma of an *update branch* (module docstring): an scf.if with two branches, one holding a
-    single tile.mma among pure ops without regions, whose result it yields once, the other holding pure ops
-    without regions and no tile.mma (overlap-softmax{fold=true}'s P.V update, skipped on the first trip)."""
+    single tile.mma among pure ops without regions (and `tile.key_bias`, which writes the tile it reads),
+    whose result it yields once, the other holding pure ops without regions and no tile.mma
+    (overlap-softmax{fold=true}'s P.V update, skipped on the first trip; mask-by-mma's bias)."""
     if len(op.regions) != 2 or not op.false_region.blocks:
         return None
     mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, tile.MmaOp)]
@@ -66,13 +77,31 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | None:
     (mma,) = mmas
     for region in op.regions:
         for inner in region.ops:
-            if not isinstance(inner, scf.YieldOp | tile.MmaOp) and not _register_only(inner):
+            if not isinstance(inner, scf.YieldOp | tile.MmaOp | tile.KeyBiasOp) and not _register_only(inner):
                 return None
     yields = mma.parent_block().last_op.operands
     if sum(v is mma.result for v in yields) != 1 or any(use.operation is not mma.parent_block().last_op
                                                         for use in mma.result.uses):
         return None
     return mma
+
+
+def accumulates_in_flight(op: scf.IfOp, mma: tile.MmaOp, pending: list[PendingMma]) -> bool:
+    """Whether update branch `op` with mma `mma` is an *accumulate branch* (module docstring): the mma's
+    accumulator is the youngest group in flight's result, an mma's of the same wgmma shape (operand width: the
+    same k-step), the other branch yields it where the mma's branch yields the mma's result, and nothing else
+    reads it (the mma writes its registers in place)."""
+    if not pending or mma.acc is not pending[-1].tile_value:
+        return False
+    producer = mma.acc.owner
+    if not isinstance(producer, tile.MmaOp) or element_type_bytes(producer.a.type.element_type) \
+            != element_type_bytes(mma.a.type.element_type):
+        return False
+    other = next(region for region in op.regions if region is not mma.parent_region())
+    position = list(mma.parent_block().last_op.operands).index(mma.result)
+    if list(other.block.last_op.operands)[position] is not mma.acc:
+        return False
+    return all(use.operation in (mma, other.block.last_op) for use in mma.acc.uses)
 
 
 class ControlFlowLowering:
@@ -162,12 +191,15 @@ class ControlFlowLowering:
             for inner in region.ops:
                 if inner is update:
                     continue
-                if not isinstance(inner, scf.YieldOp | tile.ClearRowsOp) \
+                if not isinstance(inner, scf.YieldOp | tile.ClearRowsOp | tile.KeyBiasOp) \
                         and (isinstance(inner, tile.MmaOp) or not _register_only(inner)):
                     return False
                 read.update(inner.operands)
         if update is not None:
             read.discard(update.result)
+            if accumulates_in_flight(op, update, self.pending):
+                read.discard(update.acc)
+                self.accumulating.add(update)
         waited = [p.tile_value for p in self.pending if p.tile_value in read]
         if waited:  # the groups whose results the branch reads (and older ones) complete before it
             self._retire(waited[-1], self.e)
@@ -182,6 +214,9 @@ class ControlFlowLowering:
                 refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
         in_flight = op in self.branches_in_flight
         update = update_branch_mma(op) if in_flight else None
+        accumulate = update in self.accumulating
+        # yielded as they are: the mma's result, and an accumulate branch's accumulator, still in flight
+        raw = {update.result, update.acc} if accumulate else {update.result} if update is not None else set()
         before = list(self.pending)
         issued = None
         blocks, yielded = [], []
@@ -204,18 +239,17 @@ class ControlFlowLowering:
                 issued = self.pending.pop()
             elif self.pending != before:
                 refuse(op, "a branch the wgmma groups in flight cross must not commit or wait for a group")
-            elif update is not None:  # the other path retires every group: no more pending than the mma's path
+            elif update is not None and not accumulate:  # retire every group: no more pending than the mma's path
                 be.op(sm90.WgmmaWaitGroupOp(0))
             self.e = be
-            yielded.append([self.values[v] if update is not None and v is update.result else self._peek(v)
-                            for v in terminator.operands])
+            yielded.append([self.values[v] if v in raw else self._peek(v) for v in terminator.operands])
             self.outstanding = saved + [c for c in self.outstanding if c not in saved]
             blocks.append(block)
         scaled = [all(isinstance(y[i], Scaled) and y[i].factor == yielded[0][i].factor for y in yielded)
                   for i in range(len(op.results))]
         for block, values, original in zip(blocks, yielded, op.regions):
             self.e = Emitter(block)
-            operands = [v.raw if keep else self._get(old) for v, keep, old in
+            operands = [v.raw if keep else v if old in raw else self._get(old) for v, keep, old in
                         zip(values, scaled, original.block.last_op.operands)]
             self.e.op(scf.YieldOp(*operands))
         self.e = e
@@ -230,7 +264,11 @@ class ControlFlowLowering:
                 self._set(old, res)
         if update is not None:  # the result the mma's branch yields is pending on both paths
             (position,) = [i for i, v in enumerate(update.parent_block().last_op.operands) if v is update.result]
-            self.pending.append(PendingMma(op.results[position], issued.reads))
+            if accumulate:  # one entry for the accumulator's group and the mma's (module docstring)
+                accumulator = self.pending.pop()
+                self.pending.append(PendingMma(op.results[position], accumulator.reads + issued.reads))
+            else:
+                self.pending.append(PendingMma(op.results[position], issued.reads))
 
     def _lower_YieldOp(self, op: scf.YieldOp, e: Emitter) -> None:
         # `_translate` has retired the wgmma groups in flight: no group outlives its region.

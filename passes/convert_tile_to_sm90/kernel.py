@@ -118,6 +118,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
     commit_phase: dict = field(default_factory=dict)  # commit op -> its count at its latest execution
     e: Emitter | None = None  # the emitter of the op being translated
     branches_in_flight: set = field(default_factory=set)  # Tile scf.if ops the wgmma groups in flight cross (control.py)
+    accumulating: set = field(default_factory=set)  # the tile.mma of accumulate branches (control.py)
     partial_rows: set = field(init=False)  # row tiles held as per-thread partial sums (row_sums.py)
 
     def __post_init__(self) -> None:

@@ -50,7 +50,9 @@ class MmaLowering:
         """One wgmma group: fence, the chain over K, commit. It is NOT waited for here: the wait comes at
         the first use of the result (`_get`), before control flow, or before its shared operands are
         released or refilled, so independent work (the softmax of another tile) runs meanwhile."""
-        a, b, acc = (self._get(v) for v in (op.a, op.b, op.acc))
+        a, b = (self._get(v) for v in (op.a, op.b))
+        # an accumulate branch's mma chains onto the group in flight that writes its accumulator (control.py)
+        acc = self.values[op.acc] if op in self.accumulating else self._get(op.acc)
         ab, b_type = _wgmma_type(op.a.type.element_type), _wgmma_type(op.b.type.element_type)  # e4m3/e5m2 mix
         k = op.a.type.get_shape()[0 if op.transpose_a else 1]
         n = op.acc.type.get_shape()[1]

@@ -372,6 +372,15 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         dest.clear_rows(self.batch, op, keys >= self.batch.index_array(seq_k)[:, None])
         return ()
 
+    @impl(tile.KeyBiasOp)
+    def run_key_bias(self, interpreter: Interpreter, op: tile.KeyBiasOp, args: PythonValues):
+        """Rows r of the shared tile become -inf where k0 + r >= seq_k, +0 elsewhere
+        (`tile_memory.SharedRef.write_key_bias`)."""
+        dest, k0, seq_k = args
+        keys = self._positions(k0, op.rows, 1, 2)
+        dest.write_key_bias(self.batch, op, keys >= self.batch.index_array(seq_k)[:, None])
+        return ()
+
     @impl(tile.AtomicAddOp)
     def run_atomic_add(self, interpreter: Interpreter, op: tile.AtomicAddOp, args: PythonValues):
         value, dest = args

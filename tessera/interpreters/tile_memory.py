@@ -271,6 +271,23 @@ class SharedRef:
         cleared[past & batch.active[:, None]] = 0
         self.write(cleared, batch.active)
 
+    def write_key_bias(self, batch: BlockBatch, op: Operation, past: np.ndarray) -> None:
+        """`tile.key_bias`: the active blocks' (unstaged) tile becomes +0 in its rows where `past` [B, rows] is
+        false and -inf where it is true, published (READY). The op begins with a barrier of its own (its
+        lowering's), so earlier reads of the tile are ordered before it; a copy in flight into it is a race."""
+        active = batch.active
+        if self.stage is not None or self.buffer.staged:
+            batch.fail(op, f"writes the key bias into ring {self.buffer.name}; the bias tile is a plain shared tile", active)
+        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
+        if in_flight.any():
+            batch.fail(op, f"writes shared buffer {self.buffer.name} while a copy into it is in flight", in_flight)
+        shape = self.buffer.data.shape
+        bias = np.where(past.reshape(past.shape + (1,) * (len(shape) - 2)), -np.inf, 0.0)
+        self.write(np.broadcast_to(bias, shape).astype(self.buffer.data.dtype), active)
+        self._set(self.buffer.state, READY, active)
+        self.buffer.read_unfreed[:, active] = False
+        self.buffer.mma_rows[active] = 0
+
     def check_stage_range(self, batch: BlockBatch, op: Operation) -> None:
         if self.stage is not None:
             stages = self.buffer.state.shape[0]

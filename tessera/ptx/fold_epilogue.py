@@ -39,6 +39,10 @@ inside an `scf.if`), so it is the printer's and no pass's. It is chosen only whe
   `%unmasked = maxsi(minsi(x, ub), c)`, c a constant <= lb: trip n (iv = ub >= %unmasked) takes its else-branch;
   after it, the V release `scf.if %first_trip {} else { sm90.mbarrier_arrive %x }`, %x computed after
   `%first_trip`.
+  Or no masked branch (`mask-by-mma` adds the masks to S with a wgmma before the update, the loop has no
+  branch after it that trip n takes): the exit test is printed on every trip right after the update's
+  wait_group (2 SASS instructions a steady trip, where the unfolded loop's duplicate P.V costs ptxas about a
+  fifth more time), and no op is sunk.
 - Trip n runs from `pv` to the exit test without A_pre: nothing there reads a value A_pre computes (but an
   immediate constant). The sunk ops read only constants, the iv and values from outside the loop.
 - The score mma's first wgmma: A_pre's first wgmma, scale-d a constant false, A and B descriptors (not A in
@@ -81,7 +85,8 @@ class EpilogueFold:
     loop: scf.ForOp
     first: arith.CmpiOp  # %first_trip: the re-entry label goes before it
     update: scf.IfOp  # the previous trip's P.V under `scf.if %first_trip`
-    masked: scf.IfOp  # the masked trips' branch: its else-branch opens with the exit test
+    masked: scf.IfOp | None  # the masked trips' branch: its else-branch opens with the exit test
+    exit_after: Operation  # without a masked branch: the exit test follows this op (the update's wait)
     release: sm90.MBarrierArriveOp  # the previous trip's V release, run again by the exit block
     score: sm90.WgmmaMmaAsyncOp  # the score mma's first wgmma, repeated by the dummy block
     s: SSAValue  # the score mma's result: the dummy block writes its registers
@@ -268,11 +273,13 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     if first is None:
         return "no first-trip test"
     ifs = [op for op in ops[position[first]:] if isinstance(op, scf.IfOp)]
-    if len(ifs) < 3 or ifs[0].cond is not first.result or len(ifs[0].results) != 1:
-        return "no update under the first-trip test, masked branch and release after it"
-    update, masked = ifs[0], ifs[1]
-    release_if = next((op for op in ifs[2:] if op.cond is first.result), None)
-    if release_if is None or not masked.false_region.blocks or masked.false_region.block.first_op is None:
+    if len(ifs) < 2 or ifs[0].cond is not first.result or len(ifs[0].results) != 1:
+        return "no update under the first-trip test and release after it"
+    update = ifs[0]
+    masked = ifs[1] if ifs[1].cond is not first.result else None  # none: mask-by-mma added the masks earlier
+    release_if = next((op for op in ifs[1:] if op.cond is first.result), None)
+    if release_if is None or masked is not None and (
+            not masked.false_region.blocks or masked.false_region.block.first_op is None):
         return "no masked else-branch or no V release under the first-trip test"
     # the update: then yields the accumulator iter_arg, else runs the P.V chain from it and yields its result
     then_yield = update.true_region.block.last_op
@@ -288,12 +295,17 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     if loop_chain is None or update_ops[-2:] != [loop_chain[-1].next_op, update.false_region.block.last_op] \
             or not isinstance(update_ops[-2], sm90.WgmmaCommitGroupOp) or update_ops[-1].operands[0] is not loop_chain[-1].result:
         return "the update's else-branch is not one committed P.V chain on the accumulator"
-    between = [o for o in ops[position[update] + 1:position[masked]] if not isinstance(o, arith.ConstantOp)]
+    if masked is None:  # the exit test right after the update's wait: nothing before it but waits and constants
+        wait = next((o for o in ops[position[update] + 1:] if not isinstance(o, arith.ConstantOp)), None)
+        exit_at = position[wait] + 1 if isinstance(wait, sm90.WgmmaWaitGroupOp) else position[update] + 1
+    else:
+        exit_at = position[masked]
+    between = [o for o in ops[position[update] + 1:exit_at] if not isinstance(o, arith.ConstantOp)]
     if not between or not isinstance(between[0], sm90.WgmmaWaitGroupOp) or between[0].pending.value.data > 1:
         return "the update is not followed by a wait_group that retires the score mma"
     if not all(isinstance(o, sm90.WgmmaWaitGroupOp) or _pure(o) for o in between):
         return "ops other than waits and pure ops between the update and the masked branch"
-    if not _masked_on_last_trip(masked.cond, iv, loop.ub, lb):
+    if masked is not None and not _masked_on_last_trip(masked.cond, iv, loop.ub, lb):
         return "the masked branch is not iv >= maxsi(minsi(x, ub), c <= lb): trip n might not take it"
     release_ops = [o for o in release_if.false_region.block.ops if not isinstance(o, scf.YieldOp)] \
         if release_if.false_region.blocks else []
@@ -315,9 +327,9 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
     descriptors = (_invariant_descriptor(loop, score.a), _invariant_descriptor(loop, score.b))
     if None in descriptors:
         return "the score wgmma's descriptors are not loop-invariant (or offsets of invariant ones)"
-    masks = masked.false_region.block
-    sunk = [o for o in a_pre if o.results and not isinstance(o, arith.ConstantOp) and _pure(o)]
-    while True:  # the largest set whose results only the masks (or each other) read, from sunk or outside values
+    masks = masked.false_region.block if masked is not None else None
+    sunk = [o for o in a_pre if o.results and not isinstance(o, arith.ConstantOp) and _pure(o)] if masks else []
+    while sunk:  # the largest set whose results only the masks (or each other) read, from sunk or outside values
         kept = [o for o in sunk
                 if all(_top(masks, u.operation) is not None or u.operation in sunk for r in o.results for u in r.uses)
                 and all(v is iv or not defined_in(v, loop.body.block) or _immediate(p, v) or v.owner in sunk for v in o.operands)]
@@ -325,7 +337,8 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
             break
         sunk = kept
     computed_before = {r for o in a_pre if o not in sunk for inner in o.walk() for r in inner.results}
-    trip_n = [inner for o in ops[position[first]:position[update] + 1] for inner in o.walk()] + [masked, release]
+    trip_n = [inner for o in ops[position[first]:position[update] + 1] for inner in o.walk()] + [release] + (
+        [masked] if masked is not None else [])
     if any(v in computed_before and not _immediate(p, v) for o in trip_n for v in o.operands) or any(
             v in computed_before and not _immediate(p, v) and v is not s for o in between for v in o.operands):
         return "trip n would read a value A_pre computes (but S, once its group retired) before its exit test"
@@ -340,9 +353,10 @@ def fold_or_refusal(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | str:
         if i in (acc_position, p_position) or not value.uses:
             continue
         uses = [_top(body, u.operation) for u in body.args[i + 1].uses]
-        if not any(u is not None and position[u] > position[masked] for u in uses):
-            return f"loop result {i} is read after the loop but its iter_arg not after the masked branch"
-    return EpilogueFold(loop, first, update, masked, release, score, s, descriptors, sunk, epilogue, result)
+        if not any(u is not None and position[u] >= exit_at + (masked is not None) for u in uses):
+            return f"loop result {i} is read after the loop but its iter_arg not after the exit test"
+    return EpilogueFold(loop, first, update, masked, ops[exit_at - 1], release, score, s, descriptors, sunk,
+                        epilogue, result)
 
 
 def find_fold(p: KernelPrinter, loop: scf.ForOp) -> EpilogueFold | None:
@@ -356,7 +370,9 @@ def print_folded_body(p: KernelPrinter, fold: EpilogueFold, iv: str, ub: str) ->
     the epilogue's ops become comments."""
     fold.labels = {name: p.new_label(name) for name in ("pv", "pv_dummy", "pv_exit")}
     test = p.temp(PRED)
-    p.else_entries[fold.masked] = [f"setp.eq.s32 {test}, {iv}, {ub}", f"@{test} bra {fold.labels['pv_exit']}"]
+    exit_test = [f"setp.eq.s32 {test}, {iv}, {ub}", f"@{test} bra {fold.labels['pv_exit']}"]
+    if fold.masked is not None:
+        p.else_entries[fold.masked] = exit_test
     for op in fold.epilogue:
         p.folded[op] = "run by the loop (its P.V of trip n)"
     body = fold.loop.body.block
@@ -372,6 +388,8 @@ def print_folded_body(p: KernelPrinter, fold: EpilogueFold, iv: str, ub: str) ->
         if op is fold.update:
             for sunk in fold.sunk:
                 p.print_op(sunk)
+        if fold.masked is None and op is fold.exit_after:
+            p.emit(*exit_test)
 
 
 def print_fold_blocks(p: KernelPrinter, fold: EpilogueFold, end: str) -> None:

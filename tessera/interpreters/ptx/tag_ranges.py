@@ -43,12 +43,19 @@ class TagRanges:
 
     def write_out(self, where: np.ndarray | slice | list[slice]) -> None:
         """Something reads or writes the tags of the bytes `where` (an index array, a range, or ranges) byte by
-        byte: the kept ranges holding some of them (by their bounds) are written into the per-byte arrays and
-        no longer kept."""
+        byte: the kept ranges holding some of them are written into the per-byte arrays and no longer kept. For
+        an index array, a range its bounds meet but none of its bytes holds stays kept (the stores of many
+        CTAs' lanes: each CTA's bytes lie in its own window, and the bounds span the windows between)."""
         if not self.tag_ranges:
             return
+        index = None
         for low, high in byte_bounds(where):
             for start in self.tag_ranges.meeting(low, high):
+                if isinstance(where, np.ndarray):
+                    index = np.sort(where, axis=None) if index is None else index
+                    first = int(np.searchsorted(index, start))
+                    if first == len(index) or index[first] >= self.tag_ranges.ranges[start][0]:
+                        continue
                 self._write_range(start)
 
     def flight_in(self, span: slice) -> bool:
