@@ -27,6 +27,9 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
     'tile.clear_rows': (
         '%a0: !tile.tile<128x64xbf16, shared, swizzle 128>, %a1: index, %a2: index',
         '"tile.clear_rows"(%a0, %a1, %a2) : (!tile.tile<128x64xbf16, shared, swizzle 128>, index, index) -> ()'),
+    'tile.key_bias': (
+        '%a0: !tile.tile<176x16xbf16, shared, swizzle 32>, %a1: index, %a2: index',
+        '"tile.key_bias"(%a0, %a1, %a2) : (!tile.tile<176x16xbf16, shared, swizzle 32>, index, index) -> ()'),
     'tile.cmp': (
         '%a0: !tile.tile<1x32xi32, register>, %a1: !tile.tile<64x32xi32, register>',
         '%r = "tile.cmp"(%a0, %a1) <{predicate = "le"}> : (!tile.tile<1x32xi32, register>, !tile.tile<64x32xi32, '
@@ -282,6 +285,12 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
     ('tile.clear_rows', 'an unknown property', '"tile.clear_rows"(%a0, %a1, %a2) :',
      '"tile.clear_rows"(%a0, %a1, %a2) <{bogus_prop = 1 : i64}> :',
      "'tile.clear_rows': property 'bogus_prop' is not defined by the"),
+    ('tile.key_bias', 'operand 0: wrong memory space', '!tile.tile<176x16xbf16, shared, swizzle 32>',
+     '!tile.tile<176x16xbf16, register>', 'operand must be a shared tile, got register'),
+    ('tile.key_bias', 'operand 0: wrong element type', '!tile.tile<176x16xbf16, shared, swizzle 32>',
+     '!tile.tile<176x16xf32, shared, swizzle 32>', 'the bias tile is a wgmma B operand of bf16 or f16, got f32'),
+    ('tile.key_bias', 'operand 1: wrong element type', 'index', 'i32',
+     "'tile.key_bias': operand 'k_start' at position 1 does not"),
     ('tile.cmp', 'operand 0: wrong element type', '!tile.tile<1x32xi32, register>',
      '!tile.tile<1x32xbf16, register>', 'operands must share one element type, got bf16, i32'),
     ('tile.cmp', 'operand 0: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
