@@ -242,3 +242,25 @@ def test_tessera_run_checks_a_cluster_whose_second_block_has_one_row_at_ptx_leve
 
 
 # endregion
+
+
+# region the builders' split-KV and grouped kernels with clusters (tessera.attention refuses them)
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_a_split_grouped_kernel_with_clusters_of_two(level):
+    """docs/attention.md: `flash_attention(num_splits=3, grouped=True, cluster=2)` builds, and its three parts
+    of GQA 4:2 over 3 query blocks (the last cluster of one) merge into the right O and LSE at every level."""
+    from tessera.kernels import attention_combine
+    from tessera.runtime.attention_plan import combine_lowering
+
+    q, k, v = operands(4, 2, 300, 177, 64)
+    o_part, lse_part = tessera.launch(flash_attention(64, num_splits=3, grouped=True, cluster=2), q, k, v,
+                                      level=level)
+    parts = [x.reshape((3, 1) + x.shape[1:]) for x in (o_part, lse_part)]
+    with combine_lowering():
+        o, lse = tessera.launch(attention_combine(64, 3, return_lse=True), *parts, level="tile")
+    assert_attention(o, lse[..., 0], q, k, v, False)
+
+
+# endregion
