@@ -9,9 +9,8 @@ reference written here (not `tessera.reference`).
 - clusters of 2 on an odd number of query blocks (launched as clusters of one), on one query block shorter
   than block_m, a second CTA with one row (seq_q 129), clusters of 4 and 8; causal, GQA and split-KV with
   clusters refused by name, and a `cluster` that is no int (True, 2.0) refused, not read as 1;
-- a GQA kernel launched with heads not a multiple of heads_k: it read zeros past K's heads (heads 6, heads_k 4:
-  O of heads 4 and 5 silently 0) or divided by a group of 0 (heads 2, heads_k 4); now refused by name at every
-  launch, located in tessera-run and tessera-opt --validate;
+- a GQA kernel launched with heads not a multiple of heads_k: refused by every launch (its tile.multiples),
+  now located at the kernel in tessera-run and tessera-opt --validate;
 - tessera-run --check on a GQA kernel of heads_k > 1: the NumPy reference did not repeat K's heads (a NumPy
   broadcasting error), as `tessera.reference.check_attention` did not.
 """
@@ -172,10 +171,11 @@ def test_clusters_with_grouped_heads_and_split_kv_at_256_are_refused_by_name():
 @pytest.mark.parametrize("heads,heads_k", [(6, 4), (2, 4)])
 @pytest.mark.parametrize("level", ["tile", "target"])
 def test_a_grouped_kernel_refuses_heads_not_a_multiple_of_heads_k(heads, heads_k, level):
-    """Regression: heads 6 over heads_k 4 gave O = 0 for heads 4 and 5 (their key heads past K's, TMA's zero
-    fill), heads 2 over 4 a division by zero in the kernel."""
+    """The grouped forward kernel's tile.multiples (heads 6 over heads_k 4 would read key heads past K's, TMA's
+    zero fill; heads 2 over 4 divide by a group of 0)."""
     q, k, v = operands(heads, heads_k, 7, 50, 64)
-    with pytest.raises(ValueError, match=f"heads must be a multiple of heads_k .*heads = {heads}, heads_k = {heads_k}"):
+    with pytest.raises(ValueError, match=f"needs heads to be a multiple of heads_k .*heads = {heads} and heads_k = "
+                                         f"{heads_k}"):
         tessera.launch(flash_attention(64, grouped=True, return_lse=True), q, k, v, level=level)
 
 
@@ -213,15 +213,17 @@ def test_tessera_run_checks_a_gqa_kernel_of_two_key_heads(tmp_path, level):
 
 
 def test_the_tools_refuse_heads_not_a_multiple_of_heads_k_located(tmp_path):
+    """Regression: tessera-run and tessera-opt --validate refused the sizes unlocated (validate after a table
+    row of the input level); they now name the kernel at its line, before anything is lowered or run."""
     path = tmp_path / "gqa.mlir"
     path.write_text(str(flash_attention(64, grouped=True, return_lse=True)))
     sizes = [*GQA_SIZES, "-d", "heads=6", "-d", "heads_k=4"]
     proc = run_tool("tessera_run", str(path), *sizes, "--check")
     assert proc.returncode == 1 and not proc.stdout
-    assert f"{path}:2:3: kernel @flash_attention_gqa_d64_bf16_lse: heads must be a multiple of heads_k" in proc.stderr
+    assert f"{path}:2:3: kernel @flash_attention_gqa_d64_bf16_lse: needs heads to be a multiple of heads_k" in proc.stderr
     proc = run_tool("tessera_opt", str(path), "-p", "default-pipeline", "--validate", *sizes)
-    assert proc.returncode == 1
-    assert f"{path}:2:3: kernel @flash_attention_gqa_d64_bf16_lse: heads must be a multiple of heads_k" in proc.stderr
+    assert proc.returncode == 1 and "(input)" not in proc.stdout + proc.stderr
+    assert f"{path}:2:3: kernel @flash_attention_gqa_d64_bf16_lse: needs heads to be a multiple of heads_k" in proc.stderr
 
 
 def test_tessera_run_checks_a_split_kernel_whose_parts_are_empty_at_ptx_level(tmp_path):
