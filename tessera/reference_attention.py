@@ -63,8 +63,10 @@ def softmax_rows(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
 def attention(q, k, v, causal: bool = False, scale: float | None = None, bias=None) -> np.ndarray:
     """softmax(Q K^T * scale [+ bias] [+ causal mask]) V in float64 on the given (already rounded) inputs; `bias`
     is [batch, heads, seq_q, seq_k] or broadcast over batch and/or heads (size 1 there), and saturated as the
-    kernels saturate it (`saturate_bias`; a row that sees no key gives zeros)."""
+    kernels saturate it (`saturate_bias`; a row that sees no key gives zeros). k and v may have fewer heads
+    (GQA/MQA: heads_k a divisor of q's heads, `expand_heads`)."""
     q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    k, v = expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1])
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
     scores = add_bias(scaled_scores(q, k, scale, np.float64), saturate_bias(bias, scale))
@@ -75,8 +77,9 @@ def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float 
                              bias=None) -> np.ndarray:
     """The straightforward computation in the kernel's precision: scores rounded to `dtype` (and again after
     adding the bias), softmax in f32 rounded to `dtype`, P V accumulated in f32 and rounded to `dtype` (what
-    PyTorch's eager attention does)."""
+    PyTorch's eager attention does); k and v may have fewer heads (GQA/MQA)."""
     q, k, v = (np.asarray(x).astype(F32) for x in (q, k, v))
+    k, v = expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1])
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     visible = causal_visible(q.shape[2], k.shape[2]) if causal else None
     scores = round_to(scaled_scores(q, k, scale, np.float32), dtype).astype(F32)
@@ -87,7 +90,11 @@ def attention_same_precision(q, k, v, dtype, causal: bool = False, scale: float 
 
 
 def expand_heads(x: np.ndarray, heads: int) -> np.ndarray:
-    """K or V with heads_k heads repeated to `heads` (GQA: query head h reads K/V head h // (heads / heads_k))."""
+    """K or V with heads_k heads repeated to `heads` (GQA: query head h reads K/V head h // (heads / heads_k));
+    ValueError naming both counts where heads_k does not divide heads."""
+    if heads % x.shape[1]:
+        raise ValueError(f"the reference groups query heads: heads must be a multiple of heads_k; got heads = "
+                         f"{heads}, heads_k = {x.shape[1]}")
     return np.repeat(x, heads // x.shape[1], axis=1)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 import ml_dtypes
+import numpy as np
 import pytest
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IndexType, IntegerAttr
@@ -284,6 +285,30 @@ def test_attention_trace_refuses_an_fp8_kernel_by_name():
     with pytest.raises(ValueError, match=r"takes inputs \(Q, K, V, DescaleQ, DescaleK, DescaleV\); .* FP8 kernel "
                                          r"\(flash_attention\(dtype='e4m3'\)\) is not traced; .*\.check_attention_fp8"):
         attention_trace(build_kernel("flash_attention", head_dim=64, causal=True, dtype="e4m3"), q, k, v)
+
+
+@pytest.mark.parametrize("block", [(0, 1, 0), (0, 3, 1)])
+def test_the_golden_trace_of_a_grouped_kernel_reads_its_key_head(block):
+    """Regression (unseen24s): the golden read K's head h for query head h, the wrong head for GQA 4:2 (errors
+    of O(1) at block (0, 1, 0)) and past K's heads at (0, 3, 1) (an IndexError from inside the golden)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 130, 64))
+    k, v = (rng.standard_normal((1, 2, 300, 64)) for _ in range(2))
+    trace = attention_trace(build_kernel("flash_attention", head_dim=64, grouped=True), q, k, v, level="target",
+                            block=block)
+    golden = golden_attention_trace(q, k, v, False, None, 128, 128, block=block, dtype=ml_dtypes.bfloat16)
+    assert trace.tiles == golden.tiles == 3
+    errors = compare_traces(trace, golden, rows=128 if block[2] == 0 else 2)
+    assert first_loss(errors) is None, errors
+
+
+def test_attention_trace_refuses_a_split_kernel_by_name():
+    """Regression (unseen24s): block (0, 0, 0) of a split-KV kernel is part 0 of the key range, which the whole
+    row's golden does not describe (errors of inf at its last tile); it is refused, naming what to trace."""
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"grid #tile.dims<ceildiv\(seq_q, 128\), 2 \* heads, batch>; .* a split-KV "
+                                         r"kernel \(flash_attention\(num_splits > 1\)\) is not traced"):
+        attention_trace(build_kernel("flash_attention", head_dim=64, num_splits=2), q, k, v)
 
 
 # endregion

@@ -186,7 +186,11 @@ def _declared_tables(op, args):
 
 
 def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
-    """Every size given must be declared by a kernel that runs; each kernel's arguments must fit `max_gib`."""
+    """Every size given must be declared by a kernel that runs, with the multiples the kernel declares
+    (`tile.multiples`, refused located at the kernel); each kernel's arguments must fit `max_gib`."""
+    from tessera.ir.diagnostics import located
+    from tessera.kernel_abi import check_multiples
+
     declared = {n for sig in selected_sigs for n in sig.size_names()}
     unknown = [n for n in sizes if n not in declared]
     if unknown:
@@ -199,6 +203,11 @@ def _check_sizes(selected_sigs, sizes: dict[str, int], max_gib: float) -> None:
             flags = " ".join(f"-d {n}=..." for n in missing)
             raise RunError(f"kernel @{sig.name} needs sizes for {', '.join(missing)} ({flags})")
         used = {n: sizes[n] for n in sig.size_names()}
+        try:
+            check_multiples(sig.name, sig.multiples, used)
+        except ValueError as e:
+            message = str(e).replace(f"kernel @{sig.name} ", f"kernel @{sig.name}: ", 1)  # named once, located
+            raise RunError(located(sig.op, message)) from None
         try:  # the launch limits and the simulators' memory budget, before anything is allocated
             # inputs three times: float64 draws, their float32 copy, the kernel's converted copy
             check_sizes(sig, used, memory_budget=int(max_gib * 2**30), input_copies=3)

@@ -31,6 +31,8 @@ and only then is the kernel, built with `tessera.passes.DEFAULT_PIPELINE`, compi
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera.runtime.attention_base import (  # noqa: F401 (DTYPES, LAYOUT, attention_config: names of this module)
     DTYPES, LAYOUT, UnsupportedKernel, attention_config, check_head_dim, check_tensor,
 )
@@ -113,6 +115,17 @@ def refuse_with_bias(grouped: bool, num_splits: object, cluster: object) -> None
         raise ValueError(f"attention: bias is not supported with cluster={cluster!r}; use 1")
 
 
+def check_cluster_option(cluster: object) -> int:
+    """`cluster` as the int the builders take (a NumPy integer read as one, as `num_splits` is), checked by the
+    builders' rule before any other option reads it: TypeError for what is no int (True, 2.0, "2"), which
+    `cluster != 1` alone would have taken for 1 or for a cluster, ValueError for sizes below 1."""
+    from tessera.kernels.common import check_cluster
+
+    if isinstance(cluster, np.integer):
+        cluster = int(cluster)
+    return check_cluster("attention: cluster", cluster, 1)[0]
+
+
 def check_enable_gqa(where: str, enable_gqa, q, k) -> None:
     """FlexAttention's `enable_gqa` (its calls port unchanged): None or True allow k and v with fewer heads than q
     (Tessera finds GQA from the shapes); False refuses them by name, as flex_attention does. Heads are axis 1 of
@@ -158,6 +171,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, return_
     )
 
     num_splits = auto_for_zero(num_splits)
+    cluster = check_cluster_option(cluster)
     check_enable_gqa("attention", enable_gqa, q, k)
     if is_fp8_call(q, k, v, (descale_q, descale_k, descale_v)):
         refused = [name for name, on in (

@@ -175,7 +175,8 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     from tessera import find_kernel
     from tessera.arguments import check_module, check_seed, check_sizes, check_string
     from tessera.ir import make_context
-    from tessera.kernel_abi import specialized
+    from tessera.ir.diagnostics import located
+    from tessera.kernel_abi import check_multiples, specialized
     from tessera.passes import parse_pipeline
 
     where = "tessera.validate.validate"
@@ -191,6 +192,11 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     check_generated_inputs(where, sig)  # packed and paged attention: real tables only
     check_outputs(where, sig)
     bound = levels.default_sizes(sig, check_sizes(where, sizes, sig.size_names()))
+    try:  # sizes the kernel does not take (`tile.multiples`: grouped heads), refused before anything runs
+        check_multiples(sig.name, sig.multiples, bound)
+    except ValueError as error:
+        message = str(error).replace(f"kernel @{sig.name} ", f"kernel @{sig.name}: ", 1)
+        raise ValueError(f"{where}: {located(sig.op, message)}") from None
     # The variant a launch with these sizes runs (`tile.specialize`, docs/any-shape.md): the fast one would
     # be refused for sizes it does not meet (a GEMM with K = 65 has rows of 130 bytes, no TMA).
     module = specialized(module, sig, bound)

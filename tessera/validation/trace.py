@@ -94,6 +94,14 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
                          f"attention_trace traces a 16-bit flash attention kernel on {', '.join(traced[:3])} (and "
                          "Bias) only: an FP8 kernel (flash_attention(dtype='e4m3')) is not traced; hold its output "
                          "to tessera.reference.check_attention_fp8")
+    axes = list(sig.grid)
+    if len(axes) < 3 or not (axes[1].is_name and axes[1].symbol.data == "heads"):
+        # a split-KV kernel's grid y counts parts x heads: its block (0, h, 0) is one part of the key range,
+        # which no golden of the whole row describes
+        raise ValueError(f"{where}: kernel @{sig.name} has the grid {sig.grid}; attention_trace traces a kernel "
+                         "whose grid is (row blocks, heads, batch), block (batch, head, row block) reading the whole "
+                         "key range: a split-KV kernel (flash_attention(num_splits > 1)) is not traced; trace "
+                         "flash_attention(num_splits=1), or hold the combined output to tessera.reference")
     if sig.bias != (bias is not None):
         raise ValueError(f"{where}: kernel @{sig.name} " + (
             "takes 4 inputs (Q, K, V, Bias): pass bias=, [batch, heads, seq_q, seq_k] (1 where it is broadcast)"
@@ -129,17 +137,19 @@ def attention_trace(module: ModuleOp, q, k, v, level: str = "tile", pipeline: st
 
 def golden_attention_trace(q, k, v, causal: bool, scale: float | None, block_m: int, block_n: int,
                            block: tuple[int, int, int] = (0, 0, 0), dtype=None, bias=None) -> AttentionTrace:
-    """The online-softmax state per K/V tile in float64 for row block `block` = (batch, head, row block),
-    with the kernel's trip count (bottom-right causal: tiles up to the last key the block's last row sees).
+    """The online-softmax state per K/V tile in float64 for row block `block` = (batch, head, row block)
+    (k and v may have fewer heads, GQA: query head h reads key head h // (heads // heads_k)), with the kernel's
+    trip count (bottom-right causal: tiles up to the last key the block's last row sees).
     Inputs are rounded to `dtype` (the kernel's element type) first when given. Rows past seq_q are computed
     as the kernel computes them, from zero queries (a tensor copy fills them with zeros). With `bias`
     ([batch or 1, heads or 1, seq_q, seq_k], rounded like the inputs) the scores are scale Q K^T + bias before
     the masks, the bias saturated as the kernels saturate it (`reference_attention.saturate_bias`; read as 0 past
     seq_q and seq_k, where the kernel's bounded load reads nothing)."""
     from tessera.numerics import round_to
-    from tessera.reference_attention import saturate_bias
+    from tessera.reference_attention import expand_heads, saturate_bias
 
     q, k, v = (np.asarray(x) for x in (q, k, v))
+    k, v = expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1])  # GQA: query head h reads h // group
     if dtype is not None:
         q, k, v = (round_to(x, dtype) for x in (q, k, v))
         bias = None if bias is None else round_to(np.asarray(bias), dtype)
