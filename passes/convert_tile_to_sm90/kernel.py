@@ -73,6 +73,7 @@ from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.shared_tiles import SharedTileLowering
+from tessera.passes.convert_tile_to_sm90.shared_loads import SharedLoadLowering
 from tessera.passes.convert_tile_to_sm90.small_tiles import SmallTileLowering, is_scalar
 from tessera.passes.convert_tile_to_sm90.tidy import tidy_kernel
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
@@ -84,7 +85,7 @@ HANDLED = ("tile", "scf", "func")
 
 
 @dataclass
-class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
+class KernelLowering(SharedLoadLowering, SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
                      RegisterTileLowering, MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering,
                      ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
@@ -254,8 +255,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
             if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
                 continue  # a row of shared memory (a one-row tile)
             if isinstance(op, tile.LoadOp) and op.source.type.memory_space == MemSpace.SHARED:
-                refuse(op, "tile.load of a shared tile into registers is not supported (the Tile interpreter runs "
-                            "it; a shared tile is read by tile.mma, or one row by tile.load_broadcast)")
+                continue  # a shared tile read into registers (shared_loads.py)
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner
