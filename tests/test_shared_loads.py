@@ -8,19 +8,19 @@ refused by name."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import inprocess
 import tessera
-from tessera.passes.convert_tile_to_sm90.common import LoweringError
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.ptx import PtxHazardError
-from test_unseen_kernels24 import SHARED_READ_BACK
+from tessera.passes.convert_tile_to_sm90.common import LoweringError
+from test_unseen_kernels24 import BF16, SHARED_READ_BACK
 
-BF16 = tessera.numerics.BF16 if hasattr(tessera, "numerics") and hasattr(tessera.numerics, "BF16") else None
-if BF16 is None:  # the suite's bf16 dtype
-    from test_unseen_kernels24 import BF16
 LEVELS = ("tile", "target", "ptx")
 TYPES = {"f32": np.float32, "i32": np.int32, "bf16": BF16, "f16": np.float16}
 
@@ -111,3 +111,193 @@ def test_a_read_without_the_barrier_after_other_threads_stores_is_a_race(level, 
     module = tessera.parse_module(SHARED_READ_BACK.replace("    tile.barrier\n", ""), "k.mlir")
     with pytest.raises(error, match="tile.barrier|race"):
         tessera.launch(module, _values((70, 130), BF16), level=level)
+
+
+STORE_THEN_LOAD = """
+builtin.module {
+  func.func @store_then_load(
+      %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+      %Y: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>} {
+    %c64 = arith.constant 64 : index
+    %bi = tile.program_id x : index
+    %bj = tile.program_id y : index
+    %m0 = arith.muli %bi, %c64 : index
+    %n0 = arith.muli %bj, %c64 : index
+    %s = tile.alloc_shared : !tile.tile<64x64xELT, shared, swizzle 128>
+    %xw = tile.view %X[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %x2 = tile.scale %x by 2.0 : !tile.tile<64x64xf32, register>
+    %h = tile.cast %x2 : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xELT, register>
+    tile.store_shared %h, %s : !tile.tile<64x64xELT, register>, !tile.tile<64x64xELT, shared, swizzle 128>
+    tile.barrier
+    %r = tile.load %s : !tile.tile<64x64xELT, shared, swizzle 128> -> !tile.tile<64x64xELT, register>
+    %f = tile.cast %r : !tile.tile<64x64xELT, register> -> !tile.tile<64x64xf32, register>
+    %y = tile.add %f, %x : !tile.tile<64x64xf32, register>
+    %yw = tile.view %Y[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("elt", ["bf16", "f16"])
+def test_a_tile_stored_to_shared_reads_back_through_the_same_registers(elt):
+    """Y = round(2 X) + X: tile.store_shared, barrier, tile.load (the mirror of the store's addresses)."""
+    text = STORE_THEN_LOAD.replace("ELT", elt)
+    x = np.random.default_rng(2).standard_normal((70, 100)).astype(np.float32)
+    expected = (2 * x.astype(np.float64)).astype(TYPES[elt]).astype(np.float64) + x
+    results = run_levels(text, [x])
+    np.testing.assert_allclose(results[0], expected, rtol=1e-6)
+    assert_bitwise(results[1:], results[0])
+
+
+def _row_sums_text(stride: str = "64") -> str:
+    """S[m] = sum over n of X[m, n]: a loop over 64-column tiles, each copied to shared memory and read into
+    registers (pipeline-loops makes the tile a ring: the loads read ring stages)."""
+    return """
+builtin.module {
+  func.func @staged_row_sums(
+      %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+      %S: !tile.tile<?xf32, global> {tile.dims = #tile.dims<M>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>,
+                  tile.divisible = {N = 4 : i64}} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c64 = arith.constant 64 : index
+    %bi = tile.program_id x : index
+    %m0 = arith.muli %bi, %c64 : index
+    %n = tile.dim %X[1] : !tile.tile<?x?xf32, global>
+    %n_t = arith.ceildivui %n, %c64 : index
+    %s = tile.alloc_shared : !tile.tile<64x64xf32, shared, swizzle 128>
+    %acc0 = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+    %acc = scf.for %j = %c0 to %n_t step %c1 iter_args(%a = %acc0) -> (!tile.tile<64x64xf32, register>) {
+      %n0 = arith.muli %j, %c64 : index
+      %xw = tile.view %X[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+      tile.cp_async %xw, %s : !tile.tile<64x64xf32, global>, !tile.tile<64x64xf32, shared, swizzle 128>
+      tile.cp_commit_group
+      tile.cp_wait_group 0
+      tile.barrier
+      %x = tile.load %s : !tile.tile<64x64xf32, shared, swizzle 128> -> !tile.tile<64x64xf32, register>
+      %a2 = tile.add %a, %x : !tile.tile<64x64xf32, register>
+      tile.barrier
+      scf.yield %a2 : !tile.tile<64x64xf32, register>
+    }
+    %rs = tile.row_sum %acc : !tile.tile<64x64xf32, register> -> !tile.tile<64xf32, register>
+    %sw = tile.view %S[%m0] : !tile.tile<?xf32, global> -> !tile.tile<64xf32, global>
+    tile.store_global %rs, %sw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_row_sums_of_tiles_staged_in_a_loop():
+    x = _values((70, 200), np.float32, seed=3)
+    results = run_levels(_row_sums_text(), [x])
+    np.testing.assert_array_equal(results[0], x.astype(np.float64).sum(axis=1).astype(np.float32))
+    assert_bitwise(results[1:], results[0])
+
+
+GEMM_STAGED_RESIDUAL = (Path(__file__).parent / "user_kernels" / "gemm_bias.mlir").read_text().replace(
+    """      %C: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})""",
+    """      %R: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+      %C: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})""").replace(
+    """    %acc0 = tile.fill""",
+    """    %r_smem = tile.alloc_shared : !tile.tile<128x64xf32, shared, swizzle 128>
+    %rw = tile.view %R[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<128x64xf32, global>
+    tile.cp_async %rw, %r_smem : !tile.tile<128x64xf32, global>, !tile.tile<128x64xf32, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %acc0 = tile.fill""").replace(
+    """    %out = tile.cast %sum""",
+    """    %res = tile.load %r_smem : !tile.tile<128x64xf32, shared, swizzle 128> -> !tile.tile<128x64xf32, register>
+    %sum2 = tile.add %sum, %res : !tile.tile<128x64xf32, register>
+    %out = tile.cast %sum2""")
+
+
+def test_a_gemm_epilogue_adds_a_residual_tile_staged_once():
+    """C = bf16(A B + bias + R), R's [128, 64] f32 tile copied to shared memory before the K loop and read after
+    it: two warpgroups, rows of two swizzle boxes."""
+    m, n, k = 130, 72, 80
+    a, b = _values((m, k), BF16, 4), _values((k, n), BF16, 5)
+    bias, r = _values((n,), np.float32, 6), _values((m, n), np.float32, 7)
+    expected = (a.astype(np.float64) @ b.astype(np.float64) + bias + r).astype(BF16)
+    results = run_levels(GEMM_STAGED_RESIDUAL, [a, b, bias, r])
+    assert_bitwise(results, expected)
+
+
+ROW_TILE = """
+builtin.module {
+  func.func @row_through_shared(
+      %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+      %Y: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<M, ceildiv(N, 64)>,
+                  tile.divisible = {N = 4 : i64}} {
+    %c64 = arith.constant 64 : index
+    %row = tile.program_id x : index
+    %bj = tile.program_id y : index
+    %n0 = arith.muli %bj, %c64 : index
+    %s = tile.alloc_shared : !tile.tile<1x64xf32, shared>
+    %xw = tile.view %X[%row, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<1x64xf32, global>
+    tile.cp_async %xw, %s : !tile.tile<1x64xf32, global>, !tile.tile<1x64xf32, shared>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %r = tile.load %s : !tile.tile<1x64xf32, shared> -> !tile.tile<1x64xf32, register>
+    %y = tile.add %r, %r : !tile.tile<1x64xf32, register>
+    %yw = tile.view %Y[%row, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<1x64xf32, global>
+    tile.store_global %y, %yw : !tile.tile<1x64xf32, register>, !tile.tile<1x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_a_one_row_tile_reads_back_into_a_register_row():
+    x = _values((3, 136), np.float32, 8)
+    assert_bitwise(run_levels(ROW_TILE, [x]), 2 * x)
+
+
+def test_a_shared_tile_of_other_rows_than_the_block_is_refused_by_name():
+    """A [128, 64] tile read in a kernel of 64-row register tiles: no thread layout holds it (the block's rows
+    are one warpgroup's); refused at the load's line, not a traceback."""
+    text = copy_load("f32", 128, 64, 128, then="""    %rs = tile.row_sum %r : !tile.tile<128x64xf32, register> -> !tile.tile<128xf32, register>
+    %o = tile.fill 1.0 : !tile.tile<64x64xf32, register>
+    %yw = tile.view %Y[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %o, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>""")
+    module = tessera.parse_module(text, "k.mlir")
+    with pytest.raises(LoweringError, match=r"k\.mlir:\d+:\d+: .*register tiles must all have the same number of rows"):
+        tessera.launch(module, _values((128, 64), np.float32), level="target")
+
+
+def test_tessera_run_takes_a_staged_read_and_refuses_the_other_rows_by_name(tmp_path):
+    """The command line: the row sums through shared memory run (`--check`: against the Tile level); a read of a
+    tile of other rows than the block's exits 1 at the load's line, without a traceback."""
+    good, bad = tmp_path / "rows.mlir", tmp_path / "bad.mlir"
+    good.write_text(_row_sums_text())
+    bad.write_text(copy_load("f32", 128, 64, 128, then="""    %rs = tile.row_sum %r : !tile.tile<128x64xf32, register> -> !tile.tile<128xf32, register>
+    %o = tile.fill 1.0 : !tile.tile<64x64xf32, register>
+    %yw = tile.view %Y[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %o, %yw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>"""))
+    run = [sys.executable, "-m", "tessera.tools.tessera_run"]
+    result = inprocess.run([*run, str(good), "--level", "ptx", "--check", "-d", "M=70", "-d", "N=132"])
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    result = inprocess.run([*run, str(bad), "--level", "target", "-d", "M=128", "-d", "N=64"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert re.search(r"bad\.mlir:\d+:\d+: .*same number of rows", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("name", ["f32", "bf16-64B", "stored", "rows", "gemm"])
+def test_the_reads_compile_with_ptxas_without_spills_and_pair_32_bit_columns(name, ptxas):
+    text = {"f32": copy_load("f32", 64, 64, 128), "bf16-64B": copy_load("bf16", 64, 32, 64),
+            "stored": STORE_THEN_LOAD.replace("ELT", "bf16"), "rows": _row_sums_text(),
+            "gemm": GEMM_STAGED_RESIDUAL}[name]
+    module = tessera.parse_module(text, "k.mlir")
+    ptx = tessera.compile(module, "ptx")
+    if name in ("f32", "rows"):  # a thread's two adjacent f32 columns: one 8-byte load
+        assert "ld.shared.v2.b32" in ptx
+    (resources,) = tessera.compile(module, "cubin").log.functions.values()
+    assert resources.spill_store_bytes == resources.spill_load_bytes == 0
