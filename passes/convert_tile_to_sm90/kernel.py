@@ -482,9 +482,11 @@ class KernelLowering(SharedLoadLowering, SmallTileLowering, BackwardLowering, Sh
         return lowered
 
     def _peek(self, value: SSAValue):
-        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor)."""
-        if any(p.tile_value is value for p in self.pending):
-            self._retire(value, self.e)
+        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor). A value that a group in
+        flight writes (its result) or reads from registers (its A operand) is waited for first."""
+        readers = [p for p in self.pending if p.tile_value is value or p.register_a is value]
+        if readers:
+            self._retire(readers[-1].tile_value, self.e)
         return self.values[value]
 
     # -- wgmma groups in flight ---------------------------------------------------------------------------
