@@ -301,3 +301,47 @@ def test_the_reads_compile_with_ptxas_without_spills_and_pair_32_bit_columns(nam
         assert "ld.shared.v2.b32" in ptx
     (resources,) = tessera.compile(module, "cubin").log.functions.values()
     assert resources.spill_store_bytes == resources.spill_load_bytes == 0
+
+
+REUSED_TWICE = """
+builtin.module {
+  func.func @reused_twice(
+      %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
+      %W: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>},
+      %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>,
+                  tile.divisible = {K = 8 : i64, N = 8 : i64}} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %bi = tile.program_id x : index
+    %bj = tile.program_id y : index
+    %m0 = arith.muli %bi, %c64 : index
+    %n0 = arith.muli %bj, %c64 : index
+    %a_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+    %w_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+    %aw = tile.view %A[%m0, %c0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %aw, %a_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    %ww = tile.view %W[%c0, %n0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %ww, %w_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %a = tile.load %a_smem : !tile.tile<64x64xbf16, shared, swizzle 128> -> !tile.tile<64x64xbf16, register>
+    %zero = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+    %p = tile.mma %a, %w_smem, %zero : !tile.tile<64x64xbf16, register>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+    %af = tile.cast %a : !tile.tile<64x64xbf16, register> -> !tile.tile<64x64xf32, register>
+    %y = tile.add %p, %af : !tile.tile<64x64xf32, register>
+    %cw = tile.view %C[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %cw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_a_tile_read_once_feeds_a_register_mma_and_an_elementwise_add():
+    """C = A W + A (K = N = 64): A's tile read from shared memory into registers once, the A operand of a
+    register-A wgmma and an addend (the accumulator layout is the 16-bit A fragment's)."""
+    a, w = _values((70, 64), BF16, 9), _values((64, 64), BF16, 10)
+    expected = (a.astype(np.float64) @ w.astype(np.float64) + a).astype(np.float32)
+    assert_bitwise(run_levels(REUSED_TWICE, [a, w]), expected)
