@@ -16,6 +16,7 @@ import pytest
 
 import inprocess
 import tessera
+from tessera import passes
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.ptx import PtxHazardError
 from tessera.passes.convert_tile_to_sm90.common import LoweringError
@@ -142,13 +143,17 @@ builtin.module {
 """
 
 
-@pytest.mark.parametrize("elt", ["bf16", "f16"])
-def test_a_tile_stored_to_shared_reads_back_through_the_same_registers(elt):
-    """Y = round(2 X) + X: tile.store_shared, barrier, tile.load (the mirror of the store's addresses)."""
+@pytest.mark.parametrize("elt,mode", [("bf16", "st_shared"), ("f16", "st_shared"), ("bf16", "stmatrix")])
+def test_a_tile_stored_to_shared_reads_back_through_the_same_registers(elt, mode):
+    """Y = round(2 X) + X: tile.store_shared (either lowering of it: `store-shared`), barrier, tile.load (the
+    mirror of the store's addresses)."""
     text = STORE_THEN_LOAD.replace("ELT", elt)
+    pipeline = passes.DEFAULT_PIPELINE.replace("convert-tile-to-sm90", f"convert-tile-to-sm90{{store-shared={mode}}}")
     x = np.random.default_rng(2).standard_normal((70, 100)).astype(np.float32)
     expected = (2 * x.astype(np.float64)).astype(TYPES[elt]).astype(np.float64) + x
-    results = run_levels(text, [x])
+    module = tessera.parse_module(text, "k.mlir")
+    results = [tessera.launch(module, x, level="tile")]
+    results += [tessera.launch(module, x, level=level, pipeline=pipeline) for level in ("target", "ptx")]
     np.testing.assert_allclose(results[0], expected, rtol=1e-6)
     assert_bitwise(results[1:], results[0])
 
