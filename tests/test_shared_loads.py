@@ -234,36 +234,47 @@ def test_a_gemm_epilogue_adds_a_residual_tile_staged_once():
     assert_bitwise(results, expected)
 
 
-ROW_TILE = """
-builtin.module {
+def row_tile(elt: str, n: int) -> str:
+    """Y[r] = 2 X[r], row r of X copied into a one-row shared tile [1, n] and read into a [1, n] register row (a
+    16-bit row doubled in f32: tile.add takes f32 and i32)."""
+    row = f"!tile.tile<1x{n}x{elt}"
+    if elt in ("bf16", "f16"):
+        double = f"""    %rf = tile.cast %r : {row}, register> -> !tile.tile<1x{n}xf32, register>
+    %yf = tile.add %rf, %rf : !tile.tile<1x{n}xf32, register>
+    %y = tile.cast %yf : !tile.tile<1x{n}xf32, register> -> {row}, register>"""
+    else:
+        double = f"    %y = tile.add %r, %r : {row}, register>"
+    return f"""
+builtin.module {{
   func.func @row_through_shared(
-      %X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
-      %Y: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
-      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<M, ceildiv(N, 64)>,
-                  tile.divisible = {N = 4 : i64}} {
-    %c64 = arith.constant 64 : index
+      %X: !tile.tile<?x?x{elt}, global> {{tile.dims = #tile.dims<M, N>}},
+      %Y: !tile.tile<?x?x{elt}, global> {{tile.dims = #tile.dims<M, N>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<M, ceildiv(N, {n})>,
+                  tile.divisible = {{N = 8 : i64}}}} {{
+    %cn = arith.constant {n} : index
     %row = tile.program_id x : index
     %bj = tile.program_id y : index
-    %n0 = arith.muli %bj, %c64 : index
-    %s = tile.alloc_shared : !tile.tile<1x64xf32, shared>
-    %xw = tile.view %X[%row, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<1x64xf32, global>
-    tile.cp_async %xw, %s : !tile.tile<1x64xf32, global>, !tile.tile<1x64xf32, shared>
+    %n0 = arith.muli %bj, %cn : index
+    %s = tile.alloc_shared : {row}, shared>
+    %xw = tile.view %X[%row, %n0] : !tile.tile<?x?x{elt}, global> -> {row}, global>
+    tile.cp_async %xw, %s : {row}, global>, {row}, shared>
     tile.cp_commit_group
     tile.cp_wait_group 0
     tile.barrier
-    %r = tile.load %s : !tile.tile<1x64xf32, shared> -> !tile.tile<1x64xf32, register>
-    %y = tile.add %r, %r : !tile.tile<1x64xf32, register>
-    %yw = tile.view %Y[%row, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<1x64xf32, global>
-    tile.store_global %y, %yw : !tile.tile<1x64xf32, register>, !tile.tile<1x64xf32, global>
+    %r = tile.load %s : {row}, shared> -> {row}, register>
+{double}
+    %yw = tile.view %Y[%row, %n0] : !tile.tile<?x?x{elt}, global> -> {row}, global>
+    tile.store_global %y, %yw : {row}, register>, {row}, global>
     func.return
-  }
-}
+  }}
+}}
 """
 
 
-def test_a_one_row_tile_reads_back_into_a_register_row():
-    x = _values((3, 136), np.float32, 8)
-    assert_bitwise(run_levels(ROW_TILE, [x]), 2 * x)
+@pytest.mark.parametrize("elt,n", [("f32", 64), ("i32", 32), ("bf16", 64), ("f16", 128)])
+def test_a_one_row_tile_reads_back_into_a_register_row(elt, n):
+    x = _values((3, 2 * n + 8), TYPES[elt], 8)
+    assert_bitwise(run_levels(row_tile(elt, n), [x]), (2 * x.astype(np.float64)).astype(TYPES[elt]))
 
 
 def test_a_shared_tile_of_other_rows_than_the_block_is_refused_by_name():
