@@ -32,7 +32,7 @@ from tessera.ptx import launch_smem_bytes
 from tessera.sm90 import facts
 
 _DATA_TYPE = {"bfloat16": facts.TensorMapDataType.BFLOAT16, "float16": facts.TensorMapDataType.FLOAT16,
-              "float32": facts.TensorMapDataType.FLOAT32,
+              "float32": facts.TensorMapDataType.FLOAT32, "int32": facts.TensorMapDataType.INT32,
               # 8-bit floats move as bytes: the tensor map has no FP8 data type on sm_90 (FlashAttention-3's UINT8)
               "float8_e4m3fn": facts.TensorMapDataType.UINT8, "float8_e5m2": facts.TensorMapDataType.UINT8}
 

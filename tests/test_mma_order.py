@@ -85,3 +85,50 @@ def test_a_bad_order_is_refused_by_name():
     main = attention_backward(head_dim=128).main
     with pytest.raises(Exception, match="mma-order must be one of first-read, program"):
         tessera.compile(main, target="target", pipeline=_pipeline("sideways", passes.SPECIALIZED_PIPELINE))
+
+
+REGISTER_A_READ_AGAIN = """
+builtin.module {
+  func.func @register_a_read_again(
+      %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
+      %W: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>},
+      %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>,
+                  tile.divisible = {K = 8 : i64, N = 8 : i64}} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %bi = tile.program_id x : index
+    %bj = tile.program_id y : index
+    %m0 = arith.muli %bi, %c64 : index
+    %n0 = arith.muli %bj, %c64 : index
+    %w_smem = tile.alloc_shared : !tile.tile<64x64xbf16, shared, swizzle 128>
+    %ww = tile.view %W[%c0, %n0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    tile.cp_async %ww, %w_smem : !tile.tile<64x64xbf16, global>, !tile.tile<64x64xbf16, shared, swizzle 128>
+    tile.cp_commit_group
+    tile.cp_wait_group 0
+    tile.barrier
+    %aw = tile.view %A[%m0, %c0] : !tile.tile<?x?xbf16, global> -> !tile.tile<64x64xbf16, global>
+    %a = tile.load %aw : !tile.tile<64x64xbf16, global> -> !tile.tile<64x64xbf16, register>
+    %zero = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+    %p = tile.mma %a, %w_smem, %zero : !tile.tile<64x64xbf16, register>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+    %af = tile.cast %a : !tile.tile<64x64xbf16, register> -> !tile.tile<64x64xf32, register>
+    %y = tile.add %af, %p : !tile.tile<64x64xf32, register>
+    %cw = tile.view %C[%m0, %n0] : !tile.tile<?x?xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %y, %cw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+def test_a_register_a_operand_read_again_waits_for_its_group():
+    """C = A W + A with A in registers: the cast of A after the mma read A's registers while the wgmma group was
+    in flight (undefined in the PTX ISA; the PTX executor's hazard), since only a group's result was waited for.
+    Now its first read waits (`PendingMma.register_a`), and every level gives the exact numbers (the PTX
+    executor raised PtxHazardError: "touches %r0, an A-fragment register of the wgmma.mma_async ...")."""
+    rng = np.random.default_rng(0)
+    a, w = rng.integers(-8, 9, (70, 64)).astype(BF16), rng.integers(-8, 9, (64, 64)).astype(BF16)
+    expected = (a.astype(np.float64) @ w.astype(np.float64) + a).astype(np.float32)
+    module = tessera.parse_module(REGISTER_A_READ_AGAIN, "k.mlir")
+    for level in ("tile", "target", "ptx"):
+        np.testing.assert_array_equal(tessera.launch(module, a, w, level=level), expected)

@@ -805,6 +805,21 @@ def test_a_registers_of_a_pending_rs_wgmma_are_not_readable(rng):
         _run_rs(kernel, rng)
 
 
+def test_a_read_of_the_a_registers_through_another_value_is_reported_by_the_register_check(rng):
+    """The wgmma takes a view of A's registers (a shuffle, as convert-tile-to-sm90 takes each k-step's A); a read
+    of the original vector before the wait reads the same registers, which the SSA check (by value) misses and the
+    register-file check (by register, with an allocation) reports, as the PTX executor does."""
+    kernel = planted(RS_GEMM, "    %d = sm90.wgmma_mma_async %acc0, %a_regs,",
+                     "    %a_view = vector.shuffle %a_regs, %a_regs [0, 1, 2, 3] : vector<4xi32>, vector<4xi32>\n"
+                     "    %d = sm90.wgmma_mma_async %acc0, %a_view,")
+    kernel = planted(kernel, "    sm90.wgmma_commit_group\n", "    sm90.wgmma_commit_group\n"
+                     '    %a_f = sm90.cvt_unpack %a_regs type "bf16" : vector<4xi32> -> vector<8xf32>\n')
+    with pytest.raises(KernelHazardError, match=r"%a_f = sm90.cvt_unpack %a_regs .*: reads register %\w+ while "
+                                                r"`%d = sm90.wgmma_mma_async .*` of warpgroup 0 still reads it as its "
+                                                r"A fragment \(group 0 is pending: .*" + _thread(0)):
+        _run_rs(kernel, rng, allocate_registers)
+
+
 def test_tma_into_a_stage_a_pending_wgmma_still_reads_is_reported(rng):
     # The consumer releases the stage (arrive on empty) before waiting for the wgmma that reads it.
     kernel = planted(WS_GEMM, "        sm90.wgmma_commit_group\n        sm90.wgmma_wait_group 0\n"

@@ -537,20 +537,17 @@ builtin.module {
 """
 
 
-def test_a_shared_tile_read_into_registers_is_refused_below_tile_level_by_name(tmp_path):
-    """A prologue on a tile copied to shared memory, read back with `tile.load` (tile-ir.md's table promised it):
-    right at Tile level, refused at the load's line below it by `tessera.launch` and `tessera-run` (exit 1)."""
+def test_a_shared_tile_read_into_registers_runs_at_every_level(tmp_path):
+    """A prologue on a tile copied to shared memory, read back with `tile.load` (tile-ir.md's table promised it;
+    refused below Tile level by name until loadshared24): right at every level and through `tessera-run`."""
     module = tessera.parse_module(SHARED_READ_BACK, "k.mlir")
     a = np.random.default_rng(0).integers(-3, 4, (70, 130)).astype(BF16)
-    np.testing.assert_array_equal(tessera.launch(module, a, level="tile"), a.astype(np.float32))
-    message = "tile.load of a shared tile into registers is not supported"
-    with pytest.raises(LoweringError, match=rf"k.mlir:18:5: kernel @relu_through_shared: .*{message}"):
-        tessera.launch(module, a, level="target")
+    for level in ("tile", "target", "ptx"):
+        np.testing.assert_array_equal(tessera.launch(module, a, level=level), a.astype(np.float32))
     path = tmp_path / "k.mlir"
     path.write_text(SHARED_READ_BACK)
     result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "ptx",
                             "-d", "M=70", "-d", "K=130"])
-    assert result.returncode == 1 and message in result.stderr and "k.mlir:18:5" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 # endregion

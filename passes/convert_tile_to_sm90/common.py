@@ -179,10 +179,13 @@ class RoundOnStore:
 
 @dataclass
 class PendingMma:
-    """A committed wgmma group not waited for yet: its result (Tile value) and the shared tiles it reads."""
+    """A committed wgmma group not waited for yet: its result (Tile value), the shared tiles it reads, and its A
+    operand's Tile value where A is in registers (the PTX ISA leaves reading those registers while the group is
+    in flight undefined, as it does the accumulator's: a later read of either waits for the group)."""
 
     tile_value: SSAValue
     reads: list
+    register_a: SSAValue | None = None
 
 
 @dataclass

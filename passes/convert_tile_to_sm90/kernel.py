@@ -73,6 +73,7 @@ from tessera.passes.convert_tile_to_sm90.registers import RegisterTileLowering
 from tessera.passes.convert_tile_to_sm90.riding_rings import RidingRings, plan_riding_rings
 from tessera.passes.convert_tile_to_sm90.serving import ServingLowering
 from tessera.passes.convert_tile_to_sm90.shared_tiles import SharedTileLowering
+from tessera.passes.convert_tile_to_sm90.shared_loads import SharedLoadLowering
 from tessera.passes.convert_tile_to_sm90.small_tiles import SmallTileLowering, is_scalar
 from tessera.passes.convert_tile_to_sm90.tidy import tidy_kernel
 from tessera.passes.convert_tile_to_sm90.transpose import TransposeLowering
@@ -84,7 +85,7 @@ HANDLED = ("tile", "scf", "func")
 
 
 @dataclass
-class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
+class KernelLowering(SharedLoadLowering, SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
                      RegisterTileLowering, MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering,
                      ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
@@ -254,8 +255,7 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
             if isinstance(op, tile.LoadBroadcastOp) and op.source.type.memory_space == MemSpace.SHARED:
                 continue  # a row of shared memory (a one-row tile)
             if isinstance(op, tile.LoadOp) and op.source.type.memory_space == MemSpace.SHARED:
-                refuse(op, "tile.load of a shared tile into registers is not supported (the Tile interpreter runs "
-                            "it; a shared tile is read by tile.mma, or one row by tile.load_broadcast)")
+                continue  # a shared tile read into registers (shared_loads.py)
             if isinstance(op, stores | semaphores | tile.LoadOp | tile.LoadBroadcastOp):
                 view = (op.dest if isinstance(op, stores) else op.sem if isinstance(op, semaphores)
                         else op.source).owner
@@ -482,9 +482,11 @@ class KernelLowering(SmallTileLowering, BackwardLowering, SharedTileLowering, Co
         return lowered
 
     def _peek(self, value: SSAValue):
-        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor)."""
-        if any(p.tile_value is value for p in self.pending):
-            self._retire(value, self.e)
+        """Like `_get`, but a `Scaled` tile stays scaled (for the ops that fold the factor). A value that a group in
+        flight writes (its result) or reads from registers (its A operand) is waited for first."""
+        readers = [p for p in self.pending if p.tile_value is value or p.register_a is value]
+        if readers:
+            self._retire(readers[-1].tile_value, self.e)
         return self.values[value]
 
     # -- wgmma groups in flight ---------------------------------------------------------------------------

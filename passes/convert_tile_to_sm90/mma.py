@@ -104,7 +104,7 @@ class MmaLowering:
                                             b_type=b_type))
         e.op(sm90.WgmmaCommitGroupOp())
         self._set(op.result, acc)
-        self.pending.append(PendingMma(op.result, reads))
+        self.pending.append(PendingMma(op.result, reads, None if isinstance(a, SharedTile) else op.a))
 
     def _check_p8_key_order(self, op: tile.MmaOp) -> None:
         """An 8-bit A in registers (`sm90.cvt_pack_fp8`) holds its keys in the order `facts.P8_KEY_ORDER`, so the

@@ -18,7 +18,9 @@ Registers of in-flight wgmma groups: from a `wgmma_mma_async` until the `wgmma_w
 (`WgmmaUnit.done`), the tensor core still reads the A fragment's registers (register A) and writes the result's
 `{d...}` registers. An op other than a wgmma that writes one of them in a thread of that warpgroup meanwhile is
 reported, naming the writer, the register and the wgmma (PTX: touching them before the wait is undefined; ptxas
-warns C7515 for accumulators). Ops whose results are views of their operands' registers print no instruction and
+warns C7515 for accumulators); so is an instruction that reads one (`_check_reads_in_flight`: through any value
+held in those registers, a view of them included, where `wgmma.WgmmaUnit`'s check by SSA value sees only the
+wgmma's own operand). Ops whose results are views of their operands' registers print no instruction and
 write nothing. `scf.if`, `scf.for` and `scf.while` write their result registers with moves at their yields (and a
 loop's initial values at its entry); a result register that one of those sources already holds needs no move and is
 not counted as written (the check cannot tell which branch a thread took); the moves of a loop's latch into its
@@ -142,7 +144,8 @@ class RegisterFileChecker(Interpreter.Listener):
         reads, writes, written, _, moves = self._plan(op)
         wgmma = type(op) is sm90.WgmmaMmaAsyncOp
         touches = self._touches(op, self._written) if self.fences else (None, None, None)
-        before = bool(reads) or bool(moves) or wgmma and self.fences or touches[0] is not None
+        before = (bool(reads) or bool(moves) or wgmma and self.fences or touches[0] is not None
+                  or not wgmma and self.layout.instruction_reads(op, self._written) is not None)
         after = (bool(writes) or wgmma or bool(written)
                  or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
         return before, after
@@ -158,6 +161,8 @@ class RegisterFileChecker(Interpreter.Listener):
 
     def check_pure_region(self, op: Operation, args: tuple) -> None:
         written = self._plan(op)[2]
+        if self.flight is not None:
+            self._check_reads_in_flight(op, self.cta.active)
         if written and self.flight is not None:
             self._check_writes(op, self.cta.active, written)
 
@@ -294,6 +299,8 @@ class RegisterFileChecker(Interpreter.Listener):
             self._file(bits.itemsize)[rows[:, None], columns] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
+        if self.flight is not None and type(op) is not sm90.WgmmaMmaAsyncOp:
+            self._check_reads_in_flight(op, self.cta.active)
         if self.fences:
             if type(op) is sm90.WgmmaMmaAsyncOp:
                 self._check_fenced(op, self.cta.active)
@@ -425,21 +432,45 @@ class RegisterFileChecker(Interpreter.Listener):
     def _check_writes(self, op: Operation, active: np.ndarray, written: tuple) -> None:
         """Refuse `op` writing (`written`: the register columns, names and values) a register of a wgmma of an
         active warpgroup whose group is pending."""
+        columns, names, values = written
+        found = self._pending(active, columns)
+        if found is not None:
+            j, entry, thread = found
+            self.cta.fail(op, f"writes register {names[j]} (%{values[j].name_hint or '?'}) while "
+                              f"{self._holder(entry)}", thread)
+
+    def _check_reads_in_flight(self, op: Operation, active: np.ndarray) -> None:
+        """Refuse `op` reading a register of a wgmma of an active warpgroup whose group is pending: its A
+        fragment's as well as its accumulator's (the PTX ISA leaves both undefined before the wait; the PTX
+        executor's `wgmma_tracking` reports the same access)."""
+        columns = self.layout.instruction_reads(op, self._written)
+        if columns is None:
+            return
+        found = self._pending(active, columns)
+        if found is not None:
+            j, entry, thread = found
+            name = next(n for n, c in self.layout.index.items() if c == columns[j])
+            self.cta.fail(op, f"reads register {name} while {self._holder(entry)}", thread)
+
+    def _pending(self, active: np.ndarray, columns: np.ndarray) -> tuple[int, InFlight, int] | None:
+        """(position in `columns`, its in-flight entry, a thread of the entry's warpgroup) of the first register
+        of `columns` that a pending wgmma group of an active warpgroup holds, or None."""
         done = self.cta.wgmma.done
         if not np.count_nonzero(self.newest > done):
-            return  # no register is in flight
-        columns, names, values = written
+            return None  # no register is in flight
         warpgroups = self._warpgroups(active)
         pending = self.flight[warpgroups][:, columns] > done[warpgroups][:, None]
         if not pending.any():
-            return
+            return None
         i, j = np.unravel_index(int(np.argmax(pending)), pending.shape)
         entry = self.entries[int(self.flight_entry[warpgroups[i], columns[j]])]
         size, w = facts.WARPGROUP_SIZE, entry.warpgroup
-        thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
+        return int(j), entry, w * size + int(np.argmax(active[w * size : (w + 1) * size]))
+
+    @staticmethod
+    def _holder(entry: InFlight) -> str:
         what = "reads it as its A fragment" if entry.role == "A fragment" else "writes its accumulator into it"
-        self.cta.fail(op, f"writes register {names[j]} (%{values[j].name_hint or '?'}) while `{describe_op(entry.op)}` "
-                          f"of warpgroup {w} still {what} (group {entry.group} is pending: a "
-                          "wgmma_wait_group must complete it first)", thread)
+        return (f"`{describe_op(entry.op)}` of warpgroup {entry.warpgroup} still {what} (group {entry.group} is "
+                "pending: a wgmma_wait_group must complete it first)")
 
     # endregion

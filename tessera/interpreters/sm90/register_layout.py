@@ -177,6 +177,11 @@ class RegisterLayout:
             self.touch_plans[op] = plan
         return plan
 
+    def instruction_reads(self, op: Operation, written) -> np.ndarray | None:
+        """The columns of the registers some wgmma accesses that `op` (not a wgmma) reads as an instruction, or
+        None: what must not be in flight when `op` runs (`RegisterFileChecker._check_reads_in_flight`)."""
+        return self._raw_touches(op, written)[0]
+
     def _raw_touches(self, op: Operation, written) -> tuple:
         plan = self._raw_touch_plans.get(op)
         if plan is None:
