@@ -221,6 +221,11 @@ REFUSED_ORDERS = [  # (kernel, spec, words)
     ("flash-causal", "assign-swizzle,form-clusters{x=2}", "the members' loops differ"),
     ("gemm", "form-clusters{x=3}", "a cluster of 3 blocks cannot multicast this copy's TMA box"),
     ("row-scale", "form-clusters{y=2}", "form-clusters: no copy of the kernel is the same for the blocks"),
+    # regression: the backward's barrier that publishes dS lies inside a ping-pong turn; the consumer warpgroups
+    # deadlocked (the CTA simulator's DeadlockError; a hang on the GPU) instead of the pass refusing
+    ("backward", "pingpong-pipeline", "ping-pong: `sm90.bar_sync 0, 256` waits for 256 threads inside a consumer"),
+    ("backward", "assign-swizzle,pipeline-loops{stages=3},convert-tile-to-sm90,warp-specialize{pingpong=true}",
+     "warp-specialize: ping-pong:"),
 ]
 
 
@@ -267,3 +272,15 @@ def test_tessera_opt_validates_a_users_pipeline_that_peels_twice(tmp_path):
                          env={"TESSERA_DEBUG": None})
     assert done.returncode == 0, done.stderr
     assert "pipeline-loops" in done.stderr and "MISMATCH" not in done.stderr
+
+
+def test_tessera_run_refuses_a_lowering_with_a_pass_of_the_other_level(tmp_path):
+    """Located at the kernel, exit 1; the example pipeline of the hint does not name the pass twice."""
+    (tmp_path / "k.mlir").write_text(ROW_SCALE)
+    done = inprocess.run(["tessera-run", "k.mlir", "--level", "target", "--lower",
+                          "rematerialize-constants,assign-swizzle,convert-tile-to-sm90", "-d", "M=70", "-d", "N=20"],
+                         cwd=tmp_path, env={"TESSERA_DEBUG": None})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert ("k.mlir:3:3: kernel @row_scale: pass 'rematerialize-constants' transforms Target IR, but the input "
+            "(@row_scale) is Tile IR; lower it first: convert-tile-to-sm90 (e.g. -p 'assign-swizzle,"
+            "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants')") in done.stderr
