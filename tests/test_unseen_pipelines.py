@@ -284,3 +284,17 @@ def test_tessera_run_refuses_a_lowering_with_a_pass_of_the_other_level(tmp_path)
     assert ("k.mlir:3:3: kernel @row_scale: pass 'rematerialize-constants' transforms Target IR, but the input "
             "(@row_scale) is Tile IR; lower it first: convert-tile-to-sm90 (e.g. -p 'assign-swizzle,"
             "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants')") in done.stderr
+
+
+def test_a_gallery_kernel_through_a_users_pipeline_runs_right_in_the_ptx_executor(rng):
+    """The online softmax (two loops over column blocks) through rings of 3, peeled before and after (nothing
+    to peel: its masks are selects), to PTX, against softmax and log-sum-exp in float64."""
+    spec = (f"assign-swizzle,peel-masked-iterations{{branch=true}},pipeline-loops{{stages=3}},"
+            f"peel-masked-iterations{{branch=true}},{LOWER},allocate-registers,allocate-registers")
+    module = tessera.parse_module((GALLERY / "online_softmax.mlir").read_text())
+    x = rng.standard_normal((70, 150)).astype(np.float32) * 4
+    y, lse = tessera.launch(module, x, level="ptx", pipeline=spec)
+    x64 = x.astype(np.float64)
+    reference_lse = np.log(np.exp(x64 - x64.max(1, keepdims=True)).sum(1)) + x64.max(1)
+    np.testing.assert_allclose(y, np.exp(x64 - reference_lse[:, None]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, reference_lse, rtol=1e-5, atol=1e-5)
