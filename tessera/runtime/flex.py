@@ -64,9 +64,10 @@ def warp_specialized_refusal(module) -> str | None:
     64); a kept module built again for new contents of an array whose contents its trace used (a table read at a
     constant index: the kept key holds those contents, the text may not) is printed, not lowered again (0.2 s at
     head_dim 64, 128 x 128 blocks). A learned table read at traced indices keeps the module itself (`_kept`)."""
+    from tessera.ir import make_context
     from tessera.lowering.fallback import first_rung_refusal
     from tessera.lowering.kept import kept_key
-    from tessera.passes import apply_passes, fallback_ladder, parse_pipeline, without_cyclic_gc
+    from tessera.passes import fallback_ladder, parse_pipeline, without_cyclic_gc
 
     kept = kept_key(module)
     if kept is not None and ("kept", kept) in _FITS:
@@ -77,7 +78,7 @@ def warp_specialized_refusal(module) -> str | None:
             _FITS.clear()
         with without_cyclic_gc():
             error = first_rung_refusal(module, fallback_ladder(),
-                                       lambda spec, m: apply_passes(parse_pipeline(spec).passes, m))
+                                       lambda spec, m: parse_pipeline(spec).apply(make_context(), m))
         _FITS[text] = None if error is None else (getattr(error, "summary", None) or str(error).split(";")[0]).strip()
     if kept is not None:
         _FITS[("kept", kept)] = _FITS[text]
