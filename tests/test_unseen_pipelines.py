@@ -25,6 +25,7 @@ from tessera.passes import PipelineError, apply_pipeline
 from tessera.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
+LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 GALLERY = ROOT / "examples" / "kernels"
 
 ROW_SCALE = """
@@ -212,6 +213,22 @@ def test_a_users_tile_pipeline_keeps_the_numbers(kernel, spec, rng):
     assert np.abs(np.asarray(out, np.float64) - reference).max() <= tolerance
 
 
+SIZES = {"flash-causal": {"seq_q": 70, "seq_k": 200}, "flash-full": {"seq_q": 70, "seq_k": 200},
+         "gemm": {"M": 130, "N": 136, "K": 200}, "gallery-window": {"L": 150}}
+LOWERED = [ORDERS[0], ORDERS[3], ORDERS[5], ORDERS[6]]
+
+
+@pytest.mark.parametrize("kernel, spec", LOWERED, ids=[f"{k}-{s}" for k, s in LOWERED])
+def test_a_users_tile_pipeline_lowered_validates_in_the_cta_simulator(kernel, spec):
+    """The same orders, then lowered and warp-specialized: every level within the builders' tolerance (the
+    kernel's kind's float64 reference), each Target IR pass bit for bit."""
+    lowered = f"{spec},{LOWER},warp-specialize,hoist-invariant-descriptors,allocate-registers"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = validate(KERNELS[kernel](), lowered, sizes=SIZES[kernel], ptx=False)
+    assert report.ok, report.table()
+
+
 # --- orders that cannot work: the pass that refuses says so, by name ---
 
 REFUSED_ORDERS = [  # (kernel, spec, words)
@@ -237,8 +254,6 @@ def test_an_order_that_cannot_work_is_refused_by_the_pass(kernel, spec, words):
 
 
 # --- a slice lowered: the CTA simulator and the PTX executor on users' pipelines to Target IR ---
-
-LOWER = "convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
 
 
 def test_a_users_pipeline_peeling_twice_runs_right_in_the_cta_simulator(rng):
