@@ -238,6 +238,11 @@ REFUSED_ORDERS = [  # (kernel, spec, words)
     ("flash-causal", "assign-swizzle,form-clusters{x=2}", "the members' loops differ"),
     ("gemm", "form-clusters{x=3}", "a cluster of 3 blocks cannot multicast this copy's TMA box"),
     ("row-scale", "form-clusters{y=2}", "form-clusters: no copy of the kernel is the same for the blocks"),
+    # regression: a second form-clusters of another shape kept the first one's marks: B, shared along x, stayed
+    # cluster_shared in a cluster along y, whose members need different B windows (the Tile interpreter's
+    # KernelHazardError at best, TMA multicasting one block's B to both on the GPU)
+    ("gemm", "form-clusters{x=2},form-clusters{y=2}", "the kernel is clustered already, 2 x 1 x 1 blocks"),
+    ("gemm", "assign-swizzle,form-clusters{y=2},pipeline-loops,form-clusters{x=2}", "not 2 x 1 x 1 over it"),
     # regression: the backward's barrier that publishes dS lies inside a ping-pong turn; the consumer warpgroups
     # deadlocked (the CTA simulator's DeadlockError; a hang on the GPU) instead of the pass refusing
     ("backward", "pingpong-pipeline", "ping-pong: `sm90.bar_sync 0, 256` waits for 256 threads inside a consumer"),
