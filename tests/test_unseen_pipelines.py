@@ -20,7 +20,7 @@ from xdsl.utils.exceptions import DiagnosticException
 import inprocess
 import tessera
 import tessera.kernels
-from tessera.ir.diagnostics import PassInputError
+from tessera.ir.diagnostics import PassInputError, TesseraWarning
 from tessera.passes import PipelineError, apply_pipeline
 from tessera.validate import validate
 
@@ -318,3 +318,22 @@ def test_a_gallery_kernel_through_a_users_pipeline_runs_right_in_the_ptx_executo
     reference_lse = np.log(np.exp(x64 - x64.max(1, keepdims=True)).sum(1)) + x64.max(1)
     np.testing.assert_allclose(y, np.exp(x64 - reference_lse[:, None]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(lse, reference_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_a_second_pipeline_loops_of_another_depth_says_it_changes_nothing(tmp_path):
+    """The pipelined loop is left as it is (idempotent), and a depth asked for that it does not get is warned
+    of, located at the loop (once for the backward's loop nest), from Python and from tessera-opt (exit 0)."""
+    with pytest.warns(TesseraWarning, match="pipelined already over 2-stage rings; stages=4 changes nothing") \
+            as caught:
+        twice = _apply_loud(KERNELS["backward"](), "pipeline-loops,pipeline-loops{stages=4}")
+    assert len(caught) == 1 and str(twice) == str(_apply(KERNELS["backward"](), "pipeline-loops"))
+    (tmp_path / "w.mlir").write_text((GALLERY / "sliding_window_attention.mlir").read_text())
+    done = inprocess.run(["tessera-opt", "w.mlir", "-p", "pipeline-loops{stages=3},pipeline-loops{stages=2}"],
+                         cwd=tmp_path, env={"TESSERA_DEBUG": None})
+    assert done.returncode == 0
+    assert "tessera-opt: warning: w.mlir:" in done.stderr and "stages=2 changes nothing" in done.stderr
+
+
+def _apply_loud(module, spec: str):
+    apply_pipeline(module, spec)
+    return module
