@@ -248,7 +248,6 @@ def apply_pipeline(module, spec: str) -> None:
     falls back to smaller configurations where the kernels' registers do not fit (`tessera.lowering.fallback`).
     Inside `tessera.lowering.memo.memoized_lowering()` a module lowered before by the same spec is not lowered
     again."""
-    from tessera.ir import make_context
     from tessera.lowering.fallback import apply_with_fallback
     from tessera.lowering.memo import lower_memoized
 
@@ -258,11 +257,35 @@ def apply_pipeline(module, spec: str) -> None:
         with without_cyclic_gc():
             if falls_back(pipeline.passes):
                 apply_with_fallback(module, fallback_ladder(),
-                                    lambda configuration, m: parse_pipeline(configuration).apply(make_context(), m))
+                                    lambda configuration, m: apply_passes(parse_pipeline(configuration).passes, m))
                 return
-            pipeline.apply(make_context(), module)
+            apply_passes(pipeline.passes, module)
 
     lower_memoized(module, spec, lower)
+
+
+def apply_pass(pass_: ModulePass, module, ctx=None) -> None:
+    """Apply one pass to `module` in place, first refusing a module of the other level than the pass transforms
+    (`tessera.ir.diagnostics.check_pass_input`: a PassInputError naming the pass and the level, located at the
+    first kernel; a TesseraWarning where the module has nothing of either level). The one way every entry point
+    applies a pass (`apply_pipeline`, `tessera.validate`, tessera-opt, tessera-run): a Target IR pass given Tile
+    IR (`warp-specialize`, `allocate-registers`) or a Tile IR pass given Target IR (`pipeline-loops`, a second
+    `convert-tile-to-sm90`) would otherwise do nothing, silently, and the output lack what was asked for."""
+    from tessera.ir import make_context
+    from tessera.ir.diagnostics import check_pass_input
+
+    check_pass_input(pass_, module)
+    pass_.apply(make_context() if ctx is None else ctx, module)
+
+
+def apply_passes(passes, module) -> None:
+    """Apply `passes` (a parsed pipeline's `.passes`) to `module` in place, in order, each by `apply_pass`
+    with one context."""
+    from tessera.ir import make_context
+
+    ctx = make_context()
+    for pass_ in passes:
+        apply_pass(pass_, module, ctx)
 
 
 @contextmanager

@@ -16,7 +16,11 @@ so they would not copy in step), a cluster under which no copy is shared (it wou
 that `multicast-cluster-copies` could not give the shared copies (more than 8 blocks, or a copy's TMA box whose
 rows do not split into one slice of whole swizzle periods per block: `facts.multicast_slice_problem`; flash
 attention's K and V boxes of 128 rows take clusters of 1, 2, 4 or 8), naming the sizes that fit. Options
-below 1 are refused as a pipeline error. `x = y = z = 1` leaves a kernel unchanged.
+below 1 are refused as a pipeline error. `x = y = z = 1` leaves a kernel unchanged. A kernel clustered already
+(an earlier form-clusters, or a builder's `cluster=`) is left as it is for the same shape (the pass is
+idempotent) and refused by name for another: its copies are marked for the cluster it has, and a copy shared
+along one axis may differ along another (`form-clusters{x=2},form-clusters{y=2}` on the GEMM left B shared in a
+cluster along y); form the cluster once, with the shape wanted.
 
 `tessera.kernels.flash_attention(..., cluster=2)` and `tessera.kernels.gemm(..., cluster=(2, 1))` apply
 `form_clusters` to the kernel they build.
@@ -35,7 +39,7 @@ from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.cluster import CLUSTER_ATTR, cluster_attr
+from tessera.cluster import CLUSTER_ATTR, cluster_attr, kernel_cluster
 from tessera.ir.diagnostics import located
 from tessera.dialects import tile
 from tessera.dialects.tile_types import element_byte_width
@@ -102,6 +106,10 @@ def form_clusters(fn: func.FuncOp, shape: tuple[int, int, int]) -> list[tile.CpA
     the copies marked. Raises FormClustersError naming what it refuses."""
     if tuple(shape) == (1, 1, 1):
         return []
+    if CLUSTER_ATTR in fn.attributes and (had := kernel_cluster(fn)) != tuple(shape):
+        _refuse(fn, f"the kernel is clustered already, {had[0]} x {had[1]} x {had[2]} blocks (an earlier form-clusters "
+                    f"or the builder's cluster=), and its copies are marked for that cluster; form the cluster once, "
+                    f"with the shape wanted, not {shape[0]} x {shape[1]} x {shape[2]} over it")
     axes = {a for a, n in zip("xyz", shape) if n > 1}
     varies = _Varies(axes)
     names = ", ".join(sorted(axes))

@@ -46,7 +46,13 @@ around it (the previous trip's P.V mma of a rotated loop) stay in flight across 
 keeps pending, over an scf.if that holds only pure register ops, every group whose result it does not read.
 The same values are masked on the same trips as with the split, so results are bit-identical.
 
-Skipped (the loop is left unchanged): loops without masks (a clear alone included); loops whose step is not a positive constant;
+Idempotent: each loop it splits or branches (both loops of a split) gets the mark `tile.peeled` (`PEELED_ATTR`,
+a unit attribute; convert-tile-to-sm90 builds new loops without it), and a marked loop is skipped, so a second
+run (`-p 'peel-masked-iterations,peel-masked-iterations'`, or a pipeline of the user's that peels before the
+default pipeline's passes) does not split the masked loop again at a trip it never reaches, nor branch a second
+time inside the masks' branch.
+
+Skipped (the loop is left unchanged): loops this pass split or branched already (`tile.peeled`); loops without masks (a clear alone included); loops whose step is not a positive constant;
 loops with a mask whose k_start is not affine in iv with a positive constant slope (including a mask in a
 nested loop that depends on that loop's iv), or whose q0 / seq_q / seq_k vary between trips. Masks outside
 any loop (the first trip a rotated loop peels) stay.
@@ -59,7 +65,7 @@ from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -72,6 +78,10 @@ MASKS = (tile.MaskBoundsOp, tile.MaskCausalOp)
 LIMITED = (*MASKS, tile.ClearRowsOp)
 """The ops that are identities on the trips whose key block ends by a limit: the masks, and `tile.clear_rows`
 (k0 + rows <= seq_k: no row to clear), which the split drops and the branch skips with them."""
+
+
+PEELED_ATTR = "tile.peeled"
+"""The mark of a loop this pass split or branched: its masks run only on the trips that need them already."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,8 @@ class SplitPlan:
 
 def plan_split(loop: scf.ForOp) -> SplitPlan | None:
     """How to split `loop`, or None when it is skipped (see the module docstring)."""
+    if PEELED_ATTR in loop.attributes:
+        return None
     step = constant_index(loop.step)
     body = loop.body.block
     masks = [op for op in body.walk() if isinstance(op, LIMITED)]
@@ -173,6 +185,7 @@ def split_loop(loop: scf.ForOp, mid: SSAValue) -> tuple[scf.ForOp, scf.ForOp]:
     rest = scf.ForOp(mid, loop.ub, loop.step, first.results, loop.body.clone())
     for new in (first, rest):
         new.attributes.update(loop.attributes)
+        new.attributes[PEELED_ATTR] = UnitAttr()
         for old_result, result in zip(loop.results, new.results):
             result.name_hint = old_result.name_hint
     Rewriter.insert_op([first, rest], InsertPoint.before(loop))
@@ -218,6 +231,7 @@ def branch_masks(loop: scf.ForOp, mid: SSAValue) -> None:
         masked.add_op(scf.YieldOp(last.result))
         branch.results[0].name_hint = last.result.name_hint
     branch_clears(loop, mid)
+    loop.attributes[PEELED_ATTR] = UnitAttr()
 
 
 def is_unmasked_branch(op: Operation | None, iv: SSAValue, mid: SSAValue) -> bool:

@@ -47,7 +47,9 @@ A loop may ask for its own depth: `tile.stages = N` on the `scf.for` (`kernel_ab
 which must ask for the same N or nothing); any other value is refused, naming the loop.
 
 Loops without copies, and loops whose copies all go to ring stages already (pipelined loops), are left
-alone. A loop with a copy of a tensor whose rows TMA cannot read (`bulk_copyable`) is left single-stage and
+alone (so the pass is idempotent); where such a loop's rings have another depth than the one asked for
+(`pipeline-loops{stages=2},pipeline-loops{stages=3}`), a TesseraWarning located at the loop says that the
+option changed nothing. A loop with a copy of a tensor whose rows TMA cannot read (`bulk_copyable`) is left single-stage and
 says so: it gets the `tile.unpipelined` remark (`tessera.ir.remarks`), located at the loop and naming the copy
 and the argument, which a later pass that needs the loop pipelined quotes in its refusal. Everything else
 that copies is refused with a `PipelineLoopsError` naming the op: a load section
@@ -74,7 +76,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException
 
-from tessera.ir.diagnostics import located
+from tessera.ir.diagnostics import located, warn
 from tessera.ir.remarks import mark_unpipelined
 from tessera.ir.walk import walk_ops
 from tessera.dialects import tile
@@ -137,6 +139,22 @@ def loops_with_copies(module: Operation) -> dict[scf.ForOp, list[tile.CpAsyncOp 
     whose copies all fill ring stages are pipelined already and are not listed."""
     return {loop: copies for loop, copies in _copies_by_loop(module).items()
             if not all(is_ring_stage(c.dest) for c in copies) and all(bulk_copyable(c) for c in copies)}
+
+
+def warn_pipelined_already(module: Operation, stages: int) -> None:
+    """Warn, located at the loop, where a loop whose copies all fill ring stages (pipelined already, left alone)
+    has rings of another depth than `stages` (or its own `tile.stages`): the option asked for changes nothing.
+    Only the innermost such loop of a nest (the loop around a pipelined loop owns its prologue's copies)."""
+    pipelined = {loop: copies for loop, copies in _copies_by_loop(module).items()
+                 if all(is_ring_stage(c.dest) for c in copies)}
+    for loop, copies in pipelined.items():
+        if any(other is not loop and loop.is_ancestor(other) for other in pipelined):
+            continue
+        depth = copies[0].dest.owner.source.type.get_shape()[0]
+        if depth != requested_stages(loop, stages):
+            warn(located(loop, f"pipeline-loops: {describe_op(loop)}: pipelined already over {depth}-stage rings; "
+                               f"stages={requested_stages(loop, stages)} changes nothing (pipeline it once, with the "
+                               "stages wanted)", name_op=False))
 
 
 def mark_loops_left_single_stage(module: Operation) -> None:
@@ -540,6 +558,7 @@ class PipelineLoopsPass(ModulePass):
         then erase the tiles that became rings and have no use left."""
         owned = loops_with_copies(op)
         mark_loops_left_single_stage(op)
+        warn_pipelined_already(op, self.stages)
         for loop in owned:
             inner = next((other for other in owned if other is not loop and loop.is_ancestor(other)), None)
             if inner is not None:

@@ -6,7 +6,9 @@ Input and output: Target IR. Canonicalization hoists constants to the top of the
 costs one `mov` (or nothing, as an immediate operand), so re-creating it at each use is always cheaper than
 keeping it live: after this pass a constant lives from the instruction before its use to that use (for a wgmma operand,
 from before the wgmma_fence that opens its chain). Run it
-after `canonicalize`/`cse` (which would hoist the copies back) and before `allocate-registers`.
+after `canonicalize`/`cse` (which would hoist the copies back) and before `allocate-registers`. Given only Tile
+IR, every entry point refuses it (`input_level`, `tessera.passes.apply_pass`): it would copy the Tile IR's
+constants and leave the kernel no cheaper, the user's pipeline silently not doing what it says.
 
 A splat (every lane the same value, such as a `tile.fill`) costs what its use needs and no more:
 - an operand of a commutative instruction (add, mul, max, min, and/or/xor, the two factors of an fma) where
@@ -66,6 +68,7 @@ which is all the interpreters and multicast-cluster-copies look at.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, scf, vector
@@ -417,6 +420,8 @@ class RematerializeConstantsPass(ModulePass):
     erase the original (module docstring)."""
 
     name = "rematerialize-constants"
+    input_level: ClassVar[str] = "target"
+    """The kernels it transforms (Target IR); a module with only Tile IR kernels is refused."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _swap_splats_into_immediates(op)

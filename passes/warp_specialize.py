@@ -40,7 +40,9 @@ tensor core: in every loop that issues wgmma, warpgroup w waits at named barrier
 wgmma of the trip and, once the trip's last group is committed, arrives at the other warpgroup's barrier;
 warpgroup 1 arrives once before the loops so that warpgroup 0 starts, and warpgroup 0 consumes the extra
 arrival after them. While one warpgroup's GEMMs run, the other does its softmax. Needs exactly two
-consumer warpgroups.
+consumer warpgroups, and no barrier of both consumer warpgroups inside a turn (a `bar.sync` of more than one
+warpgroup's threads between a loop's first wgmma and its last commit: the backward's barrier that publishes
+dS): the other warpgroup waits for its turn there and never arrives, a deadlock, so such a kernel is refused.
 
 Kernels without ring refills have no producer work and are left unchanged; where a loop issues TMA copies
 (pipeline-loops could have made rings of them but did not run), with a TesseraWarning naming the kernel (a
@@ -65,6 +67,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.ir.diagnostics import located, warn
 from tessera.ir.walk import walk_ops
 from tessera.dialects import sm90
+from tessera.dialects.sm90_base import int_value
 from tessera.ir.kernel_marks import target_kernels_in
 from tessera.kernel_abi import TARGET_KERNEL_ATTR
 from tessera.regalloc import RegisterBudgetError
@@ -91,6 +94,32 @@ def _refuse(op: Operation, message: str) -> None:
     located in the input (`tessera.ir.diagnostics.located`)."""
     where = f"{str(op).splitlines()[0].strip()[:120]}: " if not isinstance(op, func.FuncOp) else ""
     raise WarpSpecializeError(located(op, f"warp-specialize: {where}{message}", name_op=False))
+
+
+def _turn(body: Block) -> list[Operation]:
+    """The ops of a wgmma loop's `body` that ping-pong runs inside a warpgroup's turn: from its first wgmma
+    (or the fence opening it) to its last commit."""
+    ops = list(body.ops)
+    first = next(i for i, o in enumerate(ops) if isinstance(o, sm90.WgmmaFenceOp | sm90.WgmmaMmaAsyncOp))
+    last = max(i for i, o in enumerate(ops) if isinstance(o, sm90.WgmmaCommitGroupOp))
+    return ops[first:last + 1]
+
+
+def _check_turns_free_of_barriers(fn: func.FuncOp, block: Block) -> None:
+    """Refuse ping-pong where a loop that issues wgmma waits, inside a turn, at a barrier of more than one
+    warpgroup (module docstring): the other consumer warpgroup is waiting for its turn and never arrives. The
+    refusal is located at kernel `fn` (`block`, the consumers' code being built, is not in it yet)."""
+    for loop in block.walk():
+        if not isinstance(loop, scf.ForOp) or not any(isinstance(o, sm90.WgmmaMmaAsyncOp) for o in loop.body.block.ops):
+            continue
+        for op in _turn(loop.body.block):
+            for inner in walk_ops(op):
+                if isinstance(inner, sm90.BarSyncOp) and int_value(inner.threads) > facts.WARPGROUP_SIZE:
+                    threads = int_value(inner.threads)
+                    _refuse(fn, f"ping-pong: `sm90.bar_sync {int_value(inner.barrier)}, {threads}` waits for {threads} "
+                                "threads inside a consumer warpgroup's turn (between its loop's first wgmma and last "
+                                "commit), where the other warpgroup waits for its turn and never arrives (a deadlock); "
+                                "use warp-specialize without pingpong")
 
 
 def _contains_producer(op: Operation) -> bool:
@@ -324,6 +353,7 @@ class _Split:
         if consumers != 2 * facts.WARPGROUP_SIZE:
             _refuse(self.fn, f"ping-pong needs two consumer warpgroups, the kernel has {consumers // facts.WARPGROUP_SIZE}")
         threads = 2 * facts.WARPGROUP_SIZE
+        _check_turns_free_of_barriers(self.fn, block)
         ops = list(block.ops)
         copies = []
         for w in (0, 1):

@@ -23,6 +23,7 @@ import tessera
 from tessera import reference
 from tessera.dialects import tile
 from tessera.interpreters.block_batch import KernelHazardError
+from tessera.ir.diagnostics import TesseraWarning
 from tessera.ir.remarks import UNPIPELINED_ATTR, unpipelined_remark
 from tessera.kernel_abi import specialized
 from tessera.kernels.attention import FLASH_BLOCK_N
@@ -181,7 +182,8 @@ def test_each_loop_gets_its_own_rings_and_loops_without_copies_are_left_alone():
 def test_a_second_run_leaves_pipelined_loops_alone():
     module = pipelined("gemm", 3)
     text = tessera.print_module(module)
-    apply_pipeline(module, "pipeline-loops{stages=2}")
+    with pytest.warns(TesseraWarning, match="pipelined already over 3-stage rings; stages=2 changes nothing"):
+        apply_pipeline(module, "pipeline-loops{stages=2}")
     assert tessera.print_module(module) == text
 
 

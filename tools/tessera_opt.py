@@ -38,7 +38,6 @@ from tessera.ir.diagnostics import (
     LEVEL_NAMES,
     LocatedVerifyException,
     TesseraWarning,
-    check_pass_input,
     functions_by_level,
     internal_error_text,
     located,
@@ -184,8 +183,8 @@ def parse_pipeline(spec: str) -> PassPipeline:
 
 def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool = True,
                  after_pass: Callable[[ModulePass, ModuleOp], None] | None = None) -> None:
-    """Apply `pipeline` to `module`: before each pass, check that the module holds kernels of the level the pass
-    transforms (`tessera.ir.diagnostics.check_pass_input`); after it, verify the ops (located) and, after the
+    """Apply `pipeline` to `module`, each pass by `tessera.passes.apply_pass` (which refuses a module of the
+    other level than the pass transforms, `tessera.ir.diagnostics.check_pass_input`); after each pass, verify the ops (located) and, after the
     last, the kernel ABI. An exception that is not a diagnostic becomes a PassCrash naming the pass. The default
     pipeline falls back to smaller configurations where the kernels' registers do not fit
     (`tessera.lowering.fallback`)."""
@@ -201,10 +200,11 @@ def run_pipeline(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify:
 
 def _run_passes(pipeline: PassPipeline, ctx: Context, module: ModuleOp, verify: bool,
                 after_pass: Callable[[ModulePass, ModuleOp], None] | None) -> None:
+    from tessera.passes import apply_pass
+
     for pass_ in pipeline.passes:
-        check_pass_input(pass_, module)
         try:
-            pass_.apply(ctx, module)
+            apply_pass(pass_, module, ctx)  # refuses input of the other level first
         except (DiagnosticException, ParseError, UsageError, KeyboardInterrupt):
             raise
         except Exception as e:

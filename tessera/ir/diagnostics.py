@@ -222,8 +222,9 @@ def check_pass_input(pass_: object, module: ModuleOp) -> None:
     if found[other]:
         first = found[other][0]
         names = ", ".join(f"@{k.sym_name.data}" for k in found[other])
-        hint = ("lower it first: convert-tile-to-sm90 (e.g. -p 'assign-swizzle,convert-tile-to-sm90,"
-                f"canonicalize,cse,rematerialize-constants,{name}')" if level == "target"
+        lowering = "assign-swizzle,convert-tile-to-sm90,canonicalize,cse,rematerialize-constants"
+        example = lowering if lowering.endswith(f",{name}") else f"{lowering},{name}"  # not the pass twice
+        hint = (f"lower it first: convert-tile-to-sm90 (e.g. -p '{example}')" if level == "target"
                 else "it runs before convert-tile-to-sm90")
         raise PassInputError(located(first, f"pass '{name}' transforms {LEVEL_NAMES[level]}, but the input "
                                             f"({names}) is {LEVEL_NAMES[other]}; {hint}"))

@@ -174,10 +174,9 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     refused by name: its tables are not generated (`verdict.check_generated_inputs`)."""
     from tessera import find_kernel
     from tessera.arguments import check_module, check_seed, check_sizes, check_string
-    from tessera.ir import make_context
     from tessera.ir.diagnostics import located
     from tessera.kernel_abi import check_multiples, specialized
-    from tessera.passes import parse_pipeline
+    from tessera.passes import apply_pass, parse_pipeline
 
     where = "tessera.validate.validate"
     check_module(where, module)
@@ -286,7 +285,7 @@ def validate(module: ModuleOp, pipeline: str, *, sizes: Mapping[str, int] | None
     tile_levels = [(0, INPUT, previous)]
     for position, p in enumerate(passes, start=1):
         try:
-            p.apply(make_context(), module)
+            apply_pass(p, module)
         except Exception as error:  # noqa: BLE001
             report.mismatch = Mismatch(position, p.name, previous_level, "pass", f"{type(error).__name__}: {error}")
             if previous_level == TILE:
@@ -317,9 +316,8 @@ def _fallen_back(module: ModuleOp, name: str, passes, report: ValidationReport):
     too big for warp specialization compiles single-stage, and a launch runs that), noted in `report`; else
     `passes`. A kernel that no configuration compiles (or a pass that fails) walks the default passes, to the one
     that refuses it (or fails)."""
-    from tessera.ir import make_context
     from tessera.lowering.fallback import kept_configuration
-    from tessera.passes import fallback_ladder, falls_back, parse_pipeline
+    from tessera.passes import apply_passes, fallback_ladder, falls_back, parse_pipeline
 
     if not falls_back(passes):
         return passes
@@ -328,7 +326,7 @@ def _fallen_back(module: ModuleOp, name: str, passes, report: ValidationReport):
         with warnings.catch_warnings():  # the fallback's warning: the report's header says it
             warnings.simplefilter("ignore")
             configuration, spec = kept_configuration(
-                module, name, ladder, lambda spec, m: parse_pipeline(spec).apply(make_context(), m))
+                module, name, ladder, lambda spec, m: apply_passes(parse_pipeline(spec).passes, m))
     except Exception:  # noqa: BLE001 - no configuration compiles it, or a pass fails: the walk finds where
         return passes
     if configuration is ladder[0]:
@@ -344,7 +342,7 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
     level lowers to a Target kernel whose output is right, the Tile pass after it is blamed instead (with the
     first diverging op between the two lowerings when both ran). If no earlier level lowers right, `boundary`
     stays blamed."""
-    from tessera.ir import make_context
+    from tessera.passes import apply_pass
 
     mismatch = report.mismatch
     later = None  # the lowering of the level after the one being tried (None: it was refused)
@@ -352,7 +350,7 @@ def _blame_tile_pass(report: ValidationReport, tile_levels, boundary, sig, input
         position, name, tile_module = tile_levels[k]
         lowered = tile_module.clone()
         try:
-            boundary.apply(make_context(), lowered)
+            apply_pass(boundary, lowered)
             if levels.level_of(lowered, sig.name) != TARGET:
                 return
             outputs = levels.run_level(lowered, TARGET, sig, inputs, sizes)
