@@ -21,8 +21,34 @@ from tessera.dialects.tile_types import MemSpace
 from tessera.ir.diagnostics import require
 
 
+class _KeyRowsOp(IRDLOperation):
+    """Base of `tile.OP %t, %k0, %seq_k : type`: an op on the rows of a 2-D shared tile %t whose row r holds key
+    k0 + r, by whether that key lies before %seq_k."""
+
+    tile = operand_def(TILE)
+    k_start = operand_def(IndexType)
+    seq_k = operand_def(IndexType)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = "$tile `,` $k_start `,` $seq_k attr-dict `:` type($tile)"
+
+    def __init__(self, tile: SSAValue | Operation, k_start: SSAValue | Operation, seq_k: SSAValue | Operation):
+        super().__init__(operands=[tile, k_start, seq_k])
+
+    @property
+    def rows(self) -> int:
+        """R, the tile's rows: the keys it holds."""
+        return tile_type(self.tile).get_shape()[0]
+
+    def _verify_key_rows(self, what: str):
+        """The tile's type, after refusing one that is not a 2-D shared tile (`what` the op does to its rows)."""
+        ty = tile_type(self.tile)
+        require_space(self, "operand", ty, MemSpace.SHARED)
+        require(ty.rank == 2, self, f"{what}, got rank {ty.rank}")
+        return ty
+
+
 @irdl_op_definition
-class ClearRowsOp(IRDLOperation):
+class ClearRowsOp(_KeyRowsOp):
     """`tile.clear_rows %t, %k0, %seq_k : !tile.tile<RxCxT, shared>`: zero the rows of shared tile %t that hold
     keys at or past %seq_k.
 
@@ -39,28 +65,12 @@ class ClearRowsOp(IRDLOperation):
     P.V mma). Refused by the verifier: a tile that is not a 2-D shared tile."""
 
     name = "tile.clear_rows"
-    tile = operand_def(TILE)
-    k_start = operand_def(IndexType)
-    seq_k = operand_def(IndexType)
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = "$tile `,` $k_start `,` $seq_k attr-dict `:` type($tile)"
-
-    def __init__(self, tile: SSAValue | Operation, k_start: SSAValue | Operation, seq_k: SSAValue | Operation):
-        super().__init__(operands=[tile, k_start, seq_k])
-
-    @property
-    def rows(self) -> int:
-        """R, the tile's rows: the keys it holds."""
-        return tile_type(self.tile).get_shape()[0]
-
     def verify_(self) -> None:
-        ty = tile_type(self.tile)
-        require_space(self, "operand", ty, MemSpace.SHARED)
-        require(ty.rank == 2, self, f"clears the rows of a [rows, columns] shared tile (or ring stage), got rank {ty.rank}")
+        self._verify_key_rows("clears the rows of a [rows, columns] shared tile (or ring stage)")
 
 
 @irdl_op_definition
-class KeyBiasOp(IRDLOperation):
+class KeyBiasOp(_KeyRowsOp):
     """`tile.key_bias %t, %k0, %seq_k : !tile.tile<RxCxT, shared>`: write the additive mask of key block k0 into
     shared tile %t: row r (key k0 + r) becomes +0 in every column where k0 + r < seq_k, and -inf where
     k0 + r >= seq_k.
@@ -76,23 +86,7 @@ class KeyBiasOp(IRDLOperation):
     bf16/f16 operands; -inf is exact in both); by the lowering, an unswizzled one."""
 
     name = "tile.key_bias"
-    tile = operand_def(TILE)
-    k_start = operand_def(IndexType)
-    seq_k = operand_def(IndexType)
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = "$tile `,` $k_start `,` $seq_k attr-dict `:` type($tile)"
-
-    def __init__(self, tile: SSAValue | Operation, k_start: SSAValue | Operation, seq_k: SSAValue | Operation):
-        super().__init__(operands=[tile, k_start, seq_k])
-
-    @property
-    def rows(self) -> int:
-        """R, the tile's rows: the keys it holds."""
-        return tile_type(self.tile).get_shape()[0]
-
     def verify_(self) -> None:
-        ty = tile_type(self.tile)
-        require_space(self, "operand", ty, MemSpace.SHARED)
-        require(ty.rank == 2, self, f"writes the bias of a [keys, columns] shared tile, got rank {ty.rank}")
+        ty = self._verify_key_rows("writes the bias of a [keys, columns] shared tile")
         require(isinstance(ty.element_type, BFloat16Type | Float16Type), self,
                 f"the bias tile is a wgmma B operand of bf16 or f16, got {ty.element_type}")
