@@ -49,12 +49,7 @@ class ClearRowsLowering:
     """The tile.clear_rows handler of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
     def _lower_ClearRowsOp(self, op: tile.ClearRowsOp, e: Emitter) -> None:
-        t = self._get(op.tile)
-        if not isinstance(t, SharedTile) or not t.swizzle:
-            refuse(op, "clears the rows of a swizzled shared tile (a plain tile or a ring stage)")
-        chunks = t.boxes * t.span // CHUNK_BYTES
-        if chunks > self.threads:
-            refuse(op, f"a row of {chunks} 16-byte chunks is more than the block's {self.threads} threads")
+        t, chunks = self._row_chunks(op, "clears the rows of a swizzled shared tile (a plain tile or a ring stage)")
         self._await_stage(op.tile, t, e)
         self._retire_readers(t.address, e)
         kept = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.k_start)))  # rows below it are keys
@@ -62,17 +57,23 @@ class ClearRowsLowering:
         e.if_(crosses, lambda c: self._write_rows(t, kept, chunks, c))
 
     def _lower_KeyBiasOp(self, op: tile.KeyBiasOp, e: Emitter) -> None:
-        t = self._get(op.tile)
-        if not isinstance(t, SharedTile) or not t.swizzle:
-            refuse(op, "writes the bias into a swizzled shared tile")
-        chunks = t.boxes * t.span // CHUNK_BYTES
-        if chunks > self.threads:
-            refuse(op, f"a row of {chunks} 16-byte chunks is more than the block's {self.threads} threads")
+        t, chunks = self._row_chunks(op, "writes the bias into a swizzled shared tile")
         self._retire_readers(t.address, e)
         e.op(sm90.BarSyncOp(0, self.threads))
         kept = e.op(arith.SubiOp(self._get(op.seq_k), self._get(op.k_start)))
         bits = NEG_INF_HALF[type(tile_type(op.tile).element_type)]
         self._write_rows(t, kept, chunks, e, past_word=bits << 16 | bits, kept_word=0)
+
+    def _row_chunks(self, op: tile.ClearRowsOp | tile.KeyBiasOp, needs: str) -> tuple[SharedTile, int]:
+        """The op's shared tile and the 16-byte chunks of one of its rows (over all boxes), refusing a tile that
+        is not swizzled (`needs` says what the op does) or whose row has more chunks than the block threads."""
+        t = self._get(op.tile)
+        if not isinstance(t, SharedTile) or not t.swizzle:
+            refuse(op, needs)
+        chunks = t.boxes * t.span // CHUNK_BYTES
+        if chunks > self.threads:
+            refuse(op, f"a row of {chunks} 16-byte chunks is more than the block's {self.threads} threads")
+        return t, chunks
 
     def _write_rows(self, t: SharedTile, kept, chunks: int, e: Emitter, past_word: int = 0,
                     kept_word: int | None = None) -> None:

@@ -245,12 +245,8 @@ class SharedRef:
         """`tile.store_shared`: the active blocks write `values` into this (unstaged) buffer; WRITTEN until a
         barrier. Storing while a copy into it is in flight, or after some thread read it since the last
         barrier, is a race."""
-        active = batch.active
-        if self.stage is not None or self.buffer.staged:
-            batch.fail(op, f"stores into ring {self.buffer.name}; tile.store_shared writes whole unstaged buffers", active)
-        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
-        if in_flight.any():
-            batch.fail(op, f"stores into shared buffer {self.buffer.name} while a copy into it is in flight", in_flight)
+        active = self._check_whole_write(batch, op, f"stores into ring {self.buffer.name}; tile.store_shared writes "
+                                                    "whole unstaged buffers", "stores into")
         racing = active & self._get(self.buffer.read_unfreed).any(axis=0)
         if racing.any():
             batch.fail(op, f"overwrites shared buffer {self.buffer.name}, read since the last tile.barrier "
@@ -259,6 +255,17 @@ class SharedRef:
         self.check_mma_readers(batch, op, row_group_bits(rows), "its row group")
         self.write(values, active)
         self._set(self.buffer.state, WRITTEN, active)
+
+    def _check_whole_write(self, batch: BlockBatch, op: Operation, staged: str, verb: str) -> np.ndarray:
+        """The active blocks, after refusing a write of the whole buffer into a ring (`staged`, the message) or
+        while a copy into it is in flight (`verb`: what the op does to the buffer)."""
+        active = batch.active
+        if self.stage is not None or self.buffer.staged:
+            batch.fail(op, staged, active)
+        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
+        if in_flight.any():
+            batch.fail(op, f"{verb} shared buffer {self.buffer.name} while a copy into it is in flight", in_flight)
+        return active
 
     def clear_rows(self, batch: BlockBatch, op: Operation, past: np.ndarray) -> None:
         """`tile.clear_rows`: the rows `past` [B, rows] of the active blocks' tile become 0. The tile's contents
@@ -275,12 +282,8 @@ class SharedRef:
         """`tile.key_bias`: the active blocks' (unstaged) tile becomes +0 in its rows where `past` [B, rows] is
         false and -inf where it is true, published (READY). The op begins with a barrier of its own (its
         lowering's), so earlier reads of the tile are ordered before it; a copy in flight into it is a race."""
-        active = batch.active
-        if self.stage is not None or self.buffer.staged:
-            batch.fail(op, f"writes the key bias into ring {self.buffer.name}; the bias tile is a plain shared tile", active)
-        in_flight = active & (self._get(self.buffer.state) == IN_FLIGHT).any(axis=0)
-        if in_flight.any():
-            batch.fail(op, f"writes shared buffer {self.buffer.name} while a copy into it is in flight", in_flight)
+        active = self._check_whole_write(batch, op, f"writes the key bias into ring {self.buffer.name}; the bias tile "
+                                                    "is a plain shared tile", "writes")
         shape = self.buffer.data.shape
         bias = np.where(past.reshape(past.shape + (1,) * (len(shape) - 2)), -np.inf, 0.0)
         self.write(np.broadcast_to(bias, shape).astype(self.buffer.data.dtype), active)
