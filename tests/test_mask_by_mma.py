@@ -114,3 +114,15 @@ def test_ptxas_assembles_it_and_the_masked_trip_is_within_fifteen_percent():
         assert (opcode_counts(steady)["HGMMA"], opcode_counts(masked)["HGMMA"]) == (19, 20)  # the bias: one more
         assert opcode_counts(masked)["FSEL"] == opcode_counts(steady)["FSEL"], tool.release  # no select per score
         assert len(masked) <= 1.15 * len(steady), tool.release
+
+
+def test_the_bias_tiles_minus_infinity_is_each_formats_own():
+    """The -inf the lowering stores into a bias tile (`clear_rows.NEG_INF_HALF`) is the format's -inf, as
+    ml_dtypes (bfloat16) and NumPy (IEEE binary16) encode it, not a number taken on trust."""
+    import ml_dtypes
+    from xdsl.dialects.builtin import BFloat16Type, Float16Type
+
+    from tessera.passes.convert_tile_to_sm90.clear_rows import NEG_INF_HALF
+
+    for kind, dtype in ((BFloat16Type, ml_dtypes.bfloat16), (Float16Type, np.float16)):
+        assert NEG_INF_HALF[kind] == int(np.array(-np.inf, dtype).view(np.uint16))
