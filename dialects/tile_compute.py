@@ -107,7 +107,9 @@ class MmaOp(IRDLOperation):
 
 
 class _RowReductionOp(IRDLOperation):
-    """Base of the reductions of each row of a 2-D f32 register tile to a row vector."""
+    """Base of the reductions of each row of a 2-D register tile to a row vector: f32 (or another float, which
+    the lowering refuses by name: packed halves are cast to f32 first) or i32 (an argmax's candidate column,
+    a count of a row's flags)."""
 
     source = operand_def(TILE)
     result = result_def(TILE)
@@ -120,21 +122,37 @@ class _RowReductionOp(IRDLOperation):
 
     def verify_(self) -> None:
         src, res = tile_type(self.source), tile_type(self.result)
-        require_register_float(self, "source", src, rank=2)
-        require_row_vector(self, "result", res, src)
+        if _is_i32(src.element_type):
+            require_space(self, "source", src, MemSpace.REGISTER)
+            require(src.rank == 2, self, f"source must have rank 2, got rank {src.rank}")
+            require_space(self, "result", res, MemSpace.REGISTER)
+            require(res.rank == 1 and res.get_shape()[0] == src.get_shape()[0], self,
+                    f"result must be a row vector with one entry per row ({src.get_shape()[0]}), got "
+                    f"{list(res.get_shape())}")
+        else:
+            require(not isinstance(src.element_type, IntegerType), self, "source must have a float or i32 element "
+                    f"type, got {src.element_type} (select it into an i32 tile of 0 and 1 to count)")
+            require_register_float(self, "source", src, rank=2)
+            require_row_vector(self, "result", res, src)
         require(res.element_type == src.element_type, self, "result element type must match the source's")
+
+
+def _is_i32(element_type: Attribute) -> bool:
+    return isinstance(element_type, IntegerType) and element_type.width.data == 32
 
 
 @irdl_op_definition
 class RowMaxOp(_RowReductionOp):
-    """`%m = tile.row_max %x : [M, N] -> [M]`: m[i] = max_j x[i, j] (-inf for a row of -inf)."""
+    """`%m = tile.row_max %x : [M, N] -> [M]`: m[i] = max_j x[i, j] (-inf for a row of -inf; NaN where the row
+    holds a NaN); f32 or i32 (signed)."""
 
     name = "tile.row_max"
 
 
 @irdl_op_definition
 class RowSumOp(_RowReductionOp):
-    """`%l = tile.row_sum %x : [M, N] -> [M]`: l[i] = sum_j x[i, j], summed in f32."""
+    """`%l = tile.row_sum %x : [M, N] -> [M]`: l[i] = sum_j x[i, j], summed in f32 (in an unspecified order:
+    within the f32 sum's rounding of the exact sum); an i32 tile's sum wraps modulo 2^32 (exact)."""
 
     name = "tile.row_sum"
 

@@ -13,6 +13,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float8E4M3FNType,
     IndexType,
+    IntegerType,
     f32,
     i32,
 )
@@ -64,6 +65,11 @@ def combine_across_quad(x: SSAValue, combine, e: Emitter) -> SSAValue:
     return x
 
 
+def _integer_rows(op) -> bool:
+    """Whether a row reduction reduces an i32 tile (max.s32 / add.s32, wrapping)."""
+    return isinstance(op.source.type.element_type, IntegerType)
+
+
 class AttentionLowering:
     """The Attention handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
@@ -89,13 +95,15 @@ class AttentionLowering:
             rows = self._reduce_rows(op, x.raw, e.maxf, e)
             self._set(op.result, e.mulf(rows, e.splat(f32, x.factor, rows.type.get_shape()[0])))
             return
-        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.maxf, e))
+        combine = (lambda a, b: e.op(arith.MaxSIOp(a, b))) if _integer_rows(op) else e.maxf
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), combine, e))
 
     def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
         """Each row's registers added, then across the quad; a sum held as per-thread partial sums
         (`row_sums.partial_row_sums`) is added across the quad later, once."""
         partial = op.result in self.partial_rows
-        self._set(op.result, self._reduce_rows(op, self._get(op.source), e.addf, e, across_quad=not partial))
+        combine = e.addi if _integer_rows(op) else e.addf
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), combine, e, across_quad=not partial))
 
     def _broadcast_rows(self, op, rows: SSAValue, e: Emitter) -> SSAValue:
         return e.shuffle(rows, self._layout(op, op.source.type).row_of_element)

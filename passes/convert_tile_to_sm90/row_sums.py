@@ -31,6 +31,7 @@ from xdsl.dialects import scf
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from tessera.dialects import tile
+from tessera.dialects.tile_types import is_float
 from tessera.ir.walk import walk_ops
 
 
@@ -53,7 +54,7 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
     candidates: set[SSAValue] = set()
     loops: list[scf.ForOp] = []
     for op in walk_ops(fn):
-        if isinstance(op, tile.RowSumOp):
+        if isinstance(op, tile.RowSumOp) and is_float(op.result.type.element_type):  # i32 sums: reduced at once
             candidates.add(op.result)
         elif isinstance(op, tile.FmaOp) and _is_row_tile(op.result):
             candidates.add(op.result)

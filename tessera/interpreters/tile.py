@@ -488,6 +488,8 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.RowSumOp)
     def run_row_sum(self, interpreter: Interpreter, op: tile.RowSumOp, args: PythonValues):
+        if np.issubdtype(args[0].dtype, np.integer):  # i32: wraps modulo 2^32, as add.s32 does
+            return self._register_tile(op, np.sum(args[0].astype(np.int64), axis=-1).astype(np.uint32).view(np.int32))
         return self._register_tile(op, np.sum(args[0], axis=-1, dtype=np.float64 if self.widen else F32))
 
     @impl(tile.ExpDiffOp)

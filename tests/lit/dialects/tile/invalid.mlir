@@ -379,9 +379,15 @@ tile.store_global %v, %w : !tile.tile<16x16xf32, register>, !tile.tile<16x16xbf1
 
 // -----
 
+%x = "test.op"() : () -> !tile.tile<16x16xi1, register>
+// CHECK: 'tile.row_sum' op source must have a float or i32 element type, got i1 (select it into an i32 tile of 0 and 1 to count)
+%m = tile.row_sum %x : !tile.tile<16x16xi1, register> -> !tile.tile<16xi1, register>
+
+// -----
+
 %x = "test.op"() : () -> !tile.tile<16x16xi32, register>
-// CHECK: 'tile.row_sum' op source must have a float element type, got i32
-%m = tile.row_sum %x : !tile.tile<16x16xi32, register> -> !tile.tile<16xi32, register>
+// CHECK: 'tile.row_max' op result must be a row vector with one entry per row (16), got [8]
+%m = tile.row_max %x : !tile.tile<16x16xi32, register> -> !tile.tile<8xi32, register>
 
 // -----
 
