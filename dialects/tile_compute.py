@@ -150,6 +150,14 @@ class RowMaxOp(_RowReductionOp):
 
 
 @irdl_op_definition
+class RowMinOp(_RowReductionOp):
+    """`%m = tile.row_min %x : [M, N] -> [M]`: m[i] = min_j x[i, j] (+inf for a row of +inf; NaN where the row
+    holds a NaN); f32 or i32 (signed)."""
+
+    name = "tile.row_min"
+
+
+@irdl_op_definition
 class RowSumOp(_RowReductionOp):
     """`%l = tile.row_sum %x : [M, N] -> [M]`: l[i] = sum_j x[i, j], summed in f32 (in an unspecified order:
     within the f32 sum's rounding of the exact sum); an i32 tile's sum wraps modulo 2^32 (exact)."""

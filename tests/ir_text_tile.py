@@ -159,6 +159,9 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
     'tile.row_max': (
         '%a0: !tile.tile<64x64xf32, register>',
         '%r = "tile.row_max"(%a0) : (!tile.tile<64x64xf32, register>) -> !tile.tile<64xf32, register>'),
+    'tile.row_min': (
+        '%a0: !tile.tile<64x64xi32, register>',
+        '%r = "tile.row_min"(%a0) : (!tile.tile<64x64xi32, register>) -> !tile.tile<64xi32, register>'),
     'tile.row_sum': (
         '%a0: !tile.tile<64x64xf32, register>',
         '%r = "tile.row_sum"(%a0) : (!tile.tile<64x64xf32, register>) -> !tile.tile<64xf32, register>'),
@@ -522,6 +525,12 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<64x64xf32, global>', 'source must be a register tile, got global'),
     ('tile.row_max', 'the result: wrong element type', '!tile.tile<64xf32, register>',
      '!tile.tile<64xbf16, register>', "result element type must match the source's"),
+    ('tile.row_min', 'the operand: wrong element type', '!tile.tile<64x64xi32, register>',
+     '!tile.tile<64x64xi1, register>', 'source must have a float or i32 element type, got i1'),
+    ('tile.row_min', 'the operand: wrong memory space', '!tile.tile<64x64xi32, register>',
+     '!tile.tile<64x64xi32, shared>', 'source must be a register tile, got shared'),
+    ('tile.row_min', 'the result: wrong element type', '!tile.tile<64xi32, register>',
+     '!tile.tile<64xf32, register>', "result element type must match the source's"),
     ('tile.row_sum', 'the operand: wrong element type', '!tile.tile<64x64xf32, register>',
      '!tile.tile<64x64xbf16, register>', "result element type must match the source's"),
     ('tile.row_sum', 'the operand: wrong memory space', '!tile.tile<64x64xf32, register>',

@@ -32,7 +32,7 @@ def _argmax_inputs(shape, rng):
 
 def _argmax_ref(x, k):
     total = k.astype(np.int64).sum(1).astype(np.uint32).view(np.int32)
-    return tuple(np.asarray(a, np.float64) for a in (np.argmax(x, 1), (x > 0).sum(1), total, k.max(1)))
+    return tuple(np.asarray(a, np.float64) for a in (np.argmax(x, 1), (x > 0).sum(1), total, k.max(1), x.min(1)))
 
 
 CASES = {
@@ -79,3 +79,46 @@ def test_predicate_row_reduction_refused(op):
     with pytest.raises(LocatedVerifyException, match="source must have a float or i32 element type, got i1 \\(select it into an i32 tile of 0 and 1 to count\\)") as info:
         tessera.parse_module(text, "k.mlir")
     assert "k.mlir:7:" in str(info.value)
+
+
+SIGNED_ZEROS = """
+builtin.module {
+  func.func @extrema(%X: !tile.tile<64x64xf32, global> {tile.dims = #tile.dims<64, 64>},
+      %MX: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>, tile.role = "out"},
+      %MN: !tile.tile<64xf32, global> {tile.dims = #tile.dims<64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %c0 = arith.constant 0 : index
+    %xw = tile.view %X[%c0, %c0] : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %mx = tile.row_max %x : !tile.tile<64x64xf32, register> -> !tile.tile<64xf32, register>
+    %mxw = tile.view %MX[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>
+    tile.store_global %mx, %mxw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>
+    %mn = tile.row_min %x : !tile.tile<64x64xf32, register> -> !tile.tile<64xf32, register>
+    %mnw = tile.view %MN[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>
+    tile.store_global %mn, %mnw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_row_extrema_signed_zeros(level):
+    """max.NaN.f32 / min.NaN.f32's zeros at every level: a row of +-0 has the maximum +0 unless every zero is -0,
+    the minimum -0 unless every zero is +0, whatever order the row holds them in (NumPy's reduction keeps the
+    first zero it meets); a NaN anywhere in a row is the row's result."""
+    rng = np.random.default_rng(25)
+    x = np.where(rng.random((64, 64)) < 0.5, -0.0, 0.0).astype(np.float32)
+    x[0], x[1] = -0.0, 0.0
+    x[2, 5] = -1.0
+    x[3, 7] = 2.0
+    x[4, 9] = np.nan
+    got_max, got_min = tessera.launch(tessera.parse_module(SIGNED_ZEROS, "extrema.mlir"), x, level=level)
+    every_negative, every_positive = np.signbit(x).all(1), ~np.signbit(x).any(1)
+    want_max = np.where(every_negative, -0.0, 0.0).astype(np.float32)
+    want_min = np.where(every_positive, 0.0, -0.0).astype(np.float32)
+    want_max[3], want_min[2] = 2.0, -1.0
+    want_max[4] = want_min[4] = np.nan
+    np.testing.assert_array_equal(got_max.view(np.uint32)[np.arange(64) != 4], want_max.view(np.uint32)[np.arange(64) != 4])
+    np.testing.assert_array_equal(got_min.view(np.uint32)[np.arange(64) != 4], want_min.view(np.uint32)[np.arange(64) != 4])
+    assert np.isnan(got_max[4]) and np.isnan(got_min[4])

@@ -98,6 +98,11 @@ class AttentionLowering:
         combine = (lambda a, b: e.op(arith.MaxSIOp(a, b))) if _integer_rows(op) else e.maxf
         self._set(op.result, self._reduce_rows(op, self._get(op.source), combine, e))
 
+    def _lower_RowMinOp(self, op: tile.RowMinOp, e: Emitter) -> None:
+        """As the row maximum: a tree of min.NaN.f32 / min.s32, then across the quad (no `Scaled` shortcut)."""
+        combine = arith.MinSIOp if _integer_rows(op) else arith.MinimumfOp
+        self._set(op.result, self._reduce_rows(op, self._get(op.source), lambda a, b: e.op(combine(a, b)), e))
+
     def _lower_RowSumOp(self, op: tile.RowSumOp, e: Emitter) -> None:
         """Each row's registers added, then across the quad; a sum held as per-thread partial sums
         (`row_sums.partial_row_sums`) is added across the quad later, once."""

@@ -62,6 +62,20 @@ def _exponential(function, x: np.ndarray) -> np.ndarray:
         return function(x, dtype=np.float64, out=np.empty(np.shape(x), x.dtype), casting="same_kind")
 
 
+def _row_extremum(x: np.ndarray, larger: bool) -> np.ndarray:
+    """Each row's maximum (`larger`) or minimum, NaN where the row holds one, with the sign of a zero as
+    max.NaN.f32 / min.NaN.f32 give it: +0 is the larger of +-0 (NumPy's reduction keeps whichever zero it met
+    first)."""
+    result = np.max(x, axis=-1) if larger else np.min(x, axis=-1)
+    if x.dtype.kind != "f":
+        return result
+    zero = result == 0
+    if zero.any():
+        wins = ((x == 0) & (np.signbit(x) != larger)).any(axis=-1)  # a +0 for the max, a -0 for the min
+        result = np.where(zero, np.where(wins != larger, -0.0, 0.0).astype(result.dtype), result)
+    return result
+
+
 @register_impls
 class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch` (the elementwise ones in `tile_elementwise`)."""
@@ -484,7 +498,11 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.RowMaxOp)
     def run_row_max(self, interpreter: Interpreter, op: tile.RowMaxOp, args: PythonValues):
-        return self._register_tile(op, np.max(args[0], axis=-1))
+        return self._register_tile(op, _row_extremum(args[0], larger=True))
+
+    @impl(tile.RowMinOp)
+    def run_row_min(self, interpreter: Interpreter, op: tile.RowMinOp, args: PythonValues):
+        return self._register_tile(op, _row_extremum(args[0], larger=False))
 
     @impl(tile.RowSumOp)
     def run_row_sum(self, interpreter: Interpreter, op: tile.RowSumOp, args: PythonValues):

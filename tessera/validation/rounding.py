@@ -188,6 +188,7 @@ ROUNDING: dict[type[Operation], Bound] = {
     tile.MmaOp: _mma,
     tile.RowSumOp: _row_sum,
     tile.RowMaxOp: _exact,
+    tile.RowMinOp: _exact,
     tile.ElementMaxOp: _exact,
     tile.ElementMinOp: _exact,
     tile.AbsOp: _exact,
@@ -269,7 +270,7 @@ def _extremum_passed(op, operands, moves, result) -> np.ndarray:
 
 
 def _row_max_passed(op, operands, moves, result) -> np.ndarray:
-    return _aligned_moves(op, operands, moves)[0].max(axis=-1)
+    return _aligned_moves(op, operands, moves)[0].max(axis=-1)  # a move bound: the largest of the row's, min too
 
 
 def _reshape_passed(op: tile.ReshapeOp, operands, moves, result) -> np.ndarray:
@@ -288,6 +289,7 @@ PASSED_ON: dict[type[Operation], Callable] = {
     tile.ElementMaxOp: _extremum_passed,
     tile.ElementMinOp: _extremum_passed,
     tile.RowMaxOp: _row_max_passed,
+    tile.RowMinOp: _row_max_passed,
     tile.ReshapeOp: _reshape_passed,
 }
 """Per op that moves values without rounding them, and per conversion, the move its result carries on from its
