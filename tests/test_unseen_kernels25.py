@@ -1,15 +1,17 @@
 """Kernels a user writes next, round 25 (`tests/user_kernels/*.mlir`, not earlier rounds'): a row argmax with
-NumPy's first-index tie-break, a count of positive entries, a wrapping i32 row sum and a signed i32 row maximum,
-over rows of any length in column blocks of 64 (`row_argmax_count.mlir`).
+NumPy's first-index tie-break, a count of positive entries, a wrapping i32 row sum, a signed i32 row maximum and an
+f32 row minimum, over rows of any length in column blocks of 64 (`row_argmax_count.mlir`).
 
-Bug found: `tile.row_max` and `tile.row_sum` refused i32 tiles (the verifier asked for a float), so an argmax's
-"smallest column at the maximum" and a count of a row's flags needed a round trip through f32 (exact only below
-2^24). They take i32 now at every level: the Tile interpreter's NumPy maximum and a sum wrapping modulo 2^32, the
-lowering's `max.s32` / `add.s32` tree and butterfly shuffles (an i32 sum is never held as a per-thread partial
-sum: `row_sums.partial_row_sums` takes float sums only).
+Bugs found: `tile.row_max` and `tile.row_sum` refused i32 tiles (the verifier asked for a float), and Tile IR had
+no row minimum, so an argmax's "smallest column at the maximum" and a count of a row's flags needed a round trip
+through f32 (exact only below 2^24) and a negation. They take i32 now, and `tile.row_min` exists, at every level:
+the Tile interpreter's NumPy extrema and a sum wrapping modulo 2^32, the lowering's `max/min.s32` / `add.s32`
+trees and butterfly shuffles (an i32 sum is never held as a per-thread partial sum: `row_sums.partial_row_sums`
+takes float sums only). The Tile interpreter's row maximum of a row of zeros kept whichever zero NumPy met first
+(-0 for [-0, +0]), where max.NaN.f32 gives +0 below Tile IR; it gives max.NaN/min.NaN's sign now.
 
-The default run takes the kernel at PTX level on a shape no tile divides; `-m slow` runs every level on every
-shape, every ptxas found (no warning, no spill) and `tessera-run --level ptx --check`.
+The default run takes the kernel at PTX level on a shape no tile divides and the zeros at every level; `-m slow`
+runs every level on every shape, every ptxas found (no warning, no spill) and `tessera-run --level ptx --check`.
 """
 
 from __future__ import annotations
