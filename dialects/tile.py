@@ -67,9 +67,11 @@ from tessera.dialects.tile_compute import (
     SubRowsOp,
 )
 from tessera.dialects.tile_elementwise import (
+    BITWISE_OPS,
     ELEMENTWISE_OPS,
     AbsOp,
     AddOp,
+    AndOp,
     CmpOp,
     DivOp,
     ElementMaxOp,
@@ -84,10 +86,14 @@ from tessera.dialects.tile_elementwise import (
     ModOp,
     MulOp,
     NegOp,
+    OrOp,
     ReciprocalOp,
     RintOp,
     RsqrtOp,
     SelectOp,
+    ShlOp,
+    ShrsOp,
+    ShruOp,
     SigmoidOp,
     SiluOp,
     SplatOp,
@@ -95,6 +101,7 @@ from tessera.dialects.tile_elementwise import (
     SubOp,
     TanhOp,
     TruncOp,
+    XorOp,
 )
 from tessera.dialects.tile_memory import (
     ASYNC_COPY_OPS,

@@ -15,7 +15,7 @@ The result shape is the broadcast of the operands'; all operands share one eleme
 condition is `i1`).
 
 Element types: the transcendental functions and the rounding ops (floor, ceil, rint, trunc) take and give f32;
-add/sub/mul/element_max/element_min take f32 (or any float) or i32; neg/abs take f32 or i32; floordiv/mod (Python's `//` and `%`) take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
+add/sub/mul/element_max/element_min take f32 (or any float) or i32; neg/abs take f32 or i32; floordiv/mod (Python's `//` and `%`) and the bitwise and/or/xor/shl/shrs/shru take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
 from __future__ import annotations
@@ -248,6 +248,67 @@ class ModOp(_BinaryArithOp):
 
     def _check_element(self, what: str, element: Attribute) -> None:
         require(is_i32(element), self, f"{what} must be an i32 tile (Python's %), got {element}")
+
+
+class _BitwiseOp(_BinaryArithOp):
+    """Base of the bitwise ops: i32 operands only (the bits of the two's-complement value)."""
+
+    def _check_element(self, what: str, element: Attribute) -> None:
+        require(is_i32(element), self, f"{what} must be an i32 tile (bitwise {self.name[5:]}), got {element}")
+
+
+@irdl_op_definition
+class AndOp(_BitwiseOp):
+    """`%r = tile.and %a, %b : type`: r = a & b bit by bit on i32 tiles, with broadcasting (a mask: the low
+    4 bits of a packed int4 code, `x & 15`)."""
+
+    name = "tile.and"
+
+
+@irdl_op_definition
+class OrOp(_BitwiseOp):
+    """`%r = tile.or %a, %b : type`: r = a | b bit by bit on i32 tiles, with broadcasting."""
+
+    name = "tile.or"
+
+
+@irdl_op_definition
+class XorOp(_BitwiseOp):
+    """`%r = tile.xor %a, %b : type`: r = a ^ b bit by bit on i32 tiles, with broadcasting (hashes: xorshift,
+    Philox's key mixing)."""
+
+    name = "tile.xor"
+
+
+@irdl_op_definition
+class ShlOp(_BitwiseOp):
+    """`%r = tile.shl %a, %b : type`: r = a << b on i32 tiles, with broadcasting; bits shifted past bit 31 are
+    lost (wraps). The amount b is read as unsigned and clamped to 32, as PTX's `shl.b32` does: an amount of 32
+    or more (or a negative one) gives 0."""
+
+    name = "tile.shl"
+
+
+@irdl_op_definition
+class ShrsOp(_BitwiseOp):
+    """`%r = tile.shrs %a, %b : type`: r = a >> b, arithmetic (the sign bit fills from the left: -8 >> 1 = -4,
+    Python's and C's `>>` on a signed int), on i32 tiles, with broadcasting. The amount b is read as unsigned and
+    clamped to 32 (`shr.s32`): an amount of 32 or more (or a negative one) gives 0 or -1 by a's sign."""
+
+    name = "tile.shrs"
+
+
+@irdl_op_definition
+class ShruOp(_BitwiseOp):
+    """`%r = tile.shru %a, %b : type`: r = a >> b, logical (zeros fill from the left: the bits read as an
+    unsigned 32-bit value, as a hash's uint32 arithmetic or an unpacking of packed codes needs), on i32 tiles,
+    with broadcasting. The amount b is read as unsigned and clamped to 32 (`shr.u32`): an amount of 32 or more
+    (or a negative one) gives 0."""
+
+    name = "tile.shru"
+
+
+BITWISE_OPS = (AndOp, OrOp, XorOp, ShlOp, ShrsOp, ShruOp)
 
 
 # endregion
@@ -611,7 +672,7 @@ class SplatOp(IRDLOperation):
 # endregion
 
 ELEMENTWISE_OPS = (
-    AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
+    AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, *BITWISE_OPS, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
     ExpOp, Exp2Op, Log2Op, TanhOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
     *ROUNDING_OPS, IotaOp, SplatOp,
 )

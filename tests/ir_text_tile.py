@@ -87,6 +87,30 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
     'tile.floor': (
         '%a0: !tile.tile<64x32xf32, register>',
         '%r = "tile.floor"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
+    'tile.and': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.and"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
+    'tile.or': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.or"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
+    'tile.xor': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.xor"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
+    'tile.shl': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.shl"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
+    'tile.shrs': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.shrs"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
+    'tile.shru': (
+        '%a0: !tile.tile<64x32xi32, register>, %a1: !tile.tile<1x32xi32, register>',
+        '%r = "tile.shru"(%a0, %a1) : (!tile.tile<64x32xi32, register>, !tile.tile<1x32xi32, register>) -> '
+        '!tile.tile<64x32xi32, register>'),
     'tile.floordiv': (
         '%a0: !tile.tile<1x32xi32, register>, %a1: !tile.tile<64xi32, register>',
         '%r = "tile.floordiv"(%a0, %a1) : (!tile.tile<1x32xi32, register>, !tile.tile<64xi32, register>) -> '
@@ -398,6 +422,48 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<64x32xf32, global>', 'operand must be a register tile, got global'),
     ('tile.floor', 'the result: wrong element type', '!tile.tile<64x32xf32, register>',
      '!tile.tile<64x32xbf16, register>', 'rounds f32 tiles, got bf16'),
+    ('tile.and', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise and), got f32'),
+    ('tile.and', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.and', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
+    ('tile.or', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise or), got f32'),
+    ('tile.or', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.or', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
+    ('tile.xor', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise xor), got f32'),
+    ('tile.xor', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.xor', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
+    ('tile.shl', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise shl), got f32'),
+    ('tile.shl', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.shl', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
+    ('tile.shrs', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise shrs), got f32'),
+    ('tile.shrs', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.shrs', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
+    ('tile.shru', 'the operands: f32, not i32', 'xi32, register', 'xf32, register',
+     'operand must be an i32 tile (bitwise shru), got f32'),
+    ('tile.shru', 'operand 1: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',
+     'operand 1 must be a register tile, got global'),
+    ('tile.shru', 'the result: wrong shape', '-> !tile.tile<64x32xi32, register>',
+     '-> !tile.tile<64x64xi32, register>',
+     'result must be !tile.tile<64x32xi32, register>, got'),
     ('tile.floordiv', 'operand 0: wrong element type', '!tile.tile<1x32xi32, register>',
      '!tile.tile<1x32xbf16, register>', 'operands must share one element type, got bf16, i32'),
     ('tile.floordiv', 'operand 0: wrong memory space', '!tile.tile<1x32xi32, register>',

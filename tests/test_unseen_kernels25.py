@@ -1,13 +1,19 @@
 """Kernels a user writes next, round 25 (`tests/user_kernels/*.mlir`, not earlier rounds'): a row argmax with
 NumPy's first-index tie-break, a count of positive entries, a wrapping i32 row sum, a signed i32 row maximum and an
-f32 row minimum, over rows of any length in column blocks of 64 (`row_argmax_count.mlir`).
+f32 row minimum, over rows of any length in column blocks of 64 (`row_argmax_count.mlir`); int4 weights packed eight to an i32
+word (AWQ/GPTQ's order, zero point 8, a scale per column) unpacked by shifts and masks, an xorshift32 hash of each
+element's index and a seed (a dropout mask's randomness), and shifts through the sign bit and by 32 or more
+(`int4_unpack_hash.mlir`).
 
 Bugs found: `tile.row_max` and `tile.row_sum` refused i32 tiles (the verifier asked for a float), and Tile IR had
 no row minimum, so an argmax's "smallest column at the maximum" and a count of a row's flags needed a round trip
 through f32 (exact only below 2^24) and a negation. They take i32 now, and `tile.row_min` exists, at every level:
 the Tile interpreter's NumPy extrema and a sum wrapping modulo 2^32, the lowering's `max/min.s32` / `add.s32`
 trees and butterfly shuffles (an i32 sum is never held as a per-thread partial sum: `row_sums.partial_row_sums`
-takes float sums only). The Tile interpreter's row maximum of a row of zeros kept whichever zero NumPy met first
+takes float sums only). Tile IR had no bitwise ops: `tile.and`, `tile.or`, `tile.xor`, `tile.shl`, `tile.shrs` (arithmetic) and
+`tile.shru` (logical) on i32 tiles now, with broadcasting, an amount read as unsigned and clamped to 32 as PTX's
+`shl.b32` / `shr.s32` / `shr.u32` do (the CTA simulator and the PTX executor already modelled those). The Tile
+interpreter's row maximum of a row of zeros kept whichever zero NumPy met first
 (-0 for [-0, +0]), where max.NaN.f32 gives +0 below Tile IR; it gives max.NaN/min.NaN's sign now.
 
 The default run takes the kernel at PTX level on a shape no tile divides and the zeros at every level; `-m slow`
@@ -37,15 +43,45 @@ def _argmax_ref(x, k):
     return tuple(np.asarray(a, np.float64) for a in (np.argmax(x, 1), (x > 0).sum(1), total, k.max(1), x.min(1)))
 
 
+def _int4_inputs(shape, rng):
+    """Packed words over the whole i32 range (every code 0..15 in every slot), a scale per column, a seed."""
+    k, n = shape
+    words = rng.integers(-2**31, 2**31, size=(-(-k // 8), n), dtype=np.int64).astype(np.int32)
+    return [words, rng.standard_normal(n).astype(np.float32),
+            np.array([rng.integers(-2**31, 2**31)], np.int32)], {}
+
+
+def _int4_ref(words, scale, seed):
+    """The unpacked weights, the xorshift32 hash, its top byte with its sign, -1 from the shifts through the sign
+    bit, and 1 << (k % 40) (0 for amounts of 32 or more), each in uint32/int64 arithmetic of its own."""
+    k = np.arange(8 * words.shape[0])[:, None]
+    n = np.arange(words.shape[1])[None, :]
+    word = words.view(np.uint32)[k // 8, n].astype(np.uint64)
+    code = ((word >> (4 * (k % 8)).astype(np.uint64)) & 15).astype(np.int64) - 8
+    x = (k * words.shape[1] + n).astype(np.uint32) ^ seed.view(np.uint32)[0]
+    x ^= x << np.uint32(13)
+    x ^= x >> np.uint32(17)
+    x ^= x << np.uint32(5)
+    h = x.view(np.int32)
+    amount = np.broadcast_to(k % 40, h.shape)
+    big = np.where(amount < 32, np.left_shift(1, np.minimum(amount, 31), dtype=np.int64), 0)
+    big = big.astype(np.uint32).view(np.int32)
+    return tuple(np.asarray(a, np.float64) for a in (
+        (code * scale.astype(np.float64)[None, :]).astype(np.float32), h, h >> 24, np.full(h.shape, -1), big))
+
+
 CASES = {
     # exact: compares, selects, integer maxima and wrapping sums
     "row_argmax_count": Case("row_argmax_count", _argmax_inputs, _argmax_ref, 0.0, 0.0,
                              ((100, 129), (1, 1), (17, 1000), (129, 64), (65, 3))),
+    # exact: bit operations, and each code times its scale rounded once to f32 (codes -8..7)
+    "int4_unpack_hash": Case("int4_unpack_hash", _int4_inputs, _int4_ref, 0.0, 0.0,
+                             ((100, 70), (8, 1), (1000, 130), (72, 64))),
 }
 
-FAST = {"row_argmax_count": ("ptx",)}
+FAST = {"row_argmax_count": ("ptx",), "int4_unpack_hash": ("ptx",)}
 
-TOOL_SIZES = {"row_argmax_count": ["M=70", "N=100"]}
+TOOL_SIZES = {"row_argmax_count": ["M=70", "N=100"], "int4_unpack_hash": ["KP=13", "N=70"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
@@ -124,3 +160,66 @@ def test_row_extrema_signed_zeros(level):
     np.testing.assert_array_equal(got_max.view(np.uint32)[np.arange(64) != 4], want_max.view(np.uint32)[np.arange(64) != 4])
     np.testing.assert_array_equal(got_min.view(np.uint32)[np.arange(64) != 4], want_min.view(np.uint32)[np.arange(64) != 4])
     assert np.isnan(got_max[4]) and np.isnan(got_min[4])
+
+
+SHIFTS = """
+builtin.module {
+  func.func @shifts(%A: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>},
+      %B: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>},
+      %L: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %RS: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %RU: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %X: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %c0 = arith.constant 0 : index
+    %aw = tile.view %A[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    %a = tile.load %aw : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, register>
+    %bw = tile.view %B[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    %b = tile.load %bw : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, register>
+    %l = tile.shl %a, %b : !tile.tile<64x64xi32, register>
+    %rs = tile.shrs %a, %b : !tile.tile<64x64xi32, register>
+    %ru = tile.shru %a, %b : !tile.tile<64x64xi32, register>
+    %o = tile.or %a, %b : !tile.tile<64x64xi32, register>
+    %n = tile.and %a, %b : !tile.tile<64x64xi32, register>
+    %x = tile.xor %o, %n : !tile.tile<64x64xi32, register>
+    %lw = tile.view %L[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %l, %lw : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %rsw = tile.view %RS[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %rs, %rsw : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %ruw = tile.view %RU[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %ru, %ruw : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %xw = tile.view %X[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %x, %xw : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    func.return
+  }
+}
+"""
+
+
+def _ptx_shift(value: int, amount: int, kind: str) -> int:
+    """The PTX ISA's shl.b32 / shr.s32 / shr.u32 on Python integers: the amount as unsigned, clamped to 32."""
+    amount = min(amount & 0xFFFFFFFF, 32)
+    bits = value & 0xFFFFFFFF
+    if kind == "shl":
+        bits = (bits << amount) & 0xFFFFFFFF
+    elif kind == "shru":
+        bits >>= amount
+    else:
+        bits = (value >> amount) & 0xFFFFFFFF  # Python's >> on a signed int fills with the sign
+    return bits - (1 << 32) if bits >= 1 << 31 else bits
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_shift_amounts_as_ptx_reads_them(level):
+    """Amounts 0..33, 63, -1, 2^31 - 1 and -2^31 on values of either sign: each level as the PTX ISA's shifts
+    (the amount unsigned, clamped to 32), and a ^ b as (a | b) ^ (a & b)."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(-2**31, 2**31, size=(64, 64), dtype=np.int64).astype(np.int32)
+    a[0, :4] = [-1, -2**31, 2**31 - 1, 1]
+    amounts = [*range(34), 63, -1, 2**31 - 1, -2**31]
+    b = np.array([amounts[i % len(amounts)] for i in range(64 * 64)], np.int64).reshape(64, 64).astype(np.int32)
+    got = tessera.launch(tessera.parse_module(SHIFTS, "shifts.mlir"), a, b, level=level)
+    for out, kind in zip(got[:3], ("shl", "shrs", "shru")):
+        want = np.array([_ptx_shift(int(x), int(y), kind) for x, y in zip(a.ravel(), b.ravel())], np.int64)
+        np.testing.assert_array_equal(out.ravel().astype(np.int64), want, kind)
+    np.testing.assert_array_equal(got[3], a ^ b)

@@ -46,6 +46,8 @@ _FLOAT_BINARY = {
 _INTEGER_BINARY = {
     tile.AddOp: arith.AddiOp, tile.SubOp: arith.SubiOp, tile.MulOp: arith.MuliOp,
     tile.ElementMaxOp: arith.MaxSIOp, tile.ElementMinOp: arith.MinSIOp,
+    tile.AndOp: arith.AndIOp, tile.OrOp: arith.OrIOp, tile.XorOp: arith.XOrIOp,
+    tile.ShlOp: arith.ShLIOp, tile.ShrsOp: arith.ShRSIOp, tile.ShruOp: arith.ShRUIOp,  # PTX clamps amounts to 32
 }
 
 _ROUNDING = {tile.FloorOp: math.FloorOp, tile.CeilOp: math.CeilOp, tile.RintOp: math.RoundEvenOp,
@@ -126,6 +128,7 @@ class ElementwiseLowering(IndexDiagonalLowering):
 
     _lower_AddOp = _lower_SubOp = _lower_MulOp = _lower_DivOp = _lower_binary
     _lower_ElementMaxOp = _lower_ElementMinOp = _lower_binary
+    _lower_AndOp = _lower_OrOp = _lower_XorOp = _lower_ShlOp = _lower_ShrsOp = _lower_ShruOp = _lower_binary
 
     def _lower_integer_division(self, op: tile.FloorDivOp | tile.ModOp, e: Emitter) -> None:
         """Python's a // b and a % b (module docstring): a constant divisor 2^k is a shift or a mask, another

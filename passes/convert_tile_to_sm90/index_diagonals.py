@@ -57,7 +57,7 @@ INDEX_LIMIT = 2**30
 """Indices, and sums and differences of two of them, are taken to be below this in magnitude (module docstring)."""
 
 _UNIFORM_ARITHMETIC = (tile.AddOp, tile.SubOp, tile.MulOp, tile.ElementMinOp, tile.ElementMaxOp, tile.FloorDivOp,
-                       tile.ModOp)
+                       tile.ModOp, *tile.BITWISE_OPS)
 
 
 def uniform_row_vector(value: SSAValue) -> bool:

@@ -48,6 +48,20 @@ def integer_division(a: np.ndarray, b: np.ndarray, modulus: bool) -> np.ndarray:
     return value.astype(np.int32)
 
 
+def shift(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
+    """PTX's `shl.b32` / `shr.s32` / `shr.u32` on i32 tiles, through int64: the amount read as unsigned and
+    clamped to 32 (an amount of 32 or more gives 0, or a's sign for the arithmetic shift right)."""
+    a64 = np.asarray(a, np.int64)
+    amount = np.minimum(np.asarray(b, np.int64) & 0xFFFFFFFF, 32)
+    if kind == "shl":
+        bits = (a64 << amount) & 0xFFFFFFFF
+    elif kind == "shru":
+        bits = (a64 & 0xFFFFFFFF) >> amount
+    else:  # shrs: an int64 shift by up to 32 fills with the sign, as shr.s32 by 32 does
+        bits = (a64 >> amount) & 0xFFFFFFFF
+    return bits.astype(np.uint32).view(np.int32)
+
+
 _BINARY = {
     tile.AddOp: lambda a, b: a + b,
     tile.SubOp: lambda a, b: a - b,
@@ -55,6 +69,12 @@ _BINARY = {
     tile.DivOp: lambda a, b: a / b,
     tile.FloorDivOp: lambda a, b: integer_division(a, b, False),
     tile.ModOp: lambda a, b: integer_division(a, b, True),
+    tile.AndOp: lambda a, b: np.bitwise_and(a, b),
+    tile.OrOp: lambda a, b: np.bitwise_or(a, b),
+    tile.XorOp: lambda a, b: np.bitwise_xor(a, b),
+    tile.ShlOp: lambda a, b: shift(a, b, "shl"),
+    tile.ShrsOp: lambda a, b: shift(a, b, "shrs"),
+    tile.ShruOp: lambda a, b: shift(a, b, "shru"),
     tile.ElementMaxOp: lambda a, b: _signed_zero(np.maximum(a, b), a, b, True),
     tile.ElementMinOp: lambda a, b: _signed_zero(np.minimum(a, b), a, b, False),
 }
