@@ -44,6 +44,8 @@ from tessera.dialects.sm90_arithmetic import (
     SelpOp,
     SetpOp,
     TanhApproxOp,
+    SinApproxOp,
+    CosApproxOp,
 )
 from tessera.dialects.sm90_base import F32_LIKE, I32_OR_INDEX, TensorMapType
 from tessera.dialects.sm90_cluster import (
@@ -159,6 +161,8 @@ SM90 = Dialect(
         RcpApproxOp,
         Lg2ApproxOp,
         TanhApproxOp,
+        SinApproxOp,
+        CosApproxOp,
         RsqrtApproxOp,
         CvtOp,
         CvtPackOp,

@@ -80,6 +80,24 @@ class TanhApproxOp(_ApproxUnaryOp):
 
 
 @irdl_op_definition
+class SinApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.sin_approx %x : f32`: sin(x) per register, `sin.approx.f32` (no .ftz: subnormals are kept;
+    max absolute error 2^-20.5 on [-2 pi, 2 pi], 2^-14.7 on [-100 pi, 100 pi], none beyond:
+    `tessera.sm90.approx.SIN_COS_APPROX_ABSOLUTE_ERROR` [P#floating-point-instructions-sin]); sin(+-inf) = NaN,
+    sin(+-0) = +-0."""
+
+    name = "sm90.sin_approx"
+
+
+@irdl_op_definition
+class CosApproxOp(_ApproxUnaryOp):
+    """`%r = sm90.cos_approx %x : f32`: cos(x) per register, `cos.approx.f32` (no .ftz; the bounds of
+    `sm90.sin_approx` [P#floating-point-instructions-cos]); cos(+-inf) = NaN, cos(+-0) = 1."""
+
+    name = "sm90.cos_approx"
+
+
+@irdl_op_definition
 class RsqrtApproxOp(_ApproxUnaryOp):
     """`%r = sm90.rsqrt_approx %x : f32`: 1/sqrt(x) per register, `rsqrt.approx.ftz.f32` (max relative error
     `tessera.sm90.approx.RSQRT_APPROX_RELATIVE_ERROR` [P#floating-point-instructions-rsqrt]); rsqrt(+0) = +inf,

@@ -14,7 +14,7 @@ is either of the result's shape or
 The result shape is the broadcast of the operands'; all operands share one element type (the select's
 condition is `i1`).
 
-Element types: the transcendental functions and the rounding ops (floor, ceil, rint, trunc) take and give f32;
+Element types: the transcendental functions (exp, exp2, log2, tanh, sin, cos, sigmoid, silu, sqrt, rsqrt) and the rounding ops (floor, ceil, rint, trunc) take and give f32;
 add/sub/mul/element_max/element_min take f32 (or any float) or i32; neg/abs take f32 or i32; floordiv/mod (Python's `//` and `%`) and the bitwise and/or/xor/shl/shrs/shru take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
@@ -461,6 +461,24 @@ class TanhOp(_UnaryOp):
 
 
 @irdl_op_definition
+class SinOp(_UnaryOp):
+    """`%r = tile.sin %x : type`: r = sin(x), x in radians (rotary embeddings' angles computed in the kernel);
+    sin(+-inf) = NaN. Lowered as `sin.approx.f32` of x reduced to about [-pi, pi] by a two-constant Cody-Waite
+    step (`tessera.numerics.TWO_PI_HIGH`): within `tessera.sm90.approx.sin_cos_error_bound` of the exact value
+    (2^-20 absolute for |x| <= 2^24, none beyond; a zero's sign is not kept below Tile IR)."""
+
+    name = "tile.sin"
+
+
+@irdl_op_definition
+class CosOp(_UnaryOp):
+    """`%r = tile.cos %x : type`: r = cos(x), x in radians; cos(+-inf) = NaN. Lowered as `cos.approx.f32` of
+    x reduced as for `tile.sin`, with the same bound."""
+
+    name = "tile.cos"
+
+
+@irdl_op_definition
 class SigmoidOp(_UnaryOp):
     """`%r = tile.sigmoid %x : type`: r = 1 / (1 + e^-x); 0 for x = -inf, 1 for x = +inf. Lowered as
     rcp.approx(1 + ex2.approx(-x log2 e))."""
@@ -673,6 +691,6 @@ class SplatOp(IRDLOperation):
 
 ELEMENTWISE_OPS = (
     AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, *BITWISE_OPS, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
-    ExpOp, Exp2Op, Log2Op, TanhOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
+    ExpOp, Exp2Op, Log2Op, TanhOp, SinOp, CosOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
     *ROUNDING_OPS, IotaOp, SplatOp,
 )

@@ -112,6 +112,15 @@ def exact_reciprocal(divisor: float) -> float | None:
     return 1.0 / d
 
 
+TWO_PI_HIGH = float(np.float32(2 * np.pi))
+"""2 pi rounded to f32: the first constant of the sin/cos argument reduction x - n 2 pi (Cody and Waite)."""
+
+TWO_PI_LOW = float(np.float32(2 * np.pi - TWO_PI_HIGH))
+"""2 pi - TWO_PI_HIGH rounded to f32 (about -1.75e-7): together they are 2 pi within 2^-47."""
+
+INV_TWO_PI = float(np.float32(1 / (2 * np.pi)))
+"""1 / (2 pi) rounded to f32: n = rint(x INV_TWO_PI), the reduction's multiple of 2 pi."""
+
 F32_LARGEST = float(np.finfo(np.float32).max)
 """FLT_MAX, the largest finite f32."""
 

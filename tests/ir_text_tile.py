@@ -249,6 +249,12 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
         '%a0: !tile.tile<64x64xf32, register>, %a1: !tile.tile<64xf32, register>',
         '%r = "tile.sub_rows"(%a0, %a1) : (!tile.tile<64x64xf32, register>, !tile.tile<64xf32, register>) -> '
         '!tile.tile<64x64xf32, register>'),
+    'tile.sin': (
+        '%a0: !tile.tile<64x32xf32, register>',
+        '%r = "tile.sin"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
+    'tile.cos': (
+        '%a0: !tile.tile<64x32xf32, register>',
+        '%r = "tile.cos"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
     'tile.tanh': (
         '%a0: !tile.tile<64x32xf32, register>',
         '%r = "tile.tanh"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
@@ -711,6 +717,14 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<64x64xf32, global>', 'source must be a register tile, got global'),
     ('tile.sub_rows', 'the result: wrong element type', '!tile.tile<64x64xf32, register>',
      '!tile.tile<64x64xbf16, register>', 'source must be f32, got bf16'),
+    ('tile.sin', 'the operand: wrong element type', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xi32, register>', 'computes on f32 tiles, got i32'),
+    ('tile.sin', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xf32, shared>', 'operand must be a register tile, got shared'),
+    ('tile.cos', 'the operand: wrong element type', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xi32, register>', 'computes on f32 tiles, got i32'),
+    ('tile.cos', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xf32, shared>', 'operand must be a register tile, got shared'),
     ('tile.tanh', 'the operand: wrong element type', '!tile.tile<64x32xf32, register>',
      '!tile.tile<64x32xbf16, register>', 'computes on f32 tiles, got bf16'),
     ('tile.tanh', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',

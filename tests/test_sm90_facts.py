@@ -1036,6 +1036,10 @@ DOCUMENTED = {
     "LG2_APPROX_ERROR": 2.0**-22,
     "LG2_APPROX_ABSOLUTE_RANGE": (0.5, 2.0),
     "TANH_APPROX_RELATIVE_ERROR": 2.0**-11,
+    # [P#floating-point-instructions-sin], [P#floating-point-instructions-cos]: the table's two rows
+    "SIN_COS_APPROX_ABSOLUTE_ERROR": ((2 * np.pi, 2.0**-20.5), (100 * np.pi, 2.0**-14.7)),
+    # derived (tessera.sm90.approx): the largest |x| whose two-fma reduction stays in the first row's range
+    "SIN_COS_REDUCED_LIMIT": 2.0**24,
     "RSQRT_APPROX_RELATIVE_ERROR": 2.0**-22.9,
     "RCP_APPROX_RELATIVE_ERROR": 2.0**-23,
     "EX2_APPROX_RELATIVE_ERROR": 2.0**-22,
@@ -1188,6 +1192,50 @@ def test_lg2_bound_is_the_ptx_isa_sentence():
     inside, outside = np.array([np.nextafter(low, 1.0), 1.0, np.nextafter(high, 1.0)]), np.array([0.25, low, high, 1024.0])
     np.testing.assert_array_equal(approx.lg2_approx_error_bound(inside), bound)
     np.testing.assert_array_equal(approx.lg2_approx_error_bound(outside), bound * np.abs(np.log2(outside)))
+
+
+PTX_ISA_SIN_COS_TABLE = {
+    # [P#floating-point-instructions-sin] and [P#floating-point-instructions-cos] print the same table: "The maximum
+    # absolute error over input range is as follows:" | Range | Error |, then "Outside of the range [-100pi ..
+    # +100pi], only best effort is provided. There are no defined error guarantees."
+    "sin": (("[-2pi .. 2pi]", "2-20.5"), ("[-100pi .. +100pi]", "2-14.7")),
+    "cos": (("[-2pi .. 2pi]", "2-20.5"), ("[-100pi .. +100pi]", "2-14.7")),
+}
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_bounds_are_the_ptx_isa_table(name):
+    """Each row of the ISA's table is (r, bound) of `SIN_COS_APPROX_ABSOLUTE_ERROR`, in its order."""
+    import re
+
+    from tessera.sm90 import approx
+
+    rows = []
+    for interval, error in PTX_ISA_SIN_COS_TABLE[name]:
+        match = re.fullmatch(r"\[-(\d*)pi \.\. \+?(\d*)pi\]", interval)
+        assert match and match.group(1) == match.group(2), interval
+        rows.append((int(match.group(1) or 1) * np.pi, _power_of_two(error)))
+    assert approx.SIN_COS_APPROX_ABSOLUTE_ERROR == tuple(rows)
+
+
+def test_sin_cos_lowering_bound():
+    """The lowering's bound: the ISA's [-2 pi, 2 pi] bound plus the reduction's (two f32 roundings of a remainder
+    below 8, |n| 2^-47 from 2 pi's split) up to 2^24, where the f32 quotient keeps the remainder in [-2 pi, 2 pi];
+    nothing beyond. The split's constants: 2 pi to within 2^-47 (checked against 60 digits of pi)."""
+    from fractions import Fraction
+
+    from tessera.numerics import INV_TWO_PI, TWO_PI_HIGH, TWO_PI_LOW
+    from tessera.sm90 import approx
+
+    pi = Fraction("3.14159265358979323846264338327950288419716939937510582097494459")
+    assert abs(2 * pi - Fraction(TWO_PI_HIGH) - Fraction(TWO_PI_LOW)) <= Fraction(2) ** -47
+    assert abs(Fraction(INV_TWO_PI) * 2 * pi - 1) <= Fraction(2) ** -24
+    isa = approx.SIN_COS_APPROX_ABSOLUTE_ERROR[0][1]
+    assert approx.sin_cos_error_bound(0.0) == isa + 2.0**-21 + 2.0**-47
+    assert approx.sin_cos_error_bound(-(2.0**24)) == isa + 2.0**-21 + (2.0**24 / (2 * np.pi) + 1) * 2.0**-47
+    np.testing.assert_array_equal(approx.sin_cos_error_bound([np.nextafter(2.0**24, np.inf), 3e38, -np.inf]), 2.0)
+    # the remainder stays in [-2 pi, 2 pi] up to the limit: pi + |x| 2^-23 at x = 2^24
+    assert np.pi + approx.SIN_COS_REDUCED_LIMIT * 2.0**-23 < 2 * np.pi
 
 
 CUDA_GUIDE_INTRINSIC_SENTENCES = {

@@ -1,20 +1,24 @@
-"""Kernels a user writes next, round 25 (`tests/user_kernels/*.mlir`, not earlier rounds'): a row argmax with
-NumPy's first-index tie-break, a count of positive entries, a wrapping i32 row sum, a signed i32 row maximum and an
-f32 row minimum, over rows of any length in column blocks of 64 (`row_argmax_count.mlir`); int4 weights packed eight to an i32
-word (AWQ/GPTQ's order, zero point 8, a scale per column) unpacked by shifts and masks, an xorshift32 hash of each
-element's index and a seed (a dropout mask's randomness), and shifts through the sign bit and by 32 or more
-(`int4_unpack_hash.mlir`).
+"""Kernels a user writes next, round 25 (`tests/user_kernels/*.mlir`, not earlier rounds'): a row argmax with NumPy's
+first-index tie-break, a count of positive entries, a wrapping i32 row sum, a signed i32 row maximum and an f32 row
+minimum, over rows of any length in column blocks of 64 (`row_argmax_count.mlir`); int4 weights packed eight to an
+i32 word (AWQ/GPTQ's order, zero point 8, a scale per column) unpacked by shifts and masks, an xorshift32 hash of
+each element's index and a seed (a dropout mask's randomness), and shifts through the sign bit and by 32 or more
+(`int4_unpack_hash.mlir`); GPT-NeoX's rotary embedding with its angles computed in the kernel from position ids in
+no order (`rope_angles.mlir`).
 
-Bugs found: `tile.row_max` and `tile.row_sum` refused i32 tiles (the verifier asked for a float), and Tile IR had
-no row minimum, so an argmax's "smallest column at the maximum" and a count of a row's flags needed a round trip
+Bugs found: `tile.row_max` and `tile.row_sum` refused i32 tiles (the verifier asked for a float), and Tile IR had no
+row minimum, so an argmax's "smallest column at the maximum" and a count of a row's flags needed a round trip
 through f32 (exact only below 2^24) and a negation. They take i32 now, and `tile.row_min` exists, at every level:
-the Tile interpreter's NumPy extrema and a sum wrapping modulo 2^32, the lowering's `max/min.s32` / `add.s32`
-trees and butterfly shuffles (an i32 sum is never held as a per-thread partial sum: `row_sums.partial_row_sums`
-takes float sums only). Tile IR had no bitwise ops: `tile.and`, `tile.or`, `tile.xor`, `tile.shl`, `tile.shrs` (arithmetic) and
-`tile.shru` (logical) on i32 tiles now, with broadcasting, an amount read as unsigned and clamped to 32 as PTX's
-`shl.b32` / `shr.s32` / `shr.u32` do (the CTA simulator and the PTX executor already modelled those). The Tile
-interpreter's row maximum of a row of zeros kept whichever zero NumPy met first
-(-0 for [-0, +0]), where max.NaN.f32 gives +0 below Tile IR; it gives max.NaN/min.NaN's sign now.
+the Tile interpreter's NumPy extrema and a sum wrapping modulo 2^32, the lowering's `max/min.s32` / `add.s32` trees
+and butterfly shuffles (an i32 sum is never held as a per-thread partial sum: `row_sums.partial_row_sums` takes
+float sums only). Tile IR had no bitwise ops: `tile.and`, `tile.or`, `tile.xor`, `tile.shl`, `tile.shrs`
+(arithmetic) and `tile.shru` (logical) on i32 tiles now, with broadcasting, an amount read as unsigned and clamped
+to 32 as PTX's `shl.b32` / `shr.s32` / `shr.u32` do (the CTA simulator and the PTX executor already modelled those).
+Tile IR had no sin or cos (round 24's rotary embedding read a table of angles): `tile.sin` / `tile.cos` lower to
+`sin.approx.f32` / `cos.approx.f32` of the angle reduced to [-2 pi, 2 pi] first (the instructions are bounded there,
+2^-20.5, and not at all past 100 pi, where a position times a frequency lies), with the bound in
+`tessera.sm90.approx` and the validator. The Tile interpreter's row maximum of a row of zeros kept whichever zero
+NumPy met first (-0 for [-0, +0]), where max.NaN.f32 gives +0 below Tile IR; it gives max.NaN/min.NaN's sign now.
 
 The default run takes the kernel at PTX level on a shape no tile divides and the zeros at every level; `-m slow`
 runs every level on every shape, every ptxas found (no warning, no spill) and `tessera-run --level ptx --check`.
@@ -70,18 +74,37 @@ def _int4_ref(words, scale, seed):
         (code * scale.astype(np.float64)[None, :]).astype(np.float32), h, h >> 24, np.full(h.shape, -1), big))
 
 
+def _rope_inputs(shape, rng):
+    """Rows in [-1, 1], position ids up to 65535 in no order, GPT-NeoX's inverse frequencies 10000^(-2i/64)."""
+    (s,) = shape
+    inv = (10000.0 ** (-np.arange(32) * 2 / 64)).astype(np.float32)
+    return [rng.uniform(-1, 1, (s, 64)).astype(np.float32), rng.integers(0, 65536, s).astype(np.int32), inv], {}
+
+
+def _rope_ref(x, pos, inv):
+    """The rotation at the kernel's f32 angles (one IEEE product each), in float64."""
+    angle = (pos.astype(np.float32)[:, None] * inv[np.arange(64) % 32][None, :]).astype(np.float64)
+    x = x.astype(np.float64)
+    partner = x[:, np.arange(64) ^ 32] * np.where(np.arange(64) < 32, -1.0, 1.0)
+    return (x * np.cos(angle) + partner * np.sin(angle),)
+
+
 CASES = {
     # exact: compares, selects, integer maxima and wrapping sums
     "row_argmax_count": Case("row_argmax_count", _argmax_inputs, _argmax_ref, 0.0, 0.0,
                              ((100, 129), (1, 1), (17, 1000), (129, 64), (65, 3))),
     # exact: bit operations, and each code times its scale rounded once to f32 (codes -8..7)
+    # sin/cos of angles below 2^16: each within sin_cos_error_bound (about 1.2e-6) of the exact value; |x| <= 1,
+    # then two products and a sum in f32
+    "rope_angles": Case("rope_angles", _rope_inputs, _rope_ref, 0.0, 2 * 1.2e-6 + 4 * 2.0**-24,
+                        ((100,), (1,), (1000,), (64,))),
     "int4_unpack_hash": Case("int4_unpack_hash", _int4_inputs, _int4_ref, 0.0, 0.0,
                              ((100, 70), (8, 1), (1000, 130), (72, 64))),
 }
 
-FAST = {"row_argmax_count": ("ptx",), "int4_unpack_hash": ("ptx",)}
+FAST = {"row_argmax_count": ("ptx",), "int4_unpack_hash": ("ptx",), "rope_angles": ("ptx",)}
 
-TOOL_SIZES = {"row_argmax_count": ["M=70", "N=100"], "int4_unpack_hash": ["KP=13", "N=70"]}
+TOOL_SIZES = {"row_argmax_count": ["M=70", "N=100"], "int4_unpack_hash": ["KP=13", "N=70"], "rope_angles": ["S=70"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
@@ -223,3 +246,63 @@ def test_shift_amounts_as_ptx_reads_them(level):
         want = np.array([_ptx_shift(int(x), int(y), kind) for x, y in zip(a.ravel(), b.ravel())], np.int64)
         np.testing.assert_array_equal(out.ravel().astype(np.int64), want, kind)
     np.testing.assert_array_equal(got[3], a ^ b)
+
+
+SIN_COS = """
+builtin.module {
+  func.func @sincos(%X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+      %S: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>, tile.role = "out"},
+      %C: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %s = tile.sin %x : !tile.tile<64x64xf32, register>
+    %c = tile.cos %x : !tile.tile<64x64xf32, register>
+    %sw = tile.view %S[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %s, %sw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    %cw = tile.view %C[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    tile.store_global %c, %cw : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>
+    func.return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_sin_cos_within_their_bound(level):
+    """Angles from subnormal to 2^24 and beyond, each level within `sin_cos_error_bound` of the float64 value
+    (the Tile level within its f32 rounding), NaN for +-inf and NaN, and within [-1, 1] where nothing is
+    guaranteed (|x| > 2^24)."""
+    from tessera.sm90.approx import sin_cos_error_bound
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-10, 10, 1000), rng.uniform(-1e6, 1e6, 1000), rng.uniform(-2**24, 2**24, 200),
+                        [0.0, -0.0, np.pi, -np.pi, 1e-40, -1e-40, 2.0**24, -(2.0**24), 3e38, -3e38, 1e30,
+                         np.inf, -np.inf, np.nan]]).astype(np.float32)
+    x = np.pad(x, (0, -len(x) % 64)).reshape(-1, 64)
+    got = tessera.launch(tessera.parse_module(SIN_COS, "sincos.mlir"), x, level=level)
+    for out, function in zip(got, (np.sin, np.cos)):
+        with np.errstate(invalid="ignore"):
+            want = function(x.astype(np.float64))
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+        finite = np.isfinite(want)
+        bound = 2.0**-24 if level == "tile" else sin_cos_error_bound(x[finite])
+        assert np.all(np.abs(out[finite] - want[finite]) <= bound)
+        assert np.all(np.abs(out[finite]) <= 1)
+
+
+@pytest.mark.slow
+def test_rope_angles_validates():
+    """`tessera.validate` judges every level of the default pipeline against the kernel's own Tile IR in float64,
+    sin and cos within their bound."""
+    from tessera.passes import PTX_PIPELINE
+    from tessera.validate import validate
+    from unseen_rounds import KERNELS
+
+    module = tessera.parse_module((KERNELS / "rope_angles.mlir").read_text(), "rope_angles.mlir")
+    report = validate(module, PTX_PIPELINE, sizes={"S": 70})
+    assert report.ok, report.table()

@@ -33,7 +33,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.lowering.emitter import Emitter
-from tessera.numerics import exact_reciprocal, exp2_factor
+from tessera.numerics import INV_TWO_PI, TWO_PI_HIGH, TWO_PI_LOW, exact_reciprocal, exp2_factor
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
                                                         refuse, constant_f32, constant_i32)
 from tessera.passes.convert_tile_to_sm90.small_tiles import is_scalar
@@ -183,6 +183,21 @@ class ElementwiseLowering(IndexDiagonalLowering):
 
     def _lower_TanhOp(self, op: tile.TanhOp, e: Emitter) -> None:
         self._set(op.result, e.op(sm90.TanhApproxOp(self._get(op.source))))
+
+    def _reduced_angle(self, x: SSAValue, e: Emitter) -> SSAValue:
+        """x - n 2 pi with n = rint(x / 2 pi), as two fmas with 2 pi split into an f32 and its remainder (Cody
+        and Waite): within about [-pi, pi] for |x| <= 2^24, where sin.approx/cos.approx are bounded
+        (`tessera.sm90.approx.sin_cos_error_bound`)."""
+        lanes = x.type.get_shape()[0]
+        n = e.op(math.RoundEvenOp(e.mulf(x, e.splat(f32, INV_TWO_PI, lanes))))
+        high = e.fma(n, e.splat(f32, -TWO_PI_HIGH, lanes), x)
+        return e.fma(n, e.splat(f32, -TWO_PI_LOW, lanes), high)
+
+    def _lower_SinOp(self, op: tile.SinOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.SinApproxOp(self._reduced_angle(self._get(op.source), e))))
+
+    def _lower_CosOp(self, op: tile.CosOp, e: Emitter) -> None:
+        self._set(op.result, e.op(sm90.CosApproxOp(self._reduced_angle(self._get(op.source), e))))
 
     def _lower_SigmoidOp(self, op: tile.SigmoidOp, e: Emitter) -> None:
         self._set(op.result, self._sigmoid_of(self._get(op.source), e))

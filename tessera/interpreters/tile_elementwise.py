@@ -87,6 +87,8 @@ UNARY_FUNCTIONS = {
     tile.Exp2Op: np.exp2,
     tile.Log2Op: np.log2,
     tile.TanhOp: np.tanh,
+    tile.SinOp: np.sin,
+    tile.CosOp: np.cos,
     tile.SigmoidOp: _sigmoid,
     tile.SiluOp: lambda x: x * _sigmoid(x),
     tile.SqrtOp: np.sqrt,

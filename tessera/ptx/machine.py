@@ -343,7 +343,8 @@ def print_setmaxnreg(p: KernelPrinter, op: sm90.SetMaxNRegOp) -> None:
 
 _APPROX = {sm90.Ex2ApproxOp: "ex2.approx.ftz.f32", sm90.RcpApproxOp: "rcp.approx.ftz.f32",
            sm90.Lg2ApproxOp: "lg2.approx.ftz.f32", sm90.TanhApproxOp: "tanh.approx.f32",
-           sm90.RsqrtApproxOp: "rsqrt.approx.ftz.f32"}
+           sm90.RsqrtApproxOp: "rsqrt.approx.ftz.f32", sm90.SinApproxOp: "sin.approx.f32",
+           sm90.CosApproxOp: "cos.approx.f32"}
 
 
 @handles(*_APPROX)

@@ -125,6 +125,7 @@ ELEMENTWISE = (
     arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp, arith.NegfOp,
     arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.AndIOp, arith.OrIOp, arith.XOrIOp, math.FmaOp,
     sm90.SelpOp, sm90.Ex2ApproxOp, sm90.RcpApproxOp, sm90.Lg2ApproxOp, sm90.TanhApproxOp, sm90.RsqrtApproxOp,
+    sm90.SinApproxOp, sm90.CosApproxOp,
     math.SqrtOp, math.AbsFOp, math.AbsIOp, math.FloorOp, math.CeilOp, math.RoundEvenOp, math.TruncOp,
     arith.MaxSIOp, arith.MinSIOp, arith.FloorDivSIOp, arith.RemSIOp, arith.ShRSIOp,
     arith.DivSIOp, arith.DivUIOp,

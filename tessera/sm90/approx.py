@@ -14,6 +14,11 @@ positive finite inputs outside of this interval, maximum relative error is 2^-22
 -normal -> NaN; -0, +0 -> -inf; +inf -> +inf; NaN -> NaN; with `.ftz`, subnormal inputs are flushed to
 (sign-preserving) zero first, so they give -inf.
 
+`sin.approx.f32` and `cos.approx.f32` [P#floating-point-instructions-sin, -cos]: "The maximum absolute error over
+input range is as follows: [-2pi .. 2pi] 2-20.5, [-100pi .. +100pi] 2-14.7. Outside of the range [-100pi ..
++100pi], only best effort is provided. There are no defined error guarantees." Special values: +-inf, NaN -> NaN;
+sin(+-0) = +-0, cos(+-0) = 1; without .ftz subnormals are kept.
+
 CUDA's fast-math intrinsics, which nvcc lowers to these instructions and a few more (`__expf` to a multiply
 by log2(e) and `ex2.approx`, `__logf` to `lg2.approx` and a multiply, `__sinf`/`__cosf` to `sin.approx`/
 `cos.approx`, `__fdividef` to `div.approx`), are bounded as wholes by the CUDA C++ Programming Guide's table
@@ -64,6 +69,27 @@ def approx_relative_error(instruction: str) -> float:
     if instruction not in bounds:
         raise ValueError(f"no documented relative error bound for {instruction}.approx.f32 (known: {', '.join(bounds)})")
     return bounds[instruction]
+
+
+SIN_COS_APPROX_ABSOLUTE_ERROR = ((2 * np.pi, 2.0**-20.5), (100 * np.pi, 2.0**-14.7))
+"""sin.approx.f32 / cos.approx.f32: (r, the maximum absolute error for inputs in [-r, r]); none beyond 100 pi."""
+
+SIN_COS_REDUCED_LIMIT = 2.0**24
+"""The largest |x| whose reduction x - rint(x / 2 pi) 2 pi (`tessera.numerics.TWO_PI_HIGH`, two fmas) stays in
+[-2 pi, 2 pi]: the f32 quotient x (1 / 2 pi) is within |x| 2^-23 / 2 pi of x / 2 pi, so the remainder is within
+pi + |x| 2^-23 (pi + 2 at 2^24)."""
+
+
+def sin_cos_error_bound(x) -> np.ndarray:
+    """The largest |result - sin(x)| (or cos) of Tessera's lowering of `tile.sin` / `tile.cos`: `sin.approx.f32`
+    of x - n 2 pi, n = rint(f32(x (1 / 2 pi))), the remainder formed by two fmas with 2 pi = C1 + C2 + e (C1, C2
+    f32, |e| <= 2^-47). For |x| <= 2^24 the remainder lies in [-2 pi, 2 pi] (`SIN_COS_REDUCED_LIMIT`), each fma
+    rounds it by at most half an ulp of a value below 8 (2^-22), and e contributes |n| 2^-47 with |n| <=
+    |x| / 2 pi + 1; sin and cos are 1-Lipschitz, so the bound is 2^-20.5 + 2^-21 + (|x| / 2 pi + 1) 2^-47. Beyond
+    2^24 nothing is guaranteed: 2, the most two values in [-1, 1] differ by. Per input x (any shape)."""
+    x = np.abs(np.asarray(x, np.float64))
+    reduced = SIN_COS_APPROX_ABSOLUTE_ERROR[0][1] + 2.0**-21 + (x / (2 * np.pi) + 1) * 2.0**-47
+    return np.where(x <= SIN_COS_REDUCED_LIMIT, reduced, 2.0)
 
 
 F32_ULP_RELATIVE = 2.0**-23

@@ -34,7 +34,7 @@ _CHECKED_ONLY = (
 """Ops without results or data: the followers' operands (addresses) must be the leader's."""
 
 PURE_SM90 = tuple(getattr(sm90, name) for name in (
-    "CvtOp", "CvtPackOp", "CvtPackFp8Op", "Ex2ApproxOp", "RcpApproxOp", "Lg2ApproxOp", "TanhApproxOp",
+    "CvtOp", "CvtPackOp", "CvtPackFp8Op", "Ex2ApproxOp", "RcpApproxOp", "Lg2ApproxOp", "TanhApproxOp", "SinApproxOp", "CosApproxOp",
     "RsqrtApproxOp", "PrmtOp", "SetpOp", "SelpOp", "MakeDescriptorOp", "DescriptorAdvanceOp", "DescriptorOffsetOp",
     "ShflSyncOp") if hasattr(sm90, name))
 """`sm90` ops that compute from their operands alone: run over every follower's threads at once."""

@@ -270,6 +270,19 @@ class Sm90Functions(InterpreterFunctions):
         `approx.TANH_APPROX_RELATIVE_ERROR` of the hardware's)."""
         return (np.tanh(args[0].astype(np.float64)).astype(np.float32),)
 
+    @impl(sm90.SinApproxOp)
+    def run_sin(self, interpreter: Interpreter, op: sm90.SinApproxOp, args: PythonValues):
+        """`sin.approx.f32` (no .ftz): the correctly rounded sin (within `approx.SIN_COS_APPROX_ABSOLUTE_ERROR`
+        of the hardware's on the ranges the PTX ISA bounds)."""
+        with np.errstate(invalid="ignore"):
+            return (np.sin(args[0].astype(np.float64)).astype(np.float32),)
+
+    @impl(sm90.CosApproxOp)
+    def run_cos(self, interpreter: Interpreter, op: sm90.CosApproxOp, args: PythonValues):
+        """`cos.approx.f32` (no .ftz): the correctly rounded cos."""
+        with np.errstate(invalid="ignore"):
+            return (np.cos(args[0].astype(np.float64)).astype(np.float32),)
+
     @impl(sm90.RsqrtApproxOp)
     def run_rsqrt(self, interpreter: Interpreter, op: sm90.RsqrtApproxOp, args: PythonValues):
         """`rsqrt.approx.ftz.f32`: the correctly rounded 1/sqrt of the flushed input (within
