@@ -78,6 +78,7 @@ from tessera.dialects.tile_elementwise import (
     ElementMaxOp,
     CeilOp,
     ElementMinOp,
+    ErfOp,
     Exp2Op,
     ExpOp,
     FloorDivOp,

@@ -14,7 +14,7 @@ is either of the result's shape or
 The result shape is the broadcast of the operands'; all operands share one element type (the select's
 condition is `i1`).
 
-Element types: the transcendental functions (exp, exp2, log2, tanh, sin, cos, sigmoid, silu, sqrt, rsqrt) and the rounding ops (floor, ceil, rint, trunc) take and give f32;
+Element types: the transcendental functions (exp, exp2, log2, tanh, sin, cos, erf, sigmoid, silu, sqrt, rsqrt) and the rounding ops (floor, ceil, rint, trunc) take and give f32;
 add/sub/mul/element_max/element_min take f32 (or any float) or i32; neg/abs take f32 or i32; floordiv/mod (Python's `//` and `%`) and the bitwise and/or/xor/shl/shrs/shru take i32 only; compares take f32 or i32 and give i1 tiles; `tile.iota` gives i32.
 """
 
@@ -479,6 +479,16 @@ class CosOp(_UnaryOp):
 
 
 @irdl_op_definition
+class ErfOp(_UnaryOp):
+    """`%r = tile.erf %x : type`: r = erf(x) (the exact GELU is x (1 + erf(x / sqrt 2)) / 2); erf(+-inf) = +-1,
+    erf(-0) = -0. Lowered as x times a series in x^2 for |x| < 1 and as sign(x) (1 - erfc(|x|)) from a fit of
+    erfc with one rcp.approx and one ex2.approx beyond (`tessera.numerics.ERF_SERIES`, `ERFC_FIT`): within
+    `tessera.sm90.approx.erf_error_bound` of the exact value (about 2e-7 absolute)."""
+
+    name = "tile.erf"
+
+
+@irdl_op_definition
 class SigmoidOp(_UnaryOp):
     """`%r = tile.sigmoid %x : type`: r = 1 / (1 + e^-x); 0 for x = -inf, 1 for x = +inf. Lowered as
     rcp.approx(1 + ex2.approx(-x log2 e))."""
@@ -691,6 +701,6 @@ class SplatOp(IRDLOperation):
 
 ELEMENTWISE_OPS = (
     AddOp, SubOp, MulOp, DivOp, FloorDivOp, ModOp, *BITWISE_OPS, ElementMaxOp, ElementMinOp, CmpOp, SelectOp,
-    ExpOp, Exp2Op, Log2Op, TanhOp, SinOp, CosOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
+    ExpOp, Exp2Op, Log2Op, TanhOp, SinOp, CosOp, ErfOp, SigmoidOp, SiluOp, SqrtOp, RsqrtOp, ReciprocalOp, AbsOp, NegOp,
     *ROUNDING_OPS, IotaOp, SplatOp,
 )

@@ -7,6 +7,8 @@ does (`tessera.sm90.fp8.satfinite_f32`: finite overflow and infinities to +-MAX_
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -120,6 +122,23 @@ TWO_PI_LOW = float(np.float32(2 * np.pi - TWO_PI_HIGH))
 
 INV_TWO_PI = float(np.float32(1 / (2 * np.pi)))
 """1 / (2 pi) rounded to f32: n = rint(x INV_TWO_PI), the reduction's multiple of 2 pi."""
+
+ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+            -0.82215223, 0.17087277)
+"""The coefficients c0..c9 of erfc(z) = t exp(-z^2 + P(t)), P(t) = sum c_i t^i, t = 1 / (1 + z / 2), z >= 0, with a
+relative error below 1.2e-7 everywhere (`ERFC_FIT_RELATIVE_ERROR`; Press, Teukolsky, Vetterling and Flannery,
+Numerical Recipes, 3rd ed., 6.2.2)."""
+
+ERFC_FIT_RELATIVE_ERROR = 1.2e-7
+"""The fit's own relative error in erfc (with exact arithmetic), as Numerical Recipes states it."""
+
+ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(10))
+"""The Maclaurin coefficients of erf(x) / x in x^2 (2 / sqrt(pi) (-1)^n / (n! (2n + 1))), n = 0..9: on |x| < 1
+the first omitted term, 2 / sqrt(pi) / (10! 21) < 1.5e-8, bounds the truncation (an alternating series of
+decreasing terms) relative to erf(x) / x >= erf(1) > 0.84."""
+
+ERF_SERIES_LIMIT = 1.0
+"""|x| below which `tile.erf` is x times the series in x^2, and from which it is 1 - erfc from `ERFC_FIT`."""
 
 F32_LARGEST = float(np.finfo(np.float32).max)
 """FLT_MAX, the largest finite f32."""

@@ -65,6 +65,9 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
         '%a0: !tile.tile<64xf32, register>, %a1: !tile.tile<64xf32, register>',
         '%r = "tile.element_min"(%a0, %a1) : (!tile.tile<64xf32, register>, !tile.tile<64xf32, register>) -> '
         '!tile.tile<64xf32, register>'),
+    'tile.erf': (
+        '%a0: !tile.tile<64x32xf32, register>',
+        '%r = "tile.erf"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
     'tile.exp': (
         '%a0: !tile.tile<64x32xf32, register>',
         '%r = "tile.exp"(%a0) : (!tile.tile<64x32xf32, register>) -> !tile.tile<64x32xf32, register>'),
@@ -725,6 +728,10 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<64x32xi32, register>', 'computes on f32 tiles, got i32'),
     ('tile.cos', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',
      '!tile.tile<64x32xf32, shared>', 'operand must be a register tile, got shared'),
+    ('tile.erf', 'the operand: wrong element type', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xbf16, register>', 'computes on f32 tiles, got bf16'),
+    ('tile.erf', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',
+     '!tile.tile<64x32xf32, global>', 'operand must be a register tile, got global'),
     ('tile.tanh', 'the operand: wrong element type', '!tile.tile<64x32xf32, register>',
      '!tile.tile<64x32xbf16, register>', 'computes on f32 tiles, got bf16'),
     ('tile.tanh', 'the operand: wrong memory space', '!tile.tile<64x32xf32, register>',

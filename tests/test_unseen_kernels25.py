@@ -306,3 +306,47 @@ def test_rope_angles_validates():
     module = tessera.parse_module((KERNELS / "rope_angles.mlir").read_text(), "rope_angles.mlir")
     report = validate(module, PTX_PIPELINE, sizes={"S": 70})
     assert report.ok, report.table()
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_erf_within_its_bound(level):
+    """erf from subnormal inputs to beyond where erfc underflows, across the branches' boundary at 1: each level
+    within `erf_error_bound` of math.erf (the Tile level within its f32 rounding), +-1 at +-inf, NaN at NaN,
+    -0 at -0."""
+    import math
+
+    from tessera.sm90.approx import erf_error_bound
+
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-1.2, 1.2, 1000), rng.uniform(-6, 6, 1000), np.linspace(0.99, 1.01, 100),
+                        10.0 ** rng.uniform(-45, 1, 200),
+                        [0.0, -0.0, 1.0, -1.0, 1e-40, 9.3, 9.5, 30, 1e19, -3e38, np.inf, -np.inf, np.nan]])
+    x = np.pad(x.astype(np.float32), (0, -len(x) % 64)).reshape(-1, 64)
+    module = tessera.parse_module(SIN_COS.replace("tile.sin %x", "tile.erf %x").replace("tile.cos %x", "tile.erf %x"),
+                                  "erf.mlir")
+    got = tessera.launch(module, x, level=level)[0]
+    want = np.asarray(np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)), np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    bound = erf_error_bound(x[finite]) if level != "tile" else 2.0**-24 * np.abs(want[finite]) + 2.0**-150
+    assert np.all(np.abs(got[finite] - want[finite]) <= bound)
+    assert np.signbit(got[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
+
+def test_erf_constants():
+    """The series is erf's Maclaurin series of erf(x) / x with its first omitted term below 1.5e-8; the fit of
+    erfc is within Numerical Recipes' 1.2e-7 relative error of math.erfc in exact (float64) arithmetic."""
+    import math
+
+    from tessera.numerics import ERF_SERIES, ERFC_FIT, ERFC_FIT_RELATIVE_ERROR
+    from tessera.variants.torch_activations import erf as fit_erf
+
+    for n, a in enumerate(ERF_SERIES):
+        assert a == pytest.approx(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)), rel=1e-15)
+    assert 2 / math.sqrt(math.pi) / (math.factorial(10) * 21) < 1.5e-8
+    z = np.linspace(0, 9, 20001)
+    t = 1 / (1 + z / 2)
+    fit = t * np.exp(-z * z + sum(c * t**i for i, c in enumerate(ERFC_FIT)))
+    exact = np.asarray(np.frompyfunc(math.erfc, 1, 1)(z), np.float64)
+    assert np.max(np.abs(fit / exact - 1)) <= ERFC_FIT_RELATIVE_ERROR
+    np.testing.assert_allclose(fit_erf(z[1:]), 1 - fit[1:], rtol=1e-12)  # the variants' erf (0 at 0): the same fit

@@ -33,7 +33,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from tessera.dialects import sm90, tile
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.lowering.emitter import Emitter
-from tessera.numerics import INV_TWO_PI, TWO_PI_HIGH, TWO_PI_LOW, exact_reciprocal, exp2_factor
+from tessera.numerics import (ERF_SERIES, ERF_SERIES_LIMIT, ERFC_FIT, INV_TWO_PI, LOG2E, TWO_PI_HIGH, TWO_PI_LOW,
+                              exact_reciprocal, exp2_factor)
 from tessera.passes.convert_tile_to_sm90.common import (DISTINCT_LANES_ATTR, INVARIANT_ATTR, ColumnIota, Scaled,
                                                         refuse, constant_f32, constant_i32)
 from tessera.passes.convert_tile_to_sm90.small_tiles import is_scalar
@@ -198,6 +199,28 @@ class ElementwiseLowering(IndexDiagonalLowering):
 
     def _lower_CosOp(self, op: tile.CosOp, e: Emitter) -> None:
         self._set(op.result, e.op(sm90.CosApproxOp(self._reduced_angle(self._get(op.source), e))))
+
+    def _lower_ErfOp(self, op: tile.ErfOp, e: Emitter) -> None:
+        """x Q(x^2) where |x| < 1, sign(x) (1 - t ex2((P(t) - x^2) log2 e)) with t = rcp(1 + |x| / 2) elsewhere
+        (`tile.ErfOp`); both computed, one selected per register (NaN takes the second: NaN < 1 is false)."""
+        x = self._get(op.source)
+        lanes = x.type.get_shape()[0]
+
+        def horner(coefficients: tuple[float, ...], v: SSAValue) -> SSAValue:
+            acc = e.splat(f32, coefficients[-1], lanes)
+            for c in reversed(coefficients[:-1]):
+                acc = e.fma(acc, v, e.splat(f32, c, lanes))
+            return acc
+
+        z = e.op(math.AbsFOp(x))
+        small = e.mulf(x, horner(ERF_SERIES, e.mulf(x, x)))
+        t = e.rcp(e.fma(z, e.splat(f32, 0.5, lanes), e.splat(f32, 1.0, lanes)))
+        argument = e.fma(e.op(arith.NegfOp(z)), z, horner(ERFC_FIT, t))
+        erfc = e.mulf(t, e.ex2(e.mulf(argument, e.splat(f32, LOG2E, lanes))))
+        magnitude = e.subf(e.splat(f32, 1.0, lanes), erfc)
+        negative = e.setp("lt", x, e.splat(f32, 0.0, lanes))
+        large = e.select(negative, e.op(arith.NegfOp(magnitude)), magnitude)
+        self._set(op.result, e.select(e.setp("lt", z, e.splat(f32, ERF_SERIES_LIMIT, lanes)), small, large))
 
     def _lower_SigmoidOp(self, op: tile.SigmoidOp, e: Emitter) -> None:
         self._set(op.result, self._sigmoid_of(self._get(op.source), e))

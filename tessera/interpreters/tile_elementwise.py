@@ -11,6 +11,8 @@ and % (a zero divisor gives 0). Broadcasting follows the op's docstring: a row v
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from xdsl.interpreter import Interpreter, PythonValues, impl
 
@@ -89,6 +91,7 @@ UNARY_FUNCTIONS = {
     tile.TanhOp: np.tanh,
     tile.SinOp: np.sin,
     tile.CosOp: np.cos,
+    tile.ErfOp: lambda x: np.asarray(np.frompyfunc(math.erf, 1, 1)(x), np.float64),
     tile.SigmoidOp: _sigmoid,
     tile.SiluOp: lambda x: x * _sigmoid(x),
     tile.SqrtOp: np.sqrt,

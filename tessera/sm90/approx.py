@@ -31,6 +31,8 @@ in [-pi, pi], the maximum absolute error is 2^-21.19, and larger otherwise." `rs
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LG2_APPROX_ERROR = 2.0**-22
@@ -90,6 +92,44 @@ def sin_cos_error_bound(x) -> np.ndarray:
     x = np.abs(np.asarray(x, np.float64))
     reduced = SIN_COS_APPROX_ABSOLUTE_ERROR[0][1] + 2.0**-21 + (x / (2 * np.pi) + 1) * 2.0**-47
     return np.where(x <= SIN_COS_REDUCED_LIMIT, reduced, 2.0)
+
+
+def erf_error_bound(x) -> np.ndarray:
+    """The largest |result - erf(x)| of Tessera's lowering of `tile.erf`, per input x (any shape), from the
+    f32 unit roundoff U = 2^-24, `RCP_APPROX_RELATIVE_ERROR`, `EX2_APPROX_RELATIVE_ERROR` and the series' and the
+    fit's own errors (`tessera.numerics.ERF_SERIES`, `ERFC_FIT`), by running the error analysis on x:
+    - |x| < 1: x Q(x^2), Q the series' Horner polynomial in f32 fmas: the truncation (1.5e-8 of |x|), the
+      coefficients' rounding to f32 (U sum |a_i| u^i), Horner's rounding (gamma_9 sum |a_i| u^i, Higham 5.3),
+      u = x^2's rounding through Q' (U u sum i |a_i| u^(i-1)), and the product's rounding (2^-150 where it is
+      subnormal);
+    - |x| >= 1: sign(x) (1 - t e), t = rcp.approx(1 + |x| / 2), e = ex2.approx((P(t) - x^2) log2 e): erfc(|x|)
+      times the relative error of t e (the fit's, t's, ex2's, the exponent's absolute error: P's coefficients and
+      Horner as above, P' times t's error, the fma and the multiply by log2 e each U |arg|) and the final
+      subtraction's rounding; a result ex2.approx.ftz flushes below 2^-126 adds 2^-126."""
+    from tessera.numerics import ERF_SERIES, ERFC_FIT, ERFC_FIT_RELATIVE_ERROR, LOG2E
+
+    unit = 2.0**-24
+    gamma9 = 9 * unit / (1 - 9 * unit)
+    x = np.abs(np.asarray(x, np.float64))
+    with np.errstate(all="ignore"):
+        u = np.minimum(x * x, 1.0)
+        series = sum(abs(a) * u**i for i, a in enumerate(ERF_SERIES))
+        slope = sum(i * abs(a) * u ** (i - 1) for i, a in enumerate(ERF_SERIES) if i)
+        q = sum(a * u**i for i, a in enumerate(ERF_SERIES))
+        small = x * (1.5e-8 + (unit + gamma9) * series + unit * u * slope) + unit * x * q * (1 + 2 * unit) \
+            + np.where(x > 0, 2.0**-150, 0.0)  # a subnormal product's rounding: absolute, half of 2^-149
+        z = np.maximum(x, 1.0)
+        t = 1.0 / (1.0 + 0.5 * z)
+        t_rel = RCP_APPROX_RELATIVE_ERROR + 2 * unit
+        fit = sum(abs(c) * t**i for i, c in enumerate(ERFC_FIT))
+        fit_slope = sum(i * abs(c) * t ** (i - 1) for i, c in enumerate(ERFC_FIT) if i)
+        argument = np.abs(sum(c * t**i for i, c in enumerate(ERFC_FIT)) - z * z)
+        exponent = (unit + gamma9) * fit + fit_slope * t * t_rel * 1.01 + 2 * unit * argument \
+            + abs(float(np.float32(LOG2E)) - LOG2E) / LOG2E * argument
+        relative = ERFC_FIT_RELATIVE_ERROR + t_rel + EX2_APPROX_RELATIVE_ERROR + unit + np.expm1(np.minimum(exponent, 700))
+        erfc = np.asarray(np.frompyfunc(math.erfc, 1, 1)(z), np.float64)
+        large = erfc * relative * 1.01 + unit + 2.0**-126
+    return np.where(x < 1.0, small, large)
 
 
 F32_ULP_RELATIVE = 2.0**-23

@@ -69,7 +69,7 @@ from tessera.validation.compare import differences, max_difference
 from tessera.numerics import BF16, F8E4M3, F8E5M2, F16, F32, numpy_dtype
 from tessera.sm90.approx import (
     EX2_APPROX_RELATIVE_ERROR, RCP_APPROX_RELATIVE_ERROR, RSQRT_APPROX_RELATIVE_ERROR, TANH_APPROX_RELATIVE_ERROR,
-    lg2_approx_error_bound, sin_cos_error_bound,
+    erf_error_bound, lg2_approx_error_bound, sin_cos_error_bound,
 )
 
 F32_ROUNDOFF = 2.0**-24
@@ -170,6 +170,12 @@ def _sin_cos(op, operands, result) -> np.ndarray:
     return sin_cos_error_bound(x) + F32_ROUNDOFF * _magnitude(result)
 
 
+def _erf(op, operands, result) -> np.ndarray:
+    """The lowering's bound (`erf_error_bound`) and the reference's own rounding to f32."""
+    (x,) = operands
+    return erf_error_bound(x) + F32_ROUNDOFF * _magnitude(result)
+
+
 def _sigmoid(op, operands, result) -> np.ndarray:
     """rcp(1 + ex2(-x log2 e)): ex2 with its argument's rounding, an add, rcp (relative to the result)."""
     (x,) = operands
@@ -184,6 +190,7 @@ ROUNDING: dict[type[Operation], Bound] = {
     tile.TanhOp: _relative(TANH_APPROX_RELATIVE_ERROR),
     tile.SinOp: _sin_cos,
     tile.CosOp: _sin_cos,
+    tile.ErfOp: _erf,
     tile.RsqrtOp: _relative(RSQRT_APPROX_RELATIVE_ERROR),
     tile.ReciprocalOp: _relative(RCP_APPROX_RELATIVE_ERROR),
     tile.SigmoidOp: _sigmoid,

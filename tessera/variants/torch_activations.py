@@ -10,15 +10,12 @@ import math
 
 import numpy as np
 
-_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
-             -0.82215223, 0.17087277)
-"""The coefficients of erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0, with a relative error below
-1.2e-7 everywhere (Press, Teukolsky, Vetterling and Flannery, Numerical Recipes, 3rd ed., 6.2.2)."""
+from tessera.numerics import ERFC_FIT as _ERFC_FIT
 
 
 def erf(x):
-    """erf(x) to within 1.2e-7 of its magnitude: sign(x) (1 - erfc(|x|)) from `_ERFC_FIT` (one exp, one
-    reciprocal, a degree-9 polynomial; erf(0) = 0)."""
+    """erf(x) to within 1.2e-7 of its magnitude: sign(x) (1 - erfc(|x|)) from `tessera.numerics.ERFC_FIT` (one
+    exp, one reciprocal, a degree-9 polynomial; erf(0) = 0)."""
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
     poly = _ERFC_FIT[-1]
