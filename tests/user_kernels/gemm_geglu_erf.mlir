@@ -1,7 +1,7 @@
 // GEGLU with the exact (erf) GELU, as PyTorch's F.gelu(approximate="none") computes it, in a GEMM epilogue with two
 // B operands: C = bf16(gelu(A Bg + bias) * (A Bu)), gelu(x) = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
 // A [M, K] bf16, Bg and Bu [K, N] bf16, bias [N] f32, C [M, N] bf16; any M, N, K (specialized on K and N multiples of 8).
-// Tile IR has no erf: Phi is written with Abramowitz and Stegun's 7.1.26 (|error of erf| <= 1.5e-7): with
+// Written before Tile IR had tile.erf (kept as a user would keep it): Phi is written with Abramowitz and Stegun's 7.1.26 (|error of erf| <= 1.5e-7): with
 // z = |x| / sqrt 2, t = 1 / (1 + p z) and h = (a1 t + ... + a5 t^5) exp(-z^2) / 2, Phi(x) = 1 - h for x >= 0
 // and h for x < 0. The polynomial's constants are [1, 1] tiles (one register each), broadcast onto the tile.
 builtin.module {

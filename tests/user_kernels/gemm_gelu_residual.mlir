@@ -1,4 +1,4 @@
-// A GEMM whose epilogue adds a bias, applies GELU (the tanh form: Tile IR has no erf) and adds a residual:
+// A GEMM whose epilogue adds a bias, applies GELU (the tanh form, as written before Tile IR had tile.erf) and adds a residual:
 //   C = f16(gelu(A B + bias) + R), A [M, K] f16, B [K, N] f16, bias [N] f32, R [M, N] f16, C [M, N] f16,
 // for any M, N, K (no tile.divisible: copies by threads, K not a multiple of the 64-wide K step; the tail of the
 // last K step reads as zero). The residual is read as f16 and widened with tile.cast before the add.
