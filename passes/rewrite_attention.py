@@ -9,7 +9,7 @@
 `stablehlo.composite "tessera.attention"(%q, %k, %v)`, without looking at its decomposition. Its contract:
 Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attributes` may say `layout =
 "BHSD"` for [batch, heads, seq, head_dim]), `causal` (bool, default false, bottom-right) and `scale`
-(default 1/sqrt(head_dim)) in `composite_attributes`; the result has Q's shape.
+(default 1/sqrt(head_dim)) in `composite_attributes`, which names nothing else; the result has Q's shape.
 
 `match=patterns` also runs the XLA-style matcher, opt-in because such matchers are brittle (XLA removed its
 rewriter in 2025 for that reason): first every forward (`tessera.graph.match_attention_fwd`: BMM1 - [scale] -
@@ -67,6 +67,8 @@ from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 MATCH_MODES = ("composite", "patterns")
 FORMS = ("tessera", "custom_call")
 COMPOSITE_NAME = "tessera.attention"
+COMPOSITE_ATTRIBUTES = ("layout", "causal", "scale")
+"""The composite_attributes the composite's contract names (`match_composite`); any other is refused by name."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,10 @@ def match_composite(op: Operation) -> ForwardMatch:
         if len(op.operands) != 3 or len(op.results) != 1:
             raise Refusal(f"the composite takes {len(op.operands)} operands and has {len(op.results)} results; "
                           "the contract is (Q, K, V) -> O")
+        unknown = sorted(set(attrs) - set(COMPOSITE_ATTRIBUTES))
+        if unknown:  # (`is_causal` read as nothing would be a silently non-causal rewrite)
+            raise Refusal(f"composite_attributes has {', '.join(unknown)}: the contract names only "
+                          f"{', '.join(COMPOSITE_ATTRIBUTES)}")
         if not isinstance(layout, StringAttr) or layout.data not in labels:
             raise Refusal(f"composite_attributes.layout must be \"BSHD\" or \"BHSD\", got {layout}")
         q_labels, k_labels = labels[layout.data]
