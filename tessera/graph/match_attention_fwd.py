@@ -365,6 +365,19 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
 
 
+def _refuse_rows_without_keys(s_labels: list, add: Operation, added: SSAValue) -> None:
+    """Refuse an added mask (`add` adds the values `added` to the scores labelled `s_labels`) that hides every key
+    from a query with -inf: the graph's softmax is NaN on that row (-inf - max(-inf)), the kernel's 0 (its bias
+    reads -inf as a hidden key, and a row that sees none gives O = 0), as `_causal_mask` refuses a causal mask with
+    seq_q > seq_k. A finite fill (-1e9) is no such row: the graph and the kernel both average V over it."""
+    values = np.broadcast_to(evaluate(added, MASK_OPS), shape(add.results[0]))
+    blind = np.isneginf(values).all(axis=s_labels.index("k"))
+    if blind.any():
+        index = dict(zip([x for x in s_labels if x != "k"], np.argwhere(blind)[0]))
+        raise Refusal(f"the mask at {where(add)} hides every key from query {index['q']} with -inf: the graph "
+                      "computes NaN there, the kernel 0", add)
+
+
 def _logsumexp_softmax(value: SSAValue) -> Operation | None:
     """The `exponential` of `value` = exp(x - lse) (through converts) where lse is a log (of a sum, plus a max:
     jax.scipy.special.logsumexp) broadcast back, for a near-miss report; else None. Never rewritten."""
@@ -457,6 +470,7 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
                 raise
             # an added mask that is not Tessera's causal one is what it is written as: a bias (the
             # "fill" of an added mask is the scale applied after it)
+            _refuse_rows_without_keys(walk.labels_at(select, s_labels), select, pred)
             walk.bias, walk.bias_factor = select, fill
             m.found.append(f"bias at {where(select)} ({describe(pred)}, a mask that is not causal)")
     if dropout_ops:
