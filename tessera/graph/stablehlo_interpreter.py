@@ -247,8 +247,9 @@ class Interpreter:
         if name in self.handlers:
             return self.handlers[name](op, x, self.exact)
         result_type = op.results[0].type if op.results else None
-        if name in _BINARY:
-            return [_BINARY[name](x[0], x[1])]
+        if name in _BINARY:  # IEEE results (inf - inf is NaN), as the unary ops and divide: no NumPy warning
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                return [_BINARY[name](x[0], x[1])]
         if name == "stablehlo.divide":
             if np.issubdtype(x[0].dtype, np.integer):  # C's division, toward zero, exact at any width
                 with np.errstate(divide="ignore"):
