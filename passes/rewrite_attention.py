@@ -57,7 +57,7 @@ from xdsl.passes import ModulePass
 
 from tessera.graph.attention_match import (
     BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, Refusal, backward_config, element, kernel_config, perm_to,
-    shape, where,
+    refuse_empty, shape, where,
 )
 from tessera.graph.graph_edit import broadcast, converted, reshaped, transposed
 from tessera.graph.match_attention_bwd import BackwardMatch
@@ -138,6 +138,7 @@ def match_composite(op: Operation) -> ForwardMatch:
         q, k, v = ({lab: n for lab, n in zip(ls, s)} for ls, s in zip((q_labels, k_labels, k_labels), shapes))
         if q["b0"] != k["b0"] or q["b1"] != k["b1"] or k != v or q["d"] != k["d"]:
             raise Refusal(f"Q, K, V shapes {[list(s) for s in shapes]} do not agree in layout {layout.data}")
+        refuse_empty(dict(zip("QKV", op.operands)))
         m.head_dim = q["d"]
         if m.head_dim not in HEAD_DIMS:
             raise Refusal(f"head_dim {m.head_dim} is not one the kernels support ({', '.join(map(str, HEAD_DIMS))})")

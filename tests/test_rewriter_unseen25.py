@@ -7,8 +7,8 @@ softmax (attention of queries Q K^T over V^T), a composite "tessera.attention", 
 Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the graph's semantics
 written here (one also in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: the
 mask's compare turned, selected; a padding mask from a lengths argument; a max over the heads; dropout of rate 0
-as a keep-mask argument; a padded query row hidden with -inf; a composite with `is_causal`. Malformed graphs exit
-1 with their line, never a traceback. About 5 s.
+as a keep-mask argument; a padded query row hidden with -inf; a composite with `is_causal`; graphs of batch 0 or
+no key. Malformed graphs exit 1 with their line, never a traceback. About 5 s.
 
 Regressions: (1) a composite's attributes other than `causal`, `scale` and `layout` were ignored: `is_causal =
 true` became a non-causal kernel; it is a near miss naming the attribute. (2) An added -inf mask hiding every key
@@ -17,7 +17,10 @@ from a query (a padded query row) became the kernel's bias: the graph computes N
 (3) A reduce over a dimension out of range passed tessera-opt and crashed tessera-run with NumPy's "axis 9 is out
 of bounds" and no location: the reduce verifier refuses it at its line. (4) tessera-run printed NumPy's
 RuntimeWarning ("invalid value encountered in subtract", from the interpreter's source line) on a graph whose
-padding mask hides every key of a row: binary ops give IEEE results without a warning, as unary ones do.
+padding mask hides every key of a row: binary ops give IEEE results without a warning, as unary ones do. (5) A
+graph of batch 0 or no key (or a composite of no query) was rewritten into an attention no kernel runs ("sizes
+must be positive" when tessera-run ran it), and with a causal mask crashed the pass ("internal error in pass
+'rewrite-attention': IndexError"): a near miss naming the empty tensor; the op's verifier refuses one too.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 import pytest
 
 import hand_graphs_unseen25 as graphs
+from hand_graphs import graph
 from test_rewriter import ops_named, rewrite_file
 from tessera.graph.graph_runtime import run_graph
 from tessera.graph.stablehlo_interpreter import entry_function
@@ -118,6 +122,11 @@ REFUSED = {
                                 r"the mask at .* hides every key from query 40 with -inf: the graph computes NaN"),
     "composite is_causal": (graphs.composite("is_causal = true", causal=True), "composite",
                             r"composite_attributes has is_causal: the contract names only layout, causal, scale"),
+    "batch 0, causal": (graph(batch=0, mask="select"), "patterns",
+                        r"Q has an empty dimension \(\[0, 2, 64, 64\]\): the kernels take sizes of at least 1"),
+    "no key": (graph(seq_k=0), "patterns", r"K has an empty dimension \(\[1, 2, 0, 64\]\)"),
+    "composite of no query": (graphs.composite("causal = true", causal=True, seq=0), "composite",
+                              r"Q has an empty dimension \(\[1, 0, 2, 64\]\)"),
 }
 
 

@@ -29,6 +29,7 @@ from tessera.graph.attention_match import (
     match_softmax,
     perm_to,
     producer,
+    refuse_empty,
     rounded_to,
     shape,
     sides,
@@ -458,7 +459,8 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     m.out_labels = dot_labels(m.bmm2, *((p_labels, v_labels) if p_index == 0 else (v_labels, p_labels)))
     m.found.append(f"softmax over the keys at {where(producer(softmax.p))}")
 
-    # masks: evaluated, a causal band mapped onto the bottom-right convention
+    # masks: evaluated (on scores of no empty dimension), a causal band mapped onto the bottom-right convention
+    refuse_empty({"Q": m.q, "K": m.k, "V": m.v})
     sq, sk = shape(m.q)[q_labels.index("q")], shape(m.k)[k_labels.index("k")]
     if len(walk.masks) > 1:
         raise Refusal(f"two masks on the scores (at {where(walk.masks[0][0])} and {where(walk.masks[1][0])})")
