@@ -8,7 +8,8 @@ Each is rewritten and its outputs agree at Tile level with a float64 NumPy refer
 written here (one also in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: the
 mask's compare turned, selected; a padding mask from a lengths argument; a max over the heads; dropout of rate 0
 as a keep-mask argument; a padded query row hidden with -inf; a composite with `is_causal`; graphs of batch 0 or
-no key. Malformed graphs exit 1 with their line, never a traceback. About 5 s.
+no key. jax.grad through causal attention with products batching (heads, batch) and swapped reduce bodies is
+rewritten with its backward and right. Malformed graphs exit 1 with their line, never a traceback. About 5 s.
 
 Regressions: (1) a composite's attributes other than `causal`, `scale` and `layout` were ignored: `is_causal =
 true` became a non-causal kernel; it is a near miss naming the attribute. (2) An added -inf mask hiding every key
@@ -153,6 +154,32 @@ def test_rewritten_and_right_against_numpy(name, tmp_path):
     assert [op.is_causal for op in ops_named(module, "tessera.attention")] == is_causal, report.text()
     assert "near miss" not in report.text() and not ops_named(module, "stablehlo.exponential"), report.text()
     _check(module, name)
+
+
+def training(q, k, v, do):
+    """(O, dQ, dK, dV) of causal attention in float64: dS = P (dP - rowsum(P dP)) / 8, dP = dO V^T."""
+    s = np.where(causal(q.shape[2], k.shape[2]), q @ np.swapaxes(k, -1, -2) / 8.0, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / 8.0
+    return p @ v, ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
+
+
+@pytest.mark.parametrize("heads_first, swapped", [(False, True), (True, False), (True, True)])
+def test_training_graphs_rewritten_and_right_against_numpy(heads_first, swapped, tmp_path):
+    """jax.grad through causal attention, products batching (heads, batch) and/or reduce bodies (b, a)."""
+    path = tmp_path / "training.mlir"
+    path.write_text(graphs.training(heads_first, swapped))
+    module, report = rewrite_file(path)
+    assert len(ops_named(module, "tessera.attention")) == len(ops_named(module, "tessera.attention_bwd")) == 1, \
+        report.text()
+    rng = np.random.default_rng(25)
+    inputs = [rng.standard_normal((2, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(4)]
+    for name, got, want in zip(("o", "dq", "dk", "dv"), run_graph(module, inputs),
+                               training(*(x.astype(np.float64) for x in inputs))):
+        error = np.abs(got.astype(np.float64) - want).max()
+        assert error <= 0.02 * max(1.0, np.abs(want).max()), f"{name}: off by {error:.3g}"
 
 
 def test_a_rewritten_window_in_the_ptx_executor_and_through_tessera_run(tmp_path, capsys):
