@@ -31,6 +31,8 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     IntAttr,
     IntegerAttr,
+    IntegerType,
+    Signedness,
     StringAttr,
     SymbolRefAttr,
     TensorType,
@@ -276,6 +278,13 @@ class CompareOp(IRDLOperation):
         _require_one_element_type(self, "lhs and rhs", (self.lhs, self.rhs))
         require(_tensor(self.result).element_type == i1, self,
                 f"the result must be i1, got {_tensor(self.result).element_type}")
+        if self.compare_type is not None:  # StableHLO's rule: the order the operands' type has (the interpreter's;
+            # NOTYPE, MHLO's word for it, is that order)
+            element = _tensor(self.lhs).element_type
+            orders = (("FLOAT", "TOTALORDER") if not isinstance(element, IntegerType) else
+                      ("UNSIGNED",) if element == i1 or element.signedness.data == Signedness.UNSIGNED else ("SIGNED",))
+            require(self.compare_type.word in (*orders, "NOTYPE"), self,
+                    f"compare_type {self.compare_type.word} does not order {element} (it takes {' or '.join(orders)})")
 
 
 @irdl_op_definition

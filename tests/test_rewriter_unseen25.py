@@ -16,7 +16,8 @@ true` became a non-causal kernel; it is a near miss naming the attribute. (2) An
 from a query (a padded query row) became the kernel's bias: the graph computes NaN on that row, the kernel 0
 (`tessera-run --compare` said MISMATCH of its own rewrite); a near miss, as a causal mask with seq_q > seq_k is.
 (3) A reduce over a dimension out of range passed tessera-opt and crashed tessera-run with NumPy's "axis 9 is out
-of bounds" and no location: the reduce verifier refuses it at its line. (4) tessera-run printed NumPy's
+of bounds" and no location: the reduce verifier refuses it at its line; so does the compare verifier a
+compare_type that does not order the operands' type (UNSIGNED on i32, which the interpreter compared signed). (4) tessera-run printed NumPy's
 RuntimeWarning ("invalid value encountered in subtract", from the interpreter's source line) on a graph whose
 padding mask hides every key of a row: binary ops give IEEE results without a warning, as unary ones do. (5) A
 graph of batch 0 or no key (or a composite of no query) was rewritten into an attention no kernel runs ("sizes
@@ -233,6 +234,11 @@ MALFORMED = {  # name: (graph text, the line the diagnostic names, its words)
     "a reduce over dimension 9": (SWAPPED.replace("array<i64: 3>", "array<i64: 9>", 1),
                                   _line(SWAPPED, "array<i64: 3>"),
                                   r"'stablehlo.reduce' op dimensions \[9\] must be distinct dimensions of the inputs"),
+    "an UNSIGNED compare of i32 iotas": (
+        CROSS.replace("comparison_direction LE>}>", "comparison_direction LE>, compare_type = "
+                                                    "#stablehlo<comparison_type UNSIGNED>}>", 1),
+        _line(CROSS, "comparison_direction LE>}>"), r"'stablehlo.compare' op compare_type UNSIGNED does not order i32 "
+                                                   r"\(it takes SIGNED\)"),
     "a reduce over the queries, its result over the keys": (
         CROSS.replace("array<i64: 3>", "array<i64: 2>", 1), _line(CROSS, "array<i64: 3>"),
         r"'stablehlo.reduce' op result 0 must be tensor<1x2x80xbf16> \(the inputs without dimensions \[2\]"),
