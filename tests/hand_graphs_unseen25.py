@@ -279,3 +279,33 @@ def training(heads_first: bool = False, swapped: bool = False, batch=2, seq=64, 
     if heads_first:
         results = [transpose(body, r, out, (1, 0, 2, 3))[0] for r in results]
     return function(body, _arguments(("q", "k", "v", "do"), (xs,) * 4), [(r, xs) for r in results])
+
+
+def pretty_form() -> str:
+    """Attention over Q, K, V [1, 64, 2, 64] as `jax.jit(f).lower(q, k, v).as_text()` prints it: StableHLO's pretty
+    form (Tessera reads the generic one)."""
+    return PRETTY
+
+
+PRETTY = """\
+module @jit_attn attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<1x64x2x64xbf16>, %arg1: tensor<1x64x2x64xbf16>, %arg2: tensor<1x64x2x64xbf16>) -> (tensor<1x64x2x64xbf16> {jax.result_info = "result"}) {
+    %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0, 2] x [0, 2], contracting_dims = [3] x [3], precision = [DEFAULT, DEFAULT] : (tensor<1x64x2x64xbf16>, tensor<1x64x2x64xbf16>) -> tensor<1x2x64x64xbf16>
+    %cst = stablehlo.constant dense<1.250000e-01> : tensor<bf16>
+    %1 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<bf16>) -> tensor<1x2x64x64xbf16>
+    %2 = stablehlo.multiply %0, %1 : tensor<1x2x64x64xbf16>
+    %cst_0 = stablehlo.constant dense<0xFF80> : tensor<bf16>
+    %3 = stablehlo.reduce(%2 init: %cst_0) applies stablehlo.maximum across dimensions = [3] : (tensor<1x2x64x64xbf16>, tensor<bf16>) -> tensor<1x2x64xbf16>
+    %4 = stablehlo.broadcast_in_dim %3, dims = [0, 1, 2] : (tensor<1x2x64xbf16>) -> tensor<1x2x64x64xbf16>
+    %5 = stablehlo.subtract %2, %4 : tensor<1x2x64x64xbf16>
+    %6 = stablehlo.exponential %5 : tensor<1x2x64x64xbf16>
+    %cst_1 = stablehlo.constant dense<0.000000e+00> : tensor<bf16>
+    %7 = stablehlo.reduce(%6 init: %cst_1) applies stablehlo.add across dimensions = [3] : (tensor<1x2x64x64xbf16>, tensor<bf16>) -> tensor<1x2x64xbf16>
+    %8 = stablehlo.broadcast_in_dim %7, dims = [0, 1, 2] : (tensor<1x2x64xbf16>) -> tensor<1x2x64x64xbf16>
+    %9 = stablehlo.divide %6, %8 : tensor<1x2x64x64xbf16>
+    %10 = stablehlo.dot_general %9, %arg2, batching_dims = [0, 1] x [0, 2], contracting_dims = [3] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1x2x64x64xbf16>, tensor<1x64x2x64xbf16>) -> tensor<1x2x64x64xbf16>
+    %11 = stablehlo.transpose %10, dims = [0, 2, 1, 3] : (tensor<1x2x64x64xbf16>) -> tensor<1x64x2x64xbf16>
+    return %11 : tensor<1x64x2x64xbf16>
+  }
+}
+"""

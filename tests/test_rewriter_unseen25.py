@@ -17,12 +17,14 @@ from a query (a padded query row) became the kernel's bias: the graph computes N
 (`tessera-run --compare` said MISMATCH of its own rewrite); a near miss, as a causal mask with seq_q > seq_k is.
 (3) A reduce over a dimension out of range passed tessera-opt and crashed tessera-run with NumPy's "axis 9 is out
 of bounds" and no location: the reduce verifier refuses it at its line; so does the compare verifier a
-compare_type that does not order the operands' type (UNSIGNED on i32, which the interpreter compared signed). (4) tessera-run printed NumPy's
-RuntimeWarning ("invalid value encountered in subtract", from the interpreter's source line) on a graph whose
-padding mask hides every key of a row: binary ops give IEEE results without a warning, as unary ones do. (5) A
-graph of batch 0 or no key (or a composite of no query) was rewritten into an attention no kernel runs ("sizes
-must be positive" when tessera-run ran it), and with a causal mask crashed the pass ("internal error in pass
-'rewrite-attention': IndexError"): a near miss naming the empty tensor; the op's verifier refuses one too.
+compare_type that does not order the operands' type (UNSIGNED on i32, which the interpreter compared signed).
+(4) tessera-run printed NumPy's RuntimeWarning ("invalid value encountered in subtract", from the interpreter's
+source line) on a graph whose padding mask hides every key of a row: binary ops give IEEE results without a
+warning, as unary ones do. (5) A graph of batch 0 or no key (or a composite of no query) was rewritten into an
+attention no kernel runs ("sizes must be positive" when tessera-run ran it), and with a causal mask crashed the
+pass ("internal error in pass 'rewrite-attention': IndexError"): a near miss naming the empty tensor; the op's
+verifier refuses one too. (6) The pretty form JAX prints by default was refused with xDSL's bare "Operation
+stablehlo.dot_general does not have a custom format.": the diagnostic says how to print the generic form.
 """
 
 from __future__ import annotations
@@ -234,6 +236,8 @@ MALFORMED = {  # name: (graph text, the line the diagnostic names, its words)
     "a reduce over dimension 9": (SWAPPED.replace("array<i64: 3>", "array<i64: 9>", 1),
                                   _line(SWAPPED, "array<i64: 3>"),
                                   r"'stablehlo.reduce' op dimensions \[9\] must be distinct dimensions of the inputs"),
+    "the pretty form JAX prints": (graphs.pretty_form(), 3, r"Operation stablehlo.dot_general does not have a custom "
+                                   r"format here: Tessera reads StableHLO in MLIR's generic form .*print_generic_op_form"),
     "an UNSIGNED compare of i32 iotas": (
         CROSS.replace("comparison_direction LE>}>", "comparison_direction LE>, compare_type = "
                                                     "#stablehlo<comparison_type UNSIGNED>}>", 1),
