@@ -281,6 +281,21 @@ def training(heads_first: bool = False, swapped: bool = False, batch=2, seq=64, 
     return function(body, _arguments(("q", "k", "v", "do"), (xs,) * 4), [(r, xs) for r in results])
 
 
+def sharded(target: str = "Sharding", seq=64, d=64) -> str:
+    """Causal attention whose Q, K and V pass through `custom_call @target` first: JAX's sharding annotation
+    (`jax.lax.with_sharding_constraint`: @Sharding, the value itself on one device), or another target."""
+    body = _Body()
+    qs, ss = (B, H, seq, d), (B, H, seq, seq)
+    q, k, v = (body.emit(f'"stablehlo.custom_call"({x}) <{{call_target_name = "{target}", api_version = 1 : i32}}> '
+                         f'{{mhlo.sharding = "{{replicated}}"}} : ({tensor(qs)}) -> {tensor(qs)}')
+               for x in ("%q", "%k", "%v"))
+    s = body.binary("multiply", dot(body, q, k, qs, qs, ss, BH, ([3], [3])), body.splat(SCALE, ss), ss)
+    s = select(body, iota_mask(body, seq, seq, ss, CAUSAL_FORMS["cols LE rows"]), s, body.splat(NEG_INF["bf16"], ss),
+               ss)
+    o = dot(body, softmax(body, s, ss), v, ss, qs, qs, BH, ([3], [2]))
+    return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
+
+
 def pretty_form() -> str:
     """Attention over Q, K, V [1, 64, 2, 64] as `jax.jit(f).lower(q, k, v).as_text()` prints it: StableHLO's pretty
     form (Tessera reads the generic one)."""

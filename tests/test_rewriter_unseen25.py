@@ -24,7 +24,10 @@ warning, as unary ones do. (5) A graph of batch 0 or no key (or a composite of n
 attention no kernel runs ("sizes must be positive" when tessera-run ran it), and with a causal mask crashed the
 pass ("internal error in pass 'rewrite-attention': IndexError"): a near miss naming the empty tensor; the op's
 verifier refuses one too. (6) The pretty form JAX prints by default was refused with xDSL's bare "Operation
-stablehlo.dot_general does not have a custom format.": the diagnostic says how to print the generic form.
+stablehlo.dot_general does not have a custom format.": the diagnostic says how to print the generic form. (7) A
+graph whose Q, K, V pass through JAX's sharding annotation, custom_call @Sharding, was rewritten but could not be
+run ("'stablehlo.custom_call' is not an op the StableHLO interpreter runs"): @Sharding runs as the identity, and
+another target is named.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ REWRITTEN = {
     "composite causal": (graphs.composite("causal = true", causal=True), "composite", [True], composite),
     "chlo.erf after attention": (graphs.gelu_around(), "patterns", [True],
                                  lambda q, k, v: erf(attention(q, k, v, causal(64, 64)))),
+    "Q, K, V through custom_call @Sharding": (graphs.sharded(), "patterns", [True],
+                                              lambda q, k, v: attention(q, k, v, causal(64, 64))),
 }
 
 # name: (graph text, the pass, the rule the report gives)
@@ -236,8 +241,9 @@ MALFORMED = {  # name: (graph text, the line the diagnostic names, its words)
     "a reduce over dimension 9": (SWAPPED.replace("array<i64: 3>", "array<i64: 9>", 1),
                                   _line(SWAPPED, "array<i64: 3>"),
                                   r"'stablehlo.reduce' op dimensions \[9\] must be distinct dimensions of the inputs"),
-    "the pretty form JAX prints": (graphs.pretty_form(), 3, r"Operation stablehlo.dot_general does not have a custom "
-                                   r"format here: Tessera reads StableHLO in MLIR's generic form .*print_generic_op_form"),
+    "the pretty form JAX prints": (graphs.pretty_form(), 3, r"Operation stablehlo.dot_general does not have a "
+                                   r"custom format here: Tessera reads StableHLO in MLIR's generic form "
+                                   r".*print_generic_op_form"),
     "an UNSIGNED compare of i32 iotas": (
         CROSS.replace("comparison_direction LE>}>", "comparison_direction LE>, compare_type = "
                                                     "#stablehlo<comparison_type UNSIGNED>}>", 1),
@@ -266,13 +272,16 @@ def test_malformed_graphs_exit_1_at_their_line(name, tool, tmp_path, capsys):
     assert re.search(rf"bad.mlir:{at}:\d+", err) and re.search(words, err), err
 
 
-def test_an_op_outside_the_subset_is_named_where_the_graph_runs(tmp_path, capsys):
-    """chlo.tan after the attention: read as opaque and left alone by the rewrite, named at its line by tessera-run
-    (the interpreter does not run it)."""
-    text = graphs.gelu_around("chlo.tan")
-    path = tmp_path / "tan.mlir"
+@pytest.mark.parametrize("text, needle, words", [
+    (graphs.gelu_around("chlo.tan"), "chlo.tan", "'chlo.tan' is not an op the StableHLO interpreter runs"),
+    (graphs.sharded("SPMDFullToShardShape"), "SPMDFullToShardShape",
+     "custom_call @SPMDFullToShardShape is not a target the StableHLO interpreter runs"),
+])
+def test_an_op_outside_the_subset_is_named_where_the_graph_runs(text, needle, words, tmp_path, capsys):
+    """chlo.tan after the attention, a custom_call of another target than @Sharding before it: read and left
+    alone by the rewrite, named at its line by tessera-run (the interpreter does not run it)."""
+    path = tmp_path / "graph.mlir"
     path.write_text(text)
     assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare"]) == 1
     err = capsys.readouterr().err
-    assert re.search(rf"tan.mlir:{_line(text, 'chlo.tan')}:5: .*'chlo.tan' is not an op the StableHLO interpreter "
-                     "runs", err) and "Traceback" not in err, err
+    assert re.search(rf"graph.mlir:{_line(text, needle)}:5: .*{words}", err) and "Traceback" not in err, err

@@ -11,7 +11,7 @@ result, as XLA's CPU backend does; `dot_general` multiplies exactly and sums in 
 folds in f32 and rounds once. With `exact=True` every float value is float64 and nothing is rounded (a
 `convert` between float types does not round either): the float64 reference of the whole graph, against
 which `tessera.graph.graph_runtime` judges the original and the rewritten graph alike. `optimization_barrier` is
-the identity; `reduce_precision` rounds as XLA rounds (`reduce_precision`), and is the identity with `exact` (as a
+the identity, and so is `custom_call @Sharding` (JAX's sharding annotation, on one device); `reduce_precision` rounds as XLA rounds (`reduce_precision`), and is the identity with `exact` (as a
 `convert` is).
 
 Ops outside the subset (opaque `stablehlo.*` ops) raise `GraphInterpretationError` naming the op and its
@@ -312,6 +312,10 @@ class Interpreter:
             target = op.call_target_name.data
             if target in self.handlers:
                 return self.handlers[target](op, x, self.exact)
+            if target == "Sharding" and len(x) == len(op.results) == 1:  # a sharding annotation: the value itself
+                return [x[0]]
+            raise GraphInterpretationError(located(op, f"custom_call @{target} is not a target the StableHLO "
+                                                       "interpreter runs (it runs @Sharding and Tessera's attention)"))
         del result_type
         if op.name == "builtin.unregistered":
             name = op.op_name.data
