@@ -251,34 +251,37 @@ def gelu_around(op: str = "chlo.erf", seq=64, d=64) -> str:
     return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
 
 
-def training(heads_first: bool = False, swapped: bool = False, batch=2, seq=64, d=64) -> str:
+def training(heads_first: bool = False, swapped: bool = False, batch=2, seq=64, d=64, seq_k: int | None = None) -> str:
     """jax.grad through causal attention (selected -inf) as `hand_graphs_unseen22.grad_through_max` writes it, the
-    max stop-gradient'ed: returns (o, dq, dk, dv) over Q, K, V, dO [batch, H, seq, d] (batch = heads: a pairing
-    swapped on the way would keep every shape). `heads_first`: every product batches (heads, batch) in that order,
-    so S, P and dS are [heads, batch, seq, seq] and O, dQ, dK, dV are transposed back; `swapped`: every reduce
-    body applies its op to (b, a)."""
+    max stop-gradient'ed: returns (o, dq, dk, dv) over Q, dO [batch, H, seq, d] and K, V [batch, H, seq_k, d]
+    (seq_k = seq by default; batch = heads: a pairing swapped on the way would keep every shape). `heads_first`:
+    every product batches (heads, batch) in that order, so S, P and dS are [heads, batch, seq, seq_k] and O, dQ,
+    dK, dV are transposed back; `swapped`: every reduce body applies its op to (b, a)."""
+    seq_k = seq if seq_k is None else seq_k
     body = _Body()
-    xs = (batch, H, seq, d)
-    pair, ss, out = (([1, 0], [1, 0]), (H, batch, seq, seq), (H, batch, seq, d)) if heads_first else \
-        (BH, (batch, H, seq, seq), xs)
+    xs, ks = (batch, H, seq, d), (batch, H, seq_k, d)
+    if heads_first:
+        pair, ss, out, kout = ([1, 0], [1, 0]), (H, batch, seq, seq_k), (H, batch, seq, d), (H, batch, seq_k, d)
+    else:
+        pair, ss, out, kout = BH, (batch, H, seq, seq_k), xs, ks
     x_with_s = ([0, 1], [1, 0]) if heads_first else BH  # (scores-like [.., q, k] or [.., q, d], argument) pairs
-    s = body.binary("multiply", dot(body, "%q", "%k", xs, xs, ss, pair, ([3], [3])), body.splat(SCALE, ss), ss)
-    s = select(body, iota_mask(body, seq, seq, ss, CAUSAL_FORMS["cols LE rows"]), s, body.splat(NEG_INF["bf16"], ss),
-               ss)
+    mask = iota_mask(body, seq, seq_k, ss, CAUSAL_FORMS["cols LE rows"])
+    s = body.binary("multiply", dot(body, "%q", "%k", xs, ks, ss, pair, ([3], [3])), body.splat(SCALE, ss), ss)
+    s = select(body, mask, s, body.splat(NEG_INF["bf16"], ss), ss)
     p = softmax(body, s, ss, swapped=swapped)
-    o = dot(body, p, "%v", ss, xs, out, x_with_s, ([3], [2]))
-    dp = dot(body, "%do", "%v", xs, xs, ss, pair, ([3], [3]))
+    o = dot(body, p, "%v", ss, ks, out, x_with_s, ([3], [2]))
+    dp = dot(body, "%do", "%v", xs, ks, ss, pair, ([3], [3]))
     total = back(body, reduce(body, body.binary("multiply", p, dp, ss), "add", "0.0", ss, swapped=swapped), ss, 3)
     ds = body.binary("multiply", p, body.binary("subtract", dp, total, ss), ss)
-    ds = select(body, iota_mask(body, seq, seq, ss, CAUSAL_FORMS["cols LE rows"]), ds, body.splat("0.0", ss), ss)
+    ds = select(body, mask, ds, body.splat("0.0", ss), ss)
     ds = body.binary("multiply", ds, body.splat(SCALE, ss), ss)
-    grads = [dot(body, ds, "%k", ss, xs, out, x_with_s, ([3], [2])),
-             dot(body, ds, "%q", ss, xs, out, x_with_s, ([2], [2])),
-             dot(body, p, "%do", ss, xs, out, x_with_s, ([2], [2]))]
-    results = [o, *grads]
+    grads = [dot(body, ds, "%k", ss, ks, out, x_with_s, ([3], [2])),
+             dot(body, ds, "%q", ss, xs, kout, x_with_s, ([2], [2])),
+             dot(body, p, "%do", ss, xs, kout, x_with_s, ([2], [2]))]
+    results = list(zip([o, *grads], [out, out, kout, kout]))
     if heads_first:
-        results = [transpose(body, r, out, (1, 0, 2, 3))[0] for r in results]
-    return function(body, _arguments(("q", "k", "v", "do"), (xs,) * 4), [(r, xs) for r in results])
+        results = [transpose(body, r, shape, (1, 0, 2, 3)) for r, shape in results]
+    return function(body, _arguments(("q", "k", "v", "do"), (xs, ks, ks, xs)), results)
 
 
 def sharded(target: str = "Sharding", seq=64, d=64) -> str:

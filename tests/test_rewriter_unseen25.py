@@ -174,16 +174,18 @@ def training(q, k, v, do):
     return p @ v, ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do
 
 
-@pytest.mark.parametrize("heads_first, swapped", [(False, True), (True, False), (True, True)])
-def test_training_graphs_rewritten_and_right_against_numpy(heads_first, swapped, tmp_path):
+@pytest.mark.parametrize("heads_first, swapped, seq_q, seq_k", [(False, True, 64, 64), (True, False, 64, 64),
+                                                                 (True, True, 64, 64), (True, True, 48, 80)])
+def test_training_graphs_rewritten_and_right_against_numpy(heads_first, swapped, seq_q, seq_k, tmp_path):
     """jax.grad through causal attention, products batching (heads, batch) and/or reduce bodies (b, a)."""
     path = tmp_path / "training.mlir"
-    path.write_text(graphs.training(heads_first, swapped))
+    path.write_text(graphs.training(heads_first, swapped, seq=seq_q, seq_k=seq_k))
     module, report = rewrite_file(path)
     assert len(ops_named(module, "tessera.attention")) == len(ops_named(module, "tessera.attention_bwd")) == 1, \
         report.text()
     rng = np.random.default_rng(25)
-    inputs = [rng.standard_normal((2, 2, 64, 64)).astype(ml_dtypes.bfloat16) for _ in range(4)]
+    inputs = [rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+              for shape in ((2, 2, seq_q, 64), (2, 2, seq_k, 64), (2, 2, seq_k, 64), (2, 2, seq_q, 64))]
     for name, got, want in zip(("o", "dq", "dk", "dv"), run_graph(module, inputs),
                                training(*(x.astype(np.float64) for x in inputs))):
         error = np.abs(got.astype(np.float64) - want).max()
