@@ -327,3 +327,21 @@ module @jit_attn attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 
   }
 }
 """
+
+
+def alibi_and_padded_rows(seq=64, d=64, valid=40) -> str:
+    """An ALiBi bias 0.5 (j - i) and, in the same added tensor, -inf on the queries at or past `valid` (padded
+    query rows), computed from iota: a bias (not a mask: it holds other values than 0 and -inf)."""
+    def biased(body, s, ss):
+        def alibi(body, r, c, ix):
+            return body.binary("multiply", body.emit(f'"stablehlo.convert"({body.binary("subtract", c, r, ix, "i32")})'
+                                                     f' : ({tensor(ix, "i32")}) -> {tensor(ix)}'),
+                               body.splat("0.5", ix), ix)
+        index = (seq, seq)
+        rows = body.emit(f'"stablehlo.iota"() <{{iota_dimension = 0 : i64}}> : () -> {tensor(index, "i32")}')
+        cols = body.emit(f'"stablehlo.iota"() <{{iota_dimension = 1 : i64}}> : () -> {tensor(index, "i32")}')
+        padded = select(body, compare(body, rows, body.splat(valid, index, "i32"), index, "LT"),
+                        body.splat("0.0", index), body.splat(NEG_INF["bf16"], index), index)
+        bias = body.binary("add", alibi(body, rows, cols, index), padded, index)
+        return body.binary("add", s, body.broadcast(bias, index, ss, (2, 3)), ss)
+    return _square(seq, d, biased)

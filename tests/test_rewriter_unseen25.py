@@ -7,14 +7,16 @@ softmax (attention of queries Q K^T over V^T), a composite "tessera.attention", 
 Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the graph's semantics
 written here (one also in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: the
 mask's compare turned, selected; a padding mask from a lengths argument; a max over the heads; dropout of rate 0
-as a keep-mask argument; a padded query row hidden with -inf; a composite with `is_causal`; graphs of batch 0 or
-no key. jax.grad through causal attention with products batching (heads, batch) and swapped reduce bodies is
-rewritten with its backward and right. Malformed graphs exit 1 with their line, never a traceback. About 5 s.
+as a keep-mask argument; a padded query row hidden with -inf (alone or beside ALiBi); a composite with
+`is_causal`; graphs of batch 0 or no key. jax.grad through causal attention with products batching (heads, batch)
+and swapped reduce bodies is rewritten with its backward and right. Malformed graphs exit 1 with their line, never
+a traceback. About 5 s.
 
 Regressions: (1) a composite's attributes other than `causal`, `scale` and `layout` were ignored: `is_causal =
 true` became a non-causal kernel; it is a near miss naming the attribute. (2) An added -inf mask hiding every key
 from a query (a padded query row) became the kernel's bias: the graph computes NaN on that row, the kernel 0
-(`tessera-run --compare` said MISMATCH of its own rewrite); a near miss, as a causal mask with seq_q > seq_k is.
+(`tessera-run --compare` said MISMATCH of its own rewrite); a near miss, as a causal mask with seq_q > seq_k is,
+and so is any bias computed from iota and constants that does so (ALiBi with padded query rows).
 (3) A reduce over a dimension out of range passed tessera-opt and crashed tessera-run with NumPy's "axis 9 is out
 of bounds" and no location: the reduce verifier refuses it at its line; so does the compare verifier a
 compare_type that does not order the operands' type (UNSIGNED on i32, which the interpreter compared signed).
@@ -128,7 +130,9 @@ REFUSED = {
     "max over the heads": (graphs.max_over_heads(), "patterns", r"is not taken over the axis it normalises"),
     "dropout of rate 0": (graphs.dropout_rate_zero(), "patterns", r"matched, not rewritten: dropout"),
     "padded query rows, -inf": (graphs.query_padding(), "patterns",
-                                r"the mask at .* hides every key from query 40 with -inf: the graph computes NaN"),
+                                r"the bias at .* hides every key from query 40 with -inf: the graph computes NaN"),
+    "ALiBi with padded query rows, -inf": (graphs.alibi_and_padded_rows(), "patterns",
+                                           r"the bias at .* hides every key from query 40 with -inf"),
     "composite is_causal": (graphs.composite("is_causal = true", causal=True), "composite",
                             r"composite_attributes has is_causal: the contract names only layout, causal, scale"),
     "batch 0, causal": (graph(batch=0, mask="select"), "patterns",

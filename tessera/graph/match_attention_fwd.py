@@ -366,16 +366,23 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
 
 
-def _refuse_rows_without_keys(s_labels: list, add: Operation, added: SSAValue) -> None:
-    """Refuse an added mask (`add` adds the values `added` to the scores labelled `s_labels`) that hides every key
-    from a query with -inf: the graph's softmax is NaN on that row (-inf - max(-inf)), the kernel's 0 (its bias
-    reads -inf as a hidden key, and a row that sees none gives O = 0), as `_causal_mask` refuses a causal mask with
-    seq_q > seq_k. A finite fill (-1e9) is no such row: the graph and the kernel both average V over it."""
-    values = np.broadcast_to(evaluate(added, MASK_OPS), shape(add.results[0]))
+def _refuse_rows_without_keys(s_labels: list, add: Operation) -> None:
+    """Refuse a bias (`add` adds it to the scores labelled `s_labels`; an added mask that is not causal, or ALiBi
+    with padded rows) computed from iota and constants that hides every key from a query with -inf: the graph's
+    softmax is NaN on that row (-inf - max(-inf)), the kernel's 0 (its bias reads -inf as a hidden key, and a row
+    that sees none gives O = 0), as `_causal_mask` refuses a causal mask with seq_q > seq_k. A finite fill (-1e9)
+    is no such row: the graph and the kernel both average V over it. A bias given as data is the caller's."""
+    added = next(v for v in add.operands if not _reaches_dot(v))
+    if int(np.prod(shape(add.results[0]))) > ADDED_MASK_LIMIT:
+        return
+    try:
+        values = np.broadcast_to(evaluate(added, MASK_OPS), shape(add.results[0]))
+    except Refusal:
+        return
     blind = np.isneginf(values).all(axis=s_labels.index("k"))
     if blind.any():
         index = dict(zip([x for x in s_labels if x != "k"], np.argwhere(blind)[0]))
-        raise Refusal(f"the mask at {where(add)} hides every key from query {index['q']} with -inf: the graph "
+        raise Refusal(f"the bias at {where(add)} hides every key from query {index['q']} with -inf: the graph "
                       "computes NaN there, the kernel 0", add)
 
 
@@ -472,9 +479,10 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
                 raise
             # an added mask that is not Tessera's causal one is what it is written as: a bias (the
             # "fill" of an added mask is the scale applied after it)
-            _refuse_rows_without_keys(walk.labels_at(select, s_labels), select, pred)
             walk.bias, walk.bias_factor = select, fill
             m.found.append(f"bias at {where(select)} ({describe(pred)}, a mask that is not causal)")
+    if walk.bias is not None:
+        _refuse_rows_without_keys(walk.labels_at(walk.bias, s_labels), walk.bias)
     if dropout_ops:
         m.found.append(f"dropout at {where(dropout_ops[-1])}")
     m.found.append(f"BMM2 at {where(m.bmm2)} (V {describe(m.v)})")
