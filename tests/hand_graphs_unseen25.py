@@ -330,13 +330,14 @@ module @jit_attn attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 
 
 
 def alibi_and_padded_rows(seq=64, d=64, valid=40) -> str:
-    """An ALiBi bias 0.5 (j - i) and, in the same added tensor, -inf on the queries at or past `valid` (padded
+    """An ALiBi bias -0.5 |i - j| and, in the same added tensor, -inf on the queries at or past `valid` (padded
     query rows), computed from iota: a bias (not a mask: it holds other values than 0 and -inf)."""
     def biased(body, s, ss):
         def alibi(body, r, c, ix):
-            return body.binary("multiply", body.emit(f'"stablehlo.convert"({body.binary("subtract", c, r, ix, "i32")})'
-                                                     f' : ({tensor(ix, "i32")}) -> {tensor(ix)}'),
-                               body.splat("0.5", ix), ix)
+            distance = body.emit(f'"stablehlo.abs"({body.binary("subtract", c, r, ix, "i32")}) : ({tensor(ix, "i32")})'
+                                 f' -> {tensor(ix, "i32")}')
+            return body.binary("multiply", body.emit(f'"stablehlo.convert"({distance}) : ({tensor(ix, "i32")}) -> '
+                                                     f'{tensor(ix)}'), body.splat("-0.5", ix), ix)
         index = (seq, seq)
         rows = body.emit(f'"stablehlo.iota"() <{{iota_dimension = 0 : i64}}> : () -> {tensor(index, "i32")}')
         cols = body.emit(f'"stablehlo.iota"() <{{iota_dimension = 1 : i64}}> : () -> {tensor(index, "i32")}')

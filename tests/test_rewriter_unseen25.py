@@ -117,6 +117,9 @@ REWRITTEN = {
     "composite causal": (graphs.composite("causal = true", causal=True), "composite", [True], composite),
     "chlo.erf after attention": (graphs.gelu_around(), "patterns", [True],
                                  lambda q, k, v: erf(attention(q, k, v, causal(64, 64)))),
+    "ALiBi -0.5 |i - j| from iota, no padded row": (
+        graphs.alibi_and_padded_rows(valid=64), "patterns", [False],
+        lambda q, k, v: attention(q, k, v, bias=-0.5 * np.abs(np.arange(64)[:, None] - np.arange(64)[None]))),
     "Q, K, V through custom_call @Sharding": (graphs.sharded(), "patterns", [True],
                                               lambda q, k, v: attention(q, k, v, causal(64, 64))),
 }

@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.graph.attention_match import (
     DOT,
+    FOLDED_OPS,
     KERNEL_TYPES,
     MASK_OPS,
     NEGATIVE_FILL,
@@ -39,6 +40,9 @@ from tessera.graph.attention_match import (
     widened,
 )
 
+BIAS_OPS = MASK_OPS | FOLDED_OPS | {"stablehlo.abs", "stablehlo.maximum", "stablehlo.minimum"}
+"""Ops a bias computed from iota and constants (ALiBi's `-slope |i - j|`) is evaluated through
+(`_refuse_rows_without_keys`)."""
 ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
@@ -376,7 +380,7 @@ def _refuse_rows_without_keys(s_labels: list, add: Operation) -> None:
     if int(np.prod(shape(add.results[0]))) > ADDED_MASK_LIMIT:
         return
     try:
-        values = np.broadcast_to(evaluate(added, MASK_OPS), shape(add.results[0]))
+        values = np.broadcast_to(evaluate(added, BIAS_OPS), shape(add.results[0]))
     except Refusal:
         return
     blind = np.isneginf(values).all(axis=s_labels.index("k"))
