@@ -8,12 +8,14 @@ Each is rewritten and its outputs agree at Tile level with a float64 NumPy refer
 written here (one also in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: the
 mask's compare turned, selected; a padding mask from a lengths argument; a max over the heads; dropout of rate 0
 as a keep-mask argument; a padded query row hidden with -inf (alone or beside ALiBi); a composite with
-`is_causal`; graphs of batch 0 or no key. jax.grad through causal attention with products batching (heads, batch)
-and swapped reduce bodies is rewritten with its backward and right. Malformed graphs exit 1 with their line, never
-a traceback. About 5 s.
+`is_causal` or attributes its decomposition contradicts; graphs of batch 0 or no key. jax.grad through causal
+attention with products batching (heads, batch) and swapped reduce bodies is rewritten with its backward and
+right. Malformed graphs exit 1 with their line, never a traceback. About 5 s.
 
 Regressions: (1) a composite's attributes other than `causal`, `scale` and `layout` were ignored: `is_causal =
-true` became a non-causal kernel; it is a near miss naming the attribute. (2) An added -inf mask hiding every key
+true` became a non-causal kernel; it is a near miss naming the attribute. So is a composite whose decomposition
+the forward matcher reads as another attention than its attributes say (causal written inside the composed
+function and not passed as its keyword was a non-causal kernel; a scale or a layout of its own). (2) An added -inf mask hiding every key
 from a query (a padded query row) became the kernel's bias: the graph computes NaN on that row, the kernel 0
 (`tessera-run --compare` said MISMATCH of its own rewrite); a near miss, as a causal mask with seq_q > seq_k is,
 and so is any bias computed from iota and constants that does so (ALiBi with padded query rows).
@@ -138,6 +140,14 @@ REFUSED = {
                                            r"the bias at .* hides every key from query 40 with -inf"),
     "composite is_causal": (graphs.composite("is_causal = true", causal=True), "composite",
                             r"composite_attributes has is_causal: the contract names only layout, causal, scale"),
+    "composite, causal inside, no attribute": (graphs.composite("", causal=True), "composite",
+                                                r"its decomposition @tessera.attention is causal: the attributes and "
+                                                r"the decomposition must say one attention"),
+    "composite, scale 0.25, decomposition 1/8": (graphs.composite("scale = 0.25 : f64"), "composite",
+                                                 r"its decomposition @tessera.attention scales by 0.125, not 0.25"),
+    "composite BHSD over a BSHD decomposition": (
+        graphs.composite('layout = "BHSD"'), "composite",
+        r"reads Q as \[batch or heads, seq, batch or heads, head_dim\], not \[batch or heads, batch or heads, seq"),
     "batch 0, causal": (graph(batch=0, mask="select"), "patterns",
                         r"Q has an empty dimension \(\[0, 2, 64, 64\]\): the kernels take sizes of at least 1"),
     "no key": (graph(seq_k=0), "patterns", r"K has an empty dimension \(\[1, 2, 0, 64\]\)"),
