@@ -217,13 +217,17 @@ def dropout_rate_zero(seq=64, d=64) -> str:
     return function(body, _arguments("qkv", (qs, qs, qs)) + f", %keep: {tensor(ss, 'i1')}", [(o, qs)])
 
 
-def composite(attributes: str, causal: bool = False, seq=64, heads=2, d=64) -> str:
+def composite(attributes: str, causal: bool = False, seq=64, heads=2, d=64, q_scaled: bool = False) -> str:
     """`stablehlo.composite "tessera.attention"` over Q, K, V [1, seq, heads, d] (BSHD) with `attributes` (the
-    composite_attributes dictionary's body) and a decomposition computing attention scaled by 1/8, `causal`."""
+    composite_attributes dictionary's body) and a decomposition computing attention scaled by 1/8 (on the scores,
+    or with `q_scaled` on Q before the product), `causal`."""
     body = _Body()
     xs, ss = (1, seq, heads, d), (1, heads, seq, seq)
     pair = ([0, 2], [0, 2])
-    s = body.binary("multiply", dot(body, "%a", "%b", xs, xs, ss, pair, ([3], [3])), body.splat(SCALE, ss), ss)
+    if q_scaled:
+        s = dot(body, body.binary("multiply", "%a", body.splat(SCALE, xs), xs), "%b", xs, xs, ss, pair, ([3], [3]))
+    else:
+        s = body.binary("multiply", dot(body, "%a", "%b", xs, xs, ss, pair, ([3], [3])), body.splat(SCALE, ss), ss)
     if causal:
         s = select(body, iota_mask(body, seq, seq, ss, CAUSAL_FORMS["cols LE rows"]), s,
                    body.splat(NEG_INF["bf16"], ss), ss)

@@ -117,6 +117,9 @@ REWRITTEN = {
                                lambda q, k, v: attention(q, k, v, window(256))),
     "Q K^T V before the softmax": (graphs.v_before_softmax(), "patterns", [False], v_before_softmax),
     "composite causal": (graphs.composite("causal = true", causal=True), "composite", [True], composite),
+    "composite causal, Q scaled in the decomposition": (
+        graphs.composite("causal = true, scale = 0.125 : f64", causal=True, q_scaled=True), "composite", [True],
+        composite),
     "chlo.erf after attention": (graphs.gelu_around(), "patterns", [True],
                                  lambda q, k, v: erf(attention(q, k, v, causal(64, 64)))),
     "ALiBi -0.5 |i - j| from iota, no padded row": (

@@ -104,15 +104,17 @@ def decomposition_disagrees(op: Operation, m: ForwardMatch, module: ModuleOp) ->
     x = found[0]
     if x.causal != m.causal:
         return f"is {'' if x.causal else 'not '}causal"
-    if abs(x.scale - m.scale) > m.scale / 128:  # (a bf16 scale in the graph is within 2^-9 of the attribute)
-        return f"scales by {x.scale:g}, not {m.scale:g}"
+    if not all(isinstance(value, BlockArgument) for value in (x.q, x.k, x.v)):
+        return None  # (Q scaled before the product, say: the scale and the roles are not read off the products)
     for role, value, labels, expected in (("Q", x.q, x.q_labels, m.q_labels), ("K", x.k, x.k_labels, m.k_labels),
                                           ("V", x.v, x.v_labels, m.v_labels)):
         index = "QKV".index(role)
-        if not (isinstance(value, BlockArgument) and value.index == index):
+        if value.index != index:
             return f"takes {describe(value)} as {role}, not its argument %arg{index}"
         if _axes(labels) != _axes(expected):
             return f"reads {role} as {_layout(labels)}, not {_layout(expected)}"
+    if abs(x.scale - m.scale) > m.scale / 128:  # (a bf16 scale in the graph is within 2^-9 of the attribute)
+        return f"scales by {x.scale:g}, not {m.scale:g}"
     return None
 
 
