@@ -303,6 +303,21 @@ def sharded(target: str = "Sharding", seq=64, d=64) -> str:
     return function(body, _arguments("qkv", (qs, qs, qs)), [(o, qs)])
 
 
+def float8_keys(where: str = "argument", seq=64, d=64) -> str:
+    """Attention whose K is float8 (f8E4M3FN) converted to bf16: an argument ("argument", a quantized KV cache) or
+    a round trip through f8 in the graph ("inside", fake quantization)."""
+    body = _Body()
+    qs, ss, f8 = (B, H, seq, d), (B, H, seq, seq), "f8E4M3FN"
+    k = "%k"
+    if where == "inside":
+        k = body.emit(f'"stablehlo.convert"({k}) : ({tensor(qs)}) -> {tensor(qs, f8)}')
+    k = body.emit(f'"stablehlo.convert"({k}) : ({tensor(qs, f8)}) -> {tensor(qs)}')
+    s = body.binary("multiply", dot(body, "%q", k, qs, qs, ss, BH, ([3], [3])), body.splat(SCALE, ss), ss)
+    o = dot(body, softmax(body, s, ss), "%v", ss, qs, qs, BH, ([3], [2]))
+    k_type = tensor(qs, f8 if where == "argument" else "bf16")
+    return function(body, f"%q: {tensor(qs)}, %k: {k_type}, %v: {tensor(qs)}", [(o, qs)])
+
+
 def pretty_form() -> str:
     """Attention over Q, K, V [1, 64, 2, 64] as `jax.jit(f).lower(q, k, v).as_text()` prints it: StableHLO's pretty
     form (Tessera reads the generic one)."""

@@ -31,7 +31,8 @@ verifier refuses one too. (6) The pretty form JAX prints by default was refused 
 stablehlo.dot_general does not have a custom format.": the diagnostic says how to print the generic form. (7) A
 graph whose Q, K, V pass through JAX's sharding annotation, custom_call @Sharding, was rewritten but could not be
 run ("'stablehlo.custom_call' is not an op the StableHLO interpreter runs"): @Sharding runs as the identity, and
-another target is named.
+another target is named. (8) A float8 argument or op was refused by tessera-run without a place ("element type
+f8E4M3FN is not supported by the StableHLO interpreter"): the argument or the op is named with its line.
 """
 
 from __future__ import annotations
@@ -294,16 +295,24 @@ def test_malformed_graphs_exit_1_at_their_line(name, tool, tmp_path, capsys):
     assert re.search(rf"bad.mlir:{at}:\d+", err) and re.search(words, err), err
 
 
-@pytest.mark.parametrize("text, needle, words", [
+F8_INSIDE = graphs.float8_keys("inside")
+
+
+@pytest.mark.parametrize("text, at, words", [
     (graphs.gelu_around("chlo.tan"), "chlo.tan", "'chlo.tan' is not an op the StableHLO interpreter runs"),
     (graphs.sharded("SPMDFullToShardShape"), "SPMDFullToShardShape",
      "custom_call @SPMDFullToShardShape is not a target the StableHLO interpreter runs"),
+    (graphs.float8_keys("argument"), "1:1", r"func @main: argument %1: element type f8E4M3FN is not supported by the "
+                                            r"StableHLO interpreter"),
+    (F8_INSIDE, f"{_line(F8_INSIDE, 'f8E4M3FN')}:5", r"'stablehlo.convert': element type f8E4M3FN is not supported"),
 ])
-def test_an_op_outside_the_subset_is_named_where_the_graph_runs(text, needle, words, tmp_path, capsys):
-    """chlo.tan after the attention, a custom_call of another target than @Sharding before it: read and left
-    alone by the rewrite, named at its line by tessera-run (the interpreter does not run it)."""
+def test_an_op_outside_the_subset_is_named_where_the_graph_runs(text, at, words, tmp_path, capsys):
+    """chlo.tan after the attention, a custom_call of another target than @Sharding before it, a float8 K
+    argument or a round trip through float8: read (and the attention rewritten) but named at their line by
+    tessera-run, whose interpreter does not run them (`at`: a line:col, or the text on the op's line)."""
     path = tmp_path / "graph.mlir"
     path.write_text(text)
     assert tessera_run.main([str(path), "-p", "rewrite-attention{match=patterns}", "--compare"]) == 1
     err = capsys.readouterr().err
-    assert re.search(rf"graph.mlir:{_line(text, needle)}:5: .*{words}", err) and "Traceback" not in err, err
+    at = at if re.fullmatch(r"\d+:\d+", at) else f"{_line(text, at)}:5"
+    assert re.search(rf"graph.mlir:{at}: .*{words}", err) and "Traceback" not in err, err

@@ -238,7 +238,10 @@ class Interpreter:
                 if result.shape != _shape(value):
                     raise GraphInterpretationError(located(op, f"computed shape {list(result.shape)}, but the "
                                                                f"result type is {value.type}"))
-                env[value] = round_value(result, value.type, self.exact)
+                try:
+                    env[value] = round_value(result, value.type, self.exact)
+                except GraphInterpretationError as e:  # an element type it holds no values of (f8E4M3FN)
+                    raise GraphInterpretationError(located(op, str(e))) from None
         raise GraphInterpretationError(located(block.parent_op(), "a block without a return"))
 
     def run_op(self, op: Operation, x: list[np.ndarray]) -> Sequence[np.ndarray]:
