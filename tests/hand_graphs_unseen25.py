@@ -10,7 +10,7 @@ docstring says otherwise."""
 
 from __future__ import annotations
 
-from hand_graphs import NEG_INF, _Body, function, tensor, transpose
+from hand_graphs import NEG_INF, _Body, function, reshape, tensor, transpose
 from hand_graphs_unseen22 import BH, SCALE, _arguments, compare, dot, select
 
 B, H = 1, 2
@@ -365,3 +365,30 @@ def alibi_and_padded_rows(seq=64, d=64, valid=40) -> str:
         bias = body.binary("add", alibi(body, rows, cols, index), padded, index)
         return body.binary("add", s, body.broadcast(bias, index, ss, (2, 3)), ss)
     return _square(seq, d, biased)
+
+
+def torch_sdpa_math(batch=2, heads=2, seq=64, d=64) -> str:
+    """PyTorch's math SDPA (`torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` as
+    torch_xla exports its decomposition): Q and K^T each times sqrt(scale) (0.35355 in bf16), the products as
+    `bmm` over [batch * heads, seq, d] (Q, K^T and V reshaped to three dimensions; K transposed before), the causal
+    mask added as where(tril, 0, -inf), the softmax in float32 of the bf16 scores, P back to bf16, the output
+    reshaped to [batch, heads, seq, d]."""
+    body = _Body()
+    xs, flat, kt, ss = (batch, heads, seq, d), (batch * heads, seq, d), (batch * heads, d, seq), \
+        (batch * heads, seq, seq)
+    factor = "3.535160e-01"
+    q = reshape(body, body.binary("multiply", "%q", body.splat(factor, xs), xs), xs, flat)
+    k, _ = transpose(body, "%k", xs, (0, 1, 3, 2))
+    k = reshape(body, body.binary("multiply", k, body.splat(factor, (batch, heads, d, seq)), (batch, heads, d, seq)),
+                (batch, heads, d, seq), kt)
+    s = dot(body, q, k, flat, kt, ss, ([0], [0]), ([2], [1]))
+    hidden = iota_mask(body, seq, seq, ss, CAUSAL_FORMS["cols LE rows"])
+    s = body.binary("add", s, select(body, hidden, body.splat("0.0", ss), body.splat(NEG_INF["bf16"], ss), ss), ss)
+    wide = body.emit(f'"stablehlo.convert"({s}) : ({tensor(ss)}) -> {tensor(ss, "f32")}')
+    m = back(body, reduce(body, wide, "maximum", NEG_INF["f32"], ss, 2, "f32"), ss, 2, "f32")
+    e = body.emit(f'"stablehlo.exponential"({body.binary("subtract", wide, m, ss, "f32")}) : ({tensor(ss, "f32")}) -> '
+                  f'{tensor(ss, "f32")}')
+    p = body.binary("divide", e, back(body, reduce(body, e, "add", "0.0", ss, 2, "f32"), ss, 2, "f32"), ss, "f32")
+    p = body.emit(f'"stablehlo.convert"({p}) : ({tensor(ss, "f32")}) -> {tensor(ss)}')
+    o = dot(body, p, reshape(body, "%v", xs, flat), ss, flat, flat, ([0], [0]), ([2], [1]))
+    return function(body, _arguments("qkv", (xs, xs, xs)), [(reshape(body, o, flat, xs), xs)])

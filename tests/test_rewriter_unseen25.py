@@ -3,7 +3,9 @@ bodies with their operands swapped, the causal mask compared three other ways, t
 scores' shape, batching dimensions paired heads before batch (output transposed back to [batch, seq, heads,
 head_dim]), a float32 softmax whose max is over the bf16 scores, a two-sided window added with -inf (whole key
 blocks hidden), the mask's compare turned (keys at or after the query) added with -1e9, Q K^T V before the
-softmax (attention of queries Q K^T over V^T), a composite "tessera.attention", and chlo.erf after the attention.
+softmax (attention of queries Q K^T over V^T), a composite "tessera.attention", chlo.erf after the attention,
+Q, K, V through custom_call @Sharding, and PyTorch's math SDPA as torch_xla exports it (Q and K^T each scaled,
+bmm over [batch * heads, seq, d]).
 Each is rewritten and its outputs agree at Tile level with a float64 NumPy reference of the graph's semantics
 written here (one also in the PTX executor, one through `tessera-run --compare`). Left alone with their rule: the
 mask's compare turned, selected; a padding mask from a lengths argument; a max over the heads; dropout of rate 0
@@ -91,6 +93,12 @@ def v_before_softmax(q, k, v):
     return attention(s, np.swapaxes(v, -1, -2), np.swapaxes(v, -1, -2))
 
 
+def torch_math(q, k, v):
+    """Causal, Q and K each times sqrt(1/8) as bf16 rounds it (PyTorch's math SDPA), no other scale."""
+    c = float(ml_dtypes.bfloat16(0.3535534))
+    return attention(q * c * c * 8.0, k, v, causal(q.shape[2], k.shape[2]))  # (`attention` divides by 8)
+
+
 def composite(q, k, v):
     """BSHD, causal, scale 1/8."""
     q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
@@ -126,6 +134,7 @@ REWRITTEN = {
     "ALiBi -0.5 |i - j| from iota, no padded row": (
         graphs.alibi_and_padded_rows(valid=64), "patterns", [False],
         lambda q, k, v: attention(q, k, v, bias=-0.5 * np.abs(np.arange(64)[:, None] - np.arange(64)[None]))),
+    "PyTorch's math SDPA as torch_xla exports it": (graphs.torch_sdpa_math(), "patterns", [True], torch_math),
     "Q, K, V through custom_call @Sharding": (graphs.sharded(), "patterns", [True],
                                               lambda q, k, v: attention(q, k, v, causal(64, 64))),
 }
