@@ -95,6 +95,8 @@ class _AttentionConfigOp(IRDLOperation):
             shape = _shape(value)
             if len(shape) != 4 or shape[3] != d:
                 self._fail(f"{what} must be a tensor [batch, heads, seq, {d}], got {value.type}")
+            if 0 in shape:  # (no kernel launches a grid or a loop of none)
+                self._fail(f"{what} has an empty dimension ({value.type}): the kernels take sizes of at least 1")
             if _element(value) != self.dtype.data:
                 self._fail(f"{what} has element type {_element(value)}, but dtype is {self.dtype.data}")
         shapes = [_shape(v) for v in tensors.values()]

@@ -31,6 +31,8 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     IntAttr,
     IntegerAttr,
+    IntegerType,
+    Signedness,
     StringAttr,
     SymbolRefAttr,
     TensorType,
@@ -276,6 +278,13 @@ class CompareOp(IRDLOperation):
         _require_one_element_type(self, "lhs and rhs", (self.lhs, self.rhs))
         require(_tensor(self.result).element_type == i1, self,
                 f"the result must be i1, got {_tensor(self.result).element_type}")
+        if self.compare_type is not None:  # StableHLO's rule: the order the operands' type has (the interpreter's;
+            # NOTYPE, MHLO's word for it, is that order)
+            element = _tensor(self.lhs).element_type
+            orders = (("FLOAT", "TOTALORDER") if not isinstance(element, IntegerType) else
+                      ("UNSIGNED",) if element == i1 or element.signedness.data == Signedness.UNSIGNED else ("SIGNED",))
+            require(self.compare_type.word in (*orders, "NOTYPE"), self,
+                    f"compare_type {self.compare_type.word} does not order {element} (it takes {' or '.join(orders)})")
 
 
 @irdl_op_definition
@@ -423,6 +432,36 @@ class ReduceOp(IRDLOperation):
     dimensions = prop_def(DenseArrayBase)
     body = region_def()
     results_ = var_result_def()
+
+    def verify_(self) -> None:
+        """StableHLO's shape rules: N inputs of one shape, then N 0-d inits; `dimensions` distinct dimensions of
+        the inputs; result i the inputs' shape without them, in init i's element type; a body of 2N arguments.
+        (Unchecked, every consumer of the op, the matcher and the interpreter among them, would index past the
+        rank or read a result of another shape.)"""
+        operands = list(self.operands)
+        count = len(operands) // 2
+        require(len(operands) == 2 * count > 0 and len(self.results) == count, self,
+                f"takes N inputs, N init values and has N results, got {len(operands)} operands and "
+                f"{len(self.results)} results")
+        inputs, inits = operands[:count], operands[count:]
+        require(all(isinstance(v.type, TensorType) for v in (*operands, *self.results)), self,
+                "operands and results must be tensors")
+        shapes = {tuple(_tensor(v).get_shape()) for v in inputs}
+        require(len(shapes) == 1, self, f"inputs must have one shape, got {sorted(shapes)}")
+        shape = shapes.pop()
+        dims = _i64s(self.dimensions)
+        require(len(set(dims)) == len(dims) and all(0 <= d < len(shape) for d in dims), self,
+                f"dimensions {dims} must be distinct dimensions of the inputs (rank {len(shape)})")
+        kept = tuple(n for i, n in enumerate(shape) if i not in dims)
+        for i, (init, result) in enumerate(zip(inits, self.results)):
+            require(not _tensor(init).get_shape(), self, f"init value {i} must be 0-d, got {init.type}")
+            require(tuple(_tensor(result).get_shape()) == kept and
+                    _tensor(result).element_type == _tensor(init).element_type, self,
+                    f"result {i} must be tensor<{'x'.join(map(str, (*kept, _tensor(init).element_type)))}> (the "
+                    f"inputs without dimensions {dims}, in init value {i}'s type), got {result.type}")
+        blocks = list(self.body.blocks)
+        require(len(blocks) == 1 and len(blocks[0].args) == 2 * count, self,
+                f"the body must be one block of {2 * count} arguments")
 
 
 @irdl_op_definition

@@ -6,10 +6,12 @@
     tessera-opt graph.mlir -p 'rewrite-attention{match=patterns}' --rewrite-report
 
 `match=composite` (the default) replaces only the explicit marker `jax.lax.composite` emits,
-`stablehlo.composite "tessera.attention"(%q, %k, %v)`, without looking at its decomposition. Its contract:
-Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attributes` may say `layout =
-"BHSD"` for [batch, heads, seq, head_dim]), `causal` (bool, default false, bottom-right) and `scale`
-(default 1/sqrt(head_dim)) in `composite_attributes`; the result has Q's shape.
+`stablehlo.composite "tessera.attention"(%q, %k, %v)`, as its attributes say (`tessera.graph.match_composite`).
+Its contract: Q, K, V rank 4 in JAX's layout [batch, seq, heads, head_dim] (`composite_attributes` may say
+`layout = "BHSD"` for [batch, heads, seq, head_dim]), `causal` (bool, default false, bottom-right) and `scale`
+(default 1/sqrt(head_dim)) in `composite_attributes`, which names nothing else; the result has Q's shape. A
+decomposition that the forward matcher reads as another attention (masked, scaled or laid out otherwise) is a
+near miss: the attributes and the decomposition disagree.
 
 `match=patterns` also runs the XLA-style matcher, opt-in because such matchers are brittle (XLA removed its
 rewriter in 2025 for that reason): first every forward (`tessera.graph.match_attention_fwd`: BMM1 - [scale] -
@@ -35,7 +37,6 @@ configuration as the `backend_config` dictionary). Dead ops are removed. A repor
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -56,17 +57,16 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.graph.attention_match import (
-    BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, Refusal, backward_config, element, kernel_config, perm_to,
-    shape, where,
+    BACKWARD_TARGET, CANONICAL, FORWARD_TARGET, ForwardMatch, backward_config, kernel_config, perm_to, shape, where,
 )
 from tessera.graph.graph_edit import broadcast, converted, reshaped, transposed
 from tessera.graph.match_attention_bwd import BackwardMatch
+from tessera.graph.match_composite import COMPOSITE_NAME, match_composite
 from tessera.graph.remat import Merge, merge_recomputes, restore
 from tessera.graph.rewrite_report import REPORTS, Entry, RewriteReport
 
 MATCH_MODES = ("composite", "patterns")
 FORMS = ("tessera", "custom_call")
-COMPOSITE_NAME = "tessera.attention"
 
 
 @dataclass(frozen=True)
@@ -104,57 +104,6 @@ def _f32(x: float) -> float:
     import numpy as np
 
     return float(np.float32(x))
-
-
-def match_composite(op: Operation) -> ForwardMatch:
-    """The forward match a `stablehlo.composite "tessera.attention"` stands for (its contract: module
-    docstring); its `refusal` says why it cannot be replaced."""
-    from tessera.kernels import HEAD_DIMS
-
-    attrs = op.composite_attributes.data if op.composite_attributes is not None else {}
-    layout = attrs.get("layout", StringAttr("BSHD"))
-    labels = {"BSHD": (["b0", "q", "b1", "d"], ["b0", "k", "b1", "d"]),
-              "BHSD": (["b0", "b1", "q", "d"], ["b0", "b1", "k", "d"])}
-    m = ForwardMatch(None, op, *(op.operands[:3] if len(op.operands) == 3 else (None, None, None)),
-                     [], [], [], [], 1.0, False, 0, "", ops=[op])
-    m.found.append(f"composite \"{COMPOSITE_NAME}\"")
-    try:
-        if len(op.operands) != 3 or len(op.results) != 1:
-            raise Refusal(f"the composite takes {len(op.operands)} operands and has {len(op.results)} results; "
-                          "the contract is (Q, K, V) -> O")
-        if not isinstance(layout, StringAttr) or layout.data not in labels:
-            raise Refusal(f"composite_attributes.layout must be \"BSHD\" or \"BHSD\", got {layout}")
-        q_labels, k_labels = labels[layout.data]
-        m.q_labels, m.k_labels, m.v_labels, m.out_labels = list(q_labels), list(k_labels), list(k_labels), list(q_labels)
-        shapes = [shape(v) for v in op.operands]
-        if any(len(s) != 4 for s in shapes) or shape(op.results[0]) != shapes[0]:
-            raise Refusal(f"Q, K, V and O must be rank 4 and O of Q's shape, got {[list(s) for s in shapes]}")
-        q, k, v = ({lab: n for lab, n in zip(ls, s)} for ls, s in zip((q_labels, k_labels, k_labels), shapes))
-        if q["b0"] != k["b0"] or q["b1"] != k["b1"] or k != v or q["d"] != k["d"]:
-            raise Refusal(f"Q, K, V shapes {[list(s) for s in shapes]} do not agree in layout {layout.data}")
-        m.head_dim = q["d"]
-        if m.head_dim not in HEAD_DIMS:
-            raise Refusal(f"head_dim {m.head_dim} is not one the kernels support ({', '.join(map(str, HEAD_DIMS))})")
-        types = {element(x) for x in op.operands} | {element(op.results[0])}
-        if len(types) != 1 or not types <= {"bf16", "f16"}:
-            raise Refusal(f"Q, K, V, O are {', '.join(sorted(types))}: the kernels take bf16 or f16 (all alike)")
-        m.dtype = types.pop()
-        causal = attrs.get("causal", BoolAttr.from_bool(False))
-        if not isinstance(causal, IntegerAttr) or causal.type.width.data != 1:
-            raise Refusal(f"composite_attributes.causal must be true or false, got {causal}")
-        m.causal = bool(causal.value.data)
-        scale = attrs.get("scale")
-        if scale is not None and not isinstance(scale, FloatAttr):
-            raise Refusal(f"composite_attributes.scale must be a float, got {scale}")
-        m.scale = scale.value.data if scale is not None else 1 / math.sqrt(m.head_dim)
-        if not (0 < m.scale < float("inf")):
-            raise Refusal(f"composite_attributes.scale {m.scale:g} is not positive and finite")
-        if m.causal and q["q"] > k["k"]:
-            raise Refusal(f"causal with seq_q {q['q']} > seq_k {k['k']}: rows that see no key")
-        m.found.append(f"layout {layout.data}, causal {str(m.causal).lower()}, scale {m.scale:g}")
-    except Refusal as refusal:
-        m.refusal = refusal
-    return m
 
 
 def _config_text(config: dict) -> str:
@@ -342,7 +291,7 @@ def rewrite_function(fn: func.FuncOp, module: ModuleOp, mode: str, form: str) ->
     report = RewriteReport(fn.sym_name.data, mode)
     inline_calls(copy, module)
     block = copy.body.blocks.first
-    forwards = [match_composite(op) for op in block.ops
+    forwards = [match_composite(op, module) for op in block.ops
                 if op.name == "stablehlo.composite" and op.name_.data == COMPOSITE_NAME]
     backwards = []
     merge = Merge()

@@ -264,6 +264,21 @@ def test_attention_op_verifier_refuses_what_no_kernel_runs(tmp_path, capsys):
     assert "head_dim 80 is not one the kernels support" in err and re.search(r"bad\.mlir:\d+:\d+", err)
 
 
+def test_attention_op_verifier_refuses_an_empty_dimension(tmp_path, capsys):
+    """A hand-written tessera.attention of batch 0 (the kernels launch no grid of none; tessera-run raised the
+    interpreter's "sizes must be positive" when it ran): refused where the op is read."""
+    from hand_graphs import graph
+
+    path = tmp_path / "batch0.mlir"
+    path.write_text(graph(batch=2))
+    module, _ = rewrite_file(path)
+    path.write_text(str(module).replace("tensor<2x", "tensor<0x"))
+    assert tessera_opt.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"batch0\.mlir:\d+:\d+: .*'tessera.attention' op q has an empty dimension \(tensor<0x2x64x64xbf16>\): "
+                     r"the kernels take sizes of at least 1", err), err
+
+
 # endregion
 # region Running: the original graph against float64, the rewritten one against the original
 

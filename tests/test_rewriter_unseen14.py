@@ -16,10 +16,10 @@ Regressions:
   scores masked with -inf by the mask its max, sum and output take (else a near miss that says so);
   exp(s - logsumexp(s)) was reported as nothing, and P zeroed by a mask after the softmax as "matched, not
   rewritten: dropout": each is a near miss that says what it is.
-- a softmax's reduce over a dimension out of range (a seeded edit; the parser does not verify it) crashed the
-  pass: such a reduce is not a softmax's; so did scores divided by 0, in the forward or the backward, and
-  shapes or reduce bodies the interpreter cannot run in a mask or under dS (evaluated by the matcher): each is a
-  near miss naming the op.
+- a softmax's reduce over a dimension out of range (a seeded edit) crashed the pass; so did scores divided by 0,
+  in the forward or the backward, and shapes or reduce bodies the interpreter cannot run in a mask or under dS
+  (evaluated by the matcher): each is a near miss naming the op, but for reduces whose result shape contradicts
+  their dimensions, which the reduce verifier refuses at their line (round 25).
 - `tessera-run --compare` drew Flax's rank-3 DenseGeneral kernels ([in, heads, head_dim]) with variance 1, so a
   Flax layer's scores reached ~1e3, the softmax was one-hot and the comparison vacuous (errors of 1e8 within a
   tolerance of 3e8); weights of any rank are now drawn with variance 1/fan-in.
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tessera.tools import tessera_run
+from tessera.tools import tessera_opt, tessera_run
 from tessera.tools.tessera_opt import load_module, opt_context
 from tessera.tools.tessera_run_graph import generate_inputs, weight_fan_in
 from test_rewriter import bias_variant, ops_named, rewrite, rewrite_file
@@ -158,23 +158,14 @@ EDITS = [
     ("fwd_vmap_s128_d64", '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 3>}>',
      '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 2>}>',
      r"the max or the sum of the softmax at .* is not taken over the axis it normalises"),
-    # regression: a reduce over dimension 4 of a rank-4 tensor (the parser does not verify it) crashed the pass
-    # ("internal error in pass 'rewrite-attention': ValueError: 4 is not in list")
-    ("fwd_vmap_s128_d64", '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 3>}>',
-     '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 4>}>',
-     r"the max or the sum of the softmax at .* is not taken over the axis it normalises"),
     # regression: the scores divided by 0, in the forward and in the backward, crashed the pass (ZeroDivisionError)
     ("bwd_grad_f32_products_s128_d64", '%17 = "stablehlo.constant"() <{value = dense<8.000000e+00>',
      '%17 = "stablehlo.constant"() <{value = dense<0.000000e+00>', r"the scores are divided by 0 at"),
     ("bwd_grad_f32_products_s128_d64", '%78 = "stablehlo.constant"() <{value = dense<8.000000e+00>',
      '%78 = "stablehlo.constant"() <{value = dense<0.000000e+00>', r"'stablehlo.select' at .* is not part of a "
                                                                    r"softmax gradient"),
-    # regression: the backward's row sums over the batch (shapes the parser does not verify) or a reduce body the
-    # interpreter does not run crashed the pass in the softmax gradient's numeric check (ValueError)
-    ("bwd_grad_cross_q64_k192_d64", '%42 = "stablehlo.reduce"(%40, %41) <{dimensions = array<i64: 3>}>',
-     '%42 = "stablehlo.reduce"(%40, %41) <{dimensions = array<i64: 0>}>', r"under dS cannot be evaluated"),
-    ("bwd_grad_cross_q64_k192_d64", '%49 = "stablehlo.reduce"(%47, %48) <{dimensions = array<i64: 3>}>',
-     '%49 = "stablehlo.reduce"(%47, %48) <{dimensions = array<i64: 0>}>', r"under dS cannot be evaluated"),
+    # regression: a reduce body the interpreter does not run crashed the pass in the softmax gradient's numeric
+    # check (ValueError)
     ("bwd_grad_cross_q64_k192_d64", '%62 = "stablehlo.add"(%arg5, %arg6)', '%62 = "stablehlo.subtract"(%arg5, %arg6)',
      r"under dS cannot be evaluated: .* the interpreter runs reduce bodies"),
     # jax.nn.softmax(where=): the mask of its max, its input, its sum or its output turned upper-triangular
@@ -209,6 +200,33 @@ EDITS = [
 @pytest.mark.parametrize("name, old, new, rule", EDITS)
 def test_seeded_edits_are_refused(name, old, new, rule, tmp_path):
     assert_edit_refused(FIXTURES / f"{name}.mlir", old, new, rule, tmp_path)
+
+
+# (fixture, text replaced, by, the verifier's words): reduces whose result shape contradicts their dimensions. They
+# crashed the pass once ("ValueError: 4 is not in list"; the backward's row sums over the batch in the softmax
+# gradient's numeric check), then were near misses; the reduce verifier refuses them at their line now, as
+# StableHLO does (round 25: tessera-run crashed on the first with NumPy's "axis 4 is out of bounds").
+MALFORMED_REDUCES = [
+    ("fwd_vmap_s128_d64", '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 3>}>',
+     '%23 = "stablehlo.reduce"(%21, %22) <{dimensions = array<i64: 4>}>',
+     r"'stablehlo.reduce' op dimensions \[4\] must be distinct dimensions of the inputs \(rank 4\)"),
+    ("bwd_grad_cross_q64_k192_d64", '%42 = "stablehlo.reduce"(%40, %41) <{dimensions = array<i64: 3>}>',
+     '%42 = "stablehlo.reduce"(%40, %41) <{dimensions = array<i64: 0>}>', r"'stablehlo.reduce' op result 0 must be"),
+    ("bwd_grad_cross_q64_k192_d64", '%49 = "stablehlo.reduce"(%47, %48) <{dimensions = array<i64: 3>}>',
+     '%49 = "stablehlo.reduce"(%47, %48) <{dimensions = array<i64: 0>}>', r"'stablehlo.reduce' op result 0 must be"),
+]
+
+
+@pytest.mark.parametrize("name, old, new, message", MALFORMED_REDUCES)
+def test_malformed_reduces_are_refused_at_their_line(name, old, new, message, tmp_path, capsys):
+    text = (FIXTURES / f"{name}.mlir").read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "edited.mlir"
+    path.write_text(text.replace(old, new))
+    line = text[:text.index(old)].count("\n") + 1
+    assert tessera_opt.main([str(path), "-p", "rewrite-attention{match=patterns}", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert re.search(rf"edited.mlir:{line}:\d+: .*{message}", err) and "Traceback" not in err, err
 
 
 def test_a_float32_bias_cast_to_bf16_before_the_add_is_the_bf16_bias(tmp_path, capsys):

@@ -28,7 +28,8 @@ import time
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
-from tessera.graph.stablehlo_interpreter import entry_function, storage_dtype
+from tessera.graph.stablehlo_interpreter import GraphInterpretationError, entry_function, storage_dtype
+from tessera.ir.diagnostics import located
 
 
 def is_graph(module: ModuleOp) -> bool:
@@ -68,14 +69,18 @@ def generate_inputs(module: ModuleOp, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     inputs = []
     fan_in = weight_fan_in(module)
-    for arg in entry_function(module).body.blocks.first.args:
+    entry = entry_function(module)
+    for arg in entry.body.blocks.first.args:
         if not isinstance(arg.type, TensorType):
-            raise ValueError(f"argument %{arg.index} of the entry function is {arg.type}, not a tensor")
+            raise ValueError(located(entry, f"argument %{arg.index} of the entry function is {arg.type}, not a tensor"))
         shape = tuple(arg.type.get_shape())
         if any(n < 0 for n in shape):
-            raise ValueError(f"argument %{arg.index} of the entry function is {arg.type}: inputs are drawn for static "
-                             "shapes only (export the graph for concrete sizes)")
-        dtype = storage_dtype(arg.type.element_type)
+            raise ValueError(located(entry, f"argument %{arg.index} of the entry function is {arg.type}: inputs are "
+                                            "drawn for static shapes only (export the graph for concrete sizes)"))
+        try:
+            dtype = storage_dtype(arg.type.element_type)
+        except GraphInterpretationError as e:
+            raise GraphInterpretationError(located(entry, f"argument %{arg.index}: {e}")) from None
         if dtype.kind == "f":
             x = rng.standard_normal(shape)
             if len(shape) == 2 and min(shape) >= 16:

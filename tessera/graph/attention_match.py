@@ -139,6 +139,15 @@ def rounded_to(value: SSAValue, kind: str) -> bool:
     return bool(uses)
 
 
+def refuse_empty(tensors: dict[str, SSAValue]) -> None:
+    """Raise the Refusal naming the first of `tensors` (Q, K, V by name) with a dimension of size 0: the kernels
+    take sizes of at least 1 (the attention op's verifier and `tessera.attention` refuse an empty one), so a
+    graph of no batch, head, query or key is left as it is (its softmax over no key computes P.V = 0)."""
+    for name, value in tensors.items():
+        if 0 in shape(value):
+            raise Refusal(f"{name} has an empty dimension ({list(shape(value))}): the kernels take sizes of at least 1")
+
+
 def splat_constant(value: SSAValue, ops: list[Operation]) -> float | None:
     """The scalar a value holds if it is a splat constant seen through broadcast_in_dim/reshape/convert
     (recording those ops in `ops`), or a scalar computed from constants by `FOLDED_OPS`, else None."""
@@ -202,8 +211,8 @@ def row_reduce(value: SSAValue, kind: str, full: SSAValue, ops: list[Operation],
         return None
     dims = [int(d) for d in reduce.dimensions.get_values()]
     init = splat_constant(reduce.operands[1], [])
-    if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf) or not 0 <= dims[0] < len(shape(reduce.operands[0])):
-        return None  # (a dimension out of range is not verified by the parser: not a softmax's reduce)
+    if len(dims) != 1 or init != (0.0 if kind == "add" else -np.inf):
+        return None  # (dimensions in range and the result's shape: the reduce verifier, dialects/stablehlo.py)
     rank = len(shape(full))
     perm = list(range(rank))
     if source is not None:

@@ -14,6 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.graph.attention_match import (
     DOT,
+    FOLDED_OPS,
     KERNEL_TYPES,
     MASK_OPS,
     NEGATIVE_FILL,
@@ -29,6 +30,7 @@ from tessera.graph.attention_match import (
     match_softmax,
     perm_to,
     producer,
+    refuse_empty,
     rounded_to,
     shape,
     sides,
@@ -38,6 +40,9 @@ from tessera.graph.attention_match import (
     widened,
 )
 
+BIAS_OPS = MASK_OPS | FOLDED_OPS | {"stablehlo.abs", "stablehlo.maximum", "stablehlo.minimum"}
+"""Ops a bias computed from iota and constants (ALiBi's `-slope |i - j|`) is evaluated through
+(`_refuse_rows_without_keys`)."""
 ADDED_MASK_LIMIT = 2**25
 """An added tensor with more elements than this is not evaluated to see whether it is a mask: it stays a bias
 (what it is written as; the bound of the backward's numeric check, `NUMERIC_CHECK_LIMIT`)."""
@@ -365,6 +370,26 @@ def _causal_mask(m: ForwardMatch, s_labels: list, select: Operation, pred: SSAVa
         m.found.append(f"causal mask at {where(select)} (offset {offset} = seq_k - seq_q: bottom-right)")
 
 
+def _refuse_rows_without_keys(s_labels: list, add: Operation) -> None:
+    """Refuse a bias (`add` adds it to the scores labelled `s_labels`; an added mask that is not causal, or ALiBi
+    with padded rows) computed from iota and constants that hides every key from a query with -inf: the graph's
+    softmax is NaN on that row (-inf - max(-inf)), the kernel's 0 (its bias reads -inf as a hidden key, and a row
+    that sees none gives O = 0), as `_causal_mask` refuses a causal mask with seq_q > seq_k. A finite fill (-1e9)
+    is no such row: the graph and the kernel both average V over it. A bias given as data is the caller's."""
+    added = next(v for v in add.operands if not _reaches_dot(v))
+    if int(np.prod(shape(add.results[0]))) > ADDED_MASK_LIMIT:
+        return
+    try:
+        values = np.broadcast_to(evaluate(added, BIAS_OPS), shape(add.results[0]))
+    except Refusal:
+        return
+    blind = np.isneginf(values).all(axis=s_labels.index("k"))
+    if blind.any():
+        index = dict(zip([x for x in s_labels if x != "k"], np.argwhere(blind)[0]))
+        raise Refusal(f"the bias at {where(add)} hides every key from query {index['q']} with -inf: the graph "
+                      "computes NaN there, the kernel 0", add)
+
+
 def _logsumexp_softmax(value: SSAValue) -> Operation | None:
     """The `exponential` of `value` = exp(x - lse) (through converts) where lse is a log (of a sum, plus a max:
     jax.scipy.special.logsumexp) broadcast back, for a near-miss report; else None. Never rewritten."""
@@ -445,7 +470,8 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
     m.out_labels = dot_labels(m.bmm2, *((p_labels, v_labels) if p_index == 0 else (v_labels, p_labels)))
     m.found.append(f"softmax over the keys at {where(producer(softmax.p))}")
 
-    # masks: evaluated, a causal band mapped onto the bottom-right convention
+    # masks: evaluated (on scores of no empty dimension), a causal band mapped onto the bottom-right convention
+    refuse_empty({"Q": m.q, "K": m.k, "V": m.v})
     sq, sk = shape(m.q)[q_labels.index("q")], shape(m.k)[k_labels.index("k")]
     if len(walk.masks) > 1:
         raise Refusal(f"two masks on the scores (at {where(walk.masks[0][0])} and {where(walk.masks[1][0])})")
@@ -459,6 +485,8 @@ def _complete(m: ForwardMatch, p_index: int, dropout_ops: list[Operation]) -> No
             # "fill" of an added mask is the scale applied after it)
             walk.bias, walk.bias_factor = select, fill
             m.found.append(f"bias at {where(select)} ({describe(pred)}, a mask that is not causal)")
+    if walk.bias is not None:
+        _refuse_rows_without_keys(walk.labels_at(walk.bias, s_labels), walk.bias)
     if dropout_ops:
         m.found.append(f"dropout at {where(dropout_ops[-1])}")
     m.found.append(f"BMM2 at {where(m.bmm2)} (V {describe(m.v)})")

@@ -11,7 +11,7 @@ result, as XLA's CPU backend does; `dot_general` multiplies exactly and sums in 
 folds in f32 and rounds once. With `exact=True` every float value is float64 and nothing is rounded (a
 `convert` between float types does not round either): the float64 reference of the whole graph, against
 which `tessera.graph.graph_runtime` judges the original and the rewritten graph alike. `optimization_barrier` is
-the identity; `reduce_precision` rounds as XLA rounds (`reduce_precision`), and is the identity with `exact` (as a
+the identity, and so is `custom_call @Sharding` (JAX's sharding annotation, on one device); `reduce_precision` rounds as XLA rounds (`reduce_precision`), and is the identity with `exact` (as a
 `convert` is).
 
 Ops outside the subset (opaque `stablehlo.*` ops) raise `GraphInterpretationError` naming the op and its
@@ -238,7 +238,10 @@ class Interpreter:
                 if result.shape != _shape(value):
                     raise GraphInterpretationError(located(op, f"computed shape {list(result.shape)}, but the "
                                                                f"result type is {value.type}"))
-                env[value] = round_value(result, value.type, self.exact)
+                try:
+                    env[value] = round_value(result, value.type, self.exact)
+                except GraphInterpretationError as e:  # an element type it holds no values of (f8E4M3FN)
+                    raise GraphInterpretationError(located(op, str(e))) from None
         raise GraphInterpretationError(located(block.parent_op(), "a block without a return"))
 
     def run_op(self, op: Operation, x: list[np.ndarray]) -> Sequence[np.ndarray]:
@@ -247,8 +250,9 @@ class Interpreter:
         if name in self.handlers:
             return self.handlers[name](op, x, self.exact)
         result_type = op.results[0].type if op.results else None
-        if name in _BINARY:
-            return [_BINARY[name](x[0], x[1])]
+        if name in _BINARY:  # IEEE results (inf - inf is NaN), as the unary ops and divide: no NumPy warning
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                return [_BINARY[name](x[0], x[1])]
         if name == "stablehlo.divide":
             if np.issubdtype(x[0].dtype, np.integer):  # C's division, toward zero, exact at any width
                 with np.errstate(divide="ignore"):
@@ -311,6 +315,10 @@ class Interpreter:
             target = op.call_target_name.data
             if target in self.handlers:
                 return self.handlers[target](op, x, self.exact)
+            if target == "Sharding" and len(x) == len(op.results) == 1:  # a sharding annotation: the value itself
+                return [x[0]]
+            raise GraphInterpretationError(located(op, f"custom_call @{target} is not a target the StableHLO "
+                                                       "interpreter runs (it runs @Sharding and Tessera's attention)"))
         del result_type
         if op.name == "builtin.unregistered":
             name = op.op_name.data

@@ -19,7 +19,8 @@ It is xDSL 0.74's `Parser` with what Tessera needs of a parser on top, each part
   StableHLO with debug info) and location ranges are read (`tessera.ir.location_aliases`);
 - an op or attribute of a dialect in `OPAQUE_DIALECTS` (StableHLO and its companions) that Tessera does not
   define is read as an unregistered one (`UnregisteredOp`, `UnregisteredAttr`), which passes leave alone;
-  unknown ops of any other dialect stay errors;
+  unknown ops of any other dialect stay errors; such an op in its pretty form (JAX's default printing) is
+  reported with how to print the generic form Tessera reads;
 - the text is remembered under its file name (`tessera.ir.diagnostics.remember_source`), so that the tools can
   print the source line under a located diagnostic.
 
@@ -95,10 +96,12 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         self.value_names: dict[SSAValue, str] = {}
         self._first_forward_use: dict[str, Span] = {}
         self._too_deep_at: int | None = None  # where the innermost op being parsed starts, at a RecursionError
+        self._op_name = ""  # the name of the op being parsed, as the text spells it
         remember_source(name, line_offset, text)
         self._scan_location_aliases(text)
 
     def _get_op_by_name(self, name: str):
+        self._op_name = name  # (an opaque op's class is named builtin.unregistered: `parse_operation` names it)
         op_type = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if op_type is None and name.split(".")[0] in OPAQUE_DIALECTS:
             return opaque_op(name)
@@ -144,6 +147,15 @@ class TesseraParser(HexFloatLiterals, LocationAliases, Parser):
         except VerifyException as e:  # a property or attribute of the op failing its constraint while parsed
             span = Span(start, max(self.pos, start + 1), self.lexer.input, self.line_offset)
             raise LocatedVerifyException(span.print_with_context(str(e)).rstrip("\n")) from e
+        except ParseError as e:
+            name = self._op_name if e.msg.endswith(" does not have a custom format.") else ""
+            if name.split(".")[0] in OPAQUE_DIALECTS:  # JAX prints StableHLO's pretty form unless asked otherwise
+                raise ParseError(e.span, f"Operation {name} does not have a custom format here: Tessera reads "
+                                         "StableHLO in MLIR's generic form "
+                                         f"(\"{name}\"(...) <{{...}}> : ...), which JAX prints with "
+                                         "lowered.compiler_ir(\"stablehlo\").operation.get_asm("
+                                         "print_generic_op_form=True)") from None
+            raise
         except RecursionError:
             # Regions or attribute values nested past Python's recursion limit: remember the innermost op (no
             # call here, there is no stack left), `parse_module` reports it.
