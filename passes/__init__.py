@@ -117,6 +117,12 @@ def _mask_by_mma() -> type[ModulePass]:
     return MaskByMmaPass
 
 
+def _mask_causal_by_mma() -> type[ModulePass]:
+    from tessera.passes.mask_causal_by_mma import MaskCausalByMmaPass
+
+    return MaskCausalByMmaPass
+
+
 def _multicast_cluster_copies() -> type[ModulePass]:
     from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
 
@@ -136,6 +142,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
     "mask-by-mma": _mask_by_mma,
+    "mask-causal-by-mma": _mask_causal_by_mma,
     "rewrite-attention": _rewrite_attention,
     "form-clusters": _form_clusters,
     "multicast-cluster-copies": _multicast_cluster_copies,
