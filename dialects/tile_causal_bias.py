@@ -52,30 +52,28 @@ WARP_ROWS = 16
 WARPGROUP_ROWS = 64
 """Rows of a score tile one warpgroup holds (wgmma's M)."""
 
-CLAMP_LOW = -WARP_ROWS
-"""A window's offset e below this hides every element (clamped: the table ends there)."""
+def table_rows(rows: int, keys: int) -> int:
+    """Rows of the table of an [M, N] score tile: x spans [-(M + N - 9), M + N - 1] (`window_row` over the
+    offsets `window_offset` gives), 2 (M + N) - 9 rows, padded by one to an even count."""
+    return 2 * (rows + keys) - 8
 
 
-def table_rows(keys: int) -> int:
-    """Rows of the table of a score tile with `keys` columns: x spans [-(keys + 7), keys + 15] (2 keys + 23
-    rows, `window_row`), padded by one to a multiple of 8."""
-    return 2 * keys + 24
+def table_origin(table: int) -> int:
+    """The row holding x = 0 of a table of `table` rows (`table_rows`: M + N - 9)."""
+    return table // 2 - 5
 
 
-def table_origin(keys: int) -> int:
-    """The table row holding x = 0."""
-    return keys + 7
+def window_offset(d, warpgroup, warp, rows: int, keys: int):
+    """e = D' + 64 w + 16 p with D' = D clamped to [-M, N - 1]: at or below -M every element of the [M, N]
+    tile is hidden (c - R >= -(M - 1) > D), at or above N - 1 none (c - R <= N - 1 <= D), so the clamp
+    changes no mask, and it bounds e to [-M, N - 1 + M - 16]: one clamp a trip, the slices 16 rows apart."""
+    return np.clip(d, -rows, keys - 1) + WARPGROUP_ROWS * warpgroup + WARP_ROWS * warp
 
 
-def window_offset(d, warpgroup, warp, keys: int):
-    """e = D + 64 w + 16 p clamped to [-16, keys - 1]: beyond it the window is all -H (below) or all +0."""
-    return np.clip(d + WARPGROUP_ROWS * warpgroup + WARP_ROWS * warp, CLAMP_LOW, keys - 1)
-
-
-def window_row(column, chunk, e, keys: int):
+def window_row(column, chunk, e, origin: int):
     """The table row a k16 slice with offset `e` reads for score column `column`, K chunk `chunk` (0/1):
     x = c + 8 j - 8 - e, plus the origin."""
-    return column + TABLE_COLUMNS * chunk - TABLE_COLUMNS - e + table_origin(keys)
+    return column + TABLE_COLUMNS * chunk - TABLE_COLUMNS - e + origin
 
 
 def slice_position(row_in_warpgroup):
@@ -89,8 +87,8 @@ def slice_position(row_in_warpgroup):
 @irdl_op_definition
 class CausalBiasTableOp(IRDLOperation):
     """`tile.causal_bias_table %t : !tile.tile<Rx8xbf16, shared>`: write the causal bias table into %t: element
-    (r, i) becomes -H = -2^100 where r - i > O and +0 elsewhere, O = R / 2 - 5 (`table_origin` of the score
-    tile's N keys, R = 2 N + 24): row r holds g(x) for x = r - O, g(x)[i] = -H iff x - i > 0.
+    (r, i) becomes -H = -2^100 where r - i > O and +0 elsewhere, O = R / 2 - 5 (`table_origin`; an [M, N] score
+    tile's table has R = 2 (M + N) - 8 rows): row r holds g(x) for x = r - O, g(x)[i] = -H iff x - i > 0.
 
     Invariants: %t is a plain, unswizzled shared tile of 16-byte rows (the no-swizzle K-major layout wgmma reads
     through descriptors with LBO = SBO = 128), written by this op alone, once, before any `tile.causal_bias`
@@ -107,9 +105,9 @@ class CausalBiasTableOp(IRDLOperation):
         super().__init__(operands=[table])
 
     @property
-    def keys(self) -> int:
-        """N, the score columns the table serves."""
-        return (tile_type(self.table).get_shape()[0] - 24) // 2
+    def origin(self) -> int:
+        """The row holding x = 0 (`table_origin`)."""
+        return table_origin(tile_type(self.table).get_shape()[0])
 
     def verify_(self) -> None:
         ty = tile_type(self.table)
@@ -120,26 +118,26 @@ class CausalBiasTableOp(IRDLOperation):
                 f"the causal bias table is unswizzled (no-swizzle K-major rows), got swizzle {ty.swizzle_bytes}")
         rows = ty.get_shape()[0]
         require(rows >= 24 and rows % 2 == 0, self,
-                f"the causal bias table has 2 N + 24 rows for N score columns, got {rows}")
+                f"the causal bias table has 2 (M + N) - 8 rows for an [M, N] score tile, got {rows}")
 
 
 @irdl_op_definition
 class CausalBiasOp(IRDLOperation):
     """`%r = tile.causal_bias %s, %t, %q0, %k0, %seq_q, %seq_k : !tile.tile<MxNxf32, register>,
-    !tile.tile<(2N+24)x8xbf16, shared>`: the causal mask of `tile.mask_causal` added by the tensor core:
+    !tile.tile<(2M+2N-8)x8xbf16, shared>`: the causal mask of `tile.mask_causal` added by the tensor core:
     r[i, j] = s[i, j] + b[i, j], b = -H = -2^100 where k0 + j > q0 + i + seq_k - seq_q, else +0, each sum
     rounded to f32 (so -H exactly where |s| < 2^75; the module docstring).
 
     How the lowering computes it (and the Tile interpreter, which reads the same table elements): with
     D = q0 + seq_k - seq_q - k0, warpgroup w's row R = 16 p + 8 (1 - j) + i takes b[R, c] from table row
-    `window_row(c, j, e, N)`, element i, e = `window_offset(D, w, p, N)`: four k16 wgmmas per warpgroup, A a
+    `window_row(c, j, e, O)`, element i, e = `window_offset(D, w, p, M, N)`: four k16 wgmmas per warpgroup, A a
     permuted identity in registers, B the table through a descriptor whose start moves with e.
 
     Invariants: %t was written by `tile.causal_bias_table` (published); M is a multiple of 64 and N of 8 (a
     wgmma's N, up to 256); the op reads %s as an accumulator: the lowering chains its wgmmas onto the group
     that produces %s (an accumulate branch, convert-tile-to-sm90's control.py). Refused by the verifier: a
     score tile that is not f32 [M, N] in registers with M % 64 == 0 and N % 8 == 0, or a table whose rows are
-    not 2 N + 24."""
+    not 2 (M + N) - 8."""
 
     name = "tile.causal_bias"
     T: ClassVar = VarConstraint("T", TILE)
@@ -168,5 +166,5 @@ class CausalBiasOp(IRDLOperation):
                 f"the score tile is [64 m, 8 n] (wgmma's M, its N up to 256), got [{rows}, {keys}]")
         table = tile_type(self.table)
         require_space(self, "table", table, MemSpace.SHARED)
-        require(table.rank == 2 and table.get_shape()[0] == table_rows(keys), self,
-                f"the table of {keys} keys has {table_rows(keys)} rows, got {table}")
+        require(table.rank == 2 and table.get_shape()[0] == table_rows(rows, keys), self,
+                f"the table of a [{rows}, {keys}] score tile has {table_rows(rows, keys)} rows, got {table}")

@@ -15,7 +15,7 @@ Output: the table written once per block, the mask added after the score mma's g
 wgmmas (`tile.causal_bias`) on the masked trips of blocks whose first row sees key 0, the select kept for the
 others:
 
-    tile.causal_bias_table %causal_table                    // entry block, once: [2N + 24, 8] bf16
+    tile.causal_bias_table %causal_table                    // entry block, once: [2 (M + N) - 8, 8] bf16
     %blind = arith.cmpi slt, %q0 + %seq_k - %seq_q, 0       // before the loop: the block's first row sees no key
     %sighted = arith.cmpi sge, %q0 + %seq_k - %seq_q, 0
     ...
@@ -82,7 +82,7 @@ SCALE_CHAIN_BOUND = 2.0 ** 26
 product with log2(e) where the softmax exponentiates base 2, stay below f32's 2^128."""
 
 TABLE_NAME = "causal_table"
-"""The table's name (one per score width and function)."""
+"""The table's name (one per score shape and function)."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,10 @@ class CausalScores:
     loop: scf.ForOp
 
 
-def table_type(keys: int) -> TileType:
-    """The [2N + 24, 8] bf16 unswizzled shared table of a score tile with N columns."""
-    return TileType([causal_bias.table_rows(keys), causal_bias.TABLE_COLUMNS], BFloat16Type(), MemSpace.SHARED)
+def table_type(score: TileType) -> TileType:
+    """The [2 (M + N) - 8, 8] bf16 unswizzled shared table of an [M, N] score tile."""
+    return TileType([causal_bias.table_rows(*score.get_shape()), causal_bias.TABLE_COLUMNS], BFloat16Type(),
+                    MemSpace.SHARED)
 
 
 def _scale_chain(value: SSAValue) -> tuple[SSAValue, float] | None:
@@ -148,7 +149,7 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
         return None
     if not keys_past_limit_are_zero(fn, mma, mask.seq_k):
         return None
-    table = table_type(keys)
+    table = table_type(ty)
     extra = 0 if _existing_table(fn, table) else -(-math.prod(table.get_shape()) * 2 // SHARED_ALIGNMENT_BOUND) \
         * SHARED_ALIGNMENT_BOUND
     if shared_bytes_bound(fn) + extra > MAX_SHARED_MEMORY_PER_BLOCK:
@@ -185,7 +186,7 @@ def add_causal_bias(fn: func.FuncOp, site: CausalScores) -> None:
     """Rewrite one site (module docstring): the guard before the loop, the bias branch after the score mma,
     the masks' branch taken only by blind blocks."""
     mask, mma = site.mask, site.mma
-    table = causal_table(fn, table_type(mma.result.type.get_shape()[1]))
+    table = causal_table(fn, table_type(mma.result.type))
     shift = _named(arith.SubiOp(_named(arith.AddiOp(mask.q_start, mask.seq_k), "q0_plus_seq_k"), mask.seq_q),
                    "first_row_limit")
     zero = arith.ConstantOp(IntegerAttr(0, IndexType()))

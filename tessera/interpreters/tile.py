@@ -388,7 +388,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         (`tile_causal_bias`)."""
         (dest,) = args
         rows, columns = op.table.type.get_shape()
-        x = np.arange(rows)[:, None] - causal_bias.table_origin(op.keys)
+        x = np.arange(rows)[:, None] - op.origin
         hidden = x - np.arange(columns)[None, :] > 0
         dest.publish_whole(self.batch, op, "the causal bias table",
                            np.where(hidden, -2.0 ** causal_bias.CAUSAL_BIAS_LOG2, 0.0))
@@ -407,8 +407,10 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
              - self.batch.index_array(k0))
         row = np.arange(rows)
         warp, chunk, element = causal_bias.slice_position(row % causal_bias.WARPGROUP_ROWS)
-        e = causal_bias.window_offset(d[:, None], (row // causal_bias.WARPGROUP_ROWS)[None, :], warp[None, :], keys)
-        x = causal_bias.window_row(np.arange(keys)[None, None, :], chunk[None, :, None], e[:, :, None], keys)
+        e = causal_bias.window_offset(d[:, None], (row // causal_bias.WARPGROUP_ROWS)[None, :], warp[None, :], rows,
+                                      keys)
+        origin = causal_bias.table_origin(op.table.type.get_shape()[0])
+        x = causal_bias.window_row(np.arange(keys)[None, None, :], chunk[None, :, None], e[:, :, None], origin)
         bias = table[np.arange(self.batch.size)[:, None, None], x, element[None, :, None]]
         return self._register_tile(op, np.asarray(s, F32) + bias.astype(F32))
 
