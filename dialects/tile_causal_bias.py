@@ -6,8 +6,8 @@ interpreters share.
 Why a table: the causal mask hides element (R, c) of a score tile where c - R > D, a threshold per row AND
 column (`tile.mask_causal`). An additive mask of that shape is S += A . B with A a (permuted) identity and B
 the rows' masks, K = 64 per warpgroup of 64 rows (the staircase has full rank). Each k16 slice's B is a window
-of one static table (row x, element i: -H where x - i > 0, else +0) whose start moves with D, so the table is
-written once per block and only the descriptor moves (`mask_causal_by_mma.py`, the lowering's
+of one static table (row x, element i: -H where x - i > 0, else +0) whose start moves with D, and its A a fixed
+window of an identity kept after it, so the table is written once per block and only B's descriptor moves (`mask_causal_by_mma.py`, the lowering's
 `causal_bias.py`).
 
 Why -H and not -inf: A has zeros, and 0 x -inf = NaN. H = 2^100 is exact in bf16; a score S with
@@ -52,15 +52,44 @@ WARP_ROWS = 16
 WARPGROUP_ROWS = 64
 """Rows of a score tile one warpgroup holds (wgmma's M)."""
 
+A_ROWS = 120
+"""The rows after the bias windows that hold A: an 8 x 8 identity at `A_IDENTITY_ROW` .. + 7 (row
+A_IDENTITY_ROW + i has its one at element i) between zeros; slice p's A (K-major, no swizzle, LBO = SBO =
+128: element (m, 8 j + i) at row m + 8 j, element i) starts at `a_window_row(p)`, so that its one of row
+m = 16 p + 8 (1 - j) + i sits at K index 8 j + i (`slice_position`). The windows span rows 0 .. 48 + 71."""
+
+A_IDENTITY_ROW = 56
+"""The A region's row holding the identity's first one: slice 3's window starts at row 0 of the region."""
+
+
 def table_rows(rows: int, keys: int) -> int:
-    """Rows of the table of an [M, N] score tile: x spans [-(M + N - 9), M + N - 1] (`window_row` over the
-    offsets `window_offset` gives), 2 (M + N) - 9 rows, padded by one to an even count."""
-    return 2 * (rows + keys) - 8
+    """Rows of the table of an [M, N] score tile: the bias windows (x spans [-(M + N - 9), M + N - 1] over the
+    offsets `window_offset` gives: 2 (M + N) - 9 rows, padded by one to an even count), then `A_ROWS`."""
+    return 2 * (rows + keys) - 8 + A_ROWS
+
+
+def bias_rows(table: int) -> int:
+    """The rows of a table of `table` rows that hold the bias windows (the rest hold A)."""
+    return table - A_ROWS
 
 
 def table_origin(table: int) -> int:
     """The row holding x = 0 of a table of `table` rows (`table_rows`: M + N - 9)."""
-    return table // 2 - 5
+    return bias_rows(table) // 2 - 5
+
+
+def a_window_row(table: int, warp: int) -> int:
+    """The row where slice `warp`'s A window starts: its row 16 p + 8 + i, element i, is the identity's."""
+    return bias_rows(table) + A_IDENTITY_ROW - WARP_ROWS * warp - TABLE_COLUMNS
+
+
+def table_values(table: int) -> np.ndarray:
+    """The table's [table, 8] elements (float64): the bias windows' -H where x - i > 0, A's identity, zeros."""
+    x = np.arange(table)[:, None] - table_origin(table)
+    element = np.arange(TABLE_COLUMNS)[None, :]
+    bias = np.where(x - element > 0, -2.0 ** CAUSAL_BIAS_LOG2, 0.0)
+    identity = np.arange(table)[:, None] - bias_rows(table) - A_IDENTITY_ROW == element
+    return np.where(np.arange(table)[:, None] < bias_rows(table), bias, identity.astype(np.float64))
 
 
 def window_offset(d, warpgroup, warp, rows: int, keys: int):
@@ -86,9 +115,11 @@ def slice_position(row_in_warpgroup):
 
 @irdl_op_definition
 class CausalBiasTableOp(IRDLOperation):
-    """`tile.causal_bias_table %t : !tile.tile<Rx8xbf16, shared>`: write the causal bias table into %t: element
-    (r, i) becomes -H = -2^100 where r - i > O and +0 elsewhere, O = R / 2 - 5 (`table_origin`; an [M, N] score
-    tile's table has R = 2 (M + N) - 8 rows): row r holds g(x) for x = r - O, g(x)[i] = -H iff x - i > 0.
+    """`tile.causal_bias_table %t : !tile.tile<Rx8xbf16, shared>`: write the causal bias table into %t
+    (`table_values`): in its first R - 120 rows (`bias_rows`) element (r, i) becomes -H = -2^100 where
+    r - i > O and +0 elsewhere, O = (R - 120) / 2 - 5 (`table_origin`): row r holds g(x) for x = r - O,
+    g(x)[i] = -H iff x - i > 0; in its last 120 rows (`A_ROWS`), +0 but for an 8 x 8 identity of 1.0 (A's
+    slices). An [M, N] score tile's table has R = 2 (M + N) - 8 + 120 rows.
 
     Invariants: %t is a plain, unswizzled shared tile of 16-byte rows (the no-swizzle K-major layout wgmma reads
     through descriptors with LBO = SBO = 128), written by this op alone, once, before any `tile.causal_bias`
@@ -117,27 +148,28 @@ class CausalBiasTableOp(IRDLOperation):
         require(not ty.swizzle_bytes, self,
                 f"the causal bias table is unswizzled (no-swizzle K-major rows), got swizzle {ty.swizzle_bytes}")
         rows = ty.get_shape()[0]
-        require(rows >= 24 and rows % 2 == 0, self,
-                f"the causal bias table has 2 (M + N) - 8 rows for an [M, N] score tile, got {rows}")
+        require(rows >= 24 + A_ROWS and rows % 2 == 0, self,
+                f"the causal bias table has 2 (M + N) + 112 rows for an [M, N] score tile, got {rows}")
 
 
 @irdl_op_definition
 class CausalBiasOp(IRDLOperation):
     """`%r = tile.causal_bias %s, %t, %q0, %k0, %seq_q, %seq_k : !tile.tile<MxNxf32, register>,
-    !tile.tile<(2M+2N-8)x8xbf16, shared>`: the causal mask of `tile.mask_causal` added by the tensor core:
+    !tile.tile<(2M+2N+112)x8xbf16, shared>`: the causal mask of `tile.mask_causal` added by the tensor core:
     r[i, j] = s[i, j] + b[i, j], b = -H = -2^100 where k0 + j > q0 + i + seq_k - seq_q, else +0, each sum
     rounded to f32 (so -H exactly where |s| < 2^75; the module docstring).
 
     How the lowering computes it (and the Tile interpreter, which reads the same table elements): with
     D = q0 + seq_k - seq_q - k0, warpgroup w's row R = 16 p + 8 (1 - j) + i takes b[R, c] from table row
     `window_row(c, j, e, O)`, element i, e = `window_offset(D, w, p, M, N)`: four k16 wgmmas per warpgroup, A a
-    permuted identity in registers, B the table through a descriptor whose start moves with e.
+    permuted identity read from the table's last rows (`a_window_row`), B the table through a descriptor whose
+    start moves with e.
 
     Invariants: %t was written by `tile.causal_bias_table` (published); M is a multiple of 64 and N of 8 (a
     wgmma's N, up to 256); the op reads %s as an accumulator: the lowering chains its wgmmas onto the group
     that produces %s (an accumulate branch, convert-tile-to-sm90's control.py). Refused by the verifier: a
     score tile that is not f32 [M, N] in registers with M % 64 == 0 and N % 8 == 0, or a table whose rows are
-    not 2 (M + N) - 8."""
+    not 2 (M + N) + 112."""
 
     name = "tile.causal_bias"
     T: ClassVar = VarConstraint("T", TILE)

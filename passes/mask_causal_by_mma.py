@@ -17,15 +17,15 @@ others:
 
     tile.causal_bias_table %causal_table                    // entry block, once: [2 (M + N) - 8, 8] bf16
     %blind = arith.cmpi slt, %q0 + %seq_k - %seq_q, 0       // before the loop: the block's first row sees no key
-    %sighted = arith.cmpi sge, %q0 + %seq_k - %seq_q, 0
+    %biased_from = arith.select %blind, %ub, %mid           // the loop's end where a path is never taken
+    %selected_from = arith.select %blind, %mid, %ub
     ...
     %s = tile.mma %q, %k, %c transpose_b
-    %plain = arith.ori (arith.cmpi slt, %iv, %mid), %blind
-    %b = scf.if %plain { scf.yield %s } else {
+    %b = scf.if (arith.cmpi slt, %iv, %biased_from) { scf.yield %s } else {
       %r = tile.causal_bias %s, %causal_table, %q0, %k0, %seq_q, %seq_k; scf.yield %r }
     ...
     %t = tile.scale %b by c
-    %m = scf.if (arith.ori %unmasked, %sighted) { scf.yield %t } else { tile.mask_causal ... }
+    %m = scf.if (arith.cmpi slt, %iv, %selected_from) { scf.yield %t } else { tile.mask_causal ... }
 
 Why the guard (`tile_causal_bias`'s docstring): a hidden score becomes -H = -2^100, not -inf; a row that has
 seen no visible key would take -H c as its maximum and p = 1 where the select gives -inf and p = 0. With the
@@ -37,9 +37,10 @@ keep the select on their masked trips: a block-uniform runtime branch, as the ma
 Preconditions (otherwise the loop keeps its select), besides the guard's:
 - the masks' branch holds one `tile.mask_causal` alone, reached from the score mma only through `tile.scale`s
   with a positive product c <= 2^26 (-H c, and its product with log2(e) in the exponent, stay finite in f32);
-  the score mma's result is read only on that way; `%q0`, `%seq_q`, `%seq_k` are defined before the loop and
-  `%k0`, `%mid` before the score mma;
-- the score tile is f32 [M, N] with M a multiple of 64 and N of 8 (N <= 256, one wgmma's N), from bf16
+  the score mma's result is read only on that way; `%q0`, `%seq_q`, `%seq_k` and `%mid` are defined before the
+  loop and `%k0` before the score mma;
+- the score tile is f32 [M, N] with M a multiple of 64 and N of 8, 128 <= N <= 256 (one wgmma's N; fewer
+  keys select more cheaply: `MIN_KEYS`), from bf16
   operands (the bias wgmmas, bf16 k16, chain on the score's accumulator: one shape and type). An f16 kernel
   keeps its select: f16's largest power of two is 2^15, so its -H would leave scores below 2^-10 only;
 - the keys past `%seq_k` are a tensor's zero-filled end (`mask_by_mma.keys_past_limit_are_zero`): the padding
@@ -80,6 +81,12 @@ from tessera.sm90.facts import MAX_SHARED_MEMORY_PER_BLOCK
 SCALE_CHAIN_BOUND = 2.0 ** 26
 """The largest product of the `tile.scale` factors between the score mma and the mask: -2^100 c, and its
 product with log2(e) where the softmax exponentiates base 2, stay below f32's 2^128."""
+
+MIN_KEYS = 128
+"""The fewest score columns the rewrite takes: a select per score costs a thread N / 2 FSEL and about N / 4
+compares, the bias a fixed 4 HGMMA and ~25 uniform instructions. At 48 keys (head_dim 256's 128 x 48 tile) the
+select's masked trip is 1.13x the steady one, and with the bias the steady trip was 19 SASS longer under every
+ptxas (383 against 364): kept as it is."""
 
 TABLE_NAME = "causal_table"
 """The table's name (one per score shape and function)."""
@@ -136,16 +143,16 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
     if not isinstance(ty.element_type, Float32Type) or ty.rank != 2:
         return None
     rows, keys = ty.get_shape()
-    if rows % causal_bias.WARPGROUP_ROWS or keys % 8 or keys > 256:
+    if rows % causal_bias.WARPGROUP_ROWS or keys % 8 or not MIN_KEYS <= keys <= 256:
         return None
     if not isinstance(mma.a.type.element_type, BFloat16Type):  # f16: its -H would be at most 2^15 (see below)
         return None
     cond = branch.cond.owner
     if not isinstance(cond, arith.CmpiOp):
         return None
-    if not all(_defined_before(v, loop) for v in (mask.q_start, mask.seq_q, mask.seq_k)):
+    if not all(_defined_before(v, loop) for v in (mask.q_start, mask.seq_q, mask.seq_k, cond.rhs)):
         return None
-    if not all(_defined_before(v, mma) for v in (mask.k_start, cond.lhs, cond.rhs)):
+    if not _defined_before(mask.k_start, mma):
         return None
     if not keys_past_limit_are_zero(fn, mma, mask.seq_k):
         return None
@@ -187,26 +194,30 @@ def add_causal_bias(fn: func.FuncOp, site: CausalScores) -> None:
     the masks' branch taken only by blind blocks."""
     mask, mma = site.mask, site.mma
     table = causal_table(fn, table_type(mma.result.type))
+    cond = site.branch.cond.owner
     shift = _named(arith.SubiOp(_named(arith.AddiOp(mask.q_start, mask.seq_k), "q0_plus_seq_k"), mask.seq_q),
                    "first_row_limit")
     zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
     blind = _named(arith.CmpiOp(shift.results[0], zero.result, "slt"), "blind")
-    sighted = _named(arith.CmpiOp(shift.results[0], zero.result, "sge"), "sighted")
-    Rewriter.insert_op([shift.operands[0].owner, shift, zero, blind, sighted], InsertPoint.before(site.loop))
-    cond = site.branch.cond.owner
-    unmasked = _named(arith.CmpiOp(cond.lhs, cond.rhs, "slt"), "unmasked")
-    plain = _named(arith.OrIOp(unmasked.results[0], blind.results[0]), "unbiased")
+    # the first trip of each masked path, or the loop's end where the block never takes it: one compare a trip
+    biased_from = _named(arith.SelectOp(blind.results[0], site.loop.ub, cond.rhs), "biased_from")
+    selected_from = _named(arith.SelectOp(blind.results[0], cond.rhs, site.loop.ub), "selected_from")
+    Rewriter.insert_op([shift.operands[0].owner, shift, zero, blind, biased_from, selected_from],
+                       InsertPoint.before(site.loop))
+    plain = _named(arith.CmpiOp(cond.lhs, biased_from.results[0], "slt"), "unbiased")
     scores = mma.result
     biased = tile.CausalBiasOp(scores, table, mask.q_start, mask.k_start, mask.seq_q, mask.seq_k)
     biased.result.name_hint = f"{scores.name_hint or 's'}_biased"
     then = Block([scf.YieldOp(scores)])
     new = scf.IfOp(plain.results[0], [scores.type], Region(then), Region(Block([biased, scf.YieldOp(biased.result)])))
     new.results[0].name_hint = biased.result.name_hint
-    Rewriter.insert_op([unmasked, plain, new], InsertPoint.after(mma))
+    Rewriter.insert_op([plain, new], InsertPoint.after(mma))
     scores.replace_uses_with_if(new.results[0], lambda use: use.operation not in (then.last_op, biased))
-    kept = _named(arith.OrIOp(site.branch.cond, sighted.results[0]), "unselected")
+    kept = _named(arith.CmpiOp(cond.lhs, selected_from.results[0], "slt"), "unselected")
     Rewriter.insert_op(kept, InsertPoint.before(site.branch))
     site.branch.operands[0] = kept.results[0]
+    if not cond.result.uses:
+        Rewriter.erase_op(cond)
 
 
 @dataclass(frozen=True)

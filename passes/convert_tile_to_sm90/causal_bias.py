@@ -1,21 +1,24 @@
 """convert-tile-to-sm90, the causal bias (`mask-causal-by-mma`): tile.causal_bias_table, written once per block,
 and tile.causal_bias, four k16 wgmmas per warpgroup that add the causal mask to the score accumulator.
 
-The table ([2 (M + N) - 8, 8] bf16, 16-byte rows, unswizzled: `tile_causal_bias.table_rows`) is the K-major B operand
-of no swizzle with LBO = SBO = 128 bytes: element (c, k) of a descriptor starting at byte s lies at
-s + (c / 8) 128 + (c % 8) 16 + (k / 8) 128 + (k % 8) 2 = s + 16 (c + 8 (k / 8)) + 2 (k % 8)
-(`tessera.sm90.descriptor.canonical_layout_offset`), so K chunk j of column c is the 16-byte table row c + 8 j
-past the start: a window of consecutive rows. Slice p of warpgroup w starts at table row
+The table ([2 (M + N) + 112, 8] bf16, 16-byte rows, unswizzled: `tile_causal_bias.table_rows`) is read as
+K-major operands of no swizzle with LBO = SBO = 128 bytes: element (c, k) of a descriptor starting at byte s lies
+at s + (c / 8) 128 + (c % 8) 16 + (k / 8) 128 + (k % 8) 2 = s + 16 (c + 8 (k / 8)) + 2 (k % 8)
+(`tessera.sm90.descriptor.canonical_layout_offset`), so K chunk j of row or column c is the 16-byte table row
+c + 8 j past the start: a window of consecutive rows. Slice p of warpgroup w reads B from table row
 `window_row(0, 0, e, origin) = origin - 8 - e`, e = `window_offset(D, w, p, M, N)` (D = q0 + seq_k - seq_q - k0
-clamped once to [-M, N - 1], then 64 w + 16 p: one descriptor a trip, the other slices 256 bytes apart); its A
-(registers, `a[i]` per the PTX ISA's m64nNk16 A fragment: rows g, g + 8, k 2t, 2t + 8 of warp p's rows) holds a
-one at (row 8 + i, k i) and (row i, k 8 + i): in thread (g, t) of warp p, registers a1 and a2 hold 1.0 where
-g = 2t (low half) or g = 2t + 1 (high half), a0 and a3 zero; the other warps' A of slice p is zero.
+clamped once to [-M, N - 1], then 64 w + 16 p: one descriptor a trip, the other slices 256 bytes apart), and A
+(a permuted identity, the same in every trip) from row `a_window_row(p)` of the identity kept after the bias
+rows: both operands in shared memory, no register to write, and each warp reads only its own rows of A.
 
-    table write (entry block):  every thread stores 16-byte rows tid, tid + T, ... (x = row - origin: element i
-                                -H where x > i); fence.proxy.async; bar.sync 0, T
-    causal bias (masked trip):  wgmma.fence; 4 x wgmma.m64nNk16.f32.bf16.bf16 {S}, {0, a_p, a_p, 0}, desc_p;
+    table write (entry block):  every thread stores 16-byte rows tid, tid + T, ... (`table_values`);
+                                fence.proxy.async; bar.sync 0, T
+    causal bias (masked trip):  wgmma.fence; 4 x wgmma.m64nNk16.f32.bf16.bf16 {S}, descA_p, descB_p;
                                 commit (an accumulate branch's group: control.py)
+
+An earlier form held A in registers (thread (g, t) of warp p: a1 and a2 one where g = 2t or 2t + 1, chosen by
+a select per slice on the warp index): its selects cost the steady trip 5 SASS under ptxas 13.5 and the masked
+one 18 (566/626 against 561/608).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ LAYOUT_STRIDE = 8 * ROW_BYTES
 """LBO = SBO: the next 8 columns and the next K chunk are both 8 rows further (the module docstring)."""
 
 BF16_ONE = 0x3F80
-"""1.0 in bf16."""
+"""1.0 in bf16 (A's ones)."""
 
 TABLE_ALIGNMENT = 128
 """The table's alignment: 16 would do (the descriptor's unit); 128 keeps its rows off a swizzled tile's lines."""
@@ -51,27 +54,40 @@ class CausalBiasLowering:
         self.values[op.result] = SharedTile(address, rows, cols, 2, swizzle=0)
 
     def _lower_CausalBiasTableOp(self, op: tile.CausalBiasTableOp, e: Emitter) -> None:
+        """Every thread writes whole 16-byte rows tid, tid + T, ... (`tile_causal_bias.table_values`): a bias
+        window's row x = r - origin is -H in element i where x > i; A's row y = r - (bias rows + 56) is 1.0 in
+        element y; then the table is published."""
         t = self._get(op.table)
         if not isinstance(t, SharedTile) or t.swizzle:
             refuse(op, "the causal bias table is an unswizzled shared tile of 16-byte rows")
-        origin = op.origin
+        bias_rows = causal_bias.bias_rows(t.rows)
         lanes = ROW_BYTES // 4
-        hidden_word, zero = e.splat(i32, causal_bias.CAUSAL_BIAS_BF16, lanes), e.splat(i32, 0, lanes)
-        hidden_high = e.splat(i32, causal_bias.CAUSAL_BIAS_BF16 << 16, lanes)
+        zero = e.splat(i32, 0, lanes)
+        low_halves = [2 * w for w in range(lanes)]
+        high_halves = [2 * w + 1 for w in range(lanes)]
+
+        def words(hidden_low, hidden_high, value: int):
+            """Each word's halves `value` where the predicates hold, +0 elsewhere (disjoint halves: a sum)."""
+            return e.addi(e.select(hidden_low, e.splat(i32, value, lanes), zero),
+                          e.select(hidden_high, e.splat(i32, value << 16, lanes), zero))
+
         for start in range(0, t.rows, self.threads):
             row = e.addi(self.tid, e.index(start))
-            x = e.broadcast(e.op(arith.SubiOp(row, e.index(origin))), lanes)
-            low = e.select(e.setp("gt", x, e.dense(IndexType(), [2 * w for w in range(lanes)])), hidden_word, zero)
-            high = e.select(e.setp("gt", x, e.dense(IndexType(), [2 * w + 1 for w in range(lanes)])), hidden_high, zero)
-            words = e.addi(low, high)  # disjoint halves: the sum is the two bf16s packed
+            x = e.broadcast(e.op(arith.SubiOp(row, e.index(op.origin))), lanes)
+            bias = words(e.setp("gt", x, e.dense(IndexType(), low_halves)),
+                         e.setp("gt", x, e.dense(IndexType(), high_halves)), causal_bias.CAUSAL_BIAS_BF16)
+            y = e.broadcast(e.op(arith.SubiOp(row, e.index(bias_rows + causal_bias.A_IDENTITY_ROW))), lanes)
+            identity = words(e.setp("eq", y, e.dense(IndexType(), low_halves)),
+                             e.setp("eq", y, e.dense(IndexType(), high_halves)), BF16_ONE)
             offset = e.op(arith.IndexCastOp(e.muli(row, e.index(ROW_BYTES)), i32))
             base = e.op(arith.AddiOp(t.address, offset))
             addresses = e.addi(e.broadcast(base, lanes), e.dense(i32, [4 * w for w in range(lanes)]))
-            store = lambda s, a=addresses, v=words: s.op(sm90.StSharedOp(a, v))
+            in_bias = e.cmpi(row, e.index(bias_rows), "slt")
+            e.if_(in_bias, lambda s, a=addresses, v=bias: s.op(sm90.StSharedOp(a, v)))
+            in_a = e.cmpi(row, e.index(bias_rows), "sge")
             if start + self.threads > t.rows:
-                e.if_(e.cmpi(row, e.index(t.rows), "slt"), store)
-            else:
-                store(e)
+                in_a = e.andi(in_a, e.cmpi(row, e.index(t.rows), "slt"))
+            e.if_(in_a, lambda s, a=addresses, v=identity: s.op(sm90.StSharedOp(a, v)))
         self._publish_table(e)
 
     def _publish_table(self, e: Emitter) -> None:
@@ -99,25 +115,19 @@ class CausalBiasLowering:
                                       last))
         start = e.op(arith.AddiOp(t.address, e.op(arith.IndexCastOp(e.muli(start_row, e.index(ROW_BYTES)), i32))))
         last_slice = e.op(sm90.MakeDescriptorOp(start, LAYOUT_STRIDE, LAYOUT_STRIDE, 0))
-        warp = e.op(arith.RemUIOp(e.op(arith.DivUIOp(self.tid, e.index(facts.WARP_SIZE))),
-                                  e.index(facts.WARPS_PER_WARPGROUP)))
-        lane = e.op(arith.RemUIOp(self.tid, e.index(facts.WARP_SIZE)))
-        g, pair = e.op(arith.DivUIOp(lane, e.index(4))), e.muli(e.op(arith.RemUIOp(lane, e.index(4))), e.index(2))
-        i32_const = lambda v: e.op(arith.ConstantOp(IntegerAttr(v, i32)))
-        zero = i32_const(0)
-        ones = e.addi(e.select(e.cmpi(g, pair, "eq"), i32_const(BF16_ONE), zero),
-                      e.select(e.cmpi(g, e.addi(pair, e.index(1)), "eq"), i32_const(BF16_ONE << 16), zero))
-        zeros = e.splat(i32, 0, 4)
+        a_start = e.op(arith.AddiOp(t.address, e.op(arith.ConstantOp(IntegerAttr(
+            causal_bias.a_window_row(t.rows, slices - 1) * ROW_BYTES, i32)))))
+        a_last = e.op(sm90.MakeDescriptorOp(a_start, LAYOUT_STRIDE, LAYOUT_STRIDE, 0))
         operands = []
         for p in range(slices):
-            # slice p's e is 16 (slices - 1 - p) below the last's: its window starts that many rows further
+            # slice p's e is 16 (slices - 1 - p) below the last's: its window starts that many rows further; its
+            # A window starts as many rows further too (`a_window_row`)
             further = causal_bias.WARP_ROWS * ROW_BYTES * (slices - 1 - p)
-            descriptor = e.op(sm90.DescriptorAdvanceOp(last_slice, further)) if further else last_slice
-            a = e.select(e.cmpi(warp, e.index(p), "eq"), ones, zero)
-            operands.append((e.shuffle(zeros, [0, 4, 5, 3], e.broadcast(a, 2)), descriptor))
-        e.op(sm90.WgmmaFenceOp())  # after the A registers are written (the PTX ISA's fence rule)
-        for registers, descriptor in operands:
-            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, registers, descriptor, keys, "bf16", 0, 0))
+            operands.append(tuple(e.op(sm90.DescriptorAdvanceOp(d, further)) if further else d
+                                  for d in (a_last, last_slice)))
+        e.op(sm90.WgmmaFenceOp())
+        for a, b in operands:
+            acc = e.op(sm90.WgmmaMmaAsyncOp(acc, a, b, keys, "bf16", 0, 0))
         e.op(sm90.WgmmaCommitGroupOp())
         self._set(op.result, acc)
         self.pending.append(PendingMma(op.result, [t]))

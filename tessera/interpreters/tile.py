@@ -384,14 +384,10 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
 
     @impl(tile.CausalBiasTableOp)
     def run_causal_bias_table(self, interpreter: Interpreter, op: tile.CausalBiasTableOp, args: PythonValues):
-        """Element (r, i) becomes -2^100 where r - i > O (the table's origin row), +0 elsewhere
-        (`tile_causal_bias`)."""
+        """The table's values (`tile_causal_bias.table_values`): the bias windows' -2^100 and +0, A's identity."""
         (dest,) = args
-        rows, columns = op.table.type.get_shape()
-        x = np.arange(rows)[:, None] - op.origin
-        hidden = x - np.arange(columns)[None, :] > 0
         dest.publish_whole(self.batch, op, "the causal bias table",
-                           np.where(hidden, -2.0 ** causal_bias.CAUSAL_BIAS_LOG2, 0.0))
+                           causal_bias.table_values(op.table.type.get_shape()[0]))
         return ()
 
     @impl(tile.CausalBiasOp)
