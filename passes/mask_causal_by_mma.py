@@ -43,6 +43,11 @@ Preconditions (otherwise the loop keeps its select), besides the guard's:
   keys select more cheaply: `MIN_KEYS`), from bf16
   operands (the bias wgmmas, bf16 k16, chain on the score's accumulator: one shape and type). An f16 kernel
   keeps its select: f16's largest power of two is 2^15, so its -H would leave scores below 2^-10 only;
+- the score mma starts from zeros (S = Q K^T: an additive bias in its accumulator, `flash_attention(bias=True)`,
+  may hold -inf, and a row whose visible keys are all -inf would then take -H c as its maximum);
+- the loop visits the key blocks from key 0 (`%k0 = %iv * N`, from trip 0), and the masked scores feed an
+  online softmax only (`feeds_online_softmax`: its running maximum, and exponentials against it), so that -H
+  acts as -inf does for a row that has seen key 0;
 - the keys past `%seq_k` are a tensor's zero-filled end (`mask_by_mma.keys_past_limit_are_zero`): the padding
   rows of the last query block see them, and their scores must be finite. Varlen, paged and split-KV kernels,
   FP8 (8-bit operands), score_mod (ops between the mma and the mask) and block-sparse (masks unbranched) fail
@@ -121,6 +126,44 @@ def _scale_chain(value: SSAValue) -> tuple[SSAValue, float] | None:
     return value, product
 
 
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    return owner.value.value.data if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr) \
+        else None
+
+
+def starts_at_key_zero(loop: scf.ForOp, k_start: SSAValue, keys: int) -> bool:
+    """Whether trip t of `loop` holds keys t N .. t N + N - 1 from trip 0 on: `%k0 = arith.muli %iv, N` in a
+    loop from 0 by 1 (so a row that sees key 0 sees it on the first trip)."""
+    owner = k_start.owner
+    if not isinstance(owner, arith.MuliOp) or (_constant(loop.lb), _constant(loop.step)) != (0, 1):
+        return False
+    iv = loop.body.block.args[0]
+    return {owner.lhs, owner.rhs} & {iv} != set() and keys in (_constant(owner.lhs), _constant(owner.rhs))
+
+
+def feeds_online_softmax(masked: SSAValue, loop: scf.ForOp) -> bool:
+    """Whether the masked scores are read only as the online softmax reads them: `tile.row_max`, whose result
+    only a `tile.element_max` with a running maximum (an iter_arg of `loop`) reads, and `tile.exp_subtract` /
+    `tile.exp2_subtract` of that element_max's result. There a hidden score -H c, which a row that has seen a
+    visible key never takes as its maximum, gives exp(-H c - m) = 0 as -inf does; a store of the scores, or an
+    exponential against the tile's own maximum (two_pass_attention's), would not."""
+    carried = set(loop.body.block.args[1:])
+    maxima = set()
+    for use in masked.uses:
+        op = use.operation
+        if isinstance(op, tile.RowMaxOp):
+            for inner in op.result.uses:
+                update = inner.operation
+                if not isinstance(update, tile.ElementMaxOp) or not carried & set(update.operands):
+                    return False
+                maxima.add(update.result)
+        elif not isinstance(op, tile.ExpSubtractOp | tile.Exp2SubtractOp) or use.index != 0:
+            return False
+    return bool(maxima) and all(use.operation.operands[1] in maxima for use in masked.uses
+                                if not isinstance(use.operation, tile.RowMaxOp))
+
+
 def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> CausalScores | None:
     """The rewrite of masks' branch `branch`, or None where the module docstring's preconditions fail."""
     if not branch.false_region.blocks or len(branch.results) != 1:
@@ -147,6 +190,9 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
         return None
     if not isinstance(mma.a.type.element_type, BFloat16Type):  # f16: its -H would be at most 2^15 (see below)
         return None
+    fill = mma.acc.owner
+    if not isinstance(fill, tile.FillOp) or fill.value.value.data != 0.0:  # S = Q K^T alone: no additive bias
+        return None
     cond = branch.cond.owner
     if not isinstance(cond, arith.CmpiOp):
         return None
@@ -155,6 +201,8 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
     if not _defined_before(mask.k_start, mma):
         return None
     if not keys_past_limit_are_zero(fn, mma, mask.seq_k):
+        return None
+    if not starts_at_key_zero(loop, mask.k_start, keys) or not feeds_online_softmax(branch.results[0], loop):
         return None
     table = table_type(ty)
     extra = 0 if _existing_table(fn, table) else -(-math.prod(table.get_shape()) * 2 // SHARED_ALIGNMENT_BOUND) \
