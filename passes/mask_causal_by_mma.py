@@ -76,8 +76,8 @@ from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.walk import walk_ops
 from tessera.passes.mask_by_mma import (
     SHARED_ALIGNMENT_BOUND,
-    _defined_before,
-    _masks_branches,
+    defined_before,
+    masks_branches,
     keys_past_limit_are_zero,
     shared_bytes_bound,
 )
@@ -196,9 +196,9 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
     cond = branch.cond.owner
     if not isinstance(cond, arith.CmpiOp):
         return None
-    if not all(_defined_before(v, loop) for v in (mask.q_start, mask.seq_q, mask.seq_k, cond.rhs)):
+    if not all(defined_before(v, loop) for v in (mask.q_start, mask.seq_q, mask.seq_k, cond.rhs)):
         return None
-    if not _defined_before(mask.k_start, mma):
+    if not defined_before(mask.k_start, mma):
         return None
     if not keys_past_limit_are_zero(fn, mma, mask.seq_k):
         return None
@@ -279,7 +279,7 @@ class MaskCausalByMmaPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [o for o in walk_ops(op) if isinstance(o, func.FuncOp)]:
             for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
-                for branch in _masks_branches(loop):
+                for branch in masks_branches(loop):
                     site = find_causal_scores(fn, loop, branch)
                     if site is not None:
                         add_causal_bias(fn, site)

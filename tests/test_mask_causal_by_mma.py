@@ -176,3 +176,25 @@ def test_minus_h_is_bf16s_two_to_the_hundred():
 
     assert causal_bias.CAUSAL_BIAS_BF16 == int(np.array(-2.0 ** causal_bias.CAUSAL_BIAS_LOG2,
                                                         ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_a_hidden_score_becomes_exactly_minus_h_below_the_bound_in_the_tensor_cores_arithmetic():
+    """Hopper's block FMA (`tessera.sm90.wgmma_numerics.block_fma`, the published bit-accurate model): S plus one
+    product 1 x -2^100 among zero products is exactly -2^100 for |S| < 2^75 (`SCORE_BOUND_LOG2`: S truncated
+    to the block's grid, 2^(100 - 25), contributes nothing), and not at 2^75; S plus products 1 x 0 stays S."""
+    from tessera.sm90.wgmma_numerics import block_fma
+
+    h = -2.0 ** causal_bias.CAUSAL_BIAS_LOG2
+    bound = 2.0 ** causal_bias.SCORE_BOUND_LOG2
+    a = np.zeros((1, 16))
+    a[0, 5] = 1.0
+    scores = np.array([0.0, 1.5, -3.25e4, np.nextafter(np.float32(bound), np.float32(0)), -float(np.nextafter(
+        np.float32(bound), np.float32(0)))], np.float32)
+    for s in scores:
+        hidden = np.zeros((1, 16))
+        hidden[0, 5], hidden[0, 6] = h, h  # the other -H meets a zero of A: 0 x -H
+        assert block_fma(a, hidden, np.array([[s]]), "bf16", "f32")[0, 0] == h, s
+        assert block_fma(a, np.zeros((1, 16)), np.array([[s]]), "bf16", "f32")[0, 0] == s, s
+    hidden = np.zeros((1, 16))
+    hidden[0, 5] = h
+    assert block_fma(a, hidden, np.array([[bound]]), "bf16", "f32")[0, 0] != h
