@@ -60,6 +60,10 @@ def test_the_table_is_written_once_and_the_bias_follows_the_score_mma():
     ("flash_attention_paged", dict(head_dim=128, causal=True)),   # keys past cache_seqlens: a page's leftovers
     ("flash_attention", dict(head_dim=64, causal=True, score_mod=lambda s, b, h, q, k: s * 0.5)),
     ("flash_attention", dict(head_dim=256, causal=True)),         # 48 keys a trip: the select is cheaper
+    ("flash_attention", dict(head_dim=128, causal=True, scale=2.0 ** 27)),  # -2^100 x 2^27 x log2(e) overflows
+    ("flash_attention", dict(head_dim=128, causal=True, bias=True)),  # a bias in the accumulator may be -inf
+    ("two_pass_attention", dict(head_dim=64, causal=True)),       # exp against each tile's own maximum
+    ("three_pass_attention", dict(head_dim=64, causal=True)),     # the masked scores are stored
 ])
 def test_the_select_stays_where_the_preconditions_fail(builder, options):
     module = getattr(kernels, builder)(**options)
