@@ -125,7 +125,8 @@ class CausalBiasTableOp(IRDLOperation):
     through descriptors with LBO = SBO = 128), written by this op alone, once, before any `tile.causal_bias`
     reads it. The op is collective (every thread of the block runs it) and publishes what it writes: after it
     the tensor core reads the table with no `tile.barrier` in between. Refused by the verifier: a tile that is
-    not a 2-D shared bf16 tile of 8 columns, unswizzled, with an even number of rows of at least 24."""
+    not a 2-D shared bf16 tile of 8 columns, unswizzled, with an even number of rows of at least 144 (the A rows
+    and 24)."""
 
     name = "tile.causal_bias_table"
     table = operand_def(TILE)
@@ -168,8 +169,8 @@ class CausalBiasOp(IRDLOperation):
     Invariants: %t was written by `tile.causal_bias_table` (published); M is a multiple of 64 and N of 8 (a
     wgmma's N, up to 256); the op reads %s as an accumulator: the lowering chains its wgmmas onto the group
     that produces %s (an accumulate branch, convert-tile-to-sm90's control.py). Refused by the verifier: a
-    score tile that is not f32 [M, N] in registers with M % 64 == 0 and N % 8 == 0, or a table whose rows are
-    not 2 (M + N) + 112."""
+    score tile that is not f32 [M, N] in registers with M % 64 == 0 and N % 8 == 0, or a table that is not
+    [2 (M + N) + 112, 8] of bf16."""
 
     name = "tile.causal_bias"
     T: ClassVar = VarConstraint("T", TILE)
@@ -198,5 +199,7 @@ class CausalBiasOp(IRDLOperation):
                 f"the score tile is [64 m, 8 n] (wgmma's M, its N up to 256), got [{rows}, {keys}]")
         table = tile_type(self.table)
         require_space(self, "table", table, MemSpace.SHARED)
-        require(table.rank == 2 and table.get_shape()[0] == table_rows(rows, keys), self,
-                f"the table of a [{rows}, {keys}] score tile has {table_rows(rows, keys)} rows, got {table}")
+        require(table.rank == 2 and table.get_shape() == (table_rows(rows, keys), TABLE_COLUMNS)
+                and isinstance(table.element_type, BFloat16Type), self,
+                f"the table of a [{rows}, {keys}] score tile is [{table_rows(rows, keys)}, {TABLE_COLUMNS}] of bf16, "
+                f"got {table}")

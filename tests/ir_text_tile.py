@@ -300,7 +300,7 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
     ('tile.key_bias', 'operand 1: wrong element type', 'index', 'i32',
      "'tile.key_bias': operand 'k_start' at position 1 does not"),
     ('tile.causal_bias', 'the table: rows of another score shape', '!tile.tile<720x8xbf16, shared>',
-     '!tile.tile<376x8xbf16, shared>', 'the table of a [128, 176] score tile has 720 rows'),
+     '!tile.tile<376x8xbf16, shared>', 'the table of a [128, 176] score tile is [720, 8] of bf16'),
     ('tile.causal_bias', 'the score: rows not a warpgroup multiple', '!tile.tile<128x176xf32, register>',
      '!tile.tile<96x176xf32, register>', 'the score tile is [64 m, 8 n]'),
     ('tile.causal_bias', 'the score: bf16', '!tile.tile<128x176xf32, register>',
