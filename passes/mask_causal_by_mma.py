@@ -40,9 +40,9 @@ Preconditions (otherwise the loop keeps its select), besides the guard's:
   the score mma's result is read only on that way; `%q0`, `%seq_q`, `%seq_k` and `%mid` are defined before the
   loop and `%k0` before the score mma;
 - the score tile is f32 [M, N] with M a multiple of 64 and N of 8, 128 <= N <= 256 (one wgmma's N; fewer
-  keys select more cheaply: `MIN_KEYS`), from bf16
-  operands (the bias wgmmas, bf16 k16, chain on the score's accumulator: one shape and type). An f16 kernel
-  keeps its select: f16's largest power of two is 2^15, so its -H would leave scores below 2^-10 only;
+  keys select more cheaply: `MIN_KEYS`), from 16-bit operands (the bias wgmmas, k16, chain on the score's
+  accumulator: one shape; they are bf16 whatever the scores' type, -2^100 being no f16, as mask-by-mma's bias
+  mma is bf16 on an f16 kernel's scores);
 - the score mma starts from zeros (S = Q K^T: an additive bias in its accumulator, `flash_attention(bias=True)`,
   may hold -inf, and a row whose visible keys are all -inf would then take -H c as its maximum);
 - the loop visits the key blocks from key 0 (`%k0 = %iv * N`, from trip 0), and the masked scores feed an
@@ -65,7 +65,7 @@ from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, IndexType, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IndexType, IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -188,7 +188,7 @@ def find_causal_scores(fn: func.FuncOp, loop: scf.ForOp, branch: scf.IfOp) -> Ca
     rows, keys = ty.get_shape()
     if rows % causal_bias.WARPGROUP_ROWS or keys % 8 or not MIN_KEYS <= keys <= 256:
         return None
-    if not isinstance(mma.a.type.element_type, BFloat16Type):  # f16: its -H would be at most 2^15 (see below)
+    if not isinstance(mma.a.type.element_type, BFloat16Type | Float16Type):
         return None
     fill = mma.acc.owner
     if not isinstance(fill, tile.FillOp) or fill.value.value.data != 0.0:  # S = Q K^T alone: no additive bias

@@ -55,7 +55,6 @@ def test_the_table_is_written_once_and_the_bias_follows_the_score_mma():
 
 @pytest.mark.parametrize("builder, options", [
     ("flash_attention", dict(head_dim=128)),                      # no causal mask
-    ("flash_attention", dict(head_dim=128, causal=True, dtype="f16")),  # f16's -H would be at most 2^15
     ("flash_attention_varlen", dict(head_dim=128, causal=True)),  # keys past a sequence: the next one's
     ("flash_attention_paged", dict(head_dim=128, causal=True)),   # keys past cache_seqlens: a page's leftovers
     ("flash_attention", dict(head_dim=64, causal=True, score_mod=lambda s, b, h, q, k: s * 0.5)),
@@ -99,10 +98,11 @@ def test_the_table_rows_are_the_windows_every_offset_reads():
 
 @pytest.mark.parametrize("head_dim, seq_q, seq_k", [
     (128, 1, 1), (128, 175, 175), (128, 176, 176), (128, 177, 177), (128, 300, 300), (128, 100, 333),
-    (128, 333, 100), (128, 129, 1), (64, 300, 300), (64, 333, 100), (64, 1, 129)])
+    (128, 333, 100), (128, 129, 1), (64, 300, 300), (64, 333, 100), (64, 1, 129), ("f16", 300, 177)])
 def test_tile_ir_bitwise_as_the_select(head_dim, seq_q, seq_k):
-    q, k, v = inputs(seq_q, seq_k, head_dim, heads=2)
-    module = kernels.flash_attention(head_dim=head_dim, causal=True)
+    q, k, v = inputs(seq_q, seq_k, 128 if head_dim == "f16" else head_dim, heads=2)
+    module = kernels.flash_attention(head_dim=128, causal=True, dtype="f16") if head_dim == "f16" else \
+        kernels.flash_attention(head_dim=head_dim, causal=True)
     o = tessera.interpret(tile_ir(module.clone()), q, k, v)
     assert np.array_equal(o, tessera.interpret(tile_ir(module, table=False), q, k, v))
     assert reference.check_attention(o, q, k, v, o.dtype, causal=True).ok
@@ -131,6 +131,7 @@ def test_lowered_bitwise_as_the_select(level, seq_q, seq_k):
     (dict(head_dim=128, grouped=True, return_lse=True), dict(seq_q=200, seq_k=300, heads=4, kv_heads=2)),
     (dict(head_dim=64), dict(seq_q=300, seq_k=177)),
     (dict(head_dim=128, block_n=128), dict(seq_q=200, seq_k=130)),
+    (dict(head_dim=128, dtype="f16"), dict(seq_q=300, seq_k=177)),   # bf16 bias wgmmas on f16 scores
     (dict(head_dim=128), dict(seq_q=1, seq_k=1)),
     (dict(head_dim=128), dict(seq_q=176, seq_k=176)),
 ])
