@@ -203,3 +203,17 @@ def test_a_hidden_score_becomes_exactly_minus_h_below_the_bound_in_the_tensor_co
     hidden = np.zeros((1, 16))
     hidden[0, 5] = h
     assert block_fma(a, hidden, np.array([[bound]]), "bf16", "f32")[0, 0] != h
+
+
+def test_the_select_stays_where_the_table_would_not_fit(monkeypatch):
+    """A kernel whose shared memory with the table (11,520 bytes at 128 x 176, 12,288 in the bound) would pass a
+    block's keeps its select: here the block's limit lowered to the kernel's own bound plus the table, or less."""
+    import tessera.passes.mask_causal_by_mma as pass_module
+    from tessera.passes.mask_by_mma import shared_bytes_bound
+    from xdsl.dialects import func
+
+    module = kernels.flash_attention(head_dim=128, causal=True)
+    (fn,) = [op for op in tile_ir(module.clone(), table=False).walk() if isinstance(op, func.FuncOp)]
+    for room, rewritten in ((12_288, True), (12_287, False)):  # the table rounded up to 1024 bytes
+        monkeypatch.setattr(pass_module, "MAX_SHARED_MEMORY_PER_BLOCK", shared_bytes_bound(fn) + room)
+        assert ("tile.causal_bias " in str(tile_ir(module.clone()))) is rewritten, room
