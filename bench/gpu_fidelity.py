@@ -63,6 +63,11 @@ def cases() -> list[Case]:
         Case("backward-d96", "backward", dict(batch=1, heads=2, seq_q=130, seq_k=257, head_dim=96, causal=False), 21),
         Case("backward-d192-causal", "backward", dict(batch=1, heads=2, seq_q=150, seq_k=190, head_dim=192,
                                                       causal=True), 22),
+        # mask-causal-by-mma: the third query block sees key 0 (its diagonal added by the tensor core, -2^100
+        # from a shared table, exactly -2^100 in the accumulator), the first two do not (the select, rows of
+        # zeros): both paths of one kernel, never run on a GPU
+        Case("forward-d128-causal-table", "forward", dict(batch=1, heads=2, seq_q=333, seq_k=200, head_dim=128,
+                                                          causal=True), 23),
     ]
     return found
 

@@ -66,20 +66,23 @@ VARIANTS = {
     "full, descriptors per trip": dict(overlap=True, peel=True, specialize=True, hoist=False),
     "full, masked tail split off": dict(overlap=True, peel="split", specialize=True),
     "full, masks selected": dict(overlap=True, peel=True, specialize=True, mask_mma=False),
+    "full, causal masks selected": dict(overlap=True, peel=True, specialize=True, causal_mma=False),
     "full, first trip peeled": dict(overlap="peel", peel=True, specialize=True),
     "all": dict(overlap=True, peel=True, specialize=True, pingpong=True),
     "full pipeline, cluster 2": dict(overlap=True, peel=True, specialize=True, cluster=2),
 }
 PTXAS_ALL = {"full pipeline (default)": "full pipeline", "full, descriptors per trip": "descs per trip",
              "full, masked tail split off": "masked tail split", "full, first trip peeled": "first trip peeled",
-             "full, masks selected": "masks selected"}
+             "full, masks selected": "masks selected", "full, causal masks selected": "causal selected"}
 """The variants `--ptxas-all` measures under every ptxas (row labels): the default, the default without
 `hoist-invariant-descriptors` (Q's k-step and the rings' descriptors re-computed on every trip), and the default
 with the masked trips in a loop of their own (`peel-masked-iterations` without `branch=true`), and the default
 with `overlap-softmax{fold=false}` (trip 0 peeled before the loop; the default runs it in the loop, the previous
 trip's P.V update under a branch: three of its loop's instructions, an empty wgmma group and the branch over it,
 run on the first trip only), and the default without `mask-by-mma` (the masked trip's bounds mask selected per
-score, 88 FSEL at 176 keys, where the default adds it with one more wgmma), measured in the same run."""
+score, 88 FSEL at 176 keys, where the default adds it with one more wgmma), and the default without
+`mask-causal-by-mma` (a causal kernel's diagonal selected per score, where the default adds it with four more
+wgmmas per warpgroup; the other kernels' rows are the default's), measured in the same run."""
 TRAFFIC_SIZES = {"batch": 1, "heads": 1, "seq_q": 256, "seq_k": 512}
 """The problem the traffic counter runs in the CTA simulator: one cluster of two query blocks, four key blocks."""
 
@@ -89,10 +92,11 @@ PEEL = {True: "peel-masked-iterations{branch=true}", "split": "peel-masked-itera
 
 
 def spec(stages: int, overlap=False, peel=False, specialize=False, pingpong=False, cluster=1, hoist=True,
-         mask_mma=True) -> str:
+         mask_mma=True, causal_mma=True) -> str:
     overlap_pass = "overlap-softmax{fold=false}" if overlap == "peel" else "overlap-softmax"
     tile = [f"assign-swizzle,pipeline-loops{{stages={stages}}}"] + ([overlap_pass] if overlap else []) + (
-        [PEEL[peel]] if peel else []) + (["mask-by-mma"] if peel is True and mask_mma else [])
+        [PEEL[peel]] if peel else []) + (["mask-by-mma"] if peel is True and mask_mma else []) + (
+        ["mask-causal-by-mma"] if peel is True and causal_mma else [])
     target = [LOWER] + ([f"warp-specialize{{pingpong={str(pingpong).lower()}}}"] if specialize else [])
     target += ["multicast-cluster-copies"] if cluster != 1 else []
     target += ["hoist-invariant-descriptors"] if specialize and hoist else []

@@ -17,7 +17,8 @@ The ops sit in files by concern: `tile_memory.py` (allocation, views, copies, ba
 `tile_compute.py` (mma, row reductions, softmax pieces, row broadcasts, conversions, masks),
 `tile_elementwise.py` (elementwise math with broadcasting, compare/select, iota, splat), `tile_backward.py`
 (the backward's shared stores, atomics and semaphores), `tile_clear_rows.py` (zeroing a key tile's rows past
-the sequence, and the bias tile of `mask-by-mma`), with the verifier helpers they share in
+the sequence, and the bias tile of `mask-by-mma`), `tile_causal_bias.py` (the causal diagonal's bias table and
+its mma, `mask-causal-by-mma`), with the verifier helpers they share in
 `tile_base.py`. This file holds the identity and size ops, registers the dialect (`Tile`) and re-exports
 every op, so that `tile.X` names each one.
 """
@@ -44,6 +45,7 @@ from tessera.dialects.tile_backward import (
     StoreSharedOp,
 )
 from tessera.dialects.tile_base import TILE, require_space, tile_type
+from tessera.dialects.tile_causal_bias import CausalBiasOp, CausalBiasTableOp
 from tessera.dialects.tile_clear_rows import ClearRowsOp, KeyBiasOp
 from tessera.dialects.tile_compute import (
     CastOp,
@@ -209,6 +211,8 @@ Tile = Dialect(
         ReleaseOp,
         ClearRowsOp,
         KeyBiasOp,
+        CausalBiasTableOp,
+        CausalBiasOp,
         LoadOp,
         LoadBroadcastOp,
         StoreGlobalOp,

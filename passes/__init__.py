@@ -117,6 +117,12 @@ def _mask_by_mma() -> type[ModulePass]:
     return MaskByMmaPass
 
 
+def _mask_causal_by_mma() -> type[ModulePass]:
+    from tessera.passes.mask_causal_by_mma import MaskCausalByMmaPass
+
+    return MaskCausalByMmaPass
+
+
 def _multicast_cluster_copies() -> type[ModulePass]:
     from tessera.passes.multicast_cluster_copies import MulticastClusterCopiesPass
 
@@ -136,6 +142,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "overlap-softmax": _overlap_softmax,
     "peel-masked-iterations": _peel_masked_iterations,
     "mask-by-mma": _mask_by_mma,
+    "mask-causal-by-mma": _mask_causal_by_mma,
     "rewrite-attention": _rewrite_attention,
     "form-clusters": _form_clusters,
     "multicast-cluster-copies": _multicast_cluster_copies,
@@ -316,13 +323,16 @@ warpgroup, no setmaxnreg. The simplest kernel, for tests and comparison; not the
 
 PIPELINED_PIPELINE = (
     "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true},mask-by-mma,"
-    "convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,slab-elementwise-chains,rematerialize-constants"
+    "mask-causal-by-mma,convert-tile-to-sm90,canonicalize,compute-distinct-lanes,cse,slab-elementwise-chains,"
+    "rematerialize-constants"
 )
 """Tile IR to Target IR with the K/V (and GEMM K) loops pipelined over two-slot rings, each trip's score mma
 issued before the previous trip's P.V mma (overlap-softmax), the masks run only on the trips that need them,
 under a warp-uniform branch in the one loop (peel-masked-iterations{branch=true}: the key-block body printed
 once, not again as a masked tail loop), a bounds mask of keys past a tensor's end added by the tensor core
-(mask-by-mma: one wgmma of a bias tile, no select per score)."""
+(mask-by-mma: one wgmma of a bias tile, no select per score), and a causal diagonal's mask too where every row
+of the query block sees key 0 (mask-causal-by-mma: four wgmmas per warpgroup reading windows of a table written
+once; the select kept for the other blocks)."""
 
 SPECIALIZED_PIPELINE = PIPELINED_PIPELINE + ",warp-specialize,multicast-cluster-copies,hoist-invariant-descriptors"
 """PIPELINED_PIPELINE with a TMA producer warpgroup and setmaxnreg budgets: the FlashAttention-3 structure

@@ -124,7 +124,7 @@ def keys_past_limit_are_zero(fn: func.FuncOp, mma: tile.MmaOp, seq_k: SSAValue) 
     return True
 
 
-def _defined_before(value: SSAValue, op: Operation) -> bool:
+def defined_before(value: SSAValue, op: Operation) -> bool:
     """Whether `value` is available at `op`: a block argument of a block around it, or the result of an op
     before it in its block or before one of its ancestors in theirs."""
     owner = value.owner
@@ -168,7 +168,7 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
     cond = branch.cond.owner
     if not isinstance(cond, arith.CmpiOp):
         return None
-    if not all(_defined_before(v, mma) for v in (mask.k_start, mask.seq_k, cond.rhs, cond.lhs)):
+    if not all(defined_before(v, mma) for v in (mask.k_start, mask.seq_k, cond.rhs, cond.lhs)):
         return None
     if not keys_past_limit_are_zero(fn, mma, mask.seq_k):
         return None
@@ -179,7 +179,7 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
     return site
 
 
-def _masks_branches(loop: scf.ForOp) -> list[scf.IfOp]:
+def masks_branches(loop: scf.ForOp) -> list[scf.IfOp]:
     """The masks' branches of `loop` (`peel-masked-iterations{branch=true}`: `scf.if %iv < %mid`)."""
     iv = loop.body.block.args[0]
     found = []
@@ -269,7 +269,7 @@ class MaskByMmaPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [o for o in walk_ops(op) if isinstance(o, func.FuncOp)]:
             for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
-                for branch in _masks_branches(loop):
+                for branch in masks_branches(loop):
                     site = find_masked_scores(fn, branch)
                     if site is not None:
                         add_mask_by_mma(fn, site)

@@ -109,15 +109,20 @@ def _insertion_point(user: Operation) -> Operation:
     """Right before `user`, except for a wgmma: before the wgmma_fence that opens its chain. Registers a
     wgmma reads must be written before that fence; a `mov` between the fence and the wgmma (a zero
     accumulator) makes ptxas serialize the wgmma pipeline while other groups are in flight. So is a
-    `vector.shuffle` read only by wgmmas (a constant A fragment's k-step: `mask-by-mma`'s ones)."""
+    `vector.shuffle` read only by wgmmas (a constant A fragment's k-step: `mask-by-mma`'s ones), unless the
+    shuffle itself comes before that fence (`mask-causal-by-mma`'s A fragments): then right before the shuffle."""
+    shuffle = None
     if isinstance(user, vector.ShuffleOp) and user.result.uses \
             and all(isinstance(use.operation, sm90.WgmmaMmaAsyncOp) for use in user.result.uses):
-        user = user.result.get_unique_use().operation if user.result.has_one_use() else user
+        shuffle, user = user, user.result.get_unique_use().operation if user.result.has_one_use() else user
     if not isinstance(user, sm90.WgmmaMmaAsyncOp):
         return user
-    op = user.prev_op
+    op, after_fence = user.prev_op, shuffle is None
     while op is not None and not isinstance(op, sm90.WgmmaFenceOp):
+        after_fence = after_fence or op is shuffle
         op = op.prev_op
+    if not after_fence:
+        return shuffle
     return op if op is not None else user
 
 

@@ -348,18 +348,21 @@ def trip_loops(disassembly: str | Sequence[SassInstruction]) -> list[SassLoop]:
 
 
 def _lone_mmas(ordered: Sequence[SassInstruction]) -> set[int]:
-    """The indices in `ordered` (one function's SASS by offset) of the MMAs that are a wgmma group by
-    themselves adding to the previous group's accumulator: one that ends its group (`gsb0`) right after the
-    previous MMA ended one, with the same destination registers. In the flash loop, mask-by-mma's bias mma,
-    which the masked trips add to the score group's result."""
-    lone, ended, previous = set(), False, None
+    """The indices in `ordered` (one function's SASS by offset) of the MMAs of a wgmma group that adds to the
+    previous group's accumulator: a group (the MMAs up to one that ends it, `gsb0`) right after the previous
+    group ended, every MMA with the destination registers of the previous group's last. In the flash loop,
+    mask-by-mma's bias mma (a group of one) and mask-causal-by-mma's four, which the masked trips add to the
+    score group's result."""
+    lone, group, previous = set(), [], None
     for n, ins in enumerate(ordered):
         if ins.opcode not in MMA_OPCODES:
             continue
-        closes, accumulator = "gsb0" in ins.operands, ins.operands.split(",", 1)[0].strip()
-        if closes and ended and accumulator == previous:
-            lone.add(n)
-        ended, previous = closes, accumulator
+        accumulator = ins.operands.split(",", 1)[0].strip()
+        group.append((n, accumulator))
+        if "gsb0" in ins.operands:
+            if all(a == previous for _, a in group):
+                lone.update(k for k, _ in group)
+            group, previous = [], accumulator
     return lone
 
 
@@ -386,7 +389,9 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
       peel-masked-iterations{branch=true} puts under a warp-uniform branch, or mask-by-mma's bias mma), over the
       fold's exit and over every wait's out-of-line retry;
     - the masked trip is the shortest of those that issue the most MMAs (a lone one too), then TMA copies and
-      arrivals, then `FSEL`, then `MUFU`: the one that runs the masks.
+      arrivals, then `FSEL`, then `MUFU`: the one that runs the masks; where that trip adds a lone group (the
+      tensor core adds the masks), the fewest `FSEL` instead of the most: mask-causal-by-mma keeps the select
+      for blocks whose first row sees no key, and a trip runs one or the other.
     In a loop without such branches both are the loop's in-line body. Static counts: each instruction once."""
     code = parse_sass(disassembly) if isinstance(disassembly, str) else list(disassembly)
     if loop is None:
@@ -398,13 +403,23 @@ def loop_trip(disassembly: str | Sequence[SassInstruction], masked: bool = False
     inside = {index[offset] for offset in loop.offsets}
     head = index[loop.head]
     lone = _lone_mmas(ordered)
+    path = _best_trip(ordered, index, inside, head, lone, masked, selects=1)
+    if masked and any(index[ins.offset] in lone for ins in path):
+        path = _best_trip(ordered, index, inside, head, lone, masked, selects=-1)
+    return path
+
+
+def _best_trip(ordered: Sequence[SassInstruction], index: dict[int, int], inside: set[int], head: int,
+               lone: set[int], masked: bool, selects: int) -> tuple[SassInstruction, ...]:
+    """`loop_trip`'s path from `head` back to it with the greatest weight (`selects` = 1: the most FSEL on a
+    masked trip; -1, the fewest)."""
 
     def weight(n: int) -> tuple[int, ...]:
         ins = ordered[n]
         mma, mufu = int(ins.opcode in MMA_OPCODES), int(ins.opcode == "MUFU")
         issue = int(ins.mnemonic.startswith(_ISSUES))
         if masked:
-            return (mma, issue, int(ins.opcode == "FSEL"), mufu, -1)
+            return (mma, issue, selects * int(ins.opcode == "FSEL"), mufu, -1)
         return (mma and n not in lone, issue, mufu, -1)
 
     def following(n: int) -> list[int]:

@@ -18,6 +18,14 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
         '%a0: !tile.tile<64x64xf32, register>, %a1: !tile.tile<64x64xf32, global>',
         '"tile.atomic_add"(%a0, %a1) : (!tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, global>) -> ()'),
     'tile.barrier': ('', '"tile.barrier"() : () -> ()'),
+    'tile.causal_bias': (
+        '%a0: !tile.tile<128x176xf32, register>, %a1: !tile.tile<720x8xbf16, shared>, %a2: index, %a3: index, '
+        '%a4: index, %a5: index',
+        '%r = "tile.causal_bias"(%a0, %a1, %a2, %a3, %a4, %a5) : (!tile.tile<128x176xf32, register>, '
+        '!tile.tile<720x8xbf16, shared>, index, index, index, index) -> !tile.tile<128x176xf32, register>'),
+    'tile.causal_bias_table': (
+        '%a0: !tile.tile<720x8xbf16, shared>',
+        '"tile.causal_bias_table"(%a0) : (!tile.tile<720x8xbf16, shared>) -> ()'),
     'tile.cast': (
         '%a0: !tile.tile<64x64xf32, register>',
         '%r = "tile.cast"(%a0) : (!tile.tile<64x64xf32, register>) -> !tile.tile<64x64xbf16, register>'),
@@ -327,6 +335,18 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<176x16xf32, shared, swizzle 32>', 'the bias tile is a wgmma B operand of bf16 or f16, got f32'),
     ('tile.key_bias', 'operand 1: wrong element type', 'index', 'i32',
      "'tile.key_bias': operand 'k_start' at position 1 does not"),
+    ('tile.causal_bias', 'the table: rows of another score shape', '!tile.tile<720x8xbf16, shared>',
+     '!tile.tile<376x8xbf16, shared>', 'the table of a [128, 176] score tile is [720, 8] of bf16'),
+    ('tile.causal_bias', 'the score: rows not a warpgroup multiple', '!tile.tile<128x176xf32, register>',
+     '!tile.tile<96x176xf32, register>', 'the score tile is [64 m, 8 n]'),
+    ('tile.causal_bias', 'the score: bf16', '!tile.tile<128x176xf32, register>',
+     '!tile.tile<128x176xbf16, register>', 'the score tile is an f32 [rows, keys] accumulator'),
+    ('tile.causal_bias_table', 'operand 0: wrong memory space', '!tile.tile<720x8xbf16, shared>',
+     '!tile.tile<720x8xbf16, register>', 'operand must be a shared tile, got register'),
+    ('tile.causal_bias_table', 'operand 0: f16', '!tile.tile<720x8xbf16, shared>',
+     '!tile.tile<600x8xf16, shared>', 'the causal bias table is [rows, 8] of bf16'),
+    ('tile.causal_bias_table', 'operand 0: odd rows', '!tile.tile<720x8xbf16, shared>',
+     '!tile.tile<721x8xbf16, shared>', 'the causal bias table has 2 (M + N) + 112 rows'),
     ('tile.cmp', 'operand 0: wrong element type', '!tile.tile<1x32xi32, register>',
      '!tile.tile<1x32xbf16, register>', 'operands must share one element type, got bf16, i32'),
     ('tile.cmp', 'operand 0: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',

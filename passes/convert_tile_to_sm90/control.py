@@ -23,7 +23,7 @@ empty group, wgmma.fence and wgmma.commit_group, to keep the counts equal: 3 SAS
 trip of the flash d128 loop under ptxas 12.9, 13.0 and 13.5; on the first trip the wait it makes instead is
 the one the wait_group after the join would make.)
 
-An *accumulate branch* (`mask-by-mma`'s bias mma) is an update branch whose mma accumulates onto the youngest
+An *accumulate branch* (`mask-by-mma`'s bias mma, `mask-causal-by-mma`'s `tile.causal_bias`) is an update branch whose mma accumulates onto the youngest
 group in flight (its accumulator is that group's result, not waited for: wgmmas of one shape chain on an
 accumulator in flight) and whose other branch yields that accumulator. Its mma's group is committed in its
 branch after the accumulator's; the other path waits for nothing. After the join the two groups are one
@@ -64,20 +64,32 @@ def _register_only(op: Operation) -> bool:
     return not op.regions and (op.has_trait(Pure) or op.dialect_name() == "arith")
 
 
-def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | None:
+BRANCH_MMA_OPS = (tile.MmaOp, tile.CausalBiasOp)
+"""The ops an update branch may issue as its one wgmma group: a tile.mma, or mask-causal-by-mma's causal bias
+(bf16 k16 wgmmas on the score accumulator)."""
+
+
+def _operand_bytes(op: tile.MmaOp | tile.CausalBiasOp) -> int:
+    """The bytes of an mma's multiplicands (its wgmma k-step: 2 for k16)."""
+    return 2 if isinstance(op, tile.CausalBiasOp) else element_type_bytes(op.a.type.element_type)
+
+
+def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
     """The tile.mma of an *update branch* (module docstring): an scf.if with two branches, one holding a
-    single tile.mma among pure ops without regions (and `tile.key_bias`, which writes the tile it reads),
+    single tile.mma (or `tile.causal_bias`) among pure ops without regions (and `tile.key_bias`, which writes
+    the tile it reads),
     whose result it yields once, the other holding pure ops without regions and no tile.mma
-    (overlap-softmax{fold=true}'s P.V update, skipped on the first trip; mask-by-mma's bias)."""
+    (overlap-softmax{fold=true}'s P.V update, skipped on the first trip; mask-by-mma's and mask-causal-by-mma's
+    biases)."""
     if len(op.regions) != 2 or not op.false_region.blocks:
         return None
-    mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, tile.MmaOp)]
+    mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, BRANCH_MMA_OPS)]
     if len(mmas) != 1:
         return None
     (mma,) = mmas
     for region in op.regions:
         for inner in region.ops:
-            if not isinstance(inner, scf.YieldOp | tile.MmaOp | tile.KeyBiasOp) and not _register_only(inner):
+            if not isinstance(inner, (scf.YieldOp, tile.KeyBiasOp, *BRANCH_MMA_OPS)) and not _register_only(inner):
                 return None
     yields = mma.parent_block().last_op.operands
     if sum(v is mma.result for v in yields) != 1 or any(use.operation is not mma.parent_block().last_op
@@ -94,8 +106,7 @@ def accumulates_in_flight(op: scf.IfOp, mma: tile.MmaOp, pending: list[PendingMm
     if not pending or mma.acc is not pending[-1].tile_value:
         return False
     producer = mma.acc.owner
-    if not isinstance(producer, tile.MmaOp) or element_type_bytes(producer.a.type.element_type) \
-            != element_type_bytes(mma.a.type.element_type):
+    if not isinstance(producer, tile.MmaOp) or _operand_bytes(producer) != _operand_bytes(mma):
         return False
     other = next(region for region in op.regions if region is not mma.parent_region())
     position = list(mma.parent_block().last_op.operands).index(mma.result)

@@ -63,6 +63,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
 )
 from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
+from tessera.passes.convert_tile_to_sm90.causal_bias import CausalBiasLowering
 from tessera.passes.convert_tile_to_sm90.clear_rows import ClearRowsLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.copies import CopyLowering
@@ -87,7 +88,8 @@ HANDLED = ("tile", "scf", "func")
 @dataclass
 class KernelLowering(SharedLoadLowering, SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
                      RegisterTileLowering, MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering,
-                     ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering):
+                     ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering,
+                     CausalBiasLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp

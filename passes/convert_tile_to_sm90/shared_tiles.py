@@ -34,6 +34,9 @@ class SharedTileLowering:
             refuse(op, "shared tiles must be [rows, cols] or rings [stages, rows, cols]")
         *stages, rows, cols = ty.get_shape()
         swizzle = ty.swizzle_bytes
+        if any(isinstance(use.operation, tile.CausalBiasTableOp) for use in op.result.uses):
+            self._alloc_causal_table(op, e)  # 16-byte unswizzled rows (causal_bias.py)
+            return
         if rows == ROW_TILE_ROWS:
             self._alloc_row_tile(op, e)
             return

@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 
 from tessera.dialects import tile
+from tessera.dialects import tile_causal_bias as causal_bias
 from tessera.dialects.tile_types import TileType
 from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
@@ -394,6 +395,34 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         keys = self._positions(k0, op.rows, 1, 2)
         dest.write_key_bias(self.batch, op, keys >= self.batch.index_array(seq_k)[:, None])
         return ()
+
+    @impl(tile.CausalBiasTableOp)
+    def run_causal_bias_table(self, interpreter: Interpreter, op: tile.CausalBiasTableOp, args: PythonValues):
+        """The table's values (`tile_causal_bias.table_values`): the bias windows' -2^100 and +0, A's identity."""
+        (dest,) = args
+        dest.publish_whole(self.batch, op, "the causal bias table",
+                           causal_bias.table_values(op.table.type.get_shape()[0]))
+        return ()
+
+    @impl(tile.CausalBiasOp)
+    def run_causal_bias(self, interpreter: Interpreter, op: tile.CausalBiasOp, args: PythonValues):
+        """s + b rounded to f32, b read from the table's windows as the lowering's wgmmas read it (the op's
+        docstring): row R of warpgroup w takes element i of table row `window_row(c, j, e)`."""
+        s, table, q0, k0, seq_q, seq_k = args
+        rows, keys = op.acc.type.get_shape()
+        every = every_row_group(rows)
+        table = self._operand_tile(op, table, "the causal bias table",
+                                   np.full(table.buffer.mma_rows.shape[1], every))
+        d = (self.batch.index_array(q0) + self.batch.index_array(seq_k) - self.batch.index_array(seq_q)
+             - self.batch.index_array(k0))
+        row = np.arange(rows)
+        warp, chunk, element = causal_bias.slice_position(row % causal_bias.WARPGROUP_ROWS)
+        e = causal_bias.window_offset(d[:, None], (row // causal_bias.WARPGROUP_ROWS)[None, :], warp[None, :], rows,
+                                      keys)
+        origin = causal_bias.table_origin(op.table.type.get_shape()[0])
+        x = causal_bias.window_row(np.arange(keys)[None, None, :], chunk[None, :, None], e[:, :, None], origin)
+        bias = table[np.arange(self.batch.size)[:, None, None], x, element[None, :, None]]
+        return self._register_tile(op, np.asarray(s, F32) + bias.astype(F32))
 
     @impl(tile.AtomicAddOp)
     def run_atomic_add(self, interpreter: Interpreter, op: tile.AtomicAddOp, args: PythonValues):

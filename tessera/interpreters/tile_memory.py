@@ -282,11 +282,19 @@ class SharedRef:
         """`tile.key_bias`: the active blocks' (unstaged) tile becomes +0 in its rows where `past` [B, rows] is
         false and -inf where it is true, published (READY). The op begins with a barrier of its own (its
         lowering's), so earlier reads of the tile are ordered before it; a copy in flight into it is a race."""
-        active = self._check_whole_write(batch, op, f"writes the key bias into ring {self.buffer.name}; the bias tile "
-                                                    "is a plain shared tile", "writes")
         shape = self.buffer.data.shape
         bias = np.where(past.reshape(past.shape + (1,) * (len(shape) - 2)), -np.inf, 0.0)
-        self.write(np.broadcast_to(bias, shape).astype(self.buffer.data.dtype), active)
+        self.publish_whole(batch, op, "the key bias", bias)
+
+    def publish_whole(self, batch: BlockBatch, op: Operation, what: str, values: np.ndarray) -> None:
+        """`values` (broadcast to the tile) written over the active blocks' whole (unstaged) tile and published
+        (READY) by the op itself (`tile.key_bias`, `tile.causal_bias_table`: `what` it writes); the op begins
+        with a barrier of its own (its lowering's), so earlier reads of the tile are ordered before it; a copy in
+        flight into it is a race."""
+        active = self._check_whole_write(batch, op, f"writes {what} into ring {self.buffer.name}; its tile is a "
+                                                    "plain shared tile", "writes")
+        shape = self.buffer.data.shape
+        self.write(np.broadcast_to(values, shape).astype(self.buffer.data.dtype), active)
         self._set(self.buffer.state, READY, active)
         self.buffer.read_unfreed[:, active] = False
         self.buffer.mma_rows[active] = 0
