@@ -163,6 +163,14 @@ def exp2_factor(factor: float) -> float:
     return float(np.float32(factor) * np.float32(LOG2E))
 
 
+ONE_FMA_SCALE_LIMIT = 16 / LOG2E
+"""The largest softmax scale for which an attention kernel's exponent is one fma, ex2(x C - f32(m log2 e)) with
+C = `exp2_factor(scale)` (about 11.09: scale log2 e <= 16). That fma leaves the rounding of m log2 e, an absolute
+error of |m log2 e| 2^-24 in the exponent: at most 2^-10 for scores up to 2^10 below this scale; a kernel with a
+larger scale subtracts before it scales (`subtract_first`), as a biased one does. (At scale 2^26 and scores of
+40, m log2 e is near 2^32 and its rounding up to 2^8: the row's maximum got ex2(128) = inf and O = NaN.)"""
+
+
 def bias_bound(scale: float) -> float:
     """The bound V to which an attention kernel saturates Bias / scale (`tile.saturating_scale`): the largest
     power of two, at most 2^127, with V exp2_factor(scale) a finite f32.

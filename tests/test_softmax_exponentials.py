@@ -97,3 +97,27 @@ def test_lowered_subtract_first_gives_the_same_p_on_an_fp8_midpoint():
     bound = (2.0**-22 + d * (2.0**-24 + 2.0**-26)) * np.abs(tile_p.astype(np.float64))
     assert np.all(np.abs(p.astype(np.float64) - tile_p) <= bound)
     assert np.allclose(alpha, tile_alpha, rtol=2.0**-20, atol=0)
+
+
+def test_a_large_scale_subtracts_first():
+    """A softmax scale past `ONE_FMA_SCALE_LIMIT` makes the flash kernel subtract before it scales: at scale 2^26
+    and normal scores the one-fma exponent's rounding of m log2 e reached 2^7, the row's maximum got
+    ex2(128) = inf and O had NaN rows below Tile IR (the Tile level was right); the kernel at the limit keeps
+    its one fma (the default kernels' PTX is unchanged)."""
+    from tessera import reference
+    from tessera.dialects import tile
+    from tessera.numerics import ONE_FMA_SCALE_LIMIT
+
+    def subtracts_first(scale):
+        module = tessera.kernels.flash_attention(head_dim=64, scale=scale)
+        return {op.subtract_first is not None for op in module.walk() if isinstance(op, tile.ExpSubtractOp)}
+
+    assert subtracts_first(ONE_FMA_SCALE_LIMIT) == {False} and subtracts_first(2.0**26) == {True}
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 177, 128)).astype(F32) for _ in range(3))
+    module = tessera.kernels.flash_attention(head_dim=128, scale=2.0**26)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        o = tessera.launch(module, q, k, v, level="target")
+    assert not np.isnan(o.astype(F32)).any()
+    assert reference.check_attention(o, q, k, v, o.dtype, scale=2.0**26).ok
