@@ -121,3 +121,21 @@ def test_a_large_scale_subtracts_first():
         o = tessera.launch(module, q, k, v, level="target")
     assert not np.isnan(o.astype(F32)).any()
     assert reference.check_attention(o, q, k, v, o.dtype, scale=2.0**26).ok
+
+
+def test_two_and_three_pass_and_the_backward_at_a_large_scale():
+    """Two- and three-pass attention subtract first past the limit too (their exponentials had NaN rows at scale
+    2^26 below Tile IR); the backward, whose P is one fma from the LSE, refuses such a scale by name."""
+    import pytest
+
+    from tessera import reference
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 1, 177, 128)).astype(F32) for _ in range(3))
+    for builder in (tessera.kernels.two_pass_attention, tessera.kernels.three_pass_attention):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            o = tessera.launch(builder(head_dim=128, scale=2.0**26), q, k, v, level="target")
+        assert reference.check_attention(o, q, k, v, o.dtype, scale=2.0**26).ok
+    with pytest.raises(ValueError, match="scale 67108864.0 is not supported by the attention backward"):
+        tessera.kernels.attention_backward(head_dim=64, scale=2.0**26)

@@ -18,8 +18,8 @@ from tessera.kernels import attention_fp8
 from tessera.kernels.attention_block import AttentionBlock, attention_kernel
 from tessera.kernels.attention_config import DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, HEAD_DIMS, AttentionConfig
 from tessera.kernels.attention_mods import AttentionMods
-from tessera.kernels.attention_steps import accumulate_pv, load_key_block, masked_scores, store_results
-from tessera.numerics import ONE_FMA_SCALE_LIMIT
+from tessera.kernels.attention_steps import (accumulate_pv, exponents_subtract_first, load_key_block, masked_scores,
+                                             store_results)
 from tessera.kernels.common import (
     DTYPES,
     TileBuilder,
@@ -197,10 +197,7 @@ def flash_loop(b: TileBuilder, blk: AttentionBlock) -> tuple[SSAValue, SSAValue,
         s = masked_scores(b, blk, k0, mask_mod)
         blk.clear_past_keys(b, k0)  # V rows past the keys hold anything: P = 0 times NaN is NaN
         m_new = b.binary(tile.ElementMaxOp, m, b.unary(tile.RowMaxOp, s, "s_max"), "m_new")
-        # A bias may hold huge finite fills (-1e20), FP8 descales (300 x 300) make scores of 1e6 to 1e10, and a
-        # scale past ONE_FMA_SCALE_LIMIT scores of 2^10 past 2^14: the exponents must subtract before they scale
-        # (both ops); the fma's rounding of m log2e would move P (by 2^128 at 2^31: p = inf, O = NaN).
-        huge = c.bias or c.fp8 or c.scale > ONE_FMA_SCALE_LIMIT
+        huge = exponents_subtract_first(c)
         alpha = b.emit(tile.ExpDiffOp(m, m_new, subtract_first=huge), "alpha")
         p = b.emit(tile.ExpSubtractOp(s, m_new, subtract_first=huge), "p")
         l_new = b.fma(alpha, l, b.unary(tile.RowSumOp, p, "p_sum"), "l_new")

@@ -14,6 +14,7 @@ from xdsl.ir import Attribute
 from tessera.dialects import tile
 from tessera.kernels.attention_config import AttentionConfig
 from tessera.kernels.common import check_choice, check_flag, f32, global_tensor
+from tessera.numerics import ONE_FMA_SCALE_LIMIT
 
 HEAD_DIMS = (64, 96, 128, 192)
 """Head dimensions the backward supports. 256 is refused: the main kernel's dK and dV accumulators alone,
@@ -82,6 +83,11 @@ class BackwardConfig:
         bm, bn = DEFAULT_BLOCKS[head_dim]  # type: ignore[index]
         config = AttentionConfig.checked(head_dim, causal, dtype, scale,
                                          bm if block_m is None else block_m, bn if block_n is None else block_n)
+        if config.scale > ONE_FMA_SCALE_LIMIT:
+            raise ValueError(f"scale {config.scale!r} is not supported by the attention backward: it recomputes P as "
+                             "ex2(s scale log2 e - LSE log2 e) in one fma, whose rounding of LSE log2 e grows with the "
+                             f"scale (at 2^26, P = inf); scale must be at most {ONE_FMA_SCALE_LIMIT:.6g} "
+                             "(16 / log2 e, tessera.numerics.ONE_FMA_SCALE_LIMIT)")
         return cls(config, check_flag("deterministic", deterministic))
 
     @property

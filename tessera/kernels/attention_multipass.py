@@ -28,6 +28,7 @@ from tessera.kernels.attention_config import DEFAULT_BLOCK_M, AttentionConfig
 from tessera.kernels.attention_steps import (
     accumulate_pv,
     apply_masks,
+    exponents_subtract_first,
     load_key_block,
     masked_scores,
     store_lse,
@@ -93,7 +94,7 @@ def three_pass_attention(
         k0 = b.muli(j, b.const(c.block_n), "k0")
         # Keys past seq_k read back as 0, not -inf: mask again.
         s = apply_masks(b, blk, b.load(_score_window(b, blk, "S", k0), "s_loaded"), k0)
-        e = b.binary(tile.ExpSubtractOp, s, m, "e")
+        e = b.emit(tile.ExpSubtractOp(s, m, subtract_first=exponents_subtract_first(c)), "e")
         b.store_global(e, _score_window(b, blk, "E", k0))
         return [b.binary(tile.AddOp, l, b.unary(tile.RowSumOp, e, "e_sum"), "l_new")]
 
@@ -163,7 +164,8 @@ def two_pass_attention(
         s = masked_scores(b, blk, k0)
         lm = b.unary(tile.RowMaxOp, s, "lm")
         gm_new = b.binary(tile.ElementMaxOp, gm, lm, "gm_new")
-        sld = b.unary(tile.RowSumOp, b.binary(tile.ExpSubtractOp, s, lm, "sln"), "sld")
+        sln = b.emit(tile.ExpSubtractOp(s, lm, subtract_first=exponents_subtract_first(c)), "sln")
+        sld = b.unary(tile.RowSumOp, sln, "sld")
         _store_column(b, blk, "LM", t, lm)
         _store_column(b, blk, "SLD", t, sld)
         b.barrier()  # K is read before the next step's copy overwrites it
@@ -176,7 +178,7 @@ def two_pass_attention(
         (gd,) = carried
         lm = _load_column(b, blk, "LM", t)
         sld = _load_column(b, blk, "SLD", t)
-        prm = b.binary(tile.ExpDiffOp, lm, gm, "prm")
+        prm = b.emit(tile.ExpDiffOp(lm, gm, subtract_first=exponents_subtract_first(c)), "prm")
         return [b.fma(sld, prm, gd, "gd_new")]
 
     (gd,) = b.for_loop(blk.n_kv, [b.fill(0.0, rows, "gd_init")], ["gd"], denominator_step, iv_name="t")
@@ -187,8 +189,9 @@ def two_pass_attention(
         load_key_block(b, blk, k0, ("K", "V"))
         s = masked_scores(b, blk, k0)
         lm = _load_column(b, blk, "LM", t)
-        sln = b.binary(tile.ExpSubtractOp, s, lm, "sln")
-        cn = b.binary(tile.MulRowsOp, sln, b.binary(tile.ExpDiffOp, lm, gm, "prm"), "cn")
+        huge = exponents_subtract_first(c)
+        sln = b.emit(tile.ExpSubtractOp(s, lm, subtract_first=huge), "sln")
+        cn = b.binary(tile.MulRowsOp, sln, b.emit(tile.ExpDiffOp(lm, gm, subtract_first=huge), "prm"), "cn")
         acc_new = accumulate_pv(b, blk, b.binary(tile.DivRowsOp, cn, gd, "a"), acc)
         b.barrier()  # K and V are read before the next step's copies overwrite them
         return [acc_new]

@@ -18,8 +18,9 @@ from xdsl.ir import SSAValue
 from tessera.dialects import tile
 from tessera.kernels import attention_fp8
 from tessera.kernels.attention_block import AttentionBlock
+from tessera.kernels.attention_config import AttentionConfig
 from tessera.kernels.common import TileBuilder, f32, register_tile
-from tessera.numerics import bias_bound
+from tessera.numerics import ONE_FMA_SCALE_LIMIT, bias_bound
 
 
 def load_key_block(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, tensors: Sequence[str]) -> None:
@@ -44,6 +45,14 @@ def apply_masks(b: TileBuilder, blk: AttentionBlock, s: SSAValue, k0: SSAValue, 
     if blk.config.causal:
         return b.mask_causal(s, blk.q0, k0, blk.seq_q, blk.seq_k, "s_masked")
     return b.mask_bounds(s, k0, blk.seq_k, "s_masked") if bounds else s
+
+
+def exponents_subtract_first(c: AttentionConfig) -> bool:
+    """Whether the kernel's exponentials subtract before they scale (`subtract_first` on tile.exp_subtract and
+    tile.exp_diff): a bias may hold huge finite fills (-1e20), FP8 descales (300 x 300) make scores of 1e6 to 1e10,
+    and a scale past `ONE_FMA_SCALE_LIMIT` scores of 2^10 past 2^14, where the one fma's rounding of m log2 e would
+    move P (by 2^128 at 2^31: p = inf, O = NaN)."""
+    return c.bias or c.fp8 or c.scale > ONE_FMA_SCALE_LIMIT
 
 
 def masked_scores(b: TileBuilder, blk: AttentionBlock, k0: SSAValue, mask_mod: bool = True) -> SSAValue:
