@@ -233,6 +233,22 @@ def bias_tile(fn: func.FuncOp, ty: TileType, user: Operation) -> SSAValue:
     return bias.result
 
 
+def branch_after_mma(mma: tile.MmaOp, condition: Operation, biased: list[Operation]) -> scf.IfOp:
+    """`scf.if %condition { yield S } else { <biased>; yield <biased's last result> }` placed right after the score
+    mma, `condition` (an op yielding i1: true where the trip keeps S as it is) before it; every other reader of S
+    reads the branch's result. The shape of both passes' accumulate branch (convert-tile-to-sm90 issues the
+    biased path's mma as a wgmma group of its own)."""
+    scores = mma.result
+    last = biased[-1]
+    then = Block([scf.YieldOp(scores)])
+    otherwise = Block([*biased, scf.YieldOp(last.results[0])])
+    new = scf.IfOp(condition.results[0], [scores.type], Region(then), Region(otherwise))
+    new.results[0].name_hint = last.results[0].name_hint
+    Rewriter.insert_op([condition, new], InsertPoint.after(mma))
+    scores.replace_uses_with_if(new.results[0], lambda use: use.operation not in (then.last_op, last))
+    return new
+
+
 def add_mask_by_mma(fn: func.FuncOp, site: MaskedScores) -> None:
     """Rewrite one site (module docstring): the bias branch after the score mma, the masks' branch gone."""
     rows = site.mma.result.type.get_shape()[0]
@@ -245,13 +261,8 @@ def add_mask_by_mma(fn: func.FuncOp, site: MaskedScores) -> None:
     ones.result.name_hint = "ones"
     biased = tile.MmaOp(ones.result, bias.result, scores, transpose_b=True)
     biased.result.name_hint = f"{scores.name_hint or 's'}_biased"
-    then = Block([scf.YieldOp(scores)])
-    otherwise = Block([tile.KeyBiasOp(bias.result, site.mask.k_start, site.mask.seq_k), ones, biased,
-                       scf.YieldOp(biased.result)])
-    new = scf.IfOp(unmasked.result, [scores.type], Region(then), Region(otherwise))
-    new.results[0].name_hint = biased.result.name_hint
-    Rewriter.insert_op([unmasked, new], InsertPoint.after(site.mma))
-    scores.replace_uses_with_if(new.results[0], lambda use: use.operation not in (then.last_op, biased))
+    key_bias = tile.KeyBiasOp(bias.result, site.mask.k_start, site.mask.seq_k)
+    branch_after_mma(site.mma, unmasked, [key_bias, ones, biased])
     site.branch.results[0].replace_all_uses_with(site.mask.source)
     Rewriter.erase_op(site.branch)
     if not cond.result.uses:

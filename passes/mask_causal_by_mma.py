@@ -66,7 +66,7 @@ from typing import ClassVar
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IndexType, IntegerAttr, ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -76,6 +76,7 @@ from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.walk import walk_ops
 from tessera.passes.mask_by_mma import (
     SHARED_ALIGNMENT_BOUND,
+    branch_after_mma,
     defined_before,
     masks_branches,
     keys_past_limit_are_zero,
@@ -256,11 +257,7 @@ def add_causal_bias(fn: func.FuncOp, site: CausalScores) -> None:
     scores = mma.result
     biased = tile.CausalBiasOp(scores, table, mask.q_start, mask.k_start, mask.seq_q, mask.seq_k)
     biased.result.name_hint = f"{scores.name_hint or 's'}_biased"
-    then = Block([scf.YieldOp(scores)])
-    new = scf.IfOp(plain.results[0], [scores.type], Region(then), Region(Block([biased, scf.YieldOp(biased.result)])))
-    new.results[0].name_hint = biased.result.name_hint
-    Rewriter.insert_op([plain, new], InsertPoint.after(mma))
-    scores.replace_uses_with_if(new.results[0], lambda use: use.operation not in (then.last_op, biased))
+    branch_after_mma(mma, plain, [biased])
     kept = _named(arith.CmpiOp(cond.lhs, selected_from.results[0], "slt"), "unselected")
     Rewriter.insert_op(kept, InsertPoint.before(site.branch))
     site.branch.operands[0] = kept.results[0]
