@@ -321,8 +321,13 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     def bulk_commit(self, lanes: np.ndarray) -> None:
         self.bulk_open[lanes] += 1
 
-    def bulk_wait(self, lanes: np.ndarray, keep: int, inst) -> None:
+    def bulk_wait(self, lanes: np.ndarray, keep: int, inst, writes: bool = True) -> None:
+        """cp.async.bulk.wait_group{.read} `keep` of `lanes`: their bulk groups but the last `keep` have read their
+        sources; without .read (`writes`) their writes of global memory have completed too (`global_order`)."""
         self.bulk_done[lanes] = np.maximum(self.bulk_done[lanes], self.bulk_open[lanes] - 1 - keep)
+        order = self.m.global_order
+        if writes and order is not None:
+            order.writes_completed(lanes, self.bulk_open[lanes] - 1 - keep)
         for lane, group, flat, store in self.bulk_reads:
             if group <= self.bulk_done[lane]:
                 self.bulk_read_completed(inst, lane, flat, "the bulk store", store.line)

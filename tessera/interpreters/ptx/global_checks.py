@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform, scope_holds
+from tessera.interpreters.ptx.global_accesses import (IN_FLIGHT, IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform,
+                                                      scope_holds)
 from tessera.interpreters.ranges import marked
 
 MARKED_SPAN = 64
@@ -194,7 +195,11 @@ class GlobalRaceChecks:
         b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int((who[i, j] >> 3) & 0x1FFF)
         did = "wrote" if side == "write" else "read"
         does = "writes" if write else "reads"
-        if same[i, j]:
+        if side == "write" and epoch[i, j] == IN_FLIGHT:
+            missing = ("the store is in flight until a cp.async.bulk.wait_group of its thread without .read covers its "
+                       "bulk group, which must happen before this access; a .read wait completes only the reads of its "
+                       "source")
+        elif same[i, j]:
             missing = "a bar.sync, an mbarrier wait or a release/acquire pair between them is missing"
         else:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "

@@ -31,6 +31,13 @@ flag is the location -1 - its flat index, and orders threads of the CTA the same
 Joining every release at M so far (not only the one whose value the read returns) can hide a race whose
 acquire read an older value; it never reports a correct kernel.
 
+An async-proxy write of global memory (a bulk or TMA store, a bulk reduction) is in flight from its issue until a
+`cp.async.bulk.wait_group` of the issuing thread without `.read` covers its bulk group ("`.read` ... until all the
+bulk async operations ... have completed reading from their source locations": the writes may still be under way):
+its records hold the epoch `IN_FLIGHT`, which no clock reaches, until that wait gives them the thread's epoch there
+(`writes_completed`). So an access after a `.read` wait only, or after none, races the store whatever barrier
+follows, and one ordered after the full wait does not.
+
 Where: the kinds of access and `StridedBox` are `global_accesses`, the race checks `global_checks`, the
 release/acquire edges `release_acquire`; this module holds `GlobalOrder`'s records and how accesses update them.
 """
@@ -39,8 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IS_ASYNC, IS_STRONG, SCOPE,
-                                                      StridedBox, cluster_of, is_uniform, put_at)
+from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
+                                                      SCOPE, StridedBox, cluster_of, is_uniform, put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 
@@ -87,6 +94,9 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self.fence_release: dict[int, tuple] = {}  # lane -> released (clock, fenced, remote) at its last fence
         self.fence_scope: dict[int, int] = {}  # lane -> that fence's scope (global_accesses.CTA, CLUSTER, GPU)
         self.pending_acquire: dict[int, list] = {}  # lane -> releases its strong reads saw since its last fence
+        # async-proxy writes of global memory in flight (`IN_FLIGHT`): (lane, its bulk group, flat bytes); a lane of
+        # an earlier batch never waits for its own any more, and its records keep IN_FLIGHT
+        self.in_flight: list[tuple[int, int, np.ndarray]] = []
         gx, gy, _ = m.grid
         cid = m.ctaid[m.lane_cta]
         self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
@@ -137,6 +147,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
+        if write and IS_ASYNC[kind]:  # a bulk or TMA store or reduction: in flight until its group completes
+            epochs = np.full_like(epochs, IN_FLIGHT)
+            groups = self.m.tracker.bulk_open[lanes]
+            self.in_flight.extend(zip(lanes.tolist(), groups.tolist(), index))
         if write:
             if self.until is not None:
                 self.until["phase"][index] = 0
@@ -153,6 +167,23 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 self.read_set[index] = 0
             return
         self._record_read(inst, lanes, index, who, epochs)
+
+    def writes_completed(self, lanes: np.ndarray, done: np.ndarray) -> None:
+        """`lanes` ran a cp.async.bulk.wait_group without .read that completed their bulk groups up to `done` (per
+        lane): their async writes of global memory in those groups happen at this point of each lane's program, and
+        their records still holding `IN_FLIGHT` (not written again since) take the lane's epoch."""
+        if not self.in_flight:
+            return
+        hb, table = self.m.tracker.hb, self.records.get("write")
+        upto = dict(zip(lanes.tolist(), done.tolist()))
+        left = []
+        for lane, group, index in self.in_flight:
+            if group > upto.get(lane, -1):
+                left.append((lane, group, index))
+                continue
+            mine = ((table["who"][index] >> 3) == self.lane_who[lane] >> 3) & (table["epoch"][index] == IN_FLIGHT)
+            table["epoch"][index[mine]] = hb.clock[lane, lane % self.m.threads]
+        self.in_flight = left
 
     def read_box(self, inst, lane: int, box: StridedBox, kind: int) -> None:
         """`access` of one thread's async-proxy read of `box` (a TMA load), through strided views of the records:
