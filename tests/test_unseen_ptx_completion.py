@@ -1,7 +1,8 @@
 """When a write is there to read, in PTX a user writes: a bulk store's global bytes (`cp.async.bulk.global.shared::cta`)
 are written once a `cp.async.bulk.wait_group` without `.read` of the issuing thread covers its group (`.read` waits
-only until its shared source has been read). Each wrong kernel is reported naming both sides, each right twin runs
-clean against NumPy (docs/races-global.md)."""
+only until its shared source has been read), and data loaded through the non-coherent read-only path
+(`ld.global.nc`, `ldu`: `__ldg`, `const __restrict__`) must be read-only for the whole launch. Each wrong kernel is
+reported naming both sides, each right twin runs clean against NumPy (docs/races-global.md)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,107 @@ def test_a_bulk_store_read_before_its_writes_complete_is_reported(wait, reader):
                                              r"cp.async.bulk.wait_group of its thread without .read covers its bulk "
                                              r"group"):
         _bulk(wait, reader)
+
+
+READ_ONLY_PATH = r""".visible .entry k(.param .u64 data, .param .u64 flag, .param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [data];
+    cvta.to.global.u64 %rd0, %rd0;
+    ld.param.u64 %rd1, [flag];
+    cvta.to.global.u64 %rd1, %rd1;
+    ld.param.u64 %rd2, [out];
+    cvta.to.global.u64 %rd2, %rd2;
+    mul.wide.u32 %rd3, %r0, 4;
+    add.s64 %rd4, %rd0, %rd3;
+    add.s64 %rd5, %rd2, %rd3;
+    mov.u32 %r1, %ctaid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra CONSUMER;
+    mul.lo.u32 %r2, %r0, %r0;
+    st.global.u32 [%rd4], %r2;
+    bar.sync 0;
+    setp.ne.u32 %p2, %r0, 0;
+    @%p2 bra DONE;
+    fence.acq_rel.gpu;
+    st.relaxed.gpu.global.u32 [%rd1], 1;
+    bra DONE;
+CONSUMER:
+    setp.ne.u32 %p2, %r0, 0;
+    @%p2 bra WAITED;
+SPIN:
+    ld.acquire.gpu.global.u32 %r3, [%rd1];
+    setp.eq.u32 %p3, %r3, 0;
+    @%p3 bra SPIN;
+WAITED:
+    bar.sync 0;
+    LOAD %r4, [%rd4];
+    st.global.u32 [%rd5], %r4;
+DONE:
+    ret;
+}
+"""
+"""CTA 0 writes data[t] = t^2 and releases a flag; CTA 1 acquires it, then each thread loads data[t] with LOAD into
+out[t]."""
+
+
+def _handoff(load: str) -> np.ndarray:
+    args = [np.arange(32, dtype=np.uint32) + 7, np.zeros(1, np.uint32), np.zeros(32, np.uint32)]
+    return run(READ_ONLY_PATH.replace("LOAD", load), 2, 32, args)[2]
+
+
+def test_a_coherent_load_after_the_acquire_reads_the_other_ctas_data():
+    np.testing.assert_array_equal(_handoff("ld.global.u32"), np.arange(32) ** 2)
+
+
+@pytest.mark.parametrize("load", ["ld.global.nc.u32", "ld.global.nc.L1::no_allocate.u32", "ldu.global.u32"])
+def test_a_read_only_load_of_data_this_launch_wrote_is_reported_however_ordered(load):
+    line = line_of(READ_ONLY_PATH, "st.global.u32 [%rd4]")
+    with pytest.raises(PtxHazardError, match=rf"{load}: reads global address .* \(argument 0 \(data\) at byte offset "
+                                             r"0\) through the non-coherent read-only path, which the instruction at "
+                                             rf"line {line} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote during this "
+                                             r"launch: .* must be read-only for the whole launch"):
+        _handoff(load)
+
+
+INPLACE = r""".visible .entry k(.param .u64 x, .param .u64 y)
+{
+    .reg .b32 %r<8>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<8>;
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, %ctaid.x;
+    mad.lo.u32 %r2, %r1, 64, %r0;
+    mul.wide.u32 %rd0, %r2, 16;
+    ld.param.u64 %rd1, [x];
+    cvta.to.global.u64 %rd1, %rd1;
+    add.s64 %rd2, %rd1, %rd0;
+    ld.global.nc.v4.f32 {%f0, %f1, %f2, %f3}, [%rd2];
+    fma.rn.f32 %f0, %f0, %f1, %f2;
+    max.f32 %f3, %f3, 0f00000000;
+    st.global.v4.f32 [%rd2], {%f0, %f1, %f2, %f3};
+    ld.param.u64 %rd3, [y];
+    cvta.to.global.u64 %rd3, %rd3;
+    add.s64 %rd4, %rd3, %rd0;
+    ld.global.nc.v4.f32 {%f0, %f1, %f2, %f3}, [%rd4];
+    st.global.v4.f32 [%rd2+2048], {%f0, %f1, %f2, %f3};
+    ret;
+}
+"""
+"""In place over x (float4 per thread): x = (a b + c, b, c, relu(d)) from its own `__ldg`, written after the read; then
+x's second half gets y's float4 through the read-only path too (y is only read)."""
+
+
+def test_an_in_place_update_after_its_read_only_load_and_a_read_only_input_are_right():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(2 * 4 * 128).astype(np.float32)
+    y = rng.standard_normal(4 * 128).astype(np.float32)
+    out = run(INPLACE, 2, 64, [x.copy(), y])[0].reshape(2, 128, 4)
+    first = x[:512].reshape(128, 4).astype(np.float64)
+    expected = np.stack([first[:, 0] * first[:, 1] + first[:, 2], first[:, 1], first[:, 2],
+                         np.maximum(first[:, 3], 0)], axis=1)
+    np.testing.assert_allclose(out[0], expected, rtol=2e-7, atol=1e-7)
+    np.testing.assert_array_equal(out[1], y.reshape(128, 4))

@@ -185,6 +185,24 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             table["epoch"][index[mine]] = hb.clock[lane, lane % self.m.threads]
         self.in_flight = left
 
+    def check_read_only(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """`lanes` read global bytes `index` [lanes, bytes] through the non-coherent read-only path (`ld.global.nc`,
+        `ldu`): a byte a thread of this launch wrote before is reported, ordered or not (`memory._check_read_only`)."""
+        table = self.records.get("write")
+        if table is None or not self.m.tracker.hb.races:
+            return
+        who = table["who"][index]
+        if not who.any():
+            return
+        i, j = np.unravel_index(np.argmax(who != 0), who.shape)
+        w = int(who[i, j])
+        raise self.m.tracker.hb.hazard(
+            inst, f"reads {self.where(int(index[i, j]))} through the non-coherent read-only path, which the "
+                  f"instruction at line {int(table['line'][index[i, j]])} ({self.describe((w >> 16) - 1, (w >> 3) & 0x1FFF)})"
+                  " wrote during this launch: data loaded by ld.global.nc or ldu (__ldg, const __restrict__) must be "
+                  "read-only for the whole launch, as no synchronisation makes a write visible to that cache (load "
+                  "it with ld.global, or ld.acquire after a release)", int(lanes[i]))
+
     def read_box(self, inst, lane: int, box: StridedBox, kind: int) -> None:
         """`access` of one thread's async-proxy read of `box` (a TMA load), through strided views of the records:
         decided once for the whole box where its bytes' records agree (no earlier write, the same earlier

@@ -9,7 +9,9 @@ routed by window). Every access is checked before it happens: it must lie inside
 space and be aligned to its size (the whole vector for .v2/.v4/.v8); otherwise the run stops naming the
 instruction, the thread and the address. Cache, eviction and memory-ordering qualifiers have no effect on
 values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.cg/.cs/.lu/.cv`, `.L1::*`,
-`.L2::*`, `.weak/.volatile/.relaxed/.acquire/.release` and scopes).
+`.L2::*`, `.weak/.volatile/.relaxed/.acquire/.release` and scopes); the ordering ones decide the race checks, and a
+load through the non-coherent read-only path (`ld.global.nc`, `ldu`) of bytes the launch wrote is reported
+(`_check_read_only`).
 
 `cp.async.{ca,cg}.shared.global [d], [s], size{, src-size | ignore-src}` reads its source when issued and
 writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing thread covers its group
@@ -271,9 +273,13 @@ def decode_ld(ops: Operands, inst, mods):
     nbytes = max(t.bits // 8, 1)
     m = ops.m
 
+    read_only = inst.opcode == "ldu" or "nc" in inst.modifiers
+
     def run(sel):
         lanes = lanes_of(m, sel)
         where = address(sel)
+        if read_only and m.global_order is not None and space in ("global", "generic"):
+            _check_read_only(m, inst, space, lanes, where, nbytes * width)
         data = access(m, inst, space, lanes, where, nbytes * width, watched=not strong, how=how)
         if strong and m.global_order is not None and m.global_order.releases:
             m.global_order.acquire(*sync_locations(m, space, lanes, where), how, now=acquire)
@@ -284,6 +290,22 @@ def decode_ld(ops: Operands, inst, mods):
     if strong and space in ("global", "generic", "shared"):
         return _spin_wait(m, inst, run)
     return run
+
+
+def _check_read_only(m: Machine, inst, space: str, lanes: np.ndarray, addresses, nbytes: int) -> None:
+    """`ld.global.nc` and `ldu` (`__ldg`, nvcc's loads through `const __restrict__` pointers) read through the
+    non-coherent read-only path, whose data must be read-only for the whole launch (the CUDA programming guide's
+    read-only data cache): its cache is not kept coherent with writes, so no synchronisation makes a write of the
+    launch visible to it. Such a load of global bytes that a thread of this launch wrote before it is reported
+    (`GlobalOrder.check_read_only`); a write after it (an in-place `x[i] = f(__ldg(&x[i]))`) is judged as any
+    write after a weak read."""
+    addresses = per_lane(addresses, lanes.shape, np.int64)
+    if space == "generic":
+        inside = (addresses >= GLOBAL_BASE) & (addresses // WINDOW_SIZE == 0)
+        lanes, addresses = lanes[inside], addresses[inside]
+    if len(lanes):
+        check_access(m, inst, "global", lanes, addresses, nbytes, nbytes)
+        m.global_order.check_read_only(inst, lanes, (addresses - GLOBAL_BASE)[:, None] + np.arange(nbytes))
 
 
 def _spin_wait(m: Machine, inst, run) -> Step:
