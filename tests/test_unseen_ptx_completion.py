@@ -1,6 +1,7 @@
 """When a write is there to read, in PTX a user writes: a bulk store's global bytes (`cp.async.bulk.global.shared::cta`)
 are written once a `cp.async.bulk.wait_group` without `.read` of the issuing thread covers its group (`.read` waits
-only until its shared source has been read), and data loaded through the non-coherent read-only path
+only until its shared source has been read), a `cp.async` reads its global source until it lands (its thread's
+`cp.async.wait_group`), and data loaded through the non-coherent read-only path
 (`ld.global.nc`, `ldu`: `__ldg`, `const __restrict__`) must be read-only for the whole launch. Each wrong kernel is
 reported naming both sides, each right twin runs clean against NumPy (docs/races-global.md)."""
 
@@ -180,3 +181,80 @@ def test_an_in_place_update_after_its_read_only_load_and_a_read_only_input_are_r
                          np.maximum(first[:, 3], 0)], axis=1)
     np.testing.assert_allclose(out[0], expected, rtol=2e-7, atol=1e-7)
     np.testing.assert_array_equal(out[1], y.reshape(128, 4))
+
+
+REDUCE = BULK.replace("    st.shared.u32 [%r5], %r6;", "    cvt.rn.f32.u32 %f0, %r6;\n    st.shared.f32 [%r5], %f0;").replace(
+    "    .reg .pred %p<4>;", "    .reg .pred %p<4>;\n    .reg .f32 %f<2>;").replace(
+    "cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r2], 256;",
+    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [%r2], 256;")
+"""BULK with thread 0 adding the floats t^2 into `out` (1.0 each) by a bulk reduction instead of storing them."""
+
+
+def test_a_bulk_reduction_read_after_its_wait_group_is_right_and_after_read_only_is_reported():
+    text = REDUCE.replace("READER", "1")
+    out = run(text.replace("WAIT", FULL), 1, 64, [np.ones(64, np.float32), np.zeros(64, np.float32)])[1]
+    np.testing.assert_array_equal(out, (np.arange(64) ^ 1) ** 2 + 1.0)
+    with pytest.raises(PtxHazardError, match=rf"ld.global.u32: .* which the instruction at line "
+                                             rf"{line_of(REDUCE, 'cp.reduce')} .* through the async proxy \(bulk "
+                                             r"reduction\), .* the store is in flight until"):
+        run(text.replace("WAIT", READ_ONLY), 1, 64, [np.ones(64, np.float32), np.zeros(64, np.float32)])
+
+
+CP_ASYNC = r""".visible .entry k(.param .u64 src, .param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .shared .align 16 .b8 buf[1024];
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [src];
+    cvta.to.global.u64 %rd0, %rd0;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mul.wide.u32 %rd2, %r0, 16;
+    add.s64 %rd3, %rd0, %rd2;
+    add.s64 %rd4, %rd1, %rd2;
+    mov.u32 %r1, buf;
+    shl.b32 %r2, %r0, 4;
+    add.u32 %r3, %r1, %r2;
+    cp.async.cg.shared.global [%r3], [%rd3], 16;
+    cp.async.commit_group;
+BEFORE
+    cp.async.wait_group 0;
+AFTER
+    ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r3];
+    st.global.v4.u32 [%rd4], {%r4, %r5, %r6, %r7};
+    ret;
+}
+"""
+"""64 threads each cp.async 16 bytes of `src` into `buf` and copy them to `out`; BEFORE and AFTER the wait go the
+barrier and the overwrite of a source."""
+
+OWN = "    st.global.u32 [%rd3], 99;"
+NEIGHBOUR = ("    xor.b32 %r8, %r0, 1;\n    mul.wide.u32 %rd5, %r8, 16;\n    add.s64 %rd6, %rd0, %rd5;\n"
+             "    st.global.u32 [%rd6], 99;")
+"""A thread overwrites its own source word, or its neighbour's."""
+
+
+def _cp_async(before: str, after: str, **kw) -> np.ndarray:
+    text = CP_ASYNC.replace("BEFORE", before).replace("AFTER", after)
+    return run(text, 1, 64, [np.arange(256, dtype=np.uint32), np.zeros(256, np.uint32)], **kw)
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed-warp", 1)])
+def test_a_cp_async_source_overwritten_after_every_copy_landed_is_right(schedule, seed):
+    out = _cp_async("", OWN + "\n    bar.sync 0;\n" + NEIGHBOUR, schedule=schedule, seed=seed)
+    np.testing.assert_array_equal(out[1], np.arange(256))
+    np.testing.assert_array_equal(out[0][::4], 99)
+
+
+@pytest.mark.parametrize("before, after", [
+    (OWN, ""),  # the issuing thread, before its own wait
+    ("    bar.sync 0;\n" + NEIGHBOUR, ""),  # a neighbour, ordered only after the issue
+    ("    bar.sync 0;", NEIGHBOUR),  # ... also when the owner's wait happened to run first
+], ids=["own-before-wait", "neighbour-before-wait", "neighbour-after-an-unordered-wait"])
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed-warp", 1)])
+def test_a_cp_async_source_overwritten_before_its_copy_lands_is_reported(before, after, schedule, seed):
+    with pytest.raises(PtxHazardError, match=r"st.global.u32: writes global address .* \(argument 0 \(src\) at byte "
+                                             rf"offset \d+\)(, which the cp.async| through the generic proxy, which the "
+                                             rf"instruction) at line {line_of(CP_ASYNC, 'cp.async.cg')} "):
+        _cp_async(before, after, schedule=schedule, seed=seed)

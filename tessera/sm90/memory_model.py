@@ -167,7 +167,8 @@ CP_ASYNC_ORDER = Rule(
     "There is no ordering guarantee between two cp.async operations if they are not explicitly synchronized using "
     "cp.async.wait_all or cp.async.wait_group or mbarrier instructions.",
     "bytes of a cp.async are in flight until the issuing thread's cp.async.wait_group/wait_all or "
-    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported")
+    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported, and so is a write of its "
+    "global source not ordered after that point (the PTX executor)")
 
 CP_ASYNC_COMPLETION = Rule(
     "asynchronous copies complete only through their mechanism", "data-movement-and-conversion-instructions-cp-async",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import (IN_FLIGHT, IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform,
-                                                      scope_holds)
+from tessera.interpreters.ptx.global_accesses import (IN_FLIGHT, IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, WEAK,
+                                                      is_uniform, scope_holds)
 from tessera.interpreters.ranges import marked
 
 MARKED_SPAN = 64
@@ -102,6 +102,39 @@ class GlobalRaceChecks:
             for who, epoch, line in zip(*(x.tolist() for x in self.sets[s])):
                 self._check(inst, lanes, index, np.where(hit, who, 0), np.full(index.shape, epoch),
                             np.full(index.shape, line), True, kind, "read")
+
+    def cp_async_reading(self, copy) -> None:
+        """A cp.async (`memory.AsyncCopy`) issued: its global source bytes are read until it lands."""
+        rows = copy.source[copy.source[:, 0] >= 0]
+        if len(rows) and self.m.tracker.hb.races:
+            if self.cp_reading is None:
+                self.cp_reading = np.zeros(self.size, np.int32)
+            np.add.at(self.cp_reading, rows, 1)
+
+    def cp_async_read_done(self, copy) -> None:
+        """The copies `copy` landed: their reads of the source end here, and are recorded at this point of each
+        thread, so a later write must be ordered after the landing, not only after the issue."""
+        reading = copy.source[:, 0] >= 0
+        if self.cp_reading is None or not reading.any():
+            return
+        np.subtract.at(self.cp_reading, copy.source[reading], 1)
+        self.access(copy.inst, copy.lanes[reading], copy.source[reading], False, WEAK)
+
+    def _check_cp_async_sources(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """A write of `index` [lanes, bytes] while a cp.async still reads one of its bytes is a race, its own
+        thread's included: the copy may read the source at any time until it lands [memory_model.CP_ASYNC_ORDER]."""
+        busy = self.cp_reading[index] > 0
+        if not busy.any():
+            return
+        i, j = np.unravel_index(np.argmax(busy), busy.shape)
+        b = int(index[i, j])
+        copy = next(c for c in self.m.async_copies if (c.source == b).any())
+        lane = int(copy.lanes[int(np.argmax((copy.source == b).any(axis=1)))])
+        raise self.m.tracker.hb.hazard(
+            inst, f"writes {self.where(b)}, which the cp.async at line {copy.inst.line} ({self.m.describe_lane(lane)}) "
+                  "still reads: a cp.async reads its global source until a cp.async.wait_group, cp.async.wait_all or "
+                  "cp.async.mbarrier.arrive of its thread lands it, and this write is not ordered after that (race)",
+            int(lanes[i]))
 
     def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
         """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the

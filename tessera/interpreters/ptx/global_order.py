@@ -31,6 +31,10 @@ flag is the location -1 - its flat index, and orders threads of the CTA the same
 Joining every release at M so far (not only the one whose value the read returns) can hide a race whose
 acquire read an older value; it never reports a correct kernel.
 
+A cp.async reads its global source until the copy lands (its thread's cp.async.wait_group or wait_all, or its
+cp.async.mbarrier.arrive) [memory_model.CP_ASYNC_ORDER]: a write of those bytes before is reported, and the read is
+recorded again at the landing, so a write must be ordered after it (`GlobalRaceChecks.cp_async_reading`).
+
 An async-proxy write of global memory (a bulk or TMA store, a bulk reduction) is in flight from its issue until a
 `cp.async.bulk.wait_group` of the issuing thread without `.read` covers its bulk group ("`.read` ... until all the
 bulk async operations ... have completed reading from their source locations": the writes may still be under way):
@@ -97,6 +101,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         # async-proxy writes of global memory in flight (`IN_FLIGHT`): (lane, its bulk group, flat bytes); a lane of
         # an earlier batch never waits for its own any more, and its records keep IN_FLIGHT
         self.in_flight: list[tuple[int, int, np.ndarray]] = []
+        self.cp_reading: np.ndarray | None = None  # per byte: the cp.async copies still reading it (`cp_async_reading`)
         gx, gy, _ = m.grid
         cid = m.ctaid[m.lane_cta]
         self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
@@ -124,6 +129,8 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self._settle(low, high)
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
+        if write and self.cp_reading is not None:
+            self._check_cp_async_sources(inst, lanes, index)
         for side in ("write", "read") if write else ("write",):
             if side in self.records:
                 table = self.records[side]

@@ -491,12 +491,19 @@ def decode_createpolicy(ops: Operands, inst, mods):
 # region cp.async (Ampere)
 @dataclass
 class AsyncCopy:
-    """Copies of one cp.async instruction not yet landed: per lane its group, shared indices and data."""
+    """Copies of one cp.async instruction `inst` not yet landed: per lane its group, shared indices, data and the
+    flat global bytes it reads (`source`, -1 for a lane that reads none: src-size 0 or ignore-src)."""
 
     lanes: np.ndarray
     groups: np.ndarray
     index: np.ndarray
     data: np.ndarray
+    source: np.ndarray
+    inst: object = None
+
+    def part(self, rows: np.ndarray) -> "AsyncCopy":
+        return AsyncCopy(self.lanes[rows], self.groups[rows], self.index[rows], self.data[rows], self.source[rows],
+                         self.inst)
 
 
 def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
@@ -516,8 +523,10 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
             m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
+            if m.global_order is not None:
+                m.global_order.cp_async_read_done(copy.part(done))
         if not done.all():
-            keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
+            keep.append(copy.part(~done))
     m.async_copies = keep
 
 
@@ -564,15 +573,20 @@ def decode_cp_async(ops: Operands, inst, mods):
             count = np.where(np.broadcast_to(ignore(sel), count.shape), 0, count)
         data = np.zeros((len(lanes), size), np.uint8)
         reading = count > 0
+        flat = np.full((len(lanes), size), -1, np.int64)
         if reading.any():
             source = per_lane(src(sel), lanes.shape, np.int64)
             got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
+            flat[reading] = (source[reading] - GLOBAL_BASE)[:, None] + np.arange(size)
         target = per_lane(dst(sel), lanes.shape, np.int64)
         check_access(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
         m.tracker.cp_async_issued(inst, lanes, index)
-        m.async_copies.append(AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data))
+        copy = AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data, flat, inst)
+        if m.global_order is not None:
+            m.global_order.cp_async_reading(copy)
+        m.async_copies.append(copy)
 
     return run
 
