@@ -258,3 +258,59 @@ def test_a_cp_async_source_overwritten_before_its_copy_lands_is_reported(before,
                                              rf"offset \d+\)(, which the cp.async| through the generic proxy, which the "
                                              rf"instruction) at line {line_of(CP_ASYNC, 'cp.async.cg')} "):
         _cp_async(before, after, schedule=schedule, seed=seed)
+
+
+BULK_LOAD = r""".visible .entry k(.param .u64 src, .param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 128 .b8 buf[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [src];
+    cvta.to.global.u64 %rd0, %rd0;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, buf;
+    mov.u32 %r2, bar;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared.b64 [%r2], 1;
+    bar.sync 0;
+    @%p0 mbarrier.arrive.expect_tx.shared.b64 %rd7, [%r2], 256;
+    @%p0 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], 256, [%r2];
+BEFORE
+WAIT:
+    mbarrier.try_wait.parity.shared.b64 %p1, [%r2], 0;
+    @!%p1 bra WAIT;
+AFTER
+    shl.b32 %r3, %r0, 2;
+    add.u32 %r4, %r1, %r3;
+    ld.shared.u32 %r5, [%r4];
+    mul.wide.u32 %rd2, %r0, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r5;
+    ret;
+}
+"""
+"""Thread 0 bulk-loads 256 bytes of `src` into `buf` on an mbarrier; every thread waits for it and copies its word to
+`out`. Each thread overwrites its source word with 99 BEFORE or AFTER its wait."""
+
+OVERWRITE_SOURCE = "    mul.wide.u32 %rd4, %r0, 4;\n    add.s64 %rd5, %rd0, %rd4;\n    st.global.u32 [%rd5], 99;"
+
+
+def test_a_bulk_load_source_overwritten_after_the_wait_is_right():
+    text = BULK_LOAD.replace("BEFORE", "").replace("AFTER", OVERWRITE_SOURCE)
+    src, out = run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])
+    np.testing.assert_array_equal(out, np.arange(64))
+    np.testing.assert_array_equal(src, 99)
+
+
+def test_a_bulk_load_source_overwritten_before_its_phase_completes_is_reported():
+    """As a TMA load's: the non-tensor bulk copy reads its global source until its complete-tx."""
+    text = BULK_LOAD.replace("BEFORE", "    bar.sync 0;\n" + OVERWRITE_SOURCE).replace("AFTER", "")
+    with pytest.raises(PtxHazardError, match=r"st.global.u32: writes global address .* \(argument 0 \(src\) at byte "
+                                             rf"offset 0\), which the TMA or bulk load at line "
+                                             rf"{line_of(BULK_LOAD, 'cp.async.bulk.shared')} .* until it completes "
+                                             r"phase 0 of the mbarrier"):
+        run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])

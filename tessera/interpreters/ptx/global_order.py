@@ -364,7 +364,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             b = int(index[i, j])
             who = int(until["who"][b])
             raise tracker.hb.hazard(
-                inst, f"writes {self.where(b)}, which the TMA load at line {int(until['line'][b])} "
+                inst, f"writes {self.where(b)}, which the TMA or bulk load at line {int(until['line'][b])} "
                       f"({self.describe((who >> 16) - 1, (who >> 3) & 0x1FFF)}) reads "
                       f"through the async proxy until it completes phase {int(phase[i, j])} of "
                       f"{tracker.barrier_name(int(until['barrier'][b]))}, which this thread has not observed (race: "
