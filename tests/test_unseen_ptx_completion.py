@@ -1,7 +1,8 @@
 """When a write is there to read, in PTX a user writes: a bulk store's global bytes (`cp.async.bulk.global.shared::cta`)
 are written once a `cp.async.bulk.wait_group` without `.read` of the issuing thread covers its group (`.read` waits
 only until its shared source has been read), a `cp.async` reads its global source until it lands (its thread's
-`cp.async.wait_group`), and data loaded through the non-coherent read-only path
+`cp.async.wait_group`), a bulk load (into the CTA or a cluster member) reads its source until its complete-tx, and
+data loaded through the non-coherent read-only path
 (`ld.global.nc`, `ldu`: `__ldg`, `const __restrict__`) must be read-only for the whole launch. Each wrong kernel is
 reported naming both sides, each right twin runs clean against NumPy (docs/races-global.md)."""
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.ptx import PtxHazardError
+from race_templates import INIT_LOCAL_BARRIER, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
 from unseen_ptx import line_of, run
 
 BULK = r""".visible .entry k(.param .u64 out, .param .u64 res)
@@ -314,3 +316,75 @@ def test_a_bulk_load_source_overwritten_before_its_phase_completes_is_reported()
                                              rf"{line_of(BULK_LOAD, 'cp.async.bulk.shared')} .* until it completes "
                                              r"phase 0 of the mbarrier"):
         run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])
+
+
+FORWARD = r""".visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<8>;
+    .shared .align 128 .b8 src[64];
+    .shared .align 128 .b8 dst[64];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+""" + INIT_LOCAL_BARRIER.format(count=1) + """
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, src;
+    mov.u32 %r4, dst;
+    mov.u32 %r9, 0;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra RECEIVER;
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r3, %r5;
+    add.u32 %r6, %r0, 1000;
+    st.shared.u32 [%r5], %r6;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    mapa.shared::cluster.u32 %r7, %r4, 1;
+    mapa.shared::cluster.u32 %r8, %r20, 1;
+    @%p7 cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%r7], [%r3], 64, [%r8];
+SENDER
+    bra END;
+RECEIVER:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r4, %r5;
+    ld.shared.u32 %r9, [%r5];
+END:
+""" + SYNC_CLUSTER + """
+AFTER
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r15, %ctaid.x;
+    mad.lo.s32 %r15, %r15, 16, %r0;
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+    ret;
+}
+"""
+"""A cluster of two CTAs of 16 threads: rank 0 fills `src` with 1000 + t and forwards it with
+cp.async.bulk.shared::cluster.shared::cta into rank 1's `dst`, completing on rank 1's barrier, which rank 1 waits on
+before reading; both then meet at a cluster barrier. Rank 0 overwrites its source word with 7 at SENDER (right
+after the copy, before the cluster barrier) or at AFTER (after it: rank 1's wait happens before)."""
+
+RESET_SOURCE = "    @!%p1 st.shared.u32 [%r5], 7;"
+
+
+def test_a_bulk_copy_source_overwritten_after_the_peer_waited_is_right():
+    out = run(FORWARD.replace("SENDER", "").replace("AFTER", RESET_SOURCE), 2, 16, [np.zeros(32, np.uint32)],
+              cluster=2)[0]
+    np.testing.assert_array_equal(out, [0] * 16 + list(range(1000, 1016)))
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 1)])
+def test_a_bulk_copy_source_overwritten_before_the_copy_completes_is_reported(schedule, seed):
+    """The copy reads `src` until its complete-tx on rank 1's barrier: rank 0's store right after issuing it (after a
+    bar.sync, so not the issuing thread's program order alone) may change what lands."""
+    text = FORWARD.replace("SENDER", "    bar.sync 0;\n" + RESET_SOURCE).replace("AFTER", "")
+    with pytest.raises(PtxHazardError, match=r"st.shared.u32: the store overwrites shared address 0x0 of CTA "
+                                             r"\(0, 0, 0\) while the bulk copy at line "
+                                             rf"{line_of(FORWARD, 'cp.async.bulk.shared::cluster')} \(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\), completing on the mbarrier at shared "
+                                             r"address 0x\w+ of CTA \(1, 0, 0\), may still read it"):
+        run(text, 2, 16, [np.zeros(32, np.uint32)], cluster=2, schedule=schedule, seed=seed)

@@ -72,6 +72,14 @@ class AsyncCopies:
                                         "copy)", lanes[i])
         if self.reading and not clear:
             self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
+        for key, lane, index, copy_inst in self.copy_sources:
+            hit = np.isin(flat, index)
+            if hit.any():
+                i = int(np.argmax(hit))
+                raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk copy at line "
+                                        f"{copy_inst.line} ({self.m.describe_lane(lane)}), completing on "
+                                        f"{self.where_barrier(key)}, may still read it: it reads its source until "
+                                        "its complete-tx, which no thread has waited for yet", lanes[i])
         if self.bulk_reads:
             for lane, group, index, store in self.bulk_reads:
                 hit = np.isin(flat, index)
@@ -89,11 +97,13 @@ class AsyncCopies:
         copy of the range."""
         self.staged.append((index, data, span, layout))
 
-    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
+    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None,
+              source: np.ndarray | None = None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
         shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
         when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
-        hold when the copy lands, not replaced by the staged ones."""
+        hold when the copy lands, not replaced by the staged ones. `source`: the shared bytes (flat) the copy reads
+        (`cp.async.bulk.shared::cluster.shared::cta`), read until it lands: a write of them before is reported."""
         from tessera.interpreters.ptx.mbarrier import barrier_state, mbarrier_key
 
         m = self.m
@@ -116,6 +126,8 @@ class AsyncCopies:
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
+        if source is not None and len(source):
+            self.copy_sources.append((key, lane, source, inst))
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -138,7 +150,7 @@ class AsyncCopies:
         range path), and `HappensBefore.async_writes_clear`. Decided over the CTAs' ranges at once; changes
         nothing."""
         m = self.m
-        if self.staged or self.bulk_reads or any(key not in m.mbarriers for key in keys):
+        if self.staged or self.bulk_reads or self.copy_sources or any(key not in m.mbarriers for key in keys):
             return False
         slots = np.array([key[0] for key in keys])
         rows, (low, high) = consecutive(slots), dense
@@ -238,6 +250,8 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
+        if self.copy_sources:  # those copies have read their sources
+            self.copy_sources = [entry for entry in self.copy_sources if entry[0] not in keys]
         parked = parked_lanes(m)
         for key, before in zip(keys, befores):
             barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)

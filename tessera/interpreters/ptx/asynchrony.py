@@ -146,6 +146,9 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
+        # the shared sources of bulk copies into a cluster member, read until the copy lands: (its mbarrier's key,
+        # the issuing lane, the flat source bytes, the copy)
+        self.copy_sources: list[tuple[tuple[int, int], int, np.ndarray, object]] = []
         # a named barrier (barrier, CTA slot) or a CTA's cluster barrier ("cluster", CTA slot) -> [mbarrier]: the
         # phases its pending phase's arrivals had observed when they arrived (`barrier_arriving`)
         self.bar_seen: dict[tuple, np.ndarray] = {}
@@ -162,6 +165,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         cta, address = divmod(int(flat), max(m.shared_bytes, 1))
         c = m.ctaid[cta]
         return f"shared address {address:#x}" + (f" of CTA ({c[0]}, {c[1]}, {c[2]})" if m.ctas > 1 else "")
+
+    def where_barrier(self, key: tuple[int, int]) -> str:
+        """'the mbarrier at shared address 0x.. of CTA (x, y, z)' of the mbarrier at `key` = (CTA slot, address)."""
+        return f"the mbarrier at {self.where(key[0] * max(self.m.shared_bytes, 1) + key[1])}"
 
     def barrier_name(self, b: int) -> str:
         key = next(k for k, i in self.barriers.items() if i == b)
