@@ -388,3 +388,50 @@ def test_a_bulk_copy_source_overwritten_before_the_copy_completes_is_reported(sc
                                              r"\(0, 0, 0\) of CTA \(0, 0, 0\)\), completing on the mbarrier at shared "
                                              r"address 0x\w+ of CTA \(1, 0, 0\), may still read it"):
         run(text, 2, 16, [np.zeros(32, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+
+
+PREFILLED = r""".visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<6>;
+    .reg .pred %p<4>;
+    .shared .align 128 .b8 buf[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r2, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    st.shared.u32 [%r5], %r0;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], 77;
+    FENCE
+    bar.sync 0;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r2], 256;
+    @%p0 cp.async.bulk.commit_group;
+    @%p0 cp.async.bulk.wait_group 0;
+    ret;
+}
+"""
+"""Every thread prefills its word of `out` with 77 (st.global) and its word of `buf` with t, fences (FENCE), a
+bar.sync, then thread 0 bulk-stores `buf` over `out`."""
+
+
+@pytest.mark.parametrize("fence", ["fence.proxy.async;", "fence.proxy.async.global;\n    fence.proxy.async.shared::cta;"])
+def test_a_bulk_store_over_fenced_generic_stores_is_right(fence):
+    out = run(PREFILLED.replace("FENCE", fence), 1, 64, [np.zeros(64, np.uint32)])[0]
+    np.testing.assert_array_equal(out, np.arange(64))
+
+
+def test_a_bulk_store_over_generic_stores_without_a_global_proxy_fence_is_reported():
+    """Two writes of one byte through two proxies: without a fence.proxy.async covering global memory between them
+    the generic store may land after the bulk store's (the shared::cta fence orders only the source)."""
+    text = PREFILLED.replace("FENCE", "fence.proxy.async.shared::cta;")
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk.global.shared::cta.bulk_group: writes global address .* "
+                                             r"through the async proxy, which the instruction at line "
+                                             rf"{line_of(PREFILLED, 'st.global')} .* wrote through the generic proxy "
+                                             r"and has not made visible to the async proxy \(missing "
+                                             r"fence.proxy.async between the store and this write"):
+        run(text, 1, 64, [np.zeros(64, np.uint32)])

@@ -70,7 +70,8 @@ PROXY_FENCE = Rule(
     "Value .async of the .proxykind qualifier specifies that the memory ordering is established between the async "
     "proxy and the generic proxy.",
     "a generic store read by a TMA or bulk store or a wgmma operand needs a fence.proxy.async on a happens-before "
-    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence)",
+    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence); in the "
+    "PTX executor so does a generic global store that a TMA or bulk store overwrites",
     "tessera.interpreters.sm90.shared_memory:SharedMemory._check_proxy_fenced")
 
 WGMMA_FENCE = Rule(

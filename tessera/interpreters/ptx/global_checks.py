@@ -136,12 +136,13 @@ class GlobalRaceChecks:
                   "cp.async.mbarrier.arrive of its thread lands it, and this write is not ordered after that (race)",
             int(lanes[i]))
 
-    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, write: bool = False) -> None:
         """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
-        generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the write to the
-        read [memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write,
-        in what the reader acquired of that CTA (its fences before the release, or the reader's after the
-        acquire)."""
+        generic proxy, or (`write`: a TMA or bulk store) writes over them: a fence.proxy.async (or .global) must lie
+        on a happens-before path from the generic write to this access [memory_model.PROXY_FENCE,
+        PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write, in what the accessing
+        thread acquired of that CTA (its fences before the release, or the accessor's after the acquire). Without
+        it the generic write may land after the async one."""
         table = self.records["write"]
         who = table["who"][index]
         generic = (who != 0) & ~IS_ASYNC[who & 7]
@@ -162,11 +163,12 @@ class GlobalRaceChecks:
             return
         i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
         b = int(index[i, j])
+        does, access = ("writes", "write") if write else ("reads", "read")
         raise self.m.tracker.hb.hazard(
-            inst, f"reads {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line "
+            inst, f"{does} {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line "
                   f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
                   "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
-                  "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
+                  f"between the store and this {access} on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,

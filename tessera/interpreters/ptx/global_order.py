@@ -150,8 +150,8 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 ranks = self.lane_rank[lanes]
                 groups = ranks if SCOPE[kind] == CTA else cluster_of(self.m, ranks)
             self._check_together(inst, lanes, index, kind, low, high, groups)
-        if IS_ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
-            self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
+        if IS_ASYNC[kind] and "write" in self.records:  # across proxies, a write after a write needs the fence too
+            self._check_proxy_fenced(inst, lanes, index, kind, write and kind != ASYNC_REDUCE)
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
         if write and IS_ASYNC[kind]:  # a bulk or TMA store or reduction: in flight until its group completes
