@@ -47,8 +47,8 @@ WAIT
     ret;
 }
 """
-"""64 threads store t^2 into `buf`, thread 0 bulk-stores it to `out` and waits (WAIT), then thread t reads out[t ^ READER]
-into res[t] (READER 0: each its own word, thread 0 the one it stored; 1: a neighbour's)."""
+"""64 threads store t^2 into `buf`, thread 0 bulk-stores it to `out` and waits (WAIT), then thread t reads
+out[t ^ READER] into res[t] (READER 0: each its own word, thread 0 the one it stored; 1: a neighbour's)."""
 
 FULL = "    @%p0 cp.async.bulk.wait_group 0;\n    bar.sync 0;"
 READ_ONLY = "    @%p0 cp.async.bulk.wait_group.read 0;\n    bar.sync 0;"
@@ -74,8 +74,8 @@ def test_a_bulk_store_read_before_its_writes_complete_is_reported(wait, reader):
     line = line_of(BULK, "cp.async.bulk.global")
     with pytest.raises(PtxHazardError, match=r"ld.global.u32: reads global address .* \(argument 0 \(out\) at byte "
                                              r"offset \d+\) through the generic proxy, which the instruction at line "
-                                             rf"{line} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote through the async "
-                                             r"proxy, .* \(race: the store is in flight until a "
+                                             rf"{line} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote through the "
+                                             r"async proxy, .* \(race: the store is in flight until a "
                                              r"cp.async.bulk.wait_group of its thread without .read covers its bulk "
                                              r"group"):
         _bulk(wait, reader)
@@ -140,8 +140,8 @@ def test_a_read_only_load_of_data_this_launch_wrote_is_reported_however_ordered(
     line = line_of(READ_ONLY_PATH, "st.global.u32 [%rd4]")
     with pytest.raises(PtxHazardError, match=rf"{load}: reads global address .* \(argument 0 \(data\) at byte offset "
                                              r"0\) through the non-coherent read-only path, which the instruction at "
-                                             rf"line {line} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote during this "
-                                             r"launch: .* must be read-only for the whole launch"):
+                                             rf"line {line} \(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\) wrote during "
+                                             r"this launch: .* must be read-only for the whole launch"):
         _handoff(load)
 
 
@@ -185,7 +185,8 @@ def test_an_in_place_update_after_its_read_only_load_and_a_read_only_input_are_r
     np.testing.assert_array_equal(out[1], y.reshape(128, 4))
 
 
-REDUCE = BULK.replace("    st.shared.u32 [%r5], %r6;", "    cvt.rn.f32.u32 %f0, %r6;\n    st.shared.f32 [%r5], %f0;").replace(
+REDUCE = BULK.replace("    st.shared.u32 [%r5], %r6;",
+                      "    cvt.rn.f32.u32 %f0, %r6;\n    st.shared.f32 [%r5], %f0;").replace(
     "    .reg .pred %p<4>;", "    .reg .pred %p<4>;\n    .reg .f32 %f<2>;").replace(
     "cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r2], 256;",
     "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd0], [%r2], 256;")
@@ -257,8 +258,8 @@ def test_a_cp_async_source_overwritten_after_every_copy_landed_is_right(schedule
 @pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("delayed", 0), ("delayed-warp", 1)])
 def test_a_cp_async_source_overwritten_before_its_copy_lands_is_reported(before, after, schedule, seed):
     with pytest.raises(PtxHazardError, match=r"st.global.u32: writes global address .* \(argument 0 \(src\) at byte "
-                                             rf"offset \d+\)(, which the cp.async| through the generic proxy, which the "
-                                             rf"instruction) at line {line_of(CP_ASYNC, 'cp.async.cg')} "):
+                                             r"offset \d+\)(, which the cp.async| through the generic proxy, which "
+                                             rf"the instruction) at line {line_of(CP_ASYNC, 'cp.async.cg')} "):
         _cp_async(before, after, schedule=schedule, seed=seed)
 
 
@@ -276,6 +277,7 @@ BULK_LOAD = r""".visible .entry k(.param .u64 src, .param .u64 out)
     cvta.to.global.u64 %rd1, %rd1;
     mov.u32 %r1, buf;
     mov.u32 %r2, bar;
+PREFILL
     setp.eq.u32 %p0, %r0, 0;
     @%p0 mbarrier.init.shared.b64 [%r2], 1;
     bar.sync 0;
@@ -296,13 +298,14 @@ AFTER
 }
 """
 """Thread 0 bulk-loads 256 bytes of `src` into `buf` on an mbarrier; every thread waits for it and copies its word to
-`out`. Each thread overwrites its source word with 99 BEFORE or AFTER its wait."""
+`out`. Each thread overwrites its source word with 99 BEFORE or AFTER its wait; at PREFILL it may first store into its
+word of `buf`."""
 
 OVERWRITE_SOURCE = "    mul.wide.u32 %rd4, %r0, 4;\n    add.s64 %rd5, %rd0, %rd4;\n    st.global.u32 [%rd5], 99;"
 
 
 def test_a_bulk_load_source_overwritten_after_the_wait_is_right():
-    text = BULK_LOAD.replace("BEFORE", "").replace("AFTER", OVERWRITE_SOURCE)
+    text = BULK_LOAD.replace("BEFORE", "").replace("AFTER", OVERWRITE_SOURCE).replace("PREFILL", "")
     src, out = run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])
     np.testing.assert_array_equal(out, np.arange(64))
     np.testing.assert_array_equal(src, 99)
@@ -310,7 +313,8 @@ def test_a_bulk_load_source_overwritten_after_the_wait_is_right():
 
 def test_a_bulk_load_source_overwritten_before_its_phase_completes_is_reported():
     """As a TMA load's: the non-tensor bulk copy reads its global source until its complete-tx."""
-    text = BULK_LOAD.replace("BEFORE", "    bar.sync 0;\n" + OVERWRITE_SOURCE).replace("AFTER", "")
+    text = BULK_LOAD.replace("BEFORE", "    bar.sync 0;\n" + OVERWRITE_SOURCE).replace("AFTER", "") \
+        .replace("PREFILL", "")
     with pytest.raises(PtxHazardError, match=r"st.global.u32: writes global address .* \(argument 0 \(src\) at byte "
                                              rf"offset 0\), which the TMA or bulk load at line "
                                              rf"{line_of(BULK_LOAD, 'cp.async.bulk.shared')} .* until it completes "
@@ -419,7 +423,8 @@ PREFILLED = r""".visible .entry k(.param .u64 out)
 bar.sync, then thread 0 bulk-stores `buf` over `out`."""
 
 
-@pytest.mark.parametrize("fence", ["fence.proxy.async;", "fence.proxy.async.global;\n    fence.proxy.async.shared::cta;"])
+@pytest.mark.parametrize("fence", ["fence.proxy.async;",
+                                   "fence.proxy.async.global;\n    fence.proxy.async.shared::cta;"])
 def test_a_bulk_store_over_fenced_generic_stores_is_right(fence):
     out = run(PREFILLED.replace("FENCE", fence), 1, 64, [np.zeros(64, np.uint32)])[0]
     np.testing.assert_array_equal(out, np.arange(64))
@@ -435,3 +440,27 @@ def test_a_bulk_store_over_generic_stores_without_a_global_proxy_fence_is_report
                                              r"and has not made visible to the async proxy \(missing "
                                              r"fence.proxy.async between the store and this write"):
         run(text, 1, 64, [np.zeros(64, np.uint32)])
+
+
+ZERO_FILL = "    shl.b32 %r3, %r0, 2;\n    add.u32 %r4, %r1, %r3;\n    st.shared.u32 [%r4], 5;\n"
+"""Each thread zero-fills (with 5) its word of the bulk load's destination first, as a slot written by st.shared and
+then refilled by a copy."""
+
+
+def test_a_bulk_load_over_fenced_generic_stores_is_right():
+    text = BULK_LOAD.replace("PREFILL", ZERO_FILL + "    fence.proxy.async.shared::cta;").replace("BEFORE", "") \
+        .replace("AFTER", "")
+    np.testing.assert_array_equal(run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])[1],
+                                  np.arange(64))
+
+
+def test_a_bulk_load_over_generic_stores_without_a_proxy_fence_is_reported():
+    """Two writes of one shared byte through two proxies: the bar.sync orders them, only a fence.proxy.async makes the
+    st.shared visible to the async proxy before the copy writes over it."""
+    text = BULK_LOAD.replace("PREFILL", ZERO_FILL).replace("BEFORE", "").replace("AFTER", "")
+    with pytest.raises(PtxHazardError, match=r"the bulk copy writes shared address 0x0, which thread \(0, 0, 0\) .* "
+                                             r"stored through the generic proxy and has not made visible to the async "
+                                             r"proxy \(missing fence.proxy.async after the store at line "
+                                             rf"{line_of(BULK_LOAD.replace('PREFILL', ZERO_FILL), 'st.shared')}: no "
+                                             r"fence.proxy.async lies between the store and this write"):
+        run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])

@@ -46,6 +46,11 @@ class Copy:
     """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
 
+ASYNC_PROXY_COPIES = ("TMA load", "bulk copy")
+"""The kinds of `AsyncCopies.issue` that write shared memory through the async proxy (`st.async` and `red.async` are
+not among them)."""
+
+
 class AsyncCopies:
     """The asynchronous copies of `AsyncTracker` (its base class: the tags and state are `AsyncTracker`'s)."""
 
@@ -124,6 +129,8 @@ class AsyncCopies:
         known = None
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
+        elif len(index) and self.hb.races and kind in ASYNC_PROXY_COPIES:  # over generic stores: a proxy fence first
+            self.hb.async_read(inst, np.array([lane]), index, f"the {kind}", span, does="writes")
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
         if source is not None and len(source):
