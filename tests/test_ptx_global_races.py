@@ -443,9 +443,9 @@ def test_a_tma_loads_source_may_be_overwritten_only_after_its_phase_completes(be
         np.testing.assert_array_equal(out, expected)
         return
     with pytest.raises(PtxHazardError, match=r"st.global.v2.u32: writes global address .* \(argument 0 \(src\) at "
-                                             r"byte offset 0\), which the TMA or bulk load at line 24 \(thread \(0, 0, 0\) of "
-                                             r"CTA \(0, 0, 0\)\) reads through the async proxy until it completes "
-                                             r"phase 0 of .*, which this thread has not observed"):
+                                             r"byte offset 0\), which the TMA or bulk load at line 24 \(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) reads through the async proxy until it "
+                                             r"completes phase 0 of .*, which this thread has not observed"):
         launch(text, "tma_then_store", 1, 32, args)
 
 

@@ -3,8 +3,8 @@ PTX ISA's text written out here in NumPy (float64, exact integers, bit patterns)
 infinities, zeros of both signs, subnormals with and without `.ftz`; `min`/`max` with `.NaN` on signed zeros; 32-bit
 `mul.hi`/`mad.hi`, funnel shifts past 32, `bfind` (`.shiftamt`), `clz`, `popc`, `brev`, `dp4a`/`dp2a`;
 `fma.rn.relu.bf16x2` on NaN and infinities; `vote.sync.ballot` and `match.any.sync` on the two sides of a divergent
-branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow. Legal forms the
-executor does not implement are refused by name at their line."""
+branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow; `ldmatrix` and
+`stmatrix` `.x4.trans`. Legal forms the executor does not implement are refused by name at their line."""
 
 from __future__ import annotations
 
@@ -264,3 +264,51 @@ def test_fp8_conversions_at_ties_subnormals_and_overflow():
 def test_legal_forms_the_executor_does_not_implement_are_refused_at_their_line(body, message):
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:{line_of(TEXT, 'BODY')}: error: " + message):
         words(body, np.zeros((32, 4), np.uint32))
+
+
+LDMATRIX_TRANS = """.visible .entry k(.param .u64 inp, .param .u64 out, .param .u64 regs)
+{
+    .reg .b32 %r<20>;
+    .reg .b64 %rd<12>;
+    .shared .align 128 .b8 a[512];
+    .shared .align 128 .b8 b[512];
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [inp];
+    mul.wide.u32 %rd1, %r0, 16;
+    add.s64 %rd2, %rd0, %rd1;
+    ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd2];
+    mov.u32 %r5, a;
+    shl.b32 %r6, %r0, 4;
+    add.u32 %r7, %r5, %r6;
+    st.shared.v4.u32 [%r7], {%r1, %r2, %r3, %r4};
+    bar.sync 0;
+    ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r8, %r9, %r10, %r11}, [%r7];
+    mov.u32 %r12, b;
+    add.u32 %r13, %r12, %r6;
+    stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%r13], {%r8, %r9, %r10, %r11};
+    ld.param.u64 %rd3, [regs];
+    add.s64 %rd4, %rd3, %rd1;
+    st.global.v4.u32 [%rd4], {%r8, %r9, %r10, %r11};
+    bar.sync 0;
+    ld.shared.v4.u32 {%r1, %r2, %r3, %r4}, [%r7+512];
+    ld.param.u64 %rd5, [out];
+    add.s64 %rd6, %rd5, %rd1;
+    st.global.v4.u32 [%rd6], {%r1, %r2, %r3, %r4};
+    ret;
+}
+"""
+"""Four 8x8 b16 matrices, row r of matrix i at 16 (8 i + r) of `a` (thread 8 i + r's address): ldmatrix .x4 .trans into
+registers, stmatrix .x4 .trans of them into `b`, copied out."""
+
+
+def test_ldmatrix_trans_fragments_and_the_stmatrix_trans_round_trip():
+    """ldmatrix.trans: thread l's register i holds matrix i's elements (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4),
+    the first in the low half (warp-level-matrix-instructions-ldmatrix); stmatrix.trans stores them back in place."""
+    x = np.arange(256, dtype=np.uint16) * 3 + 1
+    _, out, regs = run(LDMATRIX_TRANS, 1, 32, [x.view(np.uint32).copy(), np.zeros(128, np.uint32),
+                                               np.zeros(128, np.uint32)])
+    m = x.reshape(4, 8, 8).astype(np.uint32)
+    lane = np.arange(32)[:, None]
+    want = m[np.arange(4), 2 * (lane % 4), lane // 4] | m[np.arange(4), 2 * (lane % 4) + 1, lane // 4] << 16
+    np.testing.assert_array_equal(regs.reshape(32, 4), want)
+    np.testing.assert_array_equal(out.view(np.uint16), x)

@@ -202,13 +202,13 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if not who.any():
             return
         i, j = np.unravel_index(np.argmax(who != 0), who.shape)
-        w = int(who[i, j])
+        w, b = int(who[i, j]), int(index[i, j])
+        writer = self.describe((w >> 16) - 1, (w >> 3) & 0x1FFF)
         raise self.m.tracker.hb.hazard(
-            inst, f"reads {self.where(int(index[i, j]))} through the non-coherent read-only path, which the "
-                  f"instruction at line {int(table['line'][index[i, j]])} ({self.describe((w >> 16) - 1, (w >> 3) & 0x1FFF)})"
-                  " wrote during this launch: data loaded by ld.global.nc or ldu (__ldg, const __restrict__) must be "
-                  "read-only for the whole launch, as no synchronisation makes a write visible to that cache (load "
-                  "it with ld.global, or ld.acquire after a release)", int(lanes[i]))
+            inst, f"reads {self.where(b)} through the non-coherent read-only path, which the instruction at line "
+                  f"{int(table['line'][b])} ({writer}) wrote during this launch: data loaded by ld.global.nc or ldu "
+                  "(__ldg, const __restrict__) must be read-only for the whole launch, as no synchronisation makes a "
+                  "write visible to that cache (load it with ld.global, or ld.acquire after a release)", int(lanes[i]))
 
     def read_box(self, inst, lane: int, box: StridedBox, kind: int) -> None:
         """`access` of one thread's async-proxy read of `box` (a TMA load), through strided views of the records:
