@@ -4,7 +4,7 @@ infinities, zeros of both signs, subnormals with and without `.ftz`; `min`/`max`
 `mul.hi`/`mad.hi`, funnel shifts past 32, `bfind` (`.shiftamt`), `clz`, `popc`, `brev`, `dp4a`/`dp2a`;
 `fma.rn.relu.bf16x2` on NaN and infinities; `vote.sync.ballot` and `match.any.sync` on the two sides of a divergent
 branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow; `ldmatrix` and
-`stmatrix` `.x4.trans`. Legal forms the executor does not implement are refused by name at their line."""
+`stmatrix` `.x4.trans`; `shfl.sync` in segments and out of range; `bar.red`/`barrier.red`. Legal forms the executor does not implement are refused by name at their line."""
 
 from __future__ import annotations
 
@@ -312,3 +312,63 @@ def test_ldmatrix_trans_fragments_and_the_stmatrix_trans_round_trip():
     want = m[np.arange(4), 2 * (lane % 4), lane // 4] | m[np.arange(4), 2 * (lane % 4) + 1, lane // 4] << 16
     np.testing.assert_array_equal(regs.reshape(32, 4), want)
     np.testing.assert_array_equal(out.view(np.uint16), x)
+
+
+def _shfl(mode: str, lane: int, b: int, c: int) -> tuple[int, bool]:
+    """The ISA's shfl.sync pseudo-code: (source lane, predicate) of `lane` for operand b and the packed c (clamp in
+    bits 4:0, segment mask in bits 12:8)."""
+    b, clamp, segmask = b & 31, c & 31, (c >> 8) & 31
+    max_lane, min_lane = (lane & segmask) | (clamp & ~segmask), lane & segmask
+    j = {"up": lane - b, "down": lane + b, "bfly": lane ^ b, "idx": min_lane | (b & ~segmask)}[mode]
+    ok = j >= max_lane if mode == "up" else j <= max_lane
+    return (j if ok else lane), ok
+
+
+@pytest.mark.parametrize("mode, b, c", [("up", 3, 24 << 8), ("down", 3, 24 << 8 | 31), ("bfly", 5, 24 << 8 | 31),
+                                        ("idx", 13, 24 << 8 | 31), ("idx", 40, 31), ("down", 3, 28)])
+def test_shfl_in_segments_of_eight_and_out_of_range(mode, b, c):
+    """CUB's segmented scans pack width 8 into c as (32 - 8) << 8: a source outside the thread's segment (or past
+    the clamp) gives the thread its own value and a false predicate; b is taken modulo 32."""
+    inp = column(np.arange(32) * 10 + 5)
+    out = words(f"""
+    shfl.sync.{mode}.b32 %r5|%p1, %r1, {b}, {c}, 0xffffffff;
+    selp.u32 %r6, 1, 0, %p1;
+    st.global.v2.u32 [%rd2], {{%r5, %r6}};""", inp)
+    source, ok = zip(*(_shfl(mode, lane, b, c) for lane in range(32)))
+    np.testing.assert_array_equal(out[:, 0], inp[list(source), 0])
+    np.testing.assert_array_equal(out[:, 1], ok)
+
+
+BAR_RED = """.visible .entry k(.param .u64 out, .param .u64 inp)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<6>;
+    .reg .pred %p<6>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [out];
+    mul.wide.u32 %rd1, %r0, 16;
+    add.s64 %rd2, %rd0, %rd1;
+    ld.param.u64 %rd3, [inp];
+    mul.wide.u32 %rd4, %r0, 4;
+    add.s64 %rd5, %rd3, %rd4;
+    ld.global.u32 %r1, [%rd5];
+    setp.ne.u32 %p0, %r1, 0;
+    bar.red.popc.u32 %r2, 0, %p0;
+    bar.red.and.pred %p1, 1, %p0;
+    bar.red.or.pred %p2, 2, %p0;
+    selp.u32 %r3, 1, 0, %p1;
+    selp.u32 %r4, 1, 0, %p2;
+    barrier.red.popc.u32 %r5, 3, 96, %p0;
+    st.global.v4.u32 [%rd2], {%r2, %r3, %r4, %r5};
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("pattern", [np.arange(96) % 3 == 0, np.ones(96, bool), np.zeros(96, bool)],
+                         ids=["every-third", "all", "none"])
+def test_barrier_reductions_over_three_warps(pattern):
+    """__syncthreads_count/_and/_or (bar.red.popc/.and/.or) and barrier.red with an explicit count: every thread
+    gets the reduction of the predicates of all 96."""
+    out = run(BAR_RED, 1, 96, [np.zeros(96 * 4, np.uint32), pattern.astype(np.uint32)])[0].reshape(96, 4)
+    np.testing.assert_array_equal(out, np.tile([pattern.sum(), pattern.all(), pattern.any(), pattern.sum()], (96, 1)))
