@@ -4,7 +4,8 @@ infinities, zeros of both signs, subnormals with and without `.ftz`; `min`/`max`
 `mul.hi`/`mad.hi`, funnel shifts past 32, `bfind` (`.shiftamt`), `clz`, `popc`, `brev`, `dp4a`/`dp2a`;
 `fma.rn.relu.bf16x2` on NaN and infinities; `vote.sync.ballot` and `match.any.sync` on the two sides of a divergent
 branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow; `ldmatrix` and
-`stmatrix` `.x4.trans`; `shfl.sync` in segments and out of range; `bar.red`/`barrier.red`. Legal forms the executor does not implement are refused by name at their line."""
+`stmatrix` `.x4.trans`; `shfl.sync` in segments and out of range; `bar.red`/`barrier.red`; `ex2`/`tanh` `.approx` on
+the 16-bit types. Legal forms the executor does not implement are refused by name at their line."""
 
 from __future__ import annotations
 
@@ -125,6 +126,37 @@ def test_min_and_max_with_and_without_nan_on_signed_zeros_and_nans():
     bits_equal(out[:, 1], hi)
     bits_equal(out[:, 2], np.where(nan, np.nan, lo))
     bits_equal(out[:, 3], np.where(nan, np.nan, hi))
+
+
+def test_16_bit_ex2_and_tanh_approx_on_special_values():
+    """ex2.approx.f16x2, ex2.approx.ftz.bf16x2, tanh.approx.f16x2 and tanh.approx.bf16x2 (CUTLASS's fast GELU on
+    half2): each half the correctly rounded value of the exact function (within the approximation's bound), overflow
+    to infinity, f16 results at half the smallest subnormal to zero (a tie, to even), bf16's .ftz flushing
+    subnormal inputs and results, NaN the canonical 0x7FFF."""
+    rng = np.random.default_rng(5)
+    h = (rng.standard_normal((32, 2)) * 4).astype(np.float16)
+    h[:8, 0] = [np.nan, -np.inf, -20, 16, -25, 6e-5, np.inf, -0.0]
+    b = (rng.standard_normal((32, 2)) * 4).astype(ml_dtypes.bfloat16)
+    b[:6, 0] = [np.nan, -np.inf, -130, 128, 1e-39, -127.5]
+    inp = np.zeros((32, 4), np.uint32)
+    inp[:, 0], inp[:, 1] = h.view(np.uint32).ravel(), b.view(np.uint32).ravel()
+    out = words("""
+    ex2.approx.f16x2 %r5, %r1;
+    ex2.approx.ftz.bf16x2 %r6, %r2;
+    tanh.approx.f16x2 %r7, %r1;
+    tanh.approx.bf16x2 %r8, %r2;
+    st.global.v4.u32 [%rd2], {%r5, %r6, %r7, %r8};""", inp)
+    tiny = 2.0**-126
+    flush = lambda x: np.where(np.abs(x) < tiny, 0.0, x)
+    with np.errstate(over="ignore"):
+        wants = [np.exp2(h.astype(np.float64)).astype(np.float16),
+                 flush(np.exp2(flush(b.astype(np.float64)))).astype(np.float32).astype(ml_dtypes.bfloat16),
+                 np.tanh(h.astype(np.float64)).astype(np.float16),
+                 np.tanh(b.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)]
+    for k, want in enumerate(wants):
+        bits = np.where(np.isnan(want.astype(np.float32)), 0x7FFF, want.view(np.uint16))
+        halves = np.stack([out[:, k] & 0xFFFF, out[:, k] >> 16], axis=1)
+        np.testing.assert_array_equal(halves, bits, err_msg=str(k))  # (bf16 through f32: no value here is a tie)
 
 
 def _s32(x):
@@ -256,11 +288,12 @@ def test_fp8_conversions_at_ties_subnormals_and_overflow():
 @pytest.mark.parametrize("body, message", [
     ("max.xorsign.abs.f32 %f4, %f1, %f2;", r"max.xorsign.abs.f32: not supported by the PTX executor: min/max "
                                            r".xorsign.abs"),
-    ("ex2.approx.f16x2 %r5, %r1;", r"ex2.approx.f16x2: not supported by the PTX executor: ex2.approx on .f16x2"),
+    ("ex2.approx.bf16x2 %r5, %r1;", r"ex2.approx.bf16x2: not supported by the PTX executor: ex2.approx.bf16x2 \(the "
+                                    r"form is ex2.approx.ftz.bf16 or ex2.approx.ftz.bf16x2\)"),
     ("fma.rn.oob.relu.f16x2 %r5, %r1, %r1, %r1;", r"fma.rn.oob.relu.f16x2: not supported by the PTX executor: fma "
                                                   r".oob"),
     ("mbarrier.pending_count.b64 %r5, %rd1;", r"mbarrier.pending_count.b64: not supported by the PTX executor"),
-], ids=["max-xorsign", "ex2-f16x2", "fma-oob", "pending-count"])
+], ids=["max-xorsign", "ex2-bf16x2-without-ftz", "fma-oob", "pending-count"])
 def test_legal_forms_the_executor_does_not_implement_are_refused_at_their_line(body, message):
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:{line_of(TEXT, 'BODY')}: error: " + message):
         words(body, np.zeros((32, 4), np.uint32))
