@@ -3,9 +3,10 @@ PTX ISA's text written out here in NumPy (float64, exact integers, bit patterns)
 infinities, zeros of both signs, subnormals with and without `.ftz`; `min`/`max` with `.NaN` on signed zeros; 32-bit
 `mul.hi`/`mad.hi`, funnel shifts past 32, `bfind` (`.shiftamt`), `clz`, `popc`, `brev`, `dp4a`/`dp2a`;
 `fma.rn.relu.bf16x2` on NaN and infinities; `vote.sync.ballot` and `match.any.sync` on the two sides of a divergent
-branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow; `ldmatrix` and
-`stmatrix` `.x4.trans`; `shfl.sync` in segments and out of range; `bar.red`/`barrier.red`; `ex2`/`tanh` `.approx` on
-the 16-bit types. Legal forms the executor does not implement are refused by name at their line."""
+branch, `redux.sync` and `elect.sync` after it; FP8 conversions at ties, subnormals and overflow; `min`/`max`
+`.xorsign.abs`; `ldmatrix` and `stmatrix` `.x4.trans`; `shfl.sync` in segments and out of range;
+`bar.red`/`barrier.red`; `ex2`/`tanh` `.approx` on the 16-bit types. Legal forms the executor does not implement are
+refused by name at their line."""
 
 from __future__ import annotations
 
@@ -159,6 +160,39 @@ def test_16_bit_ex2_and_tanh_approx_on_special_values():
         np.testing.assert_array_equal(halves, bits, err_msg=str(k))  # (bf16 through f32: no value here is a tie)
 
 
+def test_min_and_max_xorsign_abs():
+    """min/max{.NaN}.xorsign.abs (sm_86+; f32 and bf16x2 here): the min/max of |a| and |b|, NaN as without
+    .xorsign.abs, and a non-NaN result signed with sign(a) XOR sign(b) (the ISA's pseudo-code)."""
+    a = np.array([np.nan, np.nan, 0.0, -0.0, 1.0, -np.inf, np.nan, 3.0, -2.0, -5.0, 4.0, -1.0] * 2 + [1.0] * 8,
+                 np.float32)
+    b = np.array([2.0, np.nan, -0.0, 0.0, np.nan, 5.0, -1.0, -3.0, 3.0, -1.0, -4.5, -1.0] * 2 + [2.0] * 8,
+                 np.float32)
+    inp = column(a)
+    inp[:, 1] = b.view(np.uint32)
+    pairs = np.stack([a, b], axis=1).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+    inp[:, 2] = pairs[:, 0] | pairs[:, 1] << 16  # (a, b) as one bf16x2 word: its halves give min/max(a, b) too
+    out = words("""
+    max.xorsign.abs.f32 %f4, %f1, %f2;
+    min.xorsign.abs.f32 %f5, %f1, %f2;
+    max.NaN.xorsign.abs.f32 %f6, %f1, %f2;
+    mov.b32 {%rs1, %rs2}, %r3;
+    mov.b32 %r7, {%rs2, %rs1};
+    min.xorsign.abs.bf16x2 %r8, %r3, %r7;
+    st.global.v4.f32 [%rd2], {%f4, %f5, %f6, %f6};
+    st.global.u32 [%rd2+12], %r8;""", inp)
+    negative = np.signbit(a) ^ np.signbit(b)
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.fmin(np.abs(a), np.abs(b)), np.fmax(np.abs(a), np.abs(b))
+    signed = lambda d: np.where(negative & ~np.isnan(d), -d, d)
+    bits_equal(out[:, 0], signed(hi))
+    bits_equal(out[:, 1], signed(lo))
+    bits_equal(out[:, 2], signed(np.where(np.isnan(a) | np.isnan(b), np.nan, hi)))
+    want = signed(lo).astype(ml_dtypes.bfloat16).view(np.uint16)  # both halves: (a, b) and (b, a)
+    want = np.where(np.isnan(lo), 0x7FFF, want)
+    np.testing.assert_array_equal(out[:, 3] & 0xFFFF, want)
+    np.testing.assert_array_equal(out[:, 3] >> 16, want)
+
+
 def _s32(x):
     return (np.asarray(x, np.int64) ^ 0x80000000) - 0x80000000
 
@@ -286,14 +320,14 @@ def test_fp8_conversions_at_ties_subnormals_and_overflow():
 
 
 @pytest.mark.parametrize("body, message", [
-    ("max.xorsign.abs.f32 %f4, %f1, %f2;", r"max.xorsign.abs.f32: not supported by the PTX executor: min/max "
-                                           r".xorsign.abs"),
+    ("max.xorsign.f32 %f4, %f1, %f2;", r"max.xorsign.f32: not supported by the PTX executor: min/max .xorsign "
+                                       r"without .abs"),
     ("ex2.approx.bf16x2 %r5, %r1;", r"ex2.approx.bf16x2: not supported by the PTX executor: ex2.approx.bf16x2 \(the "
                                     r"form is ex2.approx.ftz.bf16 or ex2.approx.ftz.bf16x2\)"),
     ("fma.rn.oob.relu.f16x2 %r5, %r1, %r1, %r1;", r"fma.rn.oob.relu.f16x2: not supported by the PTX executor: fma "
                                                   r".oob"),
     ("mbarrier.pending_count.b64 %r5, %rd1;", r"mbarrier.pending_count.b64: not supported by the PTX executor"),
-], ids=["max-xorsign", "ex2-bf16x2-without-ftz", "fma-oob", "pending-count"])
+], ids=["xorsign-without-abs", "ex2-bf16x2-without-ftz", "fma-oob", "pending-count"])
 def test_legal_forms_the_executor_does_not_implement_are_refused_at_their_line(body, message):
     with pytest.raises(PtxExecutionError, match=rf"<ptx>:{line_of(TEXT, 'BODY')}: error: " + message):
         words(body, np.zeros((32, 4), np.uint32))

@@ -72,11 +72,20 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
     """f(a, b) on float arrays of `dtype` (the element type), with one rounding."""
     if name in ("min", "max"):
         nan = mods.take("NaN")
-        if mods.take("xorsign", "abs"):
-            raise ops.refuse(inst, "min/max .xorsign.abs")
+        xorsign, absolute = mods.take("xorsign"), mods.take("abs")
+        if bool(xorsign) != bool(absolute) or (xorsign and f64):
+            raise ops.refuse(inst, "min/max .xorsign without .abs, or on .f64")
         larger = name == "max"
         pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
-        return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+        if not xorsign:
+            return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+
+        def xor_signed(a, b):
+            """.xorsign.abs: min/max of |a| and |b| (NaN as without it), its sign that of a times b."""
+            negative = np.signbit(a) ^ np.signbit(b)
+            d = pick(np.abs(a), np.abs(b))
+            return np.where(negative & ~np.isnan(d), -d, d).astype(dtype, copy=False)
+        return xor_signed
     if name == "div":
         kind = mods.take("approx", "full")
         mode = "rn" if kind else mods.take(*numerics.MODES)
