@@ -61,6 +61,7 @@ class AsyncCopies:
         reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
         and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
+        self.check_not_barrier(inst, lanes, flat, what, span)
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
         clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
         lanes = per_lane(lanes, flat.shape)
@@ -157,7 +158,9 @@ class AsyncCopies:
         range path), and `HappensBefore.async_writes_clear`. Decided over the CTAs' ranges at once; changes
         nothing."""
         m = self.m
-        if self.staged or self.bulk_reads or self.copy_sources or any(key not in m.mbarriers for key in keys):
+        if self.staged or self.bulk_reads or self.copy_sources or self.live_barriers is not None and any(
+                self.live_barriers[key[0] * m.shared_bytes + dense[0]:key[0] * m.shared_bytes + dense[1]].any()
+                for key in keys) or any(key not in m.mbarriers for key in keys):
             return False
         slots = np.array([key[0] for key in keys])
         rows, (low, high) = consecutive(slots), dense

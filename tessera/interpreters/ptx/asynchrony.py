@@ -149,6 +149,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         # the shared sources of bulk copies into a cluster member, read until the copy lands: (its mbarrier's key,
         # the issuing lane, the flat source bytes, the copy)
         self.copy_sources: list[tuple[tuple[int, int], int, np.ndarray, object]] = []
+        # per shared byte: whether it holds a live mbarrier (initialised, not invalidated), None before the first
+        # init; `barrier_lines`: the init's (line, lane) per live barrier's first byte
+        self.live_barriers: np.ndarray | None = None
+        self.barrier_lines: dict[int, tuple[int, int]] = {}
         # a named barrier (barrier, CTA slot) or a CTA's cluster barrier ("cluster", CTA slot) -> [mbarrier]: the
         # phases its pending phase's arrivals had observed when they arrived (`barrier_arriving`)
         self.bar_seen: dict[tuple, np.ndarray] = {}
@@ -165,6 +169,37 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         cta, address = divmod(int(flat), max(m.shared_bytes, 1))
         c = m.ctaid[cta]
         return f"shared address {address:#x}" + (f" of CTA ({c[0]}, {c[1]}, {c[2]})" if m.ctas > 1 else "")
+
+    def barrier_initialised(self, inst, key: tuple[int, int], lane: int) -> None:
+        """mbarrier.init of the barrier at `key` by `lane`: its bytes hold it until an mbarrier.inval."""
+        if self.live_barriers is None:
+            self.live_barriers = np.zeros(len(self.m.shared), bool)
+        start = key[0] * max(self.m.shared_bytes, 1) + key[1]
+        self.live_barriers[start:start + facts.MBARRIER_BYTES] = True
+        self.barrier_lines[start] = (inst.line, lane)
+
+    def barrier_invalidated(self, key: tuple[int, int]) -> None:
+        """mbarrier.inval of the barrier at `key`: its memory may be used for anything again."""
+        if self.live_barriers is not None:
+            start = key[0] * max(self.m.shared_bytes, 1) + key[1]
+            self.live_barriers[start:start + facts.MBARRIER_BYTES] = False
+            self.barrier_lines.pop(start, None)
+
+    def check_not_barrier(self, inst, lanes, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+        """`what` (by `lanes`, one per byte or one for all) writes the shared bytes `flat` (filling `span`, when it
+        fills one): none may hold a live mbarrier, whose memory is for mbarrier instructions only until an
+        mbarrier.inval [P#parallel-synchronization-and-communication-instructions-mbarrier-inval]."""
+        live = self.live_barriers
+        if live is None or not (live[span].any() if span is not None else live[flat].any()):
+            return
+        hit = live[flat]
+        i = int(np.argmax(hit))
+        b = int(flat[i])
+        start = b - b % facts.MBARRIER_BYTES
+        line, lane = self.barrier_lines.get(start, (0, 0))
+        raise self.hazard(inst, f"{what} writes {self.where(b)}, which holds the mbarrier the mbarrier.init at line "
+                                f"{line} ({self.m.describe_lane(lane)}) initialised: its memory may be used for "
+                                "anything else only after an mbarrier.inval", int(np.broadcast_to(lanes, flat.shape)[i]))
 
     def where_barrier(self, key: tuple[int, int]) -> str:
         """'the mbarrier at shared address 0x.. of CTA (x, y, z)' of the mbarrier at `key` = (CTA slot, address)."""
