@@ -13,7 +13,7 @@ import pytest
 
 from tessera.interpreters.ptx import PtxHazardError
 from race_templates import INIT_LOCAL_BARRIER, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
-from unseen_ptx import line_of, run
+from unseen_ptx import HEAD, line_of, run
 
 BULK = r""".visible .entry k(.param .u64 out, .param .u64 res)
 {
@@ -464,3 +464,25 @@ def test_a_bulk_load_over_generic_stores_without_a_proxy_fence_is_reported():
                                              rf"{line_of(BULK_LOAD.replace('PREFILL', ZERO_FILL), 'st.shared')}: no "
                                              r"fence.proxy.async lies between the store and this write"):
         run(text, 1, 64, [np.arange(64, dtype=np.uint32), np.zeros(64, np.uint32)])
+
+
+def test_tessera_run_reports_the_read_only_load_and_the_early_bulk_read_by_file_and_line(tmp_path, capsys):
+    """The command line ends both with exit status 1 and the located message, no traceback; the right twins with 0."""
+    from tessera.tools import tessera_run
+
+    cases = [(READ_ONLY_PATH.replace("LOAD", "ld.global.u32"), READ_ONLY_PATH.replace("LOAD", "ld.global.nc.u32"),
+              ["--grid", "2", "--block", "32", "--arg", "u32[32]=arange", "--arg", "u32[1]=zeros", "--arg",
+               "u32[32]=zeros"], "ld.global.nc.u32", "{LOAD}"),
+             (BULK.replace("WAIT", FULL).replace("READER", "1"), BULK.replace("WAIT", READ_ONLY).replace("READER", "1"),
+              ["--grid", "1", "--block", "64", "--arg", "u32[64]=zeros", "--arg", "u32[64]=zeros"], "ld.global.u32",
+              "ld.global.u32 %r8")]
+    for right, wrong, args, name, snippet in cases:
+        path = tmp_path / "k.ptx"
+        path.write_text(HEAD + right)
+        assert tessera_run.main([str(path), *args]) == 0
+        path.write_text(HEAD + wrong)
+        assert tessera_run.main([str(path), *args]) == 1
+        err = capsys.readouterr().err
+        line = line_of(wrong, snippet.replace("{LOAD}", name))
+        assert f"k.ptx:{line}: error: {name}: reads global address" in err, err
+        assert "Traceback" not in err
