@@ -71,7 +71,8 @@ PROXY_FENCE = Rule(
     "proxy and the generic proxy.",
     "a generic store read by a TMA or bulk store or a wgmma operand needs a fence.proxy.async on a happens-before "
     "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence); in the "
-    "PTX executor so does a generic global store that a TMA or bulk store overwrites",
+    "PTX executor so does a generic store that an async-proxy copy overwrites (a TMA or bulk store in global memory, "
+    "a TMA or bulk load in the issuing CTA's shared memory)",
     "tessera.interpreters.sm90.shared_memory:SharedMemory._check_proxy_fenced")
 
 WGMMA_FENCE = Rule(

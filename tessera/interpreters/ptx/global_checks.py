@@ -140,9 +140,9 @@ class GlobalRaceChecks:
         """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
         generic proxy, or (`write`: a TMA or bulk store) writes over them: a fence.proxy.async (or .global) must lie
         on a happens-before path from the generic write to this access [memory_model.PROXY_FENCE,
-        PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write, in what the accessing
-        thread acquired of that CTA (its fences before the release, or the accessor's after the acquire). Without
-        it the generic write may land after the async one."""
+        memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write, in what the
+        accessing thread acquired of that CTA (its fences before the release, or the accessor's after the acquire).
+        Without it the generic write may land after the async one."""
         table = self.records["write"]
         who = table["who"][index]
         generic = (who != 0) & ~IS_ASYNC[who & 7]
