@@ -1,10 +1,13 @@
-"""When a write is there to read, in PTX a user writes: a bulk store's global bytes (`cp.async.bulk.global.shared::cta`)
-are written once a `cp.async.bulk.wait_group` without `.read` of the issuing thread covers its group (`.read` waits
-only until its shared source has been read), a `cp.async` reads its global source until it lands (its thread's
-`cp.async.wait_group`), a bulk load (into the CTA or a cluster member) reads its source until its complete-tx, and
-data loaded through the non-coherent read-only path
-(`ld.global.nc`, `ldu`: `__ldg`, `const __restrict__`) must be read-only for the whole launch. Each wrong kernel is
-reported naming both sides, each right twin runs clean against NumPy (docs/races-global.md)."""
+"""When a write is there to read, and when a source may be written again, in PTX a user writes: a bulk store's (and a
+bulk reduction's) global bytes are written once a `cp.async.bulk.wait_group` without `.read` of the issuing thread
+covers its group (`.read` waits only until its shared source has been read); a `cp.async` reads its global source
+until it lands (its thread's `cp.async.wait_group`); a bulk load, into the CTA or into a cluster member, reads its
+source until its complete-tx; two writes of a byte through the generic and the async proxy need a
+`fence.proxy.async` between them (an `st.global` prefill under a bulk store, an `st.shared` zero-fill under a bulk
+load); data loaded through the non-coherent read-only path (`ld.global.nc`, `ldu`: `__ldg`, `const __restrict__`)
+must be read-only for the whole launch. Each wrong kernel is reported naming both sides, each right twin runs clean
+against NumPy, and `tessera-run` ends the wrong ones with exit status 1 and the located message
+(docs/races-global.md, docs/races.md)."""
 
 from __future__ import annotations
 
