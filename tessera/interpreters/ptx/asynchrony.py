@@ -195,8 +195,8 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         hit = live[flat]
         i = int(np.argmax(hit))
         b = int(flat[i])
-        start = b - b % facts.MBARRIER_BYTES
-        line, lane = self.barrier_lines.get(start, (0, 0))
+        line, lane = next(where for start, where in self.barrier_lines.items()
+                          if start <= b < start + facts.MBARRIER_BYTES)
         raise self.hazard(inst, f"{what} writes {self.where(b)}, which holds the mbarrier the mbarrier.init at line "
                                 f"{line} ({self.m.describe_lane(lane)}) initialised: its memory may be used for "
                                 "anything else only after an mbarrier.inval", int(np.broadcast_to(lanes, flat.shape)[i]))
