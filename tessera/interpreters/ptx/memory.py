@@ -243,18 +243,35 @@ def sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tupl
 
 def seeds_cas(m: Machine, inst) -> bool:
     """Whether the weak load `inst` reads the expected value of an `atom.cas` at its own address: its
-    destination is the cas's compare operand (nvcc's atomicCAS loops, the CUDA guide's `old = *p; do {
-    assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed != old)`). Such a load is taken
-    as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks the value it read, so its
-    races with other threads' atomics at that address decide nothing the cas does not check again."""
+    destination, or a register `mov` copies it into (a float's bits handed to the cas: `float old = *p; ...
+    atomicCAS((int*)p, __float_as_int(old), ...)`), is the cas's compare operand (nvcc's atomicCAS loops, the
+    CUDA guide's `old = *p; do { assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed !=
+    old)`). Such a load is taken as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks
+    the value it read, so its races with other threads' atomics at that address decide nothing the cas does
+    not check again."""
     seeds = getattr(m, "cas_seeds", None)
     if seeds is None:  # such loads (by identity: a module built without source lines has them all 0), once
         instructions = m.entry.instructions
         cas = {(i.operands[1], i.operands[2]) for i in instructions
                if i.opcode == "atom" and "cas" in i.modifiers and len(i.operands) == 4}
+        copies: dict[Reg, set[Reg]] = {}  # register -> the registers a mov copies it into
+        for i in instructions:
+            if i.opcode == "mov" and len(i.operands) == 2 and all(isinstance(o, Reg) for o in i.operands):
+                copies.setdefault(i.operands[1], set()).add(i.operands[0])
         seeds = m.cas_seeds = frozenset(id(i) for i in instructions if i.opcode == "ld" and len(i.operands) == 2
-                                        and (i.operands[1], i.operands[0]) in cas)
+                                        and any((i.operands[1], r) in cas for r in _copies_of(i.operands[0], copies)))
     return id(inst) in seeds
+
+
+def _copies_of(register, copies: dict) -> set:
+    """`register` and every register a chain of movs copies it into (`copies`: register -> direct copies)."""
+    found, todo = {register}, [register]
+    while todo:
+        for r in copies.get(todo.pop(), ()):
+            if r not in found:
+                found.add(r)
+                todo.append(r)
+    return found
 
 
 @opcode("ld", "ldu")
