@@ -223,7 +223,7 @@ def test_the_executor_names_the_rules_it_applies():
                  "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE_SCALE_D", "WGMMA_WAIT_PER_THREAD",
                  "WGMMA_A_ROWS_PER_WARP",
                  "WGMMA_GROUP_PER_WARPGROUP",
-                 "BULK_READ_BEFORE_EXIT", "CLUSTER_EXIT_WAIT", "CLUSTER_BARRIER_ORDERING", "TMA_READ_UNTIL_COMPLETE",
+                 "BULK_READ_BEFORE_EXIT", "BULK_WRITE_COMPLETION", "CP_ASYNC_ORDER", "CLUSTER_EXIT_WAIT", "CLUSTER_BARRIER_ORDERING", "TMA_READ_UNTIL_COMPLETE",
                  "CP_ASYNC_PROXY"):
         assert f"memory_model.{name}" in source, name
 

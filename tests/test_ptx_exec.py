@@ -1440,6 +1440,30 @@ def test_cas_retry_loop_reaches_the_maximum():
     assert out[1][0] == values.max()
 
 
+@pytest.mark.parametrize("seed", ["ld.global.f32 %f4, [%rd2];\n    mov.b32 %r3, %f4;",
+                                  "ld.global.u32 %r6, [%rd2];\n    mov.b32 %f4, %r6;\n    mov.b32 %r3, %f4;"],
+                         ids=["float-seed", "two-moves"])
+def test_cas_retry_loop_seeded_by_a_plain_load_moved_into_the_compare_operand_is_clean(seed):
+    """`float old = *p; ... atomicCAS((int*)p, __float_as_int(old), ...)`: the plain load's bits reach the cas's
+    compare operand through movs, and count as the loop's seed (relaxed) as a direct one does."""
+    text = kernel(CAS_MAX.replace("ld.relaxed.gpu.global.b32 %r3, [%rd2];", seed),
+                  ".param .u64 plock, .param .u64 pcount")
+    values = np.random.default_rng(6).standard_normal(128).astype(np.float32)
+    assert launch(text, "k", 2, 64, [values, np.full(1, -np.inf, np.float32)])[1][0] == values.max()
+
+
+def test_a_plain_load_moved_into_a_cas_at_another_address_is_still_a_race():
+    """The seed must read the cas's own address: a plain load of a word other threads update atomically, whose
+    bits a cas on another word compares, is an unordered read of that word."""
+    text = kernel(CAS_MAX.replace("ld.relaxed.gpu.global.b32 %r3, [%rd2];",
+                                  "atom.global.add.u32 %r7, [%rd2+4], 1;\n    ld.global.u32 %r6, [%rd2+4];\n"
+                                  "    mov.b32 %r3, %r6;"),
+                  ".param .u64 plock, .param .u64 pcount")
+    with pytest.raises(PtxHazardError, match=r"(ld.global.u32: reads|atom.global.add.u32: writes) global address "
+                                             r"0x\w+ \(argument 1 \(pcount\) at byte offset 4\).* \(race"):
+        launch(text, "k", 2, 64, [np.zeros(128, np.float32), np.zeros(2, np.float32)])
+
+
 def test_lock_nobody_releases_is_a_deadlock():
     text = kernel(SPIN_LOCK.format(release=""), ".param .u64 plock, .param .u64 pcount")
     with pytest.raises(PtxDeadlockError, match=r"spin on an atom.cas .*a lock nobody releases\) at line \d+ "

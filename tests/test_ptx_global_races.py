@@ -443,9 +443,9 @@ def test_a_tma_loads_source_may_be_overwritten_only_after_its_phase_completes(be
         np.testing.assert_array_equal(out, expected)
         return
     with pytest.raises(PtxHazardError, match=r"st.global.v2.u32: writes global address .* \(argument 0 \(src\) at "
-                                             r"byte offset 0\), which the TMA load at line 24 \(thread \(0, 0, 0\) of "
-                                             r"CTA \(0, 0, 0\)\) reads through the async proxy until it completes "
-                                             r"phase 0 of .*, which this thread has not observed"):
+                                             r"byte offset 0\), which the TMA or bulk load at line 24 \(thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\)\) reads through the async proxy until it "
+                                             r"completes phase 0 of .*, which this thread has not observed"):
         launch(text, "tma_then_store", 1, 32, args)
 
 
@@ -712,7 +712,8 @@ def _order_machine(keep_boxes: bool):
         return PtxHazardError(f"{inst.line}: {message} (lane {lane})")
 
     hb = HappensBefore(8, 2, 64, hazard, str, lambda lane: f"lane {lane}")
-    tracker = SimpleNamespace(hb=hb, observed=np.zeros((2, 8), np.int64), barrier_name=lambda b: f"barrier {b}")
+    tracker = SimpleNamespace(hb=hb, observed=np.zeros((2, 8), np.int64), barrier_name=lambda b: f"barrier {b}",
+                              bulk_open=np.zeros(8, np.int64))
     memory = SimpleNamespace(_starts=np.array([GLOBAL_BASE]), segments=[SimpleNamespace(name="t", start=GLOBAL_BASE)])
     m = SimpleNamespace(grid=(4, 1, 1), block=(2, 1, 1), threads=2, lanes=8, lane_cta=np.arange(8) // 2,
                         ctaid=np.array([[r, 0, 0] for r in range(4)]), tracker=tracker, memory=memory,

@@ -384,6 +384,7 @@ ERRORS = [
     (module_text("bra %r1;"), "bra takes a label, not the register '%r1'", 11, 5),
     (module_text(".reg .v4 .f32 %v;"), "vector registers (.v4) are not supported", 11, 6),
     (module_text(".reg .b33 %v;"), "unknown register type '.b33'", 11, 6),
+    (module_text(".reg .b128 %q<2>;"), "registers of type '.b128' are not supported by the PTX executor", 11, 6),
     (module_text(".reg .b32 %r.x;"), "'%r.x' is not a register name (an identifier such as %r)", 11, 11),
     (module_text(".maxnreg 4;"), "unsupported directive '.maxnreg' in an entry body", 11, 1),
     (module_text(".reg .b32 %big<65537>;"), "more than 65536 registers in one declaration", 11, 16),

@@ -337,6 +337,16 @@ def test_tensor_map_changed_in_place_without_the_acquire_is_reported(rng):
         global_map_case(rng, 8, 16, text)
 
 
+def test_tensor_map_changed_in_place_without_the_release_is_reported(rng):
+    """The acquire alone does not make `tensormap.replace.global`'s writes visible to the tensor-map proxy: the
+    writing thread's `fence.proxy.tensormap::generic.release` after them is the other half of the pattern."""
+    text = planted((HERE / "global_map.ptx").read_text(), "\tfence.proxy.tensormap::generic.release.gpu;\n", "")
+    with pytest.raises(PtxHazardError, match=r"global_map.ptx:59: error: cp\.async\.bulk\.tensor.*the tensormap "
+                                             r"instruction at line 54 \(thread \(0, 0, 0\).*no fence\.proxy\.tensormap"
+                                             r"::generic\.release of the writing thread after it"):
+        global_map_case(rng, 8, 16, text)
+
+
 def test_bad_device_tensor_maps_are_located_diagnostics(rng):
     """An ord past the field's entries (refused before running), a rank past 5 and a box past 256 elements
     (when a TMA uses the map: cuTensorMapEncodeTiled's rules), and a tensormap.cp_fenceproxy by half a warp."""

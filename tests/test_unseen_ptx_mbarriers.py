@@ -2,7 +2,8 @@
 waiting on the wrong parity (as Triton writes the wait), a count one arrival too many, the wait written each way a
 kernel writes it (try_wait with a suspend hint, .acquire.cta, a test_wait spin, a nanosleep poll), and a two-slot
 ring with phase bits whose producer or consumer never flips them. A race is reported naming both sides; a barrier
-that can never complete is a `PtxDeadlockError` naming the barrier, its phase and parity, never a spin. The other
+that can never complete is a `PtxDeadlockError` naming the barrier, its phase and parity, never a spin. An mbarrier's
+memory written before an mbarrier.inval (a store reusing it, a copy overflowing into it) is reported. The other
 CTA-local cases: tests/test_unseen_ptx_races.py."""
 
 from __future__ import annotations
@@ -238,6 +239,71 @@ def test_a_ring_whose_phase_bit_is_wrong_is_a_deadlock_naming_the_barrier(empty,
     with pytest.raises(PtxDeadlockError, match=r"wait on the mbarrier at shared address 0x(0|8|10|18) \(in phase \d, "
                                                r"parity \d, with 32 of 32 arrivals pending"):
         run(text, 1, 64, [np.zeros(32, np.uint32)], schedule=schedule, seed=seed)
+
+
+# endregion
+# region the memory of an mbarrier
+REUSE = r"""
+.visible .entry k(.param .u64 src, .param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 16 .b8 buf[256];
+    .shared .align 8 .b64 bar;
+    .shared .align 16 .b8 tail[64];
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [src];
+    mov.u32 %r1, buf;
+    mov.u32 %r2, bar;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 mbarrier.init.shared.b64 [%r2], 1;
+    bar.sync 0;
+    @%p0 mbarrier.arrive.expect_tx.shared.b64 %rd7, [%r2], SIZE;
+    @%p0 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd0], SIZE, [%r2];
+WAIT:
+    mbarrier.try_wait.parity.shared.b64 %p1, [%r2], 0;
+    @!%p1 bra WAIT;
+    bar.sync 0;
+INVAL
+    @%p0 st.shared.u32 [%r2], 7;
+    bar.sync 0;
+    ld.shared.u32 %r3, [%r2];
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r0, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r3;
+    ret;
+}
+"""
+"""`bar` sits right after the 256-byte `buf`: thread 0 bulk-loads SIZE bytes into `buf` on it; once it completed,
+thread 0 (after INVAL) reuses the barrier's word for a 7 that every thread reads back."""
+
+
+def _reuse(size: int, inval: str) -> np.ndarray:
+    text = REUSE.replace("SIZE", str(size)).replace("INVAL", inval)
+    return run(text, 1, 32, [np.arange(128, dtype=np.uint32), np.zeros(32, np.uint32)])[1]
+
+
+def test_an_mbarrier_invalidated_before_its_memory_is_reused_is_right():
+    np.testing.assert_array_equal(_reuse(256, "    @%p0 mbarrier.inval.shared.b64 [%r2];"), 7)
+
+
+def test_a_store_over_a_live_mbarrier_is_reported():
+    """An mbarrier's memory is for mbarrier instructions until an mbarrier.inval (Triton invalidates its barriers
+    before reusing their shared memory)."""
+    with pytest.raises(PtxHazardError, match=r"st.shared.u32: the store writes shared address 0x100, which holds the "
+                                             r"mbarrier the mbarrier.init at line \d+ \(thread \(0, 0, 0\) of CTA "
+                                             r"\(0, 0, 0\)\) initialised: its memory may be used for anything else "
+                                             r"only after an mbarrier.inval"):
+        _reuse(256, "")
+
+
+def test_a_copy_overflowing_its_buffer_into_the_mbarrier_is_reported():
+    """A shared-memory layout off by 16 bytes: the copy's last bytes land on the barrier it completes on."""
+    with pytest.raises(PtxHazardError, match=r"cp.async.bulk\S*: the bulk copy writes shared address 0x100, which "
+                                             r"holds the mbarrier the mbarrier.init at line"):
+        _reuse(272, "    @%p0 mbarrier.inval.shared.b64 [%r2];")
 
 
 # endregion

@@ -70,7 +70,9 @@ PROXY_FENCE = Rule(
     "Value .async of the .proxykind qualifier specifies that the memory ordering is established between the async "
     "proxy and the generic proxy.",
     "a generic store read by a TMA or bulk store or a wgmma operand needs a fence.proxy.async on a happens-before "
-    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence)",
+    "path from the store to the read (in any thread: a barrier carries other threads' stores to the fence); in the "
+    "PTX executor so does a generic store that an async-proxy copy overwrites (a TMA or bulk store in global memory, "
+    "a TMA or bulk load in the issuing CTA's shared memory)",
     "tessera.interpreters.sm90.shared_memory:SharedMemory._check_proxy_fenced")
 
 WGMMA_FENCE = Rule(
@@ -167,7 +169,8 @@ CP_ASYNC_ORDER = Rule(
     "There is no ordering guarantee between two cp.async operations if they are not explicitly synchronized using "
     "cp.async.wait_all or cp.async.wait_group or mbarrier instructions.",
     "bytes of a cp.async are in flight until the issuing thread's cp.async.wait_group/wait_all or "
-    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported")
+    "cp.async.mbarrier.arrive covers them: a read or write of them before is reported, and so is a write of its "
+    "global source not ordered after that point (the PTX executor)")
 
 CP_ASYNC_COMPLETION = Rule(
     "asynchronous copies complete only through their mechanism", "data-movement-and-conversion-instructions-cp-async",
@@ -214,6 +217,16 @@ BULK_READ_BEFORE_EXIT = Rule(
     "a bulk or TMA store (cp.async.bulk{.tensor}.global.shared::cta.bulk_group) and a bulk reduction read their "
     "shared source until a cp.async.bulk.wait_group{.read} of the issuing thread covers their bulk group: a write "
     "into those bytes before it, or the CTA exiting before it (its shared memory is freed), is reported")
+
+BULK_WRITE_COMPLETION = Rule(
+    "a bulk store writes global memory until a wait_group without .read",
+    "data-movement-and-conversion-instructions-cp-async-bulk-wait-group",
+    "The optional .read modifier indicates that the waiting has to be done until all the bulk async operations in "
+    "the specified bulk async-group have completed reading from their source locations",
+    "a .read wait ends the reads only: a bulk or TMA store's (or bulk reduction's) writes of global memory are in "
+    "flight until a cp.async.bulk.wait_group without .read of the issuing thread covers its bulk group, and an access "
+    "of those bytes not ordered after that wait (after a .read wait and a barrier, or after none) is reported naming "
+    "the store (`global_order.GlobalOrder.writes_completed`)")
 
 TMA_READ_UNTIL_COMPLETE = Rule(
     "a TMA load reads global memory until its complete-tx",
@@ -358,8 +371,8 @@ PTX_EXECUTOR_RULES = (BARRIER_ORDERING, BARRIER_COUNT, MBARRIER_INIT_BEFORE_USE,
                       PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D, WGMMA_WAIT, WGMMA_WAIT_PER_THREAD,
                       WGMMA_A_ROWS_PER_WARP, WGMMA_GROUP_PER_WARPGROUP,
                       CP_ASYNC_ORDER, CP_ASYNC_COMPLETION, CP_ASYNC_MBARRIER, CP_ASYNC_PROXY, BULK_READ_BEFORE_EXIT,
-                      TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, CLUSTER_BARRIER_ORDERING, DATA_RACE, MORALLY_STRONG,
-                      RELEASE_ACQUIRE)
+                      BULK_WRITE_COMPLETION, TMA_READ_UNTIL_COMPLETE, CLUSTER_EXIT_WAIT, CLUSTER_BARRIER_ORDERING,
+                      DATA_RACE, MORALLY_STRONG, RELEASE_ACQUIRE)
 """The rules the PTX executor's race detector applies, in the order of the sections."""
 
 CTA_SIMULATOR_RULES = (BARRIER_ORDERING, PROXY_FENCE, PROXY_FENCE_STATE_SPACE, WGMMA_FENCE, WGMMA_FENCE_SCALE_D,
@@ -376,7 +389,8 @@ the simulators do not check (a .relaxed arrive or wait aside: the PTX executor r
 
 __all__ = ["CTA_SIMULATOR_RULES", "LOWERING_RULES", "PTX_EXECUTOR_RULES", "Rule", "WRITE_ORDER", "BARRIER_COUNT",
            "DATA_RACE",
-           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "CLUSTER_BARRIER_ORDERING", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
+           "ATOMICS_ARE_INDIVISIBLE", "BARRIER_ORDERING", "BULK_READ_BEFORE_EXIT", "BULK_WRITE_COMPLETION",
+           "CLUSTER_BARRIER_ORDERING", "CLUSTER_EXIT_WAIT", "CP_ASYNC_COMPLETION", "CP_ASYNC_MBARRIER",
            "CP_ASYNC_ORDER", "CP_ASYNC_PROXY",
            "MBARRIER_ARRIVE_SCOPE", "MBARRIER_INIT_BEFORE_USE", "MBARRIER_INIT_FENCE", "MBARRIER_RELEASE_FENCE",
            "MBARRIER_WAIT_SCOPE", "PROXY_FENCE", "PROXY_FENCE_STATE_SPACE", "WGMMA_FENCE",

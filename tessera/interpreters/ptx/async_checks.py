@@ -135,8 +135,8 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
             def after(sel):
                 tracker.bulk_commit(_lanes(m, sel))
         elif inst.opcode == "cp" and "bulk" in mods and "wait_group" in mods:
-            def after(sel, keep=_group_count(inst), inst=inst):
-                tracker.bulk_wait(_lanes(m, sel), keep, inst)
+            def after(sel, keep=_group_count(inst), inst=inst, writes="read" not in mods):
+                tracker.bulk_wait(_lanes(m, sel), keep, inst, writes)
         watches = frozenset(names) if names and inst.opcode != "wgmma" else frozenset()
         result.append(step if before is None and after is None else _wrap(step, before, after, watches))
     return result

@@ -46,6 +46,11 @@ class Copy:
     """A `red.async`'s update (old bytes -> new bytes, applied when it lands); None: a copy of `data`."""
 
 
+ASYNC_PROXY_COPIES = ("TMA load", "bulk copy")
+"""The kinds of `AsyncCopies.issue` that write shared memory through the async proxy (`st.async` and `red.async` are
+not among them)."""
+
+
 class AsyncCopies:
     """The asynchronous copies of `AsyncTracker` (its base class: the tags and state are `AsyncTracker`'s)."""
 
@@ -56,6 +61,7 @@ class AsyncCopies:
         reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
         and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
+        self.check_not_barrier(inst, lanes, flat, what, span)
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
         clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
         lanes = per_lane(lanes, flat.shape)
@@ -72,6 +78,14 @@ class AsyncCopies:
                                         "copy)", lanes[i])
         if self.reading and not clear:
             self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
+        for key, lane, index, copy_inst in self.copy_sources:
+            hit = np.isin(flat, index)
+            if hit.any():
+                i = int(np.argmax(hit))
+                raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk copy at line "
+                                        f"{copy_inst.line} ({self.m.describe_lane(lane)}), completing on "
+                                        f"{self.where_barrier(key)}, may still read it: it reads its source until "
+                                        "its complete-tx, which no thread has waited for yet", lanes[i])
         if self.bulk_reads:
             for lane, group, index, store in self.bulk_reads:
                 hit = np.isin(flat, index)
@@ -89,11 +103,13 @@ class AsyncCopies:
         copy of the range."""
         self.staged.append((index, data, span, layout))
 
-    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None) -> None:
+    def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None,
+              source: np.ndarray | None = None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
         shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
         when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
-        hold when the copy lands, not replaced by the staged ones."""
+        hold when the copy lands, not replaced by the staged ones. `source`: the shared bytes (flat) the copy reads
+        (`cp.async.bulk.shared::cluster.shared::cta`), read until it lands: a write of them before is reported."""
         from tessera.interpreters.ptx.mbarrier import barrier_state, mbarrier_key
 
         m = self.m
@@ -114,8 +130,12 @@ class AsyncCopies:
         known = None
         if len(index) and key[0] != int(m.lane_cta[lane]):  # into a peer's shared memory: its threads' frame
             known = self.hb.peer_known(lane, grid_rank(m, key[0]))
+        elif len(index) and self.hb.races and kind in ASYNC_PROXY_COPIES:  # over generic stores: a proxy fence first
+            self.hb.async_read(inst, np.array([lane]), index, f"the {kind}", span, does="writes")
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
+        if source is not None and len(source):
+            self.copy_sources.append((key, lane, source, inst))
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -138,7 +158,9 @@ class AsyncCopies:
         range path), and `HappensBefore.async_writes_clear`. Decided over the CTAs' ranges at once; changes
         nothing."""
         m = self.m
-        if self.staged or self.bulk_reads or any(key not in m.mbarriers for key in keys):
+        if self.staged or self.bulk_reads or self.copy_sources or self.live_barriers is not None and any(
+                self.live_barriers[key[0] * m.shared_bytes + dense[0]:key[0] * m.shared_bytes + dense[1]].any()
+                for key in keys) or any(key not in m.mbarriers for key in keys):
             return False
         slots = np.array([key[0] for key in keys])
         rows, (low, high) = consecutive(slots), dense
@@ -238,6 +260,8 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
+        if self.copy_sources:  # those copies have read their sources
+            self.copy_sources = [entry for entry in self.copy_sources if entry[0] not in keys]
         parked = parked_lanes(m)
         for key, before in zip(keys, befores):
             barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)

@@ -146,6 +146,13 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
+        # the shared sources of bulk copies into a cluster member, read until the copy lands: (its mbarrier's key,
+        # the issuing lane, the flat source bytes, the copy)
+        self.copy_sources: list[tuple[tuple[int, int], int, np.ndarray, object]] = []
+        # per shared byte: whether it holds a live mbarrier (initialised, not invalidated), None before the first
+        # init; `barrier_lines`: the init's (line, lane) per live barrier's first byte
+        self.live_barriers: np.ndarray | None = None
+        self.barrier_lines: dict[int, tuple[int, int]] = {}
         # a named barrier (barrier, CTA slot) or a CTA's cluster barrier ("cluster", CTA slot) -> [mbarrier]: the
         # phases its pending phase's arrivals had observed when they arrived (`barrier_arriving`)
         self.bar_seen: dict[tuple, np.ndarray] = {}
@@ -162,6 +169,41 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         cta, address = divmod(int(flat), max(m.shared_bytes, 1))
         c = m.ctaid[cta]
         return f"shared address {address:#x}" + (f" of CTA ({c[0]}, {c[1]}, {c[2]})" if m.ctas > 1 else "")
+
+    def barrier_initialised(self, inst, key: tuple[int, int], lane: int) -> None:
+        """mbarrier.init of the barrier at `key` by `lane`: its bytes hold it until an mbarrier.inval."""
+        if self.live_barriers is None:
+            self.live_barriers = np.zeros(len(self.m.shared), bool)
+        start = key[0] * max(self.m.shared_bytes, 1) + key[1]
+        self.live_barriers[start:start + facts.MBARRIER_BYTES] = True
+        self.barrier_lines[start] = (inst.line, lane)
+
+    def barrier_invalidated(self, key: tuple[int, int]) -> None:
+        """mbarrier.inval of the barrier at `key`: its memory may be used for anything again."""
+        if self.live_barriers is not None:
+            start = key[0] * max(self.m.shared_bytes, 1) + key[1]
+            self.live_barriers[start:start + facts.MBARRIER_BYTES] = False
+            self.barrier_lines.pop(start, None)
+
+    def check_not_barrier(self, inst, lanes, flat: np.ndarray, what: str, span: slice | None = None) -> None:
+        """`what` (by `lanes`, one per byte or one for all) writes the shared bytes `flat` (filling `span`, when it
+        fills one): none may hold a live mbarrier, whose memory is for mbarrier instructions only until an
+        mbarrier.inval [P#parallel-synchronization-and-communication-instructions-mbarrier-inval]."""
+        live = self.live_barriers
+        if live is None or not (live[span].any() if span is not None else live[flat].any()):
+            return
+        hit = live[flat]
+        i = int(np.argmax(hit))
+        b = int(flat[i])
+        line, lane = next(where for start, where in self.barrier_lines.items()
+                          if start <= b < start + facts.MBARRIER_BYTES)
+        raise self.hazard(inst, f"{what} writes {self.where(b)}, which holds the mbarrier the mbarrier.init at line "
+                                f"{line} ({self.m.describe_lane(lane)}) initialised: its memory may be used for "
+                                "anything else only after an mbarrier.inval", int(np.broadcast_to(lanes, flat.shape)[i]))
+
+    def where_barrier(self, key: tuple[int, int]) -> str:
+        """'the mbarrier at shared address 0x.. of CTA (x, y, z)' of the mbarrier at `key` = (CTA slot, address)."""
+        return f"the mbarrier at {self.where(key[0] * max(self.m.shared_bytes, 1) + key[1])}"
 
     def barrier_name(self, b: int) -> str:
         key = next(k for k, i in self.barriers.items() if i == b)
@@ -321,8 +363,13 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     def bulk_commit(self, lanes: np.ndarray) -> None:
         self.bulk_open[lanes] += 1
 
-    def bulk_wait(self, lanes: np.ndarray, keep: int, inst) -> None:
+    def bulk_wait(self, lanes: np.ndarray, keep: int, inst, writes: bool = True) -> None:
+        """cp.async.bulk.wait_group{.read} `keep` of `lanes`: their bulk groups but the last `keep` have read their
+        sources; without .read (`writes`) their writes of global memory have completed too (`global_order`)."""
         self.bulk_done[lanes] = np.maximum(self.bulk_done[lanes], self.bulk_open[lanes] - 1 - keep)
+        order = self.m.global_order
+        if writes and order is not None:
+            order.writes_completed(lanes, self.bulk_open[lanes] - 1 - keep)
         for lane, group, flat, store in self.bulk_reads:
             if group <= self.bulk_done[lane]:
                 self.bulk_read_completed(inst, lane, flat, "the bulk store", store.line)

@@ -62,9 +62,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])
         data, order = _load_bytes(m, checked, box, (map_address, tuple(coords), smem), loaded)
         memory.note_global(m, np.array([lane]), box, False, inst, ASYNC)
-        if barrier is not None and getattr(m, "global_order", None) is not None:
-            key = mbarrier.mbarrier_key(m, lane, barrier)
-            m.global_order.read_until(inst, lane, box, m.tracker.barrier(key), mbarrier.barrier_state(m, inst, lane, barrier).phase)
+        _read_until_complete(m, inst, lane, box, [] if barrier is None else [barrier])
         m.tracker.stage(shared_index, data, span, order)  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
@@ -72,10 +70,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     if load:
         data, order = _load_bytes(m, checked, None, (map_address, tuple(coords), smem), None)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
-        if barrier is not None and getattr(m, "global_order", None) is not None:
-            key = mbarrier.mbarrier_key(m, lane, barrier)
-            m.global_order.read_until(inst, lane, inside, m.tracker.barrier(key),
-                                      mbarrier.barrier_state(m, inst, lane, barrier).phase)
+        _read_until_complete(m, inst, lane, inside, [] if barrier is None else [barrier])
         m.tracker.stage(shared_index, data, span, order)
     else:
         m.tracker.bulk_store_reads(inst, lane, shared_index, "the TMA store", span)
@@ -90,6 +85,18 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), True, inst,
                            ASYNC if combine is None else ASYNC_REDUCE)
     return spec.box_bytes
+
+
+def _read_until_complete(m: Machine, inst, lane: int, where, barriers: list[int]) -> None:
+    """A TMA or bulk load of `lane` read global bytes `where` (flat positions [1, n] or a `StridedBox`): the read
+    lasts until the copy's complete-tx on the mbarrier at `barriers` (its shared::cluster address in the issuer's own
+    CTA; none where the copy lands only in peers) [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+    if getattr(m, "global_order", None) is None:
+        return
+    for barrier in barriers:
+        key = mbarrier.mbarrier_key(m, lane, barrier)
+        m.global_order.read_until(inst, lane, where, m.tracker.barrier(key),
+                                  mbarrier.barrier_state(m, inst, lane, barrier).phase)
 
 
 def _load_bytes(m: Machine, checked: Box, box: StridedBox | None, key: tuple, loaded: dict | None
@@ -269,6 +276,9 @@ def decode_bulk(ops: Operands, inst, mods):
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
                     data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
+                    if source_space == "global":  # read until the copy completes on the issuer's own barrier
+                        _read_until_complete(m, inst, lane, (sources[i] - GLOBAL_BASE) + np.arange(nbytes)[None],
+                                             [b for slot, _, b in targets if slot == int(m.lane_cta[lane])])
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
                         memory.check_access(m, inst, "shared", one, place, nbytes, 16)
@@ -276,7 +286,9 @@ def decode_bulk(ops: Operands, inst, mods):
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
-                            m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy")
+                            source = None if source_space == "global" else \
+                                m.shared_flat(one, sources[i:i + 1])[0] + np.arange(nbytes)
+                            m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy", source=source)
                 else:
                     memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
                     shared_index = m.shared_flat(one, smem_addresses[i:i + 1])[0] + np.arange(nbytes)

@@ -1,6 +1,6 @@
 """Floating-point instructions and conversions: add/sub/mul/div/fma/mad/min/max/abs/neg on f16, bf16, f32,
-f64 and the packed f16x2/bf16x2; ex2/lg2/rcp/sqrt/rsqrt/sin/cos/tanh; testp, copysign; cvt between all
-integer and float types.
+f64 and the packed f16x2/bf16x2; ex2/lg2/rcp/sqrt/rsqrt/sin/cos/tanh (ex2 and tanh on the 16-bit types too);
+testp, copysign; cvt between all integer and float types.
 
 Semantics [PTX ISA 9.1, floating-point-instructions-*, half-precision-floating-point-instructions-*,
 data-movement-and-conversion-instructions-cvt], with the rounding of `numerics` (one correct rounding from
@@ -72,11 +72,20 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
     """f(a, b) on float arrays of `dtype` (the element type), with one rounding."""
     if name in ("min", "max"):
         nan = mods.take("NaN")
-        if mods.take("xorsign", "abs"):
-            raise ops.refuse(inst, "min/max .xorsign.abs")
+        xorsign, absolute = mods.take("xorsign"), mods.take("abs")
+        if bool(xorsign) != bool(absolute) or (xorsign and f64):
+            raise ops.refuse(inst, "min/max .xorsign without .abs, or on .f64")
         larger = name == "max"
         pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
-        return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+        if not xorsign:
+            return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+
+        def xor_signed(a, b):
+            """.xorsign.abs: min/max of |a| and |b| (NaN as without it), its sign that of a times b."""
+            negative = np.signbit(a) ^ np.signbit(b)
+            d = pick(np.abs(a), np.abs(b))
+            return np.where(negative & ~np.isnan(d), -d, d).astype(dtype, copy=False)
+        return xor_signed
     if name == "div":
         kind = mods.take("approx", "full")
         mode = "rn" if kind else mods.take(*numerics.MODES)
@@ -191,6 +200,34 @@ def _approx_f64(name: str, x: np.ndarray, ftz: bool) -> np.ndarray:
     return _flush_f64(out) if ftz else out
 
 
+_HALF_APPROX = {("ex2", "f16"): False, ("ex2", "bf16"): True, ("tanh", "f16"): False, ("tanh", "bf16"): False}
+"""The 16-bit .approx functions [P#half-precision-floating-point-instructions-ex2, -tanh]: `ex2.approx.{f16,f16x2}`,
+`ex2.approx.ftz.{bf16,bf16x2}`, `tanh.approx.{f16,f16x2,bf16,bf16x2}` (CUTLASS's fast GELU on half2); per (function,
+type), whether the form has .ftz (the bf16 ex2 must, the others must not)."""
+
+
+def _approx_half(ops: Operands, inst, t, name: str, ftz: bool):
+    """A 16-bit `.approx` function (`_HALF_APPROX`), modelled as for f32 by the correctly rounded value (within any
+    bound of the approximation): the exact function of the input in float64 rounded once to the type; .ftz flushes
+    subnormal inputs and results to zero of their sign; a NaN result is the type's canonical NaN."""
+    half = t.half or t.name
+    if _HALF_APPROX[(name, half)] != ftz:
+        form = f"{name}.approx{'.ftz' * _HALF_APPROX[(name, half)]}.{half}"
+        raise ops.refuse(inst, f"{name}.approx{'.ftz' * ftz}.{t.name} (the form is {form} or {form}x2)")
+    dtype = _HALF[half]
+    tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
+
+    def f(x):
+        x = x.astype(np.float64)
+        if ftz:
+            x = np.where(np.abs(x) < tiny, np.copysign(0.0, x), x)
+        with np.errstate(all="ignore"):
+            out = numerics.round_f64(numerics.APPROX[name](x), dtype)
+        return np.where(np.abs(out) < tiny, np.copysign(0.0, out), out).astype(dtype) if ftz else out
+
+    return _elementwise(ops, inst, t, 1, _canonical(f, dtype), False, False)
+
+
 @opcode("ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh")
 def decode_special_function(ops: Operands, inst, mods):
     t = mods.type()
@@ -206,6 +243,8 @@ def decode_special_function(ops: Operands, inst, mods):
     name = inst.opcode
     if approx and t.name == "f64" and (name, ftz) in (("rcp", True), ("rsqrt", False), ("rsqrt", True)):
         return lambda sel: write(sel, _approx_f64(name, np.asarray(read(sel), np.float64), ftz))
+    if approx and (name, t.half or t.name) in _HALF_APPROX:
+        return _approx_half(ops, inst, t, name, ftz)
     if approx:
         if t.name != "f32":
             raise ops.refuse(inst, f"{name}.approx on .{t.name}")

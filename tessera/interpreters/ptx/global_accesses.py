@@ -21,6 +21,10 @@ CTA, CLUSTER, GPU = 1, 2, 3
 IS_STRONG = np.array([False, False, True, True, False, True, True])
 SCOPE = np.array([0, 0, CTA, GPU, 0, GPU, CLUSTER])  # a strong kind's scope (0: not strong)
 IS_ASYNC = np.array([False, False, False, False, True, True, False])
+IN_FLIGHT = np.iinfo(np.int32).max
+"""The epoch recorded for an async-proxy write of global memory (a bulk or TMA store or reduction) until a
+cp.async.bulk.wait_group of its thread without .read completes its bulk group: above every clock, so no access is
+ordered after it (`global_order`) [memory_model.BULK_WRITE_COMPLETION]."""
 PROXY_NAMES = {WEAK: "the generic proxy", STRONG_CTA: "the generic proxy (strong, .cta)",
                STRONG_CLUSTER: "the generic proxy (strong, .cluster)", STRONG_GPU: "the generic proxy (strong)",
                ASYNC: "the async proxy", ASYNC_REDUCE: "the async proxy (bulk reduction)"}

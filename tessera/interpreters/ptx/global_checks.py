@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, is_uniform, scope_holds
+from tessera.interpreters.ptx.global_accesses import (IN_FLIGHT, IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, WEAK,
+                                                      is_uniform, scope_holds)
 from tessera.interpreters.ranges import marked
 
 MARKED_SPAN = 64
@@ -102,12 +103,46 @@ class GlobalRaceChecks:
                 self._check(inst, lanes, index, np.where(hit, who, 0), np.full(index.shape, epoch),
                             np.full(index.shape, line), True, kind, "read")
 
-    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
+    def cp_async_reading(self, copy) -> None:
+        """A cp.async (`memory.AsyncCopy`) issued: its global source bytes are read until it lands."""
+        rows = copy.source[copy.source[:, 0] >= 0]
+        if len(rows) and self.m.tracker.hb.races:
+            if self.cp_reading is None:
+                self.cp_reading = np.zeros(self.size, np.int32)
+            np.add.at(self.cp_reading, rows, 1)
+
+    def cp_async_read_done(self, copy) -> None:
+        """The copies `copy` landed: their reads of the source end here, and are recorded at this point of each
+        thread, so a later write must be ordered after the landing, not only after the issue."""
+        reading = copy.source[:, 0] >= 0
+        if self.cp_reading is None or not reading.any():
+            return
+        np.subtract.at(self.cp_reading, copy.source[reading], 1)
+        self.access(copy.inst, copy.lanes[reading], copy.source[reading], False, WEAK)
+
+    def _check_cp_async_sources(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """A write of `index` [lanes, bytes] while a cp.async still reads one of its bytes is a race, its own
+        thread's included: the copy may read the source at any time until it lands [memory_model.CP_ASYNC_ORDER]."""
+        busy = self.cp_reading[index] > 0
+        if not busy.any():
+            return
+        i, j = np.unravel_index(np.argmax(busy), busy.shape)
+        b = int(index[i, j])
+        copy = next(c for c in self.m.async_copies if (c.source == b).any())
+        lane = int(copy.lanes[int(np.argmax((copy.source == b).any(axis=1)))])
+        raise self.m.tracker.hb.hazard(
+            inst, f"writes {self.where(b)}, which the cp.async at line {copy.inst.line} ({self.m.describe_lane(lane)}) "
+                  "still reads: a cp.async reads its global source until a cp.async.wait_group, cp.async.wait_all or "
+                  "cp.async.mbarrier.arrive of its thread lands it, and this write is not ordered after that (race)",
+            int(lanes[i]))
+
+    def _check_proxy_fenced(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, write: bool = False) -> None:
         """The async proxy (a TMA load, a bulk copy or reduction) reads global bytes a thread wrote through the
-        generic proxy: a fence.proxy.async (or .global) must lie on a happens-before path from the write to the
-        read [memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write,
-        in what the reader acquired of that CTA (its fences before the release, or the reader's after the
-        acquire)."""
+        generic proxy, or (`write`: a TMA or bulk store) writes over them: a fence.proxy.async (or .global) must lie
+        on a happens-before path from the generic write to this access [memory_model.PROXY_FENCE,
+        memory_model.PROXY_FENCE_STATE_SPACE]: in this CTA's fenced clocks, or for another CTA's write, in what the
+        accessing thread acquired of that CTA (its fences before the release, or the accessor's after the acquire).
+        Without it the generic write may land after the async one."""
         table = self.records["write"]
         who = table["who"][index]
         generic = (who != 0) & ~IS_ASYNC[who & 7]
@@ -128,11 +163,12 @@ class GlobalRaceChecks:
             return
         i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
         b = int(index[i, j])
+        does, access = ("writes", "write") if write else ("reads", "read")
         raise self.m.tracker.hb.hazard(
-            inst, f"reads {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line "
+            inst, f"{does} {self.where(b)} through {PROXY_NAMES[kind]}, which the instruction at line "
                   f"{int(table['line'][b])} ({self.describe(int(who[i, j] >> 16) - 1, int(tid[i, j]))}) wrote "
                   "through the generic proxy and has not made visible to the async proxy (missing fence.proxy.async "
-                  "between the store and this read on a synchronisation path; a fence.proxy.async.shared::cta "
+                  f"between the store and this {access} on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,
@@ -194,7 +230,11 @@ class GlobalRaceChecks:
         b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int((who[i, j] >> 3) & 0x1FFF)
         did = "wrote" if side == "write" else "read"
         does = "writes" if write else "reads"
-        if same[i, j]:
+        if side == "write" and epoch[i, j] == IN_FLIGHT:
+            missing = ("the store is in flight until a cp.async.bulk.wait_group of its thread without .read covers its "
+                       "bulk group, which must happen before this access; a .read wait completes only the reads of its "
+                       "source")
+        elif same[i, j]:
             missing = "a bar.sync, an mbarrier wait or a release/acquire pair between them is missing"
         else:
             missing = ("another CTA's access is ordered only by a release (st.release, red/atom.release, or "

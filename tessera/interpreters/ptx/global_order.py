@@ -31,6 +31,17 @@ flag is the location -1 - its flat index, and orders threads of the CTA the same
 Joining every release at M so far (not only the one whose value the read returns) can hide a race whose
 acquire read an older value; it never reports a correct kernel.
 
+A cp.async reads its global source until the copy lands (its thread's cp.async.wait_group or wait_all, or its
+cp.async.mbarrier.arrive) [memory_model.CP_ASYNC_ORDER]: a write of those bytes before is reported, and the read is
+recorded again at the landing, so a write must be ordered after it (`GlobalRaceChecks.cp_async_reading`).
+
+An async-proxy write of global memory (a bulk or TMA store, a bulk reduction) is in flight from its issue until a
+`cp.async.bulk.wait_group` of the issuing thread without `.read` covers its bulk group ("`.read` ... until all the
+bulk async operations ... have completed reading from their source locations": the writes may still be under way):
+its records hold the epoch `IN_FLIGHT`, which no clock reaches, until that wait gives them the thread's epoch there
+(`writes_completed`). So an access after a `.read` wait only, or after none, races the store whatever barrier
+follows, and one ordered after the full wait does not.
+
 Where: the kinds of access and `StridedBox` are `global_accesses`, the race checks `global_checks`, the
 release/acquire edges `release_acquire`; this module holds `GlobalOrder`'s records and how accesses update them.
 """
@@ -39,8 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IS_ASYNC, IS_STRONG, SCOPE,
-                                                      StridedBox, cluster_of, is_uniform, put_at)
+from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
+                                                      SCOPE, StridedBox, cluster_of, is_uniform, put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 
@@ -87,6 +98,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self.fence_release: dict[int, tuple] = {}  # lane -> released (clock, fenced, remote) at its last fence
         self.fence_scope: dict[int, int] = {}  # lane -> that fence's scope (global_accesses.CTA, CLUSTER, GPU)
         self.pending_acquire: dict[int, list] = {}  # lane -> releases its strong reads saw since its last fence
+        # async-proxy writes of global memory in flight (`IN_FLIGHT`): (lane, its bulk group, flat bytes); a lane of
+        # an earlier batch never waits for its own any more, and its records keep IN_FLIGHT
+        self.in_flight: list[tuple[int, int, np.ndarray]] = []
+        self.cp_reading: np.ndarray | None = None  # per byte: the cp.async copies still reading it (`cp_async_reading`)
         gx, gy, _ = m.grid
         cid = m.ctaid[m.lane_cta]
         self.lane_rank = (cid[:, 0] + gx * (cid[:, 1] + gy * cid[:, 2])).astype(np.int64)
@@ -114,6 +129,8 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self._settle(low, high)
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
+        if write and self.cp_reading is not None:
+            self._check_cp_async_sources(inst, lanes, index)
         for side in ("write", "read") if write else ("write",):
             if side in self.records:
                 table = self.records[side]
@@ -133,10 +150,14 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 ranks = self.lane_rank[lanes]
                 groups = ranks if SCOPE[kind] == CTA else cluster_of(self.m, ranks)
             self._check_together(inst, lanes, index, kind, low, high, groups)
-        if IS_ASYNC[kind] and (not write or kind == ASYNC_REDUCE) and "write" in self.records:
-            self._check_proxy_fenced(inst, lanes, index, kind)  # a bulk reduction reads what it adds to
+        if IS_ASYNC[kind] and "write" in self.records:  # across proxies, a write after a write needs the fence too
+            self._check_proxy_fenced(inst, lanes, index, kind, write and kind != ASYNC_REDUCE)
         who = (self.lane_who[lanes] | kind)[:, None]
         epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
+        if write and IS_ASYNC[kind]:  # a bulk or TMA store or reduction: in flight until its group completes
+            epochs = np.full_like(epochs, IN_FLIGHT)
+            groups = self.m.tracker.bulk_open[lanes]
+            self.in_flight.extend(zip(lanes.tolist(), groups.tolist(), index))
         if write:
             if self.until is not None:
                 self.until["phase"][index] = 0
@@ -153,6 +174,41 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 self.read_set[index] = 0
             return
         self._record_read(inst, lanes, index, who, epochs)
+
+    def writes_completed(self, lanes: np.ndarray, done: np.ndarray) -> None:
+        """`lanes` ran a cp.async.bulk.wait_group without .read that completed their bulk groups up to `done` (per
+        lane): their async writes of global memory in those groups happen at this point of each lane's program, and
+        their records still holding `IN_FLIGHT` (not written again since) take the lane's epoch."""
+        if not self.in_flight:
+            return
+        hb, table = self.m.tracker.hb, self.records.get("write")
+        upto = dict(zip(lanes.tolist(), done.tolist()))
+        left = []
+        for lane, group, index in self.in_flight:
+            if group > upto.get(lane, -1):
+                left.append((lane, group, index))
+                continue
+            mine = ((table["who"][index] >> 3) == self.lane_who[lane] >> 3) & (table["epoch"][index] == IN_FLIGHT)
+            table["epoch"][index[mine]] = hb.clock[lane, lane % self.m.threads]
+        self.in_flight = left
+
+    def check_read_only(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
+        """`lanes` read global bytes `index` [lanes, bytes] through the non-coherent read-only path (`ld.global.nc`,
+        `ldu`): a byte a thread of this launch wrote before is reported, ordered or not (`memory._check_read_only`)."""
+        table = self.records.get("write")
+        if table is None or not self.m.tracker.hb.races:
+            return
+        who = table["who"][index]
+        if not who.any():
+            return
+        i, j = np.unravel_index(np.argmax(who != 0), who.shape)
+        w, b = int(who[i, j]), int(index[i, j])
+        writer = self.describe((w >> 16) - 1, (w >> 3) & 0x1FFF)
+        raise self.m.tracker.hb.hazard(
+            inst, f"reads {self.where(b)} through the non-coherent read-only path, which the instruction at line "
+                  f"{int(table['line'][b])} ({writer}) wrote during this launch: data loaded by ld.global.nc or ldu "
+                  "(__ldg, const __restrict__) must be read-only for the whole launch, as no synchronisation makes a "
+                  "write visible to that cache (load it with ld.global, or ld.acquire after a release)", int(lanes[i]))
 
     def read_box(self, inst, lane: int, box: StridedBox, kind: int) -> None:
         """`access` of one thread's async-proxy read of `box` (a TMA load), through strided views of the records:
@@ -308,7 +364,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             b = int(index[i, j])
             who = int(until["who"][b])
             raise tracker.hb.hazard(
-                inst, f"writes {self.where(b)}, which the TMA load at line {int(until['line'][b])} "
+                inst, f"writes {self.where(b)}, which the TMA or bulk load at line {int(until['line'][b])} "
                       f"({self.describe((who >> 16) - 1, (who >> 3) & 0x1FFF)}) reads "
                       f"through the async proxy until it completes phase {int(phase[i, j])} of "
                       f"{tracker.barrier_name(int(until['barrier'][b]))}, which this thread has not observed (race: "

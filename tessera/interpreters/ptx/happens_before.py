@@ -433,8 +433,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
                               int(lanes[i]))
 
     def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
-                   hull: slice | None = None, own_rows: bool = False) -> None:
-        """The async proxy reads `flat` for `lanes`: each generic write of those bytes needs a
+                   hull: slice | None = None, own_rows: bool = False, does: str = "reads") -> None:
+        """The async proxy reads `flat` for `lanes` (or, `does` "writes", a copy of theirs writes it: two writes
+        through two proxies are ordered only by the fence as well): each generic write of those bytes needs a
         fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
         warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
         warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
@@ -475,9 +476,10 @@ class HappensBefore(SyncEdges, AsyncRecords):
         warp = int(owner[i]) if owner is not None else int(np.argmin(per_warp[:, writer % self.threads]))
         reader = int(lanes[warp * facts.WARP_SIZE]) if len(per_warp) < len(lanes) else int(lanes[warp])
         ordered = int(self.clock[reader, writer % self.threads]) >= int(epochs[i])
-        why = ("no fence.proxy.async lies between the store and this read on any synchronisation path" if ordered
-               else "no synchronisation orders the store before this read")
-        raise self.hazard(inst, f"{what} reads {self.where(b)}, which {self.describe_lane(writer)} stored through "
+        access = "read" if does == "reads" else "write"
+        why = (f"no fence.proxy.async lies between the store and this {access} on any synchronisation path" if ordered
+               else f"no synchronisation orders the store before this {access}")
+        raise self.hazard(inst, f"{what} {does} {self.where(b)}, which {self.describe_lane(writer)} stored through "
                                 "the generic proxy and has not made visible to the async proxy (missing "
                                 f"fence.proxy.async after the store at line {int(self.w_line[b])}: {why})",
                           reader)

@@ -304,10 +304,12 @@ def decode_mbarrier(ops: Operands, inst, mods):
                         raise m.error(inst, str(error), int(lane)) from None
                     m.mbarriers[key] = state
                     m.tracker.hb.init(inst, key, int(lane))
+                    m.tracker.barrier_initialised(inst, key, int(lane))
                     m.cluster_state.note_init(int(lane), key)
                     barrier_changed(m, key, -1, state)
                 elif action == "inval":
                     m.mbarriers.pop(key, None)
+                    m.tracker.barrier_invalidated(key)
                 elif action == "expect_tx":
                     apply(m, inst, int(lane), int(a), lambda s, v=int(values[i]): s.expect_tx(v))
                 else:

@@ -9,7 +9,9 @@ routed by window). Every access is checked before it happens: it must lie inside
 space and be aligned to its size (the whole vector for .v2/.v4/.v8); otherwise the run stops naming the
 instruction, the thread and the address. Cache, eviction and memory-ordering qualifiers have no effect on
 values in this sequentially consistent executor and are accepted (`.nc`, `.ca/.cg/.cs/.lu/.cv`, `.L1::*`,
-`.L2::*`, `.weak/.volatile/.relaxed/.acquire/.release` and scopes).
+`.L2::*`, `.weak/.volatile/.relaxed/.acquire/.release` and scopes); the ordering ones decide the race checks, and a
+load through the non-coherent read-only path (`ld.global.nc`, `ldu`) of bytes the launch wrote is reported
+(`_check_read_only`).
 
 `cp.async.{ca,cg}.shared.global [d], [s], size{, src-size | ignore-src}` reads its source when issued and
 writes shared memory when a `cp.async.wait_group N` / `wait_all` of the issuing thread covers its group
@@ -241,18 +243,35 @@ def sync_locations(m: Machine, space: str, lanes: np.ndarray, addresses) -> tupl
 
 def seeds_cas(m: Machine, inst) -> bool:
     """Whether the weak load `inst` reads the expected value of an `atom.cas` at its own address: its
-    destination is the cas's compare operand (nvcc's atomicCAS loops, the CUDA guide's `old = *p; do {
-    assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed != old)`). Such a load is taken
-    as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks the value it read, so its
-    races with other threads' atomics at that address decide nothing the cas does not check again."""
+    destination, or a register `mov` copies it into (a float's bits handed to the cas: `float old = *p; ...
+    atomicCAS((int*)p, __float_as_int(old), ...)`), is the cas's compare operand (nvcc's atomicCAS loops, the
+    CUDA guide's `old = *p; do { assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed !=
+    old)`). Such a load is taken as relaxed (strong, .gpu) by the race checks (`global_order`): the cas checks
+    the value it read, so its races with other threads' atomics at that address decide nothing the cas does
+    not check again."""
     seeds = getattr(m, "cas_seeds", None)
     if seeds is None:  # such loads (by identity: a module built without source lines has them all 0), once
         instructions = m.entry.instructions
         cas = {(i.operands[1], i.operands[2]) for i in instructions
                if i.opcode == "atom" and "cas" in i.modifiers and len(i.operands) == 4}
+        copies: dict[Reg, set[Reg]] = {}  # register -> the registers a mov copies it into
+        for i in instructions:
+            if i.opcode == "mov" and len(i.operands) == 2 and all(isinstance(o, Reg) for o in i.operands):
+                copies.setdefault(i.operands[1], set()).add(i.operands[0])
         seeds = m.cas_seeds = frozenset(id(i) for i in instructions if i.opcode == "ld" and len(i.operands) == 2
-                                        and (i.operands[1], i.operands[0]) in cas)
+                                        and any((i.operands[1], r) in cas for r in _copies_of(i.operands[0], copies)))
     return id(inst) in seeds
+
+
+def _copies_of(register, copies: dict) -> set:
+    """`register` and every register a chain of movs copies it into (`copies`: register -> direct copies)."""
+    found, todo = {register}, [register]
+    while todo:
+        for r in copies.get(todo.pop(), ()):
+            if r not in found:
+                found.add(r)
+                todo.append(r)
+    return found
 
 
 @opcode("ld", "ldu")
@@ -271,9 +290,13 @@ def decode_ld(ops: Operands, inst, mods):
     nbytes = max(t.bits // 8, 1)
     m = ops.m
 
+    read_only = inst.opcode == "ldu" or "nc" in inst.modifiers
+
     def run(sel):
         lanes = lanes_of(m, sel)
         where = address(sel)
+        if read_only and m.global_order is not None and space in ("global", "generic"):
+            _check_read_only(m, inst, space, lanes, where, nbytes * width)
         data = access(m, inst, space, lanes, where, nbytes * width, watched=not strong, how=how)
         if strong and m.global_order is not None and m.global_order.releases:
             m.global_order.acquire(*sync_locations(m, space, lanes, where), how, now=acquire)
@@ -284,6 +307,22 @@ def decode_ld(ops: Operands, inst, mods):
     if strong and space in ("global", "generic", "shared"):
         return _spin_wait(m, inst, run)
     return run
+
+
+def _check_read_only(m: Machine, inst, space: str, lanes: np.ndarray, addresses, nbytes: int) -> None:
+    """`ld.global.nc` and `ldu` (`__ldg`, nvcc's loads through `const __restrict__` pointers) read through the
+    non-coherent read-only path, whose data must be read-only for the whole launch (the CUDA programming guide's
+    read-only data cache): its cache is not kept coherent with writes, so no synchronisation makes a write of the
+    launch visible to it. Such a load of global bytes that a thread of this launch wrote before it is reported
+    (`GlobalOrder.check_read_only`); a write after it (an in-place `x[i] = f(__ldg(&x[i]))`) is judged as any
+    write after a weak read."""
+    addresses = per_lane(addresses, lanes.shape, np.int64)
+    if space == "generic":
+        inside = (addresses >= GLOBAL_BASE) & (addresses // WINDOW_SIZE == 0)
+        lanes, addresses = lanes[inside], addresses[inside]
+    if len(lanes):
+        check_access(m, inst, "global", lanes, addresses, nbytes, nbytes)
+        m.global_order.check_read_only(inst, lanes, (addresses - GLOBAL_BASE)[:, None] + np.arange(nbytes))
 
 
 def _spin_wait(m: Machine, inst, run) -> Step:
@@ -469,12 +508,19 @@ def decode_createpolicy(ops: Operands, inst, mods):
 # region cp.async (Ampere)
 @dataclass
 class AsyncCopy:
-    """Copies of one cp.async instruction not yet landed: per lane its group, shared indices and data."""
+    """Copies of one cp.async instruction `inst` not yet landed: per lane its group, shared indices, data and the
+    flat global bytes it reads (`source`, -1 for a lane that reads none: src-size 0 or ignore-src)."""
 
     lanes: np.ndarray
     groups: np.ndarray
     index: np.ndarray
     data: np.ndarray
+    source: np.ndarray
+    inst: object = None
+
+    def part(self, rows: np.ndarray) -> "AsyncCopy":
+        return AsyncCopy(self.lanes[rows], self.groups[rows], self.index[rows], self.data[rows], self.source[rows],
+                         self.inst)
 
 
 def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
@@ -494,8 +540,10 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
         if done.any():
             m.shared[copy.index[done]] = copy.data[done]
             m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
+            if m.global_order is not None:
+                m.global_order.cp_async_read_done(copy.part(done))
         if not done.all():
-            keep.append(AsyncCopy(copy.lanes[~done], copy.groups[~done], copy.index[~done], copy.data[~done]))
+            keep.append(copy.part(~done))
     m.async_copies = keep
 
 
@@ -542,15 +590,20 @@ def decode_cp_async(ops: Operands, inst, mods):
             count = np.where(np.broadcast_to(ignore(sel), count.shape), 0, count)
         data = np.zeros((len(lanes), size), np.uint8)
         reading = count > 0
+        flat = np.full((len(lanes), size), -1, np.int64)
         if reading.any():
             source = per_lane(src(sel), lanes.shape, np.int64)
             got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)
+            flat[reading] = (source[reading] - GLOBAL_BASE)[:, None] + np.arange(size)
         target = per_lane(dst(sel), lanes.shape, np.int64)
         check_access(m, inst, "shared", lanes, target, size, size)
         index = m.shared_flat(lanes, target)[:, None] + np.arange(size)
         m.tracker.cp_async_issued(inst, lanes, index)
-        m.async_copies.append(AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data))
+        copy = AsyncCopy(lanes.copy(), m.cp_groups[lanes].copy(), index, data, flat, inst)
+        if m.global_order is not None:
+            m.global_order.cp_async_reading(copy)
+        m.async_copies.append(copy)
 
     return run
 

@@ -54,6 +54,7 @@ from tessera.interpreters.ptx.parse_operands import OperandParser, Scope
 from tessera.interpreters.ptx.syntax import (
     TYPE_BYTES, Entry, Guard, Instruction, Label, Module, Operand, PtxSyntaxError, Variable,
 )
+from tessera.interpreters.ptx.types import is_type
 
 MAX_REGISTERS = 1 << 16
 """The most registers one `%r<N>` declaration may make (a thread has at most 255)."""
@@ -272,6 +273,8 @@ class _Parser(FunctionParser, DeclarationParser, OperandParser):
             raise self.error(f"vector registers ({type_token.text}) are not supported", type_token)
         if type_ != "pred" and type_ not in TYPE_BYTES:
             raise self.error(f"unknown register type '{type_token.text}'", type_token)
+        if not is_type(type_):  # PTX's, but no register file here holds it (.b128)
+            raise self.error(f"registers of type '{type_token.text}' are not supported by the PTX executor", type_token)
         while True:
             name = self.expect("name", "a register name")
             if "." in name.text or "::" in name.text or name.text == "_":

@@ -34,7 +34,7 @@ class TaggedAccesses:
         flight. `cta_scoped`: a strong access of scope .cta, morally strong with none of another CTA's accesses
         (distributed shared memory)."""
         if write:
-            if self.tagged or self.reading or self.bulk_reads:
+            if self.tagged or self.reading or self.bulk_reads or self.copy_sources or self.live_barriers is not None:
                 self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
             if self.tagged:
                 self.write_out(index)

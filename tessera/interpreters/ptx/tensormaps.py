@@ -19,7 +19,8 @@ A TMA whose map operand is a global address (`bulk_copy`) reads the map there (a
 issuing thread, so a write no synchronisation orders before it is a race naming both sides) and needs the
 issuing thread's `fence.proxy.tensormap::generic.acquire` of that address after the map's last copy: without
 it, a `PtxHazardError` naming the TMA and the copy (or the last `tensormap.replace` of a map changed in place
-in global memory, as CUTLASS's grouped GEMM does). `.swizzle_atomicity` and the sub-byte element types are
+in global memory, as CUTLASS's grouped GEMM does, which also needs a `fence.proxy.tensormap::generic.release` of
+the writing thread after it: a copy by `tensormap.cp_fenceproxy` is its own release). `.swizzle_atomicity` and the sub-byte element types are
 sm_100's, refused by name.
 """
 
@@ -53,7 +54,9 @@ _SERIAL = itertools.count(1)
 
 
 def _state(m) -> tuple[dict, dict]:
-    """(global map address -> (serial, line, lane) of its last copy; (lane, address) -> serial acquired)."""
+    """(global map address -> [serial, line, lane, released] of its last write (a copy, released by itself, or a
+    `tensormap.replace` in place, released by a later `.release` fence of its thread); (lane, address) -> serial
+    acquired)."""
     return m.__dict__.setdefault("device_map_copies", {}), m.__dict__.setdefault("device_map_acquires", {})
 
 
@@ -104,7 +107,7 @@ def _decode_replace(ops: Operands, inst, mods):
             serial = next(_SERIAL)
             for lane, map_address in zip(lanes.tolist(), where.tolist()):
                 if map_address >= GLOBAL_BASE:
-                    copies[map_address] = (serial, inst.line, lane)
+                    copies[map_address] = [serial, inst.line, lane, False]
 
     return run
 
@@ -134,7 +137,7 @@ def _decode_copy(ops: Operands, inst, mods):
         access(m, inst, "global", lanes, to + part, MAP_BYTES // 32, data, align=4)
         serial = next(_SERIAL)
         for address, lane in zip(to[::32].tolist(), lanes[::32].tolist()):  # one copy a warp (checked above)
-            copies[address] = (serial, inst.line, lane)
+            copies[address] = [serial, inst.line, lane, True]
 
     return run
 
@@ -143,12 +146,19 @@ def _decode_copy(ops: Operands, inst, mods):
 def decode_acquire_fence(ops: Operands, inst, mods):
     """`fence.proxy.tensormap::generic.acquire.SCOPE [addr], 128`: the executing threads may use the map at
     addr (a global or generic address) in a TMA after its last `tensormap.cp_fenceproxy` (`sync` hands
-    `fence.proxy.tensormap::generic` here); the `.release` form orders generic writes of the map, which every
-    copy already does here."""
+    `fence.proxy.tensormap::generic` here); the `.release` form releases the executing threads' `tensormap.replace`
+    writes of maps in global memory to the tensor-map proxy (a `tensormap.cp_fenceproxy` is its own release)."""
     m = ops.m
     mods.left = []
     if "acquire" not in inst.modifiers:
-        return lambda sel: None
+        copies, _ = _state(m)
+
+        def release(sel):
+            writers = set(lanes_of(m, sel).tolist())
+            for entry in copies.values():
+                if entry[2] in writers:
+                    entry[3] = True
+        return Step(inst, release)
     if len(inst.operands) != 2 or not isinstance(inst.operands[1], Imm) or inst.operands[1].value != MAP_BYTES:
         raise ops.refuse(inst, f"fence.proxy.tensormap::generic.acquire takes [addr], {MAP_BYTES}")
     address = ops.address(inst, inst.operands[0])
@@ -166,12 +176,15 @@ def read_map(m, inst, lane: int, address: int) -> facts.TensorMapSpec:
     """The tensor map at global `address` as the TMA of `lane` sees it (see the module docstring)."""
     copies, acquires = _state(m)
     copied = copies.get(address)
-    if copied is not None and acquires.get((lane, address), 0) < copied[0]:
+    if copied is not None and (acquires.get((lane, address), 0) < copied[0] or not copied[3]):
         where = f" ({m.describe_lane(lane)})"
+        missing = (f"no fence.proxy.tensormap::generic.acquire of it by this thread since"
+                   if acquires.get((lane, address), 0) < copied[0] else
+                   "no fence.proxy.tensormap::generic.release of the writing thread after it")
         raise PtxHazardError(
             f"{m.source}:{inst.line}: error: {inst.name}: reads the tensor map at global address {address:#x} "
-            f"that the tensormap instruction at line {copied[1]} ({m.describe_lane(copied[2])}) wrote, with no "
-            f"fence.proxy.tensormap::generic.acquire of it by this thread since{where}")
+            f"that the tensormap instruction at line {copied[1]} ({m.describe_lane(copied[2])}) wrote, with "
+            f"{missing}{where}")
     data = access(m, inst, "global", np.array([lane]), np.array([address], np.int64), MAP_BYTES, align=64)[0]
 
     def field(name, count=None):
