@@ -407,7 +407,7 @@ def test_validate_names_a_lowering_seeded_wrong(monkeypatch):
     monkeypatch.setattr(ElementwiseLowering, "_lower_AbsOp", identity)
     result = _validate("elementwise_mix", TOOL_SIZES["elementwise_mix"])
     assert result.returncode == 1, result.stderr
-    assert "pass 6 'convert-tile-to-sm90' changed the result: Z[" in result.stderr, result.stderr
+    assert re.search(r"pass \d+ 'convert-tile-to-sm90' changed the result: Z\[", result.stderr), result.stderr
     assert "first diverging op: %ay1 = arith.addf %y, %one" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 

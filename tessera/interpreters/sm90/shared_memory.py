@@ -379,6 +379,13 @@ class SharedMemory:
         writers, inverse = np.unique(self.writer[stored], return_inverse=True)
         latest = np.full(len(writers), -1, np.int64)
         np.maximum.at(latest, inverse, self.written_at[stored])
+        # every (writer, reader) pair at once: the common case, all covered, takes no Python loop over the writers
+        # (a table every thread of the block stored has hundreds); a failure is found and named below, as before
+        other_warp = readers[None, :] // facts.WARP_SIZE != writers[:, None] // facts.WARP_SIZE
+        needed = np.ones((len(writers), len(readers)), bool) if len(readers) <= 1 else \
+            other_warp | (readers[None, :] == writers[:, None])
+        if not ((hb.fenced[writers[:, None], readers[None, :]] <= latest[:, None]) & needed).any():
+            return
         for writer, when in zip(writers.tolist(), latest.tolist()):
             if len(readers) > 1:
                 needed = readers[(readers // facts.WARP_SIZE != writer // facts.WARP_SIZE) | (readers == writer)]
