@@ -5,8 +5,9 @@ packing a boolean mask into i32 words, a SWAR popcount and the bitwise ops with 
 (`bitpack_popcount`), PyTorch's exact GELU with `tile.erf` in a GEMM epilogue (`gemm_gelu_exact`), sinusoidal
 position embeddings with in-kernel frequencies, softplus and mish (`posembed_softplus`), a murmur3-hash dropout in
 a GEMM epilogue (`gemm_dropout_murmur`), RoPE applied to Q in registers before the Q K^T mma (`rope_qk_scores`),
-and the new ops on -inf / NaN / +-0 rows, INT_MIN / INT_MAX and [M], [1, N], [1, 1], [M, 1] operands
-(`edge_operands`). Each against its own float64 / exact NumPy reference, with the bound derived in its reference.
+the new ops on -inf / NaN / +-0 rows, INT_MIN / INT_MAX and [M], [1, N], [1, 1], [M, 1] operands
+(`edge_operands`), and register tiles of every width from [64, 8] to [128, 136] and [64, 256] (`WIDTHS`). Each
+against its own float64 / exact NumPy reference, with the bound derived in its reference.
 
 Bug found: a row reduction of an [M, 1] column ran at Tile level but was refused below it ("register tiles need
 a column count that is a legal wgmma N"), though the column is a documented register shape; a float row sum of
@@ -29,7 +30,7 @@ import pytest
 import tessera
 from tessera.ir.diagnostics import LocatedVerifyException
 from tessera.sm90 import approx
-from unseen_rounds import KERNELS, LEVELS, check_tools
+from unseen_rounds import KERNELS, LEVELS, assert_ptxas_clean, check_tools
 
 U = 2.0**-24  # the f32 unit roundoff
 ERF = np.vectorize(math.erf)
@@ -310,6 +311,109 @@ def test_unseen_kernel_tools(kernel):
         warnings.simplefilter("ignore")
         report = validate(module, PTX_PIPELINE, sizes=sizes)
     assert report.ok, report.table()
+
+
+WIDTHS = """
+builtin.module {{
+  func.func @widths(%X: !tile.tile<?x{n}xf32, global> {{tile.dims = #tile.dims<M, {n}>}},
+      %K: !tile.tile<?x{n}xi32, global> {{tile.dims = #tile.dims<M, {n}>}},
+      %Y: !tile.tile<?x{n}xf32, global> {{tile.dims = #tile.dims<M, {n}>, tile.role = "out"}},
+      %H: !tile.tile<?x{n}xi32, global> {{tile.dims = #tile.dims<M, {n}>, tile.role = "out"}},
+      %XMIN: !tile.tile<?xf32, global> {{tile.dims = #tile.dims<M>, tile.role = "out"}},
+      %HMAX: !tile.tile<?xi32, global> {{tile.dims = #tile.dims<M>, tile.role = "out"}},
+      %HSUM: !tile.tile<?xi32, global> {{tile.dims = #tile.dims<M>, tile.role = "out"}},
+      %KMIN: !tile.tile<?xi32, global> {{tile.dims = #tile.dims<M>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, {bm})>}} {{
+    %c0 = arith.constant 0 : index
+    %cbm = arith.constant {bm} : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %cbm : index
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x{n}xf32, global> -> !tile.tile<{bm}x{n}xf32, global>
+    %x = tile.load %xw : !tile.tile<{bm}x{n}xf32, global> -> !tile.tile<{bm}x{n}xf32, register>
+    %kw = tile.view %K[%m0, %c0] : !tile.tile<?x{n}xi32, global> -> !tile.tile<{bm}x{n}xi32, global>
+    %k = tile.load %kw : !tile.tile<{bm}x{n}xi32, global> -> !tile.tile<{bm}x{n}xi32, register>
+    %e = tile.erf %x : !tile.tile<{bm}x{n}xf32, register>
+    %s = tile.sin %x : !tile.tile<{bm}x{n}xf32, register>
+    %c = tile.cos %x : !tile.tile<{bm}x{n}xf32, register>
+    %sc = tile.mul %s, %c : !tile.tile<{bm}x{n}xf32, register>
+    %y = tile.add %e, %sc : !tile.tile<{bm}x{n}xf32, register>
+    %t31 = tile.fill 31 : !tile.tile<1x1xi32, register>
+    %t3 = tile.fill 3 : !tile.tile<1x1xi32, register>
+    %amt = tile.and %k, %t31 : !tile.tile<{bm}x{n}xi32, register>, !tile.tile<1x1xi32, register>
+    %l = tile.shl %k, %amt : !tile.tile<{bm}x{n}xi32, register>
+    %r = tile.shru %k, %t3 : !tile.tile<{bm}x{n}xi32, register>, !tile.tile<1x1xi32, register>
+    %rs = tile.shrs %k, %amt : !tile.tile<{bm}x{n}xi32, register>
+    %lr = tile.xor %l, %r : !tile.tile<{bm}x{n}xi32, register>
+    %h = tile.or %lr, %rs : !tile.tile<{bm}x{n}xi32, register>
+    %yw = tile.view %Y[%m0, %c0] : !tile.tile<?x{n}xf32, global> -> !tile.tile<{bm}x{n}xf32, global>
+    tile.store_global %y, %yw : !tile.tile<{bm}x{n}xf32, register>, !tile.tile<{bm}x{n}xf32, global>
+    %hw = tile.view %H[%m0, %c0] : !tile.tile<?x{n}xi32, global> -> !tile.tile<{bm}x{n}xi32, global>
+    tile.store_global %h, %hw : !tile.tile<{bm}x{n}xi32, register>, !tile.tile<{bm}x{n}xi32, global>
+    %xmin = tile.row_min %x : !tile.tile<{bm}x{n}xf32, register> -> !tile.tile<{bm}xf32, register>
+    %hmax = tile.row_max %h : !tile.tile<{bm}x{n}xi32, register> -> !tile.tile<{bm}xi32, register>
+    %hsum = tile.row_sum %h : !tile.tile<{bm}x{n}xi32, register> -> !tile.tile<{bm}xi32, register>
+    %kmin = tile.row_min %k : !tile.tile<{bm}x{n}xi32, register> -> !tile.tile<{bm}xi32, register>
+    %w1 = tile.view %XMIN[%m0] : !tile.tile<?xf32, global> -> !tile.tile<{bm}xf32, global>
+    tile.store_global %xmin, %w1 : !tile.tile<{bm}xf32, register>, !tile.tile<{bm}xf32, global>
+    %w2 = tile.view %HMAX[%m0] : !tile.tile<?xi32, global> -> !tile.tile<{bm}xi32, global>
+    tile.store_global %hmax, %w2 : !tile.tile<{bm}xi32, register>, !tile.tile<{bm}xi32, global>
+    %w3 = tile.view %HSUM[%m0] : !tile.tile<?xi32, global> -> !tile.tile<{bm}xi32, global>
+    tile.store_global %hsum, %w3 : !tile.tile<{bm}xi32, register>, !tile.tile<{bm}xi32, global>
+    %w4 = tile.view %KMIN[%m0] : !tile.tile<?xi32, global> -> !tile.tile<{bm}xi32, global>
+    tile.store_global %kmin, %w4 : !tile.tile<{bm}xi32, register>, !tile.tile<{bm}xi32, global>
+    func.return
+  }}
+}}
+"""
+
+WIDTH_SHAPES = ((64, 24, 17), (64, 8, 70), (128, 136, 129), (64, 256, 1), (128, 40, 200))
+
+
+def _widths(bm, n, m, level):
+    """Register tiles of every width the lowering takes (N = 8 to 256, 64 and 128 rows): erf + sin cos within the
+    bounds (erf's, two sin/cos bounds, three f32 roundings of values below 2), the shifts by amounts k & 31 and 3,
+    xor and or, and the f32 / i32 row extrema and wrapping row sum, exact."""
+    rng = np.random.default_rng(bm + n + m)
+    x = (rng.standard_normal((m, n)) * 3).astype(np.float32)
+    k = _i32(rng, (m, n))
+    module = tessera.parse_module(WIDTHS.format(bm=bm, n=n), "widths.mlir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y, h, xmin, hmax, hsum, kmin = tessera.launch(module, x, k, level=level)
+    x64 = x.astype(np.float64)
+    tol = approx.erf_error_bound(x64) + 2 * approx.sin_cos_error_bound(x64) + 6 * U
+    _within(y, ERF(x64) + np.sin(x64) * np.cos(x64), tol, "erf + sin cos")
+    u = k.view(np.uint32).astype(np.uint64)
+    amount = u & 31
+    shifted = (k.astype(np.int64) >> amount.astype(np.int64)).astype(np.uint64)
+    want_h = _wrap((((u << amount) ^ (u >> 3)) | shifted) & 0xFFFFFFFF)
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(xmin, x.min(1))
+    np.testing.assert_array_equal(hmax, want_h.max(1))
+    np.testing.assert_array_equal(hsum, _wrap(want_h.astype(np.int64).sum(1)))
+    np.testing.assert_array_equal(kmin, k.min(1))
+
+
+def test_register_widths():
+    _widths(*WIDTH_SHAPES[0], "ptx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+def test_register_widths_every_shape(level):
+    for shape in WIDTH_SHAPES:
+        _widths(*shape, level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bm, n", [(64, 8), (64, 24), (128, 136), (128, 40)])
+def test_register_widths_ptxas_clean(bm, n):
+    """Every ptxas found, no warning, no spill (a [64, 256] f32 and i32 tile pair live to the end needs more than
+    255 registers a thread: it spills, as it must)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ptx = tessera.compile(tessera.parse_module(WIDTHS.format(bm=bm, n=n), "widths.mlir"))
+    assert_ptxas_clean(ptx, f"widths_{bm}x{n}")
 
 
 MALFORMED = """
