@@ -1,13 +1,14 @@
-"""Kernels a user writes next with round 25's new Tile IR ops (`tests/user_kernels/*.mlir`): a MoE router's top-2
-per row with ties (`tile.row_min` of i32 column indices; `top2_rows`), a W4A16 GEMM that unpacks int4 weights in
-registers, casts them to bf16 and stores them to shared memory for a tensor-core `tile.mma` (`w4a16_gemm`),
-packing a boolean mask into i32 words, a SWAR popcount and the bitwise ops with every broadcast operand
+"""Kernels a user writes next with round 25's new Tile IR ops (`tests/user_kernels/*.mlir`): a MoE router's top-2 per
+row with ties (`tile.row_min` of i32 column indices; `top2_rows`), a W4A16 GEMM that unpacks int4 weights in
+registers, casts them to bf16 and stores them to shared memory for a tensor-core `tile.mma` (`w4a16_gemm`), packing
+a boolean mask into i32 words, a SWAR popcount and the bitwise ops with every broadcast operand
 (`bitpack_popcount`), PyTorch's exact GELU with `tile.erf` in a GEMM epilogue (`gemm_gelu_exact`), sinusoidal
-position embeddings with in-kernel frequencies, softplus and mish (`posembed_softplus`), a murmur3-hash dropout in
-a GEMM epilogue (`gemm_dropout_murmur`), RoPE applied to Q in registers before the Q K^T mma (`rope_qk_scores`),
-the new ops on -inf / NaN / +-0 rows, INT_MIN / INT_MAX and [M], [1, N], [1, 1], [M, 1] operands
-(`edge_operands`), and register tiles of every width from [64, 8] to [128, 136] and [64, 256] (`WIDTHS`). Each
-against its own float64 / exact NumPy reference, with the bound derived in its reference.
+position embeddings with in-kernel frequencies, softplus and mish (`posembed_softplus`), a murmur3-hash dropout in a
+GEMM epilogue (`gemm_dropout_murmur`), Philox4x32-10 as torch's GPU dropout draws (`philox_uniform`), RoPE applied
+to Q in registers before the Q K^T mma (`rope_qk_scores`), the new ops on -inf / NaN / +-0 rows, INT_MIN / INT_MAX
+and [M], [1, N], [1, 1], [M, 1] operands (`edge_operands`), and register tiles of every width from [64, 8] to [128,
+136] and [64, 256] (`WIDTHS`). Each against its own float64 / exact NumPy reference, with the bound derived in its
+reference.
 
 Bug found: a row reduction of an [M, 1] column ran at Tile level but was refused below it ("register tiles need
 a column count that is a legal wgmma N"), though the column is a documented register shape; a float row sum of
@@ -36,11 +37,11 @@ U = 2.0**-24  # the f32 unit roundoff
 ERF = np.vectorize(math.erf)
 
 
-def _launch(kernel, arrays, level):
+def _launch(kernel, arrays, level, **sizes):
     module = tessera.parse_module((KERNELS / f"{kernel}.mlir").read_text(), f"{kernel}.mlir")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # warp-specialize / pipeline fallbacks: nothing to specialize here
-        got = tessera.launch(module, *arrays, level=level)
+        got = tessera.launch(module, *arrays, level=level, **sizes)
     return got if isinstance(got, tuple) else (got,)
 
 
@@ -260,6 +261,39 @@ def edge_operands(shape, level):
     _within(erf_s[0], np.array([math.erf(-0.3)]), approx.erf_error_bound(np.float64(s[0])), "erf")
 
 
+def _philox4x32_10(counter, key):
+    """Philox4x32-10 on uint32 arrays in uint64 arithmetic (the 64-bit products exact)."""
+    c = [x.astype(np.uint64) for x in counter]
+    k0, k1 = int(key[0]), int(key[1])
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ np.uint64(k0), p1 & np.uint64(0xFFFFFFFF),
+             (p0 >> np.uint64(32)) ^ c[3] ^ np.uint64(k1), p0 & np.uint64(0xFFFFFFFF)]
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return [x.astype(np.uint32).view(np.int32) for x in c]
+
+
+def test_philox_reference_known_answer():
+    """The reference gives Random123's known answer for counter 0, key 0."""
+    zero = np.zeros(1, np.uint32)
+    words = _philox4x32_10([zero] * 4, [0, 0])
+    assert [int(w.view(np.uint32)[0]) for w in words] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+
+
+def philox_uniform(shape, level):
+    """Exact: the four words and the uniform (a 24-bit integer times 2^-24)."""
+    m, n = shape
+    rng = np.random.default_rng(m + n)
+    seed = _i32(rng, (1, 2))
+    got = _launch("philox_uniform", [seed], level, M=m, N=n)
+    linear = (np.arange(m)[:, None] * n + np.arange(n)[None, :]).astype(np.uint32)
+    zero = np.zeros_like(linear)
+    words = _philox4x32_10([linear, zero, linear, zero], seed.view(np.uint32)[0])
+    uniform = (words[0].view(np.uint32) >> 8).astype(np.float64) * 2.0**-24
+    for out, want in zip(got, [*words, uniform]):
+        np.testing.assert_array_equal(out, want)
+
+
 CASES = {  # the kernel's check, its shapes (odd ones first: the default run takes the first)
     "top2_rows": (top2_rows, ((70, 17), (1, 1), (129, 64), (1000, 2))),
     "w4a16_gemm": (w4a16_gemm, ((70, 13, 70), (1, 1, 1), (129, 8, 64), (17, 16, 129))),
@@ -269,13 +303,16 @@ CASES = {  # the kernel's check, its shapes (odd ones first: the default run tak
     "gemm_dropout_murmur": (gemm_dropout_murmur, ((70, 72, 70), (1, 8, 1), (129, 64, 17), (17, 136, 129))),
     "rope_qk_scores": (rope_qk_scores, ((70, 70, 0), (1, 1, 4095), (129, 17, 1000), (17, 129, 65000))),
     "edge_operands": (edge_operands, ((17,), (1,), (64,))),
+    "philox_uniform": (philox_uniform, ((70, 70), (1, 1), (129, 17))),
 }
 FAST = {"top2_rows": "ptx", "w4a16_gemm": "ptx", "bitpack_popcount": "ptx", "gemm_gelu_exact": "target",
-        "posembed_softplus": "ptx", "gemm_dropout_murmur": "target", "rope_qk_scores": "ptx", "edge_operands": "ptx"}
+        "posembed_softplus": "ptx", "gemm_dropout_murmur": "target", "rope_qk_scores": "ptx", "edge_operands": "ptx",
+        "philox_uniform": "ptx"}
 TOOL_SIZES = {"top2_rows": {"M": 70, "N": 17}, "w4a16_gemm": {"M": 70, "KP": 9, "N": 70},
               "bitpack_popcount": {"M": 70}, "gemm_gelu_exact": {"M": 70, "K": 72, "N": 72},
               "posembed_softplus": {"S": 70}, "gemm_dropout_murmur": {"M": 70, "K": 72, "N": 70},
-              "rope_qk_scores": {"SQ": 70, "SK": 70}, "edge_operands": {"M": 17}}
+              "rope_qk_scores": {"SQ": 70, "SK": 70}, "edge_operands": {"M": 17},
+              "philox_uniform": {"M": 70, "N": 70}}
 
 
 @pytest.mark.parametrize("kernel", CASES)
