@@ -542,3 +542,20 @@ def test_row_reductions_of_a_column(level):
     np.testing.assert_array_equal(total, x[:, 0] * 3)
     np.testing.assert_array_equal(smallest.view(np.uint32), x[:, 0].view(np.uint32))
     np.testing.assert_array_equal(largest, k[:, 0])
+
+
+def test_malformed_use_refused_by_the_tools(tmp_path):
+    """tessera-opt and tessera-run exit 1 with the diagnostic at the op's line (no traceback)."""
+    import sys
+
+    import inprocess
+
+    line = "%z = tile.shru %k, %p : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi1, register>"
+    path = tmp_path / "bad.mlir"
+    path.write_text(MALFORMED.format(line=line))
+    for tool in ("tessera_opt", "tessera_run"):
+        result = inprocess.run([sys.executable, "-m", f"tessera.tools.{tool}", str(path)])
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"{path}:11:5: kernel @bad: 'tile.shru' op operands must share one element type, got i32, i1" \
+            in result.stderr
+        assert "Traceback" not in result.stderr
