@@ -453,6 +453,73 @@ def test_register_widths_ptxas_clean(bm, n):
     assert_ptxas_clean(ptx, f"widths_{bm}x{n}")
 
 
+SHIFTED_BROADCASTS = """
+builtin.module {
+  func.func @lb(%A: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>},
+      %R: !tile.tile<64xi32, global> {tile.dims = #tile.dims<64>},
+      %C: !tile.tile<64xi32, global> {tile.dims = #tile.dims<64>},
+      %O1: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %O2: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %O3: !tile.tile<64x64xi32, global> {tile.dims = #tile.dims<64, 64>, tile.role = "out"},
+      %O4: !tile.tile<1x64xi32, global> {tile.dims = #tile.dims<1, 64>, tile.role = "out"})
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
+    %c0 = arith.constant 0 : index
+    %aw = tile.view %A[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    %a = tile.load %aw : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, register>
+    %rw = tile.view %R[%c0] : !tile.tile<64xi32, global> -> !tile.tile<64xi32, global>
+    %r = tile.load %rw : !tile.tile<64xi32, global> -> !tile.tile<64xi32, register>
+    %cw = tile.view %C[%c0] : !tile.tile<64xi32, global> -> !tile.tile<64xi32, global>
+    %c = tile.load_broadcast %cw : !tile.tile<64xi32, global> -> !tile.tile<1x64xi32, register>
+    %kc = arith.constant -1412567295 : i32
+    %k = tile.splat %kc : i32 -> !tile.tile<1x1xi32, register>
+    %o1 = tile.shl %k, %a : !tile.tile<1x1xi32, register>, !tile.tile<64x64xi32, register>
+    %o2 = tile.shru %c, %r : !tile.tile<1x64xi32, register>, !tile.tile<64xi32, register>
+    %o3 = tile.shrs %r, %c : !tile.tile<64xi32, register>, !tile.tile<1x64xi32, register>
+    %o4 = tile.shrs %c, %k : !tile.tile<1x64xi32, register>, !tile.tile<1x1xi32, register>
+    %w1 = tile.view %O1[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %o1, %w1 : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %w2 = tile.view %O2[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %o2, %w2 : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %w3 = tile.view %O3[%c0, %c0] : !tile.tile<64x64xi32, global> -> !tile.tile<64x64xi32, global>
+    tile.store_global %o3, %w3 : !tile.tile<64x64xi32, register>, !tile.tile<64x64xi32, global>
+    %w4 = tile.view %O4[%c0, %c0] : !tile.tile<1x64xi32, global> -> !tile.tile<1x64xi32, global>
+    tile.store_global %o4, %w4 : !tile.tile<1x64xi32, register>, !tile.tile<1x64xi32, global>
+    func.return
+  }
+}
+"""
+
+
+def _ptx_shifts(value, amount, kind):
+    """PTX's shl.b32 / shr.u32 / shr.s32 on broadcast int64 arrays: the amount unsigned, clamped to 32."""
+    value, amount = np.asarray(value, np.int64), np.minimum(np.asarray(amount, np.int64) & 0xFFFFFFFF, 32)
+    within = np.minimum(amount, 31)
+    if kind == "shl":
+        bits = np.where(amount >= 32, 0, ((value & 0xFFFFFFFF) << within) & 0xFFFFFFFF)
+    elif kind == "shru":
+        bits = np.where(amount >= 32, 0, (value & 0xFFFFFFFF) >> within)
+    else:
+        bits = np.where(amount >= 32, np.where(value < 0, -1, 0), value >> within)
+    return _wrap(bits & 0xFFFFFFFF)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_shifted_value_broadcast(level):
+    """The broadcast operand on the left of a shift: a [1, 1] constant shifted by an [M, N] tile of amounts
+    (0..33, 63, -1, 2^31 - 1, -2^31), a [1, N] column vector by an [M] row vector and back, a [1, N] by a
+    [1, 1] (a [1, N] result), exact."""
+    rng = np.random.default_rng(1)
+    amounts = np.array([*range(34), 63, -1, 2**31 - 1, -2**31] * 108)[:4096].reshape(64, 64).astype(np.int32)
+    rows, cols = _i32(rng, 64), _i32(rng, 64)
+    rows[:4], cols[:6] = [-1, 31, 32, -2**31], [0, 1, 31, 32, 33, -1]
+    k = -1412567295
+    got = tessera.launch(tessera.parse_module(SHIFTED_BROADCASTS, "lb.mlir"), amounts, rows, cols, level=level)
+    np.testing.assert_array_equal(got[0], _ptx_shifts(k, amounts, "shl"))
+    np.testing.assert_array_equal(got[1], _ptx_shifts(cols[None, :], rows[:, None], "shru"))
+    np.testing.assert_array_equal(got[2], _ptx_shifts(rows[:, None], cols[None, :], "shrs"))
+    np.testing.assert_array_equal(got[3], _ptx_shifts(cols[None, :], k, "shrs"))
+
+
 MALFORMED = """
 builtin.module {{
   func.func @bad(%X: !tile.tile<64x64xf32, global> {{tile.dims = #tile.dims<64, 64>}},
