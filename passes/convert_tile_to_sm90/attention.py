@@ -78,7 +78,10 @@ class AttentionLowering:
         shuffles. Where the tile is read again (the softmax's scores and P), the tree is emitted a chunk at a
         time (`_fold`): only a chunk's partial results are live beside it (a block_n = 176 tile's 88 scores would
         otherwise carry 44 more registers through the row sum). Where the reduction is its last use (a layer
-        norm's squares), level by level: each level's result takes the registers of the level before."""
+        norm's squares), level by level: each level's result takes the registers of the level before. An [BM, 1]
+        column is held as a row vector already (one value per row), so its reduction is itself."""
+        if self._is_column(op.source.type):
+            return x
         layout = self._layout(op, op.source.type)
         rows = layout.row_of_element
         grouped = [v for r in range(2) for v in range(layout.lanes) if rows[v] == r]

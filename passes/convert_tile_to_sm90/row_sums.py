@@ -54,7 +54,8 @@ def partial_row_sums(fn: Operation) -> set[SSAValue]:
     candidates: set[SSAValue] = set()
     loops: list[scf.ForOp] = []
     for op in walk_ops(fn):
-        if isinstance(op, tile.RowSumOp) and is_float(op.result.type.element_type):  # i32 sums: reduced at once
+        # i32 sums are reduced at once, and so is an [BM, 1] column's (its sum is itself: no quad to add over)
+        if isinstance(op, tile.RowSumOp) and is_float(op.result.type.element_type) and op.source.type.get_shape()[-1] != 1:
             candidates.add(op.result)
         elif isinstance(op, tile.FmaOp) and _is_row_tile(op.result):
             candidates.add(op.result)
