@@ -34,8 +34,11 @@ def _kernel_before_hoisting(**options):
     return module, next(op for op in module.walk() if is_target_kernel(op))
 
 
-@pytest.mark.parametrize("options", [dict(head_dim=64), dict(head_dim=128, block_n=128, causal=True)])
+@pytest.mark.parametrize("options", [dict(head_dim=64), dict(head_dim=128, block_n=128)])
 def test_the_hoisted_kernel_takes_the_previous_groups_and_allocates_as_afresh(options, monkeypatch):
+    # (causal kernels since mask-causal-by-mma: a constant of the bias table's descriptors that was an immediate
+    # becomes a register value once hoisting moves its use, which `regroup` does not map: they are allocated
+    # afresh, as the module docstring allows; compile time only)
     module, kernel = _kernel_before_hoisting(**options)
     allocate.allocate_registers(kernel)  # warp-specialize's allocation, in the memo
     carried = []
