@@ -322,7 +322,7 @@ class SharedMemory:
         if every:
             return
         stored = state == GENERIC
-        if stored.any():
+        if stored.any() and not self._buffer_fenced(addresses, readers):
             self._check_proxy_fenced(op, addresses[stored], readers, what)
 
     def _copied_before(self, addresses: np.ndarray, readers: np.ndarray) -> np.ndarray:
@@ -373,6 +373,34 @@ class SharedMemory:
         keys = self._landed[1]
         return keys is not None and self._first_unseen_of(keys, readers) is None
 
+    def _buffer_fenced(self, addresses: np.ndarray, readers: np.ndarray) -> bool:
+        """Whether every generic-written byte of the shared buffer holding `addresses` is fenced for `readers`
+        (`_check_proxy_fenced`'s rule): then so are those among `addresses` (each writer's latest write there is
+        no later than in the whole buffer). One check per buffer and reader group while the buffer's lines are
+        unchanged, for every window of it a wgmma reads (the causal bias table's, a different window each trip);
+        False sends the read to the exact check, which names the byte."""
+        low, high = int(addresses.min()), int(addresses.max())
+        buffer = next((b for b in self.buffers.values() if b.offset <= low and high < b.offset + b.size), None)
+        if buffer is None or len(readers) != readers[-1] - readers[0] + 1:
+            return False
+        span = np.arange(buffer.offset, buffer.offset + buffer.size)
+        stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
+        if not len(stored):
+            return False
+        writers, latest, covered = self._latest_writes(stored)
+        group = (int(readers[0]), len(readers))
+        if group not in covered and not self._uncovered(writers, latest, readers).any():
+            covered.add(group)
+        return group in covered
+
+    def _uncovered(self, writers: np.ndarray, latest: np.ndarray, readers: np.ndarray) -> np.ndarray:
+        """[writers, readers]: where a reader that must see a writer's latest store has no fence after it on a
+        happens-before path (`_check_proxy_fenced`)."""
+        other_warp = readers[None, :] // facts.WARP_SIZE != writers[:, None] // facts.WARP_SIZE
+        needed = np.ones((len(writers), len(readers)), bool) if len(readers) <= 1 else \
+            other_warp | (readers[None, :] == writers[:, None])
+        return (self.cta.hb.fenced[writers[:, None], readers[None, :]] <= latest[:, None]) & needed
+
     def _latest_writes(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray, set]:
         """(the threads that wrote the bytes `stored`, each one's latest write time, the reader groups found fenced
         for them (`_check_proxy_fenced`: fenced clocks only grow, so a group found covered stays so)): kept per set
@@ -406,10 +434,7 @@ class SharedMemory:
             return
         # every (writer, reader) pair at once: the common case, all covered, takes no Python loop over the writers
         # (a table every thread of the block stored has hundreds); a failure is found and named below, as before
-        other_warp = readers[None, :] // facts.WARP_SIZE != writers[:, None] // facts.WARP_SIZE
-        needed = np.ones((len(writers), len(readers)), bool) if len(readers) <= 1 else \
-            other_warp | (readers[None, :] == writers[:, None])
-        if not ((hb.fenced[writers[:, None], readers[None, :]] <= latest[:, None]) & needed).any():
+        if not self._uncovered(writers, latest, readers).any():
             if len(readers) == readers[-1] - readers[0] + 1:  # a contiguous group (a warpgroup, one thread)
                 covered.add(group)
             return
