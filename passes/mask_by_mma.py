@@ -179,6 +179,15 @@ def find_masked_scores(fn: func.FuncOp, branch: scf.IfOp) -> MaskedScores | None
     return site
 
 
+def sites(op: ModuleOp):
+    """(function, loop, masks' branch) of every masked loop of `op`'s kernels, found before any is rewritten:
+    what `mask-by-mma` and `mask-causal-by-mma` each look at."""
+    for fn in [o for o in walk_ops(op) if isinstance(o, func.FuncOp)]:
+        for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
+            for branch in masks_branches(loop):
+                yield fn, loop, branch
+
+
 def masks_branches(loop: scf.ForOp) -> list[scf.IfOp]:
     """The masks' branches of `loop` (`peel-masked-iterations{branch=true}`: `scf.if %iv < %mid`)."""
     iv = loop.body.block.args[0]
@@ -278,9 +287,7 @@ class MaskByMmaPass(ModulePass):
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in walk_ops(op) if isinstance(o, func.FuncOp)]:
-            for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
-                for branch in masks_branches(loop):
-                    site = find_masked_scores(fn, branch)
-                    if site is not None:
-                        add_mask_by_mma(fn, site)
+        for fn, _, branch in sites(op):
+            site = find_masked_scores(fn, branch)
+            if site is not None:
+                add_mask_by_mma(fn, site)

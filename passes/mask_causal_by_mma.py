@@ -73,12 +73,11 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from tessera.dialects import tile
 from tessera.dialects import tile_causal_bias as causal_bias
 from tessera.dialects.tile_types import MemSpace, TileType
-from tessera.ir.walk import walk_ops
 from tessera.passes.mask_by_mma import (
     SHARED_ALIGNMENT_BOUND,
     branch_after_mma,
     defined_before,
-    masks_branches,
+    sites,
     keys_past_limit_are_zero,
     shared_bytes_bound,
 )
@@ -274,9 +273,7 @@ class MaskCausalByMmaPass(ModulePass):
     """The kernels it transforms (Tile IR); tools refuse a module with only the other kind."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in [o for o in walk_ops(op) if isinstance(o, func.FuncOp)]:
-            for loop in [o for o in fn.walk() if isinstance(o, scf.ForOp)]:
-                for branch in masks_branches(loop):
-                    site = find_causal_scores(fn, loop, branch)
-                    if site is not None:
-                        add_causal_bias(fn, site)
+        for fn, loop, branch in sites(op):
+            site = find_causal_scores(fn, loop, branch)
+            if site is not None:
+                add_causal_bias(fn, site)

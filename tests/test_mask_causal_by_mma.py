@@ -21,6 +21,7 @@ from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.ptx.state import PtxHazardError
 from tessera.passes import DEFAULT_PIPELINE, apply_pipeline
 from tessera.toolchain import find_all_ptxas, find_nvdisasm
+from test_mask_by_mma import TILE_PASSES, inputs
 
 SELECT_PIPELINE = DEFAULT_PIPELINE.replace("mask-causal-by-mma,", "")
 """The default pipeline with the causal masks selected per score."""
@@ -28,18 +29,8 @@ SELECT_PIPELINE = DEFAULT_PIPELINE.replace("mask-causal-by-mma,", "")
 TABLE_PIPELINE = SELECT_PIPELINE.replace("mask-by-mma,", "mask-by-mma,mask-causal-by-mma,")
 """The default pipeline with the causal masks added by the tensor core."""
 
-TILE_PASSES = "assign-swizzle,pipeline-loops{stages=2},overlap-softmax,peel-masked-iterations{branch=true}"
-
-
 def tile_ir(module, table: bool = True):
     return apply_pipeline(module, TILE_PASSES + (",mask-causal-by-mma" if table else "")) or module
-
-
-def inputs(seq_q: int, seq_k: int, head_dim: int, heads: int = 1, kv_heads: int | None = None, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((1, heads, seq_q, head_dim), dtype=np.float32)
-    k, v = (rng.standard_normal((1, kv_heads or heads, seq_k, head_dim), dtype=np.float32) for _ in range(2))
-    return q, k, v
 
 
 def test_the_table_is_written_once_and_the_bias_follows_the_score_mma():
