@@ -82,7 +82,25 @@ def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         x = np.asarray(x, np.float64)
         with np.errstate(invalid="ignore"):
             return np.where(np.isnan(x), 0, np.clip(np.trunc(x), info.min, info.max)).astype(dtype)
-    return np.asarray(x).astype(dtype)
+    x = np.asarray(x)
+    if dtype == BF16 and x.dtype == np.float64:
+        return f32_round_to_odd(x).astype(BF16)
+    return x.astype(dtype)
+
+
+def f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """float64 to float32 rounded to odd: truncated toward zero, with the last significand bit set where that
+    dropped anything. Rounding that to bf16 (8 significand bits, 16 fewer) to nearest even gives the float64
+    value rounded once, as `round_to` must whatever ml_dtypes does: ml_dtypes before 0.7 cast float64 to bf16
+    through float32 (rounding twice: 0.7480468529370716 became 0.75, not 0.74609375), 0.7 casts directly."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest = x.astype(np.float32)
+        inexact = (nearest.astype(np.float64) != x) & ~np.isnan(x)
+        toward_zero = np.where(np.abs(nearest.astype(np.float64)) > np.abs(x),
+                               np.nextafter(nearest, np.float32(0)), nearest)
+    bits = toward_zero.view(np.uint32) | inexact.astype(np.uint32)
+    return np.where(inexact, bits.view(np.float32), nearest)
 
 
 def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -285,13 +285,13 @@ def test_attention_op_verifier_refuses_an_empty_dimension(tmp_path, capsys):
 
 def test_interpreter_in_float64_is_the_attention_reference():
     from tessera import reference_attention
-    from tessera.numerics import BF16
+    from tessera.numerics import BF16, round_to
 
     module = load("fwd_causal_q256_k1000_d64")
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal(s) for s in ((2, 256, 4, 64), (2, 1000, 4, 64), (2, 1000, 4, 64)))
     out = run_function(module, [q, k, v], exact=True)[0]
-    q, k, v = (x.astype(BF16).astype(np.float64).transpose(0, 2, 1, 3) for x in (q, k, v))
+    q, k, v = (round_to(x, BF16).astype(np.float64).transpose(0, 2, 1, 3) for x in (q, k, v))
     expected = reference_attention.attention(q, k, v, causal=True, scale=0.125).transpose(0, 2, 1, 3)
     assert np.abs(out - expected).max() < 1e-12
 

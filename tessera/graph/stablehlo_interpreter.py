@@ -40,7 +40,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir.diagnostics import located
-from tessera.numerics import BF16, F16
+from tessera.numerics import BF16, F16, round_to
 
 Handler = Callable[[Operation, list[np.ndarray], bool], Sequence[np.ndarray]]
 
@@ -73,7 +73,7 @@ def round_value(x: np.ndarray, type_: Attribute, exact: bool = False) -> np.ndar
     dtype = storage_dtype(element, exact)
     x = np.asarray(x)
     if not exact and isinstance(element, (BFloat16Type, Float16Type)):
-        x = x.astype(np.float32).astype(BF16 if isinstance(element, BFloat16Type) else F16).astype(np.float32)
+        x = round_to(x, BF16 if isinstance(element, BFloat16Type) else F16).astype(np.float32)
     elif np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer) and x.dtype != np.bool_:
         # toward zero; out of range saturates and NaN is 0 (XLA's conversion; NumPy's cast is undefined there)
         info, x = np.iinfo(dtype), np.trunc(np.asarray(x, np.float64))
