@@ -949,6 +949,38 @@ def test_a_store_between_two_reads_of_a_checked_operand_is_reported_at_the_secon
     np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
 
 
+def test_a_fenced_table_of_stores_is_checked_once_until_a_store_changes_it(rng, monkeypatch):
+    """A's buffer holds only generic stores, fenced for the warpgroup: after the first wgmma's full check, its
+    lines count as verified (`SharedMemory.fenced_lines`), so a second read of it takes no check of its bytes;
+    a store into it without fence_proxy_async (after a bar_sync ordering the first wgmma's completion) changes
+    its lines, and the next wgmma reading A checks them again and reports the store."""
+    from tessera.interpreters.sm90.shared_memory import SharedMemory
+
+    checks = []
+    full_check = SharedMemory.check_async_read
+
+    def counted(self, op, addresses, readers, what):
+        checks.append(what)
+        return full_check(self, op, addresses, readers, what)
+
+    monkeypatch.setattr(SharedMemory, "check_async_read", counted)
+    again = """    sm90.wgmma_wait_group 0
+    sm90.wgmma_fence
+    %d2 = sm90.wgmma_mma_async %acc0, %da, %db n 64 type "bf16" trans 0, 1 : vector<32xf32>, i64
+    sm90.wgmma_commit_group
+    sm90.wgmma_wait_group 0
+"""
+    c, reference = _run_st_shared(planted(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", again), rng)
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-5)
+    assert checks == ["wgmma operand A"]  # B landed by TMA: its lines' tags; A checked once, at the first wgmma
+    stored = again.replace("    sm90.wgmma_fence\n", "    sm90.bar_sync 2, 128\n    sm90.st_shared %s_addr, %img : "
+                           "vector<4xi32>, vector<4xi32>\n    sm90.wgmma_fence\n")
+    with pytest.raises(KernelHazardError, match=r"%d2 = sm90.wgmma_mma_async .*: reads wgmma operand A at shared "
+                                                r"address 0x800 \(buffer 'a' \+ 0\), which thread 0 stored with "
+                                                r"st_shared and has not made visible to the async proxy"):
+        _run_st_shared(planted(ST_SHARED_GEMM, "    sm90.wgmma_wait_group 0\n", stored), rng)
+
+
 def test_other_warps_stores_need_a_bar_sync_after_the_fence(rng):
     kernel = planted(ST_SHARED_GEMM, "    sm90.bar_sync 1, 128\n", "")
     with pytest.raises(KernelHazardError, match=r"sm90.wgmma_mma_async .* which thread 0 stored and fenced with no "

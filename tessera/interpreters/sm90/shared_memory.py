@@ -393,6 +393,23 @@ class SharedMemory:
             covered.add(group)
         return group in covered
 
+    def fenced_lines(self, addresses: np.ndarray, readers: np.ndarray) -> slice | None:
+        """The EPOCH_BYTES-byte lines inside the shared buffer holding `addresses` whose every byte is a generic
+        write fenced for `readers` (`_buffer_fenced`), or None: an async-proxy read of any of their bytes by
+        `readers` passes `check_async_read` until a write changes one of those lines (the bytes stay GENERIC and
+        their writers' fences only grow), as lines `async_readable` found do (`wgmma.WgmmaUnit._check_read`)."""
+        low, high = int(addresses.min()), int(addresses.max())
+        buffer = next((b for b in self.buffers.values() if b.offset <= low and high < b.offset + b.size), None)
+        if buffer is None:
+            return None
+        lines = slice(-(-buffer.offset // EPOCH_BYTES), (buffer.offset + buffer.size) // EPOCH_BYTES)
+        if lines.stop <= lines.start:
+            return None
+        span = self.state[lines.start * EPOCH_BYTES:lines.stop * EPOCH_BYTES]
+        if np.count_nonzero(span != GENERIC) or not self._buffer_fenced(addresses, readers):
+            return None
+        return lines
+
     def _uncovered(self, writers: np.ndarray, latest: np.ndarray, readers: np.ndarray) -> np.ndarray:
         """[writers, readers]: where a reader that must see a writer's latest store has no fence after it on a
         happens-before path (`_check_proxy_fenced`)."""

@@ -439,7 +439,9 @@ class WgmmaUnit:
         their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
         a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
         and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
-        much wider than the bytes read) take `check_async_read` of the bytes read, which reports it."""
+        much wider than the bytes read) take `check_async_read` of the bytes read, which reports it; after it,
+        the lines of a buffer of generic stores all fenced for the warpgroup are verified the same way
+        (`SharedMemory.fenced_lines`: the causal bias table, a different window of it each trip)."""
         smem = self.cta.smem
         lines = slice(low // EPOCH_BYTES, (high - 1) // EPOCH_BYTES + 1)
         verified = self._verified[warpgroup, lines]
@@ -452,6 +454,9 @@ class WgmmaUnit:
             smem.note_read(byte_addresses, threads[0])
             return
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
+        fenced = smem.fenced_lines(byte_addresses, threads)
+        if fenced is not None:  # a table of generic stores, fenced: its other windows pass while it is unchanged
+            self._verified[warpgroup, fenced] = smem.changes
 
     # endregion
     # region groups
