@@ -149,16 +149,54 @@ def test_workers_run_their_ctas_in_batches(monkeypatch, tmp_path, rng):
     q, k, v = (rng.standard_normal((1, 2, 200, 64)) for _ in range(3))
     module = tessera.kernels.flash_attention(head_dim=64, causal=True)
     sig = signature(kernels(module)[0])
-    target = tessera.lower_to_target(module, sig.name)
-    allocation = allocate_registers(target)
     outputs = []
-    for workers in (None, 2):
+    for workers in (None, 2):  # each lowered afresh: no launch before it has taught it how its CTAs part
+        target = tessera.lower_to_target(module, sig.name)
+        allocation = allocate_registers(target)
         arguments, sizes = prepare_arguments(sig, [q, k, v])
         run_target_kernel(target, arguments, sizes, allocation, workers=workers)
         outputs.append(arguments)
     assert [a.tobytes() for a in outputs[0]] == [a.tobytes() for a in outputs[1]]
     assert sorted(notes.read_text().splitlines()[2:]) == ["(0, 0, 0) []", "(0, 1, 0) []", "(1, 0, 0) None",
                                                           "(1, 1, 0) None"]
+
+
+def test_a_later_launch_batches_the_ctas_by_how_they_parted(monkeypatch, rng):
+    """Causal, one head and batch: the query blocks' trip counts differ, so the first launch's batch parts at
+    the loop and each block runs again alone; the next launch of the same kernel, grid and sizes batches them by
+    how they parted (`batches._classes`): no follower leaves, and the output is the same bytes. Two heads:
+    each query block of both heads is one batch from the start. Another size is a launch of its own."""
+    leaders, run_cta = [], launch.run_cta
+
+    def recording(*args, **kwargs):
+        cta = run_cta(*args, **kwargs)
+        followers = cta.followers
+        leaders.append((cta.cta_id, None if followers is None else (followers.following(), dict(followers.left))))
+        return cta
+
+    monkeypatch.setattr(launch, "run_cta", recording)
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    allocation = allocate_registers(target)
+
+    def run(heads: int, seq: int) -> bytes:
+        q, k, v = (np.random.default_rng(3).standard_normal((1, heads, seq, 64)) for _ in range(3))
+        arguments, sizes = prepare_arguments(sig, [q, k, v])
+        leaders.clear()
+        run_target_kernel(target, arguments, sizes, allocation)
+        return arguments[-1].tobytes()
+
+    first = run(1, 300)
+    assert any(entry and entry[1] for _, entry in leaders)  # the first launch's batch parted
+    assert run(1, 300) == first
+    assert all(entry is None or not entry[1] for _, entry in leaders) and len(leaders) == 3
+    first = run(2, 300)
+    assert run(2, 300) == first
+    assert sorted((cta, entry[0] if entry else []) for cta, entry in leaders) == [
+        ((0, 0, 0), [(0, 1, 0)]), ((1, 0, 0), [(1, 1, 0)]), ((2, 0, 0), [(2, 1, 0)])]
+    run(1, 200)
+    assert any(entry and entry[1] for _, entry in leaders)  # another size: learnt afresh
 
 
 def test_batched_gemm_is_bitwise_one_at_a_time(batches, rng):

@@ -4,6 +4,14 @@
 or a worker's share of it, `launch`) batch by batch: consecutive CTAs first, then the followers that left a
 batch grouped by where and why they left, so that CTAs whose control flow agrees (a query block of every head,
 the query blocks of one causal trip count, the sequences of one shape) run as one.
+
+A launch remembers how its CTAs parted (`_classes`): each CTA's *class*, the signatures (op and operand) of
+every batch it left, kept on the compiled kernel for the grid and sizes of the launch. A later launch of the
+same kernel, grid and sizes (a test's or a benchmark's next run, the next layer of a model) batches the CTAs
+of one class together from the start, so that CTAs which parted at their first loop (a causal trip count)
+no longer run a batch's first ops together only to leave it. A prediction is only an order: a CTA whose
+operand differs from its leader's still leaves (and its class is updated), and the results are those of one
+CTA at a time whatever the batches.
 """
 
 from __future__ import annotations
@@ -37,9 +45,40 @@ def run_batches(run_cta, kernel, module: ModuleOp, values: list, memory: GlobalM
                      size, by_x, on_cta, pool)
 
 
+_CLASS_LAUNCHES = 16
+"""The launches (grid and sizes) of one kernel whose classes are kept, the latest ones."""
+
+
+def _classes(kernel, values: list, grid: tuple[int, int, int]) -> dict:
+    """The CTAs' classes (module docstring) for launches of `kernel` with `grid` and the size arguments among
+    `values`: a dict kept on the compiled kernel, updated by the launch that reads it."""
+    sizes = tuple(int(value.flat[0]) for arg, value in zip(kernel.args, values) if arg.kind == "size")
+    launches = kernel.program.fact("batch classes", dict)
+    key = (tuple(grid), sizes)
+    classes = launches.pop(key, None)
+    if classes is None:
+        classes = {}
+        while len(launches) >= _CLASS_LAUNCHES:
+            launches.pop(next(iter(launches)))
+    launches[key] = classes  # the latest last
+    return classes
+
+
+def _by_class(ids: Sequence[tuple[int, int, int]], classes: dict, size: int) -> list[list[tuple]]:
+    """`ids` as batches of at most `size` CTAs of one class each, the classes in order of their first CTA."""
+    groups: dict[tuple, list] = {}
+    for cta_id in ids:
+        groups.setdefault(classes.get(cta_id, ()), []).append(cta_id)
+    return [group[start:start + size] for group in groups.values() for start in range(0, len(group), size)]
+
+
 def _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation, listeners, options, traffic,
                  size: int, by_x: bool, on_cta, pool) -> None:
-    queue = cta_batches(ids, size, False)
+    classes = _classes(kernel, values, grid) if size > 1 else {}
+    if any(classes.get(cta_id) for cta_id in ids):  # a launch before parted some: batch them by class
+        queue, by_x = _by_class(ids, classes, size), False
+    else:
+        queue = cta_batches(ids, size, False)
     while queue:
         batch = queue.pop(0)
         if on_cta is not None:
@@ -68,6 +107,8 @@ def _run_batches(run_cta, kernel, module, values, memory, ids, grid, allocation,
                 if cta_id not in following:
                     signature = followers.left.get(f, (None, ("failed", f)))[1]
                     groups.setdefault(signature, []).append(cta_id)
+                    if f in followers.left:
+                        classes[cta_id] = classes.get(cta_id, ()) + (signature,)
             again = [group[start:start + size] for group in groups.values()
                      for start in range(0, len(group), size)]
         if by_x:  # once: the rest by query block
