@@ -71,3 +71,22 @@ def test_round_to_odd_keeps_exact_values_and_marks_inexact_ones():
     np.testing.assert_array_equal(f32_round_to_odd(exact), exact.astype(np.float32))
     inexact = f32_round_to_odd(np.array([1.0 + 2.0 ** -40, -(1.0 + 2.0 ** -40)]))
     assert inexact.view(np.uint32).tolist() == [0x3F800001, 0xBF800001]
+
+
+def test_launch_inputs_are_rounded_once(tmp_path):
+    """float64 inputs of an interpreter launch (Tile, target and PTX levels share `prepare_arguments`) and of
+    the PTX executor's command line (a .npy file) become bf16 through `round_to`."""
+    import tessera
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.ptx import cli
+    from tessera.kernel_abi import kernels, signature
+
+    sig = signature(kernels(tessera.kernels.gemm())[0])
+    a = np.resize(np.array(DOUBLE_ROUNDING_CASES), (128, 64))
+    arguments, _ = prepare_arguments(sig, [a, np.ones((64, 128))])
+    assert arguments[0].dtype == BF16
+    expected = [bf16_nearest_even(v) for v in DOUBLE_ROUNDING_CASES]
+    assert arguments[0].astype(np.float64).reshape(-1)[:4].tolist() == expected
+    np.save(tmp_path / "x.npy", np.array(DOUBLE_ROUNDING_CASES))
+    loaded = cli._array(f"bf16[4]={tmp_path / 'x.npy'}", np.random.default_rng(0))
+    assert loaded.dtype == BF16 and loaded.astype(np.float64).tolist() == expected

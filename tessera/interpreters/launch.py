@@ -35,7 +35,7 @@ from tessera.interpreters.tile_cluster import cluster_order
 from tessera.interpreters.tile_memory import GridWrites
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
-from tessera.numerics import FP8_DTYPES, numpy_dtype, round_to, widened_dtype
+from tessera.numerics import BF16, FP8_DTYPES, numpy_dtype, round_to, widened_dtype
 from tessera.sm90 import facts
 
 _BLOCK_ORDER: ContextVar[int | None] = ContextVar("tessera_block_order", default=None)
@@ -98,8 +98,8 @@ def prepare_arguments(
         held = widened_dtype(arg.type.element_type) if widen else dtype
         if arg.role == "in":
             value = next(converted)
-            if dtype in FP8_DTYPES:  # saturated as cvt.rn.satfinite would store them (NumPy's cast gives NaN)
-                value = round_to(np.asarray(value), dtype)
+            if dtype in FP8_DTYPES or dtype == BF16:  # the 8-bit floats saturated as cvt.rn.satfinite would store
+                value = round_to(np.asarray(value), dtype)  # them (NumPy's cast gives NaN); bf16 rounded once
             arguments.append(np.ascontiguousarray(np.asarray(value, dtype=dtype), dtype=held))
         else:
             arguments.append(np.zeros(arg.shape(bound), held))

@@ -142,7 +142,10 @@ def _array(spec: str, rng: np.random.Generator, budget: int | None = None) -> np
                              "(real numbers; integers for an integer type)")
     else:
         raise ValueError(f"--arg {spec}: INIT must be random, zeros, ones, arange or a .npy file")
-    return np.ascontiguousarray(np.asarray(values).astype(dtype))
+    from tessera.numerics import BF16, round_to  # bf16 rounded once from float64, whatever ml_dtypes does
+
+    values = np.asarray(values)
+    return np.ascontiguousarray(round_to(values, BF16) if np.dtype(dtype) == BF16 else values.astype(dtype))
 
 
 def _arguments(specs: list[str], buffer_specs: list[str], rng: np.random.Generator,
