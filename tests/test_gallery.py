@@ -104,6 +104,15 @@ def alibi_ref(x, heads):
                            for h, s in enumerate(slope)], axis=1)
 
 
+def rope_ref(x, f):
+    """RoPE of the kernel's theta: the f32 product of the position and the frequency (exact position, one
+    rounding), then cos and sin in float64."""
+    theta = (np.arange(len(x), dtype=np.float32)[:, None] * f.astype(np.float32)).astype(np.float64)
+    x1, x2 = x[:, :32], x[:, 32:]
+    return np.concatenate([x1 * np.cos(theta) - x2 * np.sin(theta), x2 * np.cos(theta) + x1 * np.sin(theta)], axis=1), \
+        theta
+
+
 def attention_ref(q, k, v, scores):
     """softmax(scores(q k^T)) v with -inf scores hidden."""
     s = scores(q @ k.T)
@@ -229,6 +238,20 @@ def test_alibi(level):
     _close(_launch("alibi", x, level=level), alibi_ref(x.astype(np.float64), 3), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_rope(level):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((130, 64)).astype(np.float32)
+    f = (10000.0 ** (-np.arange(32) / 32)).astype(np.float32)
+    expected, theta = rope_ref(*_f64(x, f))
+    # each half: two products of |x| <= |x1| + |x2| with cos/sin, each within sin_cos_error_bound(theta), and
+    # the three f32 roundings of the products and the sum
+    bound = np.tile(approx.sin_cos_error_bound(theta), 2)
+    halves = np.abs(x[:, :32]).astype(np.float64) + np.abs(x[:, 32:])
+    atol = np.tile(halves, 2) * bound + 3 * F32_ULP * np.tile(halves, 2)
+    _close(_launch("rope", x, f, level=level), expected, rtol=0, atol=atol)
+
+
 def _attention_inputs(seed, lq, lk):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((lq, 64)).astype(BF16), *rng.standard_normal((2, lk, 64)).astype(BF16)
@@ -270,6 +293,7 @@ SIZES = {
     "swiglu": ["M=70", "K=72", "N=40"],
     "b2b_gemm": ["M=70", "K=72", "N=40"],
     "alibi": ["L=70", "HC=128"],
+    "rope": ["M=130"],
     "softcap_attention": ["Lq=70", "Lk=90"],
     "sliding_window_attention": ["L=130"],
 }
