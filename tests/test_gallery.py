@@ -104,6 +104,12 @@ def alibi_ref(x, heads):
                            for h, s in enumerate(slope)], axis=1)
 
 
+def cross_entropy_ref(x, labels):
+    top = x.max(axis=1)
+    lse = top + np.log(np.exp(x - top[:, None]).sum(axis=1))
+    return np.where(labels < 0, 0.0, lse - x[np.arange(len(x)), np.maximum(labels, 0)])
+
+
 def rope_ref(x, f):
     """RoPE of the kernel's theta: the f32 product of the position and the frequency (exact position, one
     rounding), then cos and sin in float64."""
@@ -239,6 +245,20 @@ def test_alibi(level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+def test_cross_entropy(level):
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((70, 200)) * 3).astype(np.float32)  # 4 column blocks, the last partial
+    x[3, 190] = 50.0  # the row's max in the last block, and its label: loss ~0
+    labels = rng.integers(0, 200, 70).astype(np.int32)
+    labels[3], labels[::9] = 190, -100
+    labels[4], labels[5] = 0, 199  # the first and the last column
+    loss = _launch("cross_entropy", x, labels, level=level)
+    # as online_softmax's LSE (ex2.approx per term, f32 sums, lg2.approx, the f32 add of the max), then the f32
+    # subtraction of the picked logit (exact: the sum of one value and zeros)
+    _close(loss, cross_entropy_ref(x.astype(np.float64), labels), rtol=2.0**-21, atol=2.0**-19 * (1 + np.abs(x).max(1)))
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_rope(level):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((130, 64)).astype(np.float32)
@@ -294,6 +314,7 @@ SIZES = {
     "b2b_gemm": ["M=70", "K=72", "N=40"],
     "alibi": ["L=70", "HC=128"],
     "rope": ["M=130"],
+    "cross_entropy": ["M=70", "V=200"],
     "softcap_attention": ["Lq=70", "Lk=90"],
     "sliding_window_attention": ["L=130"],
 }
