@@ -286,8 +286,10 @@ def decode_bulk(ops: Operands, inst, mods):
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
-                            source = None if source_space == "global" else \
-                                m.shared_flat(one, sources[i:i + 1])[0] + np.arange(nbytes)
+                            source = None
+                            if source_space == "shared":  # read until its complete-tx (`copy_sources`)
+                                first = int(m.shared_flat(one, sources[i:i + 1])[0])
+                                source = slice(first, first + nbytes)
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy", source=source)
                 else:
                     memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)

@@ -1,0 +1,137 @@
+"""The shared-memory sources of bulk copies into a cluster member in the PTX executor: `CopySources`, held by
+`AsyncTracker` (`asynchrony`, whose docstring has the model) as `copy_sources`.
+
+`cp.async.bulk.shared::cluster.shared::cta` forwards bytes of the issuing CTA's shared memory into a peer's and
+completes with complete-tx on an mbarrier of the destination CTA; it reads its source until that complete-tx
+[memory_model.TMA_READ_UNTIL_COMPLETE]. A write of those bytes (a store, an atomic, a TMA, bulk or cp.async copy
+into them) is right only for a thread ordered after the completion, whatever order the executor ran the threads in:
+
+- in flight (issued, not landed): no thread can be ordered after a completion that has not happened, so every
+  write of the bytes is reported;
+- landed (the copy completed a phase of its barrier, landed when a thread of the destination CTA waited on it): the
+  completion happens before every successful wait on that barrier from then on, and from each such wait along every
+  happens-before edge (`happens_before`: cluster barriers, an mbarrier arrive of the waiting CTA on a barrier of
+  the writer's, bar.sync). Each record keeps, per thread of the destination CTA, its epoch at its first such wait
+  (`observers`); a write by a thread that knows one of them (its clock, or what it knows of the destination CTA's
+  threads, at or past that epoch) is right, any other is reported naming the copy, so a write that the run placed
+  after the landing but that no synchronisation orders after a wait is found on every schedule.
+
+Records stay bounded over long loops: a copy landing on a barrier replaces the landed records of that barrier whose
+range it covers (every wait that observes the newer completion observes the older one, so a write ordered after the
+newer is ordered after the older), so a ring of stages forwarding the same slots every trip keeps one record per
+stage and source range; all go with the batch. A barrier initialised again at the same address counts as the same
+barrier. Landed records are kept where races are checked (`launch(races=True)`, the default); the in-flight check
+always applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.interpreters.ptx.cluster import grid_rank
+
+
+@dataclass(eq=False)
+class Source:
+    """The source bytes `span` (of `Machine.shared`, in the issuing CTA) of the bulk copy `inst` of `lane`,
+    completing on the mbarrier `key` = (CTA slot, offset) of the destination CTA. `observers`: None while the
+    copy is in flight; once it landed, [thread of the destination CTA] the thread's epoch at its first successful
+    wait on the barrier since (0: none yet)."""
+
+    key: tuple[int, int]
+    lane: int
+    span: slice
+    inst: object
+    observers: np.ndarray | None = None
+
+
+class CopySources:
+    """The sources of a batch's bulk copies into cluster members, in flight and landed; see the module docstring.
+    `tracker` is the `AsyncTracker` (its machine, clocks and messages)."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+        self.flying: list[Source] = []
+        self.landed: dict[tuple[int, int], list[Source]] = {}  # destination mbarrier -> its landed copies' sources
+
+    def __bool__(self) -> bool:
+        return bool(self.flying or self.landed)
+
+    def issued(self, inst, key: tuple[int, int], lane: int, span: slice) -> None:
+        """The bulk copy `inst` of `lane` reads the bytes `span` until its complete-tx on the mbarrier `key`."""
+        self.flying.append(Source(key, lane, span, inst))
+
+    def completed(self, keys) -> None:
+        """The copies in flight on the mbarriers `keys` landed: their sources' records are kept as landed (where
+        races are checked), each replacing its barrier's older records whose range it covers."""
+        done = [s for s in self.flying if s.key in keys]
+        if not done:
+            return
+        self.flying = [s for s in self.flying if s.key not in keys]
+        if not self.tracker.hb.races:
+            return
+        threads = self.tracker.m.threads
+        for source in done:
+            span = source.span
+            kept = [s for s in self.landed.get(source.key, ())
+                    if not (span.start <= s.span.start and s.span.stop <= span.stop)]
+            source.observers = np.zeros(threads, np.int32)
+            self.landed[source.key] = kept + [source]
+
+    def observed(self, key: tuple[int, int], lanes: np.ndarray) -> None:
+        """`lanes` (threads of the barrier's CTA) waited successfully on the mbarrier `key`: the completions of the
+        copies landed on it happen before this point of theirs (their epoch now, kept where it is the first)."""
+        records = self.landed.get(key)
+        if not records:
+            return
+        lanes = np.asarray(lanes)
+        threads = lanes % self.tracker.m.threads
+        epochs = self.tracker.hb.clock[lanes, threads]
+        for source in records:
+            first = source.observers[threads] == 0
+            source.observers[threads[first]] = epochs[first]
+
+    def check_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+        """Refuse `what` of `lanes` (one per byte) writing the shared bytes `flat` where a copy in flight reads one,
+        or where a landed copy read one and the writing thread is not ordered after its completion."""
+        t = self.tracker
+        for source in self.flying:
+            hit = (flat >= source.span.start) & (flat < source.span.stop)
+            if hit.any():
+                i = int(np.argmax(hit))
+                raise t.hazard(inst, f"{what} overwrites {t.where(flat[i])} while the bulk copy at line "
+                                     f"{source.inst.line} ({t.m.describe_lane(source.lane)}), completing on "
+                                     f"{t.where_barrier(source.key)}, may still read it: it reads its source until "
+                                     "its complete-tx, which no thread has waited for yet", int(lanes[i]))
+        for records in self.landed.values():
+            for source in records:
+                hit = (flat >= source.span.start) & (flat < source.span.stop)
+                if not hit.any():
+                    continue
+                writers, first = np.unique(lanes[hit], return_index=True)  # (each writing thread judged once)
+                for lane, i in zip(writers.tolist(), np.flatnonzero(hit)[first].tolist()):
+                    if not self._after(lane, source):
+                        raise t.hazard(
+                            inst, f"{what} overwrites {t.where(flat[i])} while the bulk copy at line "
+                                  f"{source.inst.line} ({t.m.describe_lane(source.lane)}), which completed on "
+                                  f"{t.where_barrier(source.key)}, may still read it: no successful wait on that "
+                                  "mbarrier since the copy completed happens before this write (race: a cluster "
+                                  "barrier, or an mbarrier arrive of the waiting CTA on a barrier this thread waits "
+                                  "on, between that wait and this write is missing)", lane)
+
+    def _after(self, lane: int, source: Source) -> bool:
+        """Whether `lane` is ordered after a successful wait on the landed copy's barrier (so after its
+        completion): what it knows of the destination CTA's threads reaches one's epoch at that wait."""
+        t = self.tracker
+        slot = source.key[0]
+        if int(t.m.lane_cta[lane]) == slot:
+            known = t.hb.clock[lane]
+        else:
+            known = t.hb.peer_known(lane, grid_rank(t.m, slot))
+        seen = source.observers
+        return bool(((seen > 0) & (known >= seen)).any())
+
+
+__all__ = ["CopySources", "Source"]

@@ -1,0 +1,262 @@
+"""A bulk copy into a cluster member (`cp.async.bulk.shared::cluster.shared::cta`) reads its source in the issuing CTA
+until its complete-tx on the destination's mbarrier: a write of the source is right only for a thread ordered after
+that completion (through a successful wait on the barrier and the happens-before edges from it), whatever order the
+executor ran the threads in (`tessera/interpreters/ptx/copy_sources.py`, docs/races.md).
+
+Rank 0 of a cluster of two forwards its `src` into rank 1's `dst`; rank 1 waits on its barrier and reads. Rank 0
+then overwrites `src` after rank 1's wait: through a relaxed flag only (the write comes after the landing under
+every schedule, but nothing orders it: reported on each), or after a cluster barrier, a remote mbarrier arrive, or a
+release/acquire flag pair (right on each). A ring of two stages forwarding four trips is right and keeps one record
+per stage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interpreters.ptx import PtxHazardError
+from tessera.interpreters.ptx.copy_sources import CopySources
+from race_templates import INIT_LOCAL_BARRIER, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
+from unseen_ptx import line_of, run
+
+SCHEDULES = [("min-pc", None), ("delayed", 0), ("delayed", 1), ("adversarial", 0), ("adversarial", 1)]
+"""Every schedule that can change the order of the two CTAs: min-pc, each CTA delayed, two random ones."""
+
+FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag)
+{
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<8>;
+    .shared .align 128 .b8 src[64];
+    .shared .align 128 .b8 dst[64];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+""" + INIT_LOCAL_BARRIER.format(count=1) + """
+    ld.param.u64 %rd6, [flag];
+    cvta.to.global.u64 %rd6, %rd6;
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r3, src;
+    mov.u32 %r4, dst;
+    mov.u32 %r9, 0;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra RECEIVER;
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r3, %r5;
+    add.u32 %r6, %r0, 1000;
+    st.shared.u32 [%r5], %r6;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    mapa.shared::cluster.u32 %r7, %r4, 1;
+    mapa.shared::cluster.u32 %r8, %r20, 1;
+    @%p7 cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%r7], [%r3], 64, [%r8];
+SENDER
+    st.shared.u32 [%r5], 7;
+    bra END;
+RECEIVER:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r4, %r5;
+    ld.shared.u32 %r9, [%r5];
+RECEIVED
+END:
+""" + SYNC_CLUSTER + """
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r15, %ctaid.x;
+    mad.lo.s32 %r15, %r15, 16, %r0;
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+    ret;
+}
+"""
+"""A cluster of two CTAs of 16 threads (`tests/test_unseen_ptx_completion.py`'s FORWARD with a global `flag`): rank 0
+fills `src` with 1000 + t, thread 0 forwards it into rank 1's `dst` on rank 1's barrier, and rank 0's threads run
+SENDER, then overwrite their word of `src` with 7; rank 1 waits, reads its word and runs RECEIVED."""
+
+
+def _spin(load: str) -> str:
+    """Rank 0's threads poll `flag` with `load` until rank 1 set it, then meet at a bar.sync (so each is ordered
+    after the copy's issue by thread 0, which reads the whole source)."""
+    return f"""SPIN:
+    {load}.global.u32 %r10, [%rd6];
+    setp.eq.u32 %p2, %r10, 0;
+    @%p2 bra SPIN;
+    bar.sync 0;"""
+
+
+RELAXED = (_spin("ld.relaxed.gpu"), "    @%p7 st.relaxed.gpu.global.u32 [%rd6], 1;")
+"""Rank 1's thread 0 sets the flag after its wait and rank 0 sees it: an order in time, no happens-before."""
+
+ORDERINGS = {
+    "a cluster barrier": (SYNC_CLUSTER, SYNC_CLUSTER),
+    "a release/acquire flag": (_spin("ld.acquire.gpu"), "    bar.sync 0;\n    @%p7 st.release.gpu.global.u32 [%rd6], 1;"),
+    "a remote mbarrier arrive": (
+        WAIT_LOCAL_BARRIER.format(tag="1", parity=0) + "    bar.sync 0;",
+        "    bar.sync 0;\n    mapa.shared::cluster.u32 %r11, %r20, 0;\n"
+        "    @%p7 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r11];"),
+}
+"""Ways rank 1's wait is ordered before rank 0's write: the two CTAs meet at a cluster barrier; rank 1's thread 0
+publishes the flag with a release after a bar.sync of its CTA and rank 0 acquires it; rank 1 arrives on rank 0's
+barrier after a bar.sync and rank 0 waits on it (then meets at a bar.sync: the copy's issue by thread 0 read the
+whole source)."""
+
+FORWARDED = [0] * 16 + list(range(1000, 1016))
+
+
+def _forward(sender: str, received: str) -> str:
+    return FORWARD.replace("SENDER", sender).replace("RECEIVED", received)
+
+
+def _launch(text: str, schedule: str, seed: int | None) -> np.ndarray:
+    return run(text, 2, 16, [np.zeros(32, np.uint32), np.zeros(1, np.uint32)], cluster=2, schedule=schedule,
+               seed=seed)[0]
+
+
+@pytest.mark.parametrize("schedule, seed", SCHEDULES)
+def test_a_source_written_after_the_landing_with_no_order_from_the_wait_is_reported(schedule, seed):
+    """Rank 0 writes `src` only once rank 1 has waited (it polls a flag rank 1 sets after), so the copy has landed
+    in every run; but the flag is relaxed, so nothing orders the write after the completion: on hardware the copy may
+    still read the bytes. Reported on every schedule, naming the write, the copy and its barrier."""
+    text = _forward(*RELAXED)
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'st.shared.u32 [%r5], 7')}: error: "
+                                             r"st.shared.u32: the store overwrites shared address 0x0 of CTA "
+                                             r"\(0, 0, 0\) while the bulk copy at line "
+                                             rf"{line_of(text, 'cp.async.bulk.shared::cluster')} \(thread \(0, 0, 0\) "
+                                             r"of CTA \(0, 0, 0\)\), which completed on the mbarrier at shared address "
+                                             r"0x\w+ of CTA \(1, 0, 0\), may still read it: no successful wait .* "
+                                             r"\(thread \(0, 0, 0\) of CTA \(0, 0, 0\)\)$"):
+        _launch(text, schedule, seed)
+
+
+@pytest.mark.parametrize("ordering", sorted(ORDERINGS))
+@pytest.mark.parametrize("schedule, seed", SCHEDULES)
+def test_a_source_written_after_a_path_from_the_wait_is_right(ordering, schedule, seed):
+    np.testing.assert_array_equal(_launch(_forward(*ORDERINGS[ordering]), schedule, seed), FORWARDED)
+
+
+def test_without_race_checks_only_the_copy_in_flight_is_judged():
+    """`races=False` keeps no landed record (the rule is a race check); the unordered write runs clean."""
+    out = run(_forward(*RELAXED), 2, 16, [np.zeros(32, np.uint32), np.zeros(1, np.uint32)], cluster=2, races=False)
+    np.testing.assert_array_equal(out[0], FORWARDED)
+
+
+RING = r""".visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<32>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<8>;
+    .shared .align 128 .b8 src[128];
+    .shared .align 128 .b8 dst[128];
+    .shared .align 8 .b64 full[2];
+    .shared .align 8 .b64 empty[2];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r20, full;
+    mov.u32 %r21, empty;
+    setp.eq.u32 %p7, %r0, 0;
+    @%p7 mbarrier.init.shared::cta.b64 [%r20], 1;
+    @%p7 mbarrier.init.shared::cta.b64 [%r20+8], 1;
+    @%p7 mbarrier.init.shared::cta.b64 [%r21], 1;
+    @%p7 mbarrier.init.shared::cta.b64 [%r21+8], 1;
+    @%p7 fence.mbarrier_init.release.cluster;
+""" + SYNC_CLUSTER + """
+    mov.u32 %r1, %cluster_ctarank;
+    setp.eq.u32 %p1, %r1, 1;
+    shl.b32 %r2, %r0, 2;
+    mov.u32 %r9, 0;
+    mov.u32 %r10, 0;
+LOOP:
+    and.b32 %r11, %r10, 1;
+    shl.b32 %r12, %r11, 6;
+    shl.b32 %r13, %r11, 3;
+    add.u32 %r14, %r20, %r13;
+    add.u32 %r15, %r21, %r13;
+    shr.u32 %r16, %r10, 1;
+    and.b32 %r16, %r16, 1;
+    @%p1 bra CONSUME;
+    setp.lt.u32 %p2, %r10, 2;
+    @%p2 bra FILL;
+    xor.b32 %r17, %r16, 1;
+EMPTY:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p6, [%r15], %r17;
+    @!%p6 bra EMPTY;
+FILL:
+    mov.u32 %r3, src;
+    add.u32 %r3, %r3, %r12;
+    add.u32 %r5, %r3, %r2;
+    mad.lo.u32 %r6, %r10, 1000, %r0;
+    st.shared.u32 [%r5], %r6;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    mov.u32 %r4, dst;
+    add.u32 %r4, %r4, %r12;
+    mapa.shared::cluster.u32 %r7, %r4, 1;
+    mapa.shared::cluster.u32 %r8, %r14, 1;
+    @%p7 cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%r7], [%r3], 64, [%r8];
+    bra NEXT;
+CONSUME:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r14], 64;
+FULL:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p6, [%r14], %r16;
+    @!%p6 bra FULL;
+    mov.u32 %r4, dst;
+    add.u32 %r4, %r4, %r12;
+    add.u32 %r5, %r4, %r2;
+    ld.shared.u32 %r6, [%r5];
+    add.u32 %r9, %r9, %r6;
+    bar.sync 0;
+    mapa.shared::cluster.u32 %r18, %r15, 0;
+    @%p7 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r18];
+NEXT:
+    add.u32 %r10, %r10, 1;
+    setp.lt.u32 %p3, %r10, TRIPS;
+    @%p3 bra LOOP;
+""" + SYNC_CLUSTER + """
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r19, %ctaid.x;
+    mad.lo.s32 %r19, %r19, 16, %r0;
+    mul.wide.u32 %rd1, %r19, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+    ret;
+}
+"""
+"""A two-stage ring over a cluster of two CTAs of 16 threads, TRIPS trips: at trip i (stage s = i % 2) rank 0 waits
+until rank 1 released stage s (from trip 2 on), writes 1000 i + t into `src[s]` and forwards it into rank 1's
+`dst[s]` on rank 1's `full[s]`; rank 1 waits on `full[s]`, adds its word to a sum, meets at a bar.sync and arrives on
+rank 0's `empty[s]`. Rank 1's threads leave the sum over the trips, rank 0's 0."""
+
+
+@pytest.mark.parametrize("schedule, seed", SCHEDULES)
+def test_a_ring_refilling_its_forwarded_sources_is_right_and_keeps_one_record_per_stage(schedule, seed, monkeypatch):
+    """Each refill of `src[s]` follows rank 1's wait on the previous copy from it through `empty[s]`: right. A copy
+    landing on `full[s]` replaces the record of the one before it, so the records stay at one per stage, however
+    many trips."""
+    kept = []  # (landed, in flight) records after each landing
+    completed = CopySources.completed
+
+    def counted(self, keys):
+        completed(self, keys)
+        kept.append((sum(len(records) for records in self.landed.values()), len(self.flying)))
+
+    monkeypatch.setattr(CopySources, "completed", counted)
+    trips = 6
+    out = run(RING.replace("TRIPS", str(trips)), 2, 16, [np.zeros(32, np.uint32)], cluster=2, schedule=schedule,
+              seed=seed)[0]
+    sums = sum(1000 * i for i in range(trips)) + trips * np.arange(16)
+    np.testing.assert_array_equal(out, [0] * 16 + sums.tolist())
+    assert len(kept) == trips and max(landed for landed, _ in kept) <= 2 and max(flying for _, flying in kept) <= 2
+
+
+def test_a_ring_refill_that_skips_the_release_is_reported():
+    """The same ring with rank 0's wait on `empty[s]` gone: the refill of `src[s]` at trip 2 is not ordered after
+    rank 1's wait on trip 0's copy (it may still read), whether that copy is still in flight or landed in the run."""
+    text = RING.replace("TRIPS", "4").replace("    @!%p6 bra EMPTY;\n", "")
+    text = text.replace("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p6, [%r15], %r17;", "")
+    for schedule, seed in SCHEDULES:
+        with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'st.shared.u32 [%r5], %r6')}: error: "
+                                                 r"st.shared.u32: the store overwrites shared address 0x\w+ of CTA "
+                                                 r"\(0, 0, 0\) while the bulk copy at line "
+                                                 rf"{line_of(text, 'cp.async.bulk.shared::cluster')} .* may still "
+                                                 r"read it"):
+            run(text, 2, 16, [np.zeros(32, np.uint32)], cluster=2, schedule=schedule, seed=seed)
