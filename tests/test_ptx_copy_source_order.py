@@ -6,8 +6,9 @@ executor ran the threads in (`tessera/interpreters/ptx/copy_sources.py`, docs/ra
 Rank 0 of a cluster of two forwards its `src` into rank 1's `dst`; rank 1 waits on its barrier and reads. Rank 0
 then overwrites `src` after rank 1's wait: through a relaxed flag only (the write comes after the landing under
 every schedule, but nothing orders it: reported on each), or after a cluster barrier, a remote mbarrier arrive, or a
-release/acquire flag pair (right on each). A ring of two stages forwarding four trips is right and keeps one record
-per stage."""
+release/acquire flag pair (right on each). A ring of two stages forwarding six trips is right and keeps one record
+per stage. A bulk store's shared source, read until its `.read` wait, was already judged by happens-before from that
+wait: its twin is reported on every schedule."""
 
 from __future__ import annotations
 
@@ -260,3 +261,53 @@ def test_a_ring_refill_that_skips_the_release_is_reported():
                                                  rf"{line_of(text, 'cp.async.bulk.shared::cluster')} .* may still "
                                                  r"read it"):
             run(text, 2, 16, [np.zeros(32, np.uint32)], cluster=2, schedule=schedule, seed=seed)
+
+
+BULK_STORE = r""".visible .entry k(.param .u64 out, .param .u64 flag)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    .reg .pred %p<4>;
+    .shared .align 128 .b8 buf[256];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r2, buf;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r2, %r4;
+    st.shared.u32 [%r5], %r0;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    ld.param.u64 %rd6, [flag];
+    cvta.to.global.u64 %rd6, %rd6;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    setp.eq.u32 %p0, %r0, 0;
+    @%p0 bra ISSUER;
+SPIN:
+    ld.relaxed.gpu.global.u32 %r10, [%rd6];
+    setp.eq.u32 %p2, %r10, 0;
+    @%p2 bra SPIN;
+    st.shared.u32 [%r5], 7;
+    bra END;
+ISSUER:
+    cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%r2], 256;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group.read 0;
+    st.relaxed.gpu.global.u32 [%rd6], 1;
+END:
+    ret;
+}
+"""
+"""64 threads fill `buf`; thread 0 bulk-stores it to `out`, waits with `.read` and sets a relaxed flag; the others
+poll the flag, then overwrite their word of `buf`."""
+
+
+@pytest.mark.parametrize("schedule, seed", [("min-pc", None), ("adversarial", 0), ("delayed-warp", 1)])
+def test_a_bulk_store_source_written_after_its_read_wait_with_no_order_from_it_is_reported(schedule, seed):
+    """The shared source of a bulk (or TMA) store has no such gap: its `.read` wait is recorded as the end of the
+    read (`HappensBefore.reads_completed`) and a later write must happen after that wait, so the relaxed flag, an
+    order in time only, is reported on every schedule."""
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(BULK_STORE, 'st.shared.u32 [%r5], 7')}: error: "
+                                             r"st.shared.u32: the store overwrites shared address 0x\w+, which the "
+                                             rf"bulk store at line {line_of(BULK_STORE, 'cp.async.bulk.global')} .* "
+                                             r"read until its cp.async.bulk.wait_group"):
+        run(BULK_STORE, 1, 64, [np.zeros(64, np.uint32), np.zeros(1, np.uint32)], schedule=schedule, seed=seed)
