@@ -7,8 +7,10 @@ Rank 0 of a cluster of two forwards its `src` into rank 1's `dst`; rank 1 waits 
 then overwrites `src` after rank 1's wait: through a relaxed flag only (the write comes after the landing under
 every schedule, but nothing orders it: reported on each), or after a cluster barrier, a remote mbarrier arrive, or a
 release/acquire flag pair (right on each). A ring of two stages forwarding six trips is right and keeps one record
-per stage. A bulk store's shared source, read until its `.read` wait, was already judged by happens-before from that
-wait: its twin is reported on every schedule."""
+per stage. A load from global memory that lands only in the peer (a bulk load to rank 1's address, a multicast with
+rank 1's bit only) reads its global source until its complete-tx there, judged the same way. A bulk store's shared
+source, read until its `.read` wait, was already judged by happens-before from that wait: its twin is reported on
+every schedule."""
 
 from __future__ import annotations
 
@@ -140,6 +142,114 @@ def test_without_race_checks_only_the_copy_in_flight_is_judged():
     """`races=False` keeps no landed record (the rule is a race check); the unordered write runs clean."""
     out = run(_forward(*RELAXED), 2, 16, [np.zeros(32, np.uint32), np.zeros(1, np.uint32)], cluster=2, races=False)
     np.testing.assert_array_equal(out[0], FORWARDED)
+
+
+GLOBAL_FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag, .param .u64 gsrc)
+{
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<10>;
+    .reg .pred %p<8>;
+    .reg .b16 %rs<2>;
+    .shared .align 128 .b8 dst[64];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r0, %tid.x;
+""" + INIT_LOCAL_BARRIER.format(count=1) + """
+    ld.param.u64 %rd6, [flag];
+    cvta.to.global.u64 %rd6, %rd6;
+    ld.param.u64 %rd7, [gsrc];
+    cvta.to.global.u64 %rd7, %rd7;
+    mov.u32 %r1, %cluster_ctarank;
+    mov.u32 %r4, dst;
+    mov.u32 %r9, 0;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra RECEIVER;
+    mapa.shared::cluster.u32 %r7, %r4, 1;
+    mapa.shared::cluster.u32 %r8, %r20, 1;
+    mov.b16 %rs1, 2;
+    @%p7 COPY
+    bar.sync 0;
+SENDER
+    mul.wide.u32 %rd8, %r0, 4;
+    add.s64 %rd8, %rd7, %rd8;
+    st.global.u32 [%rd8], 7;
+    bra END;
+RECEIVER:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r4, %r5;
+    ld.shared.u32 %r9, [%r5];
+RECEIVED
+END:
+""" + SYNC_CLUSTER + """
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r15, %ctaid.x;
+    mad.lo.s32 %r15, %r15, 16, %r0;
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+    ret;
+}
+"""
+"""The same cluster with a global source: rank 0's thread 0 loads 64 bytes of `gsrc` (1000 + t) into rank 1's `dst`
+only, on rank 1's barrier (COPY: a bulk load to a shared::cluster address of rank 1, or a multicast with mask 0b10);
+rank 0's threads meet at a bar.sync, run SENDER and overwrite their word of `gsrc` with 7."""
+
+GLOBAL_COPIES = {
+    "to a peer's address": "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r7], [%rd7], 64, [%r8];",
+    "multicast to the peer only": "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                                  "[%r4], [%rd7], 64, [%r20], %rs1;",
+}
+
+
+def _global_forward(copy: str, sender: str, received: str) -> str:
+    return GLOBAL_FORWARD.replace("COPY", GLOBAL_COPIES[copy]).replace("SENDER", sender).replace("RECEIVED", received)
+
+
+def _global_launch(text: str, schedule: str, seed: int | None) -> list[np.ndarray]:
+    return run(text, 2, 16, [np.zeros(32, np.uint32), np.zeros(1, np.uint32), np.arange(1000, 1016, dtype=np.uint32)],
+               cluster=2, schedule=schedule, seed=seed)
+
+
+@pytest.mark.parametrize("copy", sorted(GLOBAL_COPIES))
+@pytest.mark.parametrize("order", ["none", "relaxed flag"])
+@pytest.mark.parametrize("schedule, seed", SCHEDULES)
+def test_a_global_source_of_a_load_into_peers_only_written_with_no_order_from_the_wait_is_reported(copy, order,
+                                                                                                  schedule, seed):
+    """A load that lands only in peers reads its global source until its complete-tx there: a write ordered only
+    after its issue (the bar.sync), or after the landing in time only (the relaxed flag), is reported on every
+    schedule, naming the load and the peer's barrier (before, nothing recorded the read past the issue)."""
+    text = _global_forward(copy, *(RELAXED if order == "relaxed flag" else ("", "")))
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'st.global.u32 [%rd8], 7')}: error: "
+                                             r"st.global.u32: the write overwrites global address 0x\w+ \(argument 2 "
+                                             r"\(gsrc\) at byte offset 0\) while the TMA or bulk load at line "
+                                             rf"{line_of(text, 'cp.async.bulk.shared::cluster')} \(thread \(0, 0, 0\) "
+                                             r"of CTA \(0, 0, 0\)\), (completing|which completed) on the mbarrier at "
+                                             r"shared address 0x\w+ of CTA \(1, 0, 0\), may still read it"):
+        _global_launch(text, schedule, seed)
+
+
+@pytest.mark.parametrize("copy", sorted(GLOBAL_COPIES))
+@pytest.mark.parametrize("ordering", sorted(ORDERINGS))
+@pytest.mark.parametrize("schedule, seed", SCHEDULES[:3])
+def test_a_global_source_of_a_load_into_peers_only_written_after_a_path_from_the_wait_is_right(copy, ordering,
+                                                                                               schedule, seed):
+    out, _, src = _global_launch(_global_forward(copy, *ORDERINGS[ordering]), schedule, seed)
+    np.testing.assert_array_equal(out, FORWARDED)
+    np.testing.assert_array_equal(src, 7)
+
+
+def test_a_source_record_of_scattered_bytes_is_judged_byte_by_byte():
+    """A TMA box's global bytes need not be one range: a record of flat positions hits those only, and covers
+    another only where it holds each of its bytes."""
+    from tessera.interpreters.ptx.copy_sources import Source
+
+    box = Source((1, 0), 0, 100, 164, np.concatenate([np.arange(100, 116), np.arange(148, 164)]), None)
+    np.testing.assert_array_equal(box.hits(np.array([99, 100, 115, 116, 147, 148, 163, 164])),
+                                  [False, True, True, False, False, True, True, False])
+    assert box.covers(Source((1, 0), 0, 148, 164, None, None))
+    assert not box.covers(Source((1, 0), 0, 110, 150, None, None))
+    assert Source((1, 0), 0, 100, 164, None, None).covers(box)
 
 
 RING = r""".visible .entry k(.param .u64 out)

@@ -255,8 +255,9 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
-        if self.copy_sources:  # those copies have read their sources: a write of them must follow a wait
-            self.copy_sources.completed(keys)
+        for sources in (self.copy_sources, self.global_sources):
+            if sources:  # those copies have read their sources: a write of them must follow a wait
+                sources.completed(keys)
         parked = parked_lanes(m)
         for key, before in zip(keys, befores):
             barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)

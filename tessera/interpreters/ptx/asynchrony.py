@@ -151,8 +151,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
-        # the shared sources of bulk copies into a cluster member, read until their complete-tx (`copy_sources`)
-        self.copy_sources = CopySources(self)
+        # the sources of copies into a cluster member, read until their complete-tx (`copy_sources`): bulk copies'
+        # shared ones, and global ones of loads that land only in peers
+        self.copy_sources = CopySources(self, "shared")
+        self.global_sources = CopySources(self, "global")
         # per shared byte: whether it holds a live mbarrier (initialised, not invalidated), None before the first
         # init; `barrier_lines`: the init's (line, lane) per live barrier's first byte
         self.live_barriers: np.ndarray | None = None
@@ -273,8 +275,9 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
             self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
             self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
-        if self.copy_sources.landed:  # a landed bulk copy's completion happens before this wait
-            self.copy_sources.observed(key, lanes)
+        for sources in (self.copy_sources, self.global_sources):
+            if sources.landed:  # a landed copy's completion happens before this wait
+                sources.observed(key, lanes)
 
     def arriving(self, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key` (called before the arrivals apply, so that the one completing
@@ -303,11 +306,12 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         elif len(rows):
             observed[rows] = np.maximum(observed[rows], carried[rows][:, :, None])
         self.last_wait.reshape(-1, self.m.threads)[ctas, within] = barriers[:, None]
-        if self.copy_sources.landed:
-            t = self.m.threads
-            for k, key in enumerate(keys):
-                self.copy_sources.observed(key, np.arange((ctas.start + k) * t + within.start,
-                                                          (ctas.start + k) * t + within.stop))
+        for sources in (self.copy_sources, self.global_sources):
+            if sources.landed:
+                t = self.m.threads
+                for k, key in enumerate(keys):
+                    sources.observed(key, np.arange((ctas.start + k) * t + within.start,
+                                                    (ctas.start + k) * t + within.stop))
 
     def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
         """`arriving` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier

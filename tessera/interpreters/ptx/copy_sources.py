@@ -1,10 +1,14 @@
-"""The shared-memory sources of bulk copies into a cluster member in the PTX executor: `CopySources`, held by
-`AsyncTracker` (`asynchrony`, whose docstring has the model) as `copy_sources`.
+"""The sources of copies into a cluster member in the PTX executor, read until the copy's complete-tx in another
+CTA: `CopySources`, held by `AsyncTracker` (`asynchrony`, whose docstring has the model) as `copy_sources` (shared
+sources) and `global_sources`.
 
 `cp.async.bulk.shared::cluster.shared::cta` forwards bytes of the issuing CTA's shared memory into a peer's and
-completes with complete-tx on an mbarrier of the destination CTA; it reads its source until that complete-tx
-[memory_model.TMA_READ_UNTIL_COMPLETE]. A write of those bytes (a store, an atomic, a TMA, bulk or cp.async copy
-into them) is right only for a thread ordered after the completion, whatever order the executor ran the threads in:
+completes with complete-tx on an mbarrier of the destination CTA; a TMA or bulk load from global memory into peers
+only (a shared::cluster destination of another rank, a multicast mask without the issuer's rank) completes on theirs.
+Each reads its source until that complete-tx [memory_model.TMA_READ_UNTIL_COMPLETE] (a load that lands in the issuer's
+CTA too ends its read on the issuer's barrier: `GlobalOrder.read_until`). A write of those bytes (a store, an atomic,
+a copy into them) is right only for a thread ordered after the completion, whatever order the executor ran the
+threads in:
 
 - in flight (issued, not landed): no thread can be ordered after a completion that has not happened, so every
   write of the bytes is reported;
@@ -21,7 +25,8 @@ range it covers (every wait that observes the newer completion observes the olde
 newer is ordered after the older), so a ring of stages forwarding the same slots every trip keeps one record per
 stage and source range; all go with the batch. A barrier initialised again at the same address counts as the same
 barrier. Landed records are kept where races are checked (`launch(races=True)`, the default); the in-flight check
-always applies.
+of shared sources always applies (global memory is judged only with races checked). A global source's records last
+the batch of the cluster that issued the copy: a write by a CTA of a later batch is not judged against them.
 """
 
 from __future__ import annotations
@@ -35,37 +40,68 @@ from tessera.interpreters.ptx.cluster import grid_rank
 
 @dataclass(eq=False)
 class Source:
-    """The source bytes `span` (of `Machine.shared`, in the issuing CTA) of the bulk copy `inst` of `lane`,
-    completing on the mbarrier `key` = (CTA slot, offset) of the destination CTA. `observers`: None while the
-    copy is in flight; once it landed, [thread of the destination CTA] the thread's epoch at its first successful
-    wait on the barrier since (0: none yet)."""
+    """The source bytes of the copy `inst` of `lane`, completing on the mbarrier `key` = (CTA slot, offset) of the
+    destination CTA: [`low`, `high`) of its space's flat positions, only those of `index` (sorted) where it is not
+    None. `observers`: None while the copy is in flight; once it landed, [thread of the destination CTA] the thread's
+    epoch at its first successful wait on the barrier since (0: none yet)."""
 
     key: tuple[int, int]
     lane: int
-    span: slice
+    low: int
+    high: int
+    index: np.ndarray | None
     inst: object
     observers: np.ndarray | None = None
 
+    def hits(self, flat: np.ndarray) -> np.ndarray:
+        """Which of the flat positions `flat` the copy reads."""
+        hit = (flat >= self.low) & (flat < self.high)
+        if self.index is not None and hit.any():
+            hit[hit] = np.isin(flat[hit], self.index, assume_unique=False)
+        return hit
+
+    def covers(self, other: "Source") -> bool:
+        """Whether every byte `other` reads, this copy reads."""
+        if self.index is None:
+            return self.low <= other.low and other.high <= self.high
+        theirs = np.arange(other.low, other.high) if other.index is None else other.index
+        return bool(np.isin(theirs, self.index).all())
+
+
+SPACES = {"shared": "bulk copy", "global": "TMA or bulk load"}
+"""The copies whose sources a `CopySources` of each space holds: bulk copies from the issuing CTA's shared memory
+into a cluster member (`Machine.shared` positions), TMA and bulk loads from global memory that land only in peers
+(`global_order` positions; those landing in the issuer's CTA are `GlobalOrder.read_until`'s)."""
+
 
 class CopySources:
-    """The sources of a batch's bulk copies into cluster members, in flight and landed; see the module docstring.
-    `tracker` is the `AsyncTracker` (its machine, clocks and messages)."""
+    """The sources in `space` ("shared" or "global", `SPACES`) of a batch's copies into cluster members, in flight
+    and landed; see the module docstring. `tracker` is the `AsyncTracker` (its machine, clocks and messages)."""
 
-    def __init__(self, tracker):
-        self.tracker = tracker
+    def __init__(self, tracker, space: str):
+        self.tracker, self.space, self.copy = tracker, space, SPACES[space]
         self.flying: list[Source] = []
         self.landed: dict[tuple[int, int], list[Source]] = {}  # destination mbarrier -> its landed copies' sources
 
     def __bool__(self) -> bool:
         return bool(self.flying or self.landed)
 
-    def issued(self, inst, key: tuple[int, int], lane: int, span: slice) -> None:
-        """The bulk copy `inst` of `lane` reads the bytes `span` until its complete-tx on the mbarrier `key`."""
-        self.flying.append(Source(key, lane, span, inst))
+    def issued(self, inst, key: tuple[int, int], lane: int, where: slice | np.ndarray) -> None:
+        """The copy `inst` of `lane` reads the bytes `where` (a range, or flat positions) until its complete-tx on the
+        mbarrier `key`."""
+        if isinstance(where, slice):
+            low, high, index = where.start, where.stop, None
+        else:
+            index = np.unique(where)
+            low, high = (int(index[0]), int(index[-1]) + 1) if len(index) else (0, 0)
+            if high - low == len(index):  # (consecutive: a range)
+                index = None
+        if high > low:
+            self.flying.append(Source(key, lane, low, high, index, inst))
 
     def completed(self, keys) -> None:
         """The copies in flight on the mbarriers `keys` landed: their sources' records are kept as landed (where
-        races are checked), each replacing its barrier's older records whose range it covers."""
+        races are checked), each replacing its barrier's older records whose bytes it covers."""
         done = [s for s in self.flying if s.key in keys]
         if not done:
             return
@@ -74,9 +110,7 @@ class CopySources:
             return
         threads = self.tracker.m.threads
         for source in done:
-            span = source.span
-            kept = [s for s in self.landed.get(source.key, ())
-                    if not (span.start <= s.span.start and s.span.stop <= span.stop)]
+            kept = [s for s in self.landed.get(source.key, ()) if not source.covers(s)]
             source.observers = np.zeros(threads, np.int32)
             self.landed[source.key] = kept + [source]
 
@@ -94,27 +128,28 @@ class CopySources:
             source.observers[threads[first]] = epochs[first]
 
     def check_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
-        """Refuse `what` of `lanes` (one per byte) writing the shared bytes `flat` where a copy in flight reads one,
-        or where a landed copy read one and the writing thread is not ordered after its completion."""
+        """Refuse `what` of `lanes` (one per byte) writing the bytes `flat` of the space where a copy in flight reads
+        one, or where a landed copy read one and the writing thread is not ordered after its completion."""
         t = self.tracker
+        where = t.where if self.space == "shared" else t.m.global_order.where
         for source in self.flying:
-            hit = (flat >= source.span.start) & (flat < source.span.stop)
+            hit = source.hits(flat)
             if hit.any():
                 i = int(np.argmax(hit))
-                raise t.hazard(inst, f"{what} overwrites {t.where(flat[i])} while the bulk copy at line "
+                raise t.hazard(inst, f"{what} overwrites {where(int(flat[i]))} while the {self.copy} at line "
                                      f"{source.inst.line} ({t.m.describe_lane(source.lane)}), completing on "
                                      f"{t.where_barrier(source.key)}, may still read it: it reads its source until "
                                      "its complete-tx, which no thread has waited for yet", int(lanes[i]))
         for records in self.landed.values():
             for source in records:
-                hit = (flat >= source.span.start) & (flat < source.span.stop)
+                hit = source.hits(flat)
                 if not hit.any():
                     continue
                 writers, first = np.unique(lanes[hit], return_index=True)  # (each writing thread judged once)
                 for lane, i in zip(writers.tolist(), np.flatnonzero(hit)[first].tolist()):
                     if not self._after(lane, source):
                         raise t.hazard(
-                            inst, f"{what} overwrites {t.where(flat[i])} while the bulk copy at line "
+                            inst, f"{what} overwrites {where(int(flat[i]))} while the {self.copy} at line "
                                   f"{source.inst.line} ({t.m.describe_lane(source.lane)}), which completed on "
                                   f"{t.where_barrier(source.key)}, may still read it: no successful wait on that "
                                   "mbarrier since the copy completed happens before this write (race: a cluster "
@@ -134,4 +169,4 @@ class CopySources:
         return bool(((seen > 0) & (known >= seen)).any())
 
 
-__all__ = ["CopySources", "Source"]
+__all__ = ["CopySources", "SPACES", "Source"]

@@ -129,6 +129,9 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self._settle(low, high)
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
+        if write and self.m.tracker.global_sources:  # the source of a load that lands only in peers
+            self.m.tracker.global_sources.check_write(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1),
+                                                      "the write")
         if write and self.cp_reading is not None:
             self._check_cp_async_sources(inst, lanes, index)
         for side in ("write", "read") if write else ("write",):
