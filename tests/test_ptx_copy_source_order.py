@@ -79,13 +79,11 @@ SENDER, then overwrite their word of `src` with 7; rank 1 waits, reads its word 
 
 
 def _spin(load: str) -> str:
-    """Rank 0's threads poll `flag` with `load` until rank 1 set it, then meet at a bar.sync (so each is ordered
-    after the copy's issue by thread 0, which reads the whole source)."""
+    """Rank 0's threads poll `flag` with `load` until rank 1 set it."""
     return f"""SPIN:
     {load}.global.u32 %r10, [%rd6];
     setp.eq.u32 %p2, %r10, 0;
-    @%p2 bra SPIN;
-    bar.sync 0;"""
+    @%p2 bra SPIN;"""
 
 
 RELAXED = (_spin("ld.relaxed.gpu"), "    @%p7 st.relaxed.gpu.global.u32 [%rd6], 1;")
@@ -95,14 +93,15 @@ ORDERINGS = {
     "a cluster barrier": (SYNC_CLUSTER, SYNC_CLUSTER),
     "a release/acquire flag": (_spin("ld.acquire.gpu"), "    bar.sync 0;\n    @%p7 st.release.gpu.global.u32 [%rd6], 1;"),
     "a remote mbarrier arrive": (
-        WAIT_LOCAL_BARRIER.format(tag="1", parity=0) + "    bar.sync 0;",
+        WAIT_LOCAL_BARRIER.format(tag="1", parity=0),
         "    bar.sync 0;\n    mapa.shared::cluster.u32 %r11, %r20, 0;\n"
         "    @%p7 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r11];"),
 }
 """Ways rank 1's wait is ordered before rank 0's write: the two CTAs meet at a cluster barrier; rank 1's thread 0
 publishes the flag with a release after a bar.sync of its CTA and rank 0 acquires it; rank 1 arrives on rank 0's
-barrier after a bar.sync and rank 0 waits on it (then meets at a bar.sync: the copy's issue by thread 0 read the
-whole source)."""
+barrier after a bar.sync and rank 0 waits on it. Rank 0's threads other than the issuer need no order after the
+issue: the copy's read of the source is ordered before its complete-tx (a release at cluster scope
+[memory_model.TMA_READ_UNTIL_COMPLETE]), not recorded as a read of the issuing thread."""
 
 FORWARDED = [0] * 16 + list(range(1000, 1016))
 
@@ -142,6 +141,18 @@ def test_without_race_checks_only_the_copy_in_flight_is_judged():
     """`races=False` keeps no landed record (the rule is a race check); the unordered write runs clean."""
     out = run(_forward(*RELAXED), 2, 16, [np.zeros(32, np.uint32), np.zeros(1, np.uint32)], cluster=2, races=False)
     np.testing.assert_array_equal(out[0], FORWARDED)
+
+
+def test_a_source_stored_without_a_proxy_fence_before_the_copy_is_reported():
+    """The copy reads its source through the async proxy: the generic stores that filled it need a fence.proxy.async
+    between them and the copy, as under a bulk store."""
+    text = _forward(*ORDERINGS["a cluster barrier"]).replace("    fence.proxy.async.shared::cta;\n", "", 1)
+    with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'cp.async.bulk.shared::cluster')}: error: "
+                                             r"cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes: "
+                                             r"the bulk copy reads shared address 0x0 of CTA \(0, 0, 0\), which thread "
+                                             r"\(0, 0, 0\) of CTA \(0, 0, 0\) stored through the generic proxy .*missing "
+                                             r"fence.proxy.async"):
+        _launch(text, "min-pc", None)
 
 
 GLOBAL_FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag, .param .u64 gsrc)

@@ -16,7 +16,8 @@ a store reads shared memory at issue, checked as an async-proxy read, and `async
 read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
 `.multicast::cluster` with mask M stages the data at the same shared offset in every CTA of cluster
 rank r with bit r of M set, as one copy per member on the mbarrier at the same offset in each (`cluster`);
-`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's,
+`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's (an async-proxy
+read of the source, until the copy's complete-tx: `copy_sources`),
 `st.async` stores a thread's register into one and `red.async` updates a word of one with it (atomically, when
 it lands), each completing on the receiving CTA's mbarrier.
 """
@@ -290,7 +291,15 @@ def decode_bulk(ops: Operands, inst, mods):
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
-                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
+                    source = None
+                    if source_space == "shared":  # an async-proxy read, until its complete-tx (`copy_sources`)
+                        memory.check_access(m, inst, "shared", one, sources[i:i + 1], nbytes, 16)
+                        first = int(m.shared_flat(one, sources[i:i + 1])[0])
+                        source = slice(first, first + nbytes)
+                        m.tracker.async_read(inst, one, np.arange(first, first + nbytes), "the bulk copy", source)
+                        data = m.shared[source][None].copy()
+                    else:
+                        data = access(m, inst, "global", one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
                     if source_space == "global":  # read until the copy's complete-tx (`_read_ends`)
                         ending = _read_ends(m, lane, targets)
                         _read_until_complete(m, inst, lane, (sources[i] - GLOBAL_BASE) + np.arange(nbytes)[None],
@@ -302,10 +311,6 @@ def decode_bulk(ops: Operands, inst, mods):
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
-                            source = None
-                            if source_space == "shared":  # read until its complete-tx (`copy_sources`)
-                                first = int(m.shared_flat(one, sources[i:i + 1])[0])
-                                source = slice(first, first + nbytes)
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy", source=source)
                 else:
                     memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)
