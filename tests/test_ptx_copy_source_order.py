@@ -178,7 +178,6 @@ GLOBAL_FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag, .param
     mapa.shared::cluster.u32 %r8, %r20, 1;
     mov.b16 %rs1, 2;
     @%p7 COPY
-    bar.sync 0;
 SENDER
     mul.wide.u32 %rd8, %r0, 4;
     add.s64 %rd8, %rd7, %rd8;
@@ -204,7 +203,8 @@ END:
 """
 """The same cluster with a global source: rank 0's thread 0 loads 64 bytes of `gsrc` (1000 + t) into rank 1's `dst`
 only, on rank 1's barrier (COPY: a bulk load to a shared::cluster address of rank 1, or a multicast with mask 0b10);
-rank 0's threads meet at a bar.sync, run SENDER and overwrite their word of `gsrc` with 7."""
+rank 0's threads run SENDER and overwrite their word of `gsrc` with 7 (the load's read, at issue a read of thread 0,
+is judged by its completion: the others need no order after the issue)."""
 
 GLOBAL_COPIES = {
     "to a peer's address": "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r7], [%rd7], 64, [%r8];",
@@ -227,9 +227,9 @@ def _global_launch(text: str, schedule: str, seed: int | None) -> list[np.ndarra
 @pytest.mark.parametrize("schedule, seed", SCHEDULES)
 def test_a_global_source_of_a_load_into_peers_only_written_with_no_order_from_the_wait_is_reported(copy, order,
                                                                                                   schedule, seed):
-    """A load that lands only in peers reads its global source until its complete-tx there: a write ordered only
-    after its issue (the bar.sync), or after the landing in time only (the relaxed flag), is reported on every
-    schedule, naming the load and the peer's barrier (before, nothing recorded the read past the issue)."""
+    """A load that lands only in peers reads its global source until its complete-tx there: a write right after the
+    issue, or after the landing in time only (the relaxed flag), is reported on every schedule, naming the load and
+    the peer's barrier (before, nothing recorded the read past the issue)."""
     text = _global_forward(copy, *(RELAXED if order == "relaxed flag" else ("", "")))
     with pytest.raises(PtxHazardError, match=rf"<ptx>:{line_of(text, 'st.global.u32 [%rd8], 7')}: error: "
                                              r"st.global.u32: the write overwrites global address 0x\w+ \(argument 2 "
@@ -246,6 +246,18 @@ def test_a_global_source_of_a_load_into_peers_only_written_with_no_order_from_th
 def test_a_global_source_of_a_load_into_peers_only_written_after_a_path_from_the_wait_is_right(copy, ordering,
                                                                                                schedule, seed):
     out, _, src = _global_launch(_global_forward(copy, *ORDERINGS[ordering]), schedule, seed)
+    np.testing.assert_array_equal(out, FORWARDED)
+    np.testing.assert_array_equal(src, 7)
+
+
+@pytest.mark.parametrize("copy", sorted(GLOBAL_COPIES))
+def test_the_peer_that_waited_may_overwrite_the_global_source(copy):
+    """Rank 1's threads, after their own wait on the load's barrier, overwrite `gsrc` (rank 0 does not): ordered
+    after the completion by program order, and not a race with the load's read at issue by rank 0's thread 0."""
+    text = _global_forward(copy, "", "    mul.wide.u32 %rd8, %r0, 4;\n    add.s64 %rd8, %rd7, %rd8;\n"
+                                     "    st.global.u32 [%rd8], 7;").replace("    st.global.u32 [%rd8], 7;\n    bra END;",
+                                                                         "    bra END;")
+    out, _, src = _global_launch(text, "min-pc", None)
     np.testing.assert_array_equal(out, FORWARDED)
     np.testing.assert_array_equal(src, 7)
 

@@ -127,10 +127,13 @@ class CopySources:
             first = source.observers[threads] == 0
             source.observers[threads[first]] = epochs[first]
 
-    def check_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> None:
+    def check_write(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str) -> np.ndarray | None:
         """Refuse `what` of `lanes` (one per byte) writing the bytes `flat` of the space where a copy in flight reads
-        one, or where a landed copy read one and the writing thread is not ordered after its completion."""
+        one, or where a landed copy read one and the writing thread is not ordered after its completion. Returns,
+        per byte of `flat`, the issuing lane of the landed copy the write was judged against (-1: none), or None
+        where none was: the copy's read of those bytes ended at its completion, which the write follows."""
         t = self.tracker
+        issuers = None
         where = t.where if self.space == "shared" else t.m.global_order.where
         for source in self.flying:
             hit = source.hits(flat)
@@ -155,6 +158,10 @@ class CopySources:
                                   "mbarrier since the copy completed happens before this write (race: a cluster "
                                   "barrier, or an mbarrier arrive of the waiting CTA on a barrier this thread waits "
                                   "on, between that wait and this write is missing)", lane)
+                if issuers is None:
+                    issuers = np.full(len(flat), -1, np.int64)
+                issuers[hit] = source.lane
+        return issuers
 
     def _after(self, lane: int, source: Source) -> bool:
         """Whether `lane` is ordered after a successful wait on the landed copy's barrier (so after its
