@@ -20,7 +20,7 @@ import pytest
 from tessera.interpreters.ptx import PtxHazardError
 from tessera.interpreters.ptx.copy_sources import CopySources
 from race_templates import INIT_LOCAL_BARRIER, SYNC_CLUSTER, WAIT_LOCAL_BARRIER
-from unseen_ptx import line_of, run
+from unseen_ptx import HEAD, line_of, run
 
 SCHEDULES = [("min-pc", None), ("delayed", 0), ("delayed", 1), ("adversarial", 0), ("adversarial", 1)]
 """Every schedule that can change the order of the two CTAs: min-pc, each CTA delayed, two random ones."""
@@ -444,3 +444,20 @@ def test_a_bulk_store_source_written_after_its_read_wait_with_no_order_from_it_i
                                              rf"bulk store at line {line_of(BULK_STORE, 'cp.async.bulk.global')} .* "
                                              r"read until its cp.async.bulk.wait_group"):
         run(BULK_STORE, 1, 64, [np.zeros(64, np.uint32), np.zeros(1, np.uint32)], schedule=schedule, seed=seed)
+
+
+def test_tessera_run_reports_the_unordered_source_write_by_file_and_line(tmp_path, capsys):
+    """The command line ends the unordered write with exit status 1 and the located message, no traceback; its
+    cluster-barrier twin with 0."""
+    from tessera.tools import tessera_run
+
+    args = ["--grid", "2", "--cluster", "2", "--block", "16", "--arg", "u32[32]=zeros", "--arg", "u32[1]=zeros"]
+    path = tmp_path / "k.ptx"
+    path.write_text(HEAD + _forward(*ORDERINGS["a cluster barrier"]))
+    assert tessera_run.main([str(path), *args]) == 0
+    wrong = _forward(*RELAXED)
+    path.write_text(HEAD + wrong)
+    assert tessera_run.main([str(path), *args, "--schedule", "delayed", "--schedule-seed", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"k.ptx:{line_of(wrong, 'st.shared.u32 [%r5], 7')}: error: st.shared.u32: the store overwrites" in err, err
+    assert "Traceback" not in err

@@ -20,8 +20,13 @@ threads in:
   threads, at or past that epoch) is right, any other is reported naming the copy, so a write that the run placed
   after the landing but that no synchronisation orders after a wait is found on every schedule.
 
+The read is the copy's, ordered before its complete-tx (a release at cluster scope), not one of the issuing thread: a
+write judged here needs no order after the issue (a bulk copy's shared source is an async-proxy read, which needs a
+fence.proxy.async after the stores that fill it; `GlobalOrder.access` skips a load's global read at issue where a
+landed record here judged the write).
+
 Records stay bounded over long loops: a copy landing on a barrier replaces the landed records of that barrier whose
-range it covers (every wait that observes the newer completion observes the older one, so a write ordered after the
+bytes it covers (every wait that observes the newer completion observes the older one, so a write ordered after the
 newer is ordered after the older), so a ring of stages forwarding the same slots every trip keeps one record per
 stage and source range; all go with the batch. A barrier initialised again at the same address counts as the same
 barrier. Landed records are kept where races are checked (`launch(races=True)`, the default); the in-flight check
