@@ -713,7 +713,7 @@ def _order_machine(keep_boxes: bool):
 
     hb = HappensBefore(8, 2, 64, hazard, str, lambda lane: f"lane {lane}")
     tracker = SimpleNamespace(hb=hb, observed=np.zeros((2, 8), np.int64), barrier_name=lambda b: f"barrier {b}",
-                              bulk_open=np.zeros(8, np.int64))
+                              bulk_open=np.zeros(8, np.int64), global_sources=())
     memory = SimpleNamespace(_starts=np.array([GLOBAL_BASE]), segments=[SimpleNamespace(name="t", start=GLOBAL_BASE)])
     m = SimpleNamespace(grid=(4, 1, 1), block=(2, 1, 1), threads=2, lanes=8, lane_cta=np.arange(8) // 2,
                         ctaid=np.array([[r, 0, 0] for r in range(4)]), tracker=tracker, memory=memory,

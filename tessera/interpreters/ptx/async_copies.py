@@ -57,9 +57,9 @@ class AsyncCopies:
     def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None,
                        span: slice | None = None, atomic: bool = False) -> None:
         """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
-        asynchronous copy still writes them, a pending wgmma may still read them, or a bulk store still
-        reads them. `span`: the range `flat` fills, when it fills one (the records are then read as a range,
-        and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
+        asynchronous copy still writes them, a pending wgmma, a bulk store or a bulk copy into a cluster member
+        (`copy_sources`) may still read them. `span`: the range `flat` fills, when it fills one (the records are
+        then read as a range, and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
         self.check_not_barrier(inst, lanes, flat, what, span)
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
@@ -78,14 +78,8 @@ class AsyncCopies:
                                         "copy)", lanes[i])
         if self.reading and not clear:
             self._check_not_read_by_wgmma(inst, lanes, flat, what, acquired)
-        for key, lane, index, copy_inst in self.copy_sources:
-            hit = np.isin(flat, index)
-            if hit.any():
-                i = int(np.argmax(hit))
-                raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk copy at line "
-                                        f"{copy_inst.line} ({self.m.describe_lane(lane)}), completing on "
-                                        f"{self.where_barrier(key)}, may still read it: it reads its source until "
-                                        "its complete-tx, which no thread has waited for yet", lanes[i])
+        if self.copy_sources:
+            self.copy_sources.check_write(inst, lanes, flat, what)
         if self.bulk_reads:
             for lane, group, index, store in self.bulk_reads:
                 hit = np.isin(flat, index)
@@ -104,12 +98,13 @@ class AsyncCopies:
         self.staged.append((index, data, span, layout))
 
     def issue(self, inst, lane: int, address: int, nbytes: int, kind: str, combine=None,
-              source: np.ndarray | None = None) -> None:
+              source: slice | None = None) -> None:
         """The staged bytes of `lane` are one copy completing `nbytes` of transaction on the mbarrier at
         shared::cluster `address` (the lane's own CTA's, or a cluster member's): tag them in flight; they land
         when a thread waits on that barrier. `combine` (a `red.async`): the bytes are updated from what they
-        hold when the copy lands, not replaced by the staged ones. `source`: the shared bytes (flat) the copy reads
-        (`cp.async.bulk.shared::cluster.shared::cta`), read until it lands: a write of them before is reported."""
+        hold when the copy lands, not replaced by the staged ones. `source`: the shared bytes (a range of
+        `Machine.shared`) the copy reads (`cp.async.bulk.shared::cluster.shared::cta`), until its complete-tx: a
+        write of them is judged by `copy_sources`."""
         from tessera.interpreters.ptx.mbarrier import barrier_state, mbarrier_key
 
         m = self.m
@@ -134,8 +129,8 @@ class AsyncCopies:
             self.hb.async_read(inst, np.array([lane]), index, f"the {kind}", span, does="writes")
         self.hb.async_write(inst, np.array([lane]), index, f"the {kind}", span, known)
         copy = Copy(kind, inst, lane, index, data, nbytes, key, acquired, span, combine=combine, layout=layout)
-        if source is not None and len(source):
-            self.copy_sources.append((key, lane, source, inst))
+        if source is not None and source.stop > source.start:
+            self.copy_sources.issued(inst, key, lane, source)
         ident = len(self.copies)
         self.copies[ident] = copy
         self.in_flight.setdefault(key, []).append(copy)
@@ -260,8 +255,9 @@ class AsyncCopies:
                                                    f"(tx-count {state.tx_count} with every arrival in)",
                                   copies[-1].lane)
         self._land_bytes(landed)
-        if self.copy_sources:  # those copies have read their sources
-            self.copy_sources = [entry for entry in self.copy_sources if entry[0] not in keys]
+        for sources in (self.copy_sources, self.global_sources):
+            if sources:  # those copies have read their sources: a write of them must follow a wait
+                sources.completed(keys)
         parked = parked_lanes(m)
         for key, before in zip(keys, befores):
             barrier_changed(m, key, before, m.mbarriers[key], prefer=False, parked=parked)

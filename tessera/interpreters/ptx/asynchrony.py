@@ -34,6 +34,9 @@ complete and checking every access against the tags:
   register is touched is a hazard (the fence between the access and the wgmma is missing).
 - Bulk and TMA stores read shared memory until `cp.async.bulk.wait_group{.read} N` of the issuing thread
   covers their bulk group: a write into those bytes before is a hazard, and so is the CTA exiting before.
+- A bulk copy into a cluster member (`cp.async.bulk.shared::cluster.shared::cta`) reads its shared source until its
+  complete-tx: a write of it must be ordered after a successful wait on the destination's barrier that followed the
+  completion (`copy_sources`), on every schedule.
 - mbarrier transactions: a phase that completes while copies are still in flight on its barrier, or whose
   arrivals are all in with more bytes delivered than announced (tx-count below zero), disagrees with its
   `expect_tx`; one that announced more bytes than arrive never completes, and the deadlock report (see
@@ -55,6 +58,7 @@ import numpy as np
 from tessera.interpreters.ptx.async_copies import PLAIN, AsyncCopies, Copy
 from tessera.interpreters.ptx.byte_ranges import ByteRanges
 from tessera.interpreters.ptx.cluster import grid_rank
+from tessera.interpreters.ptx.copy_sources import CopySources
 from tessera.interpreters.ptx.happens_before import HappensBefore
 from tessera.interpreters.ptx.state import EXITED, Machine, PtxDeadlockError, PtxHazardError
 from tessera.interpreters.ranges import consecutive
@@ -66,8 +70,9 @@ from tessera.sm90 import facts
 
 class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     """The asynchrony state of a machine's batch; see the module docstring (its wgmma half: `wgmma_tracking`,
-    its copies into shared memory: `async_copies`, the checks of shared-memory reads and writes against the
-    bytes' tags: `tagged_accesses`, a copied range's tags kept as one: `tag_ranges`). Created by
+    its copies into shared memory: `async_copies`, the sources of bulk copies into cluster members:
+    `copy_sources`, the checks of shared-memory reads and writes against the bytes' tags: `tagged_accesses`, a
+    copied range's tags kept as one: `tag_ranges`). Created by
     `async_checks.install`."""
 
     def __init__(self, m: Machine):
@@ -146,9 +151,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.bulk_open = np.zeros(m.lanes, np.int64)
         self.bulk_done = np.full(m.lanes, -1, np.int64)
         self.bulk_reads: list[tuple[int, int, np.ndarray, object]] = []
-        # the shared sources of bulk copies into a cluster member, read until the copy lands: (its mbarrier's key,
-        # the issuing lane, the flat source bytes, the copy)
-        self.copy_sources: list[tuple[tuple[int, int], int, np.ndarray, object]] = []
+        # the sources of copies into a cluster member, read until their complete-tx (`copy_sources`): bulk copies'
+        # shared ones, and global ones of loads that land only in peers
+        self.copy_sources = CopySources(self, "shared")
+        self.global_sources = CopySources(self, "global")
         # per shared byte: whether it holds a live mbarrier (initialised, not invalidated), None before the first
         # init; `barrier_lines`: the init's (line, lane) per live barrier's first byte
         self.live_barriers: np.ndarray | None = None
@@ -269,6 +275,9 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
             self.observed[b, lanes] = np.maximum(self.observed[b, lanes], phase)
             self.observed[:, lanes] = np.maximum(self.observed[:, lanes], self.carried[b][:, None])
         self.last_wait[lanes] = b
+        for sources in (self.copy_sources, self.global_sources):
+            if sources.landed:  # a landed copy's completion happens before this wait
+                sources.observed(key, lanes)
 
     def arriving(self, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key` (called before the arrivals apply, so that the one completing
@@ -297,6 +306,12 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         elif len(rows):
             observed[rows] = np.maximum(observed[rows], carried[rows][:, :, None])
         self.last_wait.reshape(-1, self.m.threads)[ctas, within] = barriers[:, None]
+        for sources in (self.copy_sources, self.global_sources):
+            if sources.landed:
+                t = self.m.threads
+                for k, key in enumerate(keys):
+                    sources.observed(key, np.arange((ctas.start + k) * t + within.start,
+                                                    (ctas.start + k) * t + within.stop))
 
     def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
         """`arriving` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier

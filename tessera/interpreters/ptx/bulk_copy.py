@@ -16,7 +16,8 @@ a store reads shared memory at issue, checked as an async-proxy read, and `async
 read until the thread's cp.async.bulk.wait_group(.read) covers its bulk group.
 `.multicast::cluster` with mask M stages the data at the same shared offset in every CTA of cluster
 rank r with bit r of M set, as one copy per member on the mbarrier at the same offset in each (`cluster`);
-`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's,
+`cp.async.bulk.shared::cluster.shared::cta` forwards the executing CTA's shared memory into a peer's (an async-proxy
+read of the source, until the copy's complete-tx: `copy_sources`),
 `st.async` stores a thread's register into one and `red.async` updates a word of one with it (atomically, when
 it lands), each completing on the receiving CTA's mbarrier.
 """
@@ -87,14 +88,29 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
     return spec.box_bytes
 
 
+def _read_ends(m: Machine, lane: int, targets: list[tuple[int, int, int]]) -> int | None:
+    """Which of a load's `targets` ((CTA slot, data, mbarrier) each, the CTAs it lands in) ends its read of the
+    source with its complete-tx: the issuer's own CTA's where the copy lands there (where the issuer sees it end),
+    else the first (a peer's: the source is read once, before any target's complete-tx); None for no target (a
+    multicast with an empty mask)."""
+    own = int(m.lane_cta[lane])
+    return next((j for j, (slot, _, _) in enumerate(targets) if slot == own), 0 if targets else None)
+
+
 def _read_until_complete(m: Machine, inst, lane: int, where, barriers: list[int]) -> None:
     """A TMA or bulk load of `lane` read global bytes `where` (flat positions [1, n] or a `StridedBox`): the read
-    lasts until the copy's complete-tx on the mbarrier at `barriers` (its shared::cluster address in the issuer's own
-    CTA; none where the copy lands only in peers) [memory_model.TMA_READ_UNTIL_COMPLETE]."""
+    lasts until the copy's complete-tx on the mbarrier at `barriers` (its shared::cluster address, `_read_ends`)
+    [memory_model.TMA_READ_UNTIL_COMPLETE]. On the issuer's own barrier a writer of its CTA must have observed that
+    phase (`global_order`); on a peer's (a copy that lands only in peers) a writer must be ordered after a wait on
+    it, as for a bulk copy's shared source (`copy_sources`)."""
     if getattr(m, "global_order", None) is None:
         return
     for barrier in barriers:
         key = mbarrier.mbarrier_key(m, lane, barrier)
+        if key[0] != int(m.lane_cta[lane]):
+            flat = where.index() if isinstance(where, StridedBox) else np.asarray(where, np.int64)
+            m.tracker.global_sources.issued(inst, key, lane, flat.reshape(-1))
+            continue
         m.global_order.read_until(inst, lane, where, m.tracker.barrier(key),
                                   mbarrier.barrier_state(m, inst, lane, barrier).phase)
 
@@ -263,10 +279,10 @@ def decode_bulk(ops: Operands, inst, mods):
                 coordinates = [int(v[i]) for v in values]
                 if not load:
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates, int(smem_addresses[i]), load)
-                for slot, destination, target_barrier in targets if load else ():
-                    own = barrier is not None and slot == int(m.lane_cta[lane])  # where the issuer sees it end
+                ending = _read_ends(m, lane, targets) if load else None
+                for j, (slot, destination, target_barrier) in enumerate(targets if load else ()):
                     nbytes = _tma_lane(m, inst, lane, int(maps[i]), coordinates,
-                                       destination & OFFSET_MASK, load, slot, target_barrier if own else None,
+                                       destination & OFFSET_MASK, load, slot, target_barrier if j == ending else None,
                                        loaded=loaded)
                     if barrier is not None:
                         m.tracker.issue(inst, lane, target_barrier, nbytes, "TMA load")
@@ -275,10 +291,19 @@ def decode_bulk(ops: Operands, inst, mods):
                 if nbytes % 16:
                     raise m.error(inst, f"bulk copy size {nbytes} is not a multiple of 16", lane)
                 if load:
-                    data = access(m, inst, source_space, one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
-                    if source_space == "global":  # read until the copy completes on the issuer's own barrier
+                    source = None
+                    if source_space == "shared":  # an async-proxy read, until its complete-tx (`copy_sources`)
+                        memory.check_access(m, inst, "shared", one, sources[i:i + 1], nbytes, 16)
+                        first = int(m.shared_flat(one, sources[i:i + 1])[0])
+                        source = slice(first, first + nbytes)
+                        m.tracker.async_read(inst, one, np.arange(first, first + nbytes), "the bulk copy", source)
+                        data = m.shared[source][None].copy()
+                    else:
+                        data = access(m, inst, "global", one, sources[i:i + 1], nbytes, align=16, how=ASYNC)
+                    if source_space == "global":  # read until the copy's complete-tx (`_read_ends`)
+                        ending = _read_ends(m, lane, targets)
                         _read_until_complete(m, inst, lane, (sources[i] - GLOBAL_BASE) + np.arange(nbytes)[None],
-                                             [b for slot, _, b in targets if slot == int(m.lane_cta[lane])])
+                                             [] if ending is None else [targets[ending][2]])
                     for _, destination, target_barrier in targets:
                         place = np.array([destination], np.int64)
                         memory.check_access(m, inst, "shared", one, place, nbytes, 16)
@@ -286,8 +311,6 @@ def decode_bulk(ops: Operands, inst, mods):
                         m.tracker.stage(start + np.arange(nbytes), data.reshape(-1), slice(start, start + nbytes),
                                         "ordered")
                         if barrier is not None:
-                            source = None if source_space == "global" else \
-                                m.shared_flat(one, sources[i:i + 1])[0] + np.arange(nbytes)
                             m.tracker.issue(inst, lane, target_barrier, nbytes, "bulk copy", source=source)
                 else:
                     memory.check_access(m, inst, "shared", one, smem_addresses[i:i + 1], nbytes, 16)

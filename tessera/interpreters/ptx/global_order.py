@@ -129,6 +129,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         self._settle(low, high)
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
+        sourced = None  # [lanes, bytes]: the issuer of the load into peers whose read the write follows, or -1
+        if write and self.m.tracker.global_sources:  # the source of a load that lands only in peers
+            sourced = self.m.tracker.global_sources.check_write(inst, np.repeat(lanes, index.shape[1]),
+                                                                index.reshape(-1), "the write")
         if write and self.cp_reading is not None:
             self._check_cp_async_sources(inst, lanes, index)
         for side in ("write", "read") if write else ("write",):
@@ -139,6 +143,9 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                     who = np.where(self.read_set[index] == 0, who, 0)  # those bytes' readers are in their set
                 if side == "read" and judged is not None:
                     who = np.where(judged & (who == self.until["who"][index]), 0, who)  # by their completion
+                if side == "read" and sourced is not None:  # the load's read at issue: judged by its completion
+                    issuer = sourced.reshape(index.shape)
+                    who = np.where((issuer >= 0) & (who == (self.lane_who[np.maximum(issuer, 0)] | ASYNC)), 0, who)
                 if who.any():  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
                     self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind,
                                 side)
