@@ -212,6 +212,25 @@ def test_lowered_levels_agree_bit_for_bit_and_with_float64(rows, cols, bm, bn, e
     _check_stats(x, target)
 
 
+USER_KERNELS = Path(__file__).resolve().parent / "user_kernels"
+
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_column_softmax_and_argmax(level):
+    """tests/user_kernels/col_softmax.mlir and col_argmax.mlir: a column vector from tile.col_max broadcast back
+    onto the tile (sub, cmp eq), a tile.col_sum divided into it, an i32 tile.col_min of row indices (ties: the
+    first row)."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((50, 100)) * 3).astype(np.float32)
+    y = _launch((USER_KERNELS / "col_softmax.mlir").read_text(), x, level=level).astype(np.float64)
+    e = np.exp(x - x.max(0).astype(np.float64))
+    # ex2.approx per term and f32 column sums of 50 terms, relative to the largest value of the column (1)
+    np.testing.assert_allclose(y, e / e.sum(0), rtol=0, atol=2.0**-19)
+    ties = rng.integers(-3, 4, size=(50, 100)).astype(np.float32)
+    index = _launch((USER_KERNELS / "col_argmax.mlir").read_text(), ties, level=level)
+    np.testing.assert_array_equal(index[0], ties.argmax(0))
+
+
 def _column_total_kernel() -> str:
     """sum(X) of X [M, 64] per 64-row block, through a row sum, an [64, 1] column and its col_sum to [1, 1]."""
     return """

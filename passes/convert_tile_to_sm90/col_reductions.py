@@ -23,9 +23,8 @@ Refused by name: register tiles the layout does not hold ([BM, N] with N not a l
 
 from __future__ import annotations
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import IntegerType, VectorType, i32
-from xdsl.dialects import scf
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
