@@ -120,7 +120,7 @@ def rope_ref(x, f):
 
 
 def bias_grad_ref(dy):
-    return dy.sum(axis=0, keepdims=True)
+    return dy.sum(axis=0)
 
 
 def attention_ref(q, k, v, scores):

@@ -231,6 +231,48 @@ def test_column_softmax_and_argmax(level):
     np.testing.assert_array_equal(index[0], ties.argmax(0))
 
 
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_column_sums_added_into_a_1d_and_a_one_row_tensor(level):
+    """tests/user_kernels/layernorm_dgamma.mlir: per row block, tile.atomic_add of [1x64] column sums into a 1-D
+    window [64] (`columns_into_row`) and into a [1, 64] one."""
+    rng = np.random.default_rng(7)
+    dy, xh = rng.standard_normal((2, 200, 64)).astype(np.float32)
+    dg, db = _launch((USER_KERNELS / "layernorm_dgamma.mlir").read_text(), dy, xh, level=level)
+    assert dg.shape == (64,) and db.shape == (1, 64)
+    p = dy.astype(np.float64) * xh
+    # f32 products, then 200 terms summed in f32 in any order (blocks, atomics)
+    np.testing.assert_array_less(np.abs(dg - p.sum(0)), 201 * F32_U * np.abs(p).sum(0) + 1e-30)
+    np.testing.assert_array_less(np.abs(db[0] - dy.astype(np.float64).sum(0)),
+                                 200 * F32_U * np.abs(dy.astype(np.float64)).sum(0) + 1e-30)
+
+
+STORE_SHAPES = [
+    ("tile.store_global", "!tile.tile<1x64xf32, register>", "!tile.tile<64xf32, global>", None),
+    ("tile.atomic_add", "!tile.tile<1x64xf32, register>", "!tile.tile<64xf32, global>", None),
+    ("tile.store_global", "!tile.tile<1x64xf32, register>", "!tile.tile<32xf32, global>",
+     "value shape [1, 64] and window shape [32] must match"),
+    ("tile.atomic_add", "!tile.tile<2x64xf32, register>", "!tile.tile<64xf32, global>",
+     "value shape [2, 64] and window shape [64] must match"),
+    ("tile.store_shared", "!tile.tile<1x64xf32, register>", "!tile.tile<64xf32, shared>",
+     "value shape [1, 64] and destination shape [64] must match"),
+]
+
+
+@pytest.mark.parametrize("op, value, window, message", STORE_SHAPES)
+def test_a_column_vector_stores_or_adds_into_a_1d_window_only(op, value, window, message):
+    text = f"""builtin.module {{
+  func.func @f(%v: {value}, %w: {window}) {{
+    {op} %v, %w : {value}, {window}
+    func.return
+  }}
+}}"""
+    if message is None:
+        tessera.parse_module(text, "k.mlir")
+    else:
+        with pytest.raises(LocatedVerifyException, match=re.escape(f"'{op}' op {message}")):
+            tessera.parse_module(text, "k.mlir")
+
+
 def _column_total_kernel() -> str:
     """sum(X) of X [M, 64] per 64-row block, through a row sum, an [64, 1] column and its col_sum to [1, 1]."""
     return """

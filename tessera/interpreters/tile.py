@@ -63,6 +63,14 @@ def _exponential(function, x: np.ndarray) -> np.ndarray:
         return function(x, dtype=np.float64, out=np.empty(np.shape(x), x.dtype), casting="same_kind")
 
 
+def _window_shaped(value: np.ndarray, dest: GlobalView) -> np.ndarray:
+    """A [B, *shape] value as the [B, *window shape] it writes: itself, or a column vector [B, 1, N] as the
+    [B, N] of a 1-D window (`tile_base.columns_into_row`)."""
+    if np.ndim(value) == 1 + len(dest.shape):
+        return value
+    return value.reshape((len(value), *dest.shape))
+
+
 def _row_extremum(x: np.ndarray, larger: bool, axis: int = -1) -> np.ndarray:
     """Each row's maximum (`larger`) or minimum (`axis` -2: each column's, kept as a [.., 1, N] column vector),
     NaN where the row holds one, with the sign of a zero as max.NaN.f32 / min.NaN.f32 give it: +0 is the larger
@@ -325,7 +333,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
-        written = dest.write(value, self.batch.active)
+        written = dest.write(_window_shaped(value, dest), self.batch.active)
         self._check_sequence_store(op, dest, written)
         self._check_one_writer(op, dest, written)
         return ()
@@ -431,6 +439,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         value = self._operand_tile(op, value, "the value")
         if op.transpose is not None:
             value = np.swapaxes(value, -1, -2)
+        value = _window_shaped(value, dest)
         if self.sync is None:
             dest.add(value, self.batch.active)
             return ()
