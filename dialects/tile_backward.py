@@ -23,7 +23,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, operand_def, traits_def, var_operand_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
-from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_space, tile_type
+from tessera.dialects.tile_base import TILE, RegisterStoreOp, columns_into_row, require_space, tile_type
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import MemSpace, TileType
 from tessera.ir.diagnostics import require
@@ -59,7 +59,8 @@ class AtomicAddOp(IRDLOperation):
     `transpose`, window += value^T), elementwise, in f32.
 
     The value is an f32 register tile, or an f32 shared tile that a `tile.barrier` has published; the window is
-    an f32 global window of the same shape (with `transpose`, of the transposed shape: a [D, BM] value adds into
+    an f32 global window of the same shape (a register column vector [1, N] may add into a 1-D window [N], its
+    columns the window's elements: `tile_base.columns_into_row`; with `transpose`, of the transposed shape: a [D, BM] value adds into
     a [BM, D] window, the backward's dQ^T = K^T dS^T of a kernel whose register tiles have key rows). Each element's addition is atomic with respect to every other
     thread block (the lowering's `red.global.add.f32`, or a bulk reduction `cp.reduce.async.bulk .add.f32`
     from shared memory): the result is the sum of every contribution, in an order the hardware picks, so two
@@ -87,7 +88,8 @@ class AtomicAddOp(IRDLOperation):
                     f"a transposed add needs a 2-D value of the window's shape reversed: value {list(val.get_shape())}, "
                     f"window {list(dst.get_shape())}")
             require(val.memory_space == MemSpace.REGISTER, self, "a transposed add takes a register value")
-        require(self.transpose is not None or val.get_shape() == dst.get_shape(), self,
+        same = val.get_shape() == dst.get_shape() or (val.memory_space == MemSpace.REGISTER and columns_into_row(val, dst))
+        require(self.transpose is not None or same, self,
                 f"value shape {list(val.get_shape())} and window shape {list(dst.get_shape())} must match")
         for what, ty in (("value", val), ("destination", dst)):
             _require_f32(self, what, ty)

@@ -47,13 +47,22 @@ def require_space(op: Operation, what: str, ty: TileType, *spaces: MemSpace) -> 
     require(ty.memory_space in spaces, op, f"{what} must be a {names} tile, got {ty.memory_space.value}")
 
 
+def columns_into_row(value: TileType, window: TileType) -> bool:
+    """Whether `value` is a column vector [1, N] (one value per column) and `window` a 1-D global window [N]: a
+    store or an add writes its columns as the window's N elements, the inverse of `tile.load_broadcast` of a 1-D
+    window (a bias gradient dB [N] from `tile.col_sum`)."""
+    return (value.rank == 2 and value.get_shape()[0] == 1 and window.rank == 1
+            and window.memory_space == MemSpace.GLOBAL and window.get_shape()[0] == value.get_shape()[1])
+
+
 def require_register_store(op: Operation, space: MemSpace, dest_name: str) -> None:
     """A store of the register tile `op.value` into `op.dest`, a tile of `space` (`dest_name` in messages): the
-    same shape and element type (a store does not round: `tile.cast` first)."""
+    same shape (or a column vector [1, N] into a 1-D global window [N], `columns_into_row`) and element type (a
+    store does not round: `tile.cast` first)."""
     val, dst = tile_type(op.value), tile_type(op.dest)
     require_space(op, "value", val, MemSpace.REGISTER)
     require_space(op, "destination", dst, space)
-    require(val.get_shape() == dst.get_shape(), op,
+    require(val.get_shape() == dst.get_shape() or columns_into_row(val, dst), op,
             f"value shape {list(val.get_shape())} and {dest_name} shape {list(dst.get_shape())} must match")
     require(val.element_type == dst.element_type, op,
             f"value element type {val.element_type} must match the {dest_name}'s {dst.element_type} (insert a tile.cast)")

@@ -1,7 +1,7 @@
 """Tile IR compute ops, part of the `tile` dialect (`tile.py` registers them and re-exports each as `tile.X`).
 
 Value semantics on register tiles (the numerics and the softmax conventions are in `tile.py`'s docstring):
-the tensor-core multiply `tile.mma`, row reductions, elementwise ops the softmax needs (the general elementwise
+the tensor-core multiply `tile.mma`, row and column reductions, elementwise ops the softmax needs (the general elementwise
 vocabulary is `tile_elementwise`), ops that combine a tile with a row
 vector (the forward's softmax pieces and the backward's `tile.sub_rows`, `tile.exp2_subtract`), conversions
 and constants (`tile.cast`, `tile.reshape`, `tile.fill`), and the causal and sequence-bounds masks.
@@ -163,6 +163,65 @@ class RowSumOp(_RowReductionOp):
     within the f32 sum's rounding of the exact sum); an i32 tile's sum wraps modulo 2^32 (exact)."""
 
     name = "tile.row_sum"
+
+
+class _ColReductionOp(IRDLOperation):
+    """Base of the reductions of each column of a 2-D register tile over its rows: `[M, N] -> [1, N]`, a column
+    vector (one value per column, the elementwise ops' broadcasting convention), of the source's element type:
+    f32 (or another float, which the lowering refuses by name as the row reductions' does) or i32. Triton's
+    `tl.sum(x, axis=0)`: a bias gradient, LayerNorm's dgamma, a per-channel absmax.
+
+    Invariants: the op is collective below Tile IR (the block's rows are spread over its warps, which meet at a
+    barrier: every thread of the block runs it, as `tile.barrier`); rows that lie past a tensor's end are
+    whatever the kernel holds there (a bounded `tile.load` gives 0, which a max must `tile.select` away)."""
+
+    source = operand_def(TILE)
+    result = result_def(TILE)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation):
+        ty = tile_type(source)
+        super().__init__(operands=[source], result_types=[ty.with_(shape=(1, ty.get_shape()[-1]))])
+
+    def verify_(self) -> None:
+        src, res = tile_type(self.source), tile_type(self.result)
+        if not _is_i32(src.element_type):
+            require(not isinstance(src.element_type, IntegerType), self, "source must have a float or i32 element "
+                    f"type, got {src.element_type}")
+            require_register_float(self, "source", src)
+        require_space(self, "source", src, MemSpace.REGISTER)
+        require(src.rank == 2, self, f"source must be a 2-D [M, N] tile, got rank {src.rank}")
+        require_space(self, "result", res, MemSpace.REGISTER)
+        n = src.get_shape()[1]
+        require(res.get_shape() == (1, n), self,
+                f"result must be the column vector [1, {n}] (one entry per column), got {list(res.get_shape())}")
+        require(res.element_type == src.element_type, self, "result element type must match the source's")
+
+
+@irdl_op_definition
+class ColMaxOp(_ColReductionOp):
+    """`%m = tile.col_max %x : [M, N] -> [1, N]`: m[0, j] = max_i x[i, j] (-inf for a column of -inf; NaN where
+    the column holds a NaN, as max.NaN.f32; +0 the larger zero); f32 or i32 (signed)."""
+
+    name = "tile.col_max"
+
+
+@irdl_op_definition
+class ColMinOp(_ColReductionOp):
+    """`%m = tile.col_min %x : [M, N] -> [1, N]`: m[0, j] = min_i x[i, j] (+inf for a column of +inf; NaN where
+    the column holds a NaN; -0 the smaller zero); f32 or i32 (signed)."""
+
+    name = "tile.col_min"
+
+
+@irdl_op_definition
+class ColSumOp(_ColReductionOp):
+    """`%s = tile.col_sum %x : [M, N] -> [1, N]`: s[0, j] = sum_i x[i, j], summed in f32 in an unspecified order
+    (within the f32 sum's rounding of the exact sum, M 2^-24 sum_i |x[i, j]|, as `tile.row_sum`); an i32 tile's
+    sum wraps modulo 2^32 (exact)."""
+
+    name = "tile.col_sum"
 
 
 class _ElementwiseOp(IRDLOperation):

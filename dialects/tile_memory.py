@@ -398,7 +398,8 @@ class LoadBroadcastOp(IRDLOperation):
 @irdl_op_definition
 class StoreGlobalOp(RegisterStoreOp):
     """`tile.store_global %value, %window : value_type, window_type`: write a register tile to a global
-    window. Elements that fall outside the tensor are not written."""
+    window of its shape, or a column vector [1, N] to a 1-D window [N] (its columns: `tile_base.columns_into_row`).
+    Elements that fall outside the tensor are not written."""
 
     name = "tile.store_global"
     DEST_SPACE: ClassVar[MemSpace] = MemSpace.GLOBAL

@@ -38,6 +38,15 @@ WELL_FORMED = {  # op: (the function's arguments, the op in MLIR's generic form)
     'tile.key_bias': (
         '%a0: !tile.tile<176x16xbf16, shared, swizzle 32>, %a1: index, %a2: index',
         '"tile.key_bias"(%a0, %a1, %a2) : (!tile.tile<176x16xbf16, shared, swizzle 32>, index, index) -> ()'),
+    'tile.col_max': (
+        '%a0: !tile.tile<64x64xf32, register>',
+        '%r = "tile.col_max"(%a0) : (!tile.tile<64x64xf32, register>) -> !tile.tile<1x64xf32, register>'),
+    'tile.col_min': (
+        '%a0: !tile.tile<128x96xi32, register>',
+        '%r = "tile.col_min"(%a0) : (!tile.tile<128x96xi32, register>) -> !tile.tile<1x96xi32, register>'),
+    'tile.col_sum': (
+        '%a0: !tile.tile<64x8xf32, register>',
+        '%r = "tile.col_sum"(%a0) : (!tile.tile<64x8xf32, register>) -> !tile.tile<1x8xf32, register>'),
     'tile.cmp': (
         '%a0: !tile.tile<1x32xi32, register>, %a1: !tile.tile<64x32xi32, register>',
         '%r = "tile.cmp"(%a0, %a1) <{predicate = "le"}> : (!tile.tile<1x32xi32, register>, !tile.tile<64x32xi32, '
@@ -347,6 +356,24 @@ MALFORMED = [  # (op, what is wrong, the text replaced (everywhere), its replace
      '!tile.tile<600x8xf16, shared>', 'the causal bias table is [rows, 8] of bf16'),
     ('tile.causal_bias_table', 'operand 0: odd rows', '!tile.tile<720x8xbf16, shared>',
      '!tile.tile<721x8xbf16, shared>', 'the causal bias table has 2 (M + N) + 112 rows'),
+    ('tile.col_max', 'the operand: wrong element type', '!tile.tile<64x64xf32, register>',
+     '!tile.tile<64x64xbf16, register>', "result element type must match the source's"),
+    ('tile.col_max', 'the operand: wrong memory space', '!tile.tile<64x64xf32, register>',
+     '!tile.tile<64x64xf32, global>', 'source must be a register tile, got global'),
+    ('tile.col_max', 'the result: a row vector', '-> !tile.tile<1x64xf32, register>',
+     '-> !tile.tile<64xf32, register>', 'result must be the column vector [1, 64] (one entry per column), got [64]'),
+    ('tile.col_min', 'the operand: wrong element type', '!tile.tile<128x96xi32, register>',
+     '!tile.tile<128x96xi1, register>', 'source must have a float or i32 element type, got i1'),
+    ('tile.col_min', 'the operand: wrong memory space', '!tile.tile<128x96xi32, register>',
+     '!tile.tile<128x96xi32, shared>', 'source must be a register tile, got shared'),
+    ('tile.col_min', 'the result: another column count', '!tile.tile<1x96xi32, register>',
+     '!tile.tile<1x64xi32, register>', 'result must be the column vector [1, 96] (one entry per column), got [1, 64]'),
+    ('tile.col_sum', 'the operand: rank 1', '!tile.tile<64x8xf32, register>',
+     '!tile.tile<64xf32, register>', 'source must be a 2-D [M, N] tile, got rank 1'),
+    ('tile.col_sum', 'the operand: an 8-bit float', '!tile.tile<64x8xf32, register>',
+     '!tile.tile<64x8xf8E4M3FN, register>', "an 8-bit float's only arithmetic is tile.mma"),
+    ('tile.col_sum', 'the result: wrong element type', '!tile.tile<1x8xf32, register>',
+     '!tile.tile<1x8xbf16, register>', "result element type must match the source's"),
     ('tile.cmp', 'operand 0: wrong element type', '!tile.tile<1x32xi32, register>',
      '!tile.tile<1x32xbf16, register>', 'operands must share one element type, got bf16, i32'),
     ('tile.cmp', 'operand 0: wrong memory space', '!tile.tile<1x32xi32, register>', '!tile.tile<1x32xi32, global>',

@@ -119,6 +119,10 @@ def rope_ref(x, f):
         theta
 
 
+def bias_grad_ref(dy):
+    return dy.sum(axis=0)
+
+
 def attention_ref(q, k, v, scores):
     """softmax(scores(q k^T)) v with -inf scores hidden."""
     s = scores(q @ k.T)
@@ -272,6 +276,16 @@ def test_rope(level):
     _close(_launch("rope", x, f, level=level), expected, rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_bias_grad(level):
+    rng = np.random.default_rng(13)
+    dy = (rng.standard_normal((130, 100)) * 3).astype(np.float32)  # 3 row blocks (the last partial), 2 column blocks
+    dy[:, 7] = 1e6 * np.where(np.arange(130) % 2, 1, -1)  # a column that cancels to 0: its bound is its terms'
+    # f32 sums of 130 terms in any order: 130 2^-24 sum |dy| per column
+    atol = 130 * 2.0**-24 * np.abs(dy.astype(np.float64)).sum(axis=0)
+    _close(_launch("bias_grad", dy, level=level), bias_grad_ref(dy.astype(np.float64)), rtol=0, atol=atol)
+
+
 def _attention_inputs(seed, lq, lk):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((lq, 64)).astype(BF16), *rng.standard_normal((2, lk, 64)).astype(BF16)
@@ -314,6 +328,7 @@ SIZES = {
     "b2b_gemm": ["M=70", "K=72", "N=40"],
     "alibi": ["L=70", "HC=128"],
     "rope": ["M=130"],
+    "bias_grad": ["M=130", "N=100"],
     "cross_entropy": ["M=70", "V=200"],
     "softcap_attention": ["Lq=70", "Lk=90"],
     "sliding_window_attention": ["L=130"],

@@ -31,7 +31,9 @@ How each piece maps:
 - Row reductions reduce a thread's registers of each row, then across the 4 lanes of the row with
   shfl.sync.bfly; a row sum that only feeds the online softmax's running sum (l' = alpha l + rowsum P,
   carried by the loop) stays each thread's partial sum and is added across the lanes once, after the loop
-  (`row_sums.py`); `tile.exp_subtract` is ex2.approx of one fma per register, a `tile.scale` factor times
+  (`row_sums.py`); column reductions (`tile.col_sum/col_max/col_min`) fold each thread's two rows, shuffle over
+  the warp's rows, then meet the other warps in a scratch shared buffer at a bar.sync (`col_reductions.py`);
+  `tile.exp_subtract` is ex2.approx of one fma per register, a `tile.scale` factor times
   log2(e) folded into it (`numerics.exp2_factor`); `tile.exp_diff` (row vectors) is ex2.approx of a mul and
   an add, exactly 1 for equal operands at any magnitude; with `subtract_first` (huge operands: a biased
   kernel) both subtract before they scale, ex2((f32(x factor) - m) log2(e)) (fma(x, factor, -m) for a factor

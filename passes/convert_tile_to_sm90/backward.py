@@ -223,7 +223,13 @@ class BackwardLowering:
     def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
         window = self._get(op.dest)
         ty = op.value.type
-        if isinstance(window, Window) and len(window.shape) == 1 and ty.memory_space.value == "register":
+        register = ty.memory_space.value == "register"
+        if isinstance(window, Window) and register and self._is_column_vector(ty) and op.transpose is None:
+            # the window's one row (a [1, N] window, or a 1-D one): each column once, from the tile's first row
+            base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
+            e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
+            return
+        if isinstance(window, Window) and len(window.shape) == 1 and register:
             # a row vector [BM] into a 1-D window: each row once, from the lane of its quad whose column base
             # is 0 (the four lanes of a quad hold the same value, as for tile.store_global of a row vector)
             base, offsets, mask = self._row_window_access(op, window, e)
@@ -231,12 +237,9 @@ class BackwardLowering:
             mask = e.andi(mask, e.broadcast(first, ROWS_PER_THREAD))
             e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask))
             return
-        if not isinstance(window, Window) or len(window.shape) != 2 or ty.memory_space.value != "register":
-            refuse(op, "only f32 register tiles are added into a global window (a row vector into a 1-D one)")
-        if self._is_column_vector(ty) and op.transpose is None:
-            base, offsets, mask, columns = self._column_vector_access(op, window, ty, e, writers=True)
-            e.op(reductions.RedGlobalAddOp(base, offsets, self._get(op.value), mask, columns))
-            return
+        if not isinstance(window, Window) or len(window.shape) != 2 or not register:
+            refuse(op, "only f32 register tiles are added into a global window (a row vector or a [1, N] column "
+                       "vector into a 1-D one)")
         if (self.atomic_add_mode == "bulk" and not self._is_column(ty)) or op in self.reduction_slots:
             self._bulk_add(op, window, e)
             return

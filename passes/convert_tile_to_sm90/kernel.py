@@ -65,6 +65,7 @@ from tessera.passes.convert_tile_to_sm90.attention import AttentionLowering
 from tessera.passes.convert_tile_to_sm90.backward import BackwardLowering
 from tessera.passes.convert_tile_to_sm90.causal_bias import CausalBiasLowering
 from tessera.passes.convert_tile_to_sm90.clear_rows import ClearRowsLowering
+from tessera.passes.convert_tile_to_sm90.col_reductions import ColReductionLowering
 from tessera.passes.convert_tile_to_sm90.control import ControlFlowLowering
 from tessera.passes.convert_tile_to_sm90.copies import CopyLowering
 from tessera.passes.convert_tile_to_sm90.elementwise import ElementwiseLowering
@@ -89,7 +90,7 @@ HANDLED = ("tile", "scf", "func")
 class KernelLowering(SharedLoadLowering, SmallTileLowering, BackwardLowering, SharedTileLowering, CopyLowering, WindowLowering,
                      RegisterTileLowering, MmaLowering, AttentionLowering, ElementwiseLowering, ControlFlowLowering,
                      ServingLowering, TransposeLowering, ReductionSlotsLowering, ClearRowsLowering,
-                     CausalBiasLowering):
+                     CausalBiasLowering, ColReductionLowering):
     """Lowers one Tile IR kernel; see the module docstring."""
 
     fn: func.FuncOp

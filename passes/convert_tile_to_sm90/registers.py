@@ -33,7 +33,7 @@ from tessera.passes.convert_tile_to_sm90.common import (
 ARITHMETIC_OPS = (
     *tile.ELEMENTWISE_OPS, tile.ExpDiffOp, tile.FmaOp, tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp,
     tile.ExpSubtractOp, tile.Exp2SubtractOp, tile.MulRowsOp, tile.DivRowsOp, tile.SubRowsOp, tile.RowMaxOp,
-    tile.RowMinOp, tile.RowSumOp, tile.MaskCausalOp, tile.MaskBoundsOp,
+    tile.RowMinOp, tile.RowSumOp, tile.ColMaxOp, tile.ColMinOp, tile.ColSumOp, tile.MaskCausalOp, tile.MaskBoundsOp,
 )
 """The Tile ops that compute with their register tiles' elements, one register per element: on f32 (and i32, i1)
 tiles only. A 16-bit or 8-bit register tile is held packed, two or four elements to a 32-bit register (the

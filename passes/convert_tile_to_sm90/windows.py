@@ -244,8 +244,9 @@ class WindowLowering:
 
     @staticmethod
     def _require_row_window(op, window: Window) -> None:
-        """A [1, N] register tile (a column vector) moves to or from a [1, N] window: its one row."""
-        if len(window.shape) != 2 or window.shape[0] != 1:
+        """A [1, N] register tile (a column vector) moves to or from a [1, N] window (its one row) or, stored or
+        added, a 1-D window [N] (`tile_base.columns_into_row`)."""
+        if not (len(window.shape) == 1 or (len(window.shape) == 2 and window.shape[0] == 1)):
             refuse(op, f"a [1, N] register tile moves to or from a [1, N] window, got {list(window.shape)}")
 
     def _broadcast_from_shared(self, op: tile.LoadBroadcastOp, row: SharedTile, columns: list[int], vector_type,

@@ -63,16 +63,25 @@ def _exponential(function, x: np.ndarray) -> np.ndarray:
         return function(x, dtype=np.float64, out=np.empty(np.shape(x), x.dtype), casting="same_kind")
 
 
-def _row_extremum(x: np.ndarray, larger: bool) -> np.ndarray:
-    """Each row's maximum (`larger`) or minimum, NaN where the row holds one, with the sign of a zero as
-    max.NaN.f32 / min.NaN.f32 give it: +0 is the larger of +-0 (NumPy's reduction keeps whichever zero it met
-    first)."""
-    result = np.max(x, axis=-1) if larger else np.min(x, axis=-1)
+def _window_shaped(value: np.ndarray, dest: GlobalView) -> np.ndarray:
+    """A [B, *shape] value as the [B, *window shape] it writes: itself, or a column vector [B, 1, N] as the
+    [B, N] of a 1-D window (`tile_base.columns_into_row`)."""
+    if np.ndim(value) == 1 + len(dest.shape):
+        return value
+    return value.reshape((len(value), *dest.shape))
+
+
+def _row_extremum(x: np.ndarray, larger: bool, axis: int = -1) -> np.ndarray:
+    """Each row's maximum (`larger`) or minimum (`axis` -2: each column's, kept as a [.., 1, N] column vector),
+    NaN where the row holds one, with the sign of a zero as max.NaN.f32 / min.NaN.f32 give it: +0 is the larger
+    of +-0 (NumPy's reduction keeps whichever zero it met first)."""
+    keep = axis != -1
+    result = np.max(x, axis=axis, keepdims=keep) if larger else np.min(x, axis=axis, keepdims=keep)
     if x.dtype.kind != "f":
         return result
     zero = result == 0
     if zero.any():
-        wins = ((x == 0) & (np.signbit(x) != larger)).any(axis=-1)  # a +0 for the max, a -0 for the min
+        wins = ((x == 0) & (np.signbit(x) != larger)).any(axis=axis, keepdims=keep)  # a +0 for the max, a -0 for the min
         result = np.where(zero, np.where(wins != larger, -0.0, 0.0).astype(result.dtype), result)
     return result
 
@@ -324,7 +333,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
         value, dest = args
-        written = dest.write(value, self.batch.active)
+        written = dest.write(_window_shaped(value, dest), self.batch.active)
         self._check_sequence_store(op, dest, written)
         self._check_one_writer(op, dest, written)
         return ()
@@ -430,6 +439,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         value = self._operand_tile(op, value, "the value")
         if op.transpose is not None:
             value = np.swapaxes(value, -1, -2)
+        value = _window_shaped(value, dest)
         if self.sync is None:
             dest.add(value, self.batch.active)
             return ()
@@ -538,6 +548,22 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         if np.issubdtype(args[0].dtype, np.integer):  # i32: wraps modulo 2^32, as add.s32 does
             return self._register_tile(op, np.sum(args[0].astype(np.int64), axis=-1).astype(np.uint32).view(np.int32))
         return self._register_tile(op, np.sum(args[0], axis=-1, dtype=np.float64 if self.widen else F32))
+
+    @impl(tile.ColMaxOp)
+    def run_col_max(self, interpreter: Interpreter, op: tile.ColMaxOp, args: PythonValues):
+        return self._register_tile(op, _row_extremum(args[0], larger=True, axis=-2))
+
+    @impl(tile.ColMinOp)
+    def run_col_min(self, interpreter: Interpreter, op: tile.ColMinOp, args: PythonValues):
+        return self._register_tile(op, _row_extremum(args[0], larger=False, axis=-2))
+
+    @impl(tile.ColSumOp)
+    def run_col_sum(self, interpreter: Interpreter, op: tile.ColSumOp, args: PythonValues):
+        """As `run_row_sum`, over the rows: [B, M, N] -> [B, 1, N]."""
+        if np.issubdtype(args[0].dtype, np.integer):
+            wide = np.sum(args[0].astype(np.int64), axis=-2, keepdims=True)
+            return self._register_tile(op, wide.astype(np.uint32).view(np.int32))
+        return self._register_tile(op, np.sum(args[0], axis=-2, keepdims=True, dtype=np.float64 if self.widen else F32))
 
     @impl(tile.ExpDiffOp)
     def run_exp_diff(self, interpreter: Interpreter, op: tile.ExpDiffOp, args: PythonValues):

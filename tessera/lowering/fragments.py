@@ -81,15 +81,28 @@ class AccumulatorLayout:
 ROW_VECTOR_TYPE = VectorType(f32, [ROWS_PER_THREAD])
 
 
-def quad_shuffle_offsets() -> list[int]:
-    """The shfl.bfly lane offsets that combine the lanes holding the same accumulator row: the lanes that
-    differ only in the column term of `facts.ACCUMULATOR_THREAD_TERMS` (lane % 4: offsets 1 and 2)."""
-    (divisor, modulus, _), = facts.ACCUMULATOR_THREAD_TERMS["col"]
+def _butterfly_offsets(divisor: int, modulus: int) -> list[int]:
+    """The shfl.bfly lane offsets that visit every value of the lane term (lane / divisor) % modulus."""
     offsets, step = [], divisor
     while step < divisor * modulus:
         offsets.append(step)
         step *= 2
     return offsets
+
+
+def quad_shuffle_offsets() -> list[int]:
+    """The shfl.bfly lane offsets that combine the lanes holding the same accumulator row: the lanes that
+    differ only in the column term of `facts.ACCUMULATOR_THREAD_TERMS` (lane % 4: offsets 1 and 2)."""
+    (divisor, modulus, _), = facts.ACCUMULATOR_THREAD_TERMS["col"]
+    return _butterfly_offsets(divisor, modulus)
+
+
+def warp_rows_shuffle_offsets() -> list[int]:
+    """The shfl.bfly lane offsets that combine the lanes of a warp holding the same accumulator columns on other
+    rows: the lanes that differ only in the within-warp row term of `facts.ACCUMULATOR_THREAD_TERMS` ((lane / 4)
+    % 8: offsets 4, 8 and 16); the warp term (tid / 32) is crossed through shared memory (`col_reductions`)."""
+    (divisor, modulus, _), = (t for t in facts.ACCUMULATOR_THREAD_TERMS["row"] if t[0] < facts.WARP_SIZE)
+    return _butterfly_offsets(divisor, modulus)
 
 
 def a_operand_registers(k_slice: int) -> list[int]:

@@ -19,7 +19,7 @@ signs. The rules:
   `tile.div_rows` and `tile.reciprocal`: rcp.approx; `tile.tanh`, `tile.rsqrt`: their approximations' bounds;
   `tile.exp`, `tile.exp2`, `tile.sigmoid`, `tile.silu`: ex2.approx (and rcp.approx), with the argument's
   rounding;
-- the sums whose order the levels below choose (`tile.mma`'s K, `tile.row_sum`'s row): the bound of any
+- the sums whose order the levels below choose (`tile.mma`'s K, `tile.row_sum`'s row, `tile.col_sum`'s column): the bound of any
   f32 summation order, n 2^-24 sum |terms|; and the contractions' carried moves (`CARRIED`): a contraction
   may move by sum |move of each operand element| x |the other operand| (`tile.mma`; `tile.row_sum`: the sum of
   its operand's moves), the bound of any signs, where an operand's move is the bound its producer applied
@@ -142,6 +142,12 @@ def _row_sum(op, operands, result) -> np.ndarray:
     return x.shape[-1] * F32_ROUNDOFF * _magnitude(x).sum(axis=-1)
 
 
+def _col_sum(op, operands, result) -> np.ndarray:
+    """`_row_sum` over the rows: each column's n 2^-24 sum |terms|, as a [.., 1, N] column vector."""
+    (x,) = operands
+    return x.shape[-2] * F32_ROUNDOFF * _magnitude(x).sum(axis=-2, keepdims=True)
+
+
 def _cast(op: tile.CastOp, operands, result):
     source = numpy_dtype(op.source.type.element_type)
     target = numpy_dtype(op.result.type.element_type)
@@ -205,6 +211,9 @@ ROUNDING: dict[type[Operation], Bound] = {
     tile.RowSumOp: _row_sum,
     tile.RowMaxOp: _exact,
     tile.RowMinOp: _exact,
+    tile.ColSumOp: _col_sum,
+    tile.ColMaxOp: _exact,
+    tile.ColMinOp: _exact,
     tile.ElementMaxOp: _exact,
     tile.ElementMinOp: _exact,
     tile.AbsOp: _exact,
@@ -252,9 +261,15 @@ def _row_sum_carried(op, operands, moves) -> np.ndarray:
     return np.broadcast_to(_magnitude(moves[0]), np.shape(operands[0])).sum(axis=-1)
 
 
+def _col_sum_carried(op, operands, moves) -> np.ndarray:
+    """sum over the column of |move of x|."""
+    return np.broadcast_to(_magnitude(moves[0]), np.shape(operands[0])).sum(axis=-2, keepdims=True)
+
+
 CARRIED: dict[type[Operation], Callable] = {
     tile.MmaOp: _mma_carried,
     tile.RowSumOp: _row_sum_carried,
+    tile.ColSumOp: _col_sum_carried,
 }
 """Per contraction, the move of its result from the moves its operands carry (module docstring), added to its
 `ROUNDING` bound: a function of the op, its operands and, per operand, the move it carries (0 where none)."""
@@ -289,6 +304,10 @@ def _row_max_passed(op, operands, moves, result) -> np.ndarray:
     return _aligned_moves(op, operands, moves)[0].max(axis=-1)  # a move bound: the largest of the row's, min too
 
 
+def _col_max_passed(op, operands, moves, result) -> np.ndarray:
+    return _aligned_moves(op, operands, moves)[0].max(axis=-2, keepdims=True)  # the largest of the column's
+
+
 def _reshape_passed(op: tile.ReshapeOp, operands, moves, result) -> np.ndarray:
     return _aligned_moves(op, operands, moves)[0].reshape(np.shape(result))
 
@@ -306,6 +325,8 @@ PASSED_ON: dict[type[Operation], Callable] = {
     tile.ElementMinOp: _extremum_passed,
     tile.RowMaxOp: _row_max_passed,
     tile.RowMinOp: _row_max_passed,
+    tile.ColMaxOp: _col_max_passed,
+    tile.ColMinOp: _col_max_passed,
     tile.ReshapeOp: _reshape_passed,
 }
 """Per op that moves values without rounding them, and per conversion, the move its result carries on from its
