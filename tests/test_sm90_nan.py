@@ -21,3 +21,27 @@ def test_canonical_nans_are_nvidias_patterns():
         assert bits >> (width - 1) == 0  # positive, all exponent bits set, quiet (top fraction bit set)
         assert (bits >> (width - 1 - exponent)) & ((1 << exponent) - 1) == (1 << exponent) - 1
         assert bits >> (width - 2 - exponent) & 1
+
+
+def test_the_cta_simulator_gives_f32_arithmetic_the_canonical_nan_as_the_ptx_executor_does():
+    """A NaN from f32 arithmetic (a NaN input through max, sub, exp, sum and div of a row softmax; an inf - inf)
+    is the canonical NaN at target level too, so the CTA simulator and the PTX executor agree bit for bit on the
+    NaN rows (NumPy alone would give 0x7fc00000 or 0xffc00000)."""
+    import warnings
+    from pathlib import Path
+
+    import numpy as np
+
+    import tessera
+
+    kernel = Path(__file__).resolve().parent.parent / "examples" / "kernels" / "softmax.mlir"
+    module = tessera.parse_module(kernel.read_text())
+    x = np.random.default_rng(0).standard_normal((70, 64)).astype(np.float32)
+    x[3, 5], x[4, 6], x[5, 7] = np.nan, np.inf, -np.inf
+    x[6, :2] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        target, ptx = (tessera.launch(module, x, level=level) for level in ("target", "ptx"))
+    assert np.isnan(target[3:7]).any(axis=1).tolist() == [True, True, False, True]
+    assert target.view(np.uint32).tobytes() == ptx.view(np.uint32).tobytes()
+    assert set(target.view(np.uint32)[np.isnan(target)].tolist()) == {CANONICAL_NAN_BITS["f32"]}

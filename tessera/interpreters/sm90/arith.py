@@ -19,6 +19,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from xdsl.ir import Operation
 
 from tessera.interpreters.sm90.cta import CtaState
+from tessera.sm90.nan import CANONICAL_NAN_BITS
 from tessera.interpreters.sm90.registers import (
     bit_width,
     dtype_of,
@@ -111,6 +112,20 @@ def _signed_zero_order(result, a, b, larger: bool):
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
     return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
+
+
+_CANONICAL_F32_NAN = np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32)
+
+
+def canonical_nan(x: np.ndarray) -> np.ndarray:
+    """An f32 result with every NaN the hardware's canonical NaN (`tessera.sm90.nan`: an f32 add, sub, mul, div,
+    min, max or fma with a NaN result gives 0x7fffffff, no payload of its inputs; NumPy keeps an input's payload
+    or makes 0xffc00000), as the PTX executor's f32 arithmetic gives it; other dtypes as they are. One pass where
+    no NaN is (the usual)."""
+    if x.dtype != np.float32:
+        return x
+    nan = np.isnan(x)
+    return np.where(nan, _CANONICAL_F32_NAN, x) if nan.any() else x
 
 
 _FLOAT = {
@@ -286,7 +301,7 @@ class RegisterArithFunctions(InterpreterFunctions):
     def _float(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         # overflows and invalid operations are IEEE results, not warnings: the strands run under
         # np.errstate(all="ignore") (`strands`)
-        return self._result(op, _FLOAT[type(op)](*args))
+        return (canonical_nan(self._result(op, _FLOAT[type(op)](*args))[0]),)
 
     for _op in _FLOAT:
         locals()[f"run_{_op.__name__}"] = impl(_op)(_float)
@@ -333,11 +348,11 @@ class RegisterArithFunctions(InterpreterFunctions):
 
     @impl(math.FmaOp)
     def run_math_fma(self, interpreter: Interpreter, op: math.FmaOp, args: PythonValues):
-        return (fused_multiply_add(*args),)
+        return (canonical_nan(fused_multiply_add(*args)),)
 
     @impl(vector.FMAOp)
     def run_vector_fma(self, interpreter: Interpreter, op: vector.FMAOp, args: PythonValues):
-        return (fused_multiply_add(*args),)
+        return (canonical_nan(fused_multiply_add(*args)),)
 
     # endregion
     # region conversions
