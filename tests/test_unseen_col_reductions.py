@@ -1,5 +1,16 @@
 """Kernels a user writes next with the column reductions (`tile.col_sum`, `tile.col_max`, `tile.col_min`: [M, N] ->
-[1, N]) and what they are combined with.
+[1, N]) and the [1, N] column vector stored or added into a 1-D window (`tests/user_kernels/`): a column softmax
+over rows of any length (a running max and a rescaled running sum), BatchNorm's per-channel statistics of a bf16
+tensor (a 2-D grid adding partials atomically), a fused LayerNorm backward (dx, dgamma, dbeta), a per-channel FP8
+scale and the scaled cast, a column argmax over row blocks (i32), column reductions of tiles made only of
+broadcasts, column reductions in both branches of an scf.if inside a loop over column blocks, a GEMM whose
+epilogue adds column sums and sums of squares of its output (and row sums), and column sums written as bf16, as
+one row per block, and added transposed into an [N, 1] column.
+
+Each runs through `tessera.launch` at the Tile level on a grid of shapes (M = 1 and M not a multiple of the
+block, N a partial column block) against a float64 NumPy reference with a bound derived from its sums, and on one
+shape at the target and PTX levels, bit for bit equal there (but for NaN payloads), and through `tessera-run
+--level ptx --check`.
 
 Found here: `tile.atomic_add ... transpose` of a value several threads hold (`_transposed_access` in
 `passes/convert_tile_to_sm90/backward.py` took every thread's share as a full tile's): a [1, N] column vector
@@ -10,11 +21,214 @@ well. Both add each element once, from one of its holders, now.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import ml_dtypes
 import numpy as np
 import pytest
 
+import inprocess
 from test_tile_col_reductions import _launch
 
+USER_KERNELS = Path(__file__).resolve().parent / "user_kernels"
+F32_U = 2.0**-24
+EXP_TERM = 2.0**-21
+"""A bound of one f32 tile.exp of a non-positive argument d, relative to 1, below Tile IR: ex2.approx's 2^-22 and
+the rounding of d log2(e), |d| 2^-23 relative to exp(d), at most 2^-23 / e absolute (`tessera.validation.rounding`)."""
+
+
+def _text(name: str) -> str:
+    return (USER_KERNELS / f"{name}.mlir").read_text()
+
+
+def _run(name: str, *arrays, level: str):
+    out = _launch(_text(name), *arrays, level=level)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _lowered(name: str, *arrays):
+    """The target and the PTX level's results, checked bit for bit equal; the target's returned."""
+    target, ptx = _run(name, *arrays, level="target"), _run(name, *arrays, level="ptx")
+    for a, b in zip(target, ptx):
+        nan = np.isnan(a.astype(np.float32)) if a.dtype.kind == "f" or a.dtype.itemsize < 4 else np.zeros(a.shape, bool)
+        np.testing.assert_array_equal(nan, np.isnan(b.astype(np.float32)) if nan.any() else nan)
+        bits = f"u{a.dtype.itemsize}"  # the PTX executor's NaNs are canonical, the simulator's NumPy's
+        np.testing.assert_array_equal(a.view(bits)[~nan], b.view(bits)[~nan])
+    return target
+
+
+def _sum_bound(terms: np.ndarray, extra: int = 0) -> np.ndarray:
+    """Any f32 summation order of a column's terms (rows on axis 0), plus `extra` further additions (atomics)."""
+    return (len(terms) + extra) * F32_U * np.abs(terms).sum(0) + 1e-30
+
+
+LEVELS = ["tile", pytest.param("lowered", id="target-ptx")]
+
+
+def _grid(shapes: list[tuple[int, int]], lowered: tuple[int, int]) -> list:
+    """(rows, cols, level): every shape at Tile level, one at the target and PTX levels ("lowered")."""
+    return [(*shape, "tile") for shape in shapes] + [pytest.param(*lowered, "lowered", id=f"{lowered}-target-ptx")]
+
+# region column softmax
+
+
+def _check_col_softmax(x: np.ndarray, y: np.ndarray, exact_exp: bool) -> None:
+    e = np.exp(x - x.max(0).astype(np.float64))
+    ref = e / e.sum(0)
+    trips = -(-len(x) // 64)
+    # each exp within EXP_TERM of 1 (none at Tile level), the sum of M terms and the trips' rescalings of it
+    # relative, one rounding of the quotient
+    term = 0.0 if exact_exp else EXP_TERM
+    bound = term + ref * (len(x) * (F32_U + term) + 2 * trips * term) + F32_U
+    assert np.all(np.abs(y - ref) <= bound)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 8), (63, 40), (130, 96), (200, 33)])
+def test_column_softmax_over_any_rows(rows, cols):
+    x = (np.random.default_rng(rows + cols).standard_normal((rows, cols)) * 4).astype(np.float32)
+    x[:, 0] = np.arange(rows) * 10.0  # each row block's max beats the last: every trip rescales the sum
+    _check_col_softmax(x, *_run("col_softmax_online", x, level="tile"), exact_exp=True)
+
+
+def test_column_softmax_lowered():
+    x = (np.random.default_rng(1).standard_normal((130, 40)) * 4).astype(np.float32)
+    x[:, 0] = np.arange(130) * 10.0
+    _check_col_softmax(x, *_lowered("col_softmax_online", x), exact_exp=False)
+
+# endregion
+# region BatchNorm statistics, LayerNorm backward, FP8 per-channel scale
+
+
+def _check_batchnorm(x, s, q) -> None:
+    xd = x.astype(np.float64)
+    blocks = -(-len(x) // 64)
+    assert s.shape == q.shape == (x.shape[1],)
+    assert np.all(np.abs(s - xd.sum(0)) <= _sum_bound(xd, blocks))
+    assert np.all(np.abs(q - (xd**2).sum(0)) <= _sum_bound(xd**2, blocks + 1))  # the square's rounding
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (100, 40), (200, 64)], (100, 40)))
+def test_batchnorm_statistics_of_bf16(rows, cols, level):
+    x = (np.random.default_rng(rows).standard_normal((rows, cols)) * 3 + 1).astype(ml_dtypes.bfloat16)
+    got = _lowered("batchnorm_stats", x) if level == "lowered" else _run("batchnorm_stats", x, level="tile")
+    _check_batchnorm(x, *got)
+
+
+def _layernorm_inputs(rows: int, cols: int):
+    rng = np.random.default_rng(rows * cols)
+    x = (rng.standard_normal((rows, cols)) * 2 + 0.5).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    gamma = rng.standard_normal(cols).astype(np.float32)
+    mean = x.astype(np.float64).mean(1).astype(np.float32)
+    rstd = (1 / np.sqrt(x.astype(np.float64).var(1) + 1e-5)).astype(np.float32)
+    return dy, x, gamma, mean, rstd
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (150, 48), (64, 64)], (150, 48)))
+def test_layernorm_backward_fused(rows, cols, level):
+    dy, x, gamma, mean, rstd = _layernorm_inputs(rows, cols)
+    got = _lowered("layernorm_bwd_fused", dy, x, gamma, mean, rstd) if level == "lowered" else \
+        _run("layernorm_bwd_fused", dy, x, gamma, mean, rstd, level="tile")
+    dx, dg, db = got
+    xh = (x.astype(np.float64) - mean[:, None]) * rstd[:, None]
+    g = dy * gamma.astype(np.float64)
+    ref_dx = rstd[:, None] * (g - xh * (xh * g).mean(1, keepdims=True) - g.mean(1, keepdims=True))
+    # xhat and g two roundings each; the row means sums of N terms: dx within (N + 6) 2^-24 of its terms' size
+    size = rstd[:, None] * (np.abs(g) + np.abs(xh) * (np.abs(xh * g)).mean(1, keepdims=True)
+                            + np.abs(g).mean(1, keepdims=True))
+    assert np.all(np.abs(dx - ref_dx) <= (cols + 6) * F32_U * size + 1e-30)
+    blocks = -(-rows // 64)
+    assert np.all(np.abs(dg - (dy * xh).sum(0)) <= _sum_bound(dy * xh, blocks + 3))  # xhat's and the product's
+    assert np.all(np.abs(db - dy.astype(np.float64).sum(0)) <= _sum_bound(dy.astype(np.float64), blocks))
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 16), (150, 80)], (150, 80)))
+def test_fp8_per_channel_scale_and_cast(rows, cols, level):
+    """max and the scale's division are exact / correctly rounded at every level: the bytes are NumPy's."""
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((rows, cols)) * np.exp(rng.uniform(-3, 3, cols))).astype(np.float32)
+    q, scale = _lowered("fp8_channel_scale", x) if level == "lowered" else _run("fp8_channel_scale", x, level="tile")
+    expected = np.float32(448.0) / np.maximum(np.abs(x).max(0), np.float32(1e-12))
+    np.testing.assert_array_equal(scale, expected)
+    np.testing.assert_array_equal(q.view(np.uint8), (x * expected).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
+
+# endregion
+# region argmax, broadcasts, branches
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (200, 40), (64, 96)], (200, 40)))
+def test_column_argmax_over_row_blocks(rows, cols, level):
+    x = np.random.default_rng(rows).integers(-4, 5, size=(rows, cols)).astype(np.float32)  # ties across blocks
+    index, value = _lowered("col_argmax_rows", x) if level == "lowered" else _run("col_argmax_rows", x, level="tile")
+    np.testing.assert_array_equal(index, x.argmax(0))
+    np.testing.assert_array_equal(value, x.max(0))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_column_reductions_of_broadcasts(level):
+    rng = np.random.default_rng(5)
+    r, c = rng.standard_normal(50).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    got = _lowered("col_broadcast_only", r, c) if level == "lowered" else _run("col_broadcast_only", r, c, level="tile")
+    rows = np.zeros(64, np.float32)
+    rows[:50] = r  # the [64] load reads 0 past M
+    np.testing.assert_array_equal(got[0], (rows[:, None] + c).max(0))
+    assert np.all(np.abs(got[1] - 64 * c.astype(np.float64)) <= 64 * F32_U * 64 * np.abs(c))
+    np.testing.assert_array_equal(got[2], (rows[:, None] * c).min(0))
+    np.testing.assert_array_equal(got[3], (np.arange(64)[:, None] * np.arange(32)).sum(0))
+    np.testing.assert_array_equal(got[4], np.full(32, 32.0, np.float32))
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 24), (20, 40), (50, 72)], (50, 72)))
+def test_column_reductions_in_branches_of_a_column_loop(rows, cols, level):
+    x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
+    extreme, count, first = _lowered("col_branches", x) if level == "lowered" else _run("col_branches", x, level="tile")
+    np.testing.assert_array_equal(extreme, x.max(0) if rows > 32 else x.min(0))
+    np.testing.assert_array_equal(count, (x > 0).sum(0))
+    np.testing.assert_array_equal(first, x[0] + (x > 0).sum(0).astype(np.float32))
+
+# endregion
+# region a GEMM epilogue's column statistics; column sums written three ways
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gemm_epilogue_with_column_statistics(level):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((100, 72)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((72, 48)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(48).astype(np.float32)
+    arrays = (a, b, bias)
+    y, db, sq, rs = _lowered("gemm_bias_colstats", *arrays) if level == "lowered" else \
+        _run("gemm_bias_colstats", *arrays, level="tile")
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    ref = ad @ bd + bias
+    size = np.abs(ad) @ np.abs(bd) + np.abs(bias)  # exact products; K + 1 f32 additions per element of Y
+    assert np.all(np.abs(y - ref) <= (72 + 1) * F32_U * size)
+    # Y's error, then 64 rows per block in f32 and two blocks' atomic adds
+    assert np.all(np.abs(db - ref.sum(0)) <= (73 + 64 + 2) * F32_U * size.sum(0))
+    assert np.all(np.abs(sq - (ref**2).sum(0)) <= (2 * 73 + 1 + 64 + 2) * F32_U * (size**2).sum(0))
+    assert np.all(np.abs(rs - ref.sum(1)) <= (73 + 32 + 2) * F32_U * size.sum(1))
+
+
+def _check_partials(x: np.ndarray, s, p, tt) -> None:
+    blocks = [x[i:i + 64].astype(np.float64) for i in range(0, len(x), 64)]
+    sums = np.array([block.sum(0) for block in blocks])
+    assert s.dtype == ml_dtypes.bfloat16 and s.shape == (x.shape[1],)
+    # bf16 rounding (2^-8 relative: 8 significant bits) of the first block's f32 sum
+    first = np.abs(s.astype(np.float64) - sums[0])
+    assert np.all(first <= 2.0**-8 * np.abs(sums[0]) + _sum_bound(blocks[0]) * (1 + 2.0**-8))
+    assert np.all(np.abs(p - sums) <= np.array([_sum_bound(block) for block in blocks]))
+    assert tt.shape == (x.shape[1], 1)
+    assert np.all(np.abs(tt[:, 0] - x.astype(np.float64).sum(0)) <= _sum_bound(x.astype(np.float64), len(blocks)))
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (100, 40), (130, 64)], (100, 40)))
+def test_column_sums_as_bf16_as_block_rows_and_transposed(rows, cols, level):
+    x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
+    got = _lowered("col_partials_16bit", x) if level == "lowered" else _run("col_partials_16bit", x, level="tile")
+    _check_partials(x, *got)
+
+# endregion
 # region transposed adds of values several threads hold
 
 
@@ -50,5 +264,17 @@ def test_transposed_add_of_vectors_adds_each_element_once(value, window, dims, s
     expected = np.zeros_like(out)
     expected[:x.shape[1], :x.shape[0]] = x.T
     np.testing.assert_array_equal(out, expected)
+
+# endregion
+# region tessera-run
+
+
+@pytest.mark.parametrize("name, sizes", [("col_softmax_online", "M=130 N=40"), ("batchnorm_stats", "M=100 N=40"),
+                                         ("gemm_bias_colstats", "M=100 N=48 K=72")])
+def test_tessera_run_checks_at_ptx_level(name, sizes):
+    sizes_args = [arg for size in sizes.split() for arg in ("-d", size)]
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(USER_KERNELS / f"{name}.mlir"),
+                            "--level", "ptx", "--check", *sizes_args])
+    assert result.returncode == 0 and ": ok" in result.stdout, result.stdout + result.stderr
 
 # endregion
