@@ -4,8 +4,10 @@ over rows of any length (a running max and a rescaled running sum), BatchNorm's 
 tensor (a 2-D grid adding partials atomically), a fused LayerNorm backward (dx, dgamma, dbeta), a per-channel FP8
 scale and the scaled cast, a column argmax over row blocks (i32), column reductions of tiles made only of
 broadcasts, column reductions in both branches of an scf.if inside a loop over column blocks, a GEMM whose
-epilogue adds column sums and sums of squares of its output (and row sums), and column sums written as bf16, as
-one row per block, and added transposed into an [N, 1] column.
+epilogue adds column sums and sums of squares of its output (and row sums), a column max inside its K loop,
+warp-specialized (and with ping-pong consumers), Welford column statistics at a large mean, and column sums
+written as bf16, as one row per block, and added transposed into an [N, 1] column. What the lowering does not
+hold (a 16-bit source, N not a wgmma N, tiles of fewer than 64 rows) is refused by name at its line.
 
 Each runs through `tessera.launch` at the Tile level on a grid of shapes (M = 1 and M not a multiple of the
 block, N a partial column block) against a float64 NumPy reference with a bound derived from its sums, and on one
@@ -21,6 +23,7 @@ well. Both add each element once, from one of its holders, now.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +32,9 @@ import numpy as np
 import pytest
 
 import inprocess
+import tessera
+from tessera import passes
+from tessera.passes.convert_tile_to_sm90 import LoweringError
 from test_tile_col_reductions import _launch
 
 USER_KERNELS = Path(__file__).resolve().parent / "user_kernels"
@@ -187,6 +193,19 @@ def test_column_reductions_in_branches_of_a_column_loop(rows, cols, level):
     np.testing.assert_array_equal(count, (x > 0).sum(0))
     np.testing.assert_array_equal(first, x[0] + (x > 0).sum(0).astype(np.float32))
 
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (200, 40), (129, 64)], (200, 40)))
+def test_welford_column_statistics_at_a_large_mean(rows, cols, level):
+    x = (np.random.default_rng(rows).standard_normal((rows, cols)) + 1000).astype(np.float32)
+    mean, var = _lowered("welford_cols", x) if level == "lowered" else _run("welford_cols", x, level="tile")
+    xd = x.astype(np.float64)
+    # the block means: 64 f32 additions and a division; the merge's few roundings per trip, relative to the mean
+    trips = -(-rows // 64)
+    assert np.all(np.abs(mean - xd.mean(0)) <= (64 + 1 + 4 * trips) * F32_U * np.abs(xd).max(0))
+    # M2: centred squares of |x - mean_b| (each within 2^-24 |x| + the mean's error), summed; a naive
+    # E[x^2] - E[x]^2 in f32 would be off by about 1000^2 2^-24 = 0.06
+    spread = np.abs(xd - xd.mean(0)).max(0) + (66 + 4 * trips) * F32_U * np.abs(xd).max(0)
+    assert np.all(np.abs(var - xd.var(0)) <= 2 * spread * (66 + 4 * trips) * F32_U * np.abs(xd).max(0) + 1e-6)
+
 # endregion
 # region a GEMM epilogue's column statistics; column sums written three ways
 
@@ -208,6 +227,48 @@ def test_gemm_epilogue_with_column_statistics(level):
     assert np.all(np.abs(db - ref.sum(0)) <= (73 + 64 + 2) * F32_U * size.sum(0))
     assert np.all(np.abs(sq - (ref**2).sum(0)) <= (2 * 73 + 1 + 64 + 2) * F32_U * (size**2).sum(0))
     assert np.all(np.abs(rs - ref.sum(1)) <= (73 + 32 + 2) * F32_U * size.sum(1))
+
+
+def _gemm_inputs():
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((100, 136)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((136, 64)).astype(ml_dtypes.bfloat16)
+    return a, b, rng.standard_normal(64).astype(np.float32)
+
+
+def _check_kloop_max(a, b, pk) -> None:
+    """PK: the running max over the K steps of 64 of the first 128 rows' partial column sums (f32, K terms; the
+    rows past M hold 0)."""
+    ad, bd = np.zeros((128, a.shape[1])), b.astype(np.float64)
+    ad[:len(a)] = a.astype(np.float64)[:128]
+    steps = range(64, a.shape[1] + 64, 64)
+    expected = np.max([(ad[:, :k] @ bd[:k]).max(0) for k in steps], axis=0)
+    bound = np.max([(np.abs(ad[:, :k]) @ np.abs(bd[:k])).max(0) for k in steps], axis=0) * a.shape[1] * F32_U
+    assert np.all(np.abs(pk - expected) <= bound)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_column_max_inside_a_warp_specialized_k_loop(level):
+    a, b, bias = _gemm_inputs()
+    text = _text("gemm_colmax_kloop")
+    assert "setmaxnreg" in tessera.print_module(tessera.compile(tessera.parse_module(text, "k.mlir"), target="target"))
+    *_, pk = _lowered("gemm_colmax_kloop", a, b, bias) if level == "lowered" else \
+        _run("gemm_colmax_kloop", a, b, bias, level="tile")
+    _check_kloop_max(a, b, pk)
+
+
+def test_column_reductions_under_ping_pong_consumers():
+    """warp-specialize{pingpong=true}: the two consumer warpgroups take turns at the wgmmas on named barriers; the
+    col_max inside the loop and the epilogue's col_sums meet both of them at barrier 0 outside a turn."""
+    a, b, bias = _gemm_inputs()
+    pipeline = passes.DEFAULT_PIPELINE.replace("warp-specialize,", "warp-specialize{pingpong=true},")
+    module = tessera.parse_module(_text("gemm_colmax_kloop"), "k.mlir")
+    assert "bar.arrive 1, 256" in tessera.compile(module, target="ptx", pipeline=passes.allocated(pipeline))
+    target = tessera.launch(module, a, b, bias, level="target", pipeline=pipeline)
+    ptx = tessera.launch(module, a, b, bias, level="ptx", pipeline=passes.allocated(pipeline))
+    for x, z in zip(target, ptx):
+        np.testing.assert_array_equal(x, z)
+    _check_kloop_max(a, b, target[-1])
 
 
 def _check_partials(x: np.ndarray, s, p, tt) -> None:
@@ -264,6 +325,57 @@ def test_transposed_add_of_vectors_adds_each_element_once(value, window, dims, s
     expected = np.zeros_like(out)
     expected[:x.shape[1], :x.shape[0]] = x.T
     np.testing.assert_array_equal(out, expected)
+
+# endregion
+# region refusals below Tile IR
+
+
+def _one_block(rows: int, cols: int, reduction: str) -> str:
+    """One [rows, cols] tile of X, `reduction` (lines over %x giving a [1, cols] f32 %s), stored into S [N]."""
+    t = f"!tile.tile<{rows}x{cols}xf32, register>"
+    return f"""builtin.module {{
+  func.func @one_block(%X: !tile.tile<?x?xf32, global> {{tile.dims = #tile.dims<M, N>}},
+      %S: !tile.tile<?xf32, global> {{tile.dims = #tile.dims<N>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<1>}} {{
+    %c0 = arith.constant 0 : index
+    %xw = tile.view %X[%c0, %c0] : !tile.tile<?x?xf32, global> -> !tile.tile<{rows}x{cols}xf32, global>
+    %x = tile.load %xw : !tile.tile<{rows}x{cols}xf32, global> -> {t}
+{reduction.format(t=t)}
+    %sw = tile.view %S[%c0] : !tile.tile<?xf32, global> -> !tile.tile<{cols}xf32, global>
+    tile.store_global %s, %sw : !tile.tile<1x{cols}xf32, register>, !tile.tile<{cols}xf32, global>
+    func.return
+  }}
+}}
+"""
+
+
+PLAIN = "    %s = tile.col_sum %x : {t} -> !tile.tile<1x{cols}xf32, register>"
+F16 = ("    %h = tile.cast %x : {t} -> !tile.tile<64x64xf16, register>\n"
+       "    %m = tile.col_min %h : !tile.tile<64x64xf16, register> -> !tile.tile<1x64xf16, register>\n"
+       "    %s = tile.cast %m : !tile.tile<1x64xf16, register> -> !tile.tile<1x64xf32, register>")
+
+
+@pytest.mark.parametrize("rows, cols, reduction, line, message", [
+    (64, 64, F16, 9, "tile.col_min computes on f32 or i32 register tiles, and a f16 register tile is held packed"),
+    (64, 12, PLAIN, 7, "register tiles need a column count that is a legal wgmma N (8..256 step 8), got 12"),
+    (64, 264, PLAIN, 7, "register tiles need a column count that is a legal wgmma N (8..256 step 8), got 264"),
+    (32, 64, PLAIN, 2, "register tiles have 32 rows; warpgroups take 64 rows each"),
+])
+def test_refused_by_name_below_tile_ir(rows, cols, reduction, line, message, tmp_path):
+    """The Tile interpreter runs each; the lowering refuses it at its line, through the Python API and through
+    tessera-run (exit 1, no traceback)."""
+    text = _one_block(rows, cols, reduction.replace("{cols}", str(cols)))
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    np.testing.assert_allclose(_launch(text, x, level="tile"), x.sum(0) if "col_sum" in text else x.min(0),
+                               rtol=1e-3, atol=1e-3)  # f16's rounding for the col_min
+    with pytest.raises(LoweringError, match=rf"k.mlir:{line}:\d+: .*" + re.escape(message)):
+        tessera.compile(tessera.parse_module(text, "k.mlir"), target="target")
+    path = tmp_path / "k.mlir"
+    path.write_text(text)
+    result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "--level", "ptx",
+                            "-d", f"M={rows}", "-d", f"N={cols}"])
+    assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert f"k.mlir:{line}:" in result.stderr, result.stderr
 
 # endregion
 # region tessera-run
