@@ -5,8 +5,10 @@ tensor (a 2-D grid adding partials atomically), a fused LayerNorm backward (dx, 
 scale and the scaled cast, a column argmax over row blocks (i32), column reductions of tiles made only of
 broadcasts, column reductions in both branches of an scf.if inside a loop over column blocks, a GEMM whose
 epilogue adds column sums and sums of squares of its output (and row sums), a column max inside its K loop,
-warp-specialized (and with ping-pong consumers), Welford column statistics at a large mean, and column sums
-written as bf16, as one row per block, and added transposed into an [N, 1] column. What the lowering does not
+warp-specialized (and with ping-pong consumers), a bf16 bias gradient through a warp-specialized TMA loop,
+Welford column statistics at a large mean, per-batch channel sums of a 3-D tensor, 1-D windows reaching past
+either end of the tensor, and column sums written as bf16, as one row per block, and added transposed into an
+[N, 1] column. Every kernel assembles with ptxas without a warning or a spill. What the lowering does not
 hold (a 16-bit source, N not a wgmma N, tiles of fewer than 64 rows) is refused by name at its line.
 
 Each runs through `tessera.launch` at the Tile level on a grid of shapes (M = 1 and M not a multiple of the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -288,6 +291,47 @@ def test_column_sums_as_bf16_as_block_rows_and_transposed(rows, cols, level):
     x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
     got = _lowered("col_partials_16bit", x) if level == "lowered" else _run("col_partials_16bit", x, level="tile")
     _check_partials(x, *got)
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_per_batch_channel_sums_and_shifted_windows(level):
+    """batch_channel_sums.mlir: [B, M, N] -> S, R [B, N] through a [1x32] window of row b and a 1-D window of row
+    b; shifted_col_windows.mlir: 1-D windows starting before the tensor and reaching past its end."""
+    x = np.random.default_rng(3).standard_normal((3, 100, 40)).astype(np.float32)
+    run = (lambda name: _lowered(name, x)) if level == "lowered" else (lambda name: _run(name, x, level="tile"))
+    s, r = run("batch_channel_sums")
+    np.testing.assert_array_equal(s, r)
+    assert np.all(np.abs(s - x.astype(np.float64).sum(1)) <= _sum_bound(x.astype(np.float64).swapaxes(0, 1), 1))
+    shifted, added = run("shifted_col_windows")
+    block = x[0, :64, :32].astype(np.float64)  # the window: 64 rows, 32 columns
+    p = block.sum(0)
+    assert np.all(np.abs(shifted[:29] - p[3:]) <= _sum_bound(block)[3:]) and np.all(shifted[29:] == 0)
+    assert np.all(np.abs(added[3:35] - p) <= _sum_bound(block)) and np.all(added[:3] == 0) and np.all(added[35:] == 0)
+
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (200, 72), (64, 64)], (200, 72)))
+def test_bias_grad_of_bf16_through_a_warp_specialized_tma_loop(rows, cols, level):
+    x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(ml_dtypes.bfloat16)
+    s, mx = _lowered("bias_grad_tma_bf16", x) if level == "lowered" else _run("bias_grad_tma_bf16", x, level="tile")
+    xd = x.astype(np.float64)
+    assert np.all(np.abs(s - xd.sum(0)) <= _sum_bound(xd, -(-rows // 64)))
+    np.testing.assert_array_equal(mx, x.astype(np.float32).max(0))
+
+
+ALL_KERNELS = ["col_softmax_online", "batchnorm_stats", "layernorm_bwd_fused", "fp8_channel_scale",
+               "col_argmax_rows", "col_broadcast_only", "col_branches", "gemm_bias_colstats", "gemm_colmax_kloop",
+               "col_partials_16bit", "welford_cols", "batch_channel_sums", "shifted_col_windows", "bias_grad_tma_bf16"]
+
+
+def test_assembles_without_warnings_or_spills(ptxas):
+    from tessera.toolchain import compile_ptx
+
+    for name in ALL_KERNELS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ptx = tessera.compile(tessera.parse_module(_text(name), name), target="ptx")
+        result = compile_ptx(ptx, source_name=name, ptxas=ptxas)
+        assert result.warnings == (), (name, result.warnings)
+        assert not any(entry.spills for entry in result.entries.values()), name
 
 # endregion
 # region transposed adds of values several threads hold

@@ -3,7 +3,7 @@
 // branches of an scf.if yielding the [1x32] column vector), CNT[j] = the i32 count of positive entries (a
 // tile.col_sum of selected ones), F[j] = X[0, j] + CNT[j] (a [1x32] load's own col_sum, and an i32-to-f32 cast).
 builtin.module {
-  func.func @branchy(%X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+  func.func @col_branches(%X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
       %E: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"},
       %CNT: !tile.tile<?xi32, global> {tile.dims = #tile.dims<N>, tile.role = "out"},
       %F: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"})

@@ -2,7 +2,7 @@
 // plus C [N] (tile.load_broadcast to a [1x32] column vector) and its col_max; a [64x32] load_broadcast of C and
 // its col_sum (64 C); R C's col_min; the i32 col_sum of iota rows times iota cols; a fill's col_sum.
 builtin.module {
-  func.func @bcast(%R: !tile.tile<?xf32, global> {tile.dims = #tile.dims<M>}, %C: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>},
+  func.func @col_broadcast_only(%R: !tile.tile<?xf32, global> {tile.dims = #tile.dims<M>}, %C: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>},
       %O1: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"}, %O2: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"}, %O3: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"}, %O4: !tile.tile<?xi32, global> {tile.dims = #tile.dims<N>, tile.role = "out"}, %O5: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>, tile.role = "out"})
       attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<1>} {
     %c0 = arith.constant 0 : index

@@ -3,7 +3,7 @@
 // P [ceildiv(M, 64), N], and all added transposed into a column TT [N, 1] (tile.atomic_add transpose of a
 // [1x32] column vector: window (j, 0) += value (0, j)).
 builtin.module {
-  func.func @half_store(%X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
+  func.func @col_partials(%X: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>},
       %S: !tile.tile<?xbf16, global> {tile.dims = #tile.dims<N>, tile.role = "out"},
       %P: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<ceildiv(M, 64), N>, tile.role = "out"},
       %TT: !tile.tile<?x1xf32, global> {tile.dims = #tile.dims<N, 1>, tile.role = "out"})

@@ -4,7 +4,7 @@
 // rows past M hold 0), stored by the blocks of the first row block. The default pipeline pipelines and
 // warp-specializes the loop: the col_max's barrier counts the consumer warpgroups.
 builtin.module {
-  func.func @gemm_colstats(
+  func.func @gemm_colmax_kloop(
       %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
       %B: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>},
       %BIAS: !tile.tile<?xf32, global> {tile.dims = #tile.dims<N>},
