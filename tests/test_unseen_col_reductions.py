@@ -319,7 +319,8 @@ def test_bias_grad_of_bf16_through_a_warp_specialized_tma_loop(rows, cols, level
 
 ALL_KERNELS = ["col_softmax_online", "batchnorm_stats", "layernorm_bwd_fused", "fp8_channel_scale",
                "col_argmax_rows", "col_broadcast_only", "col_branches", "gemm_bias_colstats", "gemm_colmax_kloop",
-               "col_partials_16bit", "welford_cols", "batch_channel_sums", "shifted_col_windows", "bias_grad_tma_bf16"]
+               "col_partials_16bit", "welford_cols", "batch_channel_sums", "shifted_col_windows", "bias_grad_tma_bf16",
+               "grid_total"]
 
 
 def test_assembles_without_warnings_or_spills(ptxas):
@@ -332,6 +333,16 @@ def test_assembles_without_warnings_or_spills(ptxas):
         result = compile_ptx(ptx, source_name=name, ptxas=ptxas)
         assert result.warnings == (), (name, result.warnings)
         assert not any(entry.spills for entry in result.entries.values()), name
+
+@pytest.mark.parametrize("rows, cols, level", _grid([(1, 8), (130, 64), (300, 40)], (300, 40)))
+def test_grid_wide_total_added_from_one_value_per_block(rows, cols, level):
+    """grid_total.mlir: a [1, 1] tile (a [64, 1] column's col_sum) added into a [1] tensor by each block, once:
+    before, tile.atomic_add of a [1, 1] tile was refused below Tile IR."""
+    x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
+    (total,) = _lowered("grid_total", x) if level == "lowered" else _run("grid_total", x, level="tile")
+    xd = x.astype(np.float64)
+    # each block: 64 row sums of N terms then 64 of those, then the blocks' atomic adds
+    assert abs(total[0] - xd.sum()) <= (cols + 64 + -(-rows // 64)) * F32_U * np.abs(xd).sum()
 
 # endregion
 # region transposed adds of values several threads hold
