@@ -37,6 +37,7 @@ import pytest
 import inprocess
 import tessera
 from tessera import passes
+from tessera.ir.diagnostics import LocatedVerifyException
 from tessera.passes.convert_tile_to_sm90 import LoweringError
 from test_tile_col_reductions import _launch
 
@@ -431,6 +432,16 @@ def test_refused_by_name_below_tile_ir(rows, cols, reduction, line, message, tmp
                             "-d", f"M={rows}", "-d", f"N={cols}"])
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert f"k.mlir:{line}:" in result.stderr, result.stderr
+
+def test_store_global_rows_of_a_column_vector_into_a_1d_window_is_refused_where_written():
+    """Its columns are the window's elements, no rows to count: the Tile interpreter stopped with an IndexError
+    and the lowering took it for a row vector (an IndexError in the CTA simulator)."""
+    text = _one_block(64, 64, PLAIN.replace("{cols}", "64")).replace(
+        "tile.store_global %s, %sw", "%c5 = arith.constant 5 : index\n    tile.store_global_rows %s, %sw, %c5")
+    message = ("'tile.store_global_rows' op a column vector [1, N] goes into a 1-D window [N] by its columns, not its "
+               "rows: store it with tile.store_global")
+    with pytest.raises(LocatedVerifyException, match=r"k.mlir:11:5: .*" + re.escape(message)):
+        tessera.parse_module(text, "k.mlir")
 
 # endregion
 # region tessera-run
