@@ -20,7 +20,10 @@ Found here: `tile.atomic_add ... transpose` of a value several threads hold (`_t
 `passes/convert_tile_to_sm90/backward.py` took every thread's share as a full tile's): a [1, N] column vector
 into an [N, 1] window stopped the CTA simulator with an IndexError and made the PTX executor add out of bounds,
 and an [BM, 1] column into a [1, BM] window of a tensor of more rows added into rows 2, 4 and 6 of the tensor as
-well. Both add each element once, from one of its holders, now.
+well. Both add each element once, from one of its holders, now. `tile.store_global_rows` of a column vector into
+a 1-D window passed the verifier and stopped the Tile interpreter and the CTA simulator with IndexErrors: it is
+refused where it is written. And a grid-wide total, each block's [1, 1] col_sum of its row sums added into one
+element with `tile.atomic_add`, was refused below Tile IR: thread 0 adds it now.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ def _lowered(name: str, *arrays):
     """The target and the PTX level's results, checked bit for bit equal; the target's returned."""
     target, ptx = _run(name, *arrays, level="target"), _run(name, *arrays, level="ptx")
     for a, b in zip(target, ptx):
-        nan = np.isnan(a.astype(np.float32)) if a.dtype.kind == "f" or a.dtype.itemsize < 4 else np.zeros(a.shape, bool)
-        np.testing.assert_array_equal(nan, np.isnan(b.astype(np.float32)) if nan.any() else nan)
+        floats = a.dtype.kind == "f" or a.dtype.itemsize < 4  # f32, or bf16 / f16 / f8 (ml_dtypes)
+        nan = np.isnan(a.astype(np.float32)) if floats else np.zeros(a.shape, bool)
+        np.testing.assert_array_equal(nan, np.isnan(b.astype(np.float32)) if floats else nan)
         bits = f"u{a.dtype.itemsize}"  # the PTX executor's NaNs are canonical, the simulator's NumPy's
         np.testing.assert_array_equal(a.view(bits)[~nan], b.view(bits)[~nan])
     return target
