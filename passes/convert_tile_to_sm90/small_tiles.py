@@ -42,8 +42,8 @@ HALF = 1 << 16
 vector of amounts would hold a register per lane)."""
 
 SCALAR_OPS = (tile.LoadOp, tile.LoadBroadcastOp, tile.GatherOp, tile.StoreGlobalOp, tile.AtomicAddOp, tile.CastOp,
-              tile.FillOp, tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp, tile.ColSumOp, tile.ColMaxOp, tile.ColMinOp,
-              *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
+              tile.FillOp, tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp, tile.ColSumOp, tile.ColMaxOp,
+              tile.ColMinOp, *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
 """The Tile ops that take or make a [1, 1] register tile below Tile IR: value by value, its load, store and atomic
 add (a grid-wide total: each block's col_sum of its row sums added into one element), or its gather (a coordinate
 is broadcast onto the result's registers as an elementwise operand is), and the column reductions (an [BM, 1]
