@@ -7,7 +7,7 @@ broadcasts, column reductions in both branches of an scf.if inside a loop over c
 epilogue adds column sums and sums of squares of its output (and row sums), a column max inside its K loop,
 warp-specialized (and with ping-pong consumers), a bf16 bias gradient through a warp-specialized TMA loop,
 Welford column statistics at a large mean, per-batch channel sums of a 3-D tensor, 1-D windows reaching past
-either end of the tensor, and column sums written as bf16, as one row per block, and added transposed into an
+either end of the tensor, column partials added in block order under semaphores, and column sums written as bf16, as one row per block, and added transposed into an
 [N, 1] column. Every kernel assembles with ptxas without a warning or a spill. What the lowering does not
 hold (a 16-bit source, N not a wgmma N, tiles of fewer than 64 rows) is refused by name at its line.
 
@@ -325,7 +325,7 @@ def test_bias_grad_of_bf16_through_a_warp_specialized_tma_loop(rows, cols, level
 ALL_KERNELS = ["col_softmax_online", "batchnorm_stats", "layernorm_bwd_fused", "fp8_channel_scale",
                "col_argmax_rows", "col_broadcast_only", "col_branches", "gemm_bias_colstats", "gemm_colmax_kloop",
                "col_partials_16bit", "welford_cols", "batch_channel_sums", "shifted_col_windows", "bias_grad_tma_bf16",
-               "grid_total"]
+               "grid_total", "bias_grad_ordered"]
 
 
 def test_assembles_without_warnings_or_spills(ptxas):
@@ -348,6 +348,17 @@ def test_grid_wide_total_added_from_one_value_per_block(rows, cols, level):
     xd = x.astype(np.float64)
     # each block: 64 row sums of N terms then 64 of those, then the blocks' atomic adds
     assert abs(total[0] - xd.sum()) <= (cols + 64 + -(-rows // 64)) * F32_U * np.abs(xd).sum()
+
+@pytest.mark.parametrize("level", ["tile", "target", "ptx"])
+def test_column_partials_added_in_block_order(level):
+    """bias_grad_ordered.mlir: semaphores order the blocks' atomic adds of [1, N] column vectors; the PTX
+    executor's release/acquire checks see every block's adds (from its first row's threads) before its signal."""
+    x = np.random.default_rng(25).standard_normal((300, 48)).astype(np.float32)
+    (db,) = _run("bias_grad_ordered", x, level=level)
+    xd = x.astype(np.float64)
+    assert np.all(np.abs(db - xd.sum(0)) <= _sum_bound(xd, 5))
+    if level != "tile":
+        np.testing.assert_array_equal(db, *_run("bias_grad_ordered", x, level="target"))
 
 # endregion
 # region transposed adds of values several threads hold
