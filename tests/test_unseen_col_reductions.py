@@ -3,13 +3,13 @@
 over rows of any length (a running max and a rescaled running sum), BatchNorm's per-channel statistics of a bf16
 tensor (a 2-D grid adding partials atomically), a fused LayerNorm backward (dx, dgamma, dbeta), a per-channel FP8
 scale and the scaled cast, a column argmax over row blocks (i32), column reductions of tiles made only of
-broadcasts, column reductions in both branches of an scf.if inside a loop over column blocks, a GEMM whose
-epilogue adds column sums and sums of squares of its output (and row sums), a column max inside its K loop,
-warp-specialized (and with ping-pong consumers), a bf16 bias gradient through a warp-specialized TMA loop,
-Welford column statistics at a large mean, per-batch channel sums of a 3-D tensor, 1-D windows reaching past
-either end of the tensor, column partials added in block order under semaphores, and column sums written as bf16, as one row per block, and added transposed into an
-[N, 1] column. Every kernel assembles with ptxas without a warning or a spill. What the lowering does not
-hold (a 16-bit source, N not a wgmma N, tiles of fewer than 64 rows) is refused by name at its line.
+broadcasts, column reductions in both branches of an scf.if inside a loop over column blocks, a GEMM whose epilogue
+adds column sums and sums of squares of its output (and row sums), a column max inside its K loop, warp-specialized
+(and with ping-pong consumers), a bf16 bias gradient through a warp-specialized TMA loop, Welford column statistics
+at a large mean, per-batch channel sums of a 3-D tensor, 1-D windows reaching past either end of the tensor, column
+partials added in block order under semaphores, and column sums written as bf16, as one row per block, and added
+transposed into an [N, 1] column. Every kernel assembles with ptxas without a warning or a spill. What the lowering
+does not hold (a 16-bit source, N not a wgmma N, tiles of fewer than 64 rows) is refused by name at its line.
 
 Each runs through `tessera.launch` at the Tile level on a grid of shapes (M = 1 and M not a multiple of the
 block, N a partial column block) against a float64 NumPy reference with a bound derived from its sums, and on one
