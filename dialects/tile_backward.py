@@ -61,7 +61,8 @@ class AtomicAddOp(IRDLOperation):
     The value is an f32 register tile, or an f32 shared tile that a `tile.barrier` has published; the window is
     an f32 global window of the same shape (a register column vector [1, N] may add into a 1-D window [N], its
     columns the window's elements: `tile_base.columns_into_row`; with `transpose`, of the transposed shape: a [D, BM] value adds into
-    a [BM, D] window, the backward's dQ^T = K^T dS^T of a kernel whose register tiles have key rows). Each element's addition is atomic with respect to every other
+    a [BM, D] window, the backward's dQ^T = K^T dS^T of a kernel whose register tiles have key rows, or a column
+    vector [1, N] into an [N, 1] column). Each element's addition is atomic with respect to every other
     thread block (the lowering's `red.global.add.f32`, or a bulk reduction `cp.reduce.async.bulk .add.f32`
     from shared memory): the result is the sum of every contribution, in an order the hardware picks, so two
     runs may differ in the last bits (order them with `tile.sem_wait`/`tile.sem_signal` for bitwise

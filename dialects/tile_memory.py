@@ -29,7 +29,8 @@ from xdsl.irdl import (
 )
 from xdsl.traits import MemoryAllocEffect, MemoryReadEffect, MemoryWriteEffect, Pure
 
-from tessera.dialects.tile_base import TILE, RegisterStoreOp, require_register_store, require_space, tile_type
+from tessera.dialects.tile_base import (TILE, RegisterStoreOp, columns_into_row, require_register_store, require_space,
+                                        tile_type)
 from tessera.dialects.tile_elementwise import broadcast_shape, is_i32
 from tessera.dialects.tile_types import DYNAMIC, MemSpace, TileType
 from tessera.ir.diagnostics import require, source_location
@@ -412,7 +413,9 @@ class StoreGlobalRowsOp(IRDLOperation):
     the window's first `rows` rows (none when rows <= 0); elements outside the tensor are not written either.
 
     For tensors that pack several sequences along their rows (varlen attention): a block's window may reach
-    past the end of its sequence into the next one, and those rows must not be written."""
+    past the end of its sequence into the next one, and those rows must not be written. A column vector [1, N]
+    into a 1-D window has no rows to count (its columns are the window's elements): it is refused, as
+    `tile.store_global` stores it."""
 
     name = "tile.store_global_rows"
     value = operand_def(TILE)
@@ -426,6 +429,9 @@ class StoreGlobalRowsOp(IRDLOperation):
 
     def verify_(self) -> None:
         require_register_store(self, MemSpace.GLOBAL, "window")  # the rules of tile.store_global
+        require(not columns_into_row(tile_type(self.value), tile_type(self.dest)), self,
+                "a column vector [1, N] goes into a 1-D window [N] by its columns, not its rows: store it with "
+                "tile.store_global")
 
 
 @irdl_op_definition

@@ -143,6 +143,24 @@ def test_odd_number_of_query_blocks_falls_back_to_clusters_of_one(rng):
     assert np.array_equal(out1, out2) and traffic1 == traffic2
 
 
+def test_cluster_members_run_atomic_adds_and_16_bit_casts(rng):
+    """tests/user_kernels/batchnorm_stats.mlir in clusters of two along y: each member casts bf16 to f32
+    (sm90.cvt_unpack) and adds column sums with red.global.add. The members ran without the reduction ops'
+    implementations (an InterpretationError at the first of them); they run them now, as a lone CTA does."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent / "user_kernels" / "batchnorm_stats.mlir").read_text()
+    grid = "tile.grid = #tile.dims<ceildiv(N, 16), ceildiv(M, 64)>"
+    clustered = tessera.parse_module(text.replace(grid, grid + ", tile.cluster = array<i64: 1, 2, 1>"), "k.mlir")
+    x = rng.standard_normal((256, 32)).astype(ml_dtypes.bfloat16)
+    target, ptx = (tessera.launch(clustered, x, level=level) for level in ("target", "ptx"))
+    xd = x.astype(np.float64)
+    for got, exact, terms in zip(target, (xd.sum(0), (xd**2).sum(0)), (xd, xd**2)):
+        assert np.all(np.abs(got - exact) <= (256 + 5) * 2.0**-24 * np.abs(terms).sum(0))
+    for a, b in zip(target, ptx):
+        np.testing.assert_array_equal(a, b)
+
+
 # endregion
 # region hazards, each seeded in the lowered flash kernel ----------------------------------------------------
 

@@ -256,7 +256,12 @@ class BackwardLowering:
         window's corner, W the window tensor's row length. The window's first column must be a constant 0 and
         W a constant at least the value's rows (dq_accum's head_dim): every value row then lies inside the
         tensor, the whole offset is an address immediate, and the mask is the window row (value column) against
-        the tensor's rows, computed once per distinct column and shuffled out."""
+        the tensor's rows, computed once per distinct column and shuffled out.
+
+        A value held by several threads adds from one of them: an [BM, 1] column (each row on the four lanes of
+        a quad) from the lane whose column base is 0, its rows landing on the window's one row at columns
+        row_base + {0, 8}; a [1, N] column vector (each column on every row's threads) from the threads of the
+        tile's first row, its distinct columns landing on the window's rows col_base + c at column 0."""
         *lead, row0, col0 = window.indices
         width = list(self.sig.args[window.arg].dims)[-1]
         value_rows = ty.get_shape()[0]
@@ -264,10 +269,18 @@ class BackwardLowering:
             refuse(op, "a transposed add needs a window from column 0 of a tensor whose constant row length is at "
                         f"least the value's {value_rows} rows")
         w = width.value.data
-        row_offsets, col_offsets = self._thread_offsets(op, ty)
-        # the thread's first element: value row row_base (window column), value column col_base (window row)
-        window_row = e.addi(row0, self.col_base)
-        window_col = self.row_base
+        # the thread's first element: value row first_row (window column), value column first_col (window row)
+        if self._is_column_vector(ty):
+            col_offsets = self._layout(op, ty).distinct_columns[0]
+            row_offsets = [0] * len(col_offsets)
+            first_row, first_col = e.index(0), self.col_base
+            writer = e.setp("eq", self.row_base, e.index(0))
+        else:
+            row_offsets, col_offsets = self._thread_offsets(op, ty)
+            first_row, first_col = self.row_base, (e.index(0) if self._is_column(ty) else self.col_base)
+            writer = e.setp("eq", self.col_base, e.index(0)) if self._is_column(ty) else None
+        window_row = e.addi(row0, first_col)
+        window_col = first_row
         dims = [self._dim_value(window.arg, d, e) for d in range(len(window.indices))]
         distinct = sorted(set(col_offsets))
         if window.in_bounds:
@@ -278,6 +291,8 @@ class BackwardLowering:
             if not window.starts_inside:
                 inside = e.andi(inside, self._not_before(e, window_row, distinct))
             mask = e.shuffle(inside, [distinct.index(c) for c in col_offsets])
+        if writer is not None:
+            mask = e.andi(mask, e.broadcast(writer, len(col_offsets)))
         base = self._element_address(e, window.arg, [*lead, window_row, window_col], [e.to_i64(d) for d in dims],
                                      F32_BYTES)
         offsets = e.dense(i32, [0] * len(row_offsets))

@@ -17,10 +17,11 @@ Stores split the pairs (`unpack_pairs`) and write one `st.global.b16` per elemen
 
 A [1, 1] tile (one value for the whole block: a per-tensor scale read from memory) is held as a column [BM, 1]
 whose rows all hold the value: every thread loads the one element, so it broadcasts onto every other operand as
-a column does, and thread 0 alone stores it. tile.gather takes it as a coordinate (a row of a table picked by
-one index for the block, broadcast onto the result's registers as any operand is) and makes it (every coordinate
-[1, 1]: every thread reads the one element). The ops whose meaning depends on where a value lies in the block
-(tile.iota, the row reductions and row ops, masks) refuse it by name (`_refuse_misplaced_scalars`).
+a column does, and thread 0 alone stores it or adds it into a window (`tile.atomic_add`). tile.gather takes it
+as a coordinate (a row of a table picked by one index for the block, broadcast onto the result's registers as any
+operand is) and makes it (every coordinate [1, 1]: every thread reads the one element). The ops whose meaning
+depends on where a value lies in the block (tile.iota, the row reductions and row ops, masks) refuse it by name
+(`_refuse_misplaced_scalars`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from xdsl.dialects.builtin import VectorType, i32
 from xdsl.ir import SSAValue
 
 from tessera.dialects import sm90, tile
+from tessera.dialects import sm90_reductions as reductions
 from tessera.dialects.tile_types import MemSpace, TileType, is_half
 from tessera.ir.walk import walk_ops
 from tessera.lowering.emitter import Emitter
@@ -39,12 +41,13 @@ HALF = 1 << 16
 """2^16: a packed pair is lo + hi * HALF (a multiply and a division take it as an immediate, where a shift by a
 vector of amounts would hold a register per lane)."""
 
-SCALAR_OPS = (tile.LoadOp, tile.LoadBroadcastOp, tile.GatherOp, tile.StoreGlobalOp, tile.CastOp, tile.FillOp,
-              tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp, tile.ColSumOp, tile.ColMaxOp, tile.ColMinOp,
-              *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
-"""The Tile ops that take or make a [1, 1] register tile below Tile IR: value by value, its load and store, or its
-gather (a coordinate is broadcast onto the result's registers as an elementwise operand is), and the column
-reductions (an [BM, 1] column's is a [1, 1] tile: `col_reductions`)."""
+SCALAR_OPS = (tile.LoadOp, tile.LoadBroadcastOp, tile.GatherOp, tile.StoreGlobalOp, tile.AtomicAddOp, tile.CastOp,
+              tile.FillOp, tile.ScaleOp, tile.SaturatingScaleOp, tile.LogOp, tile.ColSumOp, tile.ColMaxOp,
+              tile.ColMinOp, *(op for op in tile.ELEMENTWISE_OPS if op is not tile.IotaOp))
+"""The Tile ops that take or make a [1, 1] register tile below Tile IR: value by value, its load, store and atomic
+add (a grid-wide total: each block's col_sum of its row sums added into one element), or its gather (a coordinate
+is broadcast onto the result's registers as an elementwise operand is), and the column reductions (an [BM, 1]
+column's is a [1, 1] tile: `col_reductions`)."""
 
 
 def is_scalar(ty) -> bool:
@@ -143,10 +146,8 @@ class SmallTileLowering:
         window, ty, value = self._get(op.dest), op.value.type, self._get(op.value)
         if not isinstance(window, Window):
             super()._lower_StoreGlobalOp(op, e)
-        elif is_scalar(ty):  # thread 0 writes the block's one value
-            base, mask, column_bytes = self._one_row_access(window, ty, [0], e)
-            first = e.andi(e.setp("eq", self.row_base, e.index(0)), e.setp("eq", self.col_base, e.index(0)))
-            mask = e.andi(mask, e.broadcast(first, 1))
+        elif is_scalar(ty):
+            base, mask, column_bytes = self._scalar_access(window, ty, e)
             store = sm90.StGlobalB16Op if is_half(ty.element_type) else sm90.StGlobalOp
             e.op(store(base, e.dense(i32, [0]), e.shuffle(value, [0]), mask, column_bytes))
         elif is_half(ty.element_type) and self._is_column_vector(ty):
@@ -154,3 +155,21 @@ class SmallTileLowering:
             e.op(sm90.StGlobalB16Op(base, offsets, unpack_pairs(e, value), mask, columns))
         else:
             super()._lower_StoreGlobalOp(op, e)
+
+    def _lower_AtomicAddOp(self, op: tile.AtomicAddOp, e: Emitter) -> None:
+        """A [1, 1] value added into the window's one element (with `transpose` too: a [1, 1] is its own
+        transpose) by thread 0: one `red.global.add.f32` for the block."""
+        window, ty = self._get(op.dest), op.value.type
+        if not (is_scalar(ty) and isinstance(window, Window)):
+            super()._lower_AtomicAddOp(op, e)
+            return
+        base, mask, column_bytes = self._scalar_access(window, ty, e)
+        value = e.shuffle(self._get(op.value), [0])
+        e.op(reductions.RedGlobalAddOp(base, e.dense(i32, [0]), value, mask, column_bytes))
+
+    def _scalar_access(self, window: Window, ty: TileType, e: Emitter):
+        """(base, mask, column bytes) of the one element at the window's origin, written by thread 0 alone (the
+        thread whose row and column bases are 0): every thread holds a [1, 1] tile's value."""
+        base, mask, column_bytes = self._one_row_access(window, ty, [0], e)
+        first = e.andi(e.setp("eq", self.row_base, e.index(0)), e.setp("eq", self.col_base, e.index(0)))
+        return base, e.andi(mask, e.broadcast(first, 1)), column_bytes

@@ -157,7 +157,7 @@ def run_cluster(kernel: TargetKernel, module: ModuleOp, values: list, memory: Gl
 def _member_body(kernel, module, values, memory, cta: CtaState, allocation, listeners, options: SimulatorOptions):
     """(name, interpreter, mask, body, factory) of one member CTA for `Scheduler.run_together`."""
     functions = (DivergentControlFunctions(cta), RegisterArithFunctions(cta), Sm90Functions(cta, memory),
-                 ClusterFunctions(cta, memory), CpAsyncFunctions(cta, memory))
+                 ReductionFunctions(cta, memory), ClusterFunctions(cta, memory), CpAsyncFunctions(cta, memory))
     main = CompiledCta(kernel.program, functions, _checkers(cta, allocation, listeners, options))
 
     def make_interpreter(env=None) -> CompiledCta:
@@ -168,6 +168,7 @@ def _member_body(kernel, module, values, memory, cta: CtaState, allocation, list
         cta.cluster.exit(cta)
         cta.tma.check_drained()
         cta.wgmma.check_drained()
+        cta.bulk.check_drained()
         cta.cp_async.check_drained()
         cta.check_synchronisation_drained()
         return results

@@ -25,3 +25,11 @@ func.func @shape(%v: !tile.tile<64x64xbf16, register>, %w: !tile.tile<128x64xbf1
   tile.store_global_rows %v, %w, %n : !tile.tile<64x64xbf16, register>, !tile.tile<128x64xbf16, global>
   func.return
 }
+
+// -----
+
+// CHECK: 'tile.store_global_rows' op a column vector [1, N] goes into a 1-D window [N] by its columns, not its rows: store it with tile.store_global
+func.func @column_vector_rows(%v: !tile.tile<1x64xf32, register>, %w: !tile.tile<64xf32, global>, %n: index) {
+  tile.store_global_rows %v, %w, %n : !tile.tile<1x64xf32, register>, !tile.tile<64xf32, global>
+  func.return
+}
