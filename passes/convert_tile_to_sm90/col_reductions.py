@@ -23,7 +23,7 @@ Refused by name: register tiles the layout does not hold ([BM, N] with N not a l
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, scf
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerType, VectorType, i32
 from xdsl.ir import SSAValue
 
@@ -36,16 +36,6 @@ WORD_BYTES = 4
 """One f32 or i32 value of the scratch buffer."""
 
 ColReductionOp = tile.ColSumOp | tile.ColMaxOp | tile.ColMinOp
-
-
-def _inside_loop(op) -> bool:
-    """Whether `op` runs in an `scf.for` (its scratch buffer is then written again on a later trip)."""
-    parent = op.parent_op()
-    while parent is not None:
-        if isinstance(parent, scf.ForOp):
-            return True
-        parent = parent.parent_op()
-    return False
 
 
 class ColReductionLowering:
@@ -113,6 +103,6 @@ class ColReductionLowering:
         for w in range(warps):
             part = e.op(sm90.LdSharedOp(own, result_type, [w * row_bytes + c * WORD_BYTES for c in columns]))
             total = part if total is None else combine(total, part)
-        if _inside_loop(op):  # the next trip's stores after every thread's loads
+        if self._enclosing_loop(op) is not None:  # the next trip's stores after every thread's loads
             e.op(sm90.BarSyncOp(0, self.threads))
         return total
