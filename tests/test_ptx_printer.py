@@ -34,6 +34,7 @@ from tessera.ir.parser import TesseraParser
 from tessera.ptx import PtxPrintError, PtxTarget, print_ptx, register
 from tessera.ptx.machine import descriptor_of_address
 from tessera.sm90 import facts
+from tessera.sm90.nan import CANONICAL_NAN_BITS
 
 from conftest import build_kernel, require_tool
 
@@ -242,8 +243,17 @@ class PtxThread:
             value = _signed(value, int(src[1:]))
         return value & ((1 << int(dst[1:])) - 1)
 
+    @classmethod
+    def _float_op(cls, name: str, parts: list[str], x: list[np.float32]) -> np.float32:
+        """The f32 result of `name`; arithmetic and max/min with a NaN result give the canonical NaN
+        (`tessera.sm90.nan`, NVIDIA's: no payload of an input), neg and abs the input's bits."""
+        result = cls._float_value(name, parts, x)
+        if name not in ("neg", "abs") and np.isnan(result):
+            return np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32)[()]
+        return result
+
     @staticmethod
-    def _float_op(name: str, parts: list[str], x: list[np.float32]) -> np.float32:
+    def _float_value(name: str, parts: list[str], x: list[np.float32]) -> np.float32:
         with np.errstate(all="ignore"):
             if name == "add":
                 return x[0] + x[1]
