@@ -16,6 +16,12 @@ small kernel on crafted inputs whose raw output bits are recorded:
   2^x the executor computes: the hardware's algorithm is not documented (PTX ISA: within 2 ulp), these bits
   are what a bit-exact model would have to reproduce.
 
+- NaN bits: a Tile IR kernel (`_NAN_KERNEL`) takes f32 NaNs of several payloads and signs (quiet,
+  signalling, all ones) through an f32 add, max.NaN, and the casts to bf16, e4m3 and e5m2 (`cvt.rn(.satfinite)`),
+  and records each output's bits per input: the simulators give f32 arithmetic the canonical NaN 0x7fffffff
+  (`tessera.sm90.nan`, from NVIDIA's documents) and the casts the sign-keeping NaN of ml_dtypes' conversion, which
+  no document settles; the stage records both sides (`nan`: the GPU's and the PTX executor's bits, equal or not).
+
 `run_probes(out, level)` writes out/probes.npz (inputs, GPU bits, predictions) and returns the summary the
 stage records; level None runs on the GPU, "ptx" (the dry run, the test) runs the same kernels in the PTX
 executor with the "hopper" wgmma numerics, where the wgmma probe must match the model everywhere (the kernel's
@@ -117,6 +123,61 @@ builtin.module {
 `ex2.approx.ftz.f32`, docs/tile-elementwise.md)."""
 
 
+_NAN_OUTPUTS = (("add", "f32"), ("max", "f32"), ("bf16", "bf16"), ("e4m3", "f8E4M3FN"), ("e5m2", "f8E5M2"))
+"""The NaN probe's outputs: (name, element type), in the kernel's argument order after X."""
+
+NAN_INPUTS = (0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0x7FA00000, 0x7FC12345, 0xFFFFFFFF)
+"""f32 NaN bit patterns: the default quiet NaN of either sign, signalling NaNs, the canonical NaN, payloads."""
+
+_NAN_KERNEL = """\
+builtin.module {
+  func.func @nan_probe(
+      %X: !tile.tile<?x64xf32, global> {tile.dims = #tile.dims<M, 64>},
+""" + "".join(f"""      %{name.upper()}: !tile.tile<?x64x{ty}, global> {{tile.dims = #tile.dims<M, 64>, tile.role = "out"}}{
+    ',' if k + 1 < len(_NAN_OUTPUTS) else ')'}
+""" for k, (name, ty) in enumerate(_NAN_OUTPUTS)) + """      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64)>} {
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %xw = tile.view %X[%m0, %c0] : !tile.tile<?x64xf32, global> -> !tile.tile<64x64xf32, global>
+    %x = tile.load %xw : !tile.tile<64x64xf32, global> -> !tile.tile<64x64xf32, register>
+    %one = tile.fill 1.0 : !tile.tile<64x64xf32, register>
+    %zero = tile.fill 0.0 : !tile.tile<64x64xf32, register>
+    %add = tile.add %x, %one : !tile.tile<64x64xf32, register>
+    %max = tile.element_max %x, %zero : !tile.tile<64x64xf32, register>
+    %bf16 = tile.cast %x : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xbf16, register>
+    %e4m3 = tile.cast %x : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xf8E4M3FN, register>
+    %e5m2 = tile.cast %x : !tile.tile<64x64xf32, register> -> !tile.tile<64x64xf8E5M2, register>
+""" + "".join(f"""    %{name}_w = tile.view %{name.upper()}[%m0, %c0] : !tile.tile<?x64x{ty}, global> -> !tile.tile<64x64x{ty}, global>
+    tile.store_global %{name}, %{name}_w : !tile.tile<64x64x{ty}, register>, !tile.tile<64x64x{ty}, global>
+""" for name, ty in _NAN_OUTPUTS) + """    func.return
+  }
+}
+"""
+"""A Tile IR kernel: each f32 input through an add, a max.NaN and the casts to bf16, e4m3 and e5m2 (`NAN_INPUTS`
+in the first columns of every row, normal values elsewhere), 64 rows per program."""
+
+
+def nan_bits(level: str | None) -> dict:
+    """{input bits: {output: its bits}} of the NaN probe at `level` (None: the GPU), as hex strings."""
+    import tessera
+    from tessera.ir import parse_module
+
+    x = np.random.default_rng(SEED).standard_normal((64, 64)).astype(np.float32)
+    x[:, :len(NAN_INPUTS)] = np.array(NAN_INPUTS, np.uint32).view(np.float32)
+    outputs = tessera.launch(parse_module(_NAN_KERNEL), x, level=level)
+    table = {}
+    for k, bits in enumerate(NAN_INPUTS):
+        row = {}
+        for (name, _), out in zip(_NAN_OUTPUTS, outputs):
+            out = np.asarray(out)
+            column = out[:, k].view({4: np.uint32, 2: np.uint16, 1: np.uint8}[out.dtype.itemsize])
+            row[name] = sorted({f"{int(v):0{2 * out.dtype.itemsize}x}" for v in column})
+        table[f"{bits:08x}"] = row
+    return table
+
+
 def ex2_module():
     from tessera.ir import parse_module
 
@@ -178,6 +239,10 @@ def run_probes(out: Path, level: str | None, ex2_rows: int = EX2_ROWS) -> dict:
                       "ulp_histogram": {int(v): int(c) for v, c in zip(values, counts)},
                       "max_ulp": int(np.abs(ulps).max())}
     summary["seconds"]["ex2"] = time.perf_counter() - start
+    start = time.perf_counter()
+    got, executor = nan_bits(level), nan_bits("ptx")
+    summary["nan"] = {"bits": got, "executor": executor, "equal": got == executor}
+    summary["seconds"]["nan"] = time.perf_counter() - start
     np.savez_compressed(out / "probes.npz", **arrays)
     return summary
 

@@ -24,6 +24,15 @@ def test_the_probes_dry_run_matches_the_model(tmp_path):
     assert summary["ex2"]["correctly_rounded"] == summary["ex2"]["inputs"] == gpu_probes.DRY_EX2_ROWS * 64
     saved = np.load(tmp_path / "probes.npz")
     assert saved["crafted_d"].shape == (64, 64) and saved["ex2_d"].dtype == np.uint32
+    nan = summary["nan"]
+    assert nan["equal"] and set(nan["bits"]) == {f"{b:08x}" for b in gpu_probes.NAN_INPUTS}
+    for outputs in nan["bits"].values():  # the f32 arithmetic gives the canonical NaN whatever came in
+        assert outputs["add"] == outputs["max"] == ["7fffffff"], outputs
+
+
+def test_the_nan_probe_has_the_same_bits_in_both_simulators():
+    """What the GPU session compares the hardware with: the CTA simulator and the PTX executor agree."""
+    assert gpu_probes.nan_bits("target") == gpu_probes.nan_bits("ptx")
 
 
 def test_the_crafted_inputs_are_bf16_values():
