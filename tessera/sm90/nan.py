@@ -14,6 +14,24 @@ gives that canonical NaN for a NaN result. f64 arithmetic is not covered: the si
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
+
 CANONICAL_NAN_BITS = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
 """The bit pattern of a NaN result, by PTX float type: f32 arithmetic (add, sub, mul, div, fma, min, max) and
 the 16-bit min/max (`__hmax`, `__hmin_nan`, ...; packed types per half)."""
+
+
+_CANONICAL_NANS = {np.dtype(np.float32): np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32),
+                   np.dtype(np.float16): np.array(CANONICAL_NAN_BITS["f16"], np.uint16).view(np.float16),
+                   np.dtype(ml_dtypes.bfloat16): np.array(CANONICAL_NAN_BITS["bf16"], np.uint16).view(ml_dtypes.bfloat16)}
+
+
+def with_canonical_nans(x: np.ndarray) -> np.ndarray:
+    """`x` (f32, f16 or bf16) with every NaN its type's canonical NaN, as an operation with a NaN result gives it
+    on the hardware; one pass where no NaN is (the usual). Other dtypes as they are."""
+    nan = _CANONICAL_NANS.get(x.dtype)
+    if nan is None:
+        return x
+    where = np.isnan(x)
+    return np.where(where, nan, x) if where.any() else x

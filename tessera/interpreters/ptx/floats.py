@@ -31,22 +31,16 @@ from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
 from tessera.sm90 import tf32
 from tessera.sm90.fp8 import satfinite_f32
-from tessera.sm90.nan import CANONICAL_NAN_BITS
+from tessera.sm90.nan import with_canonical_nans
 
 _HALF = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
-_CANONICAL_NAN = {np.dtype(np.float32): np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32),
-                  **{dtype: np.array(CANONICAL_NAN_BITS[name], np.uint16).view(dtype) for name, dtype in _HALF.items()}}
-"""The canonical NaN of f32, f16 and bf16 as a value of that type."""
 
 
 def _canonical(f, dtype: np.dtype):
-    """f with a NaN result given as `dtype`'s canonical NaN."""
-    nan = _CANONICAL_NAN[np.dtype(dtype)]
+    """f with a NaN result given as `dtype`'s canonical NaN (f32, f16, bf16: `tessera.sm90.nan`)."""
 
     def canonical(*values):
-        out = np.asarray(f(*values), dtype)
-        where = np.isnan(out)
-        return np.where(where, nan, out) if where.any() else out
+        return with_canonical_nans(np.asarray(f(*values), dtype))
 
     return canonical
 

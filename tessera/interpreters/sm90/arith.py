@@ -19,7 +19,6 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from xdsl.ir import Operation
 
 from tessera.interpreters.sm90.cta import CtaState
-from tessera.sm90.nan import CANONICAL_NAN_BITS
 from tessera.interpreters.sm90.registers import (
     bit_width,
     dtype_of,
@@ -28,6 +27,7 @@ from tessera.interpreters.sm90.registers import (
     thread_shape,
     unsigned,
 )
+from tessera.sm90.nan import with_canonical_nans
 
 _SIGNED_PREDICATES = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
 
@@ -114,18 +114,11 @@ def _signed_zero_order(result, a, b, larger: bool):
     return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
 
 
-_CANONICAL_F32_NAN = np.array(CANONICAL_NAN_BITS["f32"], np.uint32).view(np.float32)
-
-
 def canonical_nan(x: np.ndarray) -> np.ndarray:
     """An f32 result with every NaN the hardware's canonical NaN (`tessera.sm90.nan`: an f32 add, sub, mul, div,
     min, max or fma with a NaN result gives 0x7fffffff, no payload of its inputs; NumPy keeps an input's payload
-    or makes 0xffc00000), as the PTX executor's f32 arithmetic gives it; other dtypes as they are. One pass where
-    no NaN is (the usual)."""
-    if x.dtype != np.float32:
-        return x
-    nan = np.isnan(x)
-    return np.where(nan, _CANONICAL_F32_NAN, x) if nan.any() else x
+    or makes 0xffc00000), as the PTX executor's f32 arithmetic gives it; other dtypes as they are."""
+    return with_canonical_nans(x) if x.dtype == np.float32 else x
 
 
 _FLOAT = {

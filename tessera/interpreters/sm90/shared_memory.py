@@ -373,14 +373,18 @@ class SharedMemory:
         keys = self._landed[1]
         return keys is not None and self._first_unseen_of(keys, readers) is None
 
+    def _buffer_holding(self, addresses: np.ndarray) -> Buffer | None:
+        """The first declared buffer that holds every one of `addresses` (None: none does)."""
+        low, high = int(addresses.min()), int(addresses.max())
+        return next((b for b in self.buffers.values() if b.offset <= low and high < b.offset + b.size), None)
+
     def _buffer_fenced(self, addresses: np.ndarray, readers: np.ndarray) -> bool:
         """Whether every generic-written byte of the shared buffer holding `addresses` is fenced for `readers`
         (`_check_proxy_fenced`'s rule): then so are those among `addresses` (each writer's latest write there is
         no later than in the whole buffer). One check per buffer and reader group while the buffer's lines are
         unchanged, for every window of it a wgmma reads (the causal bias table's, a different window each trip);
         False sends the read to the exact check, which names the byte."""
-        low, high = int(addresses.min()), int(addresses.max())
-        buffer = next((b for b in self.buffers.values() if b.offset <= low and high < b.offset + b.size), None)
+        buffer = self._buffer_holding(addresses)
         if buffer is None or len(readers) != readers[-1] - readers[0] + 1:
             return False
         span = np.arange(buffer.offset, buffer.offset + buffer.size)
@@ -398,8 +402,7 @@ class SharedMemory:
         write fenced for `readers` (`_buffer_fenced`), or None: an async-proxy read of any of their bytes by
         `readers` passes `check_async_read` until a write changes one of those lines (the bytes stay GENERIC and
         their writers' fences only grow), as lines `async_readable` found do (`wgmma.WgmmaUnit._check_read`)."""
-        low, high = int(addresses.min()), int(addresses.max())
-        buffer = next((b for b in self.buffers.values() if b.offset <= low and high < b.offset + b.size), None)
+        buffer = self._buffer_holding(addresses)
         if buffer is None:
             return None
         lines = slice(-(-buffer.offset // EPOCH_BYTES), (buffer.offset + buffer.size) // EPOCH_BYTES)
