@@ -32,7 +32,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ranges import as_slice
+from tessera.interpreters.ranges import as_slice, lane_block
 from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
 
 FUSABLE = frozenset({
@@ -332,9 +332,12 @@ class Block:
             plan = self.plans[n] = self._plan(n)
         files, steps, staging = plan
         runs = self.lane_runs.of(lanes)
+        block = self.lane_runs.block
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
-            if runs is None:
+            if block is not None:
+                _block_view(into, block)[...] = _machine_block(array, axis, indices, block, m.threads)
+            elif runs is None:
                 into[...] = array[_outer(indices, lanes)] if axis == 0 else array[lanes][:, indices].T
             elif axis == 0:  # rows of a register file
                 for machine_lanes, here in runs:
@@ -348,7 +351,7 @@ class Block:
         try:
             for run, gathers, guard, insts in steps:
                 for out, source, rows in gathers:
-                    np.take(source, rows, axis=0, out=out)
+                    source.take(rows, axis=0, out=out)
                 if guard is None:
                     run(ALL)
                     continue
@@ -368,7 +371,9 @@ class Block:
             if stage is not None:
                 stage[...] = values
                 values = stage
-            if runs is None:
+            if block is not None:
+                _put_machine_block(array, axis, indices, block, m.threads, _block_view(values, block))
+            elif runs is None:
                 if axis == 0:
                     array[_outer(indices, lanes)] = values
                 else:
@@ -431,6 +436,33 @@ def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
     return (rows[:, None], columns) if type(rows) is not slice and type(columns) is not slice else (rows, columns)
 
 
+def _block_view(values: np.ndarray, block: tuple[slice, slice]) -> np.ndarray:
+    """[k, n] values of the lanes of a `lane_block` as a view [k, CTAs, threads of each]."""
+    ctas, within = block
+    return values.reshape(len(values), ctas.stop - ctas.start, within.stop - within.start)
+
+
+def _machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
+                   threads: int) -> np.ndarray:
+    """The registers `indices` of the lanes of a `lane_block` in `array` (a register file [registers, lanes], axis
+    0, or a wgmma block [lanes, registers], axis 1) as [k, CTAs, threads of each] (a view, or a gather where
+    `indices` is an array: read only)."""
+    ctas, within = block
+    if axis == 0:
+        return array.reshape(len(array), -1, threads)[indices, ctas, within]
+    return array.reshape(-1, threads, array.shape[1])[ctas, within, indices].transpose(2, 0, 1)
+
+
+def _put_machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
+                       threads: int, values: np.ndarray) -> None:
+    """Write `values` [k, CTAs, threads of each] into what `_machine_block` reads."""
+    ctas, within = block
+    if axis == 0:
+        array.reshape(len(array), -1, threads)[indices, ctas, within] = values
+    else:
+        array.reshape(-1, threads, array.shape[1])[ctas, within, indices] = values.transpose(1, 2, 0)
+
+
 MAX_RUNS = 16
 """Lanes in at most this many runs of consecutive lanes (the warpgroups of a few CTAs) are gathered and
 scattered a run at a time (slices), others by index."""
@@ -452,15 +484,20 @@ def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
 
 class LaneRuns:
     """`_runs` of the lanes the program's blocks last ran for, kept while they are the same object: the scheduler
-    hands every block of a straight run the same lanes array, and never modifies one."""
+    hands every block of a straight run the same lanes array, and never modifies one; and `block`, their
+    `ranges.lane_block` where they are more than one run (the same threads of consecutive CTAs: each transfer one
+    copy of a [registers, CTAs, threads] view, not one per run), else None."""
 
-    def __init__(self):
+    def __init__(self, threads: int):
+        self.threads = threads
         self.lanes: np.ndarray | None = None
         self.runs: list[tuple[slice, slice]] | None = None
+        self.block: tuple[slice, slice] | None = None
 
     def of(self, lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
         if lanes is not self.lanes:
             self.lanes, self.runs = lanes, _runs(lanes)
+            self.block = lane_block(lanes, self.threads) if self.runs is not None and len(self.runs) > 1 else None
         return self.runs
 
 
@@ -473,7 +510,7 @@ class Fusion:
         targets = _targets(entry)
         self.at: list[Block | None] = [None] * len(installed)
         fusable = [_fusable(i.inst, d, i) for d, i in zip(decoded, installed)]
-        lane_runs = LaneRuns()
+        lane_runs = LaneRuns(m.threads)
         pc, end = 0, len(installed)
         while pc < end:
             stop = pc

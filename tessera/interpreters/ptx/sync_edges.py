@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interpreters.ranges import consecutive
+from tessera.interpreters.ranges import consecutive, lane_block
 
 
 class SyncEdges:
@@ -336,10 +336,16 @@ class SyncEdges:
         async proxy along any path through it, in the state spaces it names (`shared`, `global_`: both for a
         fence.proxy.async without one)."""
         t = self.threads
+        block = lane_block(lanes, t)  # (a batch's consumer warpgroups: views, not gathers of [lanes, threads] rows)
         for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
-            if on:
+            if not on:
+                continue
+            if block is not None:
+                fenced = self.fenced.reshape(-1, t, 2 * t)[block + (columns,)]
+                np.maximum(fenced, self.clock.reshape(-1, t, t)[block], out=fenced)
+            else:
                 self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
-                self.fenced_rows[lanes] = True
+            self.fenced_rows[lanes] = True
         self.rows_changed(lanes)
         if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
             for lane in np.asarray(lanes).reshape(-1).tolist():
