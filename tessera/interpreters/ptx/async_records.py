@@ -179,9 +179,10 @@ class AsyncRecords:
                         rows)
             self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
 
-    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray,
+    def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray | None,
                            span: slice | None = None) -> None:
-        """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`) must happen after
+        """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`; None: the lanes' own
+        clocks, gathered only for the rows a completion concerns) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
         as one instruction of many threads (a store of two warpgroups at once) is many writes. `span`: the range
         the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
@@ -189,7 +190,7 @@ class AsyncRecords:
             return  # r_async is all zero: no completed async read recorded
         if span is not None:
             for c in self._span_completions(span):
-                if not self._knows_completion(clocks[0], c):
+                if not self._knows_completion(self.clock[lanes[0]] if clocks is None else clocks[0], c):
                     self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
             self._forget_async_reads(span)
             return
@@ -203,7 +204,8 @@ class AsyncRecords:
                 continue
             readers, epochs, line, reader, by = self.completions[c - 1]
             rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
-            ordered = (clocks[rows][:, readers % self.threads] >= epochs).any(axis=1)
+            known = self.clock[lanes[rows]] if clocks is None else clocks[rows]
+            ordered = (known[:, readers % self.threads] >= epochs).any(axis=1)
             if not ordered.all():
                 r = int(rows[np.argmin(ordered)])
                 byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])

@@ -278,7 +278,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             if self.strong_read_any and not atomic:  # a plain store after a strong load [memory_model.DATA_RACE]
                 self._check_reads(inst, lanes, index, "writes", reads=self.strong_reads)
             if self.completions:
-                self._after_async_reads(inst, lanes, index, "the store", self.clock[lanes])
+                self._after_async_reads(inst, lanes, index, "the store", None)
 
     def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """A generic load of `lanes` at `index` [lanes, bytes] (of a peer's bytes: judged in the peer's frame)."""

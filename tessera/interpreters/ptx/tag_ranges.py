@@ -46,16 +46,24 @@ class TagRanges:
         byte: the kept ranges holding some of them are written into the per-byte arrays and no longer kept. For
         an index array, a range its bounds meet but none of its bytes holds stays kept (the stores of many
         CTAs' lanes: each CTA's bytes lie in its own window, and the bounds span the windows between)."""
-        if not self.tag_ranges:
+        kept = self.tag_ranges
+        if not kept:
             return
-        index = None
+        if isinstance(where, np.ndarray):  # the range each byte falls in (by its start), if any: one search
+            starts = np.array(kept.starts, np.int64)
+            stops = np.array([kept.ranges[start][0] for start in kept.starts], np.int64)
+            flat = where.reshape(-1)
+            at = np.searchsorted(starts, flat, side="right") - 1
+            inside = flat < stops[at]
+            inside &= at >= 0  # (a byte below every range: `at` -1 read the last stop above)
+            if inside.any():
+                hit = np.zeros(len(starts), bool)
+                hit[at[inside]] = True
+                for start in starts[hit].tolist():
+                    self._write_range(start)
+            return
         for low, high in byte_bounds(where):
-            for start in self.tag_ranges.meeting(low, high):
-                if isinstance(where, np.ndarray):
-                    index = np.sort(where, axis=None) if index is None else index
-                    first = int(np.searchsorted(index, start))
-                    if first == len(index) or index[first] >= self.tag_ranges.ranges[start][0]:
-                        continue
+            for start in kept.meeting(low, high):
                 self._write_range(start)
 
     def flight_in(self, span: slice) -> bool:
