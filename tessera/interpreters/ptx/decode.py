@@ -57,6 +57,8 @@ def per_lane(values, shape: tuple, dtype=None) -> np.ndarray:
     if type(values) is np.ndarray and values.shape == shape and (dtype is None or values.dtype == dtype):
         return values
     one = np.asarray(values, dtype)
+    if one.shape == shape:  # (converted to `dtype`: a copy of its own)
+        return one
     if one.ndim or len(shape) != 1:
         return np.broadcast_to(one, shape)
     view = np.ndarray(shape, one.dtype, one, 0, (0,))

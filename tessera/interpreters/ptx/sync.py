@@ -32,6 +32,7 @@ from tessera.interpreters.ptx.register_pool import set_max_registers
 from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.ranges import distinct_ascending
 from tessera.sm90 import facts
 
 U32 = ptx_type("u32")
@@ -91,7 +92,7 @@ def _check_same_instruction(m: Machine, inst, barrier: int, active: np.ndarray, 
     divergent warp), which `barrier.sync` without .aligned allows. So a warp whose threads arrive at `barrier` at two
     instructions in one phase, one of them aligned, is a hazard. `line`: this instruction's (negative without
     .aligned)."""
-    warps = np.unique(m.unit_of[facts.WARP_SIZE][active])
+    warps = distinct_ascending(m.unit_of[facts.WARP_SIZE][active])  # (lanes ascend)
     before = m.bar_warp_line[barrier, warps]
     other = (before != 0) & (before != line) & ((before > 0) | (line > 0))
     if other.any():
@@ -178,7 +179,7 @@ def decode_bar(ops: Operands, inst, mods):
             facts.check_named_barrier(barrier, n or None, m.threads, arrive=action == "arrive")
         except ValueError as error:
             raise m.error(inst, str(error), int(active[0])) from None
-        for cta in np.unique(m.lane_cta[active]):
+        for cta in distinct_ascending(m.lane_cta[active]).tolist():
             previous = int(m.bar_expected[barrier, cta])
             if previous and previous != n and m.bar_arrived[barrier, m.lane_cta == cta].any():
                 # arrivals of one phase that disagree on its count: which complete it is timing, a hazard as too
@@ -189,7 +190,7 @@ def decode_bar(ops: Operands, inst, mods):
         _check_same_instruction(m, inst, barrier, active, inst.line if aligned else -inst.line)
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
-        for cta in np.unique(m.lane_cta[active]):
+        for cta in distinct_ascending(m.lane_cta[active]).tolist():
             mine = active[m.lane_cta[active] == cta]
             m.tracker.hb.bar_arrived((barrier, int(cta)), mine)
             m.tracker.barrier_arriving((barrier, int(cta)), mine)
@@ -200,7 +201,7 @@ def decode_bar(ops: Operands, inst, mods):
             m.bar_waiting[active] = barrier
         else:
             m.pc[active] += 1
-        for cta in np.unique(m.lane_cta[active]):
+        for cta in distinct_ascending(m.lane_cta[active]).tolist():
             check_barrier(m, barrier, int(cta), inst)
 
     def run(lanes, active):

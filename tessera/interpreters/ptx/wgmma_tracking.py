@@ -25,6 +25,7 @@ import numpy as np
 from tessera.interpreters.ptx.decode import elements
 from tessera.interpreters.ptx.wgmma_accumulators import write_back
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
+from tessera.interpreters.ranges import distinct_ascending
 from tessera.sm90 import facts
 
 _NO_GROUP = np.iinfo(np.int64).max  # above every wgmma group (`WgmmaTracking.wgmma_wait`)
@@ -255,7 +256,7 @@ class WgmmaTracking:
         if self.m.deferred:  # the chains' accumulators into their registers (`wgmma_accumulators`)
             write_back(self.m)
         unit = self.m.unit_of[facts.WARPGROUP_SIZE]
-        ws = np.unique(unit[lanes])
+        ws = distinct_ascending(unit[lanes])  # (lanes ascend)
         target = self.warp_open[self.m.unit_of[facts.WARP_SIZE][lanes]] - 1 - keep
         previous = self.lane_done[lanes]
         self.lane_done[lanes] = np.maximum(previous, target)
