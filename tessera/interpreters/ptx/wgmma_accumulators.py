@@ -66,7 +66,7 @@ def product_order(values: np.ndarray, n: int) -> np.ndarray:
 
 def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.ndarray, add: bool) -> None:
     """The wgmma of `lanes` (whole warpgroups) whose accumulators are `rows` of `block` takes D = f32(D + d) (`add`)
-    or f32(d), d [warpgroups, 64, N] float64 in product order: kept in `m.deferred` until
+    or f32(d), d [warpgroups, 64, N] float64 in product order (overwritten): kept in `m.deferred` until
     `write_back`. A chain of other lanes on the block is written back first."""
     entry = m.deferred.get(id(block))
     if entry is not None and (len(entry.lanes) != len(lanes) or not np.array_equal(entry.lanes, lanes)):
@@ -77,10 +77,9 @@ def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.
         if add:  # the registers as they are, in product order
             _copy_pairs(_product_pairs(values, rows.shape[0]), _fragment_pairs(rows, d.shape[2]))
         entry = m.deferred[id(block)] = Deferred(block, lanes.copy(), rows, values)
-    if add:  # float64 sums (the loop NumPy picks for float64 + float32) rounded once into the float32 values
-        np.add(d, entry.values, out=entry.values, casting="same_kind")
-    else:
-        entry.values[...] = d
+    if add:
+        np.add(d, entry.values, out=d)  # float64 sums, rounded once below
+    entry.values[...] = d
 
 
 def write_back(m) -> None:
