@@ -38,8 +38,8 @@ def lane_block(lanes: np.ndarray, threads: int) -> tuple[slice, slice] | None:
         run = int(np.argmax(np.diff(lanes) != 1)) + 1  # the first CTA's lanes
         ctas = n // run
         if ctas * run == n and offset + run <= threads and last == (slot + ctas - 1) * threads + offset + run - 1:
-            expected = (np.arange(slot, slot + ctas) * threads + offset)[:, None] + np.arange(run)
-            if np.array_equal(lanes, expected.reshape(-1)):
+            rows = lanes.reshape(ctas, run)  # each row consecutive (ascending, distinct: it spans run - 1), a CTA on
+            if (rows[:, -1] - rows[:, 0] == run - 1).all() and (np.diff(rows[:, 0]) == threads).all():
                 block = slice(slot, slot + ctas), slice(offset, offset + run)
     return block
 

@@ -22,7 +22,7 @@ from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
 )
 from tessera.interpreters.ptx.tma_boxes import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState
-from tessera.interpreters.ptx import async_checks, ptxas_rules
+from tessera.interpreters.ptx import async_checks, ptxas_rules, tensor_core_numerics
 from tessera.interpreters.ptx.decode import Operands, decode
 from tessera.interpreters.ptx.fuse import Fusion
 from tessera.interpreters.ptx.launch_arguments import (
@@ -286,10 +286,12 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
     else:
         machine = Machine(entry, source, block, per_batch, shared, local_offsets, local_end, memory_, params_array,
                           param_offsets, global_symbols, grid)
+        machine.has_reductions = reductions.uses_reductions(entry)  # (a walk of the program: once, not per launch)
     machine.tensor_maps = maps
+    machine.wgmma_numerics = tensor_core_numerics.current()  # (the environment read once a launch, not per wgmma)
     machine.races = races
     machine.global_order = GlobalOrder(machine, memory_.buffer.size)
-    machine.watch = reductions.ReductionWatch(machine) if reductions.uses_reductions(entry) else None
+    machine.watch = reductions.ReductionWatch(machine) if machine.has_reductions else None
     machine.cluster, machine.cluster_size = cluster, cluster_size
     if not decoded:
         machine.cluster_state = ClusterState(machine)

@@ -151,11 +151,11 @@ class SyncEdges:
         """Whether `check_init` passes for the lanes of each CTA of `block` (`clocks`: their rows, [CTA, lane,
         thread]) on its mbarrier `keys[k]`. Once it passed it passes until an init (`inits_seen`: clocks only
         grow)."""
-        records = [(k, self.inits[key]) for k, key in enumerate(keys) if key in self.inits] if self.races else []
-        if not records:
-            return True
         seen = (tuple(keys), block[0].start, block[0].stop, block[1].start, block[1].stop)
         if seen in self.inits_seen:
+            return True
+        records = [(k, self.inits[key]) for k, key in enumerate(keys) if key in self.inits] if self.races else []
+        if not records:
             return True
         rows = np.array([k for k, _ in records])
         columns = np.array([lane % self.threads for _, (lane, _, _) in records])

@@ -4,8 +4,8 @@ block FMA of H100/H200 tensor cores, each term truncated at the block's largest 
 toward zero; bit for bit what [KM25]'s test vectors and the recorded GEMM fidelity cases show).
 
 Chosen by the environment variable TESSERA_PTX_WGMMA_NUMERICS (so worker processes of a parallel launch
-inherit it), or for a block of code with `wgmma_numerics("hopper")`; read at every wgmma, so one launch
-sees one choice. Under "hopper" a combination the model does not cover (.e4m3/.e5m2 into .f16) stops the run
+inherit it), or for a block of code with `wgmma_numerics("hopper")`; read when a launch is set up (its
+machine's `wgmma_numerics`), so one launch sees one choice. Under "hopper" a combination the model does not cover (.e4m3/.e5m2 into .f16) stops the run
 naming it; integer wgmma is exact either way.
 """
 

@@ -221,7 +221,7 @@ def _wgmma_async(ops: Operands, inst, mods):
         if scale_b != 1:
             b_stack = scale_b * b_stack
         # D' [warpgroups, 64, N] (`thread_rows`)
-        if family != "int" and tensor_core_numerics.current() == "hopper":  # C entered, rounded: written as scale-d 0
+        if family != "int" and m.wgmma_numerics == "hopper":  # C entered, rounded: written as scale-d 0
             d = tensor_core_numerics.modelled_product(m, inst, a_stack, b_stack.transpose(0, 2, 1), accumulate, lanes,
                                                       d_block, d_regs, n, a_name, b_name, dtype_name)
             accumulate = np.zeros_like(accumulate)
