@@ -12,8 +12,10 @@ what each barrier, mbarrier, cluster barrier and proxy fence does to the lanes' 
 The arrives and waits of a batch's CTAs as one unit (`arrive_ctas`, `waited_ctas`) keep, for the block of lanes
 they ran for, bounds of its clock rows (`block_bounds`: [CTA, thread] each): `high`, the join of its rows,
 exactly (what its next release publishes, without a pass over the rows), and `low`, a bound below every row
-(an acquire of a clock at or under it changes no row, and one above it in a few columns changes only those). A
-consumer block's release and acquire in a main loop then read no row, and write only the columns that change.
+(an acquire of a clock at or under it changes no row, and one above it in a few columns changes only those); and
+the same two of its `fenced` rows ([CTA, 2 x thread]: consumers that fenced once, before their main loop, release
+and acquire fenced clocks every trip). A consumer block's release and acquire in a main loop then read no row,
+and write only the columns that change.
 Any other change of a row of the block (`rows_changed`: a release, acquire or fence of some of its lanes, a new
 batch) drops its bounds.
 """
@@ -124,11 +126,12 @@ class SyncEdges:
 
     def arrive_ctas(self, inst, keys: list[tuple[int, int]], lanes: np.ndarray, block: tuple[slice, slice]) -> bool:
         """`arrive` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
-        every CTA's join at once. False (nothing done) where some init check would report (`check_init`), or a
-        lane's fenced clock or knowledge of other CTAs joins in: the caller then arrives key by key."""
+        every CTA's join at once, its lanes' fenced clocks joined through the block's bounds (`_fenced_join`). False
+        (nothing done) where some init check would report (`check_init`), or a lane's knowledge of other CTAs joins
+        in: the caller then arrives key by key."""
         t = self.threads
         ctas, within = block
-        if self.remote or self.fenced_rows.reshape(-1, t)[ctas, within].any():
+        if self.remote:
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
         if not self._inits_seen(keys, block, clocks):
@@ -141,11 +144,23 @@ class SyncEdges:
         own += 1
         high = bounds[1][:, within]
         np.maximum(high, own, out=high)
-        unfenced = np.zeros(2 * t, np.int32)  # (read-only: shared by the CTAs' releases, which `join` never writes)
-        unfenced.setflags(write=False)
+        fenced = self._fenced_join(block, bounds)  # [CTA, 2 * thread] (read-only: `join` never writes a release)
         for k, key in enumerate(keys):
-            self.pending[key] = self.join(self.pending.get(key), (joined[k], unfenced, None))
+            self.pending[key] = self.join(self.pending.get(key), (joined[k], fenced[k], None))
         return True
+
+    def _fenced_join(self, block: tuple[slice, slice], bounds: list) -> np.ndarray:
+        """The join of the `fenced` rows of `block` per CTA ([CTA, 2 * thread], read-only): zeros where no row of it
+        may be nonzero, else kept in its bounds (`block_bounds`: a release of the block changes no fenced row)."""
+        t = self.threads
+        ctas, within = block
+        if bounds[3] is None:
+            if self.fenced_rows.reshape(-1, t)[ctas, within].any():
+                bounds[3] = self.fenced.reshape(-1, t, 2 * t)[ctas, within].max(axis=1)
+            else:
+                bounds[3] = np.zeros((ctas.stop - ctas.start, 2 * t), np.int32)
+            bounds[3].setflags(write=False)
+        return bounds[3]
 
     def _inits_seen(self, keys: list[tuple[int, int]], block: tuple[slice, slice], clocks: np.ndarray) -> bool:
         """Whether `check_init` passes for the lanes of each CTA of `block` (`clocks`: their rows, [CTA, lane,
@@ -167,45 +182,43 @@ class SyncEdges:
 
     def waited_ctas(self, inst, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> bool:
         """`waited` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
-        every CTA's acquire at once. False (nothing done) where some init check would report, or a published
-        release carries a fenced clock or knowledge of other CTAs: the caller then acquires key by key."""
+        every CTA's acquire at once, a published fenced clock taken into the `fenced` rows as the clock into the
+        clock rows (bounds `fenced low`, `fenced high`). False (nothing done) where some init check would report,
+        or a published release carries knowledge of other CTAs: the caller then acquires key by key."""
         t = self.threads
         ctas, within = block
         done = [self.published.get(key) for key in keys]
-        if any(d is not None and (d[2] or d[1].any()) for d in done):
+        if any(d is not None and d[2] for d in done):
             return False
         clocks = self.clock.reshape(-1, t, t)[ctas, within]  # [CTA, lane, thread]
         if not self._inits_seen(keys, block, clocks):
             return False
-        zero = np.zeros(t, self.clock.dtype)
+        zero, unfenced = np.zeros(t, self.clock.dtype), np.zeros(2 * t, np.int32)
         published = np.stack([zero if d is None else d[0] for d in done])  # [CTA, thread]
         bounds = self._bounds_of(block)
-        low, high = bounds
-        if low is None:
-            np.maximum(clocks, published[:, None, :], out=clocks)
-            bounds[0] = published
-        else:  # only the columns where some row may lie under the published clock
-            columns = np.flatnonzero((published > low).any(axis=0))
-            if 8 * len(columns) > t:  # (most of them: one pass over the rows costs less than a gather)
-                np.maximum(clocks, published[:, None, :], out=clocks)
-            elif len(columns):
-                part = clocks[:, :, columns]
-                clocks[:, :, columns] = np.maximum(part, published[:, None, columns])
-            bounds[0] = np.maximum(low, published)
-        if high is not None:
-            bounds[1] = np.maximum(high, published)
+        bounds[0] = _raise_rows(clocks, published, bounds[0])
+        if bounds[1] is not None:
+            bounds[1] = np.maximum(bounds[1], published)
+        fenced = np.stack([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
+        if fenced.any():  # a fence on a path into the releases: the rows take it in (`fenced_rows` set)
+            rows = self.fenced.reshape(-1, t, 2 * t)[ctas, within]
+            bounds[2] = _raise_rows(rows, fenced, bounds[2])
+            self.fenced_rows.reshape(-1, t)[ctas, within] = True
+            if bounds[3] is not None:
+                bounds[3] = np.maximum(bounds[3], fenced)
+                bounds[3].setflags(write=False)
         return True
 
     def _bounds_of(self, block: tuple[slice, slice]) -> list:
-        """[low, high] of `block` (`block_bounds`: None each where not known), kept; the bounds of blocks
-        sharing a lane with it dropped."""
+        """[low, high, fenced low, fenced high] of `block` (`block_bounds`: None each where not known), kept; the
+        bounds of blocks sharing a lane with it dropped."""
         ctas, within = block
         key = (ctas.start, ctas.stop, within.start, within.stop)
         bounds = self.block_bounds.get(key)
         if bounds is None:
             for other in [k for k in self.block_bounds if _meet(k, key)]:
                 del self.block_bounds[other]
-            bounds = self.block_bounds[key] = [None, None]
+            bounds = self.block_bounds[key] = [None, None, None, None]
         return bounds
 
     def rows_changed(self, lanes) -> None:
@@ -358,6 +371,20 @@ class SyncEdges:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
         fence.proxy.async on a path into each lane has made visible to the async proxy."""
         return self.fenced[lanes[:, None], self.threads + threads]
+
+
+def _raise_rows(rows: np.ndarray, published: np.ndarray, low: np.ndarray | None) -> np.ndarray:
+    """Every row of `rows` ([CTA, lane, column], a view) joined with its CTA's `published` ([CTA, column]), reading
+    only the columns where some row may lie under it (`low`: a bound below every row, or None); the new bound."""
+    if low is None:
+        np.maximum(rows, published[:, None, :], out=rows)
+        return published
+    columns = np.flatnonzero((published > low).any(axis=0))
+    if 8 * len(columns) > rows.shape[2]:  # (most of them: one pass over the rows costs less than a gather)
+        np.maximum(rows, published[:, None, :], out=rows)
+    elif len(columns):
+        rows[:, :, columns] = np.maximum(rows[:, :, columns], published[:, None, columns])
+    return np.maximum(low, published)
 
 
 def _own_epochs(clocks: np.ndarray, first: int) -> np.ndarray:
