@@ -16,7 +16,7 @@ import inspect
 
 import numpy as np
 
-from tessera.variants import bitwise, powers, rounding, search_calls, searches, torch_mods, ufuncs
+from tessera.variants import bitwise, narrow_integers, powers, rounding, search_calls, searches, torch_mods, ufuncs
 from tessera.variants.nodes import BOOL, COMPARES, F32, I32, Node
 from tessera.variants.tracing import UNCAPTURED, ArrayOperand, Tracing
 
@@ -25,6 +25,9 @@ class Traced:
     """A traced value: Python operators and NumPy ufuncs/functions on it record nodes (module docstring)."""
 
     __array_priority__ = 1000
+    _narrow: narrow_integers.Narrow | None = None
+    """Set on a value read from a captured int8/int16/uint8/uint16/uint32/uint64 array and on what NumPy computes
+    from it in that dtype (`tessera.variants.narrow_integers`)."""
 
     def __init__(self, tracing: Tracing, node: Node):
         self._tracing, self.node = tracing, node
@@ -63,6 +66,17 @@ class Traced:
         return Node("to_f32", (node,), F32)
 
     def _apply(self, op: str, *operands: object) -> Traced:
+        """`op` of `operands` as NumPy computes it; a value that NumPy keeps in a narrow integer type stays marked
+        with its type and values, and one that would wrap there is refused (`narrow_integers.result`)."""
+        narrow = narrow_integers.result(op, operands, lambda x: x._narrow if isinstance(x, Traced) else None,
+                                        lambda x: self._lift(x).dtype, self._tracing.refuse)
+        out = self._apply_op(op, *operands)
+        if narrow is not None:
+            out = self._wrap(out.node)
+            out._narrow = narrow
+        return out
+
+    def _apply_op(self, op: str, *operands: object) -> Traced:
         nodes = [self._lift(o) for o in operands]
         t = self._tracing
         if op in ("and", "or", "not", "xor") and any(n.dtype != BOOL for n in nodes):
@@ -216,7 +230,7 @@ class Traced:
         if kind is None or (kind == F32 and target.itemsize < 4):
             raise t.refuse(f".astype({target}) (traced as f32, i32 or bool: float32/64, signed integers, bool)")
         if kind == node.dtype:
-            return self
+            return self._wrap(node)  # a new value: not marked narrow (`_narrow`) for a wide integer type
         if node.dtype == BOOL:
             one, zero = (Node("const", (), kind, 1.0 if kind == F32 else 1),
                          Node("const", (), kind, 0.0 if kind == F32 else 0))
