@@ -196,7 +196,12 @@ TABLE9 = np.linspace(-1.0, 1.0, 9).astype(np.float32)
     ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.1 * -U8[kv_idx]}, "'neg' of uint8 values"),
     ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * (U8[kv_idx] * I8[q_idx] * 10000)}, "'mul' of "
      "int16 values read from a captured array, which reaches [-240000, 240000]"),
-], ids=["positions", "minus-a-read", "negation", "product"])
+    ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * U8[kv_idx] ** 4}, "'pow' of uint8 values "
+     "read from a captured array, which reaches [0, 1296]"),
+    ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * (U8[kv_idx] << 6)}, "'lshift' of uint8"),
+    ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * (np.where(q_idx > kv_idx, U8[kv_idx], 0) - 1)},
+     "'sub' of uint8 values read from a captured array, which reaches [-1, 5]"),
+], ids=["positions", "minus-a-read", "negation", "product", "power", "shift", "where"])
 def test_narrow_integer_arithmetic_that_wraps_is_refused_by_name(hooks, construct):
     """Was a silently wrong O (3.2 off the reference for uint16 positions, which NumPy subtracts modulo 2^16):
     now refused, naming the dtype and the conversion to write."""
@@ -214,11 +219,18 @@ def _small_reads(score, b, h, q_idx, kv_idx):
     return score + TABLE9[I8[kv_idx] + 4] + 0.1 * (U8[kv_idx] + 3) * (U8[q_idx] // 2)
 
 
-@pytest.mark.parametrize("score_mod, mask_mod", [(None, _astype_window), (_small_reads, None)],
-                         ids=["converted", "in-range"])
+def _small_functions(score, b, h, q_idx, kv_idx):
+    picked = np.where(q_idx > kv_idx, U8[kv_idx], U8[q_idx])
+    return score + 0.01 * (U8[kv_idx] ** 2 + (picked & 3) + np.sign(U8[q_idx]) + (U8[kv_idx] << 3))
+
+
+@pytest.mark.parametrize("score_mod, mask_mod", [(None, _astype_window), (_small_reads, None),
+                                                 (_small_functions, None)],
+                         ids=["converted", "in-range", "functions-in-range"])
 def test_narrow_integer_arithmetic_that_cannot_wrap_runs(score_mod, mask_mod):
     """A read converted with .astype, a read beside an index grid (int64 in NumPy), and narrow arithmetic whose
-    values stay in their type (int8 + 4, uint8 + 3 and // 2) run, as NumPy computes them."""
+    values stay in their type (int8 + 4, uint8 + 3 and // 2, a square, np.where, &, np.sign, << 3) run, as NumPy
+    computes them."""
     check((1, 2, 1, 40, S), "tile", score_mod, mask_mod)
 
 

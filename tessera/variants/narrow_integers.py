@@ -20,7 +20,8 @@ import numpy as np
 
 WIDE = (np.dtype(np.int32), np.dtype(np.int64))
 """The integer dtypes whose arithmetic the kernel's i32 computes as NumPy does (within i32, proved apart)."""
-_INTERVAL_OPS = ("add", "sub", "mul", "neg", "abs", "min", "max", "floordiv", "mod", "pos")
+_INTERVAL_OPS = ("add", "sub", "mul", "neg", "abs", "min", "max", "floordiv", "mod", "pos", "where", "pow",
+                 "lshift", "rshift", "and", "or", "xor", "not")
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,9 @@ def _interval(op: str, intervals: list[tuple[int, int]]) -> tuple[int | None, in
     """The interval of `op` over the operands' intervals (None, None where it is not modelled)."""
     if op == "pos":
         return intervals[0]
-    if op == "neg":
+    if op in ("neg", "not"):  # ~x is -x - 1 in two's complement (an unsigned type's wraps: refused)
         lo, hi = intervals[0]
-        return -hi, -lo
+        return (-hi, -lo) if op == "neg" else (-hi - 1, -lo - 1)
     if op == "abs":
         lo, hi = intervals[0]
         return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
@@ -96,6 +97,17 @@ def _interval(op: str, intervals: list[tuple[int, int]]) -> tuple[int | None, in
         return alo + blo, ahi + bhi
     if op == "sub":
         return alo - bhi, ahi - blo
+    if op == "where":  # the two branches (np.where(c, a, b), torch.where)
+        return min(alo, blo), max(ahi, bhi)
+    if op in ("and", "or", "xor"):  # of non-negative values: below the next power of two of the larger
+        return (0, (1 << max(ahi, bhi).bit_length()) - 1) if min(alo, blo) >= 0 else (None, None)
+    if op in ("pow", "lshift", "rshift") and (blo != bhi or blo < 0):
+        return None, None  # a traced or negative exponent or shift
+    if op == "pow":
+        ends = [alo ** blo, ahi ** blo] + ([0] if alo <= 0 <= ahi else [])
+        return min(ends), max(ends)
+    if op in ("lshift", "rshift"):
+        return (alo << blo, ahi << blo) if op == "lshift" else (alo >> blo, ahi >> blo)
     if op in ("mul", "floordiv"):
         if op == "floordiv" and blo <= 0 <= bhi:  # NumPy's x // 0 is 0; a divisor of either sign near 0
             bound = max(abs(alo), abs(ahi))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -68,13 +69,7 @@ class Traced:
     def _apply(self, op: str, *operands: object) -> Traced:
         """`op` of `operands` as NumPy computes it; a value that NumPy keeps in a narrow integer type stays marked
         with its type and values, and one that would wrap there is refused (`narrow_integers.result`)."""
-        narrow = narrow_integers.result(op, operands, lambda x: x._narrow if isinstance(x, Traced) else None,
-                                        lambda x: self._lift(x).dtype, self._tracing.refuse)
-        out = self._apply_op(op, *operands)
-        if narrow is not None:
-            out = self._wrap(out.node)
-            out._narrow = narrow
-        return out
+        return self._narrowed(op, operands, lambda: self._apply_op(op, *operands))
 
     def _apply_op(self, op: str, *operands: object) -> Traced:
         nodes = [self._lift(o) for o in operands]
@@ -145,8 +140,22 @@ class Traced:
         result = bitwise.binary(op, a, b, self._tracing.refuse)
         return result if isinstance(result, Traced) else self._wrap(self._lift(result))
 
+    def _narrowed(self, op: str, operands: tuple, build: Callable[[], Traced]) -> Traced:
+        """`build()`, the value of `op` on `operands`, marked with its narrow integer type where NumPy keeps one
+        (`narrow_integers.result`, which refuses an op that would wrap there)."""
+        narrow = narrow_integers.result(op, operands, lambda x: x._narrow if isinstance(x, Traced) else None,
+                                        lambda x: self._lift(x).dtype, self._tracing.refuse)
+        out = build()
+        if narrow is not None:
+            out = self._wrap(out.node)
+            out._narrow = narrow
+        return out
+
     def _shift(self, op: str, x: object, n: object) -> Traced:
         """x << n, x >> n (np.left_shift, np.right_shift) of integers by a constant (`bitwise.shift`)."""
+        return self._narrowed(op, (x, n), lambda: self._shift_op(op, x, n))
+
+    def _shift_op(self, op: str, x: object, n: object) -> Traced:
         a, b = self._integers(bitwise.SYMBOLS[op], [self._lift(x), self._lift(n)])
         if isinstance(a, int) and isinstance(b, int):
             return self._wrap(self._lift(a << b if op == "lshift" else a >> b))
@@ -166,9 +175,12 @@ class Traced:
         return search_calls.search_call(self, function, boundaries, value, side, sorter, digitize)
 
     def _power(self, base: object, exponent: object) -> Traced:
-        return powers.power(self, base, exponent)
+        return self._narrowed("pow", (base, exponent), lambda: powers.power(self, base, exponent))
 
     def _where(self, cond: object, a: object, b: object) -> Traced:
+        return self._narrowed("where", (a, b), lambda: self._where_op(cond, a, b))
+
+    def _where_op(self, cond: object, a: object, b: object) -> Traced:
         c = self._lift(cond)
         if c.dtype != BOOL:
             raise self._tracing.refuse("np.where with a condition that is not boolean")
