@@ -166,6 +166,26 @@ def test_causal_true_beside_a_mask_mod(name, shape):
     check(shape, "tile", score_mod, VARIANTS[mask][1], d_score_mod, captured, causal=True)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("shape", [(1, 2, 1, 1, P), (1, 4, 2, 16, P), (1, 2, 2, 33, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_causal_true_at_decoding_shapes_below_tile_level(shape, level):
+    """One and 16 queries against 300 keys, 33 queries against one key, bottom-right causal beside the dilated
+    window and the per-(b, h) temperature, in the CTA simulator and the PTX executor (1 to 3 s each)."""
+    score_mod, _, d_score_mod, captured = VARIANTS["temperature"]
+    check(shape, level, score_mod, dilated, d_score_mod, captured, causal=True)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ptxas")
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_kernels_assemble_without_spills(name):
+    from mods_checks import assert_variant_kernels_assemble
+
+    assert_variant_kernels_assemble(*VARIANTS[name][:2])
+
+
 @pytest.mark.parametrize("head_dim, dtype", [(hd, dtype) for hd in (64, 96, 128) for dtype in (BF16, F16)],
                          ids=lambda x: str(getattr(x, "name", x)))
 def test_head_dims_and_types_at_tile_level(head_dim, dtype):
