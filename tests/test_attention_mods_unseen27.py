@@ -11,13 +11,16 @@ read at [b, h, q_idx] that empties some rows in some heads only (O = 0, LSE = -i
 a gated key bias (a sigmoid of a learned per-head gate times a learned [H, S] bias: two gradients); a clamp of
 the score to a learned per-head cap beside a signed log distance (np.clip with traced bounds, np.sign, np.log,
 np.abs: the cap's gradient is the clamped scores' dS); SiLU of the score; a score_mod that ignores the score
-(dQ = dK = 0) and one that returns an integer. Then `causal=True` beside them at decoding shapes (seq_q 1 and 16
+(dQ = dK = 0) and one that returns an integer; np.where on the score whose other branch is NaN there (a soft
+clamp to a learned cap with log1p, sqrt of the positive scores). Then `causal=True` beside them at decoding shapes (seq_q 1 and 16
 against 300 keys), seq_q > seq_k, one query and one key; head_dim 64/96/128 in bf16 and f16; a printed kernel
 with a bool table through `tessera-run --check`; and what this round fixed: a captured int8 / int16 / uint8 /
 uint16 / uint32 / uint64 array's values kept their type in NumPy and torch, whose arithmetic wraps there
 (`U16[q_idx] - U16[kv_idx]` of positions), while the kernel computed in i32: O off by 3.2 with no error; now an
 op that would wrap for the array's values is refused by name (`tessera.variants.narrow_integers`), and one that
-does not wrap runs. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
+does not wrap runs; a score_mod that ignores the score left K's ring stages unread, their TMA fills never waited
+on (both simulators refused the kernel: a load in flight at the CTA's end); a mask_mod returning numbers is
+refused with its line. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
 
 The default run takes Tile level over three shapes (191 x 191 GQA 4:1 batch 2, 16 x 300 MQA, 1 x 33 MHA) and one
 variant each in the CTA simulator and the PTX executor; `-m slow` every variant at target and PTX level."""
@@ -184,6 +187,32 @@ def test_variant_kernels_assemble_without_spills(name):
     from mods_checks import assert_variant_kernels_assemble
 
     assert_variant_kernels_assemble(*VARIANTS[name][:2])
+
+
+def soft_clamp(score, b, h, q_idx, kv_idx):
+    return np.where(score > CAPS[h], CAPS[h] + np.log1p(score - CAPS[h]), score)
+
+
+def sqrt_of_positive(score, b, h, q_idx, kv_idx):
+    return np.where(score > 0, np.sqrt(score), score)
+
+
+BRANCHES = {  # name -> (score_mod, d score_mod / d score, {table: (shape, reads)})
+    "soft-clamp": (soft_clamp, lambda s, b, h, q, k: np.where(s > CAPS[h], 1 / (1 + s - CAPS[h]), 1.0), {
+        "CAPS": (CAPS.shape, lambda s, b, h, q, k: [((h,), np.where(s > CAPS[h], 1 - 1 / (1 + s - CAPS[h]), 0.0))])}),
+    "sqrt-of-positive": (sqrt_of_positive, lambda s, b, h, q, k: np.where(s > 0, 0.5 / np.sqrt(np.abs(s)), 1.0),
+                         None),
+}
+
+
+@pytest.mark.parametrize("level", ["tile", pytest.param("target", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", list(BRANCHES))
+def test_a_branch_not_taken_may_be_nan(name, level):
+    """np.where on the score whose other branch is NaN there (log1p and sqrt of negatives) and so is its
+    derivative: the values and gradients (a learned cap's among them) are the taken branch's."""
+    score_mod, d_score_mod, captured = BRANCHES[name]
+    with np.errstate(invalid="ignore", divide="ignore"):  # the reference evaluates both branches
+        check((1, H, 2, 70, 90), level, score_mod, None, d_score_mod, captured)
 
 
 @pytest.mark.parametrize("head_dim, dtype", [(hd, dtype) for hd in (64, 96, 128) for dtype in (BF16, F16)],
