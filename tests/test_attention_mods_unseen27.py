@@ -222,12 +222,15 @@ def test_head_dims_and_types_at_tile_level(head_dim, dtype):
     check((1, H, 1, 33, S), "tile", *VARIANTS["clamp-log-sign"], head_dim=head_dim, dtype=dtype)
 
 
-@pytest.mark.parametrize("level", ["tile", "target"])
-def test_tessera_run_checks_a_kernel_reading_a_bool_table(tmp_path, level):
-    """The keep-rows kernel printed from the builder (its bool table an i32 input) runs in `tessera-run --check`
-    against its own Tile IR in float64, more queries than the table holds (reads past it are 0: rows hidden)."""
-    path = tmp_path / "keep_rows.mlir"
-    path.write_text(str(tessera.kernels.flash_attention(64, mask_mod=keep_rows, dtype="bf16")))
+@pytest.mark.parametrize("hooks, level", [({"mask_mod": keep_rows}, "tile"), ({"mask_mod": keep_rows}, "target"),
+                                          ({"score_mod": key_bias_only}, "ptx")], ids=["keep-rows-tile",
+                                                                                     "keep-rows-target", "key-bias-ptx"])
+def test_tessera_run_checks_a_printed_variant_kernel(tmp_path, hooks, level):
+    """The keep-rows kernel printed from the builder (its bool table an i32 input), more queries than the table
+    holds (reads past it are 0: rows hidden), and the key-bias kernel whose K stages nothing reads, run in
+    `tessera-run --check` against their own Tile IR in float64, exit status 0."""
+    path = tmp_path / "variant.mlir"
+    path.write_text(str(tessera.kernels.flash_attention(64, dtype="bf16", **hooks)))
     result = inprocess.run([sys.executable, "-m", "tessera.tools.tessera_run", str(path), "-d", "batch=1", "-d",
                             "heads=2", "-d", "seq_q=300", "-d", "seq_k=70", "--check", "--level", level])
     assert result.returncode == 0, result.stdout + result.stderr
