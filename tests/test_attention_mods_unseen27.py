@@ -27,6 +27,7 @@ variant each in the CTA simulator and the PTX executor; `-m slow` every variant 
 
 from __future__ import annotations
 
+import re
 import sys
 
 import ml_dtypes
@@ -258,13 +259,18 @@ TABLE9 = np.linspace(-1.0, 1.0, 9).astype(np.float32)
     ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * (U8[kv_idx] << 6)}, "'lshift' of uint8"),
     ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + 0.01 * (np.where(q_idx > kv_idx, U8[kv_idx], 0) - 1)},
      "'sub' of uint8 values read from a captured array, which reaches [-1, 5]"),
-], ids=["positions", "minus-a-read", "negation", "product", "power", "shift", "where"])
+    ({"mask_mod": lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).astype(np.int16) < 4}, ".astype(int16) of a value "
+     "that may leave int16"),
+    ({"score_mod": lambda score, b, h, q_idx, kv_idx: score + score.astype(np.int8)}, ".astype(int8) of a value"),
+], ids=["positions", "minus-a-read", "negation", "product", "power", "shift", "where", "index-to-int16",
+        "score-to-int8"])
 def test_narrow_integer_arithmetic_that_wraps_is_refused_by_name(hooks, construct):
     """Was a silently wrong O (3.2 off the reference for uint16 positions, which NumPy subtracts modulo 2^16):
-    now refused, naming the dtype and the conversion to write."""
+    now refused, naming the dtype and the conversion to write; so is a cast to int8 or int16 of a value that
+    may leave it (NumPy wraps it there)."""
     q, k, v = (np.ones((1, 2, S, 64), BF16) for _ in range(3))
     with pytest.raises(ModTraceError, match=r"at .*test_attention_mods_unseen27.py:\d+: cannot trace "
-                                            + construct.replace("[", r"\[").replace("]", r"\]")):
+                                            + re.escape(construct)):
         tessera.attention(q, k, v, level="tile", **hooks)
 
 
@@ -276,18 +282,22 @@ def _small_reads(score, b, h, q_idx, kv_idx):
     return score + TABLE9[I8[kv_idx] + 4] + 0.1 * (U8[kv_idx] + 3) * (U8[q_idx] // 2)
 
 
+def _narrow_casts(score, b, h, q_idx, kv_idx):
+    return score + 0.1 * (U8[kv_idx].astype(np.int8) - U8[q_idx].astype(np.int8)) + (q_idx > kv_idx).astype(np.int16)
+
+
 def _small_functions(score, b, h, q_idx, kv_idx):
     picked = np.where(q_idx > kv_idx, U8[kv_idx], U8[q_idx])
     return score + 0.01 * (U8[kv_idx] ** 2 + (picked & 3) + np.sign(U8[q_idx]) + (U8[kv_idx] << 3))
 
 
 @pytest.mark.parametrize("score_mod, mask_mod", [(None, _astype_window), (_small_reads, None),
-                                                 (_small_functions, None)],
-                         ids=["converted", "in-range", "functions-in-range"])
+                                                 (_small_functions, None), (_narrow_casts, None)],
+                         ids=["converted", "in-range", "functions-in-range", "narrow-casts"])
 def test_narrow_integer_arithmetic_that_cannot_wrap_runs(score_mod, mask_mod):
     """A read converted with .astype, a read beside an index grid (int64 in NumPy), and narrow arithmetic whose
-    values stay in their type (int8 + 4, uint8 + 3 and // 2, a square, np.where, &, np.sign, << 3) run, as NumPy
-    computes them."""
+    values stay in their type (int8 + 4, uint8 + 3 and // 2, a square, np.where, &, np.sign, << 3, the int8
+    difference of two uint8 reads cast to int8, a boolean cast to int16) run, as NumPy computes them."""
     check((1, 2, 1, 40, S), "tile", score_mod, mask_mod)
 
 

@@ -117,3 +117,18 @@ def _interval(op: str, intervals: list[tuple[int, int]]) -> tuple[int | None, in
     if op == "mod":  # the divisor's sign, below its magnitude (0 for a zero divisor)
         return min(0, blo + 1), max(0, bhi - 1)
     return (min(alo, blo), min(ahi, bhi)) if op == "min" else (max(alo, blo), max(ahi, bhi))
+
+
+def cast(target: np.dtype, narrow: Narrow | None, dtype: str, refuse: Callable[[str], Exception]) -> Narrow | None:
+    """`.astype(target)` of a traced value of traced dtype `dtype` ("f32", "i32", "bool"), marked `narrow` or
+    not, to a signed integer type: the Narrow of the result for int8 or int16, None for a wide type. NumPy and
+    torch wrap a value outside int8 / int16 (a float's conversion is undefined there), where the kernel keeps
+    i32: allowed of a boolean (0 or 1) and of a narrow value whose interval fits, refused by name otherwise."""
+    if target in WIDE or target.itemsize >= 4:
+        return None
+    info = np.iinfo(target)
+    lo, hi = (0, 1) if dtype == "bool" else (narrow.lo, narrow.hi) if narrow is not None else (None, None)
+    if lo is None or lo < info.min or hi > info.max:
+        raise refuse(f".astype({target}) of a value that may leave {target} (NumPy and torch wrap it there, the "
+                     "kernel computes in i32: convert to np.int32 or np.int64, in torch .int() or .long())")
+    return Narrow(target, lo, hi)

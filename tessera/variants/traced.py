@@ -228,7 +228,9 @@ class Traced:
         """x.astype(dtype) as NumPy converts: a float to an integer truncates toward zero (`tile.cast`,
         cvt.rzi), an integer to a float converts (exact below 2^24), a boolean to a number is 1 or 0, a number
         to a boolean is x != 0. Every float type is traced as f32 and every signed integer as i32; float16,
-        unsigned integers (except from a boolean) and other kinds are refused by name."""
+        unsigned integers (except from a boolean) and other kinds are refused by name, and so is int8 or int16
+        (NumPy and torch wrap there, the kernel would not) except of a boolean or of a value read from a narrow
+        integer array whose values fit (`narrow_integers.cast`)."""
         t = self._tracing
         try:
             target = np.dtype(dtype)
@@ -241,6 +243,11 @@ class Traced:
             kind = I32
         if kind is None or (kind == F32 and target.itemsize < 4):
             raise t.refuse(f".astype({target}) (traced as f32, i32 or bool: float32/64, signed integers, bool)")
+        narrow = narrow_integers.cast(target, self._narrow, node.dtype, t.refuse) if kind == I32 else None
+        if narrow is not None:
+            out = self._wrap(self.astype(np.int32).node)
+            out._narrow = narrow
+            return out
         if kind == node.dtype:
             return self._wrap(node)  # a new value: not marked narrow (`_narrow`) for a wide integer type
         if node.dtype == BOOL:
