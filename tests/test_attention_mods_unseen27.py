@@ -1,29 +1,31 @@
 """Attention variants as a FlexAttention user writes them next (round 27), forward and backward against the float64
-reference written apart from `tessera.reference` (`mods_reference`: dQ, dK, dV from each score_mod's derivative
-taken by hand, the gradients of captured tables summed by `np.add.at`).
+reference written apart from `tessera.reference` (`mods_reference`: dQ, dK, dV from each score_mod's derivative taken
+by hand, the gradients of captured tables summed by `np.add.at`).
 
 The variants: a score_mod mixing two captured tables of different dtypes (a bf16 [H, 2P - 1] relative bias read at
 the difference of an int32 [B, P] position table, left-padded in one batch entry) with the bias's gradient; a
-temperature per batch and head from an f16 [B, H] table, with its gradient (-s / T^2); block-diagonal chunks of
-48 over 191 positions (no multiple); Sparse Transformer's fixed pattern (causal, 32-blocks and the last two keys
-of each block) beside symmetric ALiBi; a dilated causal window (every third key, 60 back); a bool [B, H, S] table
-read at [b, h, q_idx] that empties some rows in some heads only (O = 0, LSE = -inf) under GQA 8:2, 8:1 and 8:8;
-a gated key bias (a sigmoid of a learned per-head gate times a learned [H, S] bias: two gradients); a clamp of
-the score to a learned per-head cap beside a signed log distance (np.clip with traced bounds, np.sign, np.log,
-np.abs: the cap's gradient is the clamped scores' dS); SiLU of the score; a score_mod that ignores the score
-(dQ = dK = 0) and one that returns an integer; np.where on the score whose other branch is NaN there (a soft
-clamp to a learned cap with log1p, sqrt of the positive scores). Then `causal=True` beside them at decoding shapes (seq_q 1 and 16
-against 300 keys), seq_q > seq_k, one query and one key; head_dim 64/96/128 in bf16 and f16; a printed kernel
-with a bool table through `tessera-run --check`; and what this round fixed: a captured int8 / int16 / uint8 /
-uint16 / uint32 / uint64 array's values kept their type in NumPy and torch, whose arithmetic wraps there
-(`U16[q_idx] - U16[kv_idx]` of positions), while the kernel computed in i32: O off by 3.2 with no error; now an
-op that would wrap for the array's values is refused by name (`tessera.variants.narrow_integers`), and one that
-does not wrap runs; a score_mod that ignores the score left K's ring stages unread, their TMA fills never waited
-on (both simulators refused the kernel: a load in flight at the CTA's end); a mask_mod returning numbers is
-refused with its line. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
+temperature per batch and head from an f16 [B, H] table, with its gradient (-s / T^2); block-diagonal chunks of 48
+over 191 positions (no multiple); Sparse Transformer's fixed pattern (causal, 32-blocks and the last two keys of each
+block) beside symmetric ALiBi; a dilated causal window (every third key, 60 back); a bool [B, H, S] table read at [b,
+h, q_idx] that empties some rows in some heads only (O = 0, LSE = -inf) under GQA 8:2, 8:1 and 8:8; a gated key bias
+(a sigmoid of a learned per-head gate times a learned [H, S] bias: two gradients); a clamp of the score to a learned
+per-head cap beside a signed log distance (np.clip with traced bounds, np.sign, np.log, np.abs: the cap's gradient is
+the clamped scores' dS); SiLU of the score; a score_mod that ignores the score (dQ = dK = 0) and one that returns an
+integer; np.where on the score whose other branch is NaN there (a soft clamp to a learned cap with log1p, sqrt of the
+positive scores). Then `causal=True` beside them at decoding shapes (seq_q 1 and 16 against 300 keys), seq_q > seq_k,
+one query and one key; head_dim 64/96/128 in bf16 and f16; printed kernels through `tessera-run --check`.
 
-The default run takes Tile level over three shapes (191 x 191 GQA 4:1 batch 2, 16 x 300 MQA, 1 x 33 MHA) and one
-variant each in the CTA simulator and the PTX executor; `-m slow` every variant at target and PTX level."""
+What this round fixed: a captured int8 / int16 / uint8 / uint16 / uint32 / uint64 array's values keep their type in
+NumPy and torch, whose arithmetic wraps there (`U16[q_idx] - U16[kv_idx]` of positions), while the kernel computed in
+i32: O off by 3.2 with no error; now an op that would wrap for the array's values is refused by name
+(`tessera.variants.narrow_integers`), one that does not wrap runs, and so does a cast to int8 / int16 only where it
+cannot wrap. A score_mod that ignores the score left K's ring stages unread, their TMA fills never waited on (both
+simulators refused the kernel: a load in flight at the CTA's end). A mask_mod returning numbers is refused with its
+line. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
+
+The default run takes Tile level over three shapes (191 x 191 GQA 4:1 batch 2, 16 x 300 MQA, 1 x 33 MHA) and two
+variants each in the CTA simulator and the PTX executor; `-m slow` every variant at target and PTX level, decoding
+shapes there, and ptxas on each variant's kernels."""
 
 from __future__ import annotations
 
@@ -223,9 +225,9 @@ def test_head_dims_and_types_at_tile_level(head_dim, dtype):
     check((1, H, 1, 33, S), "tile", *VARIANTS["clamp-log-sign"], head_dim=head_dim, dtype=dtype)
 
 
-@pytest.mark.parametrize("hooks, level", [({"mask_mod": keep_rows}, "tile"), ({"mask_mod": keep_rows}, "target"),
-                                          ({"score_mod": key_bias_only}, "ptx")], ids=["keep-rows-tile",
-                                                                                     "keep-rows-target", "key-bias-ptx"])
+@pytest.mark.parametrize("hooks, level", [
+    ({"mask_mod": keep_rows}, "tile"), ({"mask_mod": keep_rows}, "target"), ({"score_mod": key_bias_only}, "ptx")],
+    ids=["keep-rows-tile", "keep-rows-target", "key-bias-ptx"])
 def test_tessera_run_checks_a_printed_variant_kernel(tmp_path, hooks, level):
     """The keep-rows kernel printed from the builder (its bool table an i32 input), more queries than the table
     holds (reads past it are 0: rows hidden), and the key-bias kernel whose K stages nothing reads, run in
