@@ -7,7 +7,8 @@ that reads the LSE; a sigmoid-gated key bias beside a signed `torch.log1p` dista
 48 over 191 positions or-ed with each chunk's last key, through Tessera's and torch's own `create_block_mask`; and
 this round's fix in torch: a uint8 tensor's difference wraps in torch as in NumPy, refused by name, and `.long()`
 of each read runs. Tile level by default over three shapes; `-m slow` a slice in the CTA simulator and the PTX
-executor. Skipped without torch."""
+executor, and a learned key bias alone (the score unread) through autograd on the GPU path of the fake driver.
+Skipped without torch."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 
 import tessera.runtime.autograd  # noqa: E402
 from tessera.variants import ModTraceError  # noqa: E402
-from test_attention_mods_unseen24_torch import check, tessera_block_mask, torch_block_mask  # noqa: E402
+from test_attention_mods_unseen24_torch import assert_close, check, tessera_block_mask, torch_block_mask  # noqa: E402
+from test_captured_gradients_gpu_path import fake_gpu, private_cache  # noqa: E402, F401 - fixtures
 
 H, S, P = 8, 191, 300
 POS = torch.stack([torch.arange(P), torch.cat([torch.zeros(9, dtype=torch.long), torch.arange(P - 9)])]).int()
@@ -116,3 +118,25 @@ def test_a_uint8_tensors_wrapping_difference_is_refused_and_long_runs():
     def converted():
         return None, lambda b, h, q_idx, kv_idx: (_IDS[q_idx].long() - _IDS[kv_idx].long()).abs() < 40, []
     check((1, 2, 1, 40, S), converted)
+
+
+@pytest.mark.slow
+def test_a_key_bias_alone_on_the_gpu_path(fake_gpu, monkeypatch):
+    """On the GPU path (the fake driver: the PTX the runtime loads, in the PTX executor), a score_mod that ignores
+    the score (a learned key bias alone: K's ring stages are never read, and each is released only once its fill
+    has landed) through autograd, the bias's gradient among the rest (about 15 s)."""
+    from test_captured_gradients_gpu_path import _captured_on_device, _keep_on_device, _on_device
+
+    _, fake = fake_gpu
+    _keep_on_device(monkeypatch, fake)
+    gen = _seeded(8)
+    q, k, v = (_on_device(fake, torch.randn(1, 2, 70, 64, generator=gen).bfloat16(), requires_grad=True)
+               for _ in range(3))
+    bias = _captured_on_device(fake, torch.randn(2, 150, generator=gen).numpy() * 0.5, torch.float32)
+    o = tessera.runtime.autograd.attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: bias[h, kv_idx])
+    o.float().pow(2).sum().backward()
+    leaves = [x.detach().cpu().double().requires_grad_() for x in (q, k, v, bias)]
+    p = torch.softmax(leaves[3][None, :, None, :70].expand(1, 2, 70, 70), -1)
+    (p @ leaves[2]).pow(2).sum().backward()
+    for name, got, want in zip(("dQ", "dK", "dV", "d bias"), (q, k, v, bias), leaves):
+        assert_close(name, got.grad.cpu(), torch.zeros_like(want) if want.grad is None else want.grad)
