@@ -225,6 +225,15 @@ def test_head_dims_and_types_at_tile_level(head_dim, dtype):
     check((1, H, 1, 33, S), "tile", *VARIANTS["clamp-log-sign"], head_dim=head_dim, dtype=dtype)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["target", "ptx"])
+@pytest.mark.parametrize("name, head_dim, dtype", [
+    ("gated", 96, BF16), ("keep-rows", 96, F16), ("clamp-log-sign", 128, F16), ("mixed-dtypes", 128, BF16),
+    ("key-bias-only", 96, F16)], ids=lambda x: str(getattr(x, "name", x)))
+def test_head_dims_and_types_below_tile_level(name, head_dim, dtype, level):
+    check((1, 2, 1, 50, 130), level, *VARIANTS[name], head_dim=head_dim, dtype=dtype)
+
+
 @pytest.mark.parametrize("hooks, level", [
     ({"mask_mod": keep_rows}, "tile"), ({"mask_mod": keep_rows}, "target"), ({"score_mod": key_bias_only}, "ptx")],
     ids=["keep-rows-tile", "keep-rows-target", "key-bias-ptx"])

@@ -9,7 +9,8 @@ narrow values whose NumPy result is again a narrow integer type (`result`) is tr
 result fits that type (then i32 computes the same values: `U8[kv_idx] + 3` of small ids) and is refused by name
 otherwise, naming the dtype and the conversion to write. An index grid (int64 in NumPy and torch), an int32 or
 int64 array, a NumPy integer scalar of 64 bits or a float beside a narrow value promotes it to a wide type, where
-nothing wraps at these sizes (the i32 bounds are proved apart)."""
+nothing wraps at these sizes (the i32 bounds are proved apart). A cast to int8 or int16 (`cast`) is traced only
+where it cannot wrap either: of a boolean, or of a narrow value whose interval fits."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ WIDE = (np.dtype(np.int32), np.dtype(np.int64))
 """The integer dtypes whose arithmetic the kernel's i32 computes as NumPy does (within i32, proved apart)."""
 _INTERVAL_OPS = ("add", "sub", "mul", "neg", "abs", "min", "max", "floordiv", "mod", "pos", "where", "pow",
                  "lshift", "rshift", "and", "or", "xor", "not")
+"""The ops whose result interval `_interval` bounds; on narrow values any other op that stays narrow is refused."""
 
 
 @dataclass(frozen=True)
