@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 
 import ml_dtypes
 import numpy as np
 import pytest
-from mods_reference import check
+from mods_reference import assert_close, check, inputs
 
 import inprocess
 import tessera
@@ -247,6 +248,57 @@ def test_tessera_run_checks_a_printed_variant_kernel(tmp_path, hooks, level):
                             "heads=2", "-d", "seq_q=300", "-d", "seq_k=70", "--check", "--level", level])
     assert result.returncode == 0, result.stdout + result.stderr
     assert ": ok" in result.stdout
+
+
+def _softcap(score, b, h, q_idx, kv_idx):
+    return 20 * np.tanh(score / 20)
+
+
+def test_the_cta_simulator_pairs_no_release_with_a_copy_group():
+    """The backward's main kernel single-stage (`SPILL_PIPELINE`, the last rung a heavy modifier reaches) with a
+    GQA group of four heads and the keep-rows lists: thread 0 waits on one copy group's mbarrier and then issues
+    another group's copies, which the CTA simulator took for a ring slot's release and refill, and refused the
+    kernel (group 2 filled 5 times, group 1 "released" 3) though it is right (the PTX executor agreed with Tile
+    level); a copy group's barrier now pairs with no release."""
+    from tessera import passes
+    from tessera.kernels import attention_backward
+    from tessera.variants import create_block_mask
+
+    q, k, v, do = inputs((1, 4, 1, 70, 130))
+    o, lse = tessera.attention(q, k, v, score_mod=_softcap, mask_mod=keep_rows, return_lse=True, level="tile")
+    kernels = attention_backward(64, score_mod=_softcap, mask_mod=keep_rows, block_sparse=True)
+    dpsum, lse2, _ = tessera.launch(kernels.preprocess, o, do, np.asarray(lse, np.float32), level="tile")
+    c = kernels.config.attention
+    lists = create_block_mask(keep_rows, 1, 4, 70, 130, c.block_m, c.block_n).backward_inputs(1)
+    args = (q, k, v, do, lse2, dpsum, KEEP.astype(np.int32), *lists)
+    want = tessera.launch(kernels.main, *args, level="tile")
+    got = tessera.launch(kernels.main, *args, level="target", pipeline=passes.SPILL_PIPELINE)
+    for name, a, b in zip(("dQaccum", "dK", "dV"), got, want):
+        assert_close(name, a, np.asarray(b, np.float64))
+
+
+def _heavy(score, b, h, q_idx, kv_idx):
+    s = CAPS[h] * 10 * np.tanh(score / (CAPS[h] * 10)) + BIAS[h, POS[b, q_idx] - POS[b, kv_idx] + P - 1]
+    s = s + 1 / (1 + np.exp(-GATE[h])) * KEY_BIAS[h, kv_idx]
+    return np.clip(s, -CAPS[h] * 3, CAPS[h] * 3) - 0.3 * np.sign(kv_idx - q_idx) * np.log(
+        1 + np.abs(kv_idx - q_idx)) / TEMP[b, h]
+
+
+@pytest.mark.slow
+def test_a_heavy_variant_under_gqa_4_to_1_on_the_spilling_rung():
+    """Soft-cap by a learned per-head cap, the mixed-dtype bias, the gated key bias, the clamp and the signed log
+    distance under keep-rows with GQA 4:1: the backward takes the head split, then the spilling rung, with
+    warnings; the CTA simulator gives Tile level's O, LSE and gradients (about 25 s)."""
+    q, k, v, do = inputs((1, 4, 1, 70, 130))
+    results = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the rungs taken below Tile level
+        for level in ("tile", "target"):
+            o, lse = tessera.attention(q, k, v, score_mod=_heavy, mask_mod=keep_rows, return_lse=True, level=level)
+            results[level] = (o, lse, *tessera.attention_backward(q, k, v, o, lse, do, score_mod=_heavy,
+                                                                  mask_mod=keep_rows, level=level))
+    for name, got, want in zip(("O", "LSE", "dQ", "dK", "dV"), results["target"], results["tile"]):
+        assert_close(name, got, np.asarray(want, np.float64), 1e-3 if name == "LSE" else 2e-2)
 
 
 # region what this round fixed: narrow integer arrays
