@@ -20,8 +20,9 @@ NumPy and torch, whose arithmetic wraps there (`U16[q_idx] - U16[kv_idx]` of pos
 i32: O off by 3.2 with no error; now an op that would wrap for the array's values is refused by name
 (`tessera.variants.narrow_integers`), one that does not wrap runs, and so does a cast to int8 / int16 only where it
 cannot wrap. A score_mod that ignores the score left K's ring stages unread, their TMA fills never waited on (both
-simulators refused the kernel: a load in flight at the CTA's end). A mask_mod returning numbers is refused with its
-line. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
+simulators refused the kernel: a load in flight at the CTA's end). The CTA simulator took a copy group's mbarrier
+for a ring slot's release (the backward single-stage under GQA 4:1 refused though right). A mask_mod returning
+numbers is refused with its line. The torch modifiers of this round are in test_attention_mods_unseen27_torch.py.
 
 The default run takes Tile level over three shapes (191 x 191 GQA 4:1 batch 2, 16 x 300 MQA, 1 x 33 MHA) and two
 variants each in the CTA simulator and the PTX executor; `-m slow` every variant at target and PTX level, decoding
