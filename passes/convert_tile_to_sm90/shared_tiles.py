@@ -178,7 +178,13 @@ class SharedTileLowering:
         return isinstance(owner, tile.StageOp) and owner.source.owner in self.gather_rings
 
     def _lower_ReleaseOp(self, op: tile.ReleaseOp, e: Emitter) -> None:
+        """Retire the stage's readers and arrive on its empty barrier. A stage that nothing reads (K's, where a
+        score_mod ignores the score and the score's product is dead) is waited for first, as a read would be:
+        else its TMA fill is never waited on, the slot is refilled while it may still be written, and the CTA
+        can end with the copy in flight."""
         t = self._get(op.stage)
+        if all(isinstance(use.operation, tile.ReleaseOp) for use in op.stage.uses):
+            self._await_stage(op.stage, t, e)
         self._retire_readers(t.address, e)
         if op not in self.riding.silent:  # a later release of its family arrives for both (riding_rings.py)
             e.op(sm90.MBarrierArriveOp(t.stage.empty))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.numerics import BF16, FP8_DTYPES
-from tessera.variants import torch_mods
+from tessera.variants import narrow_integers, torch_mods
 from tessera.variants.callables import MASK_MOD_ARGS
 from tessera.variants.nodes import BOOL, I32, I32_RANGE, CapturedArray, Node, Read
 from tessera.variants.traced import Traced
@@ -93,7 +93,9 @@ class ArrayProxy(ArrayOperand):
         t.reads.append(Read(captured, name, tuple(nodes), t.read_site()))
         if captured.boolean:
             node = Node("ne", (node, Node("const", (), I32, 0)), BOOL)
-        return Traced(t, node)
+        value = Traced(t, node)
+        value._narrow = narrow_integers.of_array(captured.array)  # NumPy keeps an int8 ... uint64 value's type
+        return value
 
     def whole(self):
         """The array used as a value without an index: a 0-d array's number (a constant, as a constant index's

@@ -258,11 +258,12 @@ def _trace(fn: Callable, kind: str) -> Trace:
     _refuse_draws(kind, fn, draws)
     node = args[0]._lift(result) if not isinstance(result, Traced) else result.node
     if kind == "mask_mod" and node.dtype != BOOL:
-        raise ModTraceError(f"mask_mod '{function_name(fn)}' returns a {node.dtype} value; a mask_mod returns a "
-                            "boolean (True: the key is visible)")
+        raise ModTraceError(f"mask_mod '{function_name(fn)}' at {tracing.where()}: returns a {node.dtype} value; a "
+                            "mask_mod returns a boolean (True: the key is visible)")
     if kind == "score_mod":
         if node.dtype == BOOL:
-            raise ModTraceError(f"score_mod '{function_name(fn)}' returns a boolean; a score_mod returns the new score")
+            raise ModTraceError(f"score_mod '{function_name(fn)}' at {tracing.where()}: returns a boolean; a score_mod "
+                                "returns the new score")
         node = args[0]._convert(node, F32)
     arrays = list(tracing.arrays.values())
     return Trace(fn, node, arrays, tracing.reads, tracing.counts, {key: c.unique for key, c in used.items()},

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
-from tessera.variants import bitwise, powers, rounding, search_calls, searches, torch_mods, ufuncs
+from tessera.variants import bitwise, narrow_integers, powers, rounding, search_calls, searches, torch_mods, ufuncs
 from tessera.variants.nodes import BOOL, COMPARES, F32, I32, Node
 from tessera.variants.tracing import UNCAPTURED, ArrayOperand, Tracing
 
@@ -25,6 +26,9 @@ class Traced:
     """A traced value: Python operators and NumPy ufuncs/functions on it record nodes (module docstring)."""
 
     __array_priority__ = 1000
+    _narrow: narrow_integers.Narrow | None = None
+    """Set on a value read from a captured int8/int16/uint8/uint16/uint32/uint64 array and on what NumPy computes
+    from it in that dtype (`tessera.variants.narrow_integers`)."""
 
     def __init__(self, tracing: Tracing, node: Node):
         self._tracing, self.node = tracing, node
@@ -63,6 +67,11 @@ class Traced:
         return Node("to_f32", (node,), F32)
 
     def _apply(self, op: str, *operands: object) -> Traced:
+        """`op` of `operands` as NumPy computes it; a value that NumPy keeps in a narrow integer type stays marked
+        with its type and values, and one that would wrap there is refused (`narrow_integers.result`)."""
+        return self._narrowed(op, operands, lambda: self._apply_op(op, *operands))
+
+    def _apply_op(self, op: str, *operands: object) -> Traced:
         nodes = [self._lift(o) for o in operands]
         t = self._tracing
         if op in ("and", "or", "not", "xor") and any(n.dtype != BOOL for n in nodes):
@@ -131,8 +140,22 @@ class Traced:
         result = bitwise.binary(op, a, b, self._tracing.refuse)
         return result if isinstance(result, Traced) else self._wrap(self._lift(result))
 
+    def _narrowed(self, op: str, operands: tuple, build: Callable[[], Traced]) -> Traced:
+        """`build()`, the value of `op` on `operands`, marked with its narrow integer type where NumPy keeps one
+        (`narrow_integers.result`, which refuses an op that would wrap there)."""
+        narrow = narrow_integers.result(op, operands, lambda x: x._narrow if isinstance(x, Traced) else None,
+                                        lambda x: self._lift(x).dtype, self._tracing.refuse)
+        out = build()
+        if narrow is not None:
+            out = self._wrap(out.node)
+            out._narrow = narrow
+        return out
+
     def _shift(self, op: str, x: object, n: object) -> Traced:
         """x << n, x >> n (np.left_shift, np.right_shift) of integers by a constant (`bitwise.shift`)."""
+        return self._narrowed(op, (x, n), lambda: self._shift_op(op, x, n))
+
+    def _shift_op(self, op: str, x: object, n: object) -> Traced:
         a, b = self._integers(bitwise.SYMBOLS[op], [self._lift(x), self._lift(n)])
         if isinstance(a, int) and isinstance(b, int):
             return self._wrap(self._lift(a << b if op == "lshift" else a >> b))
@@ -152,9 +175,12 @@ class Traced:
         return search_calls.search_call(self, function, boundaries, value, side, sorter, digitize)
 
     def _power(self, base: object, exponent: object) -> Traced:
-        return powers.power(self, base, exponent)
+        return self._narrowed("pow", (base, exponent), lambda: powers.power(self, base, exponent))
 
     def _where(self, cond: object, a: object, b: object) -> Traced:
+        return self._narrowed("where", (a, b), lambda: self._where_op(cond, a, b))
+
+    def _where_op(self, cond: object, a: object, b: object) -> Traced:
         c = self._lift(cond)
         if c.dtype != BOOL:
             raise self._tracing.refuse("np.where with a condition that is not boolean")
@@ -202,7 +228,9 @@ class Traced:
         """x.astype(dtype) as NumPy converts: a float to an integer truncates toward zero (`tile.cast`,
         cvt.rzi), an integer to a float converts (exact below 2^24), a boolean to a number is 1 or 0, a number
         to a boolean is x != 0. Every float type is traced as f32 and every signed integer as i32; float16,
-        unsigned integers (except from a boolean) and other kinds are refused by name."""
+        unsigned integers (except from a boolean) and other kinds are refused by name, and so is int8 or int16
+        (NumPy and torch wrap there, the kernel would not) except of a boolean or of a value read from a narrow
+        integer array whose values fit (`narrow_integers.cast`)."""
         t = self._tracing
         try:
             target = np.dtype(dtype)
@@ -215,8 +243,13 @@ class Traced:
             kind = I32
         if kind is None or (kind == F32 and target.itemsize < 4):
             raise t.refuse(f".astype({target}) (traced as f32, i32 or bool: float32/64, signed integers, bool)")
+        narrow = narrow_integers.cast(target, self._narrow, node.dtype, t.refuse) if kind == I32 else None
+        if narrow is not None:
+            out = self._wrap(self.astype(np.int32).node)
+            out._narrow = narrow
+            return out
         if kind == node.dtype:
-            return self
+            return self._wrap(node)  # a new value: not marked narrow (`_narrow`) for a wide integer type
         if node.dtype == BOOL:
             one, zero = (Node("const", (), kind, 1.0 if kind == F32 else 1),
                          Node("const", (), kind, 0.0 if kind == F32 else 0))

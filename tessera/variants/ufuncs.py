@@ -28,7 +28,11 @@ FLOAT_ONLY = ("exp", "exp2", "log2", "log", "tanh", "sqrt", "reciprocal", "div")
 
 
 def _sign(t, x):
-    """np.sign: 1 / -1 / x * 0 (0 keeps its sign, NaN stays NaN; a derivative of 0)."""
+    """np.sign: 1 / -1 / x * 0 (0 keeps its sign, NaN stays NaN; a derivative of 0); of an unsigned integer read
+    from a captured array, min(x, 1), which keeps its type as NumPy's does (`narrow_integers`)."""
+    narrow = getattr(x, "_narrow", None)
+    if narrow is not None and narrow.dtype.kind == "u":
+        return t._apply("min", x, 1)
     return t._where(t._apply("gt", x, 0), 1, t._where(t._apply("lt", x, 0), -1, t._apply("mul", x, 0)))
 
 

@@ -22,6 +22,7 @@ barrier's address, the parity waited for and the phase it is in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
 RING_FULL, RING_EMPTY = "_full", "_empty"
 """The suffixes of the shared buffers holding a ring's full and empty mbarriers, one per slot (the names
 passes/convert_tile_to_sm90/kernel.py gives them: `MBarriers.ring_partner`)."""
+COPY_GROUP_BARRIER = re.compile(r"group\d+_bar")
+"""The names of the shared buffers holding a copy group's mbarrier (`group{k}_bar`, passes/convert_tile_to_sm90/
+kernel.py): a group's tiles are refilled after a CTA barrier, not after a slot's release, so its fills pair with no
+release barrier (`MBarriers.ring_partner`)."""
+NO_PARTNER = -1
+"""`MBarriers.ring_partner` of a barrier known to have no release barrier (a copy group's)."""
 
 
 @dataclass(eq=False)
@@ -338,12 +345,17 @@ class MBarriers:
 
     def ring_partner(self, barrier: MBarrier) -> int | None:
         """The instance of the release ("empty") barrier of the ring slot whose "full" barrier is `barrier`, from
-        the shared buffers that own them, or None where they do not pair. convert-tile-to-sm90 gives each ring
-        (and a transposed ring's staging ring) an array of full barriers, one per slot, in the shared buffer
-        `RING + "_full"` and the slots' empty barriers in `RING + "_empty"`, slot s at byte 8 s of each: the
-        slot is the one at the same offset. A producer's last wait is not that: where a wait is missing (the
-        first fill of a slot needs none) it is another ring's."""
+        the shared buffers that own them, `NO_PARTNER` for a copy group's barrier, or None where they do not
+        pair. convert-tile-to-sm90 gives each ring (and a transposed ring's staging ring) an array of full
+        barriers, one per slot, in the shared buffer `RING + "_full"` and the slots' empty barriers in
+        `RING + "_empty"`, slot s at byte 8 s of each: the slot is the one at the same offset. A producer's last
+        wait is not that: where a wait is missing (the first fill of a slot needs none) it is another ring's. Nor
+        is it a copy group's partner (`COPY_GROUP_BARRIER`): thread 0 waits on one group's barrier and then issues
+        the next group's copies, which no release orders (a single-stage backward with a GQA group of four heads
+        filled group 2 five times after waiting on group 1, completed three times: a release reported missing)."""
         buffer = self.cta.smem.buffer_at(barrier.address)
+        if buffer is not None and COPY_GROUP_BARRIER.fullmatch(buffer.name):
+            return NO_PARTNER
         if buffer is None or not buffer.name.endswith(RING_FULL):
             return None
         name = buffer.name[: -len(RING_FULL)] + RING_EMPTY
