@@ -1,0 +1,157 @@
+"""Kernels a user writes next, round 27 (`tests/user_kernels/*.mlir`, not earlier rounds'): SwiGLU's backward
+(`swiglu_bwd.mlir`), log-softmax's backward over a vocabulary (`logsoftmax_bwd.mlir`), a squared-ReLU GEMM in f16
+with a bf16 output and fused row sums added across column blocks (`gemm_relu2_rowsum.mlir`), greedy decoding's
+token, log-sum-exp and log-probability under Gemma 2's soft-cap in one online pass (`greedy_softcap.mlir`),
+LayerNorm over rows of any length in f16 with bf16 parameters (`layernorm_any_f16.mlir`), RMSNorm's backward with
+dW by `tile.col_sum` and atomics (`rmsnorm_bwd_colsum.mlir`) and masked mean pooling with an i32 token count
+(`masked_mean_pool.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy reference of its own.
+
+The default run takes each kernel at Tile level and a small shape at PTX level; `-m slow` runs every level on
+every shape, every ptxas found (no warning, no spill) and `tessera-run --level ptx --check`.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from unseen_rounds import Case, f64, round_tests
+
+BF16 = ml_dtypes.bfloat16
+F32_EPS = 2.0**-24
+
+
+def _swiglu_inputs(shape, rng):
+    return [(rng.standard_normal(shape) * 3).astype(np.float32) for _ in range(3)], {}
+
+
+def _swiglu_ref(g, u, dy):
+    g, u, dy = f64(g, u, dy)
+    s = 1 / (1 + np.exp(-g))
+    return dy * u * s * (1 + g * (1 - s)), dy * g * s
+
+
+def _logsoftmax_bwd_inputs(shape, rng):
+    m, n = shape
+    x = rng.standard_normal((m, n)) * 2
+    y = x - x.max(1, keepdims=True)
+    y = y - np.log(np.exp(y).sum(1, keepdims=True))
+    return [y.astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)], {}
+
+
+def _logsoftmax_bwd_ref(y, dy):
+    y, dy = f64(y, dy)
+    return (dy - np.exp(y) * dy.sum(1, keepdims=True),)
+
+
+def _relu2_inputs(shape, rng):
+    m, n, k = shape
+    a = (rng.standard_normal((m, k)) / 2).astype(np.float16)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float16)
+    return [a, b, (rng.standard_normal(n) / 4).astype(BF16)], {}
+
+
+def _relu2_ref(a, b, bias):
+    a, b, bias = f64(a, b, bias)
+    h = np.maximum(a @ b + bias, 0) ** 2
+    return h, h.sum(1)
+
+
+def _greedy_inputs(shape, rng):
+    """Logits in quarter steps (ties for the first index to break) and a few past the cap's knee (|x| > 30)."""
+    m, v = shape
+    x = np.round(rng.standard_normal((m, v)) * 16) / 4
+    x[:, ::7] *= 12
+    return [x.astype(np.float32)], {}
+
+
+def _greedy_ref(x):
+    z = 30 * np.tanh(x.astype(np.float64) / 30)
+    top = z.max(1)
+    lse = top + np.log(np.exp(z - top[:, None]).sum(1))
+    return np.argmax(x, 1).astype(np.float64), lse, top - lse
+
+
+def _layernorm_inputs(shape, rng):
+    """Rows with a large mean beside their spread (the two-pass variance keeps it)."""
+    m, n = shape
+    x = (rng.standard_normal((m, n)) + 20 * rng.standard_normal((m, 1))).astype(np.float16)
+    return [x, rng.standard_normal(n).astype(BF16), rng.standard_normal(n).astype(BF16)], {}
+
+
+def _layernorm_ref(x, gamma, beta):
+    x, gamma, beta = f64(x, gamma, beta)
+    mean = x.mean(1)
+    rstd = 1 / np.sqrt(((x - mean[:, None]) ** 2).mean(1) + 1e-5)
+    return (x - mean[:, None]) * rstd[:, None] * gamma + beta, mean, rstd
+
+
+def _rmsnorm_bwd_inputs(shape, rng):
+    m, n = shape
+    x = rng.standard_normal((m, n)).astype(BF16)
+    rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-6)
+    return [rng.standard_normal((m, n)).astype(np.float32), x, rng.standard_normal(n).astype(np.float32),
+            rstd.astype(np.float32)], {}
+
+
+def _rmsnorm_bwd_ref(dy, x, w, rstd):
+    dy, x, w, rstd = f64(dy, x, w, rstd)
+    xhat = x * rstd[:, None]
+    g = dy * w
+    return rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdims=True)), (dy * xhat).sum(0)
+
+
+def _pool_inputs(shape, rng):
+    """Sequences padded at the end to random lengths, one of them empty, and a mask with a stray 2 and -1."""
+    b, s, d = shape
+    lengths = rng.integers(0, s + 1, b)
+    lengths[0] = 0 if b > 1 else lengths[0]
+    mask = (np.arange(s)[None, :] < lengths[:, None]).astype(np.int32)
+    mask[mask != 0] *= rng.choice(np.array([1, 2, -1], np.int32), int(mask.sum()))
+    return [rng.standard_normal((b, s, d)).astype(np.float32), mask], {}
+
+
+def _pool_ref(x, mask):
+    keep = (mask != 0).astype(np.float64)
+    count = keep.sum(1)
+    return (np.einsum("bs,bsd->bd", keep, x.astype(np.float64)) / np.maximum(count, 1)[:, None], count)
+
+
+BF16_HALF_ULP = 2.0**-8
+
+CASES = {
+    # sigmoid/silu below Tile IR: ex2.approx and rcp.approx (a few 2^-22) on g up to ~15 and the f32 products
+    "swiglu_bwd": Case("swiglu_bwd", _swiglu_inputs, _swiglu_ref, (1e-5, BF16_HALF_ULP + 1e-5), (1e-5, 1e-5),
+                       ((100, 70), (1, 1), (7, 257), (33, 100))),
+    # exp of log-probabilities <= 0 (ex2.approx) times a sum of N f32 terms of size ~1: N 2^-24 sqrt(N)-ish
+    "logsoftmax_bwd": Case("logsoftmax_bwd", _logsoftmax_bwd_inputs, _logsoftmax_bwd_ref, 1e-5, 1e-4,
+                           ((100, 257), (1, 1), (7, 1000), (65, 33))),
+    # f16 products exact, f32 accumulation over K; C rounded once to bf16
+    "gemm_relu2_rowsum": Case("gemm_relu2_rowsum", _relu2_inputs, _relu2_ref, (BF16_HALF_ULP, 1e-5), (1e-5, 1e-4),
+                              ((100, 70, 33), (1, 1, 1), (7, 257, 100), (64, 64, 64), (33, 8, 16))),
+    # exact indices; tanh.approx (2^-11 relative) on z up to 30: the sum of exp moves by 30 2^-11 relative at most
+    "greedy_softcap": Case("greedy_softcap", _greedy_inputs, _greedy_ref, (0.0, 0.0, 0.0), (0.0, 0.05, 0.05),
+                           ((100, 257), (1, 1), (7, 1000), (65, 33))),
+    # rsqrt.approx (2^-22.9), sums of N f32 terms of |x| ~ 20; Y rounded once to bf16
+    "layernorm_any_f16": Case("layernorm_any_f16", _layernorm_inputs, _layernorm_ref,
+                              (BF16_HALF_ULP, 1e-6, 1e-5), (1e-3, 1e-5, 1e-3),
+                              ((100, 257), (1, 1), (7, 33), (65, 100), (3, 1000))),
+    # f32 products and row/column sums of <= 128 and M terms; DX rounded once to bf16
+    "rmsnorm_bwd_colsum": Case("rmsnorm_bwd_colsum", _rmsnorm_bwd_inputs, _rmsnorm_bwd_ref,
+                               (BF16_HALF_ULP, 1e-5), (1e-5, 1e-3), ((100, 100), (1, 1), (257, 7), (33, 128))),
+    # f32 sums of S terms, one division; counts exact
+    "masked_mean_pool": Case("masked_mean_pool", _pool_inputs, _pool_ref, (1e-5, 0.0), (1e-5, 0.0),
+                             ((3, 100, 70), (1, 1, 1), (2, 257, 7), (4, 33, 130))),
+}
+
+FAST = {"swiglu_bwd": ("tile", "ptx"), "logsoftmax_bwd": ("tile", "ptx"), "gemm_relu2_rowsum": ("tile",),
+        "greedy_softcap": ("tile", "ptx"), "layernorm_any_f16": ("tile",), "rmsnorm_bwd_colsum": ("tile",),
+        "masked_mean_pool": ("tile",)}
+
+TOOL_SIZES = {"swiglu_bwd": ["M=70", "N=33"], "logsoftmax_bwd": ["M=65", "N=100"],
+              "gemm_relu2_rowsum": ["M=70", "N=33", "K=20"], "greedy_softcap": ["M=7", "V=257"],
+              "layernorm_any_f16": ["M=65", "N=100"], "rmsnorm_bwd_colsum": ["M=70", "N=100"],
+              "masked_mean_pool": ["B=3", "S=70", "D=33"]}
+
+test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
+    round_tests(CASES, FAST, TOOL_SIZES)
