@@ -12,10 +12,16 @@ every shape, every ptxas found (no warning, no spill) and `tessera-run --level p
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
+import pytest
 
-from unseen_rounds import Case, f64, round_tests
+import tessera
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.ptx import PtxHazardError
+from unseen_rounds import KERNELS, LEVELS, Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_EPS = 2.0**-24
@@ -117,6 +123,15 @@ def _pool_ref(x, mask):
     return (np.einsum("bs,bsd->bd", keep, x.astype(np.float64)) / np.maximum(count, 1)[:, None], count)
 
 
+def _moments_inputs(shape, rng):
+    return [rng.standard_normal(shape).astype(np.float32)], {}
+
+
+def _moments_ref(x):
+    x = x.astype(np.float64)
+    return np.array([x.mean()]), np.array([x.var()])
+
+
 BF16_HALF_ULP = 2.0**-8
 
 CASES = {
@@ -142,16 +157,60 @@ CASES = {
     # f32 sums of S terms, one division; counts exact
     "masked_mean_pool": Case("masked_mean_pool", _pool_inputs, _pool_ref, (1e-5, 0.0), (1e-5, 0.0),
                              ((3, 100, 70), (1, 1, 1), (2, 257, 7), (4, 33, 130))),
+    # f32 sums of M N terms of size ~1 in any order, one division; E[x^2] - mean^2 with a mean near 0
+    "global_moments": Case("global_moments", _moments_inputs, _moments_ref, 1e-5, 1e-5,
+                           ((100, 33), (1, 1), (257, 64), (64, 7))),
 }
 
 FAST = {"swiglu_bwd": ("tile", "ptx"), "logsoftmax_bwd": ("tile", "ptx"), "gemm_relu2_rowsum": ("tile",),
         "greedy_softcap": ("tile", "ptx"), "layernorm_any_f16": ("tile",), "rmsnorm_bwd_colsum": ("tile",),
-        "masked_mean_pool": ("tile",)}
+        "masked_mean_pool": ("tile",), "global_moments": ("tile", "target", "ptx")}
 
 TOOL_SIZES = {"swiglu_bwd": ["M=70", "N=33"], "logsoftmax_bwd": ["M=65", "N=100"],
               "gemm_relu2_rowsum": ["M=70", "N=33", "K=20"], "greedy_softcap": ["M=7", "V=257"],
               "layernorm_any_f16": ["M=65", "N=100"], "rmsnorm_bwd_colsum": ["M=70", "N=100"],
-              "masked_mean_pool": ["B=3", "S=70", "D=33"]}
+              "masked_mean_pool": ["B=3", "S=70", "D=33"], "global_moments": ["M=200", "N=33"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
+
+
+# A sum read back in the launch that adds it up. `global_moments.mlir` reads it in its last block after a semaphore
+# every other block signalled after adding: clean at every level (the CTA simulator and the PTX executor reported
+# it, by a rule that read no happens-before: any load of a word other CTAs add into). Without that order it is a
+# race below Tile level.
+MOMENTS = (KERNELS / "global_moments.mlir").read_text()
+ADDS = """    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
+    %s1w = tile.view %S[%c1] : !tile.tile<2xf32, global> -> !tile.tile<1xf32, global>
+    tile.atomic_add %t2, %s1w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
+"""
+WAIT = "      tile.sem_wait %cnt, %last : !tile.tile<1xi32, global>\n"
+SIGNAL = "    } else {\n      tile.sem_signal %cnt : !tile.tile<1xi32, global>\n    }\n"
+UNORDERED = {
+    # no semaphore at all: the last block reads while the others add
+    "no semaphore": MOMENTS.replace(WAIT, "").replace(SIGNAL, "    }\n"),
+    # the others signal before they add: the wait orders nothing of theirs
+    "signal first": MOMENTS.replace(ADDS, ADDS.splitlines(keepends=True)[1]).replace(
+        SIGNAL, SIGNAL.replace("    }\n", "") + "".join("  " + line for line in ADDS.splitlines(keepends=True)
+                                                       if "atomic_add" in line) + "    }\n"),
+}
+HAZARDS = {"tile": "reads S\\[0\\], which several other blocks add into",
+           "target": "reads the reduction target tensor %S_ptr at byte offset 0, which (several other CTAs|CTA)",
+           "ptx": "reads global address 0x[0-9a-f]+, which (several other CTAs|CTA .*) adds? into in this launch"}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("variant", UNORDERED)
+def test_a_sum_read_before_every_addition_is_ordered_is_reported(variant, level):
+    """Each variant changes the kernel it names (and still parses); reported below Tile level."""
+    text = UNORDERED[variant]
+    assert text != MOMENTS and text.count("tile.atomic_add %") == 2
+    module = tessera.parse_module(text, "moments.mlir")
+    x = np.random.default_rng(0).standard_normal((200, 33)).astype(np.float32)
+    if level == "tile":
+        tessera.launch(module, x, level=level)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises((KernelHazardError, PtxHazardError), match=HAZARDS[level]):
+            tessera.launch(module, x, level=level)
