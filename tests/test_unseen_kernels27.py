@@ -3,8 +3,11 @@
 with a bf16 output and fused row sums added across column blocks (`gemm_relu2_rowsum.mlir`), greedy decoding's
 token, log-sum-exp and log-probability under Gemma 2's soft-cap in one online pass (`greedy_softcap.mlir`),
 LayerNorm over rows of any length in f16 with bf16 parameters (`layernorm_any_f16.mlir`), RMSNorm's backward with
-dW by `tile.col_sum` and atomics (`rmsnorm_bwd_colsum.mlir`) and masked mean pooling with an i32 token count
-(`masked_mean_pool.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy reference of its own.
+dW by `tile.col_sum` and atomics (`rmsnorm_bwd_colsum.mlir`), masked mean pooling with an i32 token count
+(`masked_mean_pool.mlir`), a mean and variance finished by the grid's last block (`global_moments.mlir`), the
+embedding table's gradient by `tile.scatter_add` (`embedding_bwd.mlir`) and cross-entropy's loss and bf16 logit
+gradient in one kernel (`xent_fused_bf16.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy
+reference of its own.
 
 The default run takes each kernel at Tile level and a small shape at PTX level; `-m slow` runs every level on
 every shape, every ptxas found (no warning, no spill) and `tessera-run --level ptx --check`.
@@ -132,6 +135,39 @@ def _moments_ref(x):
     return np.array([x.mean()]), np.array([x.var()])
 
 
+def _embedding_inputs(shape, rng):
+    """Token ids with repeats and padding (-1: outside the table), the vocabulary given at launch."""
+    m, v, d = shape
+    return [rng.integers(-1, v, m).astype(np.int32), rng.standard_normal((m, d)).astype(np.float32)], {"V": v}
+
+
+def _embedding_ref(idx, dy, v):
+    de = np.zeros((v, dy.shape[1]))
+    keep = idx >= 0
+    np.add.at(de, idx[keep], dy[keep].astype(np.float64))
+    return (de,)
+
+
+def _xent_inputs(shape, rng):
+    """bf16 logits, labels with every fifth row ignored (-100), and the count of the others."""
+    m, v = shape
+    labels = rng.integers(0, v, m).astype(np.int32)
+    labels[::5] = -100
+    count = np.array([max(int((labels != -100).sum()), 1)], np.float32)
+    return [(rng.standard_normal((m, v)) * 3).astype(BF16), labels, count], {}
+
+
+def _xent_ref(x, labels, count):
+    x = x.astype(np.float64)
+    top = x.max(1, keepdims=True)
+    lse = (top + np.log(np.exp(x - top).sum(1, keepdims=True)))[:, 0]
+    ignored = labels == -100
+    rows = np.arange(len(x))
+    loss = np.where(ignored, 0, lse - x[rows, np.where(ignored, 0, labels)])
+    dx = (np.exp(x - lse[:, None]) - (np.arange(x.shape[1])[None, :] == labels[:, None])) / float(count[0])
+    return loss, np.where(ignored[:, None], 0, dx)
+
+
 BF16_HALF_ULP = 2.0**-8
 
 CASES = {
@@ -160,16 +196,25 @@ CASES = {
     # f32 sums of M N terms of size ~1 in any order, one division; E[x^2] - mean^2 with a mean near 0
     "global_moments": Case("global_moments", _moments_inputs, _moments_ref, 1e-5, 1e-5,
                            ((100, 33), (1, 1), (257, 64), (64, 7))),
+    # f32 sums of the rows sharing an id, in any order
+    "embedding_bwd": Case("embedding_bwd", _embedding_inputs, _embedding_ref, 1e-6, 1e-5,
+                          ((100, 7, 70), (1, 1, 1), (257, 33, 5), (64, 1, 64))),
+    # the log-sum-exp's sums of V exponentials (ex2.approx, lg2.approx); DX rounded once to bf16, p - 1 near the
+    # label cancels to f32's absolute error over n
+    "xent_fused_bf16": Case("xent_fused_bf16", _xent_inputs, _xent_ref, (1e-6, BF16_HALF_ULP), (1e-5, 1e-6),
+                            ((100, 257), (1, 1), (7, 1000), (65, 33))),
 }
 
 FAST = {"swiglu_bwd": ("tile", "ptx"), "logsoftmax_bwd": ("tile", "ptx"), "gemm_relu2_rowsum": ("tile",),
         "greedy_softcap": ("tile", "ptx"), "layernorm_any_f16": ("tile",), "rmsnorm_bwd_colsum": ("tile",),
-        "masked_mean_pool": ("tile",), "global_moments": ("tile", "target", "ptx")}
+        "masked_mean_pool": ("tile",), "global_moments": ("tile", "target", "ptx"), "embedding_bwd": ("tile", "ptx"),
+        "xent_fused_bf16": ("tile",)}
 
 TOOL_SIZES = {"swiglu_bwd": ["M=70", "N=33"], "logsoftmax_bwd": ["M=65", "N=100"],
               "gemm_relu2_rowsum": ["M=70", "N=33", "K=20"], "greedy_softcap": ["M=7", "V=257"],
               "layernorm_any_f16": ["M=65", "N=100"], "rmsnorm_bwd_colsum": ["M=70", "N=100"],
-              "masked_mean_pool": ["B=3", "S=70", "D=33"], "global_moments": ["M=200", "N=33"]}
+              "masked_mean_pool": ["B=3", "S=70", "D=33"], "global_moments": ["M=200", "N=33"],
+              "embedding_bwd": ["M=130", "V=7", "D=33"], "xent_fused_bf16": ["M=65", "V=300"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
@@ -265,3 +310,4 @@ def test_a_block_reads_back_its_own_additions():
     module = tessera.parse_module(SUMS.format(body=body), "sums.mlir")
     np.testing.assert_array_equal(tessera.launch(module, np.arange(64, dtype=np.float32), level="tile"),
                                   np.arange(64, dtype=np.float32))
+
