@@ -24,6 +24,7 @@ import pytest
 import tessera
 from tessera.interpreters.block_batch import KernelHazardError
 from tessera.interpreters.ptx import PtxHazardError
+from xdsl.utils.exceptions import VerifyException
 from unseen_rounds import KERNELS, LEVELS, Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
@@ -311,3 +312,27 @@ def test_a_block_reads_back_its_own_additions():
     np.testing.assert_array_equal(tessera.launch(module, np.arange(64, dtype=np.float32), level="tile"),
                                   np.arange(64, dtype=np.float32))
 
+
+@pytest.mark.parametrize("old, new, message", [
+    # an i32 count added across blocks: atomics add f32 (count in f32, exact below 2^24)
+    ("    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>",
+     "    %ti = tile.cast %t : !tile.tile<1x1xf32, register> -> !tile.tile<1x1xi32, register>\n"
+     "    tile.atomic_add %ti, %cnt0 : !tile.tile<1x1xi32, register>, !tile.tile<1xi32, global>",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.atomic_add' op value must be f32 \(additions are f32\), got i32"),
+    # a one-element window read into a [1, 1] tile by tile.load: the op that broadcasts is named
+    ("%s0 = tile.load_broadcast %s0w", "%s0 = tile.load %s0w",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.load' op source and result shapes must match "
+     r"\(tile.load_broadcast reads the 1-D window into \[1, 1\]\)"),
+    # an output sized by a size no input has and the kernel does not take at launch (tile.launch_sizes)
+    ("      %S: !tile.tile<2xf32, global>", '      %E: !tile.tile<?xf32, global> {tile.dims = #tile.dims<K>, tile.role = "out"},\n'
+     "      %S: !tile.tile<2xf32, global>",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: out argument %E uses sizes no input defines: \['K'\]"),
+])
+def test_refused_by_name_where_written(old, new, message):
+    """Ops outside their documented domain and a kernel that cannot be sized are refused at their line."""
+    first = "    %m0 = arith.muli %b, %c64 : index\n"
+    text = MOMENTS.replace(first, first + "    %cnt0 = tile.view %CNT[%c0] : !tile.tile<1xi32, global> -> "
+                           "!tile.tile<1xi32, global>\n").replace(old, new)
+    assert old in MOMENTS
+    with pytest.raises(VerifyException, match=message):
+        tessera.parse_module(text, "moments.mlir")
