@@ -6,7 +6,8 @@ LayerNorm over rows of any length in f16 with bf16 parameters (`layernorm_any_f1
 dW by `tile.col_sum` and atomics (`rmsnorm_bwd_colsum.mlir`), masked mean pooling with an i32 token count
 (`masked_mean_pool.mlir`), a mean and variance finished by the grid's last block (`global_moments.mlir`), the
 embedding table's gradient by `tile.scatter_add` (`embedding_bwd.mlir`) and cross-entropy's loss and bf16 logit
-gradient in one kernel (`xent_fused_bf16.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy
+gradient in one kernel (`xent_fused_bf16.mlir`) and a linear layer with a rank-16 LoRA adapter fused in
+(`lora_gemm.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy
 reference of its own.
 
 The default run takes each kernel at Tile level and a small shape at PTX level; `-m slow` runs every level on
@@ -15,17 +16,10 @@ every shape, every ptxas found (no warning, no spill) and `tessera-run --level p
 
 from __future__ import annotations
 
-import warnings
-
 import ml_dtypes
 import numpy as np
-import pytest
 
-import tessera
-from tessera.interpreters.block_batch import KernelHazardError
-from tessera.interpreters.ptx import PtxHazardError
-from xdsl.utils.exceptions import VerifyException
-from unseen_rounds import KERNELS, LEVELS, Case, f64, round_tests
+from unseen_rounds import Case, f64, round_tests
 
 BF16 = ml_dtypes.bfloat16
 F32_EPS = 2.0**-24
@@ -169,6 +163,22 @@ def _xent_ref(x, labels, count):
     return loss, np.where(ignored[:, None], 0, dx)
 
 
+def _lora_inputs(shape, rng):
+    m, n, k = shape
+    x = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(BF16)
+    la = (rng.standard_normal((k, 16)) / np.sqrt(k)).astype(BF16)
+    return [x, w, la, (rng.standard_normal((16, n)) / 4).astype(BF16)], {}
+
+
+def _lora_ref(x, w, la, lb):
+    """X LA rounded to f32 then to bf16, as the kernel rounds its accumulator (a different f32 sum may round it to
+    the neighbouring bf16: a few 2^-8 |X LA| |LB| at most, inside the bound's absolute term)."""
+    x, w, la, lb = f64(x, w, la, lb)
+    xa = (x @ la).astype(np.float32).astype(BF16).astype(np.float64)
+    return (x @ w + 2 * xa @ lb,)
+
+
 BF16_HALF_ULP = 2.0**-8
 
 CASES = {
@@ -202,6 +212,9 @@ CASES = {
                           ((100, 7, 70), (1, 1, 1), (257, 33, 5), (64, 1, 64))),
     # the log-sum-exp's sums of V exponentials (ex2.approx, lg2.approx); DX rounded once to bf16, p - 1 near the
     # label cancels to f32's absolute error over n
+    # bf16 products exact, f32 sums over K; Y rounded once to bf16
+    "lora_gemm": Case("lora_gemm", _lora_inputs, _lora_ref, 1.05 * BF16_HALF_ULP, 1e-2,
+                      ((100, 70, 33), (1, 1, 1), (70, 64, 128), (33, 257, 72))),
     "xent_fused_bf16": Case("xent_fused_bf16", _xent_inputs, _xent_ref, (1e-6, BF16_HALF_ULP), (1e-5, 1e-6),
                             ((100, 257), (1, 1), (7, 1000), (65, 33))),
 }
@@ -209,130 +222,14 @@ CASES = {
 FAST = {"swiglu_bwd": ("tile", "ptx"), "logsoftmax_bwd": ("tile", "ptx"), "gemm_relu2_rowsum": ("tile",),
         "greedy_softcap": ("tile", "ptx"), "layernorm_any_f16": ("tile",), "rmsnorm_bwd_colsum": ("tile",),
         "masked_mean_pool": ("tile",), "global_moments": ("tile", "target", "ptx"), "embedding_bwd": ("tile", "ptx"),
-        "xent_fused_bf16": ("tile",)}
+        "xent_fused_bf16": ("tile",), "lora_gemm": ("tile",)}
 
 TOOL_SIZES = {"swiglu_bwd": ["M=70", "N=33"], "logsoftmax_bwd": ["M=65", "N=100"],
               "gemm_relu2_rowsum": ["M=70", "N=33", "K=20"], "greedy_softcap": ["M=7", "V=257"],
               "layernorm_any_f16": ["M=65", "N=100"], "rmsnorm_bwd_colsum": ["M=70", "N=100"],
               "masked_mean_pool": ["B=3", "S=70", "D=33"], "global_moments": ["M=200", "N=33"],
-              "embedding_bwd": ["M=130", "V=7", "D=33"], "xent_fused_bf16": ["M=65", "V=300"]}
+              "embedding_bwd": ["M=130", "V=7", "D=33"], "xent_fused_bf16": ["M=65", "V=300"],
+              "lora_gemm": ["M=70", "N=72", "K=136"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)
-
-
-# A sum read back in the launch that adds it up. `global_moments.mlir` reads it in its last block after a semaphore
-# every other block signalled after adding: clean at every level (the CTA simulator and the PTX executor reported
-# it, by a rule that read no happens-before: any load of a word other CTAs add into). Without that order it is a
-# race everywhere, the Tile interpreter included (it ran such kernels in its own block order, silently).
-MOMENTS = (KERNELS / "global_moments.mlir").read_text()
-ADDS = """    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
-    %s1w = tile.view %S[%c1] : !tile.tile<2xf32, global> -> !tile.tile<1xf32, global>
-    tile.atomic_add %t2, %s1w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
-"""
-WAIT = "      tile.sem_wait %cnt, %last : !tile.tile<1xi32, global>\n"
-SIGNAL = "    } else {\n      tile.sem_signal %cnt : !tile.tile<1xi32, global>\n    }\n"
-UNORDERED = {
-    # no semaphore at all: the last block reads while the others add
-    "no semaphore": MOMENTS.replace(WAIT, "").replace(SIGNAL, "    }\n"),
-    # the others signal before they add: the wait orders nothing of theirs
-    "signal first": MOMENTS.replace(ADDS, ADDS.splitlines(keepends=True)[1]).replace(
-        SIGNAL, SIGNAL.replace("    }\n", "") + "".join("  " + line for line in ADDS.splitlines(keepends=True)
-                                                       if "atomic_add" in line) + "    }\n"),
-}
-HAZARDS = {"tile": "reads S\\[0\\], which several other blocks add into",
-           "target": "reads the reduction target tensor %S_ptr at byte offset 0, which (several other CTAs|CTA)",
-           "ptx": "reads global address 0x[0-9a-f]+, which (several other CTAs|CTA .*) adds? into in this launch"}
-
-
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("variant", UNORDERED)
-def test_a_sum_read_before_every_addition_is_ordered_is_reported(variant, level):
-    """Each variant changes the kernel it names (and still parses); a semaphore kernel's Tile level is not
-    checked (docs/interpreters.md), so "signal first" is reported below it only."""
-    text = UNORDERED[variant]
-    assert text != MOMENTS and text.count("tile.atomic_add %") == 2
-    module = tessera.parse_module(text, "moments.mlir")
-    x = np.random.default_rng(0).standard_normal((200, 33)).astype(np.float32)
-    if variant == "signal first" and level == "tile":
-        tessera.launch(module, x, level=level)
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises((KernelHazardError, PtxHazardError), match=HAZARDS[level]):
-            tessera.launch(module, x, level=level)
-
-
-SUMS = """
-builtin.module {{
-  func.func @sums(%X: !tile.tile<?xf32, global> {{tile.dims = #tile.dims<M>}},
-      %S: !tile.tile<64xf32, global> {{tile.dims = #tile.dims<64>, tile.role = "out"}})
-      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, 64)>}} {{
-    %c0 = arith.constant 0 : index
-    %c64 = arith.constant 64 : index
-    %b = tile.program_id x : index
-    %m0 = arith.muli %b, %c64 : index
-    %xw = tile.view %X[%m0] : !tile.tile<?xf32, global> -> !tile.tile<64xf32, global>
-    %x = tile.load %xw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>
-    %sw = tile.view %S[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>
-{body}
-    func.return
-  }}
-}}
-"""
-ADD = "    tile.atomic_add %x, %sw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>"
-
-
-@pytest.mark.parametrize("body, message", [
-    # every block reads the running sum, then adds: another block's addition may come before or after the read
-    ("    %s = tile.load %sw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>\n" + ADD,
-     r"tile.atomic_add .*: adds into S\[0\], which several other blocks read too: blocks run in no order"),
-    # block 0 stores the zeros the others add into
-    ("    %z = tile.fill 0.0 : !tile.tile<64xf32, register>\n    %first = arith.cmpi eq, %b, %c0 : index\n"
-     "    scf.if %first {\n      tile.store_global %z, %sw : !tile.tile<64xf32, register>, "
-     "!tile.tile<64xf32, global>\n    }\n" + ADD,
-     r"adds into S\[0\], which block \(0, 0, 0\) stores too"),
-    ("    %z = tile.fill 0.0 : !tile.tile<64xf32, register>\n" + ADD + "\n    %last = arith.cmpi eq, %b, %c64 : index\n"
-     "    scf.if %last {\n      tile.store_global %z, %sw : !tile.tile<64xf32, register>, "
-     "!tile.tile<64xf32, global>\n    }\n",
-     r"tile.store_global .*: writes S\[0\], which several other blocks add into"),
-])
-def test_tile_level_orders_reads_and_stores_against_additions(body, message):
-    """A tensor some block adds into is judged at Tile level as below it: another block's read or store of an
-    element and the addition are unordered (blocks of one batch run each op together: the read comes first)."""
-    module = tessera.parse_module(SUMS.format(body=body), "sums.mlir")
-    with pytest.raises(KernelHazardError, match=message):
-        tessera.launch(module, np.ones(65 * 64, np.float32), level="tile")
-
-
-def test_a_block_reads_back_its_own_additions():
-    """One block adding and reading the sum is ordered by its own program order: no hazard, the sum."""
-    body = ADD + "\n    %s = tile.load %sw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>"
-    module = tessera.parse_module(SUMS.format(body=body), "sums.mlir")
-    np.testing.assert_array_equal(tessera.launch(module, np.arange(64, dtype=np.float32), level="tile"),
-                                  np.arange(64, dtype=np.float32))
-
-
-@pytest.mark.parametrize("old, new, message", [
-    # an i32 count added across blocks: atomics add f32 (count in f32, exact below 2^24)
-    ("    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>",
-     "    %ti = tile.cast %t : !tile.tile<1x1xf32, register> -> !tile.tile<1x1xi32, register>\n"
-     "    tile.atomic_add %ti, %cnt0 : !tile.tile<1x1xi32, register>, !tile.tile<1xi32, global>",
-     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.atomic_add' op value must be f32 \(additions are f32\), got i32"),
-    # a one-element window read into a [1, 1] tile by tile.load: the op that broadcasts is named
-    ("%s0 = tile.load_broadcast %s0w", "%s0 = tile.load %s0w",
-     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.load' op source and result shapes must match "
-     r"\(tile.load_broadcast reads the 1-D window into \[1, 1\]\)"),
-    # an output sized by a size no input has and the kernel does not take at launch (tile.launch_sizes)
-    ("      %S: !tile.tile<2xf32, global>", '      %E: !tile.tile<?xf32, global> {tile.dims = #tile.dims<K>, tile.role = "out"},\n'
-     "      %S: !tile.tile<2xf32, global>",
-     r"moments.mlir:\d+:\d+: kernel @global_moments: out argument %E uses sizes no input defines: \['K'\]"),
-])
-def test_refused_by_name_where_written(old, new, message):
-    """Ops outside their documented domain and a kernel that cannot be sized are refused at their line."""
-    first = "    %m0 = arith.muli %b, %c64 : index\n"
-    text = MOMENTS.replace(first, first + "    %cnt0 = tile.view %CNT[%c0] : !tile.tile<1xi32, global> -> "
-                           "!tile.tile<1xi32, global>\n").replace(old, new)
-    assert old in MOMENTS
-    with pytest.raises(VerifyException, match=message):
-        tessera.parse_module(text, "moments.mlir")

@@ -1,0 +1,151 @@
+"""Round 27's findings beside its kernels (`tests/test_unseen_kernels27.py`): a sum read back in the launch that adds
+it up, judged by happens-before at every level, and what is refused by name where it is written."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from xdsl.utils.exceptions import VerifyException
+
+import tessera
+from tessera.interpreters.block_batch import KernelHazardError
+from tessera.interpreters.ptx import PtxHazardError
+from tessera.passes.convert_tile_to_sm90 import LoweringError
+from unseen_rounds import KERNELS, LEVELS
+
+# A sum read back in the launch that adds it up. `global_moments.mlir` reads it in its last block after a semaphore
+# every other block signalled after adding: clean at every level (the CTA simulator and the PTX executor reported
+# it, by a rule that read no happens-before: any load of a word other CTAs add into). Without that order it is a
+# race everywhere, the Tile interpreter included (it ran such kernels in its own block order, silently).
+MOMENTS = (KERNELS / "global_moments.mlir").read_text()
+ADDS = """    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
+    %s1w = tile.view %S[%c1] : !tile.tile<2xf32, global> -> !tile.tile<1xf32, global>
+    tile.atomic_add %t2, %s1w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>
+"""
+WAIT = "      tile.sem_wait %cnt, %last : !tile.tile<1xi32, global>\n"
+SIGNAL = "    } else {\n      tile.sem_signal %cnt : !tile.tile<1xi32, global>\n    }\n"
+UNORDERED = {
+    # no semaphore at all: the last block reads while the others add
+    "no semaphore": MOMENTS.replace(WAIT, "").replace(SIGNAL, "    }\n"),
+    # the others signal before they add: the wait orders nothing of theirs
+    "signal first": MOMENTS.replace(ADDS, ADDS.splitlines(keepends=True)[1]).replace(
+        SIGNAL, SIGNAL.replace("    }\n", "") + "".join("  " + line for line in ADDS.splitlines(keepends=True)
+                                                       if "atomic_add" in line) + "    }\n"),
+}
+HAZARDS = {"tile": "reads S\\[0\\], which several other blocks add into",
+           "target": "reads the reduction target tensor %S_ptr at byte offset 0, which (several other CTAs|CTA)",
+           "ptx": "reads global address 0x[0-9a-f]+, which (several other CTAs|CTA .*) adds? into in this launch"}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("variant", UNORDERED)
+def test_a_sum_read_before_every_addition_is_ordered_is_reported(variant, level):
+    """Each variant changes the kernel it names (and still parses); a semaphore kernel's Tile level is not
+    checked (docs/interpreters.md), so "signal first" is reported below it only."""
+    text = UNORDERED[variant]
+    assert text != MOMENTS and text.count("tile.atomic_add %") == 2
+    module = tessera.parse_module(text, "moments.mlir")
+    x = np.random.default_rng(0).standard_normal((200, 33)).astype(np.float32)
+    if variant == "signal first" and level == "tile":
+        tessera.launch(module, x, level=level)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises((KernelHazardError, PtxHazardError), match=HAZARDS[level]):
+            tessera.launch(module, x, level=level)
+
+
+SUMS = """
+builtin.module {{
+  func.func @sums(%X: !tile.tile<?xf32, global> {{tile.dims = #tile.dims<M>}},
+      %S: !tile.tile<64xf32, global> {{tile.dims = #tile.dims<64>, tile.role = "out"}})
+      attributes {{tile.kernel = {{kind = "custom"}}, tile.grid = #tile.dims<ceildiv(M, 64)>}} {{
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %b = tile.program_id x : index
+    %m0 = arith.muli %b, %c64 : index
+    %xw = tile.view %X[%m0] : !tile.tile<?xf32, global> -> !tile.tile<64xf32, global>
+    %x = tile.load %xw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>
+    %sw = tile.view %S[%c0] : !tile.tile<64xf32, global> -> !tile.tile<64xf32, global>
+{body}
+    func.return
+  }}
+}}
+"""
+ADD = "    tile.atomic_add %x, %sw : !tile.tile<64xf32, register>, !tile.tile<64xf32, global>"
+
+
+@pytest.mark.parametrize("body, message", [
+    # every block reads the running sum, then adds: another block's addition may come before or after the read
+    ("    %s = tile.load %sw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>\n" + ADD,
+     r"tile.atomic_add .*: adds into S\[0\], which several other blocks read too: blocks run in no order"),
+    # block 0 stores the zeros the others add into
+    ("    %z = tile.fill 0.0 : !tile.tile<64xf32, register>\n    %first = arith.cmpi eq, %b, %c0 : index\n"
+     "    scf.if %first {\n      tile.store_global %z, %sw : !tile.tile<64xf32, register>, "
+     "!tile.tile<64xf32, global>\n    }\n" + ADD,
+     r"adds into S\[0\], which block \(0, 0, 0\) stores too"),
+    ("    %z = tile.fill 0.0 : !tile.tile<64xf32, register>\n" + ADD + "\n    %last = arith.cmpi eq, %b, %c64 : index\n"
+     "    scf.if %last {\n      tile.store_global %z, %sw : !tile.tile<64xf32, register>, "
+     "!tile.tile<64xf32, global>\n    }\n",
+     r"tile.store_global .*: writes S\[0\], which several other blocks add into"),
+])
+def test_tile_level_orders_reads_and_stores_against_additions(body, message):
+    """A tensor some block adds into is judged at Tile level as below it: another block's read or store of an
+    element and the addition are unordered (blocks of one batch run each op together: the read comes first)."""
+    module = tessera.parse_module(SUMS.format(body=body), "sums.mlir")
+    with pytest.raises(KernelHazardError, match=message):
+        tessera.launch(module, np.ones(65 * 64, np.float32), level="tile")
+
+
+def test_a_block_reads_back_its_own_additions():
+    """One block adding and reading the sum is ordered by its own program order: no hazard, the sum."""
+    body = ADD + "\n    %s = tile.load %sw : !tile.tile<64xf32, global> -> !tile.tile<64xf32, register>"
+    module = tessera.parse_module(SUMS.format(body=body), "sums.mlir")
+    np.testing.assert_array_equal(tessera.launch(module, np.arange(64, dtype=np.float32), level="tile"),
+                                  np.arange(64, dtype=np.float32))
+
+
+@pytest.mark.parametrize("old, new, message", [
+    # an i32 count added across blocks: atomics add f32 (count in f32, exact below 2^24)
+    ("    tile.atomic_add %t, %s0w : !tile.tile<1x1xf32, register>, !tile.tile<1xf32, global>",
+     "    %ti = tile.cast %t : !tile.tile<1x1xf32, register> -> !tile.tile<1x1xi32, register>\n"
+     "    tile.atomic_add %ti, %cnt0 : !tile.tile<1x1xi32, register>, !tile.tile<1xi32, global>",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.atomic_add' op value must be f32 \(additions are f32\), got i32"),
+    # a one-element window read into a [1, 1] tile by tile.load: the op that broadcasts is named
+    ("%s0 = tile.load_broadcast %s0w", "%s0 = tile.load %s0w",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: 'tile.load' op source and result shapes must match "
+     r"\(tile.load_broadcast reads the 1-D window into \[1, 1\]\)"),
+    # an output sized by a size no input has and the kernel does not take at launch (tile.launch_sizes)
+    ("      %S: !tile.tile<2xf32, global>", '      %E: !tile.tile<?xf32, global> {tile.dims = #tile.dims<K>, tile.role = "out"},\n'
+     "      %S: !tile.tile<2xf32, global>",
+     r"moments.mlir:\d+:\d+: kernel @global_moments: out argument %E uses sizes no input defines: \['K'\]"),
+])
+def test_refused_by_name_where_written(old, new, message):
+    """Ops outside their documented domain and a kernel that cannot be sized are refused at their line."""
+    first = "    %m0 = arith.muli %b, %c64 : index\n"
+    text = MOMENTS.replace(first, first + "    %cnt0 = tile.view %CNT[%c0] : !tile.tile<1xi32, global> -> "
+                           "!tile.tile<1xi32, global>\n").replace(old, new)
+    assert old in MOMENTS
+    with pytest.raises(VerifyException, match=message):
+        tessera.parse_module(text, "moments.mlir")
+
+
+def test_a_rank_8_adapter_is_refused_below_tile_level_by_name():
+    """lora_gemm at rank 8: the [64, 8] bf16 tile of LA has rows of 16 bytes, narrower than any swizzle
+    (docs/any-shape.md): it runs at Tile level and is refused at its allocation below it, exit status 1."""
+    text = (KERNELS / "lora_gemm.mlir").read_text()
+    for wide, narrow in (("x16xbf16", "x8xbf16"), ("<16x", "<8x"), ("swizzle 32", "swizzle 0"), ("64x16xf32", "64x8xf32"),
+                         ("#tile.dims<K, 16>", "#tile.dims<K, 8>"), ("#tile.dims<16, N>", "#tile.dims<8, N>")):
+        assert wide in text
+        text = text.replace(wide, narrow)
+    module = tessera.parse_module(text, "lora8.mlir")
+    x = np.ones((70, 64), np.float32)
+    arrays = (x, np.ones((64, 64), np.float32), np.ones((64, 8), np.float32), np.ones((8, 64), np.float32))
+    assert tessera.launch(module, *arrays, level="tile").shape == (70, 64)
+    with pytest.raises(LoweringError, match=r"lora8.mlir:\d+:\d+: kernel @lora_gemm: convert-tile-to-sm90: .*shared "
+                                              r"tiles need rows of a multiple of 32 bytes .* got rows of 8 x 2 = 16 bytes"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tessera.launch(module, *arrays, level="target")
