@@ -7,7 +7,7 @@ dW by `tile.col_sum` and atomics (`rmsnorm_bwd_colsum.mlir`), masked mean poolin
 (`masked_mean_pool.mlir`), a mean and variance finished by the grid's last block (`global_moments.mlir`), the
 embedding table's gradient by `tile.scatter_add` (`embedding_bwd.mlir`) and cross-entropy's loss and bf16 logit
 gradient in one kernel (`xent_fused_bf16.mlir`) and a linear layer with a rank-16 LoRA adapter fused in
-(`lora_gemm.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy
+(`lora_gemm.mlir`), a GEMM that skips the K blocks a mask empties (`block_sparse_gemm.mlir`), each on sizes of 1, 7, 33, 100 and 257 against a float64 NumPy
 reference of its own.
 
 The default run takes each kernel at Tile level and a small shape at PTX level; `-m slow` runs every level on
@@ -179,6 +179,21 @@ def _lora_ref(x, w, la, lb):
     return (x @ w + 2 * xa @ lb,)
 
 
+def _sparse_inputs(shape, rng):
+    """A mask of K blocks per row block, about half kept (nonzero: 1 or -3)."""
+    m, n, k = shape
+    blocks = (-(-m // 64), -(-k // 64))
+    mask = rng.integers(0, 2, blocks) * rng.choice(np.array([1, -3]), blocks)
+    return [rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16),
+            mask.astype(np.int32)], {}
+
+
+def _sparse_ref(a, b, mask):
+    m, k = a.shape
+    kept = np.repeat(np.repeat(mask != 0, 64, 0), 64, 1)[:m, :k]
+    return (np.where(kept, a.astype(np.float64), 0) @ b.astype(np.float64),)
+
+
 BF16_HALF_ULP = 2.0**-8
 
 CASES = {
@@ -215,6 +230,9 @@ CASES = {
     # bf16 products exact, f32 sums over K; Y rounded once to bf16
     "lora_gemm": Case("lora_gemm", _lora_inputs, _lora_ref, 1.05 * BF16_HALF_ULP, 1e-2,
                       ((100, 70, 33), (1, 1, 1), (70, 64, 128), (33, 257, 72))),
+    # bf16 products exact, f32 sums over at most K terms of size ~1
+    "block_sparse_gemm": Case("block_sparse_gemm", _sparse_inputs, _sparse_ref, 1e-5, 1e-4,
+                              ((100, 70, 200), (1, 1, 1), (130, 64, 64), (64, 33, 257))),
     "xent_fused_bf16": Case("xent_fused_bf16", _xent_inputs, _xent_ref, (1e-6, BF16_HALF_ULP), (1e-5, 1e-6),
                             ((100, 257), (1, 1), (7, 1000), (65, 33))),
 }
@@ -222,14 +240,15 @@ CASES = {
 FAST = {"swiglu_bwd": ("tile", "ptx"), "logsoftmax_bwd": ("tile", "ptx"), "gemm_relu2_rowsum": ("tile",),
         "greedy_softcap": ("tile", "ptx"), "layernorm_any_f16": ("tile",), "rmsnorm_bwd_colsum": ("tile",),
         "masked_mean_pool": ("tile",), "global_moments": ("tile", "target", "ptx"), "embedding_bwd": ("tile", "ptx"),
-        "xent_fused_bf16": ("tile",), "lora_gemm": ("tile",)}
+        "xent_fused_bf16": ("tile",), "lora_gemm": ("tile",),
+        "block_sparse_gemm": ("tile", "ptx")}
 
 TOOL_SIZES = {"swiglu_bwd": ["M=70", "N=33"], "logsoftmax_bwd": ["M=65", "N=100"],
               "gemm_relu2_rowsum": ["M=70", "N=33", "K=20"], "greedy_softcap": ["M=7", "V=257"],
               "layernorm_any_f16": ["M=65", "N=100"], "rmsnorm_bwd_colsum": ["M=70", "N=100"],
               "masked_mean_pool": ["B=3", "S=70", "D=33"], "global_moments": ["M=200", "N=33"],
               "embedding_bwd": ["M=130", "V=7", "D=33"], "xent_fused_bf16": ["M=65", "V=300"],
-              "lora_gemm": ["M=70", "N=72", "K=136"]}
+              "lora_gemm": ["M=70", "N=72", "K=136"], "block_sparse_gemm": ["M=130", "N=33", "K=200"]}
 
 test_unseen_kernel, test_unseen_kernel_every_shape, test_every_case_has_tool_sizes, test_unseen_kernel_tools = \
     round_tests(CASES, FAST, TOOL_SIZES)

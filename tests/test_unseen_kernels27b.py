@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.utils.exceptions import VerifyException
@@ -149,3 +150,41 @@ def test_a_rank_8_adapter_is_refused_below_tile_level_by_name():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tessera.launch(module, *arrays, level="target")
+
+
+SPARSE = (KERNELS / "block_sparse_gemm.mlir").read_text()
+MMA_BRANCH = """        %p = tile.mma %a_smem, %b_smem, %s : !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>
+        scf.yield %p : !tile.tile<64x64xf32, register>
+"""
+SKIP_BRANCH = "        scf.yield %s : !tile.tile<64x64xf32, register>\n"
+HALF = "        %h = tile.scale %s by 0.5 : !tile.tile<64x64xf32, register>\n        scf.yield %h : !tile.tile<64x64xf32, register>\n"
+
+
+@pytest.mark.parametrize("then, otherwise, scale", [
+    (MMA_BRANCH, SKIP_BRANCH, 1.0),  # the kernel: the mma in the then-branch (it is lowered last)
+    (SKIP_BRANCH, MMA_BRANCH, 1.0),  # the condition's other sense: the mma's branch already last
+    (MMA_BRANCH, "        scf.yield %zero : !tile.tile<64x64xf32, register>\n", 0.0),  # not the accumulator
+    (HALF, MMA_BRANCH, 0.5),  # an op on the accumulator in the other branch
+])
+def test_an_mma_under_a_branch_yields_its_result_safely_at_ptx_level(then, otherwise, scale):
+    """The mma's result leaves its branch in flight only where the other branch yields the accumulator, and from
+    the branch the register allocator lowers last (else the PTX copied it out of registers its wgmma group still
+    wrote, reported by the PTX executor; on a GPU, garbage); otherwise its group is retired in the branch. The
+    skipped block contributes `scale` times the sum so far (0: none, 0.5: half)."""
+    text = SPARSE.replace(MMA_BRANCH + "      } else {\n" + SKIP_BRANCH, then + "      } else {\n" + otherwise)
+    assert text != SPARSE or then == MMA_BRANCH
+    keep_then = then == MMA_BRANCH
+    module = tessera.parse_module(text, "sparse.mlir")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((130, 200)).astype(np.float32), rng.standard_normal((200, 40)).astype(np.float32)
+    mask = np.array([[1, 0, 1, 0], [0, 1, 1, 0], [0, 0, 0, 0]], np.int32)
+    a16, b16 = (x.astype(ml_dtypes.bfloat16).astype(np.float64) for x in (a, b))
+    expected = np.zeros((130, 40))
+    for kb in range(4):
+        block = a16[:, 64 * kb:64 * kb + 64] @ b16[64 * kb:64 * kb + 64]
+        kept = np.repeat((mask[:, kb] != 0) == keep_then, 64)[:130, None]
+        expected = np.where(kept, expected + block, expected * scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tessera.launch(module, a, b, mask, level="ptx")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)

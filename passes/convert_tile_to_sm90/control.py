@@ -42,7 +42,7 @@ group, the commit adds 1 to it, and the wait takes the count before the incremen
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType
+from xdsl.dialects.builtin import IndexType, IntegerAttr, IntegerType
 from xdsl.ir import Block, Operation, Region
 from xdsl.traits import Pure
 
@@ -78,9 +78,10 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
     """The tile.mma of an *update branch* (module docstring): an scf.if with two branches, one holding a
     single tile.mma (or `tile.causal_bias`) among pure ops without regions (and `tile.key_bias`, which writes
     the tile it reads),
-    whose result it yields once, the other holding pure ops without regions and no tile.mma
-    (overlap-softmax{fold=true}'s P.V update, skipped on the first trip; mask-by-mma's and mask-causal-by-mma's
-    biases)."""
+    whose result it yields once, the other holding pure ops without regions and no tile.mma and yielding the
+    mma's accumulator in its place (overlap-softmax{fold=true}'s P.V update, skipped on the first trip;
+    mask-by-mma's and mask-causal-by-mma's biases; a block-sparse GEMM's K step, skipped where its block is
+    empty). Another scf.if holding an mma retires its groups in each branch."""
     if len(op.regions) != 2 or not op.false_region.blocks:
         return None
     mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, BRANCH_MMA_OPS)]
@@ -94,6 +95,11 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
     yields = mma.parent_block().last_op.operands
     if sum(v is mma.result for v in yields) != 1 or any(use.operation is not mma.parent_block().last_op
                                                         for use in mma.result.uses):
+        return None
+    # the other branch yields the accumulator there: the result then takes the registers the wgmma accumulates
+    # into on both paths (tessera.regalloc), so no branch copies out of registers its group still writes
+    other = next(region for region in op.regions if region is not mma.parent_region())
+    if list(other.block.last_op.operands)[list(yields).index(mma.result)] is not mma.acc:
         return None
     return mma
 
@@ -265,7 +271,16 @@ class ControlFlowLowering:
             self.e.op(scf.YieldOp(*operands))
         self.e = e
         result_types = [v.type for v in blocks[0].last_op.operands]
-        new = e.op(scf.IfOp(self._get(op.cond), result_types, Region(blocks[0]),
+        condition = self._get(op.cond)
+        if update is not None and update.parent_region() is op.true_region and len(blocks) > 1:
+            # The mma's branch goes last (the condition negated): the register allocator gives the result the
+            # registers the wgmma accumulates into in place only where the other branch's yield of the
+            # accumulator comes first in program order (tessera.regalloc: an accumulator read after the wgmma is
+            # copied instead), and a copy out of them at the end of the mma's branch would read registers its
+            # group still writes.
+            condition = e.op(arith.XOrIOp(condition, e.op(arith.ConstantOp(IntegerAttr(1, IntegerType(1))))))
+            blocks.reverse()
+        new = e.op(scf.IfOp(condition, result_types, Region(blocks[0]),
                             Region(blocks[1]) if len(blocks) > 1 else None))
         results = new.results if isinstance(new, Operation) else [new]
         for i, (old, res) in enumerate(zip(op.results, results)):
