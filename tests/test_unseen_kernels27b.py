@@ -8,7 +8,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 
 import tessera
 from tessera.interpreters.block_batch import KernelHazardError
@@ -188,3 +188,16 @@ def test_an_mma_under_a_branch_yields_its_result_safely_at_ptx_level(then, other
         warnings.simplefilter("ignore")
         got = tessera.launch(module, a, b, mask, level="ptx")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_fma_takes_one_type_and_says_where():
+    """tile.fma does not broadcast (docs/tile-ir.md): a [1, 1] addend beside [64, 64] factors is a parse error at
+    its line, not a traceback; tile.mul then tile.add broadcast it."""
+    text = (KERNELS / "swiglu_bwd.mlir").read_text().replace(
+        "    %goms = tile.mul %g, %oms : !tile.tile<64x64xf32, register>\n"
+        "    %t = tile.add %goms, %one : !tile.tile<64x64xf32, register>, !tile.tile<1x1xf32, register>\n",
+        "    %t = tile.fma %g, %oms, %one : !tile.tile<64x64xf32, register>, !tile.tile<64x64xf32, register>, "
+        "!tile.tile<1x1xf32, register>\n")
+    assert "tile.fma" in text
+    with pytest.raises(ParseError, match=r"fma.mlir:\d+:\d+"):
+        tessera.parse_module(text, "fma.mlir")
