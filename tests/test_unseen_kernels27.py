@@ -232,7 +232,7 @@ CASES = {
                       ((100, 70, 33), (1, 1, 1), (70, 64, 128), (33, 257, 72))),
     # bf16 products exact, f32 sums over at most K terms of size ~1
     "block_sparse_gemm": Case("block_sparse_gemm", _sparse_inputs, _sparse_ref, 1e-5, 1e-4,
-                              ((100, 70, 200), (1, 1, 1), (130, 64, 64), (64, 33, 257))),
+                              ((100, 70, 200), (1, 1, 1), (130, 64, 64), (64, 33, 257), (200, 136, 512))),
     "xent_fused_bf16": Case("xent_fused_bf16", _xent_inputs, _xent_ref, (1e-6, BF16_HALF_ULP), (1e-5, 1e-6),
                             ((100, 257), (1, 1), (7, 1000), (65, 33))),
 }

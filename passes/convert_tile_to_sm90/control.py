@@ -237,10 +237,12 @@ class ControlFlowLowering:
         before = list(self.pending)
         issued = None
         blocks, yielded = [], []
+        branches = [Block() for region in op.regions if region.blocks]
+        self._await_stages_before_branch(op, e, branches)
         for region in op.regions:
             if not region.blocks:
                 continue
-            block = Block()
+            block = branches[len(blocks)]
             be = Emitter(block)
             saved = list(self.outstanding)
             terminator = region.block.last_op

@@ -2,15 +2,17 @@
 // it: for A [M, K] bf16, B [K, N] bf16 and MASK [ceildiv(M, 64), ceildiv(K, 64)] i32 (nonzero: the block is
 // kept),
 //   C[i, j] = sum over the K blocks kb with MASK[i / 64, kb] != 0 of A[i, kb] B[kb, j]   (f32),
-// any M, N, K. The copies run on every trip (a copy committed under an scf.if is refused below Tile IR); the
-// tile.mma runs under an scf.if on the mask entry (tile.load_index), which yields the accumulator either way.
+// any M, N, K (specialized on K and N multiples of 8: TMA copies into rings, the loop pipelined). The copies run
+// on every trip (a copy committed under an scf.if is refused below Tile IR); the tile.mma runs under an scf.if
+// on the mask entry (tile.load_index), which yields the accumulator either way.
 builtin.module {
   func.func @block_sparse_gemm(
       %A: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, K>},
       %B: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<K, N>},
       %MASK: !tile.tile<?x?xi32, global> {tile.dims = #tile.dims<ceildiv(M, 64), ceildiv(K, 64)>},
       %C: !tile.tile<?x?xf32, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})
-      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>} {
+      attributes {tile.kernel = {kind = "custom"}, tile.grid = #tile.dims<ceildiv(M, 64), ceildiv(N, 64)>,
+                  tile.specialize = {K = 8 : i64, N = 8 : i64}} {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c64 = arith.constant 64 : index
