@@ -204,3 +204,35 @@ def test_fma_takes_one_type_and_says_where():
     assert "tile.fma" in text
     with pytest.raises(ParseError, match=r"fma.mlir:\d+:\d+"):
         tessera.parse_module(text, "fma.mlir")
+
+
+def test_an_mma_on_a_zero_fill_under_a_branch_retires_in_its_branch():
+    """lora_gemm with the adapter applied only to the row blocks a flag table marks (multi-LoRA serving): the
+    branch's mma accumulates onto a zero fill, which the lowering makes a constant (scale-d = 0) with no
+    registers the branch's result could share, so its group retires in its branch (the PTX copied the result out
+    of the wgmma's registers while its group was in flight, K = 136 on the pipelined path)."""
+    text = (KERNELS / "lora_gemm.mlir").read_text()
+    mma = ("    %lora = tile.mma %xa, %lb_smem, %zero : !tile.tile<64x16xbf16, register>, "
+           "!tile.tile<16x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>\n")
+    out = '      %Y: !tile.tile<?x?xbf16, global> {tile.dims = #tile.dims<M, N>, tile.role = "out"})'
+    assert mma in text and out in text
+    text = text.replace(out, "      %FLAG: !tile.tile<?xi32, global> {tile.dims = #tile.dims<ceildiv(M, 64)>},\n" + out)
+    text = text.replace(mma, "    %flag = tile.load_index %FLAG[%bm] : !tile.tile<?xi32, global>\n"
+                             "    %use = arith.cmpi ne, %flag, %c0 : index\n"
+                             "    %lora = scf.if %use -> (!tile.tile<64x64xf32, register>) {\n  "
+                             + mma.replace("%lora =", "%l =") +
+                             "      scf.yield %l : !tile.tile<64x64xf32, register>\n    } else {\n"
+                             "      scf.yield %zero : !tile.tile<64x64xf32, register>\n    }\n")
+    module = tessera.parse_module(text, "lora_flag.mlir")
+    rng = np.random.default_rng(0)
+    bf16 = ml_dtypes.bfloat16
+    x, w = rng.standard_normal((130, 136)).astype(bf16), (rng.standard_normal((136, 72)) / 12).astype(bf16)
+    la, lb = (rng.standard_normal((136, 16)) / 12).astype(bf16), (rng.standard_normal((16, 72)) / 4).astype(bf16)
+    flag = np.array([1, 0, 1], np.int32)
+    f = [a.astype(np.float64) for a in (x, w, la, lb)]
+    xa = (f[0] @ f[2]).astype(np.float32).astype(bf16).astype(np.float64)
+    expected = f[0] @ f[1] + 2 * np.repeat(flag != 0, 64)[:130, None] * (xa @ f[3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tessera.launch(module, x, w, la, lb, flag, level="ptx")
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=2**-8, atol=1e-2)

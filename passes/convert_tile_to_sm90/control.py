@@ -124,6 +124,14 @@ def accumulates_in_flight(op: scf.IfOp, mma: tile.MmaOp, pending: list[PendingMm
 class ControlFlowLowering:
     """The ControlFlow handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
 
+    def _update_branch(self, op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
+        """`update_branch_mma(op)`, unless the mma's accumulator is lowered to a constant (a zero fill: the
+        wgmma's scale-d = 0), which has no registers the result could share with the other branch's yield."""
+        update = update_branch_mma(op)
+        if update is not None and isinstance(getattr(self.values.get(update.acc), "owner", None), arith.ConstantOp):
+            return None
+        return update
+
     # -- control flow --------------------------------------------------------------------------------------
     def _count_phases(self, outermost: scf.ForOp) -> None:
         """Give every loop around a commit a phase counter for it (module docstring) where the commit sits in
@@ -200,7 +208,7 @@ class ControlFlowLowering:
         groups it reads are waited for here; `_lower_IfOp` yields its branches without waiting."""
         if not isinstance(op, scf.IfOp):
             return False
-        update = update_branch_mma(op)
+        update = self._update_branch(op)
         if not self.pending and update is None:
             return False
         read = set()
@@ -230,7 +238,7 @@ class ControlFlowLowering:
             if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
                 refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
         in_flight = op in self.branches_in_flight
-        update = update_branch_mma(op) if in_flight else None
+        update = self._update_branch(op) if in_flight else None
         accumulate = update in self.accumulating
         # yielded as they are: the mma's result, and an accumulate branch's accumulator, still in flight
         raw = {update.result, update.acc} if accumulate else {update.result} if update is not None else set()
