@@ -206,11 +206,8 @@ def test_fma_takes_one_type_and_says_where():
         tessera.parse_module(text, "fma.mlir")
 
 
-def test_an_mma_on_a_zero_fill_under_a_branch_retires_in_its_branch():
-    """lora_gemm with the adapter applied only to the row blocks a flag table marks (multi-LoRA serving): the
-    branch's mma accumulates onto a zero fill, which the lowering makes a constant (scale-d = 0) with no
-    registers the branch's result could share, so its group retires in its branch (the PTX copied the result out
-    of the wgmma's registers while its group was in flight, K = 136 on the pipelined path)."""
+def _flagged_lora() -> str:
+    """lora_gemm with the adapter applied only to the row blocks a flag table FLAG marks (multi-LoRA serving)."""
     text = (KERNELS / "lora_gemm.mlir").read_text()
     mma = ("    %lora = tile.mma %xa, %lb_smem, %zero : !tile.tile<64x16xbf16, register>, "
            "!tile.tile<16x64xbf16, shared, swizzle 128>, !tile.tile<64x64xf32, register>\n")
@@ -223,7 +220,14 @@ def test_an_mma_on_a_zero_fill_under_a_branch_retires_in_its_branch():
                              + mma.replace("%lora =", "%l =") +
                              "      scf.yield %l : !tile.tile<64x64xf32, register>\n    } else {\n"
                              "      scf.yield %zero : !tile.tile<64x64xf32, register>\n    }\n")
-    module = tessera.parse_module(text, "lora_flag.mlir")
+    return text
+
+
+def test_an_mma_on_a_zero_fill_under_a_branch_retires_in_its_branch():
+    """The flagged adapter's mma accumulates onto a zero fill, which the lowering makes a constant (scale-d = 0)
+    with no registers the branch's result could share, so its group retires in its branch (the PTX copied the
+    result out of the wgmma's registers while its group was in flight, K = 136 on the pipelined path)."""
+    module = tessera.parse_module(_flagged_lora(), "lora_flag.mlir")
     rng = np.random.default_rng(0)
     bf16 = ml_dtypes.bfloat16
     x, w = rng.standard_normal((130, 136)).astype(bf16), (rng.standard_normal((136, 72)) / 12).astype(bf16)
@@ -236,3 +240,18 @@ def test_an_mma_on_a_zero_fill_under_a_branch_retires_in_its_branch():
         warnings.simplefilter("ignore")
         got = tessera.launch(module, x, w, la, lb, flag, level="ptx")
     np.testing.assert_allclose(got.astype(np.float64), expected, rtol=2**-8, atol=1e-2)
+
+
+def test_the_printer_refuses_a_branch_copying_a_wgmma_result_in_flight(monkeypatch):
+    """Were the zero-fill mma lowered as an update branch again (its group in flight across the join), the
+    PTX printer refuses the copy out of its registers by name rather than print a race."""
+    from tessera.passes.convert_tile_to_sm90 import control
+    from tessera.ptx.kernel import PtxPrintError
+
+    monkeypatch.setattr(control.ControlFlowLowering, "_update_branch", lambda self, op: control.update_branch_mma(op))
+    module = tessera.parse_module(_flagged_lora(), "lora_flag.mlir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(PtxPrintError, match=r"lora_gemm: '%lora = scf.if .*': a branch yields a wgmma result in "
+                                                r"flight into other registers"):
+            tessera.compile(module)
