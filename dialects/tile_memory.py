@@ -355,7 +355,9 @@ class LoadOp(IRDLOperation):
         src, res = tile_type(self.source), tile_type(self.result)
         require_space(self, "source", src, MemSpace.GLOBAL, MemSpace.SHARED)
         require_space(self, "result", res, MemSpace.REGISTER)
-        require(src.get_shape() == res.get_shape(), self, "source and result shapes must match")
+        broadcast = src.rank == 1 and res.rank == 2 and res.get_shape()[-1] == src.get_shape()[0]
+        require(src.get_shape() == res.get_shape(), self, "source and result shapes must match" + (
+            f" (tile.load_broadcast reads the 1-D window into {list(res.get_shape())})" if broadcast else ""))
         require(src.element_type == res.element_type, self, "source and result element types must match")
 
 

@@ -165,6 +165,17 @@ def test_the_ptx_level_is_held_to_the_target_ir_bit_for_bit(monkeypatch):
     assert last.vs_reference <= last.tolerance and 0 < last.vs_previous, str(report)
 
 
+def test_an_output_atomic_adds_sum_is_held_to_the_tolerance_between_levels():
+    """Rows of one id land in one table row in the order each level's schedule adds them (the CTA simulator a
+    CTA at a time, the PTX executor instruction by instruction over a batch of CTAs): the last bits of the sum
+    differ and no level promises another's, so the PTX level is held to the tolerance there, not bit for bit
+    (it reported a mismatch for this correct kernel, round 27)."""
+    report = validate(user_kernel("embedding_bwd"), PTX_PIPELINE, sizes={"M": 70, "V": 9, "D": 33})
+    assert report.ok, str(report)
+    last = report.checks[-1]
+    assert last.level == "ptx" and 0 < last.vs_previous and last.vs_reference <= last.tolerance, str(report)
+
+
 def test_tessera_run_check_judges_a_user_kernel(tmp_path, capsys, monkeypatch):
     from tessera.tools.tessera_run import main
 

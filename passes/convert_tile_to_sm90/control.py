@@ -42,7 +42,7 @@ group, the commit adds 1 to it, and the wait takes the count before the incremen
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType
+from xdsl.dialects.builtin import IndexType, IntegerAttr, IntegerType
 from xdsl.ir import Block, Operation, Region
 from xdsl.traits import Pure
 
@@ -78,9 +78,10 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
     """The tile.mma of an *update branch* (module docstring): an scf.if with two branches, one holding a
     single tile.mma (or `tile.causal_bias`) among pure ops without regions (and `tile.key_bias`, which writes
     the tile it reads),
-    whose result it yields once, the other holding pure ops without regions and no tile.mma
-    (overlap-softmax{fold=true}'s P.V update, skipped on the first trip; mask-by-mma's and mask-causal-by-mma's
-    biases)."""
+    whose result it yields once, the other holding pure ops without regions and no tile.mma and yielding the
+    mma's accumulator in its place (overlap-softmax{fold=true}'s P.V update, skipped on the first trip;
+    mask-by-mma's and mask-causal-by-mma's biases; a block-sparse GEMM's K step, skipped where its block is
+    empty). Another scf.if holding an mma retires its groups in each branch."""
     if len(op.regions) != 2 or not op.false_region.blocks:
         return None
     mmas = [inner for region in op.regions for inner in region.ops if isinstance(inner, BRANCH_MMA_OPS)]
@@ -94,6 +95,11 @@ def update_branch_mma(op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
     yields = mma.parent_block().last_op.operands
     if sum(v is mma.result for v in yields) != 1 or any(use.operation is not mma.parent_block().last_op
                                                         for use in mma.result.uses):
+        return None
+    # the other branch yields the accumulator there: the result then takes the registers the wgmma accumulates
+    # into on both paths (tessera.regalloc), so no branch copies out of registers its group still writes
+    other = next(region for region in op.regions if region is not mma.parent_region())
+    if list(other.block.last_op.operands)[list(yields).index(mma.result)] is not mma.acc:
         return None
     return mma
 
@@ -117,6 +123,14 @@ def accumulates_in_flight(op: scf.IfOp, mma: tile.MmaOp, pending: list[PendingMm
 
 class ControlFlowLowering:
     """The ControlFlow handlers of `KernelLowering` (a mixin: it uses the kernel's state)."""
+
+    def _update_branch(self, op: scf.IfOp) -> tile.MmaOp | tile.CausalBiasOp | None:
+        """`update_branch_mma(op)`, unless the mma's accumulator is lowered to a constant (a zero fill: the
+        wgmma's scale-d = 0), which has no registers the result could share with the other branch's yield."""
+        update = update_branch_mma(op)
+        if update is not None and isinstance(getattr(self.values.get(update.acc), "owner", None), arith.ConstantOp):
+            return None
+        return update
 
     # -- control flow --------------------------------------------------------------------------------------
     def _count_phases(self, outermost: scf.ForOp) -> None:
@@ -194,7 +208,7 @@ class ControlFlowLowering:
         groups it reads are waited for here; `_lower_IfOp` yields its branches without waiting."""
         if not isinstance(op, scf.IfOp):
             return False
-        update = update_branch_mma(op)
+        update = self._update_branch(op)
         if not self.pending and update is None:
             return False
         read = set()
@@ -224,17 +238,19 @@ class ControlFlowLowering:
             if isinstance(inner, tile.CpCommitGroupOp) and inner not in self.ring_commits:
                 refuse(inner, "copy groups of unstaged tiles cannot be committed inside an scf.if")
         in_flight = op in self.branches_in_flight
-        update = update_branch_mma(op) if in_flight else None
+        update = self._update_branch(op) if in_flight else None
         accumulate = update in self.accumulating
         # yielded as they are: the mma's result, and an accumulate branch's accumulator, still in flight
         raw = {update.result, update.acc} if accumulate else {update.result} if update is not None else set()
         before = list(self.pending)
         issued = None
         blocks, yielded = [], []
+        branches = [Block() for region in op.regions if region.blocks]
+        self._await_stages_before_branch(op, e, branches)
         for region in op.regions:
             if not region.blocks:
                 continue
-            block = Block()
+            block = branches[len(blocks)]
             be = Emitter(block)
             saved = list(self.outstanding)
             terminator = region.block.last_op
@@ -265,7 +281,16 @@ class ControlFlowLowering:
             self.e.op(scf.YieldOp(*operands))
         self.e = e
         result_types = [v.type for v in blocks[0].last_op.operands]
-        new = e.op(scf.IfOp(self._get(op.cond), result_types, Region(blocks[0]),
+        condition = self._get(op.cond)
+        if update is not None and update.parent_region() is op.true_region and len(blocks) > 1:
+            # The mma's branch goes last (the condition negated): the register allocator gives the result the
+            # registers the wgmma accumulates into in place only where the other branch's yield of the
+            # accumulator comes first in program order (tessera.regalloc: an accumulator read after the wgmma is
+            # copied instead), and a copy out of them at the end of the mma's branch would read registers its
+            # group still writes.
+            condition = e.op(arith.XOrIOp(condition, e.op(arith.ConstantOp(IntegerAttr(1, IntegerType(1))))))
+            blocks.reverse()
+        new = e.op(scf.IfOp(condition, result_types, Region(blocks[0]),
                             Region(blocks[1]) if len(blocks) > 1 else None))
         results = new.results if isinstance(new, Operation) else [new]
         for i, (old, res) in enumerate(zip(op.results, results)):

@@ -173,6 +173,22 @@ class SharedTileLowering:
         if self._gathered_ring(value):
             e.op(sm90.FenceProxyAsyncOp())  # the gather's cp.async wrote through the generic proxy
 
+    def _await_stages_before_branch(self, op: Operation, e: Emitter, branches: list) -> None:
+        """The ring stages a branch of scf.if `op` reads first and its block releases after it: waited for before
+        the branch (and not again in `branches`, the new branches' blocks), so that a path that skips the read
+        (a block-sparse K step) does not release a stage whose fill may still be landing, which the producer
+        would refill under it."""
+        released = {r.stage for r in op.parent_block().ops if isinstance(r, tile.ReleaseOp)}
+        read = [v for inner in op.walk() if inner is not op for v in inner.operands
+                if v in released and isinstance(v.owner, tile.StageOp)]
+        for value in dict.fromkeys(read):
+            t = self._get(value)
+            if t.stage is None:
+                continue
+            self._await_stage(value, t, e)
+            family = self.riding.family(value.owner.source.owner)
+            self.waited_stages.update((family, t.stage.use, block) for block in branches)
+
     def _gathered_ring(self, stage_value: SSAValue) -> bool:
         owner = stage_value.owner
         return isinstance(owner, tile.StageOp) and owner.source.owner in self.gather_rings

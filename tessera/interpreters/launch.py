@@ -32,7 +32,7 @@ from tessera.interpreters.grid_sync import GridSync
 from tessera.interpreters.limits import check_grid, check_memory
 from tessera.interpreters.tile import TileFunctions
 from tessera.interpreters.tile_cluster import cluster_order
-from tessera.interpreters.tile_memory import GridWrites
+from tessera.interpreters.grid_writes import GridWrites, summed_arguments
 from tessera.cluster import launch_cluster
 from tessera.kernel_abi import KernelSignature
 from tessera.numerics import BF16, FP8_DTYPES, numpy_dtype, round_to, widened_dtype
@@ -135,6 +135,8 @@ def run_grid(sig: KernelSignature, module: ModuleOp, arguments: list[np.ndarray]
     per_batch = MAX_BLOCKS_PER_BATCH - MAX_BLOCKS_PER_BATCH % math.prod(cluster)
     ordered = any(isinstance(op, tile.SemWaitOp | tile.SemSignalOp) for op in sig.op.walk())
     writes = None if ordered else writes or GridWrites((gx, gy, gz))  # semaphores may order two blocks' writes
+    if writes is not None:
+        writes.summed = frozenset(id(arguments[i]) for i in summed_arguments(sig))
 
     def run(chunk: np.ndarray, sync: GridSync | None = None) -> None:
         batch = BlockBatch((chunk % gx, (chunk // gx) % gy, chunk // (gx * gy)))

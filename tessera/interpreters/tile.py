@@ -25,11 +25,11 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.block_batch import BlockBatch
 from tessera.interpreters.tile_cluster import check_shared_copy
 from tessera.interpreters.tile_elementwise import ElementwiseFunctions, aligned_operand
+from tessera.interpreters.grid_writes import GridWriteChecks, GridWrites
 from tessera.interpreters.tile_memory import (
     AsyncCopies,
     GatheredRows,
     GlobalView,
-    GridWrites,
     SharedBuffer,
     SharedRef,
     every_row_group,
@@ -87,7 +87,7 @@ def _row_extremum(x: np.ndarray, larger: bool, axis: int = -1) -> np.ndarray:
 
 
 @register_impls
-class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
+class TileFunctions(GridWriteChecks, ElementwiseFunctions, InterpreterFunctions):
     """Implementations of the `tile` ops for one `BlockBatch` (the elementwise ones in `tile_elementwise`)."""
 
     def __init__(self, batch: BlockBatch, cluster: tuple[int, int, int] = (1, 1, 1), widen: bool = False):
@@ -194,6 +194,8 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     def run_cp_async(self, interpreter: Interpreter, op: tile.CpAsyncOp, args: PythonValues):
         source, dest = args
         self._check_paged_read(op, source)
+        if isinstance(source, GlobalView):
+            self._check_window_read(op, source)
         if op.cluster_shared is not None:
             check_shared_copy(self.batch, op, source, self.cluster)
         self.copies.issue(self.batch, op, source, dest)
@@ -301,34 +303,18 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
     def run_load(self, interpreter: Interpreter, op: tile.LoadOp, args: PythonValues):
         (source,) = args
         if isinstance(source, GlobalView):
+            self._check_window_read(op, source)
             return self._register_tile(op, source.read())
         return self._register_tile(op, self._operand_tile(op, source, "the source").copy())
 
     @impl(tile.LoadBroadcastOp)
     def run_load_broadcast(self, interpreter: Interpreter, op: tile.LoadBroadcastOp, args: PythonValues):
         (source,) = args
+        if isinstance(source, GlobalView):
+            self._check_window_read(op, source)
         # [B, N]: a global window, or a one-row shared tile [B, 1, N] checked like any shared read
         row = source.read() if isinstance(source, GlobalView) else self._operand_tile(op, source, "the source")[:, 0]
         return self._register_tile(op, np.broadcast_to(row[:, None, :], (row.shape[0],) + op.result.type.get_shape()))
-
-    def _check_one_writer(self, op, dest: GlobalView, written: tuple[tuple[np.ndarray, ...], np.ndarray]) -> None:
-        """No element of a global tensor is written by two blocks (`GridWrites`): which value it keeps would
-        depend on the order the blocks run in."""
-        if self.writes is None:
-            return
-        coords, keep = written
-        blocks = np.broadcast_to(self.block_ids.reshape((-1,) + (1,) * (keep.ndim - 1)), keep.shape)[keep]
-        clash, other = self.writes.record(dest.tensor, coords, blocks)
-        if clash.any():
-            k = int(np.argmax(clash))
-            name = self.arg_names.get(id(dest.tensor), "a tensor")
-            element = ", ".join(str(int(c[k])) for c in coords)
-            where = np.zeros(self.batch.size, bool)
-            where[np.nonzero(keep)[0][k]] = True
-            self.batch.fail(op, f"writes {name}[{element}], which {self.writes.block_name(int(other[k]))} writes "
-                                "too: blocks run in no order, so the element would hold whichever wrote last (a race "
-                                "on a GPU: write each element from one block, or add into it with tile.atomic_add)",
-                            where)
 
     @impl(tile.StoreGlobalOp)
     def run_store_global(self, interpreter: Interpreter, op: tile.StoreGlobalOp, args: PythonValues):
@@ -359,6 +345,9 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             where = ", ".join(str(int(i[k])) for i in indices)
             self.batch.fail(op, f"reads element [{where}] of a table of shape {list(table.shape)}, outside it", bad)
         clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(indices, table.shape))
+        if self._sums(table):
+            active = self.batch.active.copy()
+            self._check_sum_read(op, table, tuple(i[active] for i in clipped), active)
         return (table[clipped].astype(np.int64),)
 
     @impl(tile.GatherOp)
@@ -374,6 +363,9 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
         for i, n in zip(coords, table.shape):
             inside &= (i >= 0) & (i < n)
         clipped = tuple(np.clip(i, 0, n - 1) for i, n in zip(coords, table.shape))
+        if self._sums(table):
+            read = inside & self.batch.active.reshape((-1,) + (1,) * (len(shape) - 1))
+            self._check_sum_read(op, table, tuple(i[read] for i in clipped), read)
         values = np.where(inside, table[clipped], 0)
         return self._register_tile(op, values)
 
@@ -441,7 +433,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             value = np.swapaxes(value, -1, -2)
         value = _window_shaped(value, dest)
         if self.sync is None:
-            dest.add(value, self.batch.active)
+            self._check_add(op, dest.tensor, *dest.add(value, self.batch.active))
             return ()
         with self.sync.lock:
             dest.add(value, self.batch.active)
@@ -467,6 +459,7 @@ class TileFunctions(ElementwiseFunctions, InterpreterFunctions):
             np.add.at(table, tuple(i[keep] for i in coords), value[keep].astype(table.dtype))
         if self.sync is None:
             add()
+            self._check_add(op, table, tuple(i[keep] for i in coords), keep)
             return ()
         with self.sync.lock:
             add()

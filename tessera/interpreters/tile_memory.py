@@ -38,7 +38,6 @@ refill its own operands right after its mma; with two groups, B (read by both) n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,33 +69,6 @@ _STATE_TEXT = {EMPTY: "never written", IN_FLIGHT: "still in flight (no cp_wait_g
                WRITTEN: "stored by tile.store_shared but not yet published to the block (missing tile.barrier after the store)"}
 
 
-
-class GridWrites:
-    """Which block of the grid wrote each element of each global tensor, across the batches of one `run_grid`:
-    blocks run in no order, so an element two blocks write holds whichever wrote last, a race on a GPU (the
-    CTA simulator reports it between CTAs). Blocks are numbered x fastest, then y, then z."""
-
-    def __init__(self, grid: tuple[int, int, int]):
-        self.grid = grid
-        self.writers: dict[int, np.ndarray] = {}  # id(tensor) -> the block id that wrote each element, -1 none
-
-    def block_name(self, block: int) -> str:
-        gx, gy, _ = self.grid
-        return f"block ({block % gx}, {block // gx % gy}, {block // (gx * gy)})"
-
-    def record(self, tensor: np.ndarray, coords: tuple[np.ndarray, ...], blocks: np.ndarray) -> np.ndarray:
-        """Record that `blocks` (one id per element) wrote `tensor` at `coords` (`GlobalView.write`'s); the mask
-        of those writes whose element another block wrote before, or writes in the same store, and the ids of
-        those other blocks."""
-        writer = self.writers.get(id(tensor))
-        if writer is None:
-            ids = np.int32 if math.prod(self.grid) < 2**31 else np.int64  # 4 bytes an element where they suffice
-            writer = self.writers[id(tensor)] = np.full(tensor.shape, -1, ids)
-        before = writer[coords]
-        writer[coords] = blocks
-        after = writer[coords]  # of two writes of one element in this store, the last one's block
-        other = np.where((before >= 0) & (before != blocks), before, after)
-        return other != blocks, other
 
 @dataclass
 class GlobalView:
@@ -145,14 +117,21 @@ class GlobalView:
         self.tensor[target] = values.astype(self.tensor.dtype)[keep]
         return target, keep
 
-    def add(self, values: np.ndarray, active: np.ndarray) -> None:
+    def add(self, values: np.ndarray, active: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """`tile.atomic_add`: add [B, *shape] values into the window for the active blocks, dropping elements
         outside the tensor. Blocks that add into the same element do so one after the other in batch order
-        (the order `run_grid` gives them), each addition rounded to the tensor's dtype (f32)."""
+        (the order `run_grid` gives them), each addition rounded to the tensor's dtype (f32). Returns what was
+        added to, as `write` does."""
+        target, keep = self.elements(active)
+        np.add.at(self.tensor, target, values.astype(self.tensor.dtype)[keep])
+        return target, keep
+
+    def elements(self, active: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The tensor coordinates of the window's elements inside the tensor for the active blocks (one flat array
+        per dimension), and their [B, *shape] mask."""
         coords, valid = self._coordinates()
         keep = valid & active.reshape((-1,) + (1,) * len(self.shape))
-        target = tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords)
-        np.add.at(self.tensor, target, values.astype(self.tensor.dtype)[keep])
+        return tuple(np.broadcast_to(c, keep.shape)[keep] for c in coords), keep
 
     def element(self, block: int) -> tuple[int, ...]:
         """The tensor coordinates of the window's first element for block `block` (a semaphore)."""

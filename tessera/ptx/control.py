@@ -21,6 +21,7 @@ from __future__ import annotations
 from xdsl.dialects import arith, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
+from tessera.dialects import sm90
 from tessera.ptx.arith import is_true_constant
 from tessera.ptx.fold_epilogue import find_fold, print_fold_blocks, print_folded_body
 from tessera.ptx.kernel import KernelPrinter, handles
@@ -34,6 +35,33 @@ def _yield_moves(p: KernelPrinter, targets: list[list[str]], values: list[SSAVal
         srcs, cls = p.regs(value), p.cls(value)
         triples += [(d, s, cls) for d, s in zip(dsts, srcs, strict=True)]
     p.moves(triples)
+
+
+def _in_flight_at_end(value: SSAValue, block: Block) -> bool:
+    """Whether `value` is the result of a `sm90.wgmma_mma_async` of `block` whose group no wait of the block
+    retires before its end (the first commit after the wgmma closes its group, each later one adds a group
+    after it, and a `wgmma_wait_group k` with at least k groups committed after it retires it)."""
+    owner = value.owner
+    if not isinstance(owner, sm90.WgmmaMmaAsyncOp) or owner.parent_block() is not block:
+        return False
+    after = None  # groups committed after the wgmma's own (None: its own not committed yet)
+    op = owner.next_op
+    while op is not None:
+        if isinstance(op, sm90.WgmmaCommitGroupOp):
+            after = 0 if after is None else after + 1
+        elif isinstance(op, sm90.WgmmaWaitGroupOp) and after is not None and after >= op.pending.value.data:
+            return False
+        op = op.next_op
+    return True
+
+
+def _check_branch_yields(p: KernelPrinter, op: scf.IfOp, block: Block, results: list[list[str]]) -> None:
+    """A branch may yield a wgmma result still in flight (convert-tile-to-sm90's update branch) only where the
+    if's result has its registers: a copy into others would read registers the tensor core still writes."""
+    for dsts, value in zip(results, _terminator_operands(block)):
+        if p.regs(value) != dsts and _in_flight_at_end(value, block):
+            p.refuse(op, "a branch yields a wgmma result in flight into other registers (the copy would read "
+                         "them before its group retires): wait for the group in the branch")
 
 
 def _terminator_operands(block: Block) -> list[SSAValue]:
@@ -94,12 +122,14 @@ def print_if(p: KernelPrinter, op: scf.IfOp) -> None:
     otherwise = p.new_label("else") if has_else else end
     p.emit(f"@!{condition} bra {otherwise}")
     p.print_block(then_block)
+    _check_branch_yields(p, op, then_block, results)
     _yield_moves(p, results, _terminator_operands(then_block))
     if has_else:
         p.emit(f"bra {end}")
         p.place_label(otherwise)
         p.emit(*p.else_entries.get(op, ()))
         p.print_block(else_block)
+        _check_branch_yields(p, op, else_block, results)
         _yield_moves(p, results, _terminator_operands(else_block))
     p.place_label(end)
 

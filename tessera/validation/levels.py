@@ -108,7 +108,7 @@ def writer_block(sig: KernelSignature, module: ModuleOp, inputs, sizes: Mapping[
     the kernel's Tile IR in `module` over its grid (`GridWrites`); `block_of`'s guess for a builder's kind,
     (0, 0, 0) where no block stores the element (an atomic add, a kernel with semaphores)."""
     from tessera import find_kernel
-    from tessera.interpreters.tile_memory import GridWrites
+    from tessera.interpreters.grid_writes import GridWrites
 
     if sig.kind in ("attention", "gemm"):
         return block_of(sig, module, index)

@@ -17,8 +17,10 @@ grid) that stored, added or read them, and reports, naming both CTAs:
   With the race checks on, a store against `atom` is left to `global_order`, which knows when a release and
   acquire order the two (threadFenceReduction's last block resets the ticket counter every block took);
 - a plain load of a word another CTA *reduces* into (red, cp.reduce: the result-less reductions that
-  accumulate, like dq_accum): it reads before every contribution landed. `atom`, whose result orders it (a
-  counter, a semaphore), may be read.
+  accumulate, like dq_accum): it reads before every contribution landed, unless (with the race checks on)
+  happens-before orders every `red` of the other CTAs before the load: they released after adding and the
+  loading thread acquired it (the last CTA of a split reduction reading the total, CUDA's
+  threadFenceReduction). `atom`, whose result orders it (a counter, a semaphore), may be read.
 The CTAs run in the launch's `cta_order` (a permutation; batches of CTAs run together), so a test can show
 that the sum does not depend on it.
 """
@@ -61,6 +63,10 @@ class ReductionWatch:
     marks: dict[str, np.ndarray] = field(default_factory=dict)
     reading: list[BulkRead] = field(default_factory=list)
     committed: dict[int, int] = field(default_factory=dict)
+    adders: dict[int, np.ndarray] = field(default_factory=dict)
+    """Per CTA rank that reduced into global memory with `red`: each thread's epoch at its latest one (-1: none)."""
+    bulk_reduced: bool = False
+    """A cp.reduce.async.bulk ran: its adds are in flight past their issue, so no epoch orders them."""
 
     # region marks of global words
     def _table(self, kind: str) -> np.ndarray:
@@ -120,6 +126,8 @@ class ReductionWatch:
         kinds = (self._store_conflicts(), "stores plainly to", "a race between CTAs: the store and the atomic add are "
                  "unordered") if write else ("reduced", "reads", "it reads before every contribution landed")
         i = self._conflict(kinds[0], words, ranks)
+        if i is not None and not write and self._adds_ordered(lanes, int(self.marks[kinds[0]][words[i]])):
+            i = None
         if i is not None:
             rank = int(self.marks[kinds[0]][words[i]])
             raise self._race(inst, f"{kinds[1]} global address {GLOBAL_BASE + WORD * int(words[i]):#x}, which "
@@ -147,6 +155,39 @@ class ReductionWatch:
         self._mark("added", words, ranks)
         if reduction:
             self._mark("reduced", words, ranks)
+            self._note_reduction(inst, lanes, ranks)
+
+    def _note_reduction(self, inst, lanes: np.ndarray, ranks: np.ndarray) -> None:
+        """`lanes` (of CTAs `ranks`) reduced into global memory now (`adders`; a bulk one: `bulk_reduced`)."""
+        if inst.opcode != "red":
+            self.bulk_reduced = True
+            return
+        threads = self.m.threads
+        epochs = self.m.tracker.hb.clock[lanes, lanes % threads]
+        for rank in np.unique(ranks).tolist():
+            latest = self.adders.get(rank)
+            if latest is None:
+                latest = self.adders[rank] = np.full(threads, -1, np.int64)
+            mine = ranks == rank
+            np.maximum.at(latest, lanes[mine] % threads, epochs[mine])
+
+    def _adds_ordered(self, lanes: np.ndarray, marked: int) -> bool:
+        """Whether every `red` of a CTA other than each of `lanes`' own (of CTA `marked`, or any: MANY_CTAS)
+        happens before each lane's present point (what it acquired of that CTA, `HappensBefore.remote`), with
+        the race checks on and no bulk reduction (in flight past its issue) in the launch."""
+        hb = self.m.tracker.hb
+        if not hb.races or self.bulk_reduced:
+            return False
+        threads = self.m.threads
+        for lane, rank in zip(*np.unique(np.stack([lanes, self.ranks(lanes)]), axis=1)):
+            known = hb.remote.get(int(lane), {})
+            for r, epochs in self.adders.items():
+                if r == rank or marked not in (MANY_CTAS, r):
+                    continue
+                row, added = known.get(r), epochs >= 0
+                if row is None or (row[:threads][added] < epochs[added]).any():
+                    return False
+        return True
 
     # endregion
     # region bulk groups

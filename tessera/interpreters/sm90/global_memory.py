@@ -10,7 +10,8 @@ launch run one after another, in any order the launcher chooses, so an atomic ad
 the f32. What no order makes right is reported, per 32-bit word, naming both CTAs: a plain store to a word
 another CTA adds into (a race: the store and the add are unordered), and a plain load of a word of a
 *reduction target* (a tensor the kernel adds into with red or a bulk reduction, `reduction_targets`) that
-another CTA adds into: its value depends on which contributions have landed.
+another CTA adds into: its value depends on which contributions have landed, unless happens-before orders
+every add of the other CTAs before the read (a semaphore signalled after the adds and acquired before the read).
 """
 
 from __future__ import annotations
@@ -263,13 +264,20 @@ class GlobalMemory:
         self._mark(self._marks(self._stored, tensor), words, rank)
 
     def _check_read(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:
+        """A plain load of words of a reduction target that other CTAs add into is reported unless happens-before
+        orders every such add before it (with `cta.races`: a semaphore the adders signalled after adding and the
+        readers acquired, `GlobalAccesses.unordered_add`)."""
         rank = grid_rank(cta)
         hit = self._other(self._added, tensor, words, rank)
         if hit is not None:
             i, who = hit
-            cta.fail(op, f"reads the reduction target {self._where(tensor, int(words[i]))}, which {who} adds into "
-                         "in this launch: it reads before every contribution landed (read it after the kernel, "
-                         "e.g. in the next one)", int(threads[i]))
+            mark = int(self._added[tensor][words[i]])
+            ranks = None if mark == MANY_CTAS else {mark}
+            if not cta.races or self.accesses.unordered_add(cta, tensor, threads, ranks) is not None:
+                cta.fail(op, f"reads the reduction target {self._where(tensor, int(words[i]))}, which {who} adds "
+                             "into in this launch: it reads before every contribution landed (read it after the "
+                             "kernel, e.g. in the next one, or after a sem_wait that every adding CTA signalled "
+                             "after its adds)", int(threads[i]))
         self._mark(self._marks(self._read, tensor), words, rank)
 
     def _check_add(self, cta: CtaView, op: Operation, tensor: int, words: np.ndarray, threads: np.ndarray) -> None:

@@ -203,6 +203,11 @@ class _TensorRecord:
     of another CTA than the latest's, the latest with an `until`] (`_AsyncRead`s or None)."""
     reads: int = 0
     """TMA reads deferred so far (their `seq`)."""
+    adders: dict = field(default_factory=dict)
+    """Per CTA rank that added into the tensor (red/atom, `access` with `atomic`): the time of each of its
+    threads' latest add ([T], NONE where none), which a plain read of an added word must follow (`unordered_add`)."""
+    bulk_added: bool = False
+    """A bulk reduction added into the tensor: its adds are in flight past their issue, so no time orders them."""
 
 
 @dataclass
@@ -258,6 +263,8 @@ class GlobalAccesses:
             if proxy_async and not write:
                 self._check_proxy(cta, op, tensor, offsets, threads, record.write)
         here = self._index(op)
+        if write and atomic:
+            self._note_add(record, rank, threads, now, proxy_async, cta.threads)
         if write:
             record.written = True
             record.write.set(offsets, rank, threads, now, here, atomic, proxy_async, span)
@@ -271,6 +278,42 @@ class GlobalAccesses:
                     records[span[0]:span[1]] = NONE
             return
         self._record_read(record, offsets, rank, threads, now, here, atomic, proxy_async)
+
+    @staticmethod
+    def _note_add(record: _TensorRecord, rank: int, threads: np.ndarray, now: int, proxy_async: bool,
+                  count: int) -> None:
+        """`threads` of CTA `rank` added into the tensor at time `now` (their latest add: the clock only grows)."""
+        if proxy_async:
+            record.bulk_added = True
+            return
+        latest = record.adders.get(rank)
+        if latest is None:
+            latest = record.adders[rank] = np.full(count, NONE, np.int64)
+        latest[threads] = now
+
+    def unordered_add(self, cta: CtaView, tensor: int, threads: np.ndarray, ranks=None) -> tuple[int, int] | None:
+        """(CTA rank, thread) of an atomic add into tensor `tensor` by another CTA (of `ranks`, or any) that
+        happens-before does not order before the present point of every one of `threads` (this CTA's, about to
+        read the tensor plainly), or None where every such add is ordered: the adding CTAs signalled a semaphore
+        after their adds, and the readers acquired it (the last block of a split reduction reading the total,
+        CUDA's threadFenceReduction). A bulk reduction's adds are never ordered so (in flight past their issue)."""
+        record = self.tensors.get(tensor)
+        rank = grid_rank(cta)
+        others = [r for r in (record.adders if record is not None else {}) if r != rank
+                  and (ranks is None or r in ranks) and r not in self._peers(cta)]
+        if record is not None and record.bulk_added:
+            return next(iter(others), NONE), NONE
+        readers = np.unique(threads)
+        for r in others:
+            times = record.adders[r]
+            adders = np.flatnonzero(times != NONE)
+            known = cta.hb.grid.get(r)
+            if known is None:
+                return r, int(adders[0])
+            late = known[np.ix_(adders, readers)] <= times[adders][:, None]
+            if late.any():
+                return r, int(adders[int(np.argwhere(late)[0][0])])
+        return None
 
     def store_words(self, cta: CtaView, op: Operation, tensor: int, size: int, words: np.ndarray,
                     threads: np.ndarray) -> bool:

@@ -221,6 +221,12 @@ tile.cp_wait_group -1
 
 // -----
 
+%t = "test.op"() : () -> !tile.tile<1xf32, global>
+// CHECK: 'tile.load' op source and result shapes must match (tile.load_broadcast reads the 1-D window into [1, 1])
+%r = tile.load %t : !tile.tile<1xf32, global> -> !tile.tile<1x1xf32, register>
+
+// -----
+
 %t = "test.op"() : () -> !tile.tile<16x16xf32, shared>
 // CHECK: 'tile.load' op source and result element types must match
 %r = tile.load %t : !tile.tile<16x16xf32, shared> -> !tile.tile<16x16xf16, register>
