@@ -32,7 +32,8 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ranges import as_slice, lane_block
+from tessera.interpreters.ptx.fuse_transfers import LaneRuns, staging_rows
+from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
 
 FUSABLE = frozenset({
@@ -283,9 +284,9 @@ class Block:
 
     def _plan(self, n: int) -> tuple:
         """The version files for `n` lanes, per group its decoded closure with the gathers it needs, and per
-        output its staging rows (`_staging`)."""
+        output its staging rows (`fuse_transfers.staging_rows`)."""
         files = {dtype: np.zeros((count, n), dtype) for dtype, count in self.rows_per_type.items()}
-        staging = [_staging(files[dtype][rows], n) if axis == 1 else None
+        staging = [staging_rows(files[dtype][rows], n) if axis == 1 else None
                    for _, axis, _, dtype, rows in self.outputs]
         steps = []
         for members in self.groups:
@@ -331,20 +332,10 @@ class Block:
                 return False
             plan = self.plans[n] = self._plan(n)
         files, steps, staging = plan
-        runs = self.lane_runs.of(lanes)
-        block = self.lane_runs.block
+        where = self.lane_runs.of(lanes)
         for array, axis, indices, dtype, rows in self.inputs:
             into = files[dtype][rows]
-            if block is not None:
-                _block_view(into, block)[...] = _machine_block(array, axis, indices, block, m.threads)
-            elif runs is None:
-                into[...] = array[_outer(indices, lanes)] if axis == 0 else array[lanes][:, indices].T
-            elif axis == 0:  # rows of a register file
-                for machine_lanes, here in runs:
-                    into[:, here] = array[indices, machine_lanes]
-            else:  # columns of a block of wgmma registers
-                for machine_lanes, here in runs:
-                    into[:, here] = array[machine_lanes, indices].T
+            where.gather(into, array, axis, indices)
             if type(rows) is not slice:
                 files[dtype][rows] = into
         actives = {}
@@ -371,19 +362,7 @@ class Block:
             if stage is not None:
                 stage[...] = values
                 values = stage
-            if block is not None:
-                _put_machine_block(array, axis, indices, block, m.threads, _block_view(values, block))
-            elif runs is None:
-                if axis == 0:
-                    array[_outer(indices, lanes)] = values
-                else:
-                    array[_outer(lanes, indices)] = values.T
-            elif axis == 0:
-                for machine_lanes, here in runs:
-                    array[indices, machine_lanes] = values[:, here]
-            else:
-                for machine_lanes, here in runs:
-                    array[machine_lanes, indices] = values[:, here].T
+            where.scatter(array, axis, indices, values)
         if self.watched_all and tracker is not None and self.touches is not None:
             tracker.touch_block(ALL if n == m.lanes else lanes, *self.touches)
         elif self.watched_all and tracker is not None:
@@ -415,90 +394,6 @@ def _view_order(members: list[_Op], row: dict[int, int]) -> list[_Op]:
         if count < fewest:
             best, fewest = order, count
     return best
-
-
-STAGING_PAD_BYTES = 32
-"""How far a staging row (`_staging`) runs past its lanes."""
-
-
-def _staging(rows: np.ndarray, n: int) -> np.ndarray:
-    """A view [k, n] of fresh rows for the k rows `rows` (of `n` lanes) of an output written into the columns of
-    a [lanes, registers] block (a wgmma accumulator block), padded by `STAGING_PAD_BYTES`: the transposed write
-    reads a column of k values, and rows 4,096 bytes apart (1,024 lanes of 32 bits) share one L1 cache set,
-    which made that write some seven times slower than a copy into the padded rows and the write from there."""
-    k = rows.shape[0]
-    return np.empty((k, n + -(-STAGING_PAD_BYTES // rows.dtype.itemsize)), rows.dtype)[:, :n]
-
-
-def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
-    """The index of the block [rows x columns] of a 2-D array (each a slice or an int64 array): an array of rows
-    as a column where the columns are an array too."""
-    return (rows[:, None], columns) if type(rows) is not slice and type(columns) is not slice else (rows, columns)
-
-
-def _block_view(values: np.ndarray, block: tuple[slice, slice]) -> np.ndarray:
-    """[k, n] values of the lanes of a `lane_block` as a view [k, CTAs, threads of each]."""
-    ctas, within = block
-    return values.reshape(len(values), ctas.stop - ctas.start, within.stop - within.start)
-
-
-def _machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
-                   threads: int) -> np.ndarray:
-    """The registers `indices` of the lanes of a `lane_block` in `array` (a register file [registers, lanes], axis
-    0, or a wgmma block [lanes, registers], axis 1) as [k, CTAs, threads of each] (a view, or a gather where
-    `indices` is an array: read only)."""
-    ctas, within = block
-    if axis == 0:
-        return array.reshape(len(array), -1, threads)[indices, ctas, within]
-    return array.reshape(-1, threads, array.shape[1])[ctas, within, indices].transpose(2, 0, 1)
-
-
-def _put_machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
-                       threads: int, values: np.ndarray) -> None:
-    """Write `values` [k, CTAs, threads of each] into what `_machine_block` reads."""
-    ctas, within = block
-    if axis == 0:
-        array.reshape(len(array), -1, threads)[indices, ctas, within] = values
-    else:
-        array.reshape(-1, threads, array.shape[1])[ctas, within, indices] = values.transpose(1, 2, 0)
-
-
-MAX_RUNS = 16
-"""Lanes in at most this many runs of consecutive lanes (the warpgroups of a few CTAs) are gathered and
-scattered a run at a time (slices), others by index."""
-
-
-def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
-    """(lanes of the machine, positions in `lanes`) of each run of consecutive lanes, or None for more than
-    MAX_RUNS runs."""
-    breaks = np.flatnonzero(np.diff(lanes) != 1) + 1
-    if len(breaks) >= MAX_RUNS:
-        return None
-    runs, start = [], 0
-    for stop in [*breaks.tolist(), len(lanes)]:
-        first = int(lanes[start])
-        runs.append((slice(first, first + stop - start), slice(start, stop)))
-        start = stop
-    return runs
-
-
-class LaneRuns:
-    """`_runs` of the lanes the program's blocks last ran for, kept while they are the same object: the scheduler
-    hands every block of a straight run the same lanes array, and never modifies one; and `block`, their
-    `ranges.lane_block` where they are more than one run (the same threads of consecutive CTAs: each transfer one
-    copy of a [registers, CTAs, threads] view, not one per run), else None."""
-
-    def __init__(self, threads: int):
-        self.threads = threads
-        self.lanes: np.ndarray | None = None
-        self.runs: list[tuple[slice, slice]] | None = None
-        self.block: tuple[slice, slice] | None = None
-
-    def of(self, lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
-        if lanes is not self.lanes:
-            self.lanes, self.runs = lanes, _runs(lanes)
-            self.block = lane_block(lanes, self.threads) if self.runs is not None and len(self.runs) > 1 else None
-        return self.runs
 
 
 class Fusion:

@@ -1,0 +1,130 @@
+"""How a fused block's registers move between the machine and the block's files (`fuse`): `LaneRuns.gather` reads
+the registers a block reads, for the lanes that run it, into rows of a [registers, lanes] file; `LaneRuns.scatter`
+writes the rows of the registers it wrote back. A register lives in a register file [registers, lanes] (axis 0) or
+in a block of wgmma registers [lanes, registers] (axis 1: its rows are transposed on the way).
+
+The lanes that run a block are whole warpgroups: one run of consecutive lanes, a few runs (the consumers of each
+CTA of a batch) or, rarely, scattered lanes. One run is a slice; the same threads of consecutive CTAs
+(`ranges.lane_block`) are one [registers, CTAs, threads] view of the machine's array, one copy; other runs are copied
+a run at a time, and scattered lanes by index. Every way moves the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.interpreters.ranges import lane_block
+
+STAGING_PAD_BYTES = 32
+"""How far a staging row (`staging_rows`) runs past its lanes."""
+
+MAX_RUNS = 16
+"""Lanes in at most this many runs of consecutive lanes (the warpgroups of a few CTAs) are gathered and
+scattered a run at a time (slices), others by index."""
+
+
+def staging_rows(rows: np.ndarray, n: int) -> np.ndarray:
+    """A view [k, n] of fresh rows for the k rows `rows` (of `n` lanes) of an output written into the columns of
+    a [lanes, registers] block (a wgmma accumulator block), padded by `STAGING_PAD_BYTES`: the transposed write
+    reads a column of k values, and rows 4,096 bytes apart (1,024 lanes of 32 bits) share one L1 cache set,
+    which made that write some seven times slower than a copy into the padded rows and the write from there."""
+    k = rows.shape[0]
+    return np.empty((k, n + -(-STAGING_PAD_BYTES // rows.dtype.itemsize)), rows.dtype)[:, :n]
+
+
+class LaneRuns:
+    """The runs of the lanes the program's blocks last ran for (`_runs`), kept while they are the same object: the
+    scheduler hands every block of a straight run the same lanes array, and never modifies one; and `block`,
+    their `ranges.lane_block` where they are more than one run, else None."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.lanes: np.ndarray | None = None
+        self.runs: list[tuple[slice, slice]] | None = None
+        self.block: tuple[slice, slice] | None = None
+
+    def of(self, lanes: np.ndarray) -> LaneRuns:
+        """Itself, set for `lanes` (ascending, distinct)."""
+        if lanes is not self.lanes:
+            self.lanes, self.runs = lanes, _runs(lanes)
+            self.block = lane_block(lanes, self.threads) if self.runs is not None and len(self.runs) > 1 else None
+        return self
+
+    def gather(self, into: np.ndarray, array: np.ndarray, axis: int, indices: slice | np.ndarray) -> None:
+        """`into` [k, lanes] = the registers `indices` of `array` (axis 0 or 1, see the module docstring) for the
+        lanes."""
+        lanes, runs, block = self.lanes, self.runs, self.block
+        if block is not None:
+            _block_view(into, block)[...] = _machine_block(array, axis, indices, block, self.threads)
+        elif runs is None:
+            into[...] = array[_outer(indices, lanes)] if axis == 0 else array[lanes][:, indices].T
+        elif axis == 0:  # rows of a register file
+            for machine_lanes, here in runs:
+                into[:, here] = array[indices, machine_lanes]
+        else:  # columns of a block of wgmma registers
+            for machine_lanes, here in runs:
+                into[:, here] = array[machine_lanes, indices].T
+
+    def scatter(self, array: np.ndarray, axis: int, indices: slice | np.ndarray, values: np.ndarray) -> None:
+        """The registers `indices` of `array` for the lanes = `values` [k, lanes]."""
+        lanes, runs, block = self.lanes, self.runs, self.block
+        if block is not None:
+            _put_machine_block(array, axis, indices, block, self.threads, _block_view(values, block))
+        elif runs is None:
+            if axis == 0:
+                array[_outer(indices, lanes)] = values
+            else:
+                array[_outer(lanes, indices)] = values.T
+        elif axis == 0:
+            for machine_lanes, here in runs:
+                array[indices, machine_lanes] = values[:, here]
+        else:
+            for machine_lanes, here in runs:
+                array[machine_lanes, indices] = values[:, here].T
+
+
+def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:
+    """(lanes of the machine, positions in `lanes`) of each run of consecutive lanes, or None for more than
+    MAX_RUNS runs."""
+    breaks = np.flatnonzero(np.diff(lanes) != 1) + 1
+    if len(breaks) >= MAX_RUNS:
+        return None
+    runs, start = [], 0
+    for stop in [*breaks.tolist(), len(lanes)]:
+        first = int(lanes[start])
+        runs.append((slice(first, first + stop - start), slice(start, stop)))
+        start = stop
+    return runs
+
+
+def _outer(rows: slice | np.ndarray, columns: slice | np.ndarray) -> tuple:
+    """The index of the block [rows x columns] of a 2-D array (each a slice or an int64 array): an array of rows
+    as a column where the columns are an array too."""
+    return (rows[:, None], columns) if type(rows) is not slice and type(columns) is not slice else (rows, columns)
+
+
+def _block_view(values: np.ndarray, block: tuple[slice, slice]) -> np.ndarray:
+    """[k, n] values of the lanes of a `lane_block` as a view [k, CTAs, threads of each]."""
+    ctas, within = block
+    return values.reshape(len(values), ctas.stop - ctas.start, within.stop - within.start)
+
+
+def _machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
+                   threads: int) -> np.ndarray:
+    """The registers `indices` of the lanes of a `lane_block` in `array` (a contiguous register file [registers,
+    lanes], axis 0, or wgmma block [lanes, registers], axis 1) as [k, CTAs, threads of each] (a view, or a gather
+    where `indices` is an array: read only)."""
+    ctas, within = block
+    if axis == 0:
+        return array.reshape(len(array), -1, threads)[indices, ctas, within]
+    return array.reshape(-1, threads, array.shape[1])[ctas, within, indices].transpose(2, 0, 1)
+
+
+def _put_machine_block(array: np.ndarray, axis: int, indices: slice | np.ndarray, block: tuple[slice, slice],
+                       threads: int, values: np.ndarray) -> None:
+    """Write `values` [k, CTAs, threads of each] into what `_machine_block` reads."""
+    ctas, within = block
+    if axis == 0:
+        array.reshape(len(array), -1, threads)[indices, ctas, within] = values
+    else:
+        array.reshape(-1, threads, array.shape[1])[ctas, within, indices] = values.transpose(1, 2, 0)
