@@ -33,6 +33,20 @@ def _recorded(monkeypatch) -> list:
     return seen
 
 
+def _same_as_one_by_one(monkeypatch, fast_path: str) -> list:
+    """The launch's outputs and its records (`_recorded`) with the block path `fast_path` of `SyncEdges` and with it
+    declining (the CTAs then taken one by one), asserted equal; the records."""
+    seen = _recorded(monkeypatch)
+    together = _launch(_attention(True)[2])
+    monkeypatch.undo()
+    monkeypatch.setattr(SyncEdges, fast_path, lambda *args: False)
+    alone = _recorded(monkeypatch)
+    one_by_one = _launch(_attention(True)[2])
+    assert isinstance(together, np.ndarray) and together.tobytes() == one_by_one.tobytes()
+    assert seen and seen == alone
+    return seen
+
+
 def test_kept_bounds_give_the_clocks_of_a_pass_over_every_row(monkeypatch):
     used = []
     bounds_of = SyncEdges._bounds_of
@@ -57,25 +71,11 @@ def test_a_block_arrive_gives_the_clocks_and_releases_of_arrives_one_by_one(monk
     """`SyncEdges.arrive_ctas` (each lane's own epoch advanced through a strided view of the block's rows, the
     CTAs' releases from the kept join) against `arrive` CTA by CTA: every release published and every clock row
     at that point the same."""
-    seen = _recorded(monkeypatch)
-    together = _launch(_attention(True)[2])
-    monkeypatch.undo()
-    monkeypatch.setattr(SyncEdges, "arrive_ctas", lambda *args: False)
-    alone = _recorded(monkeypatch)
-    one_by_one = _launch(_attention(True)[2])
-    assert isinstance(together, np.ndarray) and together.tobytes() == one_by_one.tobytes()
-    assert seen and seen == alone
+    _same_as_one_by_one(monkeypatch, "arrive_ctas")
 
 
 def test_block_waits_give_the_clocks_of_waits_one_by_one(monkeypatch):
     """`SyncEdges.waited_ctas` (the published clock and fenced clock taken into the block's rows through their low
     bounds) against the acquire CTA by CTA: every release published and every clock and fenced row the same."""
-    seen = _recorded(monkeypatch)
-    together = _launch(_attention(True)[2])
-    monkeypatch.undo()
-    monkeypatch.setattr(SyncEdges, "waited_ctas", lambda *args: False)
-    alone = _recorded(monkeypatch)
-    one_by_one = _launch(_attention(True)[2])
-    assert isinstance(together, np.ndarray) and together.tobytes() == one_by_one.tobytes()
-    assert seen and seen == alone
+    seen = _same_as_one_by_one(monkeypatch, "waited_ctas")
     assert any(fenced.strip(b"\0") for _, _, fenced, _, _ in seen)  # fenced clocks were published and taken in

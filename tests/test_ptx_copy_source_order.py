@@ -25,6 +25,28 @@ from unseen_ptx import HEAD, line_of, run
 SCHEDULES = [("min-pc", None), ("delayed", 0), ("delayed", 1), ("adversarial", 0), ("adversarial", 1)]
 """Every schedule that can change the order of the two CTAs: min-pc, each CTA delayed, two random ones."""
 
+RECEIVER_TAIL = """RECEIVER:
+    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
+""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
+    shl.b32 %r5, %r0, 2;
+    add.u32 %r5, %r4, %r5;
+    ld.shared.u32 %r9, [%r5];
+RECEIVED
+END:
+""" + SYNC_CLUSTER + """
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r15, %ctaid.x;
+    mad.lo.s32 %r15, %r15, 16, %r0;
+    mul.wide.u32 %rd1, %r15, 4;
+    add.s64 %rd0, %rd0, %rd1;
+    st.global.u32 [%rd0], %r9;
+    ret;
+}
+"""
+"""Rank 1 of both forwarding clusters below: its thread 0 expects the 64 bytes on its barrier, every thread waits,
+reads its word of `dst` and runs RECEIVED; then the cluster syncs and each thread stores its word to `out`."""
+
+
 FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag)
 {
     .reg .b32 %r<24>;
@@ -55,24 +77,7 @@ FORWARD = r""".visible .entry k(.param .u64 out, .param .u64 flag)
 SENDER
     st.shared.u32 [%r5], 7;
     bra END;
-RECEIVER:
-    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
-""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
-    shl.b32 %r5, %r0, 2;
-    add.u32 %r5, %r4, %r5;
-    ld.shared.u32 %r9, [%r5];
-RECEIVED
-END:
-""" + SYNC_CLUSTER + """
-    ld.param.u64 %rd0, [out];
-    mov.u32 %r15, %ctaid.x;
-    mad.lo.s32 %r15, %r15, 16, %r0;
-    mul.wide.u32 %rd1, %r15, 4;
-    add.s64 %rd0, %rd0, %rd1;
-    st.global.u32 [%rd0], %r9;
-    ret;
-}
-"""
+""" + RECEIVER_TAIL
 """A cluster of two CTAs of 16 threads (`tests/test_unseen_ptx_completion.py`'s FORWARD with a global `flag`): rank 0
 fills `src` with 1000 + t, thread 0 forwards it into rank 1's `dst` on rank 1's barrier, and rank 0's threads run
 SENDER, then overwrite their word of `src` with 7; rank 1 waits, reads its word and runs RECEIVED."""
@@ -183,24 +188,7 @@ SENDER
     add.s64 %rd8, %rd7, %rd8;
     st.global.u32 [%rd8], 7;
     bra END;
-RECEIVER:
-    @%p7 mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r20], 64;
-""" + WAIT_LOCAL_BARRIER.format(tag="0", parity=0) + """
-    shl.b32 %r5, %r0, 2;
-    add.u32 %r5, %r4, %r5;
-    ld.shared.u32 %r9, [%r5];
-RECEIVED
-END:
-""" + SYNC_CLUSTER + """
-    ld.param.u64 %rd0, [out];
-    mov.u32 %r15, %ctaid.x;
-    mad.lo.s32 %r15, %r15, 16, %r0;
-    mul.wide.u32 %rd1, %r15, 4;
-    add.s64 %rd0, %rd0, %rd1;
-    st.global.u32 [%rd0], %r9;
-    ret;
-}
-"""
+""" + RECEIVER_TAIL
 """The same cluster with a global source: rank 0's thread 0 loads 64 bytes of `gsrc` (1000 + t) into rank 1's `dst`
 only, on rank 1's barrier (COPY: a bulk load to a shared::cluster address of rank 1, or a multicast with mask 0b10);
 rank 0's threads run SENDER and overwrite their word of `gsrc` with 7 (the load's read, at issue a read of thread 0,
