@@ -135,6 +135,10 @@ class GridWriteChecks:
         """"block (x, y, z) <singular>", or "several other blocks <plural>" (`GridWrites.block_name`)."""
         return f"{self.writes.block_name(int(block))} {plural if block == SEVERAL_BLOCKS else singular}"
 
+    def _element(self, tensor: np.ndarray, coords: tuple[np.ndarray, ...], k: int) -> str:
+        """"name[i, j]": the `k`th element of `coords` in `tensor`, named by its argument."""
+        return f"{self.arg_names.get(id(tensor), 'a tensor')}[{', '.join(str(int(c[k])) for c in coords)}]"
+
     def _fail_at(self, op, keep: np.ndarray, k: int, message: str):
         where = np.zeros(self.batch.size, bool)
         where[np.nonzero(keep)[0][k]] = True
@@ -155,9 +159,7 @@ class GridWriteChecks:
         clash, other = self.writes.record_sum_read(tensor, coords, self._blocks(keep))
         if clash.any():
             k = int(np.argmax(clash))
-            name = self.arg_names.get(id(tensor), "a tensor")
-            element = ", ".join(str(int(c[k])) for c in coords)
-            self._fail_at(op, keep, k, f"reads {name}[{element}], which {self._who(other[k], 'adds', 'add')} into: "
+            self._fail_at(op, keep, k, f"reads {self._element(tensor, coords, k)}, which {self._who(other[k], 'adds', 'add')} into: "
                                        "blocks run in no order, so the read may come before some of the "
                                        "additions (a race on a GPU: read the sum in a later kernel, or order the "
                                        "blocks with tile.sem_signal and tile.sem_wait)")
@@ -170,10 +172,8 @@ class GridWriteChecks:
         clash, other, what = self.writes.record_add(tensor, coords, self._blocks(keep))
         if clash.any():
             k = int(np.argmax(clash))
-            name = self.arg_names.get(id(tensor), "a tensor")
-            element = ", ".join(str(int(c[k])) for c in coords)
             did = ("reads", "read") if what == "read" else ("stores", "store")
-            self._fail_at(op, keep, k, f"adds into {name}[{element}], which {self._who(other[k], *did)} too: "
+            self._fail_at(op, keep, k, f"adds into {self._element(tensor, coords, k)}, which {self._who(other[k], *did)} too: "
                                        f"blocks run in no order, so the {did[1]} and the addition are unordered "
                                        "(a race on a GPU: read the sum in a later kernel, or order the blocks with "
                                        "tile.sem_signal and tile.sem_wait)")
@@ -188,17 +188,15 @@ class GridWriteChecks:
         added, adder = self.writes.added_by_others(dest.tensor, coords, blocks)
         if added.any():
             k = int(np.argmax(added))
-            name = self.arg_names.get(id(dest.tensor), "a tensor")
-            element = ", ".join(str(int(c[k])) for c in coords)
-            self._fail_at(op, keep, k, f"writes {name}[{element}], which {self._who(adder[k], 'adds', 'add')} "
+            self._fail_at(op, keep, k, f"writes {self._element(dest.tensor, coords, k)}, which "
+                                       f"{self._who(adder[k], 'adds', 'add')} "
                                        "into: blocks run in no order, so the store and the addition are "
                                        "unordered (a race on a GPU: add into the element from every block)")
         clash, other = self.writes.record(dest.tensor, coords, blocks)
         if clash.any():
             k = int(np.argmax(clash))
-            name = self.arg_names.get(id(dest.tensor), "a tensor")
-            element = ", ".join(str(int(c[k])) for c in coords)
-            self._fail_at(op, keep, k, f"writes {name}[{element}], which {self.writes.block_name(int(other[k]))} "
+            self._fail_at(op, keep, k, f"writes {self._element(dest.tensor, coords, k)}, which "
+                                       f"{self.writes.block_name(int(other[k]))} "
                                        "writes too: blocks run in no order, so the element would hold whichever wrote "
                                        "last (a race on a GPU: write each element from one block, or add into it "
                                        "with tile.atomic_add)")

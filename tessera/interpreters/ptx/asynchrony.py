@@ -290,7 +290,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
             self.carrying[b] = np.maximum(self.carrying[b], self.observed[:, lanes].max(axis=1))
 
     def observe_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice], phases: list[int]) -> None:
-        """`observe` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier `keys[k]`
+        """`observe` of the lanes of each CTA of `block` (`ranges.lane_block`) on its own mbarrier `keys[k]`
         (each with its instance: `barrier` makes them in the order of its calls) in `phases[k]`, at once."""
         barriers = np.array([self.barriers[key] for key in keys])
         ctas, within = block
@@ -314,7 +314,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
                                                     (ctas.start + k) * t + within.stop))
 
     def arriving_ctas(self, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> None:
-        """`arriving` of the lanes of each CTA of `block` (`HappensBefore.cta_block`) on its own mbarrier
+        """`arriving` of the lanes of each CTA of `block` (`ranges.lane_block`) on its own mbarrier
         `keys[k]`, at once (the barriers' instances made first, in order, as one by one)."""
         barriers = [self.barrier(key) for key in keys]
         if len(self.observed):

@@ -24,6 +24,7 @@ from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_cop
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.ranges import lane_block
 from tessera.sm90 import facts
 
 
@@ -163,7 +164,7 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: 
     `_own_barriers(m, lanes, addresses)` where the caller has it."""
     if _local(addresses):  # each lane's own CTA: (CTA, address)
         runs = _own_barriers(m, lanes, addresses) if runs is None else runs
-        block = m.tracker.hb.cta_block(lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
+        block = lane_block(lanes, m.threads) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
         keys = [key for key, _ in runs]
         if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
             m.tracker.arriving_ctas(keys, block)
@@ -479,7 +480,7 @@ def _observe_together(m: Machine, inst, active: np.ndarray, groups: list) -> boo
     acquired for every CTA at once (`AsyncTracker.observe_ctas`, `HappensBefore.waited_ctas`), where the runs are
     the same lanes of consecutive CTAs and every barrier has its instance; False (nothing done) where not, or
     where the acquires must be made one by one (`waited_ctas`): the caller then goes barrier by barrier."""
-    block = m.tracker.hb.cta_block(active, groups) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
+    block = lane_block(active, m.threads) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
     keys = [key for key, _ in groups]
     if block is None or any(key not in m.tracker.barriers for key in keys) or \
             not m.tracker.hb.waited_ctas(inst, keys, block):

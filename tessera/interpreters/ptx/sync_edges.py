@@ -109,23 +109,8 @@ class SyncEdges:
         self.check_init(inst, key, lanes)
         self.pending[key] = self.join(self.pending.get(key), self._release(lanes))
 
-    def cta_block(self, lanes: np.ndarray, runs: list[tuple[object, slice]]) -> tuple[slice, slice] | None:
-        """(CTA slots, lanes within each CTA) when the `runs` of `lanes` (slices of positions, one per CTA, in CTA
-        order: `mbarrier._own_barriers`'s) are the same consecutive lanes of consecutive CTAs (a batch's consumer
-        warpgroups), so that any [lane, ...] array viewed as [CTA, lane of its CTA, ...] holds them as a block,
-        without a copy; else None."""
-        t = self.threads
-        first = [int(lanes[at.start]) for _, at in runs]
-        n = runs[0][1].stop - runs[0][1].start
-        if any(at.stop - at.start != n or int(lanes[at.stop - 1]) - int(lanes[at.start]) + 1 != n for _, at in runs):
-            return None
-        slot, offset = divmod(first[0], t)
-        if first != [(slot + k) * t + offset for k in range(len(runs))]:
-            return None
-        return slice(slot, slot + len(runs)), slice(offset, offset + n)
-
     def arrive_ctas(self, inst, keys: list[tuple[int, int]], lanes: np.ndarray, block: tuple[slice, slice]) -> bool:
-        """`arrive` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
+        """`arrive` of the lanes of each CTA of `block` (`ranges.lane_block`) on its own mbarrier `keys[k]`, as one unit:
         every CTA's join at once, its lanes' fenced clocks joined through the block's bounds (`_fenced_join`). False
         (nothing done) where some init check would report (`check_init`), or a lane's knowledge of other CTAs joins
         in: the caller then arrives key by key."""
@@ -181,7 +166,7 @@ class SyncEdges:
         return True
 
     def waited_ctas(self, inst, keys: list[tuple[int, int]], block: tuple[slice, slice]) -> bool:
-        """`waited` of the lanes of each CTA of `block` (`cta_block`) on its own mbarrier `keys[k]`, as one unit:
+        """`waited` of the lanes of each CTA of `block` (`ranges.lane_block`) on its own mbarrier `keys[k]`, as one unit:
         every CTA's acquire at once, a published fenced clock taken into the `fenced` rows as the clock into the
         clock rows (bounds `fenced low`, `fenced high`). False (nothing done) where some init check would report,
         or a published release carries knowledge of other CTAs: the caller then acquires key by key."""
