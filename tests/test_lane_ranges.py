@@ -49,3 +49,22 @@ def test_consecutive_and_as_slice():
     assert as_slice([4, 5, 6]) == slice(4, 7)
     assert np.array_equal(as_slice([6, 5]), [6, 5])
     assert np.count_nonzero(marked(np.array([3, 5, 5]), 0, 8)) == 2
+
+
+def test_lane_runs_kept_by_content_are_the_runs_of_those_lanes():
+    """`LaneRuns.of` finds the runs of a lanes array it saw before by content: a new array of the same lanes gets
+    them, one with the same count, first and last lane but other lanes gets its own."""
+    from tessera.interpreters.ptx.fuse_transfers import LaneRuns, _runs
+
+    t = 384
+    consumers = np.concatenate([np.arange(c * t + 128, c * t + 384) for c in range(4)])
+    other = consumers.copy()
+    other[256:512] -= 1  # CTA 1's consumers one lane lower: the same count, first and last lane, other runs
+    assert (len(other), other[0], other[-1]) == (len(consumers), consumers[0], consumers[-1])
+    lanes = LaneRuns(t)
+    for array in (consumers, consumers.copy(), other, consumers.copy(), other.copy()):
+        found = lanes.of(array)
+        assert found.lanes is array
+        assert found.runs == _runs(array)
+        expected = lane_block(array, t) if found.runs is not None and len(found.runs) > 1 else None
+        assert found.block == expected

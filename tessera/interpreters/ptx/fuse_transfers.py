@@ -33,21 +33,33 @@ def staging_rows(rows: np.ndarray, n: int) -> np.ndarray:
 
 
 class LaneRuns:
-    """The runs of the lanes the program's blocks last ran for (`_runs`), kept while they are the same object: the
-    scheduler hands every block of a straight run the same lanes array, and never modifies one; and `block`,
-    their `ranges.lane_block` where they are more than one run, else None."""
+    """The runs of the lanes the program's blocks last ran for (`_runs`), and `block`, their `ranges.lane_block`
+    where they are more than one run, else None. The scheduler hands every block of a straight run the same lanes
+    array, and never modifies one: a block run for that object again finds them set; one run for an array of the
+    same lanes (a later straight run of the same warpgroups) finds them in `known`, by content."""
+
+    KNOWN = 16
+    """Lane sets whose runs are kept (`known`): a program's blocks run for a few (each CTA's consumers, a batch's)."""
 
     def __init__(self, threads: int):
         self.threads = threads
         self.lanes: np.ndarray | None = None
         self.runs: list[tuple[slice, slice]] | None = None
         self.block: tuple[slice, slice] | None = None
+        self.known: dict[tuple[int, int, int], tuple] = {}  # (count, first, last) -> (lanes, runs, block)
 
     def of(self, lanes: np.ndarray) -> LaneRuns:
         """Itself, set for `lanes` (ascending, distinct)."""
         if lanes is not self.lanes:
-            self.lanes, self.runs = lanes, _runs(lanes)
-            self.block = lane_block(lanes, self.threads) if self.runs is not None and len(self.runs) > 1 else None
+            key = (len(lanes), int(lanes[0]), int(lanes[-1]))
+            kept = self.known.get(key)
+            if kept is None or not np.array_equal(kept[0], lanes):
+                runs = _runs(lanes)
+                block = lane_block(lanes, self.threads) if runs is not None and len(runs) > 1 else None
+                if len(self.known) >= self.KNOWN:
+                    self.known.clear()
+                kept = self.known[key] = (lanes.copy(), runs, block)
+            self.lanes, self.runs, self.block = lanes, kept[1], kept[2]
         return self
 
     def gather(self, into: np.ndarray, array: np.ndarray, axis: int, indices: slice | np.ndarray) -> None:
