@@ -935,3 +935,62 @@ def test_one_run_per_thread_stores_judged_by_their_marks_or_starts_as_byte_by_by
             except _Found as e:
                 assert e.args[0] == b
     assert found > 100
+
+
+# Every thread of a warp stores one word (thread t at word t), then, SYNC, each stores again at word t + SHIFT with
+# another width: both instructions' bytes are recorded a word at a time (`global_accesses.Words`), and a second
+# store that meets a byte another thread wrote is reported naming it, whatever the two widths.
+_SHIFTED_STORES = PTX_HEADER + """.visible .entry shifted(.param .u64 out)
+{
+    .reg .b16 %rs<1>;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<4>;
+    mov.u32 %r0, %tid.x;
+    cvt.u16.u32 %rs0, %r0;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    FIRST_INDEX
+    mul.wide.u32 %rd1, %r2, FIRST_BYTES;
+    add.s64 %rd2, %rd0, %rd1;
+    FIRST_STORE [%rd2], FIRST_VALUE;
+    SYNC
+    add.u32 %r1, %r0, SHIFT;
+    mul.wide.u32 %rd1, %r1, SECOND_BYTES;
+    add.s64 %rd3, %rd0, %rd1;
+    SECOND_STORE [%rd3], SECOND_VALUE;
+    ret;
+}
+"""
+
+_STORES = {2: ("st.global.u16", "%rs0"), 4: ("st.global.u32", "%r0"), 8: ("st.global.v2.u32", "{%r0, %r0}"),
+           16: ("st.global.v4.u32", "{%r0, %r0, %r0, %r0}")}
+
+
+def _shifted(first: int, second: int, shift: int, sync: str, first_index: str = "mov.u32 %r2, %r0;") -> str:
+    return filled(_SHIFTED_STORES, FIRST_INDEX=first_index, FIRST_BYTES=str(first), FIRST_STORE=_STORES[first][0],
+                  FIRST_VALUE=_STORES[first][1], SECOND_BYTES=str(second), SECOND_STORE=_STORES[second][0],
+                  SECOND_VALUE=_STORES[second][1], SHIFT=str(shift), SYNC=sync)
+
+
+@pytest.mark.parametrize("first, second", [(4, 4), (8, 8), (16, 16), (2, 2), (4, 2), (2, 4), (16, 4), (4, 8)])
+def test_a_store_meeting_another_threads_word_races_and_a_barrier_orders_it(first, second):
+    out = np.zeros(64 * 16 // 4, np.uint32)
+    shift = max(first // second, 1)  # thread t's second store starts at the first byte thread t + 1 (or t + k) stored
+    with pytest.raises(PtxHazardError, match=r"which the instruction at line \d+ \(thread \(\d+, 0, 0\) of CTA "
+                                             r"\(0, 0, 0\)\) wrote .* no synchronisation orders the two"):
+        launch(_shifted(first, second, shift, ""), "shifted", 1, 32, [out.copy()])
+    result = launch(_shifted(first, second, shift, "bar.sync 0;"), "shifted", 1, 32, [out.copy()])[0]
+    expected = np.zeros(out.nbytes, np.uint8)
+    for size, start in ((first, 0), (second, shift)):
+        for t in range(32):
+            word = np.full(size // min(size, 4), t, np.uint16 if size == 2 else np.uint32).view(np.uint8)
+            expected[(t + start) * size:(t + start + 1) * size] = word
+    assert np.array_equal(result.view(np.uint8), expected)
+
+
+@pytest.mark.parametrize("width", [2, 4, 8, 16])
+def test_one_store_of_the_same_word_by_two_threads_races_whatever_its_width(width):
+    text = _shifted(width, width, 0, "", first_index="shr.u32 %r2, %r0, 1;")  # threads 2i and 2i + 1: word i
+    with pytest.raises(PtxHazardError, match=r"^<ptx>:16: error: .*race: two threads store to one location in one "
+                                             r"instruction"):
+        launch(text, "shifted", 1, 32, [np.zeros(1024, np.uint32)])

@@ -115,6 +115,56 @@ def put_at(array: np.ndarray, where, value) -> None:
         array[where] = value
 
 
+class Words:
+    """The bytes of an access [lanes, k] (flat positions) as aligned k-byte words, k = 2, 4, 8 or 16: row i of
+    the index is word `numbers[i]`, the bytes k * numbers[i] .. k * numbers[i] + k - 1. A per-byte table (1-D,
+    contiguous, of a multiple of k entries) viewed as one item per word (the k entries' bits as one integer or
+    complex of 4, 8 or 16 bytes) is read and written one element a word (`get`, `put`): the same entries as by the
+    bytes' index, in a quarter of the elements for a st.global.b32 (NumPy's scatter of rows is slower than one of
+    the bytes: these are plain elements)."""
+
+    def __init__(self, numbers: np.ndarray, k: int):
+        self.numbers, self.k = numbers, k
+
+    @staticmethod
+    def of(index: np.ndarray, size: int) -> "Words | None":
+        """The words of `index` [n, k] where each row is one aligned word (a plain st.global.b32, .v2, .v4) and a
+        table of `size` entries holds whole words, else None."""
+        n, k = index.shape
+        if k not in _BYTES or size % k or n < 2:
+            return None
+        first = index[:, 0]
+        if (first % k).any() or not np.array_equal(index, first[:, None] + _BYTES[k]):
+            return None
+        return Words(first // k, k)
+
+    def _items(self, table: np.ndarray) -> np.ndarray | None:
+        item = _WORD_ITEMS.get(self.k * table.itemsize)
+        return None if item is None else table.view(item)
+
+    def get(self, table: np.ndarray) -> np.ndarray:
+        """table[index]: [n, k]."""
+        items = self._items(table)
+        if items is None:
+            return table.reshape(-1, self.k)[self.numbers]
+        return items[self.numbers].view(table.dtype).reshape(-1, self.k)
+
+    def put(self, table: np.ndarray, values) -> None:
+        """table[index] = values (a scalar, or [n, 1]: one value a word)."""
+        items = self._items(table)
+        if items is None:
+            table.reshape(-1, self.k)[self.numbers] = values
+            return
+        filled = np.empty((1 if np.ndim(values) == 0 else len(self.numbers), self.k), table.dtype)
+        filled[...] = values
+        items[self.numbers] = filled.view(items.dtype)[:, 0]
+
+
+_BYTES = {k: np.arange(k, dtype=np.int64) for k in (2, 4, 8, 16)}
+_WORD_ITEMS = {4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+"""A word's entries as one item, by their bytes (complex128: copied by fancy indexing as raw bits)."""
+
+
 def is_uniform(values: np.ndarray) -> bool:
     """Whether every element of `values` (not empty) is the same."""
     return bool(values.min() == values.max())

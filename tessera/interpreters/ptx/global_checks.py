@@ -172,16 +172,21 @@ class GlobalRaceChecks:
                   "orders no global memory)", int(lanes[i]))
 
     def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,
-                        groups: np.ndarray | None = None) -> None:
+                        groups: np.ndarray | None = None, words=None) -> None:
         """Threads of one instruction writing one byte: nothing orders them either. With `groups` (per lane: its
         CTA for a strong .cta write, its cluster for a .cluster one, whose scope holds only those threads
         [memory_model.MORALLY_STRONG]) only two threads of different groups race. `index` [lanes, k] lies in
         [low, high). Where that span is at most `MARKED_SPAN`
         times the bytes, the bytes marked in a table over it decide (`ranges.marked`: no sort; an epilogue's stores
         into a few CTAs' output tiles); elsewhere, where each thread's bytes are one run of k (a vector store), the
-        runs' starts: no two within k of each other. A byte written twice is then found by a sort, for the report."""
+        runs' starts: no two within k of each other. A byte written twice is then found by a sort, for the report.
+        `words`: `index` as aligned words (`global_accesses.Words`), where it is: they are marked instead of its
+        bytes (two threads write one byte exactly where they write one word)."""
         n, k = index.shape
-        if high - low <= MARKED_SPAN * index.size:
+        if words is not None and high - low <= MARKED_SPAN * index.size:
+            if np.count_nonzero(marked(words.numbers, low // k, -(-high // k))) == n:
+                return
+        elif high - low <= MARKED_SPAN * index.size:
             if np.count_nonzero(marked(index.reshape(-1), low, high)) == index.size:
                 return
         elif n > 1 and k and (k == 1 or np.array_equal(index, index[:, :1] + np.arange(k))):

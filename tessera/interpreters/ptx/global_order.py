@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
-                                                      SCOPE, StridedBox, cluster_of, is_uniform, put_at)
+                                                      SCOPE, StridedBox, Words, cluster_of, is_uniform, put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 
@@ -126,6 +126,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             return
         index = np.asarray(index, np.int64).reshape(len(lanes), -1)
         low, high = int(index.min()), int(index.max()) + 1
+        words = Words.of(index, self.size)  # (a plain vector store's: its tables' rows, not its bytes, below)
         self._settle(low, high)
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
@@ -138,7 +139,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         for side in ("write", "read") if write else ("write",):
             if side in self.records:
                 table = self.records[side]
-                who = table["who"][index]
+                who = table["who"][index] if words is None else words.get(table["who"])
                 if side == "read" and self.read_set is not None:
                     who = np.where(self.read_set[index] == 0, who, 0)  # those bytes' readers are in their set
                 if side == "read" and judged is not None:
@@ -156,7 +157,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             if IS_STRONG[kind]:
                 ranks = self.lane_rank[lanes]
                 groups = ranks if SCOPE[kind] == CTA else cluster_of(self.m, ranks)
-            self._check_together(inst, lanes, index, kind, low, high, groups)
+            self._check_together(inst, lanes, index, kind, low, high, groups, words)
         if IS_ASYNC[kind] and "write" in self.records:  # across proxies, a write after a write needs the fence too
             self._check_proxy_fenced(inst, lanes, index, kind, write and kind != ASYNC_REDUCE)
         who = (self.lane_who[lanes] | kind)[:, None]
@@ -171,6 +172,13 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             table = self._table("write")
             # each as a full array of the table's type: NumPy's scatter of a broadcast column with a cast into it is
             # some four times slower
+            if words is not None:  # each word's row takes its lane's value
+                for field, values in (("who", who), ("epoch", epochs), ("line", inst.line)):
+                    words.put(table[field], values)
+                for cleared in (self.records.get("read", {}).get("who"), self.read_set):
+                    if cleared is not None:
+                        words.put(cleared, 0)
+                return
             for field, values in (("who", who), ("epoch", epochs)):
                 column = table[field]
                 column[index] = np.broadcast_to(values, index.shape).astype(column.dtype)
