@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 
+from tessera.interpreters.ptx import PtxExecutionError
 from tessera.interpreters.ptx.sync_edges import SyncEdges
 
 from test_ptx_ctas_together import _launch
@@ -79,3 +81,42 @@ def test_block_waits_give_the_clocks_of_waits_one_by_one(monkeypatch):
     bounds) against the acquire CTA by CTA: every release published and every clock and fenced row the same."""
     seen = _same_as_one_by_one(monkeypatch, "waited_ctas")
     assert any(fenced.strip(b"\0") for _, _, fenced, _, _ in seen)  # fenced clocks were published and taken in
+
+
+def _barrier_acquires_checked(monkeypatch) -> list:
+    """Each named barrier's completion (`SyncEdges.bar_completed`) run as it is, then again on the state before it
+    through the acquire that reads every waiter's row (`_acquire`), its clocks, fenced clocks and fenced rows asserted
+    equal; a list of whether each completion's waiters were all its arrivals (those taking the shortcut)."""
+    taken = []
+    completed = SyncEdges.bar_completed
+
+    def checked(self, key, waiters):
+        state = [array.copy() for array in (self.clock, self.fenced, self.fenced_rows)]
+        released, arrivals = self.bar_released.get(key), self.bar_arrivals.get(key, 0)
+        completed(self, key, waiters)
+        after = [array.copy() for array in (self.clock, self.fenced, self.fenced_rows)]
+        self.clock[...], self.fenced[...], self.fenced_rows[...] = state
+        if released is not None and len(waiters):
+            self._acquire(waiters, *released)
+        assert all(np.array_equal(a, b) for a, b in zip(after, (self.clock, self.fenced, self.fenced_rows)))
+        taken.append(arrivals == len(waiters))
+    monkeypatch.setattr(SyncEdges, "bar_completed", checked)
+    return taken
+
+
+def test_a_barrier_whose_waiters_all_arrived_writes_the_rows_an_acquire_of_each_would(monkeypatch):
+    """`bar_completed`'s shortcut (the waiters' rows written as the release with each one's own epoch one more,
+    without reading them) against the acquire over every row: the warp-specialized flash grid (its CTA barriers,
+    the consumers' bias-table barrier after their fence), the ping-pong kernel (named barriers of 256 consumer
+    threads, one warpgroup's `bar.arrive` and the other's `bar.sync`), a producer warp's `bar.arrive` to a consumer
+    warp, on min-pc and with a warp delayed."""
+    from test_ptx_delayed_warp import _run_pingpong
+    from test_ptx_exec import test_named_barriers_order_shared_memory_between_warps
+
+    taken = _barrier_acquires_checked(monkeypatch)
+    assert isinstance(_launch(_attention(True)[2]), np.ndarray)
+    assert _run_pingpong(256).ok
+    with pytest.raises(PtxExecutionError, match="barrier 1 used with thread counts"):  # (the seeded miscount)
+        _run_pingpong(256, schedule="delayed-warpgroup", seed=0)
+    test_named_barriers_order_shared_memory_between_warps()
+    assert any(taken) and not all(taken), taken

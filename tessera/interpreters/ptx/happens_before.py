@@ -134,6 +134,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.published: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.bar_released: dict[tuple[int, int], tuple] = {}  # (barrier, CTA slot) -> its arrivals' releases
+        self.bar_arrivals: dict[tuple[int, int], int] = {}  # ... and how many lanes made them (`bar_completed`)
         # cluster (index in the batch) -> {CTA grid rank: its .release arrivals' releases} (`cluster_arrived`), of
         # the barrier's pending phase, and of its completed phases
         self.cluster_pending: dict[int, dict[int, tuple]] = {}

@@ -97,12 +97,33 @@ class SyncEdges:
         to the waiters, whenever the barrier completes [memory_model.BARRIER_ORDERING]."""
         if len(lanes):
             self.bar_released[key] = self.join(self.bar_released.get(key), self._release(lanes))
+            self.bar_arrivals[key] = self.bar_arrivals.get(key, 0) + len(lanes)
 
     def bar_completed(self, key: tuple[int, int], waiters: np.ndarray) -> None:
-        """Named barrier `key` completed: `waiters` acquire what its arrivals released."""
+        """Named barrier `key` completed: `waiters` acquire what its arrivals released.
+
+        Where the waiters are the lanes that arrived, consecutive (a `__syncthreads()` of a CTA or of its
+        consumer warpgroups), the acquire writes the rows without reading them: a waiter is blocked from its
+        arrival, so its rows are those it released, each joined into the release `c`, and its own epoch, the
+        greatest of its column, one past c's (the release advanced it); so its row becomes c with its own epoch
+        one more, and its fenced row the fenced join. (The waiters are among the lanes that arrived since the
+        last completion; as many arrivals as waiters make them the same lanes.)"""
         released = self.bar_released.pop(key, None)
-        if released is not None and len(waiters):
+        arrivals = self.bar_arrivals.pop(key, 0)
+        if released is None or not len(waiters):
+            return
+        rows = consecutive(waiters)
+        if arrivals != len(waiters) or not isinstance(rows, slice) or released[2] is not None:
             self._acquire(waiters, *released)
+            return
+        c, f, _ = released
+        self.rows_changed(waiters)
+        clocks = self.clock[rows]
+        clocks[...] = c
+        _own_epochs(clocks[None], rows.start % self.threads)[...] += 1
+        if f.any():
+            self.fenced[rows] = f
+            self.fenced_rows[rows] = True
 
     def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
