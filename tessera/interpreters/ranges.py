@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.truth import all_set
+
 
 def consecutive(lanes: np.ndarray):
     """`lanes` (ascending, distinct, not empty) as a slice where they are consecutive (a view: no copy), else as
@@ -39,7 +41,7 @@ def lane_block(lanes: np.ndarray, threads: int) -> tuple[slice, slice] | None:
         ctas = n // run
         if ctas * run == n and offset + run <= threads and last == (slot + ctas - 1) * threads + offset + run - 1:
             rows = lanes.reshape(ctas, run)  # each row consecutive (ascending, distinct: it spans run - 1), a CTA on
-            if (rows[:, -1] - rows[:, 0] == run - 1).all() and (np.diff(rows[:, 0]) == threads).all():
+            if all_set(rows[:, -1] - rows[:, 0] == run - 1) and all_set(np.diff(rows[:, 0]) == threads):
                 block = slice(slot, slot + ctas), slice(offset, offset + run)
     return block
 
@@ -59,7 +61,7 @@ def as_slice(positions) -> slice | np.ndarray:
     """`positions` (not empty, in any order: a plan's gather) as a slice where each is one more than the one
     before it, else as an int64 array. `consecutive` is the cheaper test for indices known to ascend."""
     positions = np.asarray(positions, np.int64)
-    if (np.diff(positions) == 1).all():
+    if all_set(np.diff(positions) == 1):
         return slice(int(positions[0]), int(positions[0]) + len(positions))
     return positions
 

@@ -26,6 +26,7 @@ from tessera.interpreters.ptx import floats
 from tessera.interpreters.ptx.decode import Operands, lane_count, opcode, sources
 from tessera.interpreters.ptx.syntax import Vector
 from tessera.interpreters.ptx.types import PtxType, ptx_type
+from tessera.interpreters.truth import any_set
 
 
 def _float_last(inst) -> bool:
@@ -146,7 +147,7 @@ def decode_div(ops: Operands, inst, mods):
     def run(sel):
         x, y = np.broadcast_arrays(a(sel), b(sel))
         zero = y == 0
-        if zero.any():
+        if any_set(zero):
             lane = m.lane_ids[sel][np.argmax(zero)] if not np.isscalar(sel) else 0
             raise m.error(inst, "division by zero (PTX leaves the result unspecified; the executor refuses)", lane)
         write(sel, _integer_divide(x, y, t.kind == "s")[index])

@@ -65,6 +65,7 @@ from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.ptx.tag_ranges import TagRanges
 from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
 from tessera.interpreters.ptx.wgmma_tracking import WgmmaTracking
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 
@@ -196,7 +197,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         fills one): none may hold a live mbarrier, whose memory is for mbarrier instructions only until an
         mbarrier.inval [P#parallel-synchronization-and-communication-instructions-mbarrier-inval]."""
         live = self.live_barriers
-        if live is None or not (live[span].any() if span is not None else live[flat].any()):
+        if live is None or not (any_set(live[span]) if span is not None else any_set(live[flat])):
             return
         hit = live[flat]
         i = int(np.argmax(hit))
@@ -325,7 +326,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
     def published(self, key: tuple[int, int]) -> None:
         """The pending phase of the mbarrier at `key` completed: its waiters learn what its arrivals carried."""
         b = self.barrier(key)
-        if self.carrying[b].any():
+        if any_set(self.carrying[b]):
             self.carried[b] = np.maximum(self.carried[b], self.carrying[b])
             self.carrying[b] = 0
 
@@ -347,7 +348,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         later mbarrier wait) is not, as their accesses after arriving are not released either."""
         if len(self.observed) and len(lanes):
             seen = self.observed[:, consecutive(lanes)].max(axis=1)  # (a CTA's lanes: a view, mostly)
-            if seen.any():  # (nothing observed yet: the bar.sync after the mbarrier.inits)
+            if any_set(seen):  # (nothing observed yet: the bar.sync after the mbarrier.inits)
                 before = self.bar_seen.get(key)
                 if before is not None:
                     seen[:len(before)] = np.maximum(seen[:len(before)], before)  # (mbarriers made since: rows added)
@@ -407,7 +408,7 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         pending (their results and operands would be lost)."""
         m = self.m
         for cta in ctas:
-            if not (m.status[m.lane_cta == cta] == EXITED).all():
+            if not all_set(m.status[m.lane_cta == cta] == EXITED):
                 continue
             for key, copies in self.in_flight.items():
                 if key[0] == cta and copies:

@@ -35,6 +35,7 @@ from tessera.interpreters.ptx.state import Machine
 from tessera.interpreters.ptx.fuse_transfers import LaneRuns, staging_rows
 from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
+from tessera.interpreters.truth import all_set
 
 FUSABLE = frozenset({
     "abs", "add", "and", "bfe", "bfi", "bfind", "brev", "clz", "cnot", "copysign", "cos", "cvt", "div", "ex2",
@@ -278,7 +279,7 @@ class Block:
         dtype = self.storage_of[versions[0]]
         rows = np.array([self.row[v] for v in versions], np.int64)
         k = len(rows)
-        if k == 1 or (np.diff(rows) == 1).all():
+        if k == 1 or all_set(np.diff(rows) == 1):
             return files[dtype][rows[0]:rows[0] + k].reshape(-1), None
         return np.empty(k * n, dtype), (files[dtype], rows)
 

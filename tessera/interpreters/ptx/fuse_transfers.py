@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ranges import lane_block
+from tessera.interpreters.truth import equal_arrays
 
 STAGING_PAD_BYTES = 32
 """How far a staging row (`staging_rows`) runs past its lanes."""
@@ -53,7 +54,7 @@ class LaneRuns:
         if lanes is not self.lanes:
             key = (len(lanes), int(lanes[0]), int(lanes[-1]))
             kept = self.known.get(key)
-            if kept is None or not np.array_equal(kept[0], lanes):
+            if kept is None or not equal_arrays(kept[0], lanes):
                 runs = _runs(lanes)
                 block = lane_block(lanes, self.threads) if runs is not None and len(runs) > 1 else None
                 if len(self.known) >= self.KNOWN:

@@ -11,6 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from tessera.interpreters.byte_box import box_offsets, box_view
+from tessera.interpreters.truth import any_set, equal_arrays
 
 WEAK, STRONG_CTA, STRONG_GPU, ASYNC, ASYNC_REDUCE, STRONG_CLUSTER = 1, 2, 3, 4, 5, 6
 """How an access is made: a weak generic ld/st; a strong generic access of scope .cta, .cluster, or .gpu/.sys;
@@ -55,7 +56,7 @@ def scope_holds(m, level, ranks: np.ndarray, others: np.ndarray) -> np.ndarray:
     (grid ranks) [memory_model.MORALLY_STRONG]."""
     level = np.asarray(level)
     same = ranks == others
-    if m.cluster_size > 1 and (level == CLUSTER).any():
+    if m.cluster_size > 1 and any_set(level == CLUSTER):
         same_cluster = cluster_of(m, ranks) == cluster_of(m, others)
     else:
         same_cluster = same
@@ -88,10 +89,10 @@ class StridedBox:
     def meets(self, other: "StridedBox") -> bool:
         """Whether the two boxes share a byte."""
         (a, wa), (b, wb) = _runs(self), _runs(other)
-        if (len(a) > 1 and (np.diff(a) < wa).any()) or (len(b) > 1 and (np.diff(b) < wb).any()):
+        if (len(a) > 1 and any_set(np.diff(a) < wa)) or (len(b) > 1 and any_set(np.diff(b) < wb)):
             return bool(np.intersect1d(self.index(), other.index()).size)  # runs that overlap themselves
         last = np.searchsorted(b, a + wa) - 1  # per run of `a`, the last run of `b` starting before its end
-        return bool(((last >= 0) & (b[np.maximum(last, 0)] + wb > a)).any())
+        return bool(any_set((last >= 0) & (b[np.maximum(last, 0)] + wb > a)))
 
 
 @lru_cache(maxsize=1024)
@@ -134,7 +135,7 @@ class Words:
         if k not in _BYTES or size % k or n < 2:
             return None
         first = index[:, 0]
-        if (first % k).any() or not np.array_equal(index, first[:, None] + _BYTES[k]):
+        if any_set(first % k) or not equal_arrays(index, first[:, None] + _BYTES[k]):
             return None
         return Words(first // k, k)
 

@@ -11,6 +11,7 @@ import numpy as np
 from tessera.interpreters.ptx.global_accesses import (IN_FLIGHT, IS_ASYNC, IS_STRONG, PROXY_NAMES, SCOPE, WEAK,
                                                       is_uniform, scope_holds)
 from tessera.interpreters.ranges import marked
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 
 MARKED_SPAN = 64
 """`GlobalRaceChecks._check_together` marks a store's bytes in a table over their span up to this many times their
@@ -41,7 +42,7 @@ class GlobalRaceChecks:
             else:
                 old_who = old_epoch = old_line = np.zeros(0, np.int64)
             keep = ~self._ordered_any(lanes, old_who, old_epoch)
-            if not keep.any() and len(lanes) == 1:
+            if not any_set(keep) and len(lanes) == 1:
                 new = 0
             else:
                 new = len(self.sets)
@@ -63,14 +64,14 @@ class GlobalRaceChecks:
         same = rank == mine
         ordered = np.zeros(who.shape, bool)
         ordered[same] = hb.clock[np.broadcast_to(lanes[:, None], who.shape)[same], tid[same]] >= epoch[same]
-        if hb.remote and (~same & (rank > 0)).any():
+        if hb.remote and any_set(~same & (rank > 0)):
             for i, lane in enumerate(lanes.tolist()):
                 known = hb.remote.get(lane)
                 if not known:
                     continue
                 for r, row in known.items():
                     hit = rank[i] == r + 1
-                    if hit.any():
+                    if any_set(hit):
                         ordered[i, hit] = row[tid[i, hit]] >= epoch[i, hit]
         return ordered
 
@@ -83,10 +84,10 @@ class GlobalRaceChecks:
         ranks = self.lane_rank[lanes] + 1
         for r in [int(ranks[0])] if ranks[0] == ranks[-1] and is_uniform(ranks) else np.unique(ranks).tolist():
             hit = rank == r
-            if hit.any():
+            if any_set(hit):
                 ordered[hit] = hb.clock[lanes[ranks == r]].max(axis=0)[tid[hit]] >= epoch[hit]
         rest = ~ordered & (rank > 0)
-        if hb.remote and rest.any():  # other CTAs' accesses: what each lane acquired of them
+        if hb.remote and any_set(rest):  # other CTAs' accesses: what each lane acquired of them
             shape = (len(lanes), int(rest.sum()))
             ordered[rest] = self._ordered(lanes, np.broadcast_to(who[rest], shape),
                                           np.broadcast_to(epoch[rest], shape)).any(axis=0)
@@ -95,7 +96,7 @@ class GlobalRaceChecks:
     def _check_sets(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int) -> None:
         """A write of `index` checked against every reader kept in the read sets of its bytes."""
         ids = self.read_set[index]
-        if not ids.any():
+        if not any_set(ids):
             return
         for s in np.unique(ids[ids > 0]).tolist():
             hit = ids == s
@@ -115,7 +116,7 @@ class GlobalRaceChecks:
         """The copies `copy` landed: their reads of the source end here, and are recorded at this point of each
         thread, so a later write must be ordered after the landing, not only after the issue."""
         reading = copy.source[:, 0] >= 0
-        if self.cp_reading is None or not reading.any():
+        if self.cp_reading is None or not any_set(reading):
             return
         np.subtract.at(self.cp_reading, copy.source[reading], 1)
         self.access(copy.inst, copy.lanes[reading], copy.source[reading], False, WEAK)
@@ -124,11 +125,11 @@ class GlobalRaceChecks:
         """A write of `index` [lanes, bytes] while a cp.async still reads one of its bytes is a race, its own
         thread's included: the copy may read the source at any time until it lands [memory_model.CP_ASYNC_ORDER]."""
         busy = self.cp_reading[index] > 0
-        if not busy.any():
+        if not any_set(busy):
             return
         i, j = np.unravel_index(np.argmax(busy), busy.shape)
         b = int(index[i, j])
-        copy = next(c for c in self.m.async_copies if (c.source == b).any())
+        copy = next(c for c in self.m.async_copies if any_set(c.source == b))
         lane = int(copy.lanes[int(np.argmax((copy.source == b).any(axis=1)))])
         raise self.m.tracker.hb.hazard(
             inst, f"writes {self.where(b)}, which the cp.async at line {copy.inst.line} ({self.m.describe_lane(lane)}) "
@@ -146,20 +147,20 @@ class GlobalRaceChecks:
         table = self.records["write"]
         who = table["who"][index]
         generic = (who != 0) & ~IS_ASYNC[who & 7]
-        if not generic.any():
+        if not any_set(generic):
             return
         hb = self.m.tracker.hb
         tid, epoch = (who >> 3) & 0x1FFF, table["epoch"][index]
         mine = (who >> 16) == (self.lane_rank[lanes] + 1)[:, None]
         fenced = np.zeros(index.shape, bool)
         fenced[mine] = hb.global_fenced(lanes, tid)[mine] >= epoch[mine]
-        if (generic & ~mine).any():  # another CTA's stores: the fences that came with its release (remote rows)
+        if any_set(generic & ~mine):  # another CTA's stores: the fences that came with its release (remote rows)
             for i, lane in enumerate(lanes.tolist()):
                 for r, row in hb.remote.get(lane, {}).items():
                     hit = (who[i] >> 16) == r + 1
                     fenced[i, hit] = row[hb.threads + tid[i, hit]] >= epoch[i, hit]
         unfenced = generic & ~fenced
-        if not unfenced.any():
+        if not any_set(unfenced):
             return
         i, j = np.unravel_index(np.argmax(unfenced), unfenced.shape)
         b = int(index[i, j])
@@ -189,9 +190,9 @@ class GlobalRaceChecks:
         elif high - low <= MARKED_SPAN * index.size:
             if np.count_nonzero(marked(index.reshape(-1), low, high)) == index.size:
                 return
-        elif n > 1 and k and (k == 1 or np.array_equal(index, index[:, :1] + np.arange(k))):
+        elif n > 1 and k and (k == 1 or equal_arrays(index, index[:, :1] + np.arange(k))):
             starts = np.sort(index[:, 0])
-            if (starts[1:] - starts[:-1] >= k).all():
+            if all_set(starts[1:] - starts[:-1] >= k):
                 return
         flat = index.reshape(-1)
         if groups is not None:  # by byte, then group: a byte two groups write has two neighbours of different groups
@@ -215,7 +216,7 @@ class GlobalRaceChecks:
     def _check(self, inst, lanes, index, who, epoch, line, write: bool, kind: int, side: str) -> None:
         """`lanes` access `index` [lanes, bytes], whose earlier access (per byte: `who` at `epoch` from `line`,
         who 0 for none) was a write (`side` "write") or a read: a race unless ordered or morally strong."""
-        if not who.any():
+        if not any_set(who):
             return
         rank = who >> 16
         mine = (self.lane_rank[lanes] + 1)[:, None]
@@ -224,12 +225,12 @@ class GlobalRaceChecks:
         ordered = self._ordered(lanes, who, epoch)
         strong_pair = IS_STRONG[kind] & IS_STRONG[other_kind] & (IS_ASYNC[kind] == IS_ASYNC[other_kind])
         strong = strong_pair.copy()
-        if strong.any():  # and each one's scope holds the other's thread
+        if any_set(strong):  # and each one's scope holds the other's thread
             ranks, others = np.broadcast_arrays(mine - 1, np.maximum(rank - 1, 0))
             strong &= scope_holds(self.m, SCOPE[kind], ranks, others) & \
                 scope_holds(self.m, SCOPE[other_kind], others, ranks)
         racing = (rank > 0) & ~ordered & ~strong
-        if not racing.any():
+        if not any_set(racing):
             return
         i, j = np.unravel_index(np.argmax(racing), racing.shape)
         b, r, t = int(index[i, j]), int(rank[i, j]) - 1, int((who[i, j] >> 3) & 0x1FFF)

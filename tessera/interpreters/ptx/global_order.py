@@ -54,6 +54,7 @@ from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, 
                                                       SCOPE, StridedBox, Words, cluster_of, is_uniform, put_at)
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
+from tessera.interpreters.truth import all_set, any_set
 
 
 class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
@@ -147,7 +148,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 if side == "read" and sourced is not None:  # the load's read at issue: judged by its completion
                     issuer = sourced.reshape(index.shape)
                     who = np.where((issuer >= 0) & (who == (self.lane_who[np.maximum(issuer, 0)] | ASYNC)), 0, who)
-                if who.any():  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
+                if any_set(who):  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
                     self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind,
                                 side)
         if write and self.read_set is not None:
@@ -214,7 +215,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if table is None or not self.m.tracker.hb.races:
             return
         who = table["who"][index]
-        if not who.any():
+        if not any_set(who):
             return
         i, j = np.unravel_index(np.argmax(who != 0), who.shape)
         w, b = int(who[i, j]), int(index[i, j])
@@ -246,7 +247,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             self._read_box_records(inst, lane, entry, kind)
             return
         writes = self.records.get("write")
-        if writes is not None and box.view(writes["who"]).any():
+        if writes is not None and any_set(box.view(writes["who"])):
             self.access(inst, lanes, box.index(), False, kind)
             return
         read = self._table("read")
@@ -368,12 +369,12 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         until = self.until
         phase = until["phase"][index] - 1
         mine = (phase >= 0) & ((until["who"][index] >> 16) == (self.lane_rank[lanes] + 1)[:, None])
-        if not mine.any():
+        if not any_set(mine):
             return None
         tracker = self.m.tracker
         rows = np.broadcast_to(lanes[:, None], index.shape)[mine]
         unseen = tracker.observed[until["barrier"][index][mine], rows] <= phase[mine]
-        if unseen.any():
+        if any_set(unseen):
             k = int(np.argmax(unseen))
             i, j = (int(x[k]) for x in np.nonzero(mine))
             b = int(index[i, j])
@@ -394,7 +395,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         `sets[read_set[byte]]`. A read drops the readers that happen before it (a write ordered after it is
         ordered after them); two threads reading one byte in one instruction are concurrent."""
         read = self._table("read")
-        if len(lanes) > 1 and (index == index[:1]).all():
+        if len(lanes) > 1 and all_set(index == index[:1]):
             # every lane reads the same bytes (a broadcast load): one set of readers for bytes read alike before
             row = index[0]
             if self.read_set is None:
@@ -428,12 +429,12 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             flat = index.reshape(-1)
             order = np.argsort(flat, kind="stable")
             same = flat[order][1:] == flat[order][:-1]
-            if same.any():
+            if any_set(same):
                 hit = np.zeros(flat.size, bool)
                 hit[order[1:][same]] = hit[order[:-1][same]] = True
                 twice = hit.reshape(index.shape)
                 simple &= ~twice
-        if simple.all():
+        if all_set(simple):
             read["who"][index], read["epoch"][index], read["line"][index] = who, epochs, inst.line
             return
         rows = np.broadcast_to(np.arange(len(lanes))[:, None], index.shape)
@@ -444,11 +445,11 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
             self.read_set = np.zeros(self.size, np.int32)
             ids = np.zeros(index.shape, np.int32)
         alone = ~simple & ~twice  # one reader in this instruction, concurrent with a kept one
-        if alone.any():
+        if any_set(alone):
             columns = np.stack([ids[alone].astype(np.int64), prev_who[alone].astype(np.int64),
                                 prev_epoch[alone].astype(np.int64), read["line"][index[alone]].astype(np.int64),
                                 rows[alone]])
-            if (columns == columns[:, :1]).all():
+            if all_set(columns == columns[:, :1]):
                 groups, inverse = columns[:, :1], np.zeros(columns.shape[1], np.int64)
             else:
                 groups, inverse = np.unique(columns, axis=1, return_inverse=True)
@@ -457,7 +458,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                 s, pw, pe, pl, r = (int(x) for x in groups[:, g])
                 self._read_into(where[inverse.reshape(-1) == g], s, pw, pe, pl, lanes[[r]], who[[r], 0], epochs[[r], 0],
                                 inst.line)
-        if twice.any():
+        if any_set(twice):
             for b in np.unique(index[twice]).tolist():
                 r = np.flatnonzero((index == b).any(axis=1))
                 s = int(self.read_set[b])

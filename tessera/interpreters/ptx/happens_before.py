@@ -55,6 +55,7 @@ import numpy as np
 from tessera.interpreters.ptx.async_records import AsyncRecords
 from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.interpreters.ptx.sync_edges import SyncEdges
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -215,7 +216,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         size, rank_of = self.peer_frame
         slots = index[:, 0] // size
         foreign = slots != lanes // self.threads
-        if not foreign.any():
+        if not any_set(foreign):
             return None
         rows = np.stack([self.peer_known(int(lane), rank_of(int(slot)))
                          for lane, slot in zip(lanes[foreign], slots[foreign])])
@@ -364,7 +365,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         for reads, strong in ((self.peer_reads, False), (self.peer_strong_reads, True)):
             if reads is None or strong and atomic and not cta_scoped:
                 continue
-            if not (reads.clock[index].any() or (reads.shared and reads.row[index].any())):
+            if not (any_set(reads.clock[index]) or (reads.shared and any_set(reads.row[index]))):
                 continue
             if rows is None:
                 rows = self.cluster_rows(lanes)
@@ -399,12 +400,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
     def _check(self, inst, lanes, index, who, when, line, did: str, does: str, rows: np.ndarray | None = None,
                atomic: bool = False, cta_scoped: bool = False) -> None:
         epochs = when[index]
-        if not epochs.any():
+        if not any_set(epochs):
             return
         other = who[index]
         if atomic:  # an atomic against an atomic write: morally strong, never a race, unless a .cta scope of either
             strong = self.w_atomic[index]  # holds no thread of the other's CTA (distributed shared memory)
-            if cta_scoped or self.w_cta_any and self.w_cta[index].any():
+            if cta_scoped or self.w_cta_any and any_set(self.w_cta[index]):
                 strong = strong & ((other // self.threads == (lanes // self.threads)[:, None])
                                    | ~(self.w_cta[index] | cta_scoped))
             epochs = np.where(strong, 0, epochs)
@@ -412,7 +413,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             unordered = epochs > self.clock[lanes[:, None], other % self.threads]
             if self.peer_frame is not None:  # a peer's store into this CTA (distributed shared memory)
                 cross = (epochs > 0) & (other // self.threads != (lanes // self.threads)[:, None])
-                if cross.any():
+                if any_set(cross):
                     rank_of = self.peer_frame[1]
                     ii, jj = np.nonzero(cross)
                     slots = other[ii, jj] // self.threads
@@ -423,7 +424,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
                         unordered[at] = epochs[at] > known[other[at] % self.threads]
         else:
             unordered = epochs > rows[np.arange(len(lanes))[:, None], other % self.threads]
-        if unordered.any():
+        if any_set(unordered):
             i, j = np.unravel_index(np.argmax(unordered), unordered.shape)
             b = int(index[i, j])
             # both strong, so a .cta scope left the other CTA's thread out
@@ -452,7 +453,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if hull is not None and not np.count_nonzero(self.w_clock[hull]):
             return
         epochs = self.w_clock[flat]
-        if not epochs.any():
+        if not any_set(epochs):
             return
         writers = self.w_lane[flat]
         per_warp = self._per_warp(self.fenced[lanes, :self.threads])
@@ -462,15 +463,15 @@ class HappensBefore(SyncEdges, AsyncRecords):
             bad = epochs > per_warp[owner, writers % self.threads]
         else:
             bad = epochs > per_warp.min(axis=0)[writers % self.threads]
-        if not bad.any():
+        if not any_set(bad):
             return
         completed = bad & self.w_mbarrier[flat] if not self.strict_proxy else None
-        if completed is not None and completed.any():  # visible to the async proxy of whoever it happens before
+        if completed is not None and any_set(completed):  # visible to the async proxy of whoever it happens before
             known = self._per_warp(self.clock[lanes])
             column = writers % self.threads
             seen = known[owner, column] if owner is not None else known.min(axis=0)[column]
             bad &= ~(completed & (epochs <= seen))
-            if not bad.any():
+            if not any_set(bad):
                 return
         i = int(np.argmax(bad))
         writer, b = int(writers[i]), int(flat[i])

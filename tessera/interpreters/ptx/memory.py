@@ -45,6 +45,7 @@ from tessera.interpreters.ptx.state import (
 )
 from tessera.interpreters.ptx.syntax import Address, FloatImm, Reg, Sink, Symbol
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import all_set, any_set
 
 IGNORED_QUALIFIERS = ("weak", "volatile", "relaxed", "acquire", "release", "cta", "cluster", "gpu", "sys", "ca", "cg",
                       "cs", "lu", "cv", "wb", "wt", "nc", "unified", "mmio")
@@ -69,7 +70,7 @@ def split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
     window = addresses // WINDOW_SIZE
     for space, base in (("global", 0), ("shared", SHARED_WINDOW), ("local", LOCAL_WINDOW), ("param", PARAM_WINDOW)):
         here = window == base // WINDOW_SIZE
-        if here.any():
+        if any_set(here):
             parts.append((space, lanes[here], addresses[here] - base, np.flatnonzero(here)))
     covered = sum(len(p[1]) for p in parts)
     if covered != len(lanes):
@@ -85,13 +86,13 @@ def check_access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.
         limit = {"shared": m.shared_bytes, "local": m.local_bytes, "param": len(m.params)}[space]
         offsets = shared_offsets(m, inst, lanes, addresses) if space == "shared" else addresses
         bad = (offsets < 0) | (offsets + nbytes > limit)
-    if bad.any():
+    if any_set(bad):
         i = int(np.argmax(bad))
         size = "" if limit is None else f" (the {space} space has {limit} bytes)"
         raise m.error(inst, f"{nbytes}-byte access at {space} address {int(addresses[i]):#x} is out of bounds{size}",
                       int(lanes[i]))
     misaligned = addresses % align != 0
-    if misaligned.any():
+    if any_set(misaligned):
         i = int(np.argmax(misaligned))
         raise m.error(inst, f"misaligned {nbytes}-byte access at {space} address {int(addresses[i]):#x} "
                             f"(needs {align}-byte alignment)", int(lanes[i]))
@@ -495,7 +496,7 @@ def decode_createpolicy(ops: Operands, inst, mods):
             lanes = lanes_of(m, sel)
             values = np.broadcast_to(np.asarray(fraction_of(sel), np.float32), lanes.shape)
             outside = ~((values > 0) & (values <= 1))
-            if outside.any():
+            if any_set(outside):
                 i = int(np.argmax(outside))
                 raise m.error(inst, f"createpolicy.fractional: the fraction {float(values[i])} is outside "
                                     "(0.0, 1.0]", int(lanes[i]))
@@ -537,12 +538,12 @@ def land_copies(m: Machine, lanes: np.ndarray, before_group: np.ndarray | None,
     keep = []
     for copy in m.async_copies:
         done = selected[copy.lanes] & (copy.groups < limit[copy.lanes])
-        if done.any():
+        if any_set(done):
             m.shared[copy.index[done]] = copy.data[done]
             m.tracker.cp_async_landed(copy.index[done], copy.lanes[done], through_mbarrier)
             if m.global_order is not None:
                 m.global_order.cp_async_read_done(copy.part(done))
-        if not done.all():
+        if not all_set(done):
             keep.append(copy.part(~done))
     m.async_copies = keep
 
@@ -591,7 +592,7 @@ def decode_cp_async(ops: Operands, inst, mods):
         data = np.zeros((len(lanes), size), np.uint8)
         reading = count > 0
         flat = np.full((len(lanes), size), -1, np.int64)
-        if reading.any():
+        if any_set(reading):
             source = per_lane(src(sel), lanes.shape, np.int64)
             got = read_cp_async_source(m, inst, lanes[reading], source[reading], size)
             data[reading] = np.where(np.arange(size) < count[reading][:, None], got, 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.truth import any_set
 from tessera.sm90.rounding import INTEGER_ROUNDING
 
 MODES = ("rn", "rz", "rm", "rp")
@@ -35,7 +36,7 @@ def flush_f32(x: np.ndarray) -> np.ndarray:
     """`.ftz`: f32 subnormals become zero of the same sign."""
     x = np.asarray(x, np.float32)
     small = np.abs(x) < _F32_TINY
-    if not small.any() or not x[small].any():  # nothing below the smallest normal but zeros, which stay as they are
+    if not any_set(small) or not any_set(x[small]):  # nothing below the smallest normal but zeros, which stay as they are
         return x  # (an exponential's input and output hold zeros: a row's maximum minus itself, a masked score)
     return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
@@ -80,7 +81,7 @@ def _directed(r: np.ndarray, exact: np.ndarray, mode: str) -> np.ndarray:
             up = np.ones(r.shape, bool)
         else:
             raise ValueError(f"unknown rounding mode {mode!r}")
-    if not fix.any():
+    if not any_set(fix):
         return r
     return np.where(fix, _step(r, up), r)
 
@@ -92,7 +93,7 @@ def to_odd_f32(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         r = x.astype(np.float32)
         inexact = (r.astype(np.float64) != x) & ~np.isnan(x)
-    if not inexact.any():
+    if not any_set(inexact):
         return r
     big = np.float32(np.finfo(np.float32).max)
     r = np.where(inexact & np.isinf(r), np.copysign(big, x).astype(np.float32), r)
@@ -133,7 +134,7 @@ def sum_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         bb = s - a
         err = (a - (s - bb)) + (b - bb)
         fix = (err != 0) & np.isfinite(s) & ((s.view(np.uint64) & 1) == 0)
-    if not fix.any():
+    if not any_set(fix):
         return s
     return np.where(fix, _step(s, err > 0), s)
 
@@ -209,7 +210,7 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str)
         if mode == "rn" and np.dtype(dtype) == np.float32:
             s = product + c
             midpoint = (s.view(np.uint64) & _BELOW_F32_LSB) == _F32_MIDPOINT
-            if not (midpoint.any() or ((np.abs(s) < _F32_NORMAL_SUMS) & (s != 0)).any()):
+            if not (any_set(midpoint) or any_set((np.abs(s) < _F32_NORMAL_SUMS) & (s != 0))):
                 return s.astype(np.float32)
         return round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
 

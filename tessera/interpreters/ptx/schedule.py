@@ -65,6 +65,7 @@ from tessera.interpreters.ptx.decode import ALL, Operands, Step, guard_reader, l
 from tessera.interpreters.ptx.register_pool import describe_wait
 from tessera.interpreters.ptx.state import BAR, COLL, EXITED, PARK, REGS, RUN, STATUS_NAMES, Machine, fail
 from tessera.interpreters.ptx.syntax import Symbol
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -311,31 +312,31 @@ class Scheduler:
         all_lanes = m.lane_ids
         limit = self.executed + self.max_steps
         delayed = self.delayed_lanes()
-        if delayed is not None and not delayed.any():
+        if delayed is not None and not any_set(delayed):
             delayed = None
         with np.errstate(all="ignore"):
             while True:
                 if self.executed >= limit:
                     raise self.out_of_steps()
                 running = m.status == RUN
-                if not running.any():
+                if not any_set(running):
                     if self._stalled():
                         return
                     continue
                 if delayed is not None:  # the delayed CTA (warp) runs only when no other lane (of its CTA) can
                     others = running & ~delayed
                     if self.delay_unit is None:
-                        if others.any():
+                        if any_set(others):
                             running = others
-                    elif others.any():
+                    elif any_set(others):
                         busy = np.zeros(m.ctas, bool)
                         busy[m.lane_cta[others]] = True
                         running = others | (running & ~busy[m.lane_cta])
                 if m.preferred is not None:  # lanes a release woke run first (asynchrony)
                     preferred = running & m.preferred
-                    if preferred.any():
+                    if any_set(preferred):
                         running = preferred
-                    elif delayed is None or not (m.preferred & (m.status == RUN)).any():
+                    elif delayed is None or not any_set(m.preferred & (m.status == RUN)):
                         m.preferred = None  # (kept while the woken lanes are the delayed CTA's or warp's)
                 candidates = np.where(running, m.pc, big)
                 if self.rng is not None:  # adversarial: the pc of a running lane drawn at random
@@ -354,7 +355,7 @@ class Scheduler:
                     ready = self._gather_collective(step, pc, lanes)
                     if ready is None:
                         continue
-                    if np.array_equal(ready, lanes):  # (none made to wait, none joined: which lanes run is as it was)
+                    if equal_arrays(ready, lanes):  # (none made to wait, none joined: which lanes run is as it was)
                         whole = _whole_units(step)
                     lanes = ready
                 woken = m.woken
@@ -455,7 +456,7 @@ class Scheduler:
                     ready = self._gather_collective(step, pc, lanes)
                     if ready is None:
                         return
-                    if not np.array_equal(ready, lanes):  # some wait (COLL), or lanes waiting there join
+                    if not equal_arrays(ready, lanes):  # some wait (COLL), or lanes waiting there join
                         self._run_plain(pc, ready, count)
                         m.pc[ready] += 1
                         return
@@ -488,7 +489,7 @@ class Scheduler:
     def _together(self, lanes: np.ndarray, pc: int) -> bool:
         """Whether every one of `lanes` still runs (none waits, parked or exited) and is at `pc`."""
         m = self.m
-        return bool((m.status[lanes] == RUN).all() and (m.pc[lanes] == pc).all())
+        return bool(all_set(m.status[lanes] == RUN) and all_set(m.pc[lanes] == pc))
 
     def _executed(self, active: np.ndarray) -> None:
         """Count one step, and with `stats=` the thread and warp instructions of `active`, the lanes executing it."""
@@ -518,7 +519,7 @@ class Scheduler:
         m = self.m
         masks = np.broadcast_to(np.asarray(step.member_mask(active), np.uint32), active.shape)
         outside = ((masks >> m.laneid[active].astype(np.uint32)) & 1) == 0
-        if outside.any():
+        if any_set(outside):
             i = int(np.argmax(outside))
             raise m.error(step.inst, f"executed by lane {int(m.laneid[active[i]])}, which its member mask "
                                      f"{int(masks[i]):#010x} does not name (the PTX ISA leaves this undefined; the "
@@ -553,16 +554,16 @@ class Scheduler:
     def _stalled(self) -> bool:
         """No lane can run: True when all exited; wakes what may progress, or raises a deadlock."""
         m = self.m
-        if (m.status == EXITED).all():
+        if all_set(m.status == EXITED):
             return True
-        if (m.status == COLL).any():
+        if any_set(m.status == COLL):
             # an exit may have completed a warp: let the collective lanes try again once
             if self.forced_epoch != ("coll", m.sync_epoch, self.executed):
                 self.forced_epoch = ("coll", m.sync_epoch, self.executed)
                 m.status[m.status == COLL] = RUN
                 return False
         testing = (m.status == PARK) & m.park_test
-        if testing.any() and self.forced_epoch != ("test", m.sync_epoch):
+        if any_set(testing) and self.forced_epoch != ("test", m.sync_epoch):
             self.forced_epoch = ("test", m.sync_epoch)
             m.status[testing] = RUN
             m.park_address[testing] = -1

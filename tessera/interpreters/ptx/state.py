@@ -30,6 +30,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.syntax import Entry, Instruction
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import all_set, equal_arrays
 from tessera.sm90 import facts
 
 GLOBAL_BASE = 1 << 40
@@ -84,8 +85,8 @@ def lane_rows(array: np.ndarray, lanes: np.ndarray) -> np.ndarray | None:
         return None
     runs = n // run
     stride = int(lanes[run]) - first if runs > 1 else run
-    if not np.array_equal(breaks, run * np.arange(1, runs)) or \
-            not np.array_equal(lanes[::run], first + stride * np.arange(runs)):
+    if not equal_arrays(breaks, run * np.arange(1, runs)) or \
+            not equal_arrays(lanes[::run], first + stride * np.arange(runs)):
         return None  # consecutive lanes between the breaks, each run starting `stride` after the one before
     if first + runs * stride <= len(array):  # a reshape of a slice, cheaper than as_strided
         return array[first:first + runs * stride].reshape(runs, stride, *array.shape[1:])[:, :run]
@@ -415,5 +416,5 @@ class Machine:
 
     def cta_exited(self, slot: int) -> bool:
         """Whether every thread of CTA slot `slot` has exited."""
-        return bool((self.status[slot * self.threads:(slot + 1) * self.threads] == EXITED).all())
+        return bool(all_set(self.status[slot * self.threads:(slot + 1) * self.threads] == EXITED))
     # endregion

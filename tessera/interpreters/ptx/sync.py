@@ -33,6 +33,7 @@ from tessera.interpreters.ptx.state import BAR, EXITED, PARK, RUN, Machine
 from tessera.interpreters.ptx.syntax import Imm
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.interpreters.ranges import distinct_ascending
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 U32 = ptx_type("u32")
@@ -50,7 +51,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     uncounted = m.bar_uncounted[barrier, lanes]
     live = m.status[lanes] != EXITED
     whole = _by_warp(uncounted, False).any(axis=1) & _by_warp(uncounted | ~live, True).all(axis=1)
-    if whole.any():  # warps whose threads have all arrived since the warp's last arrival: each arrives
+    if any_set(whole):  # warps whose threads have all arrived since the warp's last arrival: each arrives
         m.bar_count[barrier, cta] += facts.WARP_SIZE * int(whole.sum())
         m.bar_uncounted[barrier, lanes[np.repeat(whole, facts.WARP_SIZE)[:len(lanes)]]] = False
         m.bar_warp_line[barrier, cta * len(whole) + np.flatnonzero(whole)] = 0
@@ -81,7 +82,7 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
         m.tracker.hb.bar_arrived((barrier, cta), early)
         m.tracker.barrier_arriving((barrier, cta), early)
     m.bar_count[barrier, cta] = 0
-    if not m.bar_uncounted[barrier, lanes].any():
+    if not any_set(m.bar_uncounted[barrier, lanes]):
         m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
 
@@ -95,7 +96,7 @@ def _check_same_instruction(m: Machine, inst, barrier: int, active: np.ndarray, 
     warps = distinct_ascending(m.unit_of[facts.WARP_SIZE][active])  # (lanes ascend)
     before = m.bar_warp_line[barrier, warps]
     other = (before != 0) & (before != line) & ((before > 0) | (line > 0))
-    if other.any():
+    if any_set(other):
         i = int(np.argmax(other))
         lane = int(active[np.argmax(m.unit_of[facts.WARP_SIZE][active] == warps[i])])
         raise m.tracker.hazard(inst, f"the threads of this warp arrive on barrier {barrier} at two instructions (lines "
@@ -181,7 +182,7 @@ def decode_bar(ops: Operands, inst, mods):
             raise m.error(inst, str(error), int(active[0])) from None
         for cta in distinct_ascending(m.lane_cta[active]).tolist():
             previous = int(m.bar_expected[barrier, cta])
-            if previous and previous != n and m.bar_arrived[barrier, m.lane_cta == cta].any():
+            if previous and previous != n and any_set(m.bar_arrived[barrier, m.lane_cta == cta]):
                 # arrivals of one phase that disagree on its count: which complete it is timing, a hazard as too
                 # many arrivals at once are [memory_model.BARRIER_COUNT]
                 raise m.tracker.hazard(inst, f"barrier {barrier} used with thread counts {previous} and {n}",
@@ -219,7 +220,7 @@ def decode_bar(ops: Operands, inst, mods):
             first = np.full(int(warp.max()) + 1, -1, np.int64)
             first[warp[::-1]] = values[::-1]
             differ = values != first[warp]
-            if differ.any():
+            if any_set(differ):
                 i = int(np.argmax(differ))
                 raise m.error(inst, f"{what} must be the same in all threads of a warp: {int(first[warp[i]])} vs "
                                     f"{int(values[i])}", int(active[i]))
@@ -246,7 +247,7 @@ def _bar_reduction(ops: Operands, inst, mods):
 
     def finish(lanes, arrived):
         values = m.bar_red_value[arrived]
-        result = {"popc": np.uint32(values.sum()), "and": values.all(), "or": values.any()}[operation]
+        result = {"popc": np.uint32(values.sum()), "and": all_set(values), "or": any_set(values)}[operation]
         write(lanes, np.full(len(lanes), result))
 
     def record(barrier, lanes):

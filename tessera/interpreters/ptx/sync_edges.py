@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ranges import consecutive, lane_block
+from tessera.interpreters.truth import any_set
 
 
 class SyncEdges:
@@ -35,7 +36,7 @@ class SyncEdges:
         (None: none); their own epochs advance past it."""
         rows = consecutive(lanes)
         c = self.clock[rows].max(axis=0)
-        f = self.fenced[rows].max(axis=0) if self.fenced_rows[rows].any() else np.zeros(2 * self.threads, np.int32)
+        f = self.fenced[rows].max(axis=0) if any_set(self.fenced_rows[rows]) else np.zeros(2 * self.threads, np.int32)
         self.rows_changed(lanes)
         self.clock[lanes, lanes % self.threads] += 1
         return c, f, self._remote_of(lanes)
@@ -72,7 +73,7 @@ class SyncEdges:
         self.learn(lanes, r)
         self.rows_changed(lanes)
         rows = consecutive(lanes)
-        fenced = bool(f.any())
+        fenced = bool(any_set(f))
         if isinstance(rows, slice):
             np.maximum(self.clock[rows], c, out=self.clock[rows])
             if fenced:
@@ -121,7 +122,7 @@ class SyncEdges:
         clocks = self.clock[rows]
         clocks[...] = c
         _own_epochs(clocks[None], rows.start % self.threads)[...] += 1
-        if f.any():
+        if any_set(f):
             self.fenced[rows] = f
             self.fenced_rows[rows] = True
 
@@ -161,7 +162,7 @@ class SyncEdges:
         t = self.threads
         ctas, within = block
         if bounds[3] is None:
-            if self.fenced_rows.reshape(-1, t)[ctas, within].any():
+            if any_set(self.fenced_rows.reshape(-1, t)[ctas, within]):
                 bounds[3] = self.fenced.reshape(-1, t, 2 * t)[ctas, within].max(axis=1)
             else:
                 bounds[3] = np.zeros((ctas.stop - ctas.start, 2 * t), np.int32)
@@ -181,7 +182,7 @@ class SyncEdges:
         rows = np.array([k for k, _ in records])
         columns = np.array([lane % self.threads for _, (lane, _, _) in records])
         epochs = np.array([epoch for _, (_, epoch, _) in records])
-        if (clocks[rows, :, columns] < epochs[:, None]).any():
+        if any_set(clocks[rows, :, columns] < epochs[:, None]):
             return False
         self.inits_seen.add(seen)
         return True
@@ -206,7 +207,7 @@ class SyncEdges:
         if bounds[1] is not None:
             bounds[1] = np.maximum(bounds[1], published)
         fenced = np.stack([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
-        if fenced.any():  # a fence on a path into the releases: the rows take it in (`fenced_rows` set)
+        if any_set(fenced):  # a fence on a path into the releases: the rows take it in (`fenced_rows` set)
             rows = self.fenced.reshape(-1, t, 2 * t)[ctas, within]
             bounds[2] = _raise_rows(rows, fenced, bounds[2])
             self.fenced_rows.reshape(-1, t)[ctas, within] = True
@@ -343,7 +344,7 @@ class SyncEdges:
             return
         lane, epoch, line = record
         unseen = self.clock[lanes, lane % self.threads] < epoch
-        if unseen.any():
+        if any_set(unseen):
             i = int(np.argmax(unseen))
             raise self.hazard(inst, f"uses the mbarrier at shared address {key[1]:#x}, which the mbarrier.init at line "
                                     f"{line} ({self.describe_lane(lane)}) initialises, with no synchronisation "

@@ -15,6 +15,7 @@ from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.state import unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32, member_mask
 from tessera.interpreters.ptx.syntax import Imm, Sink
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -25,7 +26,7 @@ def _member_groups(m, sel, lanes: np.ndarray, mask) -> np.ndarray:
     results at one instruction."""
     warp = m.unit_of[facts.WARP_SIZE][lanes].astype(np.int64)
     masks = np.broadcast_to(np.asarray(mask(sel), np.uint32), lanes.shape).astype(np.int64)
-    if (masks == masks[0]).all():
+    if all_set(masks == masks[0]):
         return warp
     return np.unique((warp << 32) | masks, return_inverse=True)[1].reshape(-1)
 
@@ -101,7 +102,7 @@ def decode_shfl(ops: Operands, inst, mods):
         outside = source >= m.lanes  # a lane past the last thread of a partial warp
         source = np.where(outside, lanes, source)
         bad = outside | ~executing[source] | (((member >> m.laneid[source]) & 1) == 0)
-        if bad.any():
+        if any_set(bad):
             i = int(np.argmax(bad))
             raise m.error(inst, f"reads lane {int(wanted[i])}, which is not in the member mask or not "
                                 "executing the shfl", int(lanes[i]))
@@ -110,7 +111,7 @@ def decode_shfl(ops: Operands, inst, mods):
     def run(sel):
         lanes = lanes_of(m, sel)
         last = kept[0]
-        if last is lanes or (last is not None and len(last) == len(lanes) and np.array_equal(last, lanes)):
+        if last is lanes or (last is not None and len(last) == len(lanes) and equal_arrays(last, lanes)):
             source, valid = kept[1], kept[2]
         else:
             source, valid = sources(sel, lanes)
@@ -187,7 +188,7 @@ def decode_match(ops: Operands, inst, mods):
             values, bits = x[here], bit[here]
             equal = values[:, None] == values[None, :]
             any_mask = (equal * bits[None, :]).sum(axis=1, dtype=np.uint64)
-            uniform = bool(equal.all())
+            uniform = bool(all_set(equal))
             out[here] = any_mask if mode == "any" else (np.bitwise_or.reduce(bits) if uniform else 0)
             same_all[here] = uniform
         write(sel, out.astype(np.uint32))

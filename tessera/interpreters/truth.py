@@ -1,0 +1,30 @@
+"""Whether any or every element of an array is set, and whether two arrays are equal, each told in one C call.
+
+`ndarray.any()`, `ndarray.all()` and `np.array_equal` go through NumPy's Python wrappers (`numpy._core._methods`,
+`numeric.array_equal`): some 1.5 us a call on a thousand lanes, where `np.count_nonzero` takes 0.4 us. The
+simulators ask these questions thousands of times a launch (a mask before each report, a lane set's shape), so
+they ask them here. The answers are the same: an element is set where it is nonzero (NaN is set, -0.0 is not),
+an empty array has none set and all set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def any_set(x) -> bool:
+    """`x.any()`: some element of `x` (an array or a NumPy scalar) is nonzero."""
+    return np.count_nonzero(x) != 0
+
+
+def all_set(x) -> bool:
+    """`x.all()`: every element of `x` is nonzero."""
+    return np.count_nonzero(x) == x.size
+
+
+def equal_arrays(a: np.ndarray, b: np.ndarray) -> bool:
+    """`np.array_equal(a, b)` of two arrays: the same shape and elements (NaN equals nothing)."""
+    return a.shape == b.shape and np.count_nonzero(a != b) == 0
+
+
+__all__ = ["all_set", "any_set", "equal_arrays"]
