@@ -22,8 +22,9 @@ def all_set(x) -> bool:
     return np.count_nonzero(x) == x.size
 
 
-def equal_arrays(a: np.ndarray, b: np.ndarray) -> bool:
-    """`np.array_equal(a, b)` of two arrays: the same shape and elements (NaN equals nothing)."""
+def equal_arrays(a, b) -> bool:
+    """`np.array_equal(a, b)`: the same shape and elements (NaN equals nothing)."""
+    a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and np.count_nonzero(a != b) == 0
 
 

@@ -27,6 +27,7 @@ from tessera.interpreters.sm90.registers import (
     thread_shape,
     unsigned,
 )
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90.nan import with_canonical_nans
 
 _SIGNED_PREDICATES = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
@@ -103,7 +104,7 @@ def _signed_zero_order(result, a, b, larger: bool):
     the result tells that none is, the usual: `all` is true where no element is a zero of either sign, NaN
     included, without a temporary), and only a zero of the wrong sign for the op can be wrong (a -0 from max, a
     +0 from min)."""
-    if result.all():
+    if all_set(result):
         return result
     # NumPy's choice between +0 and -0 can be wrong only where it gave -0 for the larger (+0 for the smaller)
     sign = np.signbit(result)
@@ -183,11 +184,11 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
         return cached[2]
     mask = np.asarray(op.mask.get_values(), np.intp)
     plan: tuple[int, slice] | np.ndarray = mask
-    if len(mask) and (np.diff(mask) == 1).all() and (mask[0] >= lanes or mask[-1] < lanes):
+    if len(mask) and all_set(np.diff(mask) == 1) and (mask[0] >= lanes or mask[-1] < lanes):
         second = int(mask[0] >= lanes)
         start = int(mask[0]) - second * lanes
         plan = (second, slice(start, start + len(mask)))
-    elif len(mask) > lanes and (mask == np.arange(len(mask))).all():
+    elif len(mask) > lanes and all_set(mask == np.arange(len(mask))):
         plan = (2, slice(0, len(mask) - lanes))
     op.__dict__["_tessera_shuffle"] = (op.mask, lanes, plan)
     return plan
@@ -252,7 +253,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         division = kind in _DIVISIONS
         if division and np.count_nonzero(b) != b.size:  # some divisor is zero: an error where its thread is active
             zero = (b == 0) & row_mask(self.cta.active, b)
-            if zero.any():
+            if any_set(zero):
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
             b = np.where(b == 0, np.ones((), b.dtype), b)
         dtype = a.dtype
@@ -413,7 +414,7 @@ class RegisterArithFunctions(InterpreterFunctions):
         if isinstance(position, int):
             return position
         bad = ((position < 0) | (position >= size)) & self.cta.active
-        if bad.any():
+        if any_set(bad):
             self.cta.fail(op, f"position {int(position[np.argmax(bad)])} is outside the {size} registers", bad)
         return np.clip(position, 0, size - 1)
 
@@ -449,7 +450,7 @@ class RegisterArithFunctions(InterpreterFunctions):
             return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)  # lanes of one operand: a view, no copy
         if args[0] is args[1]:
             return (v1[:, folded_lanes(op, plan, v1.shape[1])],)
-        if (plan < v1.shape[1]).all():
+        if all_set(plan < v1.shape[1]):
             return (v1[:, plan],)
         return (np.concatenate([v1, v2], axis=1)[:, plan],)
 

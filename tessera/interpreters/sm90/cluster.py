@@ -44,6 +44,7 @@ from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.mbarrier import MBarrier
 from tessera.interpreters.sm90.strands import Scheduler
 from tessera.interpreters.sm90.tma import TensorMap, TmaCopy, shared_box
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 WINDOW_SHIFT = 24
@@ -150,11 +151,11 @@ class Cluster:
         wgmma_wait_group that completed its group (`_check_wgmma_reads`)."""
         read_at = peer.smem.read_at[addresses]
         read = read_at >= 0
-        if read.any():
+        if any_set(read):
             readers = peer.smem.reader[addresses][read]
             known = self.known[cta.rank, thread, peer.rank, readers]
             unreleased = (known <= read_at[read]) & (self.passed_at[cta.rank, thread] <= read_at[read])
-            if unreleased.any():
+            if any_set(unreleased):
                 i = int(np.argmax(unreleased))
                 address = int(addresses[read][i])
                 cta.fail(op, f"multicasts into {peer.smem.locate(address)} of CTA rank {peer.rank}, which its thread "
@@ -174,13 +175,13 @@ class Cluster:
                 continue
             groups = take(wgmma.read_group[w], addresses)
             read = groups >= 0
-            if not read.any():
+            if not any_set(read):
                 continue
             done = wgmma.cluster_completed_at(w, groups[read])
             seen = max(int(self.known[cta.rank, thread, peer.rank, w * size:(w + 1) * size].max()),
                        int(self.passed_at[cta.rank, thread]))
             unreleased = (done < 0) | (seen <= done)
-            if unreleased.any():
+            if any_set(unreleased):
                 i = int(np.argmax(unreleased))
                 address, group = int(addresses[read][i]), int(groups[read][i])
                 wait = wgmma.wait_ops.get((w, group))
@@ -216,7 +217,7 @@ class Cluster:
     def arrive(self, cta: CtaState, op: Operation) -> None:
         threads = np.nonzero(cta.active)[0]
         again = self.arrived[cta.rank, threads]
-        if again.any():
+        if any_set(again):
             cta.fail(op, "arrives at the cluster barrier again before its phase completed (barrier.cluster.arrive "
                          "and wait must alternate)", int(threads[np.argmax(again)]))
         self.arrived[cta.rank, threads] = True
@@ -226,7 +227,7 @@ class Cluster:
         cta.scheduler.hand_over()
 
     def _maybe_complete(self) -> None:
-        if self.arrived.all():
+        if all_set(self.arrived):
             self.completions.append(self.tick())
             self.generation += 1
             self.arrived[:] = False
@@ -236,7 +237,7 @@ class Cluster:
     def wait(self, cta: CtaState, op: Operation) -> None:
         threads = np.nonzero(cta.active)[0]
         generation = self.arrival_generation[cta.rank, threads]
-        if (generation < 0).any():
+        if any_set(generation < 0):
             cta.fail(op, "waits at the cluster barrier without having arrived (barrier.cluster.arrive first)",
                      int(threads[np.argmax(generation < 0)]))
         target = int(generation.max())
@@ -274,7 +275,7 @@ class ClusterFunctions(InterpreterFunctions):
         cta, size = self.cta, self.cluster.size
         threads = self._threads()
         bad = (rank[threads] < 0) | (rank[threads] >= size)
-        if bad.any():
+        if any_set(bad):
             cta.fail(op, f"mapa to CTA rank {int(rank[threads][np.argmax(bad)])}, outside the cluster of {size}",
                      int(threads[np.argmax(bad)]))
         offset = address.astype(np.int64) & ((1 << WINDOW_SHIFT) - 1)

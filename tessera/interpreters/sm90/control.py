@@ -27,6 +27,7 @@ from tessera.interpreters.sm90.follower_rules import pure_if
 from tessera.interpreters.sm90.followers import FollowerDropout
 from tessera.interpreters.sm90.registers import dtype_of, row_mask
 from tessera.interpreters.sm90.strands import Deferred
+from tessera.interpreters.truth import all_set, any_set
 
 MAX_WHILE_ITERATIONS = 100_000
 """An `scf.while` still looping after this many iterations is reported, naming the op and a thread (a spin loop
@@ -102,14 +103,14 @@ class DivergentControlFunctions(InterpreterFunctions):
         values = tuple(args[3:])
         active = self.cta.active
         bad = active & (step <= 0)
-        if bad.any():
+        if any_set(bad):
             self.cta.fail(op, "loop step must be positive", bad)
         trips = np.where(active, np.maximum(0, -((lb - ub) // np.maximum(step, 1))), 0)
         count = int(trips.max(initial=0))
         if count > MAX_LOOP_TRIPS:
             self.cta.fail(op, f"would run {count} trips, more than the interpreters' limit of {MAX_LOOP_TRIPS} "
                               "(tessera.interpreters.limits.MAX_LOOP_TRIPS)", trips > MAX_LOOP_TRIPS)
-        uniform = bool((trips[active] == count).all())
+        uniform = bool(all_set(trips[active] == count))
         iv_dtype = dtype_of(op.body.block.args[0].type)
         for i in range(count):
             iv = (lb + i * step).astype(iv_dtype)
@@ -150,7 +151,7 @@ class DivergentControlFunctions(InterpreterFunctions):
                     fforwarded = ended[1:]
                     fresults = fforwarded if fresults is None else [self._follower_merge(leaving, f, r)
                                                                     for f, r in zip(fforwarded, fresults)]
-            if not staying.any():
+            if not any_set(staying):
                 if fvalues is not None:
                     followers.control_results = tuple(fresults)
                 return tuple(results)
@@ -220,8 +221,8 @@ class DivergentControlFunctions(InterpreterFunctions):
         ran = followers.control_results if len(op.results) else ()
         then_values = else_values = None
         active = self.cta.strand.active
-        if (active & leader).any():
-            then_values = ran if not (active & ~leader).any() or not op.false_region.blocks else None
+        if any_set(active & leader):
+            then_values = ran if not any_set(active & ~leader) or not op.false_region.blocks else None
         elif op.false_region.blocks:
             else_values = ran
         try:  # (a branch without results is run too: its ops are checked)

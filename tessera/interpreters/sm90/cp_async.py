@@ -25,6 +25,7 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90_cp_async as ops
 from tessera.interpreters.sm90.global_memory import TENSOR_SPACING_BITS
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -122,15 +123,15 @@ class CpAsyncFunctions(InterpreterFunctions):
         size = op.bytes.value.data
         count = np.asarray(src_size, np.int64)[threads]
         bad = (count < 0) | (count > size)
-        if bad.any():
+        if any_set(bad):
             self.cta.fail(op, f"src-size {int(count[np.argmax(bad)])} is outside [0, {size}] (undefined in PTX)",
                           int(threads[np.argmax(bad)]))
         data = np.zeros((len(threads), size), np.uint8)
         reading = count > 0
-        if reading.any():
+        if any_set(reading):
             src = np.asarray(source, np.int64)[threads][reading]
             misaligned = src % size != 0
-            if misaligned.any():
+            if any_set(misaligned):
                 self.cta.fail(op, f"reads global address {int(src[np.argmax(misaligned)]):#x}, which is not "
                                   f"{size}-byte aligned", int(threads[reading][np.argmax(misaligned)]))
             got = self.memory.load_bytes(self.cta, op, src, threads[reading], size)

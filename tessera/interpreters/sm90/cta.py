@@ -27,6 +27,7 @@ from tessera.interpreters.sm90.shared_memory import SharedMemory
 from tessera.interpreters.sm90.strands import HazardUnwind, Scheduler, Strand
 from tessera.interpreters.sm90.tma import TmaUnit
 from tessera.interpreters.sm90.wgmma import WgmmaUnit
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 
@@ -177,7 +178,7 @@ class CtaState(NamesThreads):
         if not self.races:
             return
         for barrier, state in enumerate(self.named):
-            if state.arrived is not None and state.arrived.any():
+            if state.arrived is not None and any_set(state.arrived):
                 first = int(np.argmax(state.arrived))
                 op = state.first_op
                 message = (f"the kernel ends with named barrier {barrier} incomplete: {int(state.arrived.sum())} of "
@@ -198,7 +199,7 @@ class CtaState(NamesThreads):
         every mbarrier phase completion the participants had observed then (`HappensBefore.Message`)."""
         if released is None:
             self.hb.barrier(participants, waiters)
-        elif waiters.any():
+        elif any_set(waiters):
             self.hb.acquire(waiters, released)
 
     def bar_arrive(self, op: Operation, barrier: int, count: int, wait: bool) -> None:
@@ -218,7 +219,7 @@ class CtaState(NamesThreads):
             self.fail(op, f"named barrier {barrier} expects {state.threads} threads from earlier arrivals, "
                           f"this one says {count}", active)
         again = active & state.arrived
-        if again.any():
+        if any_set(again):
             self.fail(op, f"arrives at named barrier {barrier} twice before it completes", again)
         state.arrived |= active
         if wait:

@@ -52,6 +52,7 @@ from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.strands import HazardUnwind
 from tessera.interpreters.sm90.tma import shared_box
 from tessera.interpreters.sm90.wgmma_operands import operand_addresses
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -227,7 +228,7 @@ class Followers:
         if not (isinstance(leader, np.ndarray) and isinstance(followers, np.ndarray)):
             return True
         equal = followers == leader
-        return not equal.all() and bool((~equal.reshape(self.count, -1).all(axis=1) & self.alive).any())
+        return not all_set(equal) and bool(any_set(~equal.reshape(self.count, -1).all(axis=1) & self.alive))
 
     def region(self, interpreter, region) -> tuple:
         """The followers' values of a pure region (`pure_if`) that the leader does not run: its ops computed
@@ -271,7 +272,7 @@ class Followers:
         for f in np.nonzero(which)[0]:
             self.left[int(f)] = (reason, (id(op), values[f].tobytes()))
         self.alive &= ~which
-        if not self.alive.any():
+        if not any_set(self.alive):
             self.drop(reason)
 
     @staticmethod
@@ -284,7 +285,7 @@ class Followers:
             return False
         if followers.base is leader and followers.shape[1:] == leader.shape and followers.strides[1:] == leader.strides:
             return True  # a view of the leader's array itself: the same bytes
-        return np.array_equal(followers[0], leader)
+        return equal_arrays(followers[0], leader)
 
     def broadcast(self, value):
         """The leader's value in every follower (a read-only view). A read-only value (a constant, a shared
@@ -348,7 +349,7 @@ class Followers:
         try:
             return self._run_wide(op, impl, fargs)
         except FollowerDropout:
-            if self.alive.all() or not args:
+            if all_set(self.alive) or not args:
                 raise
         # a follower that left may hold anything: its rows take the leader's operands, and only a failure of
         # the followers that follow drops the batch
@@ -407,7 +408,7 @@ class Followers:
                     box = boxes[at] = shared_box(start, tensor_map.read_box(list(at)), tensor_map.swizzle)[1]
                 same = same and box is copy.data
                 rows.append(box)
-            copy.follower_same = same and bool(self.alive.all())
+            copy.follower_same = same and bool(all_set(self.alive))
             copy.follower_data = (np.broadcast_to(copy.data, (self.count,) + copy.data.shape) if copy.follower_same
                                   else np.stack(rows))
         return ()

@@ -25,6 +25,7 @@ from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.sm90.global_races import GlobalAccesses, grid_rank
 from tessera.interpreters.sm90.registers import WORD_BYTES
+from tessera.interpreters.truth import all_set, any_set
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -109,14 +110,14 @@ class GlobalMemory:
         sizes = np.array([b.size for b in self._bytes] + [0], np.int64)
         known = (tensor >= 0) & (tensor < len(self._bytes))
         inside = known & (offset + nbytes <= sizes[np.where(known, tensor, len(self._bytes))])
-        if not inside.all():
+        if not all_set(inside):
             i = int(np.argmax(~inside))
             where = (f"outside tensor {self.names[tensor[i]]} ({sizes[tensor[i]]} bytes) at byte offset {offset[i]}"
                      if known[i] else "outside every tensor of the kernel")
             cta.fail(op, f"{what} {nbytes} bytes at global address {int(addresses[i]):#x}, {where}",
                      int(threads[i]))
         misaligned = offset % nbytes != 0
-        if misaligned.any():
+        if any_set(misaligned):
             i = int(np.argmax(misaligned))
             cta.fail(op, f"{what} {nbytes} bytes at global address {int(addresses[i]):#x}, which is not "
                          f"{nbytes}-byte aligned",
@@ -245,7 +246,7 @@ class GlobalMemory:
             return None
         marks = table[tensor][words]
         other = (marks != NO_CTA) & (marks != rank)
-        if not other.any():
+        if not any_set(other):
             return None
         i = int(np.argmax(other))
         who = "several other CTAs" if marks[i] == MANY_CTAS else f"CTA {self._cta_name(int(marks[i]))}"

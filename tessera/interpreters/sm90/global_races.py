@@ -45,6 +45,7 @@ from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.ranges import marked
 from tessera.interpreters.sm90.registers import WORD_BYTES
+from tessera.interpreters.truth import all_set, any_set
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -87,10 +88,10 @@ def _distinct(offsets: np.ndarray) -> tuple[bool, tuple[int, int] | None]:
     if high - low < _MARKED_SPAN * len(offsets):
         marks = marked(offsets, low, high + 1)
         if high - low + 1 == len(offsets):  # as many as the span holds: distinct if all are marked
-            return (True, (low, high + 1)) if marks.all() else (False, None)
+            return (True, (low, high + 1)) if all_set(marks) else (False, None)
         return np.count_nonzero(marks) == len(offsets), None
     ordered = np.sort(offsets)
-    return not (ordered[1:] == ordered[:-1]).any(), None
+    return not any_set(ordered[1:] == ordered[:-1]), None
 
 
 class _Side:
@@ -311,7 +312,7 @@ class GlobalAccesses:
             if known is None:
                 return r, int(adders[0])
             late = known[np.ix_(adders, readers)] <= times[adders][:, None]
-            if late.any():
+            if any_set(late):
                 return r, int(adders[int(np.argwhere(late)[0][0])])
         return None
 
@@ -433,9 +434,9 @@ class GlobalAccesses:
             return
         readers = take(record.read.cta, offsets)
         moved = (readers != NONE) & (readers != rank)
-        if moved.all():
+        if all_set(moved):
             record.other_read.copy_from(record.read, offsets)
-        elif moved.any():
+        elif any_set(moved):
             record.other_read.copy_from(record.read, offsets[moved])
         record.read.set(offsets, rank, threads, now, op, atomic, proxy_async)
 
@@ -445,12 +446,12 @@ class GlobalAccesses:
         the copy's phase complete (a successful wait of its own, or a bar_sync after one), whatever the
         happens-before of the issuing thread says: ordered after the issue is not after the read."""
         mine = take(until.cta, offsets) == rank
-        if not mine.any():
+        if not any_set(mine):
             return
         where = np.flatnonzero(mine)
         barrier, phase = until.barrier[offsets[where]], until.phase[offsets[where]]
         unseen = cta.mbarriers.observed[barrier, threads[where]] <= phase
-        if not unseen.any():
+        if not any_set(unseen):
             return
         i = int(where[np.argmax(unseen)])
         at = int(offsets[i])
@@ -469,7 +470,7 @@ class GlobalAccesses:
         if not writes.recorded:
             return
         generic = (take(writes.cta, offsets) != NONE) & ~take(writes.proxy_async, offsets)
-        if not generic.any():
+        if not any_set(generic):
             return
         i = int(np.argmax(generic))
         at = int(offsets[i])
@@ -488,25 +489,25 @@ class GlobalAccesses:
             return
         other_cta = take(side.cta, offsets)
         candidate = other_cta != NONE
-        if not candidate.any():
+        if not any_set(candidate):
             return
         if atomic:
             candidate &= ~take(side.atomic, offsets)  # atomics never race each other
         if until is not None and side is not self.tensors[tensor].write:
             # this CTA's TMA reads: `_check_until` judges them by their completion
             candidate &= ~(take(side.proxy_async, offsets) & (other_cta == rank) & (take(until.cta, offsets) == rank))
-        if not candidate.any():
+        if not any_set(candidate):
             return
         where = np.flatnonzero(candidate)
         their_cta, their_thread = other_cta[where], side.thread[offsets[where]]
         their_time = side.time[offsets[where]]
         mine = their_cta == rank
         unordered = np.zeros(len(where), bool)
-        if mine.any():
+        if any_set(mine):
             same_thread = their_thread[mine] == threads[where][mine]
             ordered = cta.hb.ordered[their_thread[mine], threads[where][mine]] > their_time[mine]
             unordered[mine] = ~(same_thread | ordered)
-        if (~mine).any():
+        if any_set(~mine):
             peers = self._peers(cta)
             seen = np.full(int((~mine).sum()), NONE, np.int64)
             peer = np.zeros(len(seen), bool)
@@ -518,7 +519,7 @@ class GlobalAccesses:
                 if known is not None:
                     seen[of] = known[theirs[of], readers[of]]
             unordered[~mine] = ~(peer | (seen > their_time[~mine]))
-        if not unordered.any():
+        if not any_set(unordered):
             return
         i = int(where[np.argmax(unordered)])
         j = int(np.argmax(unordered))
@@ -539,7 +540,7 @@ class GlobalAccesses:
         order = np.argsort(offsets, kind="stable")
         ordered_offsets, ordered_threads = offsets[order], threads[order]
         clash = (ordered_offsets[1:] == ordered_offsets[:-1]) & (ordered_threads[1:] != ordered_threads[:-1])
-        if clash.any():
+        if any_set(clash):
             i = int(np.argmax(clash))
             cta.fail(op, f"writes tensor {self.names[tensor]} at byte offset {int(ordered_offsets[i])} in two threads "
                          f"at once ({cta.thread_name(int(ordered_threads[i]))} writes it too), and no synchronisation "

@@ -44,6 +44,7 @@ from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.shared_memory import GENERIC
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ class HappensBefore:
             if fenced is not self.unfenced:
                 self.fenced_written = True
                 self.fenced.T[columns] = np.maximum(self.fenced.T[columns], fenced)
-        if observed.any():  # a phase completion observed before the release is observed after the acquire
+        if any_set(observed):  # a phase completion observed before the release is observed after the acquire
             known = self.cta.mbarriers.observed
             rows = slice(0, len(observed))
             known[rows, columns] = np.maximum(known[rows, columns], observed[:, None])
@@ -202,7 +203,7 @@ class HappensBefore:
     def barrier(self, participants: np.ndarray, waiters: np.ndarray) -> None:
         """A named barrier completed: `participants` arrived, `waiters` leave it."""
         message = self.release(participants)
-        if waiters.any():
+        if any_set(waiters):
             self.acquire(waiters, message)
 
     def arrive(self, barrier: int, threads: np.ndarray) -> None:
@@ -253,15 +254,15 @@ class HappensBefore:
         now, index = self.cta.tick(), self.op_index(op)
         previous, before = self.reader[addresses], self.read_at[addresses]
         concurrent = (previous >= 0) & (previous != threads)
-        if concurrent.any():
+        if any_set(concurrent):
             concurrent[concurrent] = self.ordered[previous[concurrent], threads[concurrent]] <= before[concurrent]
         order = np.argsort(addresses, kind="stable")
         same = addresses[order][1:] == addresses[order][:-1]
-        if same.any():  # threads of this instruction reading one byte: concurrent with each other
+        if any_set(same):  # threads of this instruction reading one byte: concurrent with each other
             shared = same & (threads[order][1:] != threads[order][:-1])
             concurrent[order[1:][shared]] = True
         inflated = self.read_row[addresses] >= 0
-        if concurrent.any() or inflated.any():
+        if any_set(concurrent) or any_set(inflated):
             self._note_concurrent(addresses, threads, concurrent & ~inflated, inflated | concurrent, now, index)
         self.generic_reads = True
         self.reader[addresses] = threads
@@ -317,7 +318,7 @@ class HappensBefore:
         if self.generic_reads:
             put(self.reader, addresses, -1)
             rows = take(self.read_row, addresses)
-            if (rows >= 0).any():
+            if any_set(rows >= 0):
                 freed = np.unique(rows[rows >= 0])
                 self._free_rows.extend(freed.tolist())
                 put(self.read_row, addresses, -1)
@@ -337,11 +338,11 @@ class HappensBefore:
     def _after_reads(self, op, addresses, threads, what) -> None:
         readers = take(self.reader, addresses)
         other = (readers >= 0) & (readers != threads)
-        if not other.any():
+        if not any_set(other):
             return
         unordered = other.copy()
         unordered[other] = self.ordered[readers[other], threads[other]] <= self.read_at[addresses[other]]
-        if unordered.any():
+        if any_set(unordered):
             i = int(np.argmax(unordered))
             self._race(op, what, int(addresses[i]), self.ops[int(self.read_op[addresses[i]])], int(readers[i]),
                        "read", int(threads[i]), "a bar_sync or an mbarrier release/wait between the read and this "
@@ -351,14 +352,14 @@ class HappensBefore:
         """Every read in the read vector clocks of the written bytes must happen before the write."""
         rows = take(self.read_row, addresses)
         inflated = rows >= 0
-        if not inflated.any():
+        if not any_set(inflated):
             return
         rows, writers = rows[inflated], threads[inflated]
         times = self.read_clock[rows]  # [n, T]
         seen = self.ordered[:, writers].T  # [n, T]: what each writer has seen of every thread
         unordered = (times >= 0) & (seen <= times)
         unordered[np.arange(len(rows)), writers] = False
-        if unordered.any():
+        if any_set(unordered):
             i, reader = np.unravel_index(int(np.argmax(unordered)), unordered.shape)
             self._race(op, what, int(addresses[inflated][i]), self.ops[int(self.read_ops[rows[i], reader])],
                        int(reader), "read", int(writers[i]), "a bar_sync or an mbarrier release/wait between the "
@@ -369,11 +370,11 @@ class HappensBefore:
         smem = self.cta.smem
         writers = take(smem.writer, addresses)
         other = (take(smem.state, addresses) == GENERIC) & (writers >= 0) & (writers != threads)
-        if not other.any():
+        if not any_set(other):
             return
         unordered = other.copy()
         unordered[other] = self.ordered[writers[other], threads[other]] <= smem.written_at[addresses[other]]
-        if unordered.any():
+        if any_set(unordered):
             i = int(np.argmax(unordered))
             writer_op = int(smem.write_op[addresses[i]])
             self._race(op, what, int(addresses[i]), self.ops[writer_op] if writer_op >= 0 else None, int(writers[i]),
@@ -403,23 +404,23 @@ class HappensBefore:
                 seen = self.ordered[w * size:(w + 1) * size, int(threads[0])].max()
                 table = np.zeros(int(wgmma.open[w]) + 2, bool)
                 table[1:] = seen <= wgmma.completed_at(w, np.arange(len(table) - 1))
-                if not table.any():
+                if not any_set(table):
                     continue
                 unordered = table[groups + 1]
-                if not unordered.any():
+                if not any_set(unordered):
                     continue
                 read = groups >= 0
                 unordered = unordered[read]
             else:
                 read = groups >= 0
-                if not read.any():
+                if not any_set(read):
                     continue
                 completed = wgmma.completed_at(w, groups[read])
                 writers = threads[read]
                 unique, inverse = np.unique(writers, return_inverse=True)
                 seen = self.ordered[w * size:(w + 1) * size, unique].max(axis=0)[inverse]
                 unordered = (seen <= completed) & (writers // size != w)
-            if unordered.any():
+            if any_set(unordered):
                 i = int(np.argmax(unordered))
                 address, group = int(addresses[read][i]), int(groups[read][i])
                 reader = wgmma.group_ops[(w, group)]

@@ -22,6 +22,7 @@ from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.register_pool import set_max_registers
 from tessera.interpreters.sm90.registers import as_signed64, dtype_of, full, row_mask, unsigned
 from tessera.interpreters.sm90.shared_memory import Buffer
+from tessera.interpreters.truth import any_set
 from tessera.numerics import round_to
 from tessera.sm90 import facts
 
@@ -180,7 +181,7 @@ class Sm90Functions(InterpreterFunctions):
         if not np.count_nonzero(field > 0x3FFF):
             return
         threads = self._threads()
-        if (field[threads] > 0x3FFF).any():
+        if any_set(field[threads] > 0x3FFF):
             self.cta.fail(op, "the descriptor's start address field overflows (the start would pass 2^18 bytes)",
                           threads[np.argmax(field[threads] > 0x3FFF)])
 
@@ -189,10 +190,10 @@ class Sm90Functions(InterpreterFunctions):
         descriptor, offset = args
         offset = np.asarray(offset).astype(np.int64)
         offset = np.broadcast_to(offset, descriptor.shape)
-        if offset.min(initial=0) < 0 or (offset & 15).any():  # some thread's is bad: is an active one's?
+        if offset.min(initial=0) < 0 or any_set(offset & 15):  # some thread's is bad: is an active one's?
             threads = self._threads()
             bad = (offset[threads] < 0) | (offset[threads] % 16 != 0)
-            if bad.any():
+            if any_set(bad):
                 self.cta.fail(op, "the descriptor offset must be a non-negative multiple of 16 bytes",
                               threads[np.argmax(bad)])
         delta = offset >> 4

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Operation
 
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -110,12 +111,12 @@ class MBarriers:
         """(`get_all`, the one barrier every thread of two or more addresses, else None): a caller that knows
         them to be one barrier reads its fields once instead of once per thread."""
         mine = addresses[threads]
-        if len(threads) < 2 or not (mine == mine[0]).all():
+        if len(threads) < 2 or not all_set(mine == mine[0]):
             return [self.get(op, int(t), int(addresses[t])) for t in threads], None
         barrier = self.get(op, int(threads[0]), int(mine[0]))
         init = barrier.init_thread
         unseen = (threads != init) & (self.cta.hb.ordered[init, threads] <= barrier.init_time)
-        if unseen.any():
+        if any_set(unseen):
             self.get(op, int(threads[np.argmax(unseen)]), int(mine[0]))  # reports it
         return [barrier] * len(threads), barrier
 
@@ -209,7 +210,7 @@ class MBarriers:
         if not len(threads):
             return True
         mine = addresses[threads]
-        if not (mine == mine[0]).all():
+        if not all_set(mine == mine[0]):
             return False
         barrier = self.get_all(op, threads, addresses)[0]
         if len(threads) > barrier.state.pending:
@@ -228,7 +229,7 @@ class MBarriers:
         it turns out to publish a staging slot (`check_drained_at_end`)."""
         waited = self.last_waited[threads]
         first = int(waited[0])
-        partners = {first} if (waited == first).all() else set(np.unique(waited).tolist())
+        partners = {first} if all_set(waited == first) else set(np.unique(waited).tolist())
         partners.discard(-1)
         partners.discard(index)
         if partners:

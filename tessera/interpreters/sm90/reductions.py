@@ -30,6 +30,7 @@ from tessera.dialects import sm90_reductions as ops
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.sm90.global_memory import pointer_sources
 from tessera.interpreters.sm90.registers import row_mask, unsigned
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 from tessera.sm90 import matrix as matrix_facts
 
@@ -88,7 +89,7 @@ class BulkUnit:
         """Refuse writing shared bytes that a bulk reduction may not have read yet."""
         for r in self.pending:
             hit = np.isin(addresses, r.source)
-            if hit.any():
+            if any_set(hit):
                 i = int(np.argmax(hit))
                 self.cta.fail(op, f"{what} overwrites {self.cta.smem.locate(addresses[i])}, the source of "
                                   f"`{describe_op(r.op)}` (thread {r.thread}), before a bulk_wait_group ... read of "
@@ -99,7 +100,7 @@ class BulkUnit:
         """Refuse this CTA's plain loads of global words its own bulk reductions may still be adding into."""
         for r in self.pending + self.landing:
             hit = np.isin(addresses, r.dest)
-            if hit.any():
+            if any_set(hit):
                 i = int(np.argmax(hit))
                 self.cta.fail(op, f"reads global address {int(addresses[i]):#x} before `{describe_op(r.op)}` "
                                   f"(thread {r.thread}) has landed there (bulk_wait_group without read first)",
@@ -195,7 +196,7 @@ class ReductionFunctions(InterpreterFunctions):
         addresses = np.asarray(sem, np.int64)[threads]
         words = self.memory.load_words(self.cta, op, addresses, threads, atomic=True).view(np.int32)
         want = np.asarray(expected).astype(np.int32)[threads]
-        if (words != want).any():
+        if any_set(words != want):
             i = int(np.argmax(words != want))
             self.cta.fail(op, f"waits for the semaphore at global address {int(np.asarray(sem)[threads[i]]):#x} to "
                               f"hold {int(want[i])}, but it holds {int(words[i])} and no other CTA runs while this "

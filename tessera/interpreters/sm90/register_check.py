@@ -50,6 +50,7 @@ from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
 from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.sm90.register_layout import RegisterLayout, ValueLayout
+from tessera.interpreters.truth import all_set, any_set
 from tessera.regalloc import Allocation
 from tessera.sm90 import facts
 
@@ -180,8 +181,8 @@ class RegisterFileChecker(Interpreter.Listener):
         if mask is not active:
             groups = active.reshape(-1, self.granule)
             some = groups.any(axis=1)
-            granules = as_slice(np.flatnonzero(some)) if some.any() else slice(0, 0)
-            whole = bool((groups.all(axis=1) == some).all())
+            granules = as_slice(np.flatnonzero(some)) if any_set(some) else slice(0, 0)
+            whole = bool(all_set(groups.all(axis=1) == some))
             self._mask = (active, granules, whole)
         return granules, whole
 
@@ -197,7 +198,7 @@ class RegisterFileChecker(Interpreter.Listener):
         """A view op's result `array` (its registers are its operands', which they already hold): remember
         what its registers hold now instead of writing them, if owner arrays hold them in every active granule."""
         held = self.owner[:, layout.columns]
-        if not (held[granules] >= 0).all():
+        if not all_set(held[granules] >= 0):
             return False
         if len(self._views) > 4096:
             self._views.clear()  # only makes later reads of the forgotten views compare bits
@@ -237,7 +238,7 @@ class RegisterFileChecker(Interpreter.Listener):
     def _materialise(self, columns: np.ndarray) -> None:
         """Copy the bits of the registers `columns` (indices) that owner arrays hold into the file."""
         codes = self.owner[:, columns]
-        if not (codes >= 0).any():
+        if not any_set(codes >= 0):
             return
         lanes = np.arange(self.granule)
         for token in np.unique(codes[codes >= 0] // _OWNED).tolist():
@@ -281,7 +282,7 @@ class RegisterFileChecker(Interpreter.Listener):
             columns = layout.columns
             if self._kind_checked.get(id(layout)) != (kind, self._kind_epoch):
                 changed = self.kinds[layout.registers] != kind
-                if changed.any():  # a register written under another dtype starts from zeros in every thread
+                if any_set(changed):  # a register written under another dtype starts from zeros in every thread
                     self.owner[:, columns[changed]] = -1
                     for file in self.files.values():
                         file[:, columns[changed]] = 0
@@ -320,18 +321,18 @@ class RegisterFileChecker(Interpreter.Listener):
             entry = self._tokens.get(id(array))
             if entry is not None and entry[0] is array:
                 expected = entry[1] * _OWNED + (layout.codes if array.ndim > 1 else 0)
-                if (self.owner[rows, layout.registers] == expected).all():
+                if all_set(self.owner[rows, layout.registers] == expected):
                     continue
             view = self._views.get(id(array))
             if view is not None and view[0] is array:
-                if (self.owner[rows, layout.registers] == view[1][granules]).all():
+                if all_set(self.owner[rows, layout.registers] == view[1][granules]):
                     continue
             self._compare(op, op.operands[position], layout, np.asarray(array))
 
     def _compare(self, op: Operation, value, layout: ValueLayout, array: np.ndarray) -> None:
         kind = self._kind(array)
         same = self.kinds[layout.registers] == kind
-        if not same.any():
+        if not any_set(same):
             return  # written implicitly (a loop-carried register) or a different class view
         self._materialise(layout.columns)
         bits = _bits(array)
@@ -339,7 +340,7 @@ class RegisterFileChecker(Interpreter.Listener):
         rows = self._active_rows(self.cta.active)  # only the active threads' registers are compared
         differs = self._file(bits.itemsize)[rows[:, None], layout.columns] != bits[rows]
         bad = differs & same[None, :]
-        if bad.any():
+        if any_set(bad):
             column = int(np.argmax(bad.any(axis=0)))
             thread = int(rows[int(np.argmax(bad[:, column]))])
             raise KernelHazardError(
@@ -355,7 +356,7 @@ class RegisterFileChecker(Interpreter.Listener):
         for w in self._warpgroups(active):
             row = self.touched[w]
             fresh = row[columns] < 0
-            if fresh.any():
+            if any_set(fresh):
                 if not self.touch_ops or self.touch_ops[-1] is not op:
                     self.touch_ops.append(op)
                 row[columns[fresh]] = len(self.touch_ops) - 1
@@ -383,7 +384,7 @@ class RegisterFileChecker(Interpreter.Listener):
         mask, warpgroups = self._warpgroup_mask
         if mask is not active:
             size = facts.WARPGROUP_SIZE
-            warpgroups = [w for w in range(self.cta.threads // size) if active[w * size : (w + 1) * size].any()]
+            warpgroups = [w for w in range(self.cta.threads // size) if any_set(active[w * size : (w + 1) * size])]
             self._warpgroup_mask = (active, warpgroups)
         return warpgroups
 
@@ -460,7 +461,7 @@ class RegisterFileChecker(Interpreter.Listener):
             return None  # no register is in flight
         warpgroups = self._warpgroups(active)
         pending = self.flight[warpgroups][:, columns] > done[warpgroups][:, None]
-        if not pending.any():
+        if not any_set(pending):
             return None
         i, j = np.unravel_index(int(np.argmax(pending)), pending.shape)
         entry = self.entries[int(self.flight_entry[warpgroups[i], columns[j]])]

@@ -33,6 +33,7 @@ from xdsl.dialects import func, scf
 from xdsl.ir import Block, BlockArgument, Operation, OpResult
 
 from tessera.dialects import sm90
+from tessera.interpreters.truth import any_set
 from tessera.regalloc.liveness import alias_sources
 
 
@@ -240,7 +241,7 @@ def check_windows(func_op: func.FuncOp, layout) -> CheckWindows:
                     events = events_of[key] = np.sort(np.concatenate([writes.get(c, empty) for c in unique])).tolist()
                 shared = len(results) > 1 and any(
                     other is not value and (other_layout := layout.of(other)) is not None
-                    and np.isin(other_layout.columns, own).any() for other in results)
+                    and any_set(np.isin(other_layout.columns, own)) for other in results)
                 entry = value_events[value] = (events, -1 if shared or len(np.unique(own)) < len(own) else 0)
             events, shift = entry
             if _writes_in(events, window[0] + shift, window[1], window[2]):

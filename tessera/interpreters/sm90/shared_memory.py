@@ -46,6 +46,7 @@ from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -165,14 +166,14 @@ class SharedMemory:
     def check_bounds(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, width: int, what: str) -> None:
         """Refuse accesses of `width` bytes at `addresses` (by `threads`, same shape) outside [0, smem_bytes)."""
         bad = (addresses < 0) | (addresses + width > self.size)
-        if bad.any():
+        if any_set(bad):
             i = np.argmax(bad.reshape(-1))
             self.cta.fail(op, f"{what} {width} bytes at shared address {int(addresses.reshape(-1)[i]):#x}, outside "
                               f"the CTA's {self.size} bytes of shared memory", int(threads.reshape(-1)[i]))
 
     def check_alignment(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, align: int, what: str) -> None:
         bad = addresses % align != 0
-        if bad.any():
+        if any_set(bad):
             i = np.argmax(bad.reshape(-1))
             self.cta.fail(op, f"{what} at {self.locate(addresses.reshape(-1)[i])}, which is not {align}-byte aligned",
                           int(threads.reshape(-1)[i]))
@@ -190,7 +191,7 @@ class SharedMemory:
         if np.count_nonzero(flying):
             i = np.argmax(flying)
             address = int(addresses[i])
-            other = next((c for c in self.cta.tma.in_flight if (c.addresses == address).any()), None)
+            other = next((c for c in self.cta.tma.in_flight if any_set(c.addresses == address)), None)
             which = "a TMA copy" if other is None else (
                 f"`{describe_op(other.op)}` of thread {other.thread}"
                 + ("" if other.issuer is None else f" of CTA rank {other.issuer}"))
@@ -235,11 +236,11 @@ class SharedMemory:
         if not self.cta.races:
             return
         landed = self.state[addresses] == LANDED
-        if not landed.any():
+        if not any_set(landed):
             return
         barrier, phase, writer = self.barrier[addresses][landed], self.phase[addresses][landed], writers[landed]
         unseen = self.cta.mbarriers.observed[barrier, writer] <= phase
-        if unseen.any():
+        if any_set(unseen):
             i = int(np.argmax(unseen))
             address = int(addresses[landed][i])
             mbarrier = self.cta.mbarriers.instances[int(barrier[i])]
@@ -269,18 +270,18 @@ class SharedMemory:
         state = self.state[addresses]
         self._refuse_unready(op, addresses, state, readers)
         landed = state == LANDED
-        if landed.any():
+        if any_set(landed):
             barrier, phase, reader = self.barrier[addresses][landed], self.phase[addresses][landed], readers[landed]
             unseen = self.cta.mbarriers.observed[barrier, reader] <= phase
             unseen &= ~self._copied_before(addresses[landed], reader)
-            if unseen.any():
+            if any_set(unseen):
                 i = np.argmax(unseen)
                 self._unsignalled(op, addresses[landed][i], int(barrier[i]), int(phase[i]), int(reader[i]))
         stored = (state == GENERIC) & (self.writer[addresses] != readers)
-        if stored.any():
+        if any_set(stored):
             writer, reader = self.writer[addresses][stored], readers[stored]
             unordered = self.cta.hb.ordered[writer, reader] <= self.written_at[addresses][stored]
-            if unordered.any():
+            if any_set(unordered):
                 i = np.argmax(unordered)
                 address = int(addresses[stored][i])
                 store = int(self.write_op[address])  # the other side by its op, as `happens_before` names a write's
@@ -297,10 +298,10 @@ class SharedMemory:
         self.note_read(addresses, readers[0])
         state = self.state[addresses]
         landed = state == LANDED
-        every = bool(landed.all())  # the common case (a TMA-filled tile): nothing unready, nothing stored
+        every = bool(all_set(landed))  # the common case (a TMA-filled tile): nothing unready, nothing stored
         if not every:
             self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
-        if every or landed.any():
+        if every or any_set(landed):
             barriers, phases = self.barrier[addresses], self.phase[addresses]
             if not every:
                 barriers, phases = barriers[landed], phases[landed]
@@ -309,20 +310,20 @@ class SharedMemory:
                 late = landed.copy()
                 late[landed] = ~self._copied_before(addresses[landed], readers)
                 unseen = self._first_unseen(self.barrier[addresses][late], self.phase[addresses][late],
-                                            readers) if late.any() else None
+                                            readers) if any_set(late) else None
             if unseen is not None:
                 barrier, phase, reader = unseen
                 hit = landed & (self.barrier[addresses] == barrier) & (self.phase[addresses] == phase)
                 self._unsignalled(op, addresses[np.argmax(hit)], barrier, phase, reader, what)
             copied = landed & (self.writer[addresses] >= 0)
-            if copied.any() and self.cta.strict_proxy:  # by the ISA's letter cp.async bytes are generic-proxy
+            if any_set(copied) and self.cta.strict_proxy:  # by the ISA's letter cp.async bytes are generic-proxy
                 # writes, which need a proxy fence on the path; NVIDIA's kernels take the mbarrier completion the
                 # readers observed (checked above) as enough [memory_model.CP_ASYNC_PROXY]
                 self._check_proxy_fenced(op, addresses[copied], readers, what)
         if every:
             return
         stored = state == GENERIC
-        if stored.any() and not self._buffer_fenced(addresses, readers):
+        if any_set(stored) and not self._buffer_fenced(addresses, readers):
             self._check_proxy_fenced(op, addresses[stored], readers, what)
 
     def _copied_before(self, addresses: np.ndarray, readers: np.ndarray) -> np.ndarray:
@@ -332,7 +333,7 @@ class SharedMemory:
         its releases) carries them, whichever barrier the reader observed [memory_model.CP_ASYNC_MBARRIER]."""
         writers = self.writer[addresses]
         copied = writers >= 0
-        if not copied.any():
+        if not any_set(copied):
             return copied
         order = self.cta.hb.ordered
         if readers.shape == addresses.shape:
@@ -367,7 +368,7 @@ class SharedMemory:
         if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
             # of a wgmma read the same lines of B; only what each observed differs)
             span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-            landed = (self.state[span] == LANDED).all() and not (self.generic_writes and (self.writer[span] >= 0).any())
+            landed = all_set(self.state[span] == LANDED) and not (self.generic_writes and any_set(self.writer[span] >= 0))
             # (a cp.async's bytes: the fence check)
             self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None)
         keys = self._landed[1]
@@ -393,7 +394,7 @@ class SharedMemory:
             return False
         writers, latest, covered = self._latest_writes(stored)
         group = (int(readers[0]), len(readers))
-        if group not in covered and not self._uncovered(writers, latest, readers).any():
+        if group not in covered and not any_set(self._uncovered(writers, latest, readers)):
             covered.add(group)
         return group in covered
 
@@ -430,7 +431,7 @@ class SharedMemory:
         stamp = int(self.changed[low // EPOCH_BYTES:high // EPOCH_BYTES + 1].max())
         key = (low, high, len(stored))
         cached = self._latest_writes_of.get(key)
-        if cached is not None and cached[0] == stamp and np.array_equal(cached[1], stored):
+        if cached is not None and cached[0] == stamp and equal_arrays(cached[1], stored):
             return cached[2], cached[3], cached[4]
         w, t = self.writer[stored], self.written_at[stored]
         # a store writes its bytes with one writer and time: one entry per run of equal (writer, time) (a 16-byte
@@ -454,7 +455,7 @@ class SharedMemory:
             return
         # every (writer, reader) pair at once: the common case, all covered, takes no Python loop over the writers
         # (a table every thread of the block stored has hundreds); a failure is found and named below, as before
-        if not self._uncovered(writers, latest, readers).any():
+        if not any_set(self._uncovered(writers, latest, readers)):
             if len(readers) == readers[-1] - readers[0] + 1:  # a contiguous group (a warpgroup, one thread)
                 covered.add(group)
             return
@@ -466,7 +467,7 @@ class SharedMemory:
             if not len(needed):
                 continue
             uncovered = hb.fenced[writer, needed] <= when
-            if not uncovered.any():
+            if not any_set(uncovered):
                 continue
             address = int(stored[np.argmax(self.writer[stored] == writer)])
             reader = int(needed[np.argmax(uncovered)])
@@ -570,19 +571,19 @@ class SharedMemory:
                         what: str = "") -> None:
         what = f" {what}" if what else ""
         never = state == NEVER
-        if never.any():
+        if any_set(never):
             i = np.argmax(never)
             self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])}, which nothing has written"
                               f"{self._last_wait(int(readers[i]))}", int(readers[i]))
         copying = state == CP_ASYNC
-        if copying.any():
+        if any_set(copying):
             i = np.argmax(copying)
             self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])} before its cp.async completed: thread "
                               f"{int(self.writer[addresses[i]])}'s copy into it is still in flight (no "
                               "cp_async_wait_group of that thread, or observed phase of the mbarrier its "
                               "cp_async_mbarrier_arrive_noinc arrives on, covers it)", int(readers[i]))
         flying = state == IN_FLIGHT
-        if flying.any():
+        if any_set(flying):
             i = np.argmax(flying)
             mbarrier = self.cta.mbarriers.instances[int(self.barrier[addresses[i]])]
             self.cta.fail(op, f"reads{what} at {self.locate(addresses[i])} before the TMA signalled: the copy into it "

@@ -27,6 +27,7 @@ from xdsl.ir import Operation
 from tessera.interpreters import serving_checks
 from tessera.interpreters.byte_box import box_view, byte_box
 from tessera.interpreters.sm90.wgmma_operands import chunk_dtype
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def _box_bytes_at_origin(spec: facts.TensorMapSpec) -> np.ndarray | None:
     """The byte offsets of every byte of the box at coordinates 0 (as `read_box` reads them), or None if the box
     does not fit the tensor there."""
     offsets, valid = spec.box_byte_offsets((0,) * spec.rank)
-    if not valid.all():
+    if not all_set(valid):
         return None
     offsets = (offsets[:, None] + np.arange(spec.element_bytes)).reshape(-1)
     offsets.flags.writeable = False
@@ -223,7 +224,7 @@ def _chunk_order(size: int, swizzle: int, phase: int) -> np.ndarray | None:
     if order is None or order is _IDENTITY or size % chunk:
         return None
     rows = order.reshape(-1, chunk)
-    if not np.array_equal(rows, rows[:, :1] + np.arange(chunk)) or (rows[:, 0] % chunk).any():
+    if not equal_arrays(rows, rows[:, :1] + np.arange(chunk)) or any_set(rows[:, 0] % chunk):
         return None
     chunks = rows[:, 0] // chunk
     chunks.flags.writeable = False
@@ -243,7 +244,7 @@ def _range_order(size: int, swizzle: int, phase: int) -> np.ndarray | None:
         return _IDENTITY
     relative = facts.swizzle_address(phase + np.arange(size, dtype=np.int64), swizzle) - phase
     order = np.argsort(relative, kind="stable")
-    if not np.array_equal(relative[order], np.arange(size)):
+    if not equal_arrays(relative[order], np.arange(size)):
         return None
     order.flags.writeable = False
     return order

@@ -46,6 +46,7 @@ from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64, filled
 from tessera.interpreters.sm90.shared_memory import EPOCH_BYTES
 from tessera.interpreters.sm90.wgmma_operands import operand_addresses
+from tessera.interpreters.truth import any_set, equal_arrays
 from tessera.sm90 import facts
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def _a_gather(order: np.ndarray | None, m: int, k: int) -> np.ndarray | None:
     gather = None
     if halves == m * k and row_lo.max() < m and row_hi.max() < m:
         destinations = np.stack([place[row_lo] * k + k_lo, place[row_hi] * k + k_hi], axis=-1).reshape(-1)
-        if np.array_equal(np.sort(destinations), np.arange(m * k)):
+        if equal_arrays(np.sort(destinations), np.arange(m * k)):
             gather = np.empty(m * k, np.intp)
             gather[destinations] = np.arange(halves)
             gather.flags.writeable = False
@@ -400,8 +401,8 @@ class WgmmaUnit:
                                   "(race: missing wgmma_fence)", w * facts.WARPGROUP_SIZE)
             if self.register_fences:
                 continue
-            overwrites = scale_d is not None and not scale_d[w * facts.WARPGROUP_SIZE:(w + 1) * facts.WARPGROUP_SIZE
-                                                             ].any()
+            overwrites = scale_d is not None and not any_set(scale_d[w * facts.WARPGROUP_SIZE:(w + 1) * facts.WARPGROUP_SIZE
+                                                             ])
             for value, role in ((acc, "accumulator"), (a, "A fragment")):
                 entry = self.produced.get(id(value)) if value is not None else None
                 if entry is None or entry[0] is not value or entry[1] < fenced:
@@ -521,7 +522,7 @@ class WgmmaUnit:
         size, active = facts.WARPGROUP_SIZE, self.cta.active
         for w in np.nonzero(entry.groups > self.done)[0]:
             mine = active[w * size : (w + 1) * size]
-            if not mine.any():
+            if not any_set(mine):
                 continue
             what = "the result" if entry.kind == "result" else "the A registers"
             self.cta.fail(op, f"reads {what} of `{describe_op(entry.op)}` before a wgmma_wait_group covers its "
@@ -541,7 +542,7 @@ class WgmmaUnit:
         if not np.count_nonzero(self.newest_read > self.done):
             return  # no wgmma that read shared memory is pending
         pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
-        if pending.any():
+        if any_set(pending):
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.group_ops[(int(w), int(self.read_group[w, addresses[i]]))]
             self.cta.fail(op, f"{what} overwrites {self.cta.smem.locate(addresses[i])} while `{describe_op(reader)}` "

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from tessera.interpreters.sm90.registers import filled
+from tessera.interpreters.truth import any_set, equal_arrays
 from tessera.sm90 import facts
 
 _CHUNK_BYTES = facts.SWIZZLE_CHUNK_BYTES
@@ -59,11 +60,11 @@ class OperandBytes:
             chunks = halves = None
             if byte_addresses.size % _CHUNK_BYTES == 0:
                 runs = byte_addresses.reshape(-1, _CHUNK_BYTES)
-                whole = np.array_equal(runs, runs[:, :1] + np.arange(_CHUNK_BYTES))
-                if whole and not (runs[:, 0] % _CHUNK_BYTES).any():
+                whole = equal_arrays(runs, runs[:, :1] + np.arange(_CHUNK_BYTES))
+                if whole and not any_set(runs[:, 0] % _CHUNK_BYTES):
                     chunks = runs[:, 0] // _CHUNK_BYTES
                     chunks.flags.writeable = False
-            if chunks is None and byte_addresses.size == 2 * addresses.size and not (addresses % 2).any():
+            if chunks is None and byte_addresses.size == 2 * addresses.size and not any_set(addresses % 2):
                 halves = (addresses // 2).reshape(-1)  # 16-bit elements (an MN-major tile): one item each
                 halves.flags.writeable = False
             cached = self._orders[id(order)] = (order, addresses, byte_addresses, chunks, halves)
@@ -114,7 +115,7 @@ def _runs(chunks: np.ndarray) -> tuple[np.ndarray, int]:
     length = 1
     while len(chunks) % (2 * length) == 0:
         blocks = chunks.reshape(-1, 2 * length)
-        if (blocks[:, 0] % (2 * length)).any() or not np.array_equal(blocks, blocks[:, :1] + np.arange(2 * length)):
+        if any_set(blocks[:, 0] % (2 * length)) or not equal_arrays(blocks, blocks[:, :1] + np.arange(2 * length)):
             break
         length *= 2
     runs = chunks[::length] // length
