@@ -14,18 +14,18 @@ import numpy as np
 
 def any_set(x) -> bool:
     """`x.any()`: some element of `x` (an array or a NumPy scalar) is nonzero."""
-    return np.count_nonzero(x) != 0
+    return bool(np.count_nonzero(x))
 
 
 def all_set(x) -> bool:
     """`x.all()`: every element of `x` is nonzero."""
-    return np.count_nonzero(x) == x.size
+    return bool(np.count_nonzero(x) == np.asarray(x).size)
 
 
 def equal_arrays(a, b) -> bool:
     """`np.array_equal(a, b)`: the same shape and elements (NaN equals nothing)."""
     a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and np.count_nonzero(a != b) == 0
+    return a.shape == b.shape and not np.count_nonzero(a != b)
 
 
 __all__ = ["all_set", "any_set", "equal_arrays"]
