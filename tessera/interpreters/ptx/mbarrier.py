@@ -40,9 +40,11 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
-    if len(addresses) and 0 <= addresses.min() and (high := int(addresses.max())) < 1 << CLUSTER_RANK_SHIFT and \
-            high + facts.MBARRIER_BYTES <= m.shared_bytes and not (addresses & (facts.MBARRIER_BYTES - 1)).any():
-        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes)
+    if len(addresses) and 0 <= (low := int(addresses.min())) and (high := int(addresses.max())) < \
+            1 << CLUSTER_RANK_SHIFT and high + facts.MBARRIER_BYTES <= m.shared_bytes and \
+            not (high & (facts.MBARRIER_BYTES - 1) if low == high else (addresses & (facts.MBARRIER_BYTES - 1)).any()):
+        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes; one
+        # address for every lane, the common case, checked as an int)
     offsets = shared_offsets(m, inst, lanes, addresses)
     bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
@@ -155,14 +157,14 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
 
 def _local(addresses: np.ndarray) -> bool:
     """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
-    return bool(((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all())
+    return not len(addresses) or (0 <= int(addresses.min()) and int(addresses.max()) < 1 << CLUSTER_RANK_SHIFT)
 
 
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None = None) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`). `runs`:
-    `_own_barriers(m, lanes, addresses)` where the caller has it."""
-    if _local(addresses):  # each lane's own CTA: (CTA, address)
+    `_own_barriers(m, lanes, addresses)` where the caller has it (then every address is local)."""
+    if runs is not None or _local(addresses):  # each lane's own CTA: (CTA, address)
         runs = _own_barriers(m, lanes, addresses) if runs is None else runs
         block = lane_block(lanes, m.threads) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
         keys = [key for key, _ in runs]
@@ -350,15 +352,15 @@ def decode_mbarrier(ops: Operands, inst, mods):
     blocking = action == "try_wait"
 
     def run_wait(lanes, active):
-        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
-        m.pc[inactive] += 1
+        if len(active) != len(lanes):
+            m.pc[np.setdiff1d(lanes, active, assume_unique=True)] += 1
         if not len(active):
             return
         addresses = shared_addresses(m, inst, space, active, address(active))
         tokens = per_lane(token(active), active.shape)
         done = np.empty(len(active), bool)
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
-        local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
+        local = _local(addresses)
         bits = tokens.astype(np.int64) & (1 if parity else -1)
         runs = _own_barriers(m, active, addresses, bits) if local and len(active) > 1 else None
         if runs is not None and _wait_by_barrier(m, inst, active, addresses, tokens, parity, runs):
