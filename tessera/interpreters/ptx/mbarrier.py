@@ -77,11 +77,13 @@ def parked_lanes(m: Machine) -> np.ndarray:
 def parked_on(m, key: tuple[int, int], parked: np.ndarray | None = None) -> np.ndarray:
     """The lanes parked on the mbarrier at `key` = (CTA slot, address), ascending: found among the parked lanes
     (a few: `parked`, `parked_lanes(m)` where the caller has it from before waking other barriers' lanes, whose
-    addresses a wake resets), not by comparisons over every lane."""
+    addresses a wake resets, or those of them at `key`'s address), not by comparisons over every lane."""
     if parked is None:
         parked = parked_lanes(m)
     if len(parked):
-        parked = parked[(m.park_address[parked] == key[1]) & (m.lane_cta[parked] == key[0])]
+        parked = parked[m.park_address[parked] == key[1]]
+    if len(parked):  # (lanes of other CTAs parked at that address)
+        parked = parked[m.lane_cta[parked] == key[0]]
     return parked
 
 
@@ -425,10 +427,10 @@ def _wait_one_by_one(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
 
 def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndarray, parity: bool, groups: list
                            ) -> list[tuple[bool, int, facts.MBarrierState]] | None:
-    """`run_wait`'s test of each group of `active` (their own CTA's barrier, one token each, in CTA order), the
-    copies in flight on every barrier that fails with all its arrivals in landed together
-    (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each is
-    tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
+    """`run_wait`'s test of each group of `active` (a run, `_own_barriers`'s slice: their own CTA's barrier, one
+    token each, in CTA order), the copies in flight on every barrier that fails with all its arrivals in landed
+    together (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each
+    is tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
     (nothing done) where a barrier is not initialised or a test would raise: the caller then tests the groups
     one by one, which reports as it always has."""
     states, failed = [], []
@@ -436,12 +438,12 @@ def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndar
         state = m.mbarriers.get(key)
         if state is None:
             return None
-        token = int(tokens[at][0])
+        token = int(tokens[at.start])
         try:
             ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
         except ValueError:
             return None
-        states.append((ok, int(active[at][0]), state, token))
+        states.append((ok, int(active[at.start]), state, token))
         if not ok and key in m.tracker.in_flight and state.pending == 0:
             failed.append(key)
     if not failed:
@@ -453,12 +455,12 @@ def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndar
 
 def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
                      groups: list) -> bool:
-    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
-    group's barrier tested once, the lanes then see its phase complete; False (nothing done) where one would
-    fail, for the general path to park them."""
+    """`run_wait`'s test when every group of `active` (a run, `_own_barriers`'s slice: their own CTA's barrier, one
+    token each) passes: each group's barrier tested once, the lanes then see its phase complete; False (nothing
+    done) where one would fail, for the general path to park them."""
     passes = []
     for key, at in groups:
-        lane, token = int(active[at][0]), int(tokens[at][0])
+        lane, token = int(active[at.start]), int(tokens[at.start])
         state = barrier_state(m, inst, lane, key[1])
         try:
             ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
@@ -466,14 +468,14 @@ def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
             raise m.error(inst, str(error), lane) from None
         if not ok:
             return False
-        passes.append((key, active[at], lane, state))
-    for key, here, lane, state in passes:
+        passes.append((key, at, lane, state))
+    for key, _, lane, state in passes:
         m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
     if _observe_together(m, inst, active, groups):
         return True
-    for key, here, lane, state in passes:
-        m.tracker.observe(key, here, state.phase)
-        m.tracker.hb.waited(inst, key, here)
+    for key, at, lane, state in passes:
+        m.tracker.observe(key, active[at], state.phase)
+        m.tracker.hb.waited(inst, key, active[at])
     return True
 
 
