@@ -24,7 +24,6 @@ from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_cop
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ranges import lane_block
 from tessera.sm90 import facts
 
 
@@ -157,6 +156,21 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
 
 
+def _runs_block(m: Machine, lanes: np.ndarray, runs: list) -> tuple[slice, slice] | None:
+    """`ranges.lane_block(lanes, m.threads)` told from `runs` (`_own_barriers`' slices of `lanes`, one a CTA, in CTA
+    order): (CTA slots, threads within each) where the runs are of consecutive CTAs, each as long, and each the
+    threads from one offset on (its lanes ascend, distinct: its first and last lane decide), else None. Two lanes
+    read a run, not passes over every lane."""
+    t, (first, _), n = m.threads, runs[0][0], runs[0][1].stop - runs[0][1].start
+    offset = int(lanes[runs[0][1].start]) - first * t
+    for k, ((cta, _), at) in enumerate(runs):
+        start = (first + k) * t + offset
+        if cta != first + k or at.stop - at.start != n or int(lanes[at.start]) != start or \
+                int(lanes[at.stop - 1]) != start + n - 1:
+            return None
+    return slice(first, first + len(runs)), slice(offset, offset + n)
+
+
 def _local(addresses: np.ndarray) -> bool:
     """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
     return not len(addresses) or (0 <= int(addresses.min()) and int(addresses.max()) < 1 << CLUSTER_RANK_SHIFT)
@@ -168,7 +182,7 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: 
     `_own_barriers(m, lanes, addresses)` where the caller has it (then every address is local)."""
     if runs is not None or _local(addresses):  # each lane's own CTA: (CTA, address)
         runs = _own_barriers(m, lanes, addresses) if runs is None else runs
-        block = lane_block(lanes, m.threads) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
+        block = _runs_block(m, lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
         keys = [key for key, _ in runs]
         if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
             m.tracker.arriving_ctas(keys, block)
@@ -484,7 +498,7 @@ def _observe_together(m: Machine, inst, active: np.ndarray, groups: list) -> boo
     acquired for every CTA at once (`AsyncTracker.observe_ctas`, `HappensBefore.waited_ctas`), where the runs are
     the same lanes of consecutive CTAs and every barrier has its instance; False (nothing done) where not, or
     where the acquires must be made one by one (`waited_ctas`): the caller then goes barrier by barrier."""
-    block = lane_block(active, m.threads) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
+    block = _runs_block(m, active, groups) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
     keys = [key for key, _ in groups]
     if block is None or any(key not in m.tracker.barriers for key in keys) or \
             not m.tracker.hb.waited_ctas(inst, keys, block):
