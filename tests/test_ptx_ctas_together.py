@@ -74,3 +74,40 @@ def test_a_seeded_bug_reports_the_same(bug, monkeypatch):
     alone = _launch(text)
     assert isinstance(together, str) and "error" in together, together  # each of these is reported on this grid
     assert together == alone
+
+
+def test_the_block_told_from_the_runs_is_the_lanes_block():
+    """`mbarrier._runs_block`: the block an arrive's or wait's lanes form, told from their runs (`_own_barriers`: one a
+    CTA), is `ranges.lane_block`'s, on lanes that are one (the same threads of consecutive CTAs, whole CTAs, one CTA)
+    and lanes that are not (a lane dropped or added, a run shifted, a CTA skipped)."""
+    from types import SimpleNamespace
+
+    from tessera.interpreters.ranges import lane_block
+
+    rng = np.random.default_rng(3)
+    t, blocks = 16, 0
+    m = SimpleNamespace(threads=t)
+    for _ in range(3000):
+        first, ctas = int(rng.integers(0, 3)), int(rng.integers(1, 5))
+        offset = int(rng.integers(0, t))
+        n = t - offset if rng.random() < .2 else int(rng.integers(1, t - offset + 1))
+        lanes = {(first + k) * t + offset + j for k in range(ctas) for j in range(n)}
+        change = rng.integers(5)
+        if change == 1:  # a lane dropped
+            lanes.discard(int(rng.choice(sorted(lanes))))
+        elif change == 2:  # a lane added
+            lanes.add(int(rng.integers(0, (first + ctas + 1) * t)))
+        elif change == 3 and ctas > 1:  # a CTA skipped
+            lanes -= {(first + 1) * t + offset + j for j in range(n)}
+        elif change == 4:  # one CTA's run shifted by a thread
+            k = int(rng.integers(ctas))
+            moved = {(first + k) * t + offset + j for j in range(n)}
+            lanes = (lanes - moved) | {lane + 1 for lane in moved if (lane + 1) % t}
+        if not lanes:
+            continue
+        lanes = np.array(sorted(lanes), np.int64)
+        runs = mbarrier._own_barriers(m, lanes, np.zeros(len(lanes), np.int64))
+        expected = lane_block(lanes, t)
+        assert mbarrier._runs_block(m, lanes, runs) == expected, lanes
+        blocks += expected is not None
+    assert 1000 < blocks < 2900

@@ -723,15 +723,24 @@ def _order_machine(keep_boxes: bool):
     return m, order
 
 
-def _replay(keep_boxes: bool, ops: list) -> tuple[list[str], object]:
+def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False) -> tuple[list[str], object]:
+    """(each op's outcome, the order): "ctas" reads a box by one thread of each of several CTAs (`lane`: their lanes,
+    ascending) through `read_box_ctas`, or thread by thread where it declines or `ctas_alone`."""
     from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK
 
     m, order = _order_machine(keep_boxes)
     hb, outcomes = m.tracker.hb, []
+    order.together = 0
     for line, (op, lane, where, extra) in enumerate(ops, 1):
         inst = SimpleInst(line)
         try:
-            if op == "box":
+            if op == "ctas":
+                if not ctas_alone and order.read_box_ctas(inst, np.array(lane), where, ASYNC):
+                    order.together += 1
+                else:
+                    for one in lane:
+                        order.read_box(inst, one, where, ASYNC)
+            elif op == "box":
                 order.read_box(inst, lane, where, ASYNC)
             elif op == "until":
                 order.read_until(inst, lane, where, 0, extra)
@@ -781,6 +790,40 @@ def test_box_records_kept_as_one_equal_recording_each_read():
         assert any(o != "ok" for o in kept[0]) or trial  # reports happen (the first trial has some)
         assert not kept[1].boxes
         _assert_same_records(kept[1], eager[1])
+
+
+def test_a_box_read_by_several_ctas_at_once_equals_reading_it_thread_by_thread():
+    """`GlobalOrder.read_box_ctas`: a box read by one thread of each of several CTAs as one read, a box no thread has
+    read yet (a main loop's next K or V tile) or one read before, among single threads' box reads, `until`s,
+    generic reads and writes and synchronisation: every report and every per-byte record once the boxes are
+    written out are those of the threads reading it one by one, in order."""
+    from tessera.interpreters.ptx.global_accesses import StridedBox
+
+    rng = np.random.default_rng(12)
+    boxes = [StridedBox(512, (4, 32), (64, 1)), StridedBox(544, (4, 32), (64, 1)), StridedBox(600, (3, 40), (64, 1)),
+             StridedBox(1024, (2, 32), (64, 1)), StridedBox(1200, (2, 2, 8), (128, 32, 1))]
+    together = 0
+    for trial in range(6):
+        ops = []
+        for _ in range(50):
+            kind = rng.choice(["ctas", "box", "until", "sync", "read", "write"], p=[.35, .15, .15, .15, .05, .15])
+            lane = int(rng.integers(0, 8))
+            if kind == "ctas":  # 2-4 CTAs, one thread each
+                ctas = np.sort(rng.choice(4, int(rng.integers(2, 5)), replace=False))
+                ops.append(("ctas", tuple((ctas * 2 + rng.integers(0, 2, len(ctas))).tolist()),
+                            boxes[int(rng.integers(len(boxes)))], None))
+            elif kind in ("box", "until"):
+                ops.append((str(kind), lane, boxes[int(rng.integers(len(boxes)))], int(rng.integers(0, 3))))
+            elif kind == "sync":
+                ops.append(("sync", lane, None, int(rng.integers(0, 8))))
+            else:
+                start = int(rng.choice([512 + 32, 512 + 64 * int(rng.integers(4)), 640, 1030, 1200 + 40]))
+                ops.append((str(kind), lane, np.arange(start, start + int(rng.integers(1, 24))), bool(rng.random() < .8)))
+        at_once, alone = _replay(True, ops), _replay(True, ops, ctas_alone=True)
+        assert at_once[0] == alone[0], trial
+        _assert_same_records(at_once[1], alone[1])
+        together += at_once[1].together
+    assert together > 10  # (the box read at once: fresh boxes and boxes read before)
 
 
 def _assert_same_records(a, b) -> None:

@@ -137,8 +137,6 @@ class AsyncRecords:
         per_cta = self._per_cta()
         reads = self.wgmma_reads.reshape(per_cta, len(self.wgmma_groups) // per_cta, -1)[
             :, rows, dense[0] // _CHUNK:-(-dense[1] // _CHUNK)]  # [warpgroup of its CTA, CTA, chunk]
-        if not np.count_nonzero(reads):
-            return True
         lows, highs, width = reads.min(axis=2).tolist(), reads.max(axis=2).tolist(), self.wgmma_groups.shape[1]
         for i, (lane, slot) in enumerate(zip(lanes.tolist(), slots.tolist())):
             found: set[int] = set()

@@ -148,14 +148,14 @@ def _tma_loads_together(m: Machine, inst, lanes: np.ndarray, maps: np.ndarray, v
     slots = m.lane_cta[lanes]
     if not 0 <= int(barriers[0]) < 1 << CLUSTER_RANK_SHIFT:
         return False
-    if len(lanes) > 1:
-        operands = np.stack([maps, smem, barriers, *values])
-        if not ((operands == operands[:, :1]).all() and (np.diff(slots) > 0).all()):
-            return False
+    ctas = slots.tolist()  # (a handful of values each: compared as ints)
+    if len(lanes) > 1 and (any(a >= b for a, b in zip(ctas, ctas[1:])) or any(
+            row.count(row[0]) != len(row) for row in (x.tolist() for x in (maps, smem, barriers, *values)))):
+        return False
     map_address, coords, barrier, offset = int(maps[0]), [int(v[0]) for v in values], int(barriers[0]), int(smem[0])
     checked = checked_box(m, inst, int(lanes[0]), map_address, coords, offset, True)
     tmap, _, _, layout, _, size, swizzle, dense, chunks = checked
-    keys = [(slot, barrier) for slot in slots.tolist()]
+    keys = [(slot, barrier) for slot in ctas]
     if layout is None or dense is None or chunks is None or not m.tracker.loads_clear(lanes, keys, dense):
         return False
     box = StridedBox(tmap.address - GLOBAL_BASE + layout[0], layout[1], layout[2])

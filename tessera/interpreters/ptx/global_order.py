@@ -48,6 +48,8 @@ release/acquire edges `release_acquire`; this module holds `GlobalOrder`'s recor
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
@@ -236,13 +238,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         lanes = np.array([lane])
         entry = self.boxes.get(box)
         if entry is None:
-            low, high = box.hull()
-            self._settle(low, high, box)
-            if self.keep_boxes and not self._touched(low, high):  # every record is zero: kept as one from now
-                entry = self.boxes[box] = [0, 0, 0, 0, None]
-                self.hulls[box] = (low, high)
-                span_low, span_high = self.hulls_span
-                self.hulls_span = (low, high) if span_low == span_high else (min(span_low, low), max(span_high, high))
+            entry = self._new_entry(box)
         if entry is not None:
             self._read_box_records(inst, lane, entry, kind)
             return
@@ -272,15 +268,38 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         its records are kept as one (`boxes`) and no lane knows of another CTA (`HappensBefore.remote`): none of
         the lanes' reads then happens before another's, so the readers the box keeps are those one by one would
         leave (the earlier readers that happen before none of them, then the lanes, in order), in one set.
-        False (nothing done) elsewhere: the caller reads one by one."""
+        A box no thread has read yet (a main loop's next K or V tile) is kept as one first (`_new_entry`, as
+        `read_box` would): its readers are then the lanes, in order, the set one by one would leave (the first
+        lane's record, which the others do not happen after, and theirs). False (nothing done) elsewhere: the
+        caller reads one by one."""
         hb = self.m.tracker.hb
+        if hb.remote or not hb.races or len(lanes) < 2:
+            return False
         entry = self.boxes.get(box)
-        if entry is None or hb.remote or not hb.races or len(lanes) < 2:
+        if entry is None and (entry := self._new_entry(box)) is None:
             return False
         s, w, e, l_ = entry[:4]
-        entry[0] = self._next_set(s, 0 if s else w, 0 if s else e, l_, lanes, self.lane_who[lanes] | kind,
-                                  hb.clock[lanes, lanes % self.m.threads], inst.line)
+        who, epochs = self.lane_who[lanes] | kind, hb.clock[lanes, lanes % self.m.threads]
+        if not (s or w):  # no reader yet
+            entry[0] = len(self.sets)
+            self.sets.append((who, epochs.astype(np.int64), np.full(len(lanes), inst.line, np.int64)))
+            return True
+        entry[0] = self._next_set(s, 0 if s else w, 0 if s else e, l_, lanes, who, epochs, inst.line)
         return True
+
+    def _new_entry(self, box: StridedBox) -> list | None:
+        """The records of `box`, which has none kept as one (`boxes`), kept as one from now, no thread having read
+        it, where every per-byte record of its hull is zero (the boxes kept as one that share a byte with it
+        written out first: `_settle`); None where some may not be."""
+        low, high = box.hull()
+        self._settle(low, high, box)
+        if not self.keep_boxes or self._touched(low, high):
+            return None
+        entry = self.boxes[box] = [0, 0, 0, 0, None]
+        self.hulls[box] = (low, high)
+        span_low, span_high = self.hulls_span
+        self.hulls_span = (low, high) if span_low == span_high else (min(span_low, low), max(span_high, high))
+        return entry
 
     def _read_box_records(self, inst, lane: int, entry: list, kind: int) -> None:
         """`read_box` of a box whose records are kept as one (`boxes`): the same decision on its one record."""
@@ -323,7 +342,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if not self.boxes or high <= self.hulls_span[0] or low >= self.hulls_span[1]:
             return
         for box in [b for b, (lo, hi) in self.hulls.items()
-                    if lo < high and hi > low and (reaching is None or b.meets(reaching))]:
+                    if lo < high and hi > low and (reaching is None or _meet(b, reaching))]:
             s, who, epoch, line, until = self.boxes.pop(box)
             self._touch(*self.hulls.pop(box))
             if s or self.read_set is not None:
@@ -479,3 +498,8 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
 
 
 __all__ = ["GlobalOrder"]
+
+
+_meet = lru_cache(maxsize=4096)(StridedBox.meets)
+"""`StridedBox.meets`, kept: `_settle` asks it of a new box and each kept box whose hull its hull meets (the other
+column half of a tile), and a grid's boxes recur in every launch."""

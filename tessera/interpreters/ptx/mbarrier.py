@@ -24,7 +24,6 @@ from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_cop
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
 from tessera.interpreters.ptx.types import ptx_type
-from tessera.interpreters.ranges import lane_block
 from tessera.sm90 import facts
 
 
@@ -40,9 +39,11 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
-    if len(addresses) and 0 <= addresses.min() and (high := int(addresses.max())) < 1 << CLUSTER_RANK_SHIFT and \
-            high + facts.MBARRIER_BYTES <= m.shared_bytes and not (addresses & (facts.MBARRIER_BYTES - 1)).any():
-        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes)
+    if len(addresses) and 0 <= (low := int(addresses.min())) and (high := int(addresses.max())) < \
+            1 << CLUSTER_RANK_SHIFT and high + facts.MBARRIER_BYTES <= m.shared_bytes and \
+            not (high & (facts.MBARRIER_BYTES - 1) if low == high else (addresses & (facts.MBARRIER_BYTES - 1)).any()):
+        return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes; one
+        # address for every lane, the common case, checked as an int)
     offsets = shared_offsets(m, inst, lanes, addresses)
     bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
     if bad.any():
@@ -75,11 +76,13 @@ def parked_lanes(m: Machine) -> np.ndarray:
 def parked_on(m, key: tuple[int, int], parked: np.ndarray | None = None) -> np.ndarray:
     """The lanes parked on the mbarrier at `key` = (CTA slot, address), ascending: found among the parked lanes
     (a few: `parked`, `parked_lanes(m)` where the caller has it from before waking other barriers' lanes, whose
-    addresses a wake resets), not by comparisons over every lane."""
+    addresses a wake resets, or those of them at `key`'s address), not by comparisons over every lane."""
     if parked is None:
         parked = parked_lanes(m)
     if len(parked):
-        parked = parked[(m.park_address[parked] == key[1]) & (m.lane_cta[parked] == key[0])]
+        parked = parked[m.park_address[parked] == key[1]]
+    if len(parked):  # (lanes of other CTAs parked at that address)
+        parked = parked[m.lane_cta[parked] == key[0]]
     return parked
 
 
@@ -153,18 +156,33 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     return [((cta, a), which == j) for j, (cta, a) in enumerate(unique.tolist())]
 
 
+def _runs_block(m: Machine, lanes: np.ndarray, runs: list) -> tuple[slice, slice] | None:
+    """`ranges.lane_block(lanes, m.threads)` told from `runs` (`_own_barriers`' slices of `lanes`, one a CTA, in CTA
+    order): (CTA slots, threads within each) where the runs are of consecutive CTAs, each as long, and each the
+    threads from one offset on (its lanes ascend, distinct: its first and last lane decide), else None. Two lanes
+    read a run, not passes over every lane."""
+    t, (first, _), n = m.threads, runs[0][0], runs[0][1].stop - runs[0][1].start
+    offset = int(lanes[runs[0][1].start]) - first * t
+    for k, ((cta, _), at) in enumerate(runs):
+        start = (first + k) * t + offset
+        if cta != first + k or at.stop - at.start != n or int(lanes[at.start]) != start or \
+                int(lanes[at.stop - 1]) != start + n - 1:
+            return None
+    return slice(first, first + len(runs)), slice(offset, offset + n)
+
+
 def _local(addresses: np.ndarray) -> bool:
     """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
-    return bool(((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all())
+    return not len(addresses) or (0 <= int(addresses.min()) and int(addresses.max()) < 1 << CLUSTER_RANK_SHIFT)
 
 
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None = None) -> None:
     """`lanes` arrive on the mbarriers at `addresses`: a release into each barrier's pending phase, recorded
     before the arrivals apply, so that the arrive completing a phase is part of it (`happens_before`). `runs`:
-    `_own_barriers(m, lanes, addresses)` where the caller has it."""
-    if _local(addresses):  # each lane's own CTA: (CTA, address)
+    `_own_barriers(m, lanes, addresses)` where the caller has it (then every address is local)."""
+    if runs is not None or _local(addresses):  # each lane's own CTA: (CTA, address)
         runs = _own_barriers(m, lanes, addresses) if runs is None else runs
-        block = lane_block(lanes, m.threads) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
+        block = _runs_block(m, lanes, runs) if len(runs) > 1 and isinstance(runs[0][1], slice) else None
         keys = [key for key, _ in runs]
         if block is not None and m.tracker.hb.arrive_ctas(inst, keys, lanes, block):  # the CTAs' arrivals at once
             m.tracker.arriving_ctas(keys, block)
@@ -350,15 +368,15 @@ def decode_mbarrier(ops: Operands, inst, mods):
     blocking = action == "try_wait"
 
     def run_wait(lanes, active):
-        inactive = np.setdiff1d(lanes, active, assume_unique=True) if len(active) != len(lanes) else lanes[:0]
-        m.pc[inactive] += 1
+        if len(active) != len(lanes):
+            m.pc[np.setdiff1d(lanes, active, assume_unique=True)] += 1
         if not len(active):
             return
         addresses = shared_addresses(m, inst, space, active, address(active))
         tokens = per_lane(token(active), active.shape)
         done = np.empty(len(active), bool)
         # lanes of one CTA waiting on one barrier with one token see the same state: test once per such group
-        local = ((addresses >= 0) & (addresses < 1 << CLUSTER_RANK_SHIFT)).all()
+        local = _local(addresses)
         bits = tokens.astype(np.int64) & (1 if parity else -1)
         runs = _own_barriers(m, active, addresses, bits) if local and len(active) > 1 else None
         if runs is not None and _wait_by_barrier(m, inst, active, addresses, tokens, parity, runs):
@@ -423,10 +441,10 @@ def _wait_one_by_one(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
 
 def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndarray, parity: bool, groups: list
                            ) -> list[tuple[bool, int, facts.MBarrierState]] | None:
-    """`run_wait`'s test of each group of `active` (their own CTA's barrier, one token each, in CTA order), the
-    copies in flight on every barrier that fails with all its arrivals in landed together
-    (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each is
-    tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
+    """`run_wait`'s test of each group of `active` (a run, `_own_barriers`'s slice: their own CTA's barrier, one
+    token each, in CTA order), the copies in flight on every barrier that fails with all its arrivals in landed
+    together (`AsyncCopies.land_keys`: the CTAs of a batch waiting on their K or V tile at one step) before each
+    is tested again, as the groups one by one land theirs: (passed, first lane, barrier state) per group. None
     (nothing done) where a barrier is not initialised or a test would raise: the caller then tests the groups
     one by one, which reports as it always has."""
     states, failed = [], []
@@ -434,12 +452,12 @@ def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndar
         state = m.mbarriers.get(key)
         if state is None:
             return None
-        token = int(tokens[at][0])
+        token = int(tokens[at.start])
         try:
             ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
         except ValueError:
             return None
-        states.append((ok, int(active[at][0]), state, token))
+        states.append((ok, int(active[at.start]), state, token))
         if not ok and key in m.tracker.in_flight and state.pending == 0:
             failed.append(key)
     if not failed:
@@ -451,12 +469,12 @@ def _wait_landing_together(m: Machine, inst, active: np.ndarray, tokens: np.ndar
 
 def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray, tokens: np.ndarray, parity: bool,
                      groups: list) -> bool:
-    """`run_wait`'s test when every group of `active` (their own CTA's barrier, one token each) passes: each
-    group's barrier tested once, the lanes then see its phase complete; False (nothing done) where one would
-    fail, for the general path to park them."""
+    """`run_wait`'s test when every group of `active` (a run, `_own_barriers`'s slice: their own CTA's barrier, one
+    token each) passes: each group's barrier tested once, the lanes then see its phase complete; False (nothing
+    done) where one would fail, for the general path to park them."""
     passes = []
     for key, at in groups:
-        lane, token = int(active[at][0]), int(tokens[at][0])
+        lane, token = int(active[at.start]), int(tokens[at.start])
         state = barrier_state(m, inst, lane, key[1])
         try:
             ok = state.try_wait_parity(token & 1) if parity else state.test_wait(token)
@@ -464,14 +482,14 @@ def _wait_by_barrier(m: Machine, inst, active: np.ndarray, addresses: np.ndarray
             raise m.error(inst, str(error), lane) from None
         if not ok:
             return False
-        passes.append((key, active[at], lane, state))
-    for key, here, lane, state in passes:
+        passes.append((key, at, lane, state))
+    for key, _, lane, state in passes:
         m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
     if _observe_together(m, inst, active, groups):
         return True
-    for key, here, lane, state in passes:
-        m.tracker.observe(key, here, state.phase)
-        m.tracker.hb.waited(inst, key, here)
+    for key, at, lane, state in passes:
+        m.tracker.observe(key, active[at], state.phase)
+        m.tracker.hb.waited(inst, key, active[at])
     return True
 
 
@@ -480,7 +498,7 @@ def _observe_together(m: Machine, inst, active: np.ndarray, groups: list) -> boo
     acquired for every CTA at once (`AsyncTracker.observe_ctas`, `HappensBefore.waited_ctas`), where the runs are
     the same lanes of consecutive CTAs and every barrier has its instance; False (nothing done) where not, or
     where the acquires must be made one by one (`waited_ctas`): the caller then goes barrier by barrier."""
-    block = lane_block(active, m.threads) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
+    block = _runs_block(m, active, groups) if len(groups) > 1 and isinstance(groups[0][1], slice) else None
     keys = [key for key, _ in groups]
     if block is None or any(key not in m.tracker.barriers for key in keys) or \
             not m.tracker.hb.waited_ctas(inst, keys, block):

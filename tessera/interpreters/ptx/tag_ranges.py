@@ -34,6 +34,9 @@ class TagRanges:
         if high <= low:
             return
         kept = self.tag_ranges
+        if kept.ranges.get(low, (None,))[0] == high:  # the range itself (a box landing, a slot's refill): it alone
+            kept.put(low, high, (state, tag, phase))  # meets it (the kept ranges are disjoint)
+            return
         for start in kept.meeting(low, high) if kept else ():
             if start < low or kept.ranges[start][0] > high:
                 self._write_range(start)
