@@ -18,6 +18,7 @@ from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.state import RUN
 from tessera.interpreters.ranges import consecutive
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -68,9 +69,9 @@ class AsyncCopies:
         if self.tagged and not clear:
             self.write_out(flat)
             flying = self.state[flat] == FLIGHT
-            if atomic and flying.any():
+            if atomic and any_set(flying):
                 flying[flying] = [self.copies[int(c)].combine is None for c in self.tag[flat[flying]]]
-            if flying.any():
+            if any_set(flying):
                 i = int(np.argmax(flying))
                 copy = self.copies[int(self.tag[flat[i]])]
                 raise self.hazard(inst, f"{what} writes {self.where(flat[i])} while {self.describe_copy(copy)} "
@@ -83,7 +84,7 @@ class AsyncCopies:
         if self.bulk_reads:
             for lane, group, index, store in self.bulk_reads:
                 hit = np.isin(flat, index)
-                if hit.any():
+                if any_set(hit):
                     i = int(np.argmax(hit))
                     raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk store at line "
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
@@ -154,7 +155,7 @@ class AsyncCopies:
         nothing."""
         m = self.m
         if self.staged or self.bulk_reads or self.copy_sources or self.live_barriers is not None and any(
-                self.live_barriers[key[0] * m.shared_bytes + dense[0]:key[0] * m.shared_bytes + dense[1]].any()
+                any_set(self.live_barriers[key[0] * m.shared_bytes + dense[0]:key[0] * m.shared_bytes + dense[1]])
                 for key in keys) or any(key not in m.mbarriers for key in keys):
             return False
         slots = np.array([key[0] for key in keys])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -158,7 +159,7 @@ class AsyncRecords:
         t = self.threads
         if clock[int(readers[0]) % t] >= epochs[0]:
             return True
-        return bool((clock[readers % t] >= epochs).any())
+        return bool(any_set(clock[readers % t] >= epochs))
 
     def async_writes(self, rows: slice | np.ndarray, first: int, stop: int) -> None:
         """`async_write` of the copies `async_writes_clear` passed (their chunks [first, stop) of each CTA of
@@ -204,7 +205,7 @@ class AsyncRecords:
             rows = np.flatnonzero((ends == c).any(axis=(0, 2)))
             known = self.clock[lanes[rows]] if clocks is None else clocks[rows]
             ordered = (known[:, readers % self.threads] >= epochs).any(axis=1)
-            if not ordered.all():
+            if not all_set(ordered):
                 r = int(rows[np.argmin(ordered)])
                 byte = int(index[r, np.argmax((ends[:, r] == c).any(axis=0))])
                 raise self.hazard(inst, f"{what} overwrites {self.where(byte)}, which {reader} at line {line}, "

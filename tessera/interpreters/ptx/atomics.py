@@ -29,6 +29,7 @@ from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.state import PARK, SHARED_WINDOW, Machine
 from tessera.interpreters.ptx.syntax import Address
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+from tessera.interpreters.truth import any_set
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def decode_atom(ops: Operands, inst, mods):
         watch = getattr(m, "watch", None)
         if watch is not None:
             on_global = addresses < SHARED_WINDOW if space == "generic" else np.full(lanes.shape, space == "global")
-            if on_global.any():
+            if any_set(on_global):
                 watch.on_add(inst, lanes[on_global], addresses[on_global], t.bits // 8,
                              reduction=not returns and not release)
         for part_lanes, index in touched:  # after the watch: its message names the CTAs for add/store races
@@ -209,7 +210,7 @@ def decode_atom(ops: Operands, inst, mods):
             order.release(*located, how, fenced=not release)
             if inst.opcode == "atom":
                 order.acquire(*located, how, now=acquire)
-        if operation != "cas" or (old == args[0]).any():
+        if operation != "cas" or any_set(old == args[0]):
             m.sync_epoch += 1  # a write that may end another thread's spin wait (`nanosleep`, `_park_failed_cas`)
         if write is not None:
             write(sel, old)

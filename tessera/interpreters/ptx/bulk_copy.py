@@ -39,6 +39,7 @@ from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.syntax import Address
 from tessera.interpreters.ptx.tma_boxes import Box, box_data, checked_box, in_shared_order, swizzled_at
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
@@ -67,7 +68,7 @@ def _tma_lane(m: Machine, inst, lane: int, map_address: int, coords: list[int], 
         m.tracker.stage(shared_index, data, span, order)  # lands later
         return spec.box_bytes
     global_index = (tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)
-    inside = global_index if valid.all() else global_index[valid]  # the whole box lies in the tensor, mostly
+    inside = global_index if all_set(valid) else global_index[valid]  # the whole box lies in the tensor, mostly
     if load:
         data, order = _load_bytes(m, checked, None, (map_address, tuple(coords), smem), None)
         memory.note_global(m, np.array([lane]), inside.reshape(1, -1), False, inst, ASYNC)
@@ -191,7 +192,7 @@ def _issued_per_warp(m: Machine, lanes: np.ndarray, *operands: np.ndarray) -> np
     if len(lanes) < 2:
         return np.arange(len(lanes))
     warps = lanes // m.threads * m.threads + lanes % m.threads // 32
-    if (np.diff(warps) > 0).all():  # one lane of each warp (lanes ascend): each issues its own
+    if all_set(np.diff(warps) > 0):  # one lane of each warp (lanes ascend): each issues its own
         return np.arange(len(lanes))
     keys = np.stack([lanes // m.threads, lanes % m.threads // 32, *operands], axis=1)
     return np.sort(unique_rows(keys, return_index=True)[1])
@@ -256,7 +257,7 @@ def decode_bulk(ops: Operands, inst, mods):
                                   *([per_lane(barriers, lanes.shape, np.int64)] if load else []),
                                   *([masks] if mask is not None else []))
         every = slice(None) if len(issued) == len(lanes) else issued  # (views where every lane issues its own)
-        clustered = load and bool((smem_addresses[every] >> CLUSTER_RANK_SHIFT).any())
+        clustered = load and bool(any_set(smem_addresses[every] >> CLUSTER_RANK_SHIFT))
         if tensor and load and mask is None and not clustered and \
                 _tma_loads_together(m, inst, lanes[every], maps[every], [v[every] for v in values],
                                     smem_addresses[every], barriers[every], loaded):
@@ -411,7 +412,7 @@ def _into_cluster(ops: Operands, inst, nbytes: int, data, kind: str):
         barriers = shared_addresses(m, inst, "shared", lanes, barrier(sel))
         memory.check_access(m, inst, "shared", lanes, places, nbytes, nbytes)
         slots = m.shared_target(lanes, places)[0]
-        if (m.shared_target(lanes, barriers)[0] != slots).any():
+        if any_set(m.shared_target(lanes, barriers)[0] != slots):
             i = int(np.argmax(m.shared_target(lanes, barriers)[0] != slots))
             raise m.error(inst, f"the mbarrier of {kind} must be in the CTA its data is stored into", int(lanes[i]))
         starts = m.shared_flat(lanes, places)

@@ -51,6 +51,7 @@ from tessera.interpreters.ptx.state import (
     PtxHazardError,
 )
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import all_set, any_set
 
 OFFSET_MASK = (1 << CLUSTER_RANK_SHIFT) - 1
 
@@ -110,7 +111,7 @@ class ClusterState:
         m = self.m
         lanes = self.group_lanes(group)
         live = lanes[m.status[lanes] != EXITED]
-        if not len(live) or (self.arrivals[live] <= self.phase[group]).any():
+        if not len(live) or any_set(self.arrivals[live] <= self.phase[group]):
             return
         self.phase[group] += 1
         m.sync_epoch += 1
@@ -249,11 +250,11 @@ def shared_offsets(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray) -
     """The offsets in their CTA's shared memory of shared::cluster `addresses` of `lanes`; a rank outside
     the cluster, or a CTA that has exited, stops the run."""
     addresses = np.asarray(addresses, np.int64)
-    if not (addresses >> CLUSTER_RANK_SHIFT).any():
+    if not any_set(addresses >> CLUSTER_RANK_SHIFT):
         return addresses
     slots, offsets, field = m.shared_target(lanes, addresses)
     outside = field > m.cluster_size
-    if outside.any():
+    if any_set(outside):
         i = int(np.argmax(outside))
         raise hazard(m, inst.line, f"{inst.name}: shared::cluster address {int(addresses[i]):#x} names CTA rank "
                                    f"{int(field[i]) - 1}, outside the cluster of {m.cluster_size}", int(lanes[i]))
@@ -299,12 +300,12 @@ def decode_mapa(ops: Operands, inst, mods):
         rank = np.broadcast_to(np.asarray(read_rank(sel), np.int64), lanes.shape)
         if generic:
             inside = (a >= SHARED_WINDOW) & (a < SHARED_WINDOW + WINDOW_SIZE)
-            if not inside.all():
+            if not all_set(inside):
                 i = int(np.argmax(~inside))
                 raise m.error(inst, f"address {int(a[i]):#x} is not a generic shared address", int(lanes[i]))
             a = a - SHARED_WINDOW
         bad = rank >= m.cluster_size
-        if bad.any():
+        if any_set(bad):
             i = int(np.argmax(bad))
             raise hazard(m, inst.line, f"{inst.name}: CTA rank {int(rank[i])} is outside the cluster of "
                                        f"{m.cluster_size}", int(lanes[i]))
@@ -362,7 +363,7 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
             return
         if action == "arrive":
             again = state.arrivals[active] > state.waited[active]
-            if again.any():
+            if any_set(again):
                 raise m.error(inst, "barrier.cluster.arrive again before barrier.cluster.wait",
                               int(active[np.argmax(again)]))
             if not relaxed:
@@ -374,7 +375,7 @@ def decode_barrier_cluster(ops: Operands, inst, mods):
                 state.check_complete(int(group))
             return
         never = state.arrivals[active] <= state.waited[active]
-        if never.any():
+        if any_set(never):
             raise m.error(inst, "barrier.cluster.wait without a barrier.cluster.arrive before it",
                           int(active[np.argmax(never)]))
         done = state.phase[state.group(active)] >= state.arrivals[active]

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank
+from tessera.interpreters.truth import all_set, any_set
 
 
 @dataclass(eq=False)
@@ -61,7 +62,7 @@ class Source:
     def hits(self, flat: np.ndarray) -> np.ndarray:
         """Which of the flat positions `flat` the copy reads."""
         hit = (flat >= self.low) & (flat < self.high)
-        if self.index is not None and hit.any():
+        if self.index is not None and any_set(hit):
             hit[hit] = np.isin(flat[hit], self.index, assume_unique=False)
         return hit
 
@@ -70,7 +71,7 @@ class Source:
         if self.index is None:
             return self.low <= other.low and other.high <= self.high
         theirs = np.arange(other.low, other.high) if other.index is None else other.index
-        return bool(np.isin(theirs, self.index).all())
+        return bool(all_set(np.isin(theirs, self.index)))
 
 
 SPACES = {"shared": "bulk copy", "global": "TMA or bulk load"}
@@ -142,7 +143,7 @@ class CopySources:
         where = t.where if self.space == "shared" else t.m.global_order.where
         for source in self.flying:
             hit = source.hits(flat)
-            if hit.any():
+            if any_set(hit):
                 i = int(np.argmax(hit))
                 raise t.hazard(inst, f"{what} overwrites {where(int(flat[i]))} while the {self.copy} at line "
                                      f"{source.inst.line} ({t.m.describe_lane(source.lane)}), completing on "
@@ -151,7 +152,7 @@ class CopySources:
         for records in self.landed.values():
             for source in records:
                 hit = source.hits(flat)
-                if not hit.any():
+                if not any_set(hit):
                     continue
                 writers, first = np.unique(lanes[hit], return_index=True)  # (each writing thread judged once)
                 for lane, i in zip(writers.tolist(), np.flatnonzero(hit)[first].tolist()):
@@ -178,7 +179,7 @@ class CopySources:
         else:
             known = t.hb.peer_known(lane, grid_rank(t.m, slot))
         seen = source.observers
-        return bool(((seen > 0) & (known >= seen)).any())
+        return bool(any_set((seen > 0) & (known >= seen)))
 
 
 __all__ = ["CopySources", "SPACES", "Source"]

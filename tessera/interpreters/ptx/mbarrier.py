@@ -24,6 +24,7 @@ from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_cop
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 
@@ -33,7 +34,7 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
     addresses = per_lane(addresses, lanes.shape, np.int64)
     if space == "generic":
         inside = (addresses >= SHARED_WINDOW) & (addresses < SHARED_WINDOW + WINDOW_SIZE)
-        if not inside.all():
+        if not all_set(inside):
             i = int(np.argmax(~inside))
             raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is not a shared address", int(lanes[i]))
         addresses = addresses - SHARED_WINDOW
@@ -41,12 +42,12 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
     if len(addresses) and 0 <= (low := int(addresses.min())) and (high := int(addresses.max())) < \
             1 << CLUSTER_RANK_SHIFT and high + facts.MBARRIER_BYTES <= m.shared_bytes and \
-            not (high & (facts.MBARRIER_BYTES - 1) if low == high else (addresses & (facts.MBARRIER_BYTES - 1)).any()):
+            not (high & (facts.MBARRIER_BYTES - 1) if low == high else any_set(addresses & (facts.MBARRIER_BYTES - 1))):
         return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes; one
         # address for every lane, the common case, checked as an int)
     offsets = shared_offsets(m, inst, lanes, addresses)
     bad = (offsets < 0) | (offsets + facts.MBARRIER_BYTES > m.shared_bytes) | (addresses % facts.MBARRIER_BYTES != 0)
-    if bad.any():
+    if any_set(bad):
         i = int(np.argmax(bad))
         raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
                             f"({m.shared_bytes} bytes)", int(lanes[i]))
@@ -196,10 +197,10 @@ def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: 
         arriving = lanes[[k == key for k in keys]]
         m.tracker.arriving(key, arriving)
         home = m.lane_cta[arriving] == key[0]
-        if home.all():
+        if all_set(home):
             m.tracker.hb.arrive(inst, key, arriving)
             continue
-        if home.any():
+        if any_set(home):
             m.tracker.hb.arrive(inst, key, arriving[home])
         for slot in np.unique(m.lane_cta[arriving[~home]]).tolist():  # a peer CTA's release (clusters)
             m.tracker.hb.arrive_from_peer(key, arriving[m.lane_cta[arriving] == slot], grid_rank(m, slot),
@@ -391,7 +392,7 @@ def decode_mbarrier(ops: Operands, inst, mods):
                     m.cluster_state.observed(lane, mbarrier_key(m, lane, key[1]), state.phase)
         else:
             _wait_one_by_one(m, inst, active, addresses, tokens, parity, local, done)
-        if tested is not None and done.all() and _observe_together(m, inst, active, runs):
+        if tested is not None and all_set(done) and _observe_together(m, inst, active, runs):
             write(active, np.ones(len(active), bool))
             m.pc[active] += 1
             return

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.truth import all_set, any_set
+
 _POOL_START = 256
 _POOL_LIMIT = 1 << 12
 """Rows the pool grows to by doubling; beyond, it grows only when half of it is still referred to after a
@@ -82,19 +84,19 @@ class ReadClocks:
         ordered = flat[order]
         first = np.r_[True, ordered[1:] != ordered[:-1]]
         single = np.ones(len(flat), bool)
-        if not first.all():  # bytes several lanes of this instruction read: concurrent reads
+        if not all_set(first):  # bytes several lanes of this instruction read: concurrent reads
             starts = np.flatnonzero(first)
             counts = np.diff(np.r_[starts, len(flat)])
             single[order] = np.repeat(counts == 1, counts)
         old_clock, old_lane, old_row = self.clock[flat], self.lane[flat], self.row[flat]
         reader_epochs = np.repeat(epochs, k)
         simple = single & (old_row == 0)
-        if simple.any():
+        if any_set(simple):
             before = old_clock[simple]
             replace = (before == 0) | (old_lane[simple] == readers[simple]) | \
                 (clocks[readers[simple], old_lane[simple] % self.threads] >= before)
             where = np.flatnonzero(simple)
-            if not replace.all():
+            if not all_set(replace):
                 simple[where[~replace]] = False
                 where = where[replace]
             b = flat[where]
@@ -130,13 +132,13 @@ class ReadClocks:
         rows = self._new_rows(len(unique_keys))
         base = unique_keys[:, 0]
         shared_base = base > 0
-        if shared_base.any():
+        if any_set(shared_base):
             src = base[shared_base] - 1
             self.pool_clock[rows[shared_base]] = self.pool_clock[src]
             self.pool_line[rows[shared_base]] = self.pool_line[src]
             self.pool_lane[rows[shared_base]] = self.pool_lane[src]
         epoch_base = ~shared_base & (unique_keys[:, 2] > 0)
-        if epoch_base.any():
+        if any_set(epoch_base):
             r, lane = rows[epoch_base], unique_keys[epoch_base, 1]
             t = lane % self.threads
             self.pool_clock[r, t] = unique_keys[epoch_base, 2]
@@ -181,20 +183,20 @@ class ReadClocks:
         the frame of the bytes' CTA when they are of another CTA of the cluster (what each knows of this CTA's
         threads; no read is then the writer's own), else `clocks`, the machine's [lane, thread] matrix."""
         epochs = self.clock[index]
-        if epochs.any():
+        if any_set(epochs):
             other = self.lane[index]
             if rows is None:
                 bad = (epochs > clocks[lanes[:, None], other % self.threads]) & (other != lanes[:, None])
             else:
                 bad = epochs > rows[np.arange(len(lanes))[:, None], other % self.threads]
-            if bad.any():
+            if any_set(bad):
                 i, j = np.unravel_index(np.argmax(bad), bad.shape)
                 b = int(index[i, j])
                 return int(i), int(j), int(other[i, j]), int(self.line[b])
         if not self.shared:
             return None
         row_of = self.row[index]
-        if not row_of.any():
+        if not any_set(row_of):
             return None
         i_all, j_all = np.nonzero(row_of)
         pairs = np.stack([row_of[i_all, j_all].astype(np.int64), i_all.astype(np.int64)], axis=1)
@@ -206,7 +208,7 @@ class ReadClocks:
             bad[np.arange(len(writer)), lanes[writer] % self.threads] = False  # the writer's own reads: program order
         else:
             bad = row_clock > rows[writer]
-        if not bad.any():
+        if not any_set(bad):
             return None
         p, t = np.unravel_index(np.argmax(bad), bad.shape)
         r = int(unique_pairs[p, 0]) - 1

@@ -36,6 +36,7 @@ from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.memory import access, lanes_of
 from tessera.interpreters.ptx.state import GLOBAL_BASE, Machine
 from tessera.interpreters.ptx.types import ptx_type
+from tessera.interpreters.truth import any_set
 
 NO_CTA, MANY_CTAS = -1, -2
 WORD = 4
@@ -94,7 +95,7 @@ class ReductionWatch:
             return None
         marks = self.marks[kind][words]
         other = (marks != NO_CTA) & (marks != ranks)
-        return int(np.argmax(other)) if other.any() else None
+        return int(np.argmax(other)) if any_set(other) else None
 
     def _mark(self, kind: str, words: np.ndarray, ranks: np.ndarray) -> None:
         """Mark `words` as touched by the CTA of each (`ranks`); lanes of several CTAs of the batch may share a
@@ -185,7 +186,7 @@ class ReductionWatch:
                 if r == rank or marked not in (MANY_CTAS, r):
                     continue
                 row, added = known.get(r), epochs >= 0
-                if row is None or (row[:threads][added] < epochs[added]).any():
+                if row is None or any_set(row[:threads][added] < epochs[added]):
                     return False
         return True
 
@@ -195,7 +196,7 @@ class ReductionWatch:
         """Generic stores into the flat shared indices `index` ([n, nbytes], by `lanes`)."""
         for r in self.reading:
             hit = np.isin(index, r.index).any(axis=-1) if index.ndim > 1 else np.isin(index, r.index)
-            if hit.any():
+            if any_set(hit):
                 i = int(np.argmax(hit))
                 raise self._race(inst, f"overwrites shared memory that cp.reduce.async.bulk at line {r.inst.line} "
                                        f"({self.m.describe_lane(r.lane)}) may still be reading: no "

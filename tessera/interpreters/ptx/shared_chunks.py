@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.truth import any_set, equal_arrays
 from tessera.sm90 import facts
 
 CHUNK = facts.SWIZZLE_CHUNK_BYTES
@@ -30,7 +31,7 @@ def chunks_in_order(offsets: np.ndarray) -> np.ndarray | None:
     if offsets.size % CHUNK:
         return None
     rows = offsets.reshape(-1, CHUNK)
-    if (rows[:, 0] % CHUNK).any() or not np.array_equal(rows, rows[:, :1] + np.arange(CHUNK)):
+    if any_set(rows[:, 0] % CHUNK) or not equal_arrays(rows, rows[:, :1] + np.arange(CHUNK)):
         return None
     chunks = rows[:, 0] // CHUNK
     chunks.setflags(write=False)

@@ -21,6 +21,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED
 from tessera.interpreters.ptx.byte_ranges import byte_bounds
+from tessera.interpreters.truth import any_set
 
 
 class TagRanges:
@@ -59,7 +60,7 @@ class TagRanges:
             at = np.searchsorted(starts, flat, side="right") - 1
             inside = flat < stops[at]
             inside &= at >= 0  # (a byte below every range: `at` -1 read the last stop above)
-            if inside.any():
+            if any_set(inside):
                 hit = np.zeros(len(starts), bool)
                 hit[at[inside]] = True
                 for start in starts[hit].tolist():
@@ -78,7 +79,7 @@ class TagRanges:
         if cover is not None:
             return any(state == FLIGHT for state, _, _ in cover)
         self.write_out(span)
-        return bool((self.state[span] == FLIGHT).any())
+        return bool(any_set(self.state[span] == FLIGHT))
 
     def _write_range(self, start: int) -> None:
         """The kept range at `start` written into the per-byte arrays, and no longer kept."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, PLAIN
 from tessera.interpreters.ptx.byte_ranges import byte_bounds
+from tessera.interpreters.truth import any_set
 
 
 _ALL_PLAIN = ()  # `AsyncTracker._range_summary` of a range no asynchronous copy wrote
@@ -39,7 +40,7 @@ class TaggedAccesses:
             if self.tagged:
                 self.write_out(index)
                 state = self.state[index]
-                if state.any() and self.hb.races:
+                if any_set(state) and self.hb.races:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
@@ -55,13 +56,13 @@ class TaggedAccesses:
             return
         self.write_out(index)
         state = self.state[index]
-        if state.any():
+        if any_set(state):
             readers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
             self._check_read(inst, readers, index.reshape(-1), state.reshape(-1), "reads")
 
     def _check_read(self, inst, readers: np.ndarray, flat: np.ndarray, state: np.ndarray, what: str) -> None:
         flying = state == FLIGHT
-        if flying.any():
+        if any_set(flying):
             i = int(np.argmax(flying))
             raise self.hazard(inst, f"{what} {self.where(flat[i])} before it was signalled: "
                                     f"{self.describe_flight(flat[i])}{self._released_early(readers[i], flat[i])}",
@@ -90,11 +91,11 @@ class TaggedAccesses:
         """The first of the bytes `flat` (accessed by `threads`, one per byte) that a TMA copy landed in a phase
         its thread has not observed complete, as (byte, phase, barrier, thread); None if there is none."""
         landed = state == LANDED
-        if not landed.any():
+        if not any_set(landed):
             return None
         b, p, t = self.tag[flat[landed]], self.phase[flat[landed]], threads[landed]
         unseen = self.observed[b, t] <= p
-        if not unseen.any():
+        if not any_set(unseen):
             return None
         i = int(np.argmax(unseen))
         return int(flat[landed][i]), int(p[i]), int(b[i]), t[i]
@@ -132,19 +133,19 @@ class TaggedAccesses:
                 return
         self.write_out(flat)
         state = self.state[flat]
-        if state.any() and not self._observed_all(lanes, flat, state):
+        if any_set(state) and not self._observed_all(lanes, flat, state):
             flying = state == FLIGHT
-            if flying.any():
+            if any_set(flying):
                 i = int(np.argmax(flying))
                 raise self.hazard(inst, f"{what} reads {self.where(flat[i])} before it was signalled: "
                                         f"{self.describe_flight(flat[i])}"
                                         f"{self._released_early(int(lanes[0]), flat[i])}", lanes[0])
             landed = state == LANDED
-            if landed.any():
+            if any_set(landed):
                 tags, phases = self.tag[flat[landed]], self.phase[flat[landed]]
                 known = self.observed[:, lanes].min(axis=1)  # phases every reader has observed, per barrier
                 unseen = known[tags] <= phases
-                if unseen.any():
+                if any_set(unseen):
                     i = int(np.argmax(unseen))
                     b, p = int(tags[i]), int(phases[i])
                     reader = lanes[int(np.argmax(self.observed[b, lanes] <= p))]
@@ -218,7 +219,7 @@ class TaggedAccesses:
         self.write_out(span)
         state = self.state[span]
         summary = None
-        if not state.any():
+        if not any_set(state):
             summary = _ALL_PLAIN
         elif state.min() == LANDED and state.max() == LANDED:
             tags = self.tag[span]

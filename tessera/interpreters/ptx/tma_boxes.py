@@ -25,6 +25,7 @@ from tessera.interpreters.ptx import tensormaps
 from tessera.interpreters.ptx.global_accesses import StridedBox
 from tessera.interpreters.ptx.shared_chunks import as_chunks, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import GLOBAL_BASE, PARAM_WINDOW, WINDOW_SIZE, Machine
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -80,19 +81,19 @@ def box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]
     offsets, valid = spec.box_byte_offsets(list(coords))
     offsets.setflags(write=False)
     valid.setflags(write=False)
-    if not valid.any() or not offsets.size:
+    if not any_set(valid) or not offsets.size:
         return offsets, valid, None, None
     counts = [-(-spec.box_dims[k] // (1 if k == 0 and spec.interleave == facts.TensorMapInterleave.NONE
                                       else spec.strides[k])) for k in reversed(range(spec.rank))]
     grid, inside, window = offsets.reshape(counts), valid.reshape(counts), None
-    if not valid.all():  # the part inside the tensor, when it is a box: a range of indices along each axis
+    if not all_set(valid):  # the part inside the tensor, when it is a box: a range of indices along each axis
         ranges = []
         for axis in range(len(counts)):
             hit = np.flatnonzero(inside.any(axis=tuple(a for a in range(len(counts)) if a != axis)))
             if hit[-1] - hit[0] + 1 != len(hit):
                 return offsets, valid, None, None
             ranges.append(slice(int(hit[0]), int(hit[-1]) + 1))
-        if not inside[tuple(ranges)].all() or inside.sum() != inside[tuple(ranges)].size:
+        if not all_set(inside[tuple(ranges)]) or inside.sum() != inside[tuple(ranges)].size:
             return offsets, valid, None, None
         window = (tuple(counts), tuple(ranges))
         grid = grid[tuple(ranges)]
@@ -109,7 +110,7 @@ def box_offsets(spec: facts.TensorMapSpec, coords: tuple[int, ...]
             strides.insert(0, step)
     layout = (int(grid[(0,) * len(counts)]), tuple(shape), tuple(strides))
     box = StridedBox(*layout).index().reshape(-1, spec.element_bytes)[:, 0]
-    if not np.array_equal(box, offsets[valid]):
+    if not equal_arrays(box, offsets[valid]):
         return offsets, valid, None, None
     return offsets, valid, layout, window
 
@@ -126,7 +127,7 @@ def box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.n
     elif box is not None:  # the tensor's edge clips the box: the elements inside fill the window
         fill = oob_fill(tmap.spec)
         data = np.zeros((len(offsets), e), np.uint8)
-        if fill.any():
+        if any_set(fill):
             data[:] = fill
         grid, ranges = window
         inside = data.reshape(*grid, e)[ranges]
@@ -134,7 +135,7 @@ def box_data(m: Machine, tmap: TensorMapObject, offsets: np.ndarray, valid: np.n
         data = data.reshape(-1)
     else:
         data = m.memory.buffer[(tmap.address - GLOBAL_BASE + offsets)[:, None] + np.arange(e)]
-        if not valid.all():
+        if not all_set(valid):
             data = np.where(valid[:, None], data, oob_fill(tmap.spec)).astype(np.uint8)
         data = data.reshape(-1)
     data.setflags(write=False)

@@ -20,6 +20,7 @@ import numpy as np
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode
 from tessera.interpreters.ptx.memory import lanes_of
 from tessera.interpreters.ptx.wgmma_operands import MULTIPLICANDS, multiplicand_values  # the wgmma element readers
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import facts
 
 _SHAPES = sorted({shape for shape, _, _ in facts.MMA_SYNC_TYPES})
@@ -81,7 +82,7 @@ def accumulator_words(d: np.ndarray, dtype: str) -> np.ndarray:
 def whole_warps(m, inst, lanes: np.ndarray, name: str) -> None:
     """Stop the run unless `lanes` are whole warps (a .sync.aligned warp matrix instruction)."""
     units = m.unit_of[facts.WARP_SIZE][lanes]
-    if len(lanes) % facts.WARP_SIZE or (units.reshape(-1, facts.WARP_SIZE) != units[::facts.WARP_SIZE, None]).any():
+    if len(lanes) % facts.WARP_SIZE or any_set(units.reshape(-1, facts.WARP_SIZE) != units[::facts.WARP_SIZE, None]):
         raise m.error(inst, f"{name} needs all 32 threads of the warp", int(lanes[0]))
 
 
