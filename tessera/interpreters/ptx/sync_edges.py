@@ -121,7 +121,8 @@ class SyncEdges:
         self.rows_changed(waiters)
         clocks = self.clock[rows]
         clocks[...] = c
-        _own_epochs(clocks[None], rows.start % self.threads)[...] += 1
+        cta, first = divmod(rows.start, self.threads)
+        _own_epochs(self.clock, slice(cta, cta + 1), slice(first, first + rows.stop - rows.start))[...] += 1
         if any_set(f):
             self.fenced[rows] = f
             self.fenced_rows[rows] = True
@@ -147,7 +148,7 @@ class SyncEdges:
         if bounds[1] is None:
             bounds[1] = clocks.max(axis=1)
         joined = bounds[1].copy()  # [CTA, thread]: the join of the rows (`block_bounds`)
-        own = _own_epochs(clocks, within.start)  # each lane's own epoch, the greatest of its column
+        own = _own_epochs(self.clock, ctas, within)  # each lane's own epoch, the greatest of its column
         own += 1
         high = bounds[1][:, within]
         np.maximum(high, own, out=high)
@@ -394,12 +395,12 @@ def _raise_rows(rows: np.ndarray, published: np.ndarray, low: np.ndarray | None)
     return np.maximum(low, published)
 
 
-def _own_epochs(clocks: np.ndarray, first: int) -> np.ndarray:
-    """[CTA, lane]: a writable view of each lane's own epoch in `clocks` ([CTA, lane, thread], the rows of lanes
-    `first`, `first` + 1, ... of each CTA: lane i's own column is `first` + i)."""
-    ctas, lanes, _ = clocks.shape
-    step = clocks.strides
-    return np.lib.stride_tricks.as_strided(clocks[:, :, first:], (ctas, lanes), (step[0], step[1] + step[2]))
+def _own_epochs(clock: np.ndarray, ctas: slice, within: slice) -> np.ndarray:
+    """[CTA, lane]: a writable view of the own epochs of the threads `within` of each CTA slot of `ctas` in `clock`
+    ([lane, thread], contiguous): thread i's own column is i, so its epoch lies on the diagonal of its CTA's
+    [thread, thread] block, every (threads + 1)-th element of the block (a slice: no gather)."""
+    t = clock.shape[1]
+    return clock.reshape(-1, t * t)[ctas, within.start * (t + 1):within.stop * (t + 1):t + 1]
 
 
 def _meet(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
