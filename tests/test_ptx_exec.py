@@ -409,6 +409,27 @@ def test_fma_rn_shortcut_gives_the_round_to_odd_bits_lane_by_lane():
     assert numerics.fma(a[-7:-6], b[-7:-6], c[-7:-6], np.float32, "rn") == np.float32(1 + 2**-11 + 2**-23)
 
 
+def test_fma_rn_of_exact_sums_on_midpoints_rounds_ties_to_even():
+    """A running sum's fma(1, p, l) lands on f32 midpoints (the exact sum of two f32 values needs 25 bits): where
+    every lane's float64 sum is exact, numerics.fma casts it (ties to even, subnormal results too), and each lane
+    equals the exact rational rounded once; one inexact lane among them sends the array the round-to-odd way."""
+    from tessera.interpreters.ptx import numerics
+
+    rng = np.random.default_rng(11)
+    b = (rng.integers(1, 2**24, 400) * 2.0 ** rng.integers(-20, 20, 400)).astype(np.float32)
+    c = (b * np.float32(2.0**-24) * rng.choice([1, 3, -1, -3], 400)).astype(np.float32)  # b + c: a midpoint
+    b = np.concatenate([b, np.float32([2.0**-126, -2.0**-126, 3 * 2.0**-149])])
+    c = np.concatenate([c, np.float32([-2.0**-127, 2.0**-149, 2.0**-149])])  # exact subnormal sums
+    ones = np.ones_like(b)
+    for lanes in (slice(None), np.r_[0:400:7, 401]):
+        x, y, z = ones[lanes], b[lanes], c[lanes]
+        got = numerics.fma(x, y, z, np.float32, "rn")
+        assert all(g == round_fraction(exact(p) + exact(q), "rn") for g, p, q in zip(got, y, z))
+    near = np.float32(1 + 2**-12)
+    x, y, z = np.append(ones, near), np.append(b, near), np.append(c, np.float32(2.0**-60))
+    assert numerics.fma(x, y, z, np.float32, "rn")[-1] == np.float32(1 + 2**-11 + 2**-23)  # inexact: to odd
+
+
 def test_min_max_nan_and_signed_zero():
     a = np.float32([np.nan, 1.0, np.nan, -0.0, 0.0])
     b = np.float32([2.0, np.nan, np.nan, 0.0, -0.0])

@@ -212,6 +212,11 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str)
             midpoint = (s.view(np.uint64) & _BELOW_F32_LSB) == _F32_MIDPOINT
             if not (any_set(midpoint) or any_set((np.abs(s) < _F32_NORMAL_SUMS) & (s != 0))):
                 return s.astype(np.float32)
+            # an exact s (TwoSum's error zero in every lane: a running sum's fma(1, p, l) lands on midpoints, the
+            # exact sum of two f32 values needing 25 bits) rounds once by the cast, subnormal results too
+            back = s - product
+            if not any_set((product - (s - back)) + (c - back)):
+                return s.astype(np.float32)
         return round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
 
 
