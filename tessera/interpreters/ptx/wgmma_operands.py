@@ -96,7 +96,8 @@ class ReadPlan(NamedTuple):
     once and kept in the step (a main loop's K steps repeat a handful of them every trip, in every launch of the
     decoded program): `requests`, `descriptor_read`'s arguments in warpgroup order (B once per CTA and
     descriptor, then A per warpgroup); `checks` and `records`, the same reads for
-    `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
+    `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises; a
+    check is (lanes, range, the lanes as bytes));
     `a_tiles` and `b_tiles`, `tile_gathers` of the A reads ([extent, K] tiles) and the B reads ([K, extent]: the
     product's right operand, rows of K contiguous); `b_index`, each warpgroup's B read (None
     when each warpgroup has its own); `b_run`, r > 1 when each B read is that of r consecutive warpgroups (the
@@ -124,7 +125,7 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np
             return ReadPlan(requests, None, None, None, None, None)
         cta = int(m.lane_cta[lanes[0]])
         low, high = decoded[4] if decoded[4] is not None else decoded[5]
-        checks.append((lanes, slice(cta * size + low, cta * size + high)))
+        checks.append((lanes, slice(cta * size + low, cta * size + high), lanes.tobytes()))
         reads.append((cta, (descriptor, major, e, extent), decoded))
     records = landed_records(m, [(q[0], read[2][6], read[0]) for q, read in zip(requests, reads)])
     a_reads = [read for q, read in zip(requests, reads) if q[5] == "A"]

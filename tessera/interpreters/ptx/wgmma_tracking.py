@@ -144,13 +144,23 @@ class WgmmaTracking:
 
     def wgmma_reads_landed(self, inst, checks: list[tuple], records: list[tuple]) -> bool:
         """`wgmma_reads` of a wgmma's operands in every CTA of the batch at once (`wgmma_operands.ReadPlan`), when
-        every one lies in landed ranges its readers have observed (`checks`: (lanes, range) each, judged by
-        `_landed_read`: nothing to check byte by byte): their records written in one assignment per chunk set
-        (`records`, `landed_records`), not per warpgroup. Returns False, having changed nothing, when some read
-        needs the byte checks: the caller then makes the reads one by one, in order."""
-        for lanes, where in checks:
-            if not self._landed_read(lanes, where):
-                return False
+        every one lies in landed ranges its readers have observed (`checks`: (lanes, range, the lanes as bytes)
+        each, judged by `_landed_read`: nothing to check byte by byte): their records written in one assignment
+        per chunk set (`records`, `landed_records`), not per warpgroup. Returns False, having recorded nothing,
+        when some read needs the byte checks: the caller then makes the reads one by one, in order.
+
+        A read passes without a look where a read by the same lanes of bytes held by landed ranges of the same
+        entries (`ByteRanges.holding`: ends, barriers and phases) passed before in the batch (`landed_seen`):
+        `_landed_read` finds the same barrier and phase, which the lanes had observed, and their `observed`
+        phases only grow. A main loop's K steps read a slot's tile so: one look per fill and readers."""
+        ranges, seen = self.landed_ranges, self.landed_seen
+        for lanes, where, readers in checks:
+            held = ranges.holding(where.start, where.stop)
+            if held is None or (held, readers) not in seen:
+                if not self._landed_read(lanes, where):
+                    return False
+                if held is not None:
+                    seen.add((held, readers))
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
         flat = self.wg_read.reshape(-1)
