@@ -418,21 +418,24 @@ class WgmmaTracking:
     def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
         `pending` and one of `shaped` that no other register shares, the chain's next wgmma (`chain_continues`)
-        is recorded by `chain_issued`, those entries updated in place."""
+        is recorded by `chain_issued`, those entries updated in place. The chain keeps whether none of its lanes
+        has touched a wgmma register since its last wgmma.fence (`check_fenced_in_chain`)."""
         pending = _sole_entry(self.pending, roles.results)
         shaped = _sole_entry(self.shaped, roles.results)
         if pending is None or shaped is None:
             self.chain = None
             return
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]
-        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped)  # (lanes: never modified)
+        clean = not self._dirty()[lanes].any()
+        # (lanes: never modified)
+        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped, clean)
 
     def chain_issued(self, inst, roles: WgmmaRoles) -> None:
         """`wgmma_issued` and `wgmma_shaped` of a wgmma that continues the chain (`chain_continues`): its open
         groups, pending accumulators and unfenced lanes are those the chain's last wgmma left (no commit since,
         the same lanes and accumulators), so for them only the wgmma they name changes (one assignment per entry,
         not one per register); its A registers are made pending as `wgmma_issued` does."""
-        _, _, _, ws, opened, pending, shaped = self.chain
+        _, _, _, ws, opened, pending, shaped, _ = self.chain
         for w in ws.tolist():
             self.last_wgmma[w] = inst
         pending[2] = inst
@@ -479,6 +482,15 @@ class WgmmaTracking:
                 raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
                                         f"{int(line[i])} accessed it, with no wgmma.fence between them "
                                         "(missing wgmma.fence)", lanes[i])
+
+    def check_fenced_in_chain(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+        """`check_fenced` of the A registers `roles` of a wgmma of `lanes` that continues the chain (`chain_continues`),
+        which passes without a look where the chain's lanes had touched no wgmma register since their last
+        wgmma.fence when it opened (`chain_open`): no touch or fence came since (the chain's `events`), so none of
+        them touched one since, they had fenced (the chain's first wgmma was checked; `ever_fenced` only grows),
+        and A registers have no shape to agree with."""
+        if not self.chain[7]:
+            self.check_fenced(inst, lanes, roles)
 
     def check_registers(self, inst, lanes: np.ndarray, names, kinds: dict[str, str]) -> None:
         """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending (`kinds`:

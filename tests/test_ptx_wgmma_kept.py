@@ -1,7 +1,10 @@
-"""A wgmma's reads of landed bytes kept once they passed (`WgmmaTracking.wgmma_reads_landed`, `landed_seen`): on the
-three-CTA grid of the warp-specialized flash kernel every call decides as judging each of its reads by `_landed_read`
-does, most reads are decided by the kept ones, and the output bits are those of a launch that judges every read.
-`ByteRanges.holding`, which names the ranges a read lies in, finds the ranges `covering` finds."""
+"""What the wgmma checks keep to decide without a look, against the look, on the three-CTA grid of the
+warp-specialized flash kernel: a wgmma's reads of landed bytes kept once they passed
+(`WgmmaTracking.wgmma_reads_landed`, `landed_seen`: every call decides as judging each of its reads by `_landed_read`
+does, most reads are decided by the kept ones, and the output bits are those of a launch that judges every read;
+`ByteRanges.holding`, which names the ranges a read lies in, finds the ranges `covering` finds), and a chain's
+lanes clean of touches since their wgmma.fence (`check_fenced_in_chain`: each wgmma it passes passes
+`check_fenced`)."""
 
 from __future__ import annotations
 
@@ -60,4 +63,22 @@ def test_kept_landed_reads_decide_as_each_read_judged(monkeypatch):
     assert len(looked) < sum(checked) // 2, (len(looked), sum(checked))  # most reads decided by kept ones
     monkeypatch.undo()
     monkeypatch.setattr(ByteRanges, "holding", lambda self, low, high: None)  # every read judged
+    assert kept.tobytes() == _launch(_attention(True)[2]).tobytes()
+
+
+def test_a_clean_chain_passes_its_a_registers_as_check_fenced_does(monkeypatch):
+    """The P.V chains (register A) of the grid open clean and their wgmmas pass `check_fenced_in_chain` without a
+    look; each would pass `check_fenced`, and the bits are those of a launch that checks each one."""
+    passed = []
+    in_chain, check = WgmmaTracking.check_fenced_in_chain, WgmmaTracking.check_fenced
+
+    def compared(self, inst, lanes, roles):
+        in_chain(self, inst, lanes, roles)
+        passed.append(self.chain[7])
+        check(self, inst, lanes, roles)  # raises where the look would
+    monkeypatch.setattr(WgmmaTracking, "check_fenced_in_chain", compared)
+    kept = _launch(_attention(True)[2])
+    assert isinstance(kept, np.ndarray) and passed and all(passed)
+    monkeypatch.undo()
+    monkeypatch.setattr(WgmmaTracking, "check_fenced_in_chain", check)
     assert kept.tobytes() == _launch(_attention(True)[2]).tobytes()
