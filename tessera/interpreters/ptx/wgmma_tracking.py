@@ -77,30 +77,6 @@ def wgmma_roles(inst) -> WgmmaRoles | None:
                       tuple(n for n, k in kinds.items() if k == "A operand"), shape)
 
 
-def landed_records(m, reads: list[tuple]) -> list[tuple]:
-    """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
-    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (positions [warpgroups x chunks]
-    in the flattened records [warpgroup of a CTA, chunk of the batch], the warpgroups, chunks per warpgroup) per
-    chunk set, the warpgroups of every CTA reading it together (one flat assignment: no 2-D index)."""
-    per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
-    width = m.tracker.hb.chunk_count()  # the records' columns
-    groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
-    unit = m.unit_of[facts.WARPGROUP_SIZE]
-    by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
-    for lanes, chunks, cta in reads:
-        ws = unit[lanes[::facts.WARPGROUP_SIZE]]
-        entry = by_set.setdefault(id(chunks), (chunks, [], []))
-        entry[1].append(ws)
-        entry[2].append(np.full(len(ws), cta * per_cta))
-    records = []
-    for chunks, ws, firsts in by_set.values():
-        ws = np.concatenate(ws)
-        at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
-        positions = (ws % groups_per_cta)[:, None] * width + np.concatenate(firsts)[:, None] + at
-        records.append((positions.reshape(-1), ws, len(at)))
-    return records
-
-
 class WgmmaTracking:
     """The wgmma half of `asynchrony.AsyncTracker` (see the module docstring); its state lives on the tracker."""
 
@@ -146,7 +122,7 @@ class WgmmaTracking:
         """`wgmma_reads` of a wgmma's operands in every CTA of the batch at once (`wgmma_operands.ReadPlan`), when
         every one lies in landed ranges its readers have observed (`checks`: (lanes, range, the lanes as bytes)
         each, judged by `_landed_read`: nothing to check byte by byte): their records written in one assignment
-        per chunk set (`records`, `landed_records`), not per warpgroup. Returns False, having recorded nothing,
+        per chunk set (`records`, `wgmma_operands.landed_records`), not per warpgroup. Returns False, having recorded nothing,
         when some read needs the byte checks: the caller then makes the reads one by one, in order.
 
         A read passes without a look where a read by the same lanes of bytes held by landed ranges of the same
