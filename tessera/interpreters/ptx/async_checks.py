@@ -89,7 +89,7 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
                     if others and tracker.pending:
                         tracker.check_registers(inst, lanes, others, roles.kinds)
                     if a_roles is not None:
-                        tracker.check_fenced(inst, lanes, a_roles)
+                        tracker.check_fenced_in_chain(inst, lanes, a_roles)
                     return
                 if tracker.pending:
                     tracker.check_registers(inst, lanes, names, (roles or _NO_ROLES).kinds)

@@ -105,6 +105,8 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         # ranges that one copy landed whole (a swizzled TMA box), with (barrier, phase), while none of their
         # bytes' `state`, `tag` or `phase` changed since: an operand inside one is judged without a walk
         self.landed_ranges = ByteRanges()
+        # (landed ranges, readers) where a wgmma's read passed `_landed_read` (`WgmmaTracking.wgmma_reads_landed`)
+        self.landed_seen: set[tuple[tuple, bytes]] = set()
         self.tagged = False  # some byte may be FLIGHT or LANDED (an asynchronous copy was issued)
         self.copies: dict[int, Copy] = {}
         self.in_flight: dict[tuple[int, int], list[Copy]] = {}

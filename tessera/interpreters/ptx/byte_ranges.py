@@ -67,6 +67,29 @@ class ByteRanges:
                 return found
         return None
 
+    def holding(self, low: int, high: int) -> tuple | None:
+        """The ranges that together hold every byte of [low, high) (non-empty), in order, as their (stop, value)
+        entries, else None: the ranges whose values `covering` returns."""
+        starts = self.starts
+        i = bisect.bisect_right(starts, low) - 1
+        if i < 0:
+            return None
+        ranges = self.ranges
+        entry = ranges[starts[i]]
+        if entry[0] >= high:  # (one range holds them all: a K step inside one box)
+            return (entry,)
+        if entry[0] <= low:
+            return None
+        found = [entry]
+        for start in starts[i + 1:]:
+            if start != entry[0]:  # a gap (the ranges are disjoint)
+                return None
+            entry = ranges[start]
+            found.append(entry)
+            if entry[0] >= high:
+                return tuple(found)
+        return None
+
     def forget(self, bounds: list[tuple[int, int]]) -> None:
         """The ranges holding a byte of some [low, high) of `bounds` are no longer kept."""
         if self.starts:

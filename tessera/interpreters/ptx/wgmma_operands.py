@@ -16,7 +16,6 @@ import numpy as np
 
 from tessera.interpreters.ptx.shared_chunks import CHUNK, CHUNK_ITEM, chunk_set, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ptx.wgmma_tracking import landed_records
 from tessera.sm90 import facts
 
 
@@ -96,7 +95,8 @@ class ReadPlan(NamedTuple):
     once and kept in the step (a main loop's K steps repeat a handful of them every trip, in every launch of the
     decoded program): `requests`, `descriptor_read`'s arguments in warpgroup order (B once per CTA and
     descriptor, then A per warpgroup); `checks` and `records`, the same reads for
-    `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises);
+    `WgmmaTracking.wgmma_reads_landed` (None when some request is invalid: `descriptor_read` then raises; a
+    check is (lanes, range, the lanes as bytes));
     `a_tiles` and `b_tiles`, `tile_gathers` of the A reads ([extent, K] tiles) and the B reads ([K, extent]: the
     product's right operand, rows of K contiguous); `b_index`, each warpgroup's B read (None
     when each warpgroup has its own); `b_run`, r > 1 when each B read is that of r consecutive warpgroups (the
@@ -109,6 +109,30 @@ class ReadPlan(NamedTuple):
     b_tiles: TileGather | None
     b_index: np.ndarray | None
     b_run: int = 1
+
+
+def landed_records(m, reads: list[tuple]) -> list[tuple]:
+    """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
+    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (positions [warpgroups x chunks]
+    in the flattened records [warpgroup of a CTA, chunk of the batch], the warpgroups, chunks per warpgroup) per
+    chunk set, the warpgroups of every CTA reading it together (one flat assignment: no 2-D index)."""
+    per_cta = -(-max(m.shared_bytes, 1) // facts.SWIZZLE_CHUNK_BYTES)  # the records' columns of a CTA
+    width = m.tracker.hb.chunk_count()  # the records' columns
+    groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
+    unit = m.unit_of[facts.WARPGROUP_SIZE]
+    by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
+    for lanes, chunks, cta in reads:
+        ws = unit[lanes[::facts.WARPGROUP_SIZE]]
+        entry = by_set.setdefault(id(chunks), (chunks, [], []))
+        entry[1].append(ws)
+        entry[2].append(np.full(len(ws), cta * per_cta))
+    records = []
+    for chunks, ws, firsts in by_set.values():
+        ws = np.concatenate(ws)
+        at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
+        positions = (ws % groups_per_cta)[:, None] * width + np.concatenate(firsts)[:, None] + at
+        records.append((positions.reshape(-1), ws, len(at)))
+    return records
 
 
 def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np.ndarray | None = None) -> ReadPlan:
@@ -124,7 +148,7 @@ def plan_reads(m: Machine, requests: list[tuple], b_index: list[int], a_rows: np
             return ReadPlan(requests, None, None, None, None, None)
         cta = int(m.lane_cta[lanes[0]])
         low, high = decoded[4] if decoded[4] is not None else decoded[5]
-        checks.append((lanes, slice(cta * size + low, cta * size + high)))
+        checks.append((lanes, slice(cta * size + low, cta * size + high), lanes.tobytes()))
         reads.append((cta, (descriptor, major, e, extent), decoded))
     records = landed_records(m, [(q[0], read[2][6], read[0]) for q, read in zip(requests, reads)])
     a_reads = [read for q, read in zip(requests, reads) if q[5] == "A"]

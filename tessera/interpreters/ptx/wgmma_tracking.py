@@ -77,30 +77,6 @@ def wgmma_roles(inst) -> WgmmaRoles | None:
                       tuple(n for n, k in kinds.items() if k == "A operand"), shape)
 
 
-def landed_records(m, reads: list[tuple]) -> list[tuple]:
-    """Where `WgmmaTracking.wgmma_reads_landed` writes the records of `reads` ((lanes: whole warpgroups of one CTA,
-    the CTA's chunks they read as `wgmma_reads`' `chunk_set`, the CTA) each): one (positions [warpgroups x chunks]
-    in the flattened records [warpgroup of a CTA, chunk of the batch], the warpgroups, chunks per warpgroup) per
-    chunk set, the warpgroups of every CTA reading it together (one flat assignment: no 2-D index)."""
-    per_cta = -(-max(m.shared_bytes, 1) // _CHUNK)  # the records' columns of a CTA
-    width = m.tracker.hb.chunk_count()  # the records' columns
-    groups_per_cta = -(-m.threads // facts.WARPGROUP_SIZE)
-    unit = m.unit_of[facts.WARPGROUP_SIZE]
-    by_set: dict[int, tuple] = {}  # one chunk set (a descriptor value) read in several CTAs: one assignment
-    for lanes, chunks, cta in reads:
-        ws = unit[lanes[::facts.WARPGROUP_SIZE]]
-        entry = by_set.setdefault(id(chunks), (chunks, [], []))
-        entry[1].append(ws)
-        entry[2].append(np.full(len(ws), cta * per_cta))
-    records = []
-    for chunks, ws, firsts in by_set.values():
-        ws = np.concatenate(ws)
-        at = np.arange(chunks.start, chunks.stop) if isinstance(chunks, slice) else chunks
-        positions = (ws % groups_per_cta)[:, None] * width + np.concatenate(firsts)[:, None] + at
-        records.append((positions.reshape(-1), ws, len(at)))
-    return records
-
-
 class WgmmaTracking:
     """The wgmma half of `asynchrony.AsyncTracker` (see the module docstring); its state lives on the tracker."""
 
@@ -144,13 +120,23 @@ class WgmmaTracking:
 
     def wgmma_reads_landed(self, inst, checks: list[tuple], records: list[tuple]) -> bool:
         """`wgmma_reads` of a wgmma's operands in every CTA of the batch at once (`wgmma_operands.ReadPlan`), when
-        every one lies in landed ranges its readers have observed (`checks`: (lanes, range) each, judged by
-        `_landed_read`: nothing to check byte by byte): their records written in one assignment per chunk set
-        (`records`, `landed_records`), not per warpgroup. Returns False, having changed nothing, when some read
-        needs the byte checks: the caller then makes the reads one by one, in order."""
-        for lanes, where in checks:
-            if not self._landed_read(lanes, where):
-                return False
+        every one lies in landed ranges its readers have observed (`checks`: (lanes, range, the lanes as bytes)
+        each, judged by `_landed_read`: nothing to check byte by byte): their records written in one assignment
+        per chunk set (`records`, `wgmma_operands.landed_records`), not per warpgroup. Returns False, having recorded nothing,
+        when some read needs the byte checks: the caller then makes the reads one by one, in order.
+
+        A read passes without a look where a read by the same lanes of bytes held by landed ranges of the same
+        entries (`ByteRanges.holding`: ends, barriers and phases) passed before in the batch (`landed_seen`):
+        `_landed_read` finds the same barrier and phase, which the lanes had observed, and their `observed`
+        phases only grow. A main loop's K steps read a slot's tile so: one look per fill and readers."""
+        ranges, seen = self.landed_ranges, self.landed_seen
+        for lanes, where, readers in checks:
+            held = ranges.holding(where.start, where.stop)
+            if held is None or (held, readers) not in seen:
+                if not self._landed_read(lanes, where):
+                    return False
+                if held is not None:
+                    seen.add((held, readers))
         if self.wg_read is None:
             self.wg_read = self.hb.wgmma_reads = np.zeros((self.groups_per_cta, self.hb.chunk_count()), np.int32)
         flat = self.wg_read.reshape(-1)
@@ -408,21 +394,24 @@ class WgmmaTracking:
     def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
         `pending` and one of `shaped` that no other register shares, the chain's next wgmma (`chain_continues`)
-        is recorded by `chain_issued`, those entries updated in place."""
+        is recorded by `chain_issued`, those entries updated in place. The chain keeps whether none of its lanes
+        has touched a wgmma register since its last wgmma.fence (`check_fenced_in_chain`)."""
         pending = _sole_entry(self.pending, roles.results)
         shaped = _sole_entry(self.shaped, roles.results)
         if pending is None or shaped is None:
             self.chain = None
             return
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]
-        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped)  # (lanes: never modified)
+        clean = not self._dirty()[lanes].any()
+        # (lanes: never modified)
+        self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped, clean)
 
     def chain_issued(self, inst, roles: WgmmaRoles) -> None:
         """`wgmma_issued` and `wgmma_shaped` of a wgmma that continues the chain (`chain_continues`): its open
         groups, pending accumulators and unfenced lanes are those the chain's last wgmma left (no commit since,
         the same lanes and accumulators), so for them only the wgmma they name changes (one assignment per entry,
         not one per register); its A registers are made pending as `wgmma_issued` does."""
-        _, _, _, ws, opened, pending, shaped = self.chain
+        _, _, _, ws, opened, pending, shaped, _ = self.chain
         for w in ws.tolist():
             self.last_wgmma[w] = inst
         pending[2] = inst
@@ -469,6 +458,15 @@ class WgmmaTracking:
                 raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
                                         f"{int(line[i])} accessed it, with no wgmma.fence between them "
                                         "(missing wgmma.fence)", lanes[i])
+
+    def check_fenced_in_chain(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+        """`check_fenced` of the A registers `roles` of a wgmma of `lanes` that continues the chain (`chain_continues`),
+        which passes without a look where the chain's lanes had touched no wgmma register since their last
+        wgmma.fence when it opened (`chain_open`): no touch or fence came since (the chain's `events`), so none of
+        them touched one since, they had fenced (the chain's first wgmma was checked; `ever_fenced` only grows),
+        and A registers have no shape to agree with."""
+        if not self.chain[7]:
+            self.check_fenced(inst, lanes, roles)
 
     def check_registers(self, inst, lanes: np.ndarray, names, kinds: dict[str, str]) -> None:
         """Refuse an instruction of `lanes` naming registers of a wgmma whose group is still pending (`kinds`:
