@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from tessera.interpreters.ptx import wgmma_accumulators
+from tessera.interpreters.truth import any_set, equal_arrays
 from tessera.sm90 import facts
 from tessera.sm90.wgmma_numerics import block_fma, block_model
 
@@ -54,7 +55,7 @@ def _accumulators(m, d_block, d_regs, lanes, n: int, dtype_name: str, groups: in
     """The accumulators of `lanes` in product order [groups, 64, N] float64: a chain's kept values
     (`wgmma_accumulators`) where it has them, the registers otherwise."""
     entry = m.deferred.get(id(d_block)) if d_block is not None else None
-    if entry is not None and len(entry.lanes) == len(lanes) and np.array_equal(entry.lanes, lanes):
+    if entry is not None and len(entry.lanes) == len(lanes) and equal_arrays(entry.lanes, lanes):
         return entry.values.astype(np.float64)
     if m.deferred:
         wgmma_accumulators.write_back(m)
@@ -79,7 +80,7 @@ def modelled_product(m, inst, a_stack, b_stack, accumulate, lanes, d_block, d_re
         raise m.error(inst, f"{ENVIRONMENT}=hopper: {error}", int(lanes[0])) from None
     groups = len(accumulate)
     c = None
-    if accumulate.any():
+    if any_set(accumulate):
         c = _accumulators(m, d_block, d_regs, lanes, n, dtype_name, groups)
         c[~accumulate] = 0.0
         c = c.reshape(len(b_stack), -1, n)

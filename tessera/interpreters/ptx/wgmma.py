@@ -29,6 +29,7 @@ from tessera.interpreters.ptx.syntax import Reg, Vector
 from tessera.interpreters.ptx.types import ptx_type
 from tessera.interpreters.ptx.wgmma_operands import (FAMILIES, MULTIPLICANDS, ReadPlan, descriptor_reads,
                                                      descriptor_tiles, plan_reads, register_operands, register_words)
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 U64 = ptx_type("u64")
@@ -63,7 +64,7 @@ def thread_rows(n: int) -> np.ndarray:
     w, g, q, hh, m, l = np.indices((4, 8, 4, h, 2, 2))
     at = ((w * 8 + g) * 2 + m) * n + (hh * 4 + q) * 2 + l  # each element's place in D'
     place = np.argsort(rows)[row6] * n + col6
-    assert np.array_equal(place, at), "the accumulator layout is D' [(w, g, m), (h, q, l)]"
+    assert equal_arrays(place, at), "the accumulator layout is D' [(w, g, m), (h, q, l)]"
     rows.setflags(write=False)
     return rows
 
@@ -227,7 +228,7 @@ def _wgmma_async(ops: Operands, inst, mods):
             accumulate = np.zeros_like(accumulate)
         else:  # B [K, N] contiguous: BLAS's faster non-transposed product
             d = np.matmul(a_stack, b_stack).reshape(len(starts), facts.WGMMA_M, n)
-        if plan.rows is not None and (accumulate.all() or not accumulate.any()):
+        if plan.rows is not None and (all_set(accumulate) or not any_set(accumulate)):
             # kept in product order until a wait (`wgmma_accumulators`)
             wgmma_accumulators.accumulate(m, d_block, lanes, plan.rows, d, bool(accumulate[0]))
             return
@@ -243,9 +244,9 @@ def _wgmma_async(ops: Operands, inst, mods):
             acc = acc_words.astype(np.uint32).view(np.int32).astype(np.float64)
         else:
             acc = acc_words.view(np.float32).astype(np.float64)
-        if accumulate.all():
+        if all_set(accumulate):
             result = product + acc
-        elif not accumulate.any():
+        elif not any_set(accumulate):
             result = product
         else:
             result = np.where(np.repeat(accumulate, facts.WARPGROUP_SIZE)[:, None], product + acc, product)
@@ -276,13 +277,13 @@ def _warpgroups(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.nda
     unit, size = m.unit_of[facts.WARPGROUP_SIZE], facts.WARPGROUP_SIZE
     if len(lanes) % size == 0:  # each run of 128 lanes (ascending, each once) one warpgroup: its ends in it
         firsts = unit[lanes[::size]]
-        if np.array_equal(firsts, unit[lanes[size - 1::size]]):
+        if equal_arrays(firsts, unit[lanes[size - 1::size]]):
             return np.arange(0, len(lanes), size), firsts
     groups = unit[lanes]
     starts = np.flatnonzero(np.diff(groups, prepend=-1))  # lanes ascend: each warpgroup's lanes are one run
     counts = np.diff(starts, append=len(groups))
     short = counts != size
-    if short.any():
+    if any_set(short):
         raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
     return starts, groups[starts]
 
@@ -293,11 +294,11 @@ def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray
     values = np.asarray(values)
     if values.shape != lanes.shape:  # an immediate
         values = np.broadcast_to(values, lanes.shape)
-    if (values == values[0]).all():  # one value in every lane (a main loop's descriptors): one comparison
+    if all_set(values == values[0]):  # one value in every lane (a main loop's descriptors): one comparison
         return values[::facts.WARPGROUP_SIZE]
     values = values.reshape(-1, facts.WARPGROUP_SIZE)
     differ = values != values[:, :1]
-    if differ.any():
+    if any_set(differ):
         g, i = np.unravel_index(np.argmax(differ), differ.shape)
         raise m.error(inst, f"the {what} must be the same in the whole warpgroup",
                       int(lanes[g * facts.WARPGROUP_SIZE + i]))

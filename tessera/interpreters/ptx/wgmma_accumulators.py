@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tessera.interpreters.truth import equal_arrays
 from tessera.sm90 import facts
 
 
@@ -69,7 +70,7 @@ def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.
     or f32(d), d [warpgroups, 64, N] float64 in product order (overwritten): kept in `m.deferred` until
     `write_back`. A chain of other lanes on the block is written back first."""
     entry = m.deferred.get(id(block))
-    if entry is not None and (len(entry.lanes) != len(lanes) or not np.array_equal(entry.lanes, lanes)):
+    if entry is not None and (len(entry.lanes) != len(lanes) or not equal_arrays(entry.lanes, lanes)):
         write_back(m)
         entry = None
     if entry is None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.shared_chunks import CHUNK, CHUNK_ITEM, chunk_set, chunks_in_order, dense_range
 from tessera.interpreters.ptx.state import Machine
+from tessera.interpreters.truth import all_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -206,7 +207,7 @@ def tile_gathers(m: Machine, reads: list[tuple], rows: np.ndarray | None = None,
     e = reads[0][1][2]
     extent, k = reads[0][2][0].shape
     order = np.arange(extent) if rows is None else np.asarray(rows)
-    natural = np.array_equal(order, np.arange(extent))
+    natural = equal_arrays(order, np.arange(extent))
 
     def chunks(addresses: np.ndarray, swapped: bool, ordered: bool) -> np.ndarray | None:
         tile = addresses[order] if ordered else addresses
@@ -258,7 +259,7 @@ def _a_tile_bytes() -> np.ndarray:
     r0, k0, _, _ = _a_coords()
     source = np.full((facts.WGMMA_M, facts.WGMMA_K_BYTES), -1, np.int64)
     source[r0[..., None], 2 * k0[..., None] + np.arange(4)] = np.arange(r0.size * 4).reshape(*r0.shape, 4)
-    assert (source >= 0).all(), "the A fragment fills the tile"
+    assert all_set(source >= 0), "the A fragment fills the tile"
     source.setflags(write=False)
     return source.reshape(-1)
 
@@ -269,7 +270,7 @@ def _a_tile_words_in(rows: tuple[int, ...] | None) -> np.ndarray:
     holds 4 consecutive bytes of a row (`_a_tile_bytes`), so the tile [64, 8 words] is a gather of the 128
     threads' 512 A registers ([thread, register] flattened), a word at a time."""
     source = _a_tile_bytes().reshape(facts.WGMMA_M, -1, 4)
-    assert (source == source[..., :1] + np.arange(4)).all() and (source[..., 0] % 4 == 0).all(), \
+    assert all_set(source == source[..., :1] + np.arange(4)) and all_set(source[..., 0] % 4 == 0), \
         "each A register holds 4 consecutive bytes of a tile row"
     words = source[..., 0] // 4
     index = (words if rows is None else words[list(rows)]).reshape(-1)

@@ -26,6 +26,7 @@ from tessera.interpreters.ptx.decode import elements
 from tessera.interpreters.ptx.wgmma_accumulators import write_back
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
 from tessera.interpreters.ranges import distinct_ascending
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 _NO_GROUP = np.iinfo(np.int64).max  # above every wgmma group (`WgmmaTracking.wgmma_wait`)
@@ -158,7 +159,7 @@ class WgmmaTracking:
         if span.stop <= span.start:
             return False
         chunks = self.hb.chunk_span(span)
-        return bool((self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]).any())
+        return bool(any_set(self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]))
 
     def _read_by_wgmma_ctas(self, rows: slice | np.ndarray, first: int, stop: int) -> bool:
         """`_read_by_wgmma` of the chunks [first, stop) of each CTA of `rows` (CTA slots) at once."""
@@ -166,7 +167,7 @@ class WgmmaTracking:
             return False
         gpc = self.groups_per_cta
         reads = self.wg_read.reshape(gpc, self.m.ctas, -1)[:, rows, first:stop].max(axis=2)  # [warpgroup, CTA]
-        return bool((reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T).any())
+        return bool(any_set(reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T))
 
     def _hulls_unread(self, flat: np.ndarray, cta: np.ndarray) -> bool:
         """Whether no pending wgmma may read a byte of the hull of each CTA's bytes of `flat` (`cta`: each byte's
@@ -180,14 +181,14 @@ class WgmmaTracking:
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         cta = flat // max(self.m.shared_bytes, 1)
-        if len(cta) and (cta[1:] >= cta[:-1]).all() and self._hulls_unread(flat, cta):
+        if len(cta) and all_set(cta[1:] >= cta[:-1]) and self._hulls_unread(flat, cta):
             return
         if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
             cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
         groups = self.wg_read[:, self.hb.chunk_of(flat)].astype(np.int64) - 1  # [local warpgroup, byte]
         w = cta[None, :] * self.groups_per_cta + np.arange(self.groups_per_cta)[:, None]
         pending = groups > self.wg_done[w]
-        if pending.any():
+        if any_set(pending):
             w = np.broadcast_to(w, groups.shape)
             local, i = np.unravel_index(np.argmax(pending), pending.shape)
             reader = self.read_inst[(int(w[local, i]), int(groups[local, i]))]
@@ -195,7 +196,7 @@ class WgmmaTracking:
             if acquired is not None:
                 group_lanes = np.flatnonzero(self.m.unit_of[facts.WARPGROUP_SIZE] == w[local, i])
                 lines = self.released[acquired, group_lanes]
-                if lines.any():
+                if any_set(lines):
                     released = (f"; warpgroup {int(local)} released it with the arrive on "
                                 f"{self.barrier_name(acquired)} at line {int(lines.max())} before a wgmma.wait_group "
                                 "covered that wgmma (a release before the consumer's last read)")
@@ -270,10 +271,10 @@ class WgmmaTracking:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
             arrays = {id(e[0]): e[0] for e in self.pending.values()}  # registers pending together share one
-            live = {key: bool((groups > least).any()) for key, groups in arrays.items()}
+            live = {key: bool(any_set(groups > least)) for key, groups in arrays.items()}
             if not all(live.values()):
                 self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
-        self.reading = bool((self.wg_issued > self.wg_done).any())
+        self.reading = bool(any_set(self.wg_issued > self.wg_done))
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
         """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
@@ -311,7 +312,7 @@ class WgmmaTracking:
                 continue
             hit = np.zeros(self.m.lanes, bool)
             hit[sel] = True
-            if (hit[lanes] & (fenced < seq)).any():
+            if any_set(hit[lanes] & (fenced < seq)):
                 return True
         return False
 
@@ -335,10 +336,10 @@ class WgmmaTracking:
         self.fence_seq[lanes] = self.touch_seq
         dirty = self._dirty()
         dirty[lanes] = False
-        if not dirty.any():
+        if not any_set(dirty):
             self.touch_log.clear()
         elif len(self.touch_log) > 256:  # keep the accesses some lane has not fenced since
-            self.touch_log = [e for e in self.touch_log if (self.fence_seq[e[2]] < e[0]).any()]
+            self.touch_log = [e for e in self.touch_log if any_set(self.fence_seq[e[2]] < e[0])]
         self.dirty_from = len(self.touch_log)
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
@@ -389,7 +390,7 @@ class WgmmaTracking:
         last_lanes, last = chain[1], chain[2]
         if roles is not last and (roles.shape != last.shape or roles.results != last.results):
             return False
-        return lanes is last_lanes or (len(lanes) == len(last_lanes) and bool(np.array_equal(lanes, last_lanes)))
+        return lanes is last_lanes or (len(lanes) == len(last_lanes) and bool(equal_arrays(lanes, last_lanes)))
 
     def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
@@ -402,7 +403,7 @@ class WgmmaTracking:
             self.chain = None
             return
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]
-        clean = not self._dirty()[lanes].any()
+        clean = not any_set(self._dirty()[lanes])
         # (lanes: never modified)
         self.chain = (self.events, lanes, roles, ws, self.wg_open[ws], pending, shaped, clean)
 
@@ -426,23 +427,23 @@ class WgmmaTracking:
         it (the PTX ISA's first location for the fence, [memory_model.WGMMA_FENCE]), whether or not its
         registers were touched (a chain starting with scale-d false reads no accumulator)."""
         unfenced = ~self.ever_fenced[lanes]
-        if unfenced.any():
+        if any_set(unfenced):
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = roles.shape
-        touched = bool(self._dirty()[lanes].any())  # some register touched since the lanes' last wgmma.fence
+        touched = bool(any_set(self._dirty()[lanes]))  # some register touched since the lanes' last wgmma.fence
         # one look per entry and per logged access, not per register; the walk below names the register
         olds = list(map(self.shaped.get, roles.results))
         entries = dict(zip(map(id, olds), olds))
         entries.pop(id(None), None)
-        if not any(e[2] != shape and e[0][lanes].any() for e in entries.values()) \
+        if not any(e[2] != shape and any_set(e[0][lanes]) for e in entries.values()) \
                 and not (touched and self._touched_any(frozenset(roles.kinds), lanes)):
             return
         for name, kind in roles.kinds.items():
             shaped = self.shaped.get(name) if kind == "result" else None
             if shaped is not None and shaped[2] != shape:
                 bad = shaped[0][lanes]
-                if bad.any():
+                if any_set(bad):
                     i = int(np.argmax(bad))
                     raise self.hazard(inst, f"uses {name} as its accumulator register after the wgmma.mma_async at "
                                             f"line {shaped[1].line} of another shape or type ({shaped[2]}"
@@ -452,7 +453,7 @@ class WgmmaTracking:
             if not touched:
                 continue
             bad, line = self._touched(name, lanes)
-            if bad.any():
+            if any_set(bad):
                 i = int(np.argmax(bad))
                 what = "accumulator" if kind == "result" else "A-fragment"
                 raise self.hazard(inst, f"uses {name} as its {what} register after the instruction at line "
@@ -480,7 +481,7 @@ class WgmmaTracking:
                 ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
             groups, kind, wgmma = entry
             bad = groups[ws] > self.lane_done[lanes]
-            if bad.any():
+            if any_set(bad):
                 i = int(np.argmax(bad))
                 what = "an accumulator" if kind == "result" else "an A-fragment"
                 others = (": another thread's wgmma.wait_group covered it, and each thread waits only for itself "
@@ -499,7 +500,7 @@ def _completions(unit: np.ndarray, lanes: np.ndarray, ws: np.ndarray, target: np
     size = facts.WARPGROUP_SIZE
     if len(lanes) == len(ws) * size:
         rows, targets = lanes.reshape(-1, size), target.reshape(-1, size)
-        if (unit[rows] == ws[:, None]).all() and (targets == targets[:, :1]).all():
+        if all_set(unit[rows] == ws[:, None]) and all_set(targets == targets[:, :1]):
             firsts = previous.reshape(-1, size).min(axis=1) + 1
             return [(w, first, last, row) for w, first, last, row in
                     zip(ws.tolist(), firsts.tolist(), targets[:, 0].tolist(), rows)]
