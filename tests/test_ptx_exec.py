@@ -133,6 +133,15 @@ def test_shift_amounts_clamp(kind):
     np.testing.assert_array_equal(elementwise(op, I32, amounts), expected)
 
 
+@pytest.mark.parametrize("kind", ["shl", "shr.u32", "shr.s32"])
+@pytest.mark.parametrize("amount", [0, 1, 5, 31, 32, 33, 100, 2**31, -1])
+def test_shift_by_an_immediate_clamps_as_by_a_register(kind, amount):
+    """A constant amount (decided once at decode) shifts as the same amount in a register does (-1: 2^32 - 1)."""
+    op = {"shl": "shl.b32", "shr.u32": "shr.u32", "shr.s32": "shr.s32"}[kind] + f" %r4, %r1, {amount}"
+    expected = wrap32([shift_reference(kind, int(a), amount & 0xFFFFFFFF) for a in I32])
+    np.testing.assert_array_equal(elementwise(op, I32, np.zeros_like(I32)), expected)
+
+
 def bfe_reference(a, pos, length, signed):
     pos, length = pos & 0xFF, length & 0xFF
     bits = [(a >> i) & 1 for i in range(32)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.decode import Operands, lane_count, opcode, sources
+from tessera.interpreters.ptx.syntax import Imm
 from tessera.interpreters.ptx.types import ptx_type
 
 
@@ -52,6 +53,14 @@ def decode_shift(ops: Operands, inst, mods):
     write = ops.write(inst, inst.operands[0], t)
     bits, dtype = t.bits, t.dtype
     zero = dtype.type(0)
+    if isinstance(inst.operands[2], Imm):  # a constant amount (an index's scaling): its clamp decided once
+        count = int(ops.constant(inst, inst.operands[2], ptx_type("u32")))
+        amount = dtype.type(min(count, bits - 1))
+        if count >= bits and (inst.opcode == "shl" or t.kind != "s"):
+            return lambda sel: write(sel, np.zeros_like(a(sel)))
+        if inst.opcode == "shl":
+            return lambda sel: write(sel, a(sel) << amount)
+        return lambda sel: write(sel, a(sel) >> amount)
 
     def run(sel):
         x, s = a(sel), b(sel)
