@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.interpreters.ptx.byte_ranges import cta_hulls
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.state import RUN
@@ -64,7 +65,10 @@ class AsyncCopies:
         the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
         self.check_not_barrier(inst, lanes, flat, what, span)
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
-        clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
+        if span is not None:
+            clear = not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
+        else:
+            clear = (self.tagged or self.reading) and self.hulls_clear(flat)
         lanes = per_lane(lanes, flat.shape)
         if self.tagged and not clear:
             self.write_out(flat)
@@ -89,6 +93,24 @@ class AsyncCopies:
                     raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk store at line "
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
                                             "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
+
+    def hulls_clear(self, flat: np.ndarray) -> bool:
+        """Whether no byte of `flat` is in flight and no pending wgmma may read one, decided over each CTA's hull
+        of them (`byte_ranges.cta_hulls`: a store of a batch's CTAs, row by row) instead of byte by byte: a hull
+        with neither holds bytes with neither. False when there are no such hulls, or a hull has a byte in flight
+        or may be read: the bytes are then looked at one by one (`check_writable`), which decides what they hold.
+        The pending reads are asked once for every CTA, over the hulls' common extent in their CTAs' windows (a
+        larger range still: the same rule)."""
+        size = max(self.m.shared_bytes, 1)
+        hulls = cta_hulls(flat, size)
+        if hulls is None or self.tagged and any(self.flight_in(hull) for hull in hulls):
+            return False
+        if not self.reading:
+            return True
+        slots = np.array([hull.start // size for hull in hulls])
+        low = min(hull.start - slot * size for hull, slot in zip(hulls, slots.tolist()))
+        high = max(hull.stop - slot * size for hull, slot in zip(hulls, slots.tolist()))
+        return not self._read_by_wgmma_ctas(slots, low // _CHUNK, -(-high // _CHUNK))
 
     def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
         """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the
