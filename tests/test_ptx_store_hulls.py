@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera.interpreters.ptx import launch
-from tessera.interpreters.ptx.async_copies import FLIGHT, AsyncCopies
+from tessera.interpreters.ptx import launch, tagged_accesses
+from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, AsyncCopies
 from tessera.interpreters.ptx.asynchrony import AsyncTracker
 from tessera.interpreters.ptx.byte_ranges import cta_hulls
 from tessera.interpreters.ptx.happens_before import HappensBefore
-from tessera.interpreters.truth import any_set
+from tessera.interpreters.ptx.tagged_accesses import TaggedAccesses
+from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
 from test_ptx_ctas_together import _launch
@@ -41,8 +42,8 @@ def test_a_clear_hull_means_clear_bytes_and_the_key_bias_stores_take_it(monkeypa
     decided = []
     hulls_clear = AsyncCopies.hulls_clear
 
-    def checked(self, flat):
-        clear = hulls_clear(self, flat)
+    def checked(self, flat, hulls=None):
+        clear = hulls_clear(self, flat, hulls)
         if clear:
             assert _bytes_clear(self, flat)
         decided.append(clear)
@@ -59,14 +60,14 @@ def test_hulls_without_completed_async_reads_hold_bytes_without_any(monkeypatch)
     decided = []
     after = HappensBefore._after_async_reads
 
-    def checked(self, inst, lanes, index, what, clocks, span=None):
-        hulls = cta_hulls(index.reshape(-1), self._cta_bytes())
+    def checked(self, inst, lanes, index, what, clocks, span=None, hulls=None):
+        hulls = cta_hulls(index.reshape(-1), self._cta_bytes()) if hulls is None else hulls
         if span is None and self.races and self.completions and hulls is not None:
             skipped = not any(self._async_read_in(hull) for hull in hulls)
             if skipped:
                 assert int(self._async_ends(index).max(initial=0)) == 0
             decided.append(skipped)
-        return after(self, inst, lanes, index, what, clocks, span)
+        return after(self, inst, lanes, index, what, clocks, span, hulls)
     monkeypatch.setattr(HappensBefore, "_after_async_reads", checked)
     out = _launch(_attention(True)[2])
     assert isinstance(out, np.ndarray)
@@ -117,3 +118,35 @@ def test_a_hull_spanning_a_read_chunk_is_not_clear_but_its_bytes_are():
     assert not tracker.hulls_clear(np.array([256 + 64, 4]))  # CTAs out of order: the bytes decide
     assert facts.SWIZZLE_CHUNK_BYTES == 16
 
+
+def test_a_store_of_the_batch_keeps_the_landed_ranges_of_the_windows_between(monkeypatch):
+    """A store of every CTA's key-bias table forgets the landed ranges of each CTA's hull of its bytes, not those of
+    the whole span from the first CTA's table to the last's (the other CTAs' Q, K and V tiles): the dummy trip's
+    wgmma then finds its operands landed. Every range read as landed (`_landed_read`) agrees with its bytes: landed
+    from one barrier in a phase every reader observed, and no generic write since; the bits are the same when the
+    store forgets the whole span."""
+    passed = []
+    landed_read = TaggedAccesses._landed_read
+
+    def checked(self, lanes, where):
+        ok = landed_read(self, lanes, where)
+        if ok:
+            b, _ = self._landed_cover(where)
+            self.write_out(where)
+            assert all_set(self.state[where] == LANDED) and all_set(self.tag[where] == b)
+            assert self._seen(lanes, b) > int(self.phase[where].max())
+            assert not self.hb.w_any or not np.count_nonzero(self.hb.w_clock[where])
+        passed.append(ok)
+        return ok
+    monkeypatch.setattr(TaggedAccesses, "_landed_read", checked)
+    looked = []  # the async-proxy reads that were not decided as landed
+    async_read = TaggedAccesses.async_read
+    monkeypatch.setattr(TaggedAccesses, "async_read", lambda self, *args, **kwargs: (
+        looked.append(args[2]), async_read(self, *args, **kwargs))[1])
+    kept = _launch(_attention(True)[2])
+    assert isinstance(kept, np.ndarray) and any(passed)
+    walked, looked[:] = len(looked), []
+    monkeypatch.setattr(tagged_accesses, "cta_hulls", lambda *args: None)
+    forgotten = _launch(_attention(True)[2])
+    assert kept.tobytes() == forgotten.tobytes()
+    assert walked < len(looked)

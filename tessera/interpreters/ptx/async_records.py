@@ -180,12 +180,13 @@ class AsyncRecords:
             self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
 
     def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray | None,
-                           span: slice | None = None) -> None:
+                           span: slice | None = None, hulls: list[slice] | None = None) -> None:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`; None: the lanes' own
         clocks, gathered only for the rows a completion concerns) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
         as one instruction of many threads (a store of two warpgroups at once) is many writes. `span`: the range
-        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
+        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte).
+        `hulls`: `byte_ranges.cta_hulls` of `index`, where the caller has them."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
         if span is not None:
@@ -194,7 +195,7 @@ class AsyncRecords:
                     self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
             self._forget_async_reads(span)
             return
-        hulls = cta_hulls(index.reshape(-1), self._cta_bytes())
+        hulls = cta_hulls(index.reshape(-1), self._cta_bytes()) if hulls is None else hulls
         if hulls is not None and not any(self._async_read_in(hull) for hull in hulls):
             return  # (a store of the batch's CTAs over bytes no completed async read recorded: the key-bias table)
         ends = self._async_ends(index)  # [reader row, row, byte]

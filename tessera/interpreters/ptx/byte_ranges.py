@@ -118,12 +118,13 @@ def cta_hulls(flat: np.ndarray, size: int) -> list[slice] | None:
     holding no record of a kind holds none at a byte of `flat` (a check's fast path; a hull holding one decides
     nothing, the bytes do)."""
     cta = flat // max(size, 1)
-    if not len(cta) or not all_set(cta[1:] >= cta[:-1]):
+    step = cta[1:] - cta[:-1]
+    if not len(cta) or not all_set(step >= 0):
         return None
-    starts = np.flatnonzero(np.diff(cta)) + 1
+    starts = np.flatnonzero(step)  # (each CTA's first byte but the first's, one before)
     if len(starts) > 16:
         return None
-    starts = np.concatenate([[0], starts])
+    starts = [0, *(starts + 1).tolist()]
     lows, highs = np.minimum.reduceat(flat, starts).tolist(), np.maximum.reduceat(flat, starts).tolist()
     return [slice(low, high + 1) for low, high in zip(lows, highs)]
 
