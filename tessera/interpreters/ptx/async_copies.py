@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.interpreters.ptx.byte_ranges import cta_hulls
 from tessera.interpreters.ptx.cluster import grid_rank
 from tessera.interpreters.ptx.decode import per_lane
 from tessera.interpreters.ptx.state import RUN
@@ -56,15 +57,19 @@ class AsyncCopies:
     """The asynchronous copies of `AsyncTracker` (its base class: the tags and state are `AsyncTracker`'s)."""
 
     def check_writable(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None = None,
-                       span: slice | None = None, atomic: bool = False) -> None:
+                       span: slice | None = None, atomic: bool = False, hulls: list[slice] | None = None) -> None:
         """Refuse `what` (by `lanes`, one per byte or one for all) writing the bytes `flat` while an
         asynchronous copy still writes them, a pending wgmma, a bulk store or a bulk copy into a cluster member
         (`copy_sources`) may still read them. `span`: the range `flat` fills, when it fills one (the records are
         then read as a range, and a finding is located byte by byte). `atomic`: a `red.async`, which another red.async in flight on
-        the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG])."""
+        the bytes does not race (both relaxed at cluster scope: morally strong [memory_model.MORALLY_STRONG]).
+        `hulls`: `byte_ranges.cta_hulls` of `flat`, where the caller has them (`hulls_clear`)."""
         self.check_not_barrier(inst, lanes, flat, what, span)
         # a range with nothing in flight and no pending wgmma reading it is decided without a gather
-        clear = span is not None and not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
+        if span is not None:
+            clear = not self.flight_in(span) and not (self.reading and self._read_by_wgmma(span))
+        else:
+            clear = (self.tagged or self.reading) and self.hulls_clear(flat, hulls)
         lanes = per_lane(lanes, flat.shape)
         if self.tagged and not clear:
             self.write_out(flat)
@@ -89,6 +94,24 @@ class AsyncCopies:
                     raise self.hazard(inst, f"{what} overwrites {self.where(flat[i])} while the bulk store at line "
                                             f"{store.line} ({self.m.describe_lane(lane)}) may still read it (no "
                                             "cp.async.bulk.wait_group.read covers its bulk group)", lanes[i])
+
+    def hulls_clear(self, flat: np.ndarray, hulls: list[slice] | None = None) -> bool:
+        """Whether no byte of `flat` is in flight and no pending wgmma may read one, decided over each CTA's hull
+        of them (`byte_ranges.cta_hulls`: a store of a batch's CTAs, row by row) instead of byte by byte: a hull
+        with neither holds bytes with neither. False when there are no such hulls, or a hull has a byte in flight
+        or may be read: the bytes are then looked at one by one (`check_writable`), which decides what they hold.
+        The pending reads are asked once for every CTA, over the hulls' common extent in their CTAs' windows (a
+        larger range still: the same rule). `hulls`: `cta_hulls(flat)`, where the caller has them."""
+        size = max(self.m.shared_bytes, 1)
+        hulls = cta_hulls(flat, size) if hulls is None else hulls
+        if hulls is None or self.tagged and any(self.flight_in(hull) for hull in hulls):
+            return False
+        if not self.reading:
+            return True
+        slots = np.array([hull.start // size for hull in hulls])
+        low = min(hull.start - slot * size for hull, slot in zip(hulls, slots.tolist()))
+        high = max(hull.stop - slot * size for hull, slot in zip(hulls, slots.tolist()))
+        return not self._read_by_wgmma_ctas(slots, low // _CHUNK, -(-high // _CHUNK))
 
     def stage(self, index: np.ndarray, data: np.ndarray, span: slice | None = None, layout=None) -> None:
         """A TMA/bulk load's bytes for the copy `issue` is about to record (called by the copy); `span`: the

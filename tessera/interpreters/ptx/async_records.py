@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interpreters.ptx.byte_ranges import cta_hulls
 from tessera.interpreters.truth import all_set, any_set
 from tessera.sm90 import facts
 
@@ -179,12 +180,13 @@ class AsyncRecords:
             self._after_peer_reads(inst, lanes[:1], index, f"{what} writes")
 
     def _after_async_reads(self, inst, lanes: np.ndarray, index: np.ndarray, what: str, clocks: np.ndarray | None,
-                           span: slice | None = None) -> None:
+                           span: slice | None = None, hulls: list[slice] | None = None) -> None:
         """Each write of `index` [rows, bytes] (row i by `lanes[i]`, whose clock is `clocks[i]`; None: the lanes' own
         clocks, gathered only for the rows a completion concerns) must happen after
         the wgmma.wait_group that completed every async read of its bytes, of each warpgroup: checked row by row,
         as one instruction of many threads (a store of two warpgroups at once) is many writes. `span`: the range
-        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte)."""
+        the one row of `index` fills, when it fills one (read as a range; a finding is located byte by byte).
+        `hulls`: `byte_ranges.cta_hulls` of `index`, where the caller has them."""
         if not (self.races and self.completions):
             return  # r_async is all zero: no completed async read recorded
         if span is not None:
@@ -193,6 +195,9 @@ class AsyncRecords:
                     self._after_async_reads(inst, lanes, index, what, clocks)  # raises, naming the byte
             self._forget_async_reads(span)
             return
+        hulls = cta_hulls(index.reshape(-1), self._cta_bytes()) if hulls is None else hulls
+        if hulls is not None and not any(self._async_read_in(hull) for hull in hulls):
+            return  # (a store of the batch's CTAs over bytes no completed async read recorded: the key-bias table)
         ends = self._async_ends(index)  # [reader row, row, byte]
         low, high = int(ends.min(initial=0)), int(ends.max(initial=0))
         if not high:
@@ -213,6 +218,13 @@ class AsyncRecords:
                                         f"write (race: the slot was released before {by} reading it completed)",
                                   int(lanes[r]))
         self._forget_async_reads(index.reshape(-1))
+
+    def _async_read_in(self, span: slice) -> bool:
+        """Whether some byte of the range `span` (one CTA's) may hold a completed async read's record (`r_async`,
+        or `wgmma_reads` of its chunks): when none does, `_async_ends` finds none at any byte of it."""
+        if self.r_any and np.count_nonzero(self.r_async[:, span]):
+            return True
+        return self.wgmma_reads is not None and np.count_nonzero(self.wgmma_reads[:, self.chunk_span(span)]) > 0
 
     def _forget_async_reads(self, where: np.ndarray | slice) -> None:
         """The bytes `where` were written after their completed async reads: those no longer apply."""

@@ -9,6 +9,8 @@ import bisect
 
 import numpy as np
 
+from tessera.interpreters.truth import all_set
+
 
 class ByteRanges:
     """Disjoint ranges [start, stop), each with a value: `ranges` (start -> (stop, value)) and `starts`, their
@@ -109,4 +111,22 @@ def byte_bounds(where: np.ndarray | slice | list[slice]) -> list[tuple[int, int]
     return [(int(where.min()), int(where.max()) + 1)]
 
 
-__all__ = ["ByteRanges", "byte_bounds"]
+def cta_hulls(flat: np.ndarray, size: int) -> list[slice] | None:
+    """The hull [lowest, highest byte] of each CTA's bytes of `flat` (flat shared bytes, windows of `size`
+    bytes), as ranges in CTA order: for the bytes of an access of a batch's CTAs row by row (each byte's CTA
+    non-decreasing, at most 16 CTAs); None otherwise. A hull holds its CTA's bytes and no other CTA's: a range
+    holding no record of a kind holds none at a byte of `flat` (a check's fast path; a hull holding one decides
+    nothing, the bytes do)."""
+    cta = flat // max(size, 1)
+    step = cta[1:] - cta[:-1]
+    if not len(cta) or not all_set(step >= 0):
+        return None
+    starts = np.flatnonzero(step)  # (each CTA's first byte but the first's, one before)
+    if len(starts) > 16:
+        return None
+    starts = [0, *(starts + 1).tolist()]
+    lows, highs = np.minimum.reduceat(flat, starts).tolist(), np.maximum.reduceat(flat, starts).tolist()
+    return [slice(low, high + 1) for low, high in zip(lows, highs)]
+
+
+__all__ = ["ByteRanges", "byte_bounds", "cta_hulls"]

@@ -223,12 +223,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
         return foreign, rows
 
     def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
-              cta_scoped: bool = False) -> None:
+              cta_scoped: bool = False, hulls: list[slice] | None = None) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
         memory store, is judged by what its lane knows of the peer's threads [memory_model.WRITE_ORDER]).
         `atomic`: an atom/red or a strong store, morally strong with the other atomic and strong writes
         [memory_model.MORALLY_STRONG], so it is not judged against an earlier one of them, but a plain access on
-        either side of it is; `cta_scoped` (.cta), morally strong with accesses of its own CTA only."""
+        either side of it is; `cta_scoped` (.cta), morally strong with accesses of its own CTA only. `hulls`:
+        `byte_ranges.cta_hulls` of `index`, where the caller has them (`_after_async_reads`)."""
         if self.races:
             peers = self._peer_rows(lanes, index)
             if peers is not None:
@@ -246,7 +247,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
                 own = ~foreign
                 self._write_checks(inst, lanes[own], index[own], atomic, cta_scoped)
             else:
-                self._write_checks(inst, lanes, index, atomic, cta_scoped)
+                self._write_checks(inst, lanes, index, atomic, cta_scoped, hulls)
             self._after_peer_reads(inst, lanes, index, "writes", atomic, cta_scoped)
         self.w_atomic[index] = atomic
         if cta_scoped or self.w_cta_any:  # (kept untouched, all false, by kernels without .cta strong stores)
@@ -272,7 +273,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.cta_reads.clear(index)
 
     def _write_checks(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
-                      cta_scoped: bool = False) -> None:
+                      cta_scoped: bool = False, hulls: list[slice] | None = None) -> None:
         if len(lanes):
             self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "writes", None, atomic,
                         cta_scoped)
@@ -280,7 +281,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             if self.strong_read_any and not atomic:  # a plain store after a strong load [memory_model.DATA_RACE]
                 self._check_reads(inst, lanes, index, "writes", reads=self.strong_reads)
             if self.completions:
-                self._after_async_reads(inst, lanes, index, "the store", None)
+                self._after_async_reads(inst, lanes, index, "the store", None, hulls=hulls)
 
     def read(self, inst, lanes: np.ndarray, index: np.ndarray) -> None:
         """A generic load of `lanes` at `index` [lanes, bytes] (of a peer's bytes: judged in the peer's frame)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.async_copies import FLIGHT, LANDED, PLAIN
-from tessera.interpreters.ptx.byte_ranges import byte_bounds
+from tessera.interpreters.ptx.byte_ranges import byte_bounds, cta_hulls
 from tessera.interpreters.truth import any_set
 
 
@@ -35,18 +35,22 @@ class TaggedAccesses:
         flight. `cta_scoped`: a strong access of scope .cta, morally strong with none of another CTA's accesses
         (distributed shared memory)."""
         if write:
+            # each CTA's hull of the bytes (a store of the batch's CTAs), for the checks that a hull decides
+            hulls = cta_hulls(index.reshape(-1), self.m.shared_bytes) if self.tagged or self.reading or \
+                self.hb.completions else None
             if self.tagged or self.reading or self.bulk_reads or self.copy_sources or self.live_barriers is not None:
-                self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store")
-            if self.tagged:
-                self.write_out(index)
+                self.check_writable(inst, np.repeat(lanes, index.shape[1]), index.reshape(-1), "the store",
+                                    hulls=hulls)
+            if self.tagged:  # (the kept ranges meeting a hull written out and forgotten; the windows between kept)
+                self.write_out(index if hulls is None else hulls)
                 state = self.state[index]
                 if any_set(state) and self.hb.races:
                     writers = np.broadcast_to(np.asarray(lanes)[:, None], index.shape).reshape(-1)
                     self._check_landed_write(inst, writers, index.reshape(-1), state.reshape(-1))
                 self.state[index] = PLAIN
-                self._forget_ranges(index)
+                self._forget_ranges(index if hulls is None else hulls)
             if self.proxy_readers or self.hb.races:
-                self.hb.write(inst, lanes, index, atomic or strong, cta_scoped)
+                self.hb.write(inst, lanes, index, atomic or strong, cta_scoped, hulls)
             return
         if strong:
             self.hb.strong_read(inst, lanes, index, cta_scoped)

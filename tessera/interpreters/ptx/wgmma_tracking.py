@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tessera.interpreters.ptx.byte_ranges import cta_hulls
 from tessera.interpreters.ptx.decode import elements
 from tessera.interpreters.ptx.wgmma_accumulators import write_back
 from tessera.interpreters.ptx.syntax import Address, Negated, Reg, Vector
@@ -169,20 +170,11 @@ class WgmmaTracking:
         reads = self.wg_read.reshape(gpc, self.m.ctas, -1)[:, rows, first:stop].max(axis=2)  # [warpgroup, CTA]
         return bool(any_set(reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T))
 
-    def _hulls_unread(self, flat: np.ndarray, cta: np.ndarray) -> bool:
-        """Whether no pending wgmma may read a byte of the hull of each CTA's bytes of `flat` (`cta`: each byte's
-        CTA slot, non-decreasing; a store of a batch's CTAs, row by row): then none of the bytes needs a look."""
-        starts = np.flatnonzero(np.diff(cta)) + 1
-        if len(starts) > 16:
-            return False
-        starts = np.concatenate([[0], starts])
-        lows, highs = np.minimum.reduceat(flat, starts).tolist(), np.maximum.reduceat(flat, starts).tolist()
-        return not any(self._read_by_wgmma(slice(low, high + 1)) for low, high in zip(lows, highs))
-
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
-        cta = flat // max(self.m.shared_bytes, 1)
-        if len(cta) and all_set(cta[1:] >= cta[:-1]) and self._hulls_unread(flat, cta):
+        hulls = cta_hulls(flat, self.m.shared_bytes)  # (a store of a batch's CTAs: each CTA's hull of its bytes)
+        if hulls is not None and not any(self._read_by_wgmma(hull) for hull in hulls):
             return
+        cta = flat // max(self.m.shared_bytes, 1)
         if len(cta) and cta[0] == cta[-1] and cta.min() == cta.max():
             cta = cta[:1]  # one CTA's bytes (a copy, a store): one row of warpgroups for all of them
         groups = self.wg_read[:, self.hb.chunk_of(flat)].astype(np.int64) - 1  # [local warpgroup, byte]
