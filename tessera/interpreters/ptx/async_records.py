@@ -160,7 +160,7 @@ class AsyncRecords:
         t = self.threads
         if clock[int(readers[0]) % t] >= epochs[0]:
             return True
-        return bool(any_set(clock[readers % t] >= epochs))
+        return any_set(clock[readers % t] >= epochs)
 
     def async_writes(self, rows: slice | np.ndarray, first: int, stop: int) -> None:
         """`async_write` of the copies `async_writes_clear` passed (their chunks [first, stop) of each CTA of

@@ -257,7 +257,7 @@ def decode_bulk(ops: Operands, inst, mods):
                                   *([per_lane(barriers, lanes.shape, np.int64)] if load else []),
                                   *([masks] if mask is not None else []))
         every = slice(None) if len(issued) == len(lanes) else issued  # (views where every lane issues its own)
-        clustered = load and bool(any_set(smem_addresses[every] >> CLUSTER_RANK_SHIFT))
+        clustered = load and any_set(smem_addresses[every] >> CLUSTER_RANK_SHIFT)
         if tensor and load and mask is None and not clustered and \
                 _tma_loads_together(m, inst, lanes[every], maps[every], [v[every] for v in values],
                                     smem_addresses[every], barriers[every], loaded):

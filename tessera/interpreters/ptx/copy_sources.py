@@ -71,7 +71,7 @@ class Source:
         if self.index is None:
             return self.low <= other.low and other.high <= self.high
         theirs = np.arange(other.low, other.high) if other.index is None else other.index
-        return bool(all_set(np.isin(theirs, self.index)))
+        return all_set(np.isin(theirs, self.index))
 
 
 SPACES = {"shared": "bulk copy", "global": "TMA or bulk load"}
@@ -179,7 +179,7 @@ class CopySources:
         else:
             known = t.hb.peer_known(lane, grid_rank(t.m, slot))
         seen = source.observers
-        return bool(any_set((seen > 0) & (known >= seen)))
+        return any_set((seen > 0) & (known >= seen))
 
 
 __all__ = ["CopySources", "SPACES", "Source"]

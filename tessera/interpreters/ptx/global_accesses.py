@@ -92,7 +92,7 @@ class StridedBox:
         if (len(a) > 1 and any_set(np.diff(a) < wa)) or (len(b) > 1 and any_set(np.diff(b) < wb)):
             return bool(np.intersect1d(self.index(), other.index()).size)  # runs that overlap themselves
         last = np.searchsorted(b, a + wa) - 1  # per run of `a`, the last run of `b` starting before its end
-        return bool(any_set((last >= 0) & (b[np.maximum(last, 0)] + wb > a)))
+        return any_set((last >= 0) & (b[np.maximum(last, 0)] + wb > a))
 
 
 @lru_cache(maxsize=1024)

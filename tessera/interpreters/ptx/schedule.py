@@ -489,7 +489,7 @@ class Scheduler:
     def _together(self, lanes: np.ndarray, pc: int) -> bool:
         """Whether every one of `lanes` still runs (none waits, parked or exited) and is at `pc`."""
         m = self.m
-        return bool(all_set(m.status[lanes] == RUN) and all_set(m.pc[lanes] == pc))
+        return all_set(m.status[lanes] == RUN) and all_set(m.pc[lanes] == pc)
 
     def _executed(self, active: np.ndarray) -> None:
         """Count one step, and with `stats=` the thread and warp instructions of `active`, the lanes executing it."""

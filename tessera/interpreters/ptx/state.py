@@ -416,5 +416,5 @@ class Machine:
 
     def cta_exited(self, slot: int) -> bool:
         """Whether every thread of CTA slot `slot` has exited."""
-        return bool(all_set(self.status[slot * self.threads:(slot + 1) * self.threads] == EXITED))
+        return all_set(self.status[slot * self.threads:(slot + 1) * self.threads] == EXITED)
     # endregion

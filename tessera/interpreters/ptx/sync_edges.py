@@ -73,7 +73,7 @@ class SyncEdges:
         self.learn(lanes, r)
         self.rows_changed(lanes)
         rows = consecutive(lanes)
-        fenced = bool(any_set(f))
+        fenced = any_set(f)
         if isinstance(rows, slice):
             np.maximum(self.clock[rows], c, out=self.clock[rows])
             if fenced:

@@ -79,7 +79,7 @@ class TagRanges:
         if cover is not None:
             return any(state == FLIGHT for state, _, _ in cover)
         self.write_out(span)
-        return bool(any_set(self.state[span] == FLIGHT))
+        return any_set(self.state[span] == FLIGHT)
 
     def _write_range(self, start: int) -> None:
         """The kept range at `start` written into the per-byte arrays, and no longer kept."""

@@ -188,7 +188,7 @@ def decode_match(ops: Operands, inst, mods):
             values, bits = x[here], bit[here]
             equal = values[:, None] == values[None, :]
             any_mask = (equal * bits[None, :]).sum(axis=1, dtype=np.uint64)
-            uniform = bool(all_set(equal))
+            uniform = all_set(equal)
             out[here] = any_mask if mode == "any" else (np.bitwise_or.reduce(bits) if uniform else 0)
             same_all[here] = uniform
         write(sel, out.astype(np.uint32))

@@ -160,7 +160,7 @@ class WgmmaTracking:
         if span.stop <= span.start:
             return False
         chunks = self.hb.chunk_span(span)
-        return bool(any_set(self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w]))
+        return any_set(self.wg_read[:, chunks].max(axis=1).astype(np.int64) - 1 > self.wg_done[w])
 
     def _read_by_wgmma_ctas(self, rows: slice | np.ndarray, first: int, stop: int) -> bool:
         """`_read_by_wgmma` of the chunks [first, stop) of each CTA of `rows` (CTA slots) at once."""
@@ -168,7 +168,7 @@ class WgmmaTracking:
             return False
         gpc = self.groups_per_cta
         reads = self.wg_read.reshape(gpc, self.m.ctas, -1)[:, rows, first:stop].max(axis=2)  # [warpgroup, CTA]
-        return bool(any_set(reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T))
+        return any_set(reads.astype(np.int64) - 1 > self.wg_done.reshape(self.m.ctas, gpc)[rows].T)
 
     def _check_not_read_by_wgmma(self, inst, lanes, flat: np.ndarray, what: str, acquired: int | None) -> None:
         hulls = cta_hulls(flat, self.m.shared_bytes)  # (a store of a batch's CTAs: each CTA's hull of its bytes)
@@ -263,10 +263,10 @@ class WgmmaTracking:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
             arrays = {id(e[0]): e[0] for e in self.pending.values()}  # registers pending together share one
-            live = {key: bool(any_set(groups > least)) for key, groups in arrays.items()}
+            live = {key: any_set(groups > least) for key, groups in arrays.items()}
             if not all(live.values()):
                 self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
-        self.reading = bool(any_set(self.wg_issued > self.wg_done))
+        self.reading = any_set(self.wg_issued > self.wg_done)
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
         """`lanes` (an index or a slice of every lane, never modified afterwards) accessed the wgmma registers
@@ -382,7 +382,7 @@ class WgmmaTracking:
         last_lanes, last = chain[1], chain[2]
         if roles is not last and (roles.shape != last.shape or roles.results != last.results):
             return False
-        return lanes is last_lanes or (len(lanes) == len(last_lanes) and bool(equal_arrays(lanes, last_lanes)))
+        return lanes is last_lanes or (len(lanes) == len(last_lanes) and equal_arrays(lanes, last_lanes))
 
     def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
         """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
@@ -423,7 +423,7 @@ class WgmmaTracking:
             raise self.hazard(inst, "is the warpgroup's first wgmma.mma_async and no wgmma.fence precedes it "
                                     "(missing wgmma.fence)", lanes[int(np.argmax(unfenced))])
         shape = roles.shape
-        touched = bool(any_set(self._dirty()[lanes]))  # some register touched since the lanes' last wgmma.fence
+        touched = any_set(self._dirty()[lanes])  # some register touched since the lanes' last wgmma.fence
         # one look per entry and per logged access, not per register; the walk below names the register
         olds = list(map(self.shaped.get, roles.results))
         entries = dict(zip(map(id, olds), olds))

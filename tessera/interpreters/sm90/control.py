@@ -110,7 +110,7 @@ class DivergentControlFunctions(InterpreterFunctions):
         if count > MAX_LOOP_TRIPS:
             self.cta.fail(op, f"would run {count} trips, more than the interpreters' limit of {MAX_LOOP_TRIPS} "
                               "(tessera.interpreters.limits.MAX_LOOP_TRIPS)", trips > MAX_LOOP_TRIPS)
-        uniform = bool(all_set(trips[active] == count))
+        uniform = all_set(trips[active] == count)
         iv_dtype = dtype_of(op.body.block.args[0].type)
         for i in range(count):
             iv = (lb + i * step).astype(iv_dtype)

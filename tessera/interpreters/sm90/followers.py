@@ -228,7 +228,7 @@ class Followers:
         if not (isinstance(leader, np.ndarray) and isinstance(followers, np.ndarray)):
             return True
         equal = followers == leader
-        return not all_set(equal) and bool(any_set(~equal.reshape(self.count, -1).all(axis=1) & self.alive))
+        return not all_set(equal) and any_set(~equal.reshape(self.count, -1).all(axis=1) & self.alive)
 
     def region(self, interpreter, region) -> tuple:
         """The followers' values of a pure region (`pure_if`) that the leader does not run: its ops computed
@@ -408,7 +408,7 @@ class Followers:
                     box = boxes[at] = shared_box(start, tensor_map.read_box(list(at)), tensor_map.swizzle)[1]
                 same = same and box is copy.data
                 rows.append(box)
-            copy.follower_same = same and bool(all_set(self.alive))
+            copy.follower_same = same and all_set(self.alive)
             copy.follower_data = (np.broadcast_to(copy.data, (self.count,) + copy.data.shape) if copy.follower_same
                                   else np.stack(rows))
         return ()

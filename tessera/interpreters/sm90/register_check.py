@@ -182,7 +182,7 @@ class RegisterFileChecker(Interpreter.Listener):
             groups = active.reshape(-1, self.granule)
             some = groups.any(axis=1)
             granules = as_slice(np.flatnonzero(some)) if any_set(some) else slice(0, 0)
-            whole = bool(all_set(groups.all(axis=1) == some))
+            whole = all_set(groups.all(axis=1) == some)
             self._mask = (active, granules, whole)
         return granules, whole
 

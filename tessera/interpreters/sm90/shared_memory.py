@@ -298,7 +298,7 @@ class SharedMemory:
         self.note_read(addresses, readers[0])
         state = self.state[addresses]
         landed = state == LANDED
-        every = bool(all_set(landed))  # the common case (a TMA-filled tile): nothing unready, nothing stored
+        every = all_set(landed)  # the common case (a TMA-filled tile): nothing unready, nothing stored
         if not every:
             self._refuse_unready(op, addresses, state, np.full(addresses.shape, readers[0]), what)
         if every or any_set(landed):
