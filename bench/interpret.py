@@ -27,6 +27,7 @@ import time
 from contextlib import nullcontext
 
 from busy_neighbour import busy_neighbour
+from numpy_heap import settle_heap
 
 import numpy as np
 from xdsl.utils.exceptions import DiagnosticException
@@ -138,11 +139,9 @@ def simulator_rows(q, k, v, repeats: int, header: bool = True) -> None:
         t_checked, t_unchecked = best_time(lambda: run(True), repeats), best_time(lambda: run(False), repeats)
         t_alone = best_time(lambda: run(True, 1), repeats)
         # NumPy takes milliseconds, and BLAS threads on a loaded machine make single runs vary 50x (their spinning
-        # counts as CPU time): one BLAS thread, as the simulator runs with, and best of 20. Its temporaries (a
-        # megabyte each at 512 tokens) come from glibc's heap only once a chunk that large has been freed (the
-        # mmap threshold rises then); the simulator's record pool keeps its arrays, so NumPy could otherwise run
-        # 2x slower after it: one 24 MB allocation freed first makes NumPy's time independent of what ran before.
-        np.empty(24 << 20, np.uint8).fill(0)
+        # counts as CPU time): one BLAS thread, as the simulator runs with, and best of 20; its temporaries on
+        # the heap whatever ran before (bench/numpy_heap.py).
+        settle_heap()
         with single_threaded_blas():
             t_np = best_time(lambda: numpy_attention_f32(q32, k32, v32, causal), max(20, repeats))
         print(f"{label:<22}{str(causal):<8}{t_checked:>10.3f}{t_alone:>9.3f}{t_unchecked:>12.3f}"
@@ -157,6 +156,7 @@ def measure(module, q, k, v, causal: bool, repeats: int) -> tuple[float, float |
         t_target = best_time(lambda: tessera.interpret(module, q, k, v, level="target"), repeats)
     except DiagnosticException:
         t_target = None
+    settle_heap()
     t_ref = best_time(lambda: reference_attention.attention(q, k, v, causal), repeats)
     return t_tile, t_target, t_ref
 
