@@ -76,6 +76,12 @@ def _box_span(box: tuple) -> tuple[int, int]:
     return start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
 
 
+def _span_of(addresses: np.ndarray) -> tuple[int, int]:
+    """The lowest and highest of `addresses` (nonempty): a `ByteBox`'s from its box, without a pass."""
+    box = getattr(addresses, "box", None)
+    return _box_span(box) if box is not None else (int(addresses.min()), int(addresses.max()))
+
+
 def _phase_keys(barriers: np.ndarray, phases: np.ndarray):
     """The distinct (barrier, phase) tags of landed bytes, each as barrier << 32 | phase, ascending."""
     if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
@@ -93,10 +99,12 @@ class SharedMemory:
         # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
         # clocks): every copy that lands writes a box of them, and every CTA fills them
         self.phase = records(cta, size, 0, np.int32)
-        self.generic_writes = False
-        """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
-        -1, `written_at` 0 and `write_op` -1 (only generic writes set them), and a write has no generic write to be
-        ordered after (`HappensBefore.check_write`)."""
+        self.generic_span = (size, 0)
+        """The hull [low, high) of the bytes that ever had a thread as their `writer` (st_shared, cp.async; empty
+        until one does): outside it every `writer` is -1, `written_at` 0 and `write_op` -1 (only generic writes set
+        them), so a write there has no generic write to be ordered after (`HappensBefore.check_write`), a TMA copy
+        landing there leaves `writer` as it is, and the next CTA's records are refilled inside it only (a causal
+        kernel's bias table, 11 KB of 220, is all that a flash attention CTA stores)."""
         self.writer = records(cta, size, -1, np.int32, self._generic_records_changed)
         self.written_at = records(cta, size, 0, np.int32, self._generic_records_changed)
         self.write_op = records(cta, size, -1, np.int32, self._generic_records_changed)
@@ -119,10 +127,33 @@ class SharedMemory:
         self.read_at = records(cta, size, -1, np.int64) if in_cluster else None
         self.reader = records(cta, size, -1, np.int32) if in_cluster else None
 
+    @property
+    def generic_writes(self) -> bool:
+        """Whether any byte has had a thread as its `writer` (`generic_span`)."""
+        return self.generic_span[0] < self.generic_span[1]
+
+    def may_hold_generic(self, addresses: np.ndarray) -> bool:
+        """Whether a byte of `addresses` (a `ByteBox` or an index array) may have had a thread as its `writer`:
+        False where they miss `generic_span` (their `writer`, `written_at` and `write_op` are all initial)."""
+        low, high = self.generic_span
+        if low >= high or not len(addresses):
+            return False
+        first, last = _span_of(addresses)
+        return first < high and last >= low
+
+    def _note_generic(self, addresses: np.ndarray) -> None:
+        """Bytes `addresses` take a thread as their `writer`: `generic_span` grows to hold them."""
+        if not len(addresses):
+            return
+        first, last = _span_of(addresses)
+        low, high = self.generic_span
+        self.generic_span = (min(low, first), max(high, last + 1))
+
     def _generic_records_changed(self):
-        """What of `writer`, `written_at` and `write_op` may differ from their initial values (`records`): all of
-        them once a generic write ran, else nothing."""
-        return Ellipsis if self.generic_writes else None
+        """What of `writer`, `written_at` and `write_op` may differ from their initial values (`records`): the
+        bytes of `generic_span`."""
+        low, high = self.generic_span
+        return slice(low, high) if low < high else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
@@ -222,7 +253,7 @@ class SharedMemory:
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self._stamp(byte_addresses)
         self.state[byte_addresses] = GENERIC
-        self.generic_writes = True
+        self._note_generic(byte_addresses)
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()
         self.write_op[byte_addresses] = self.cta.hb.op_index(op)
@@ -368,7 +399,9 @@ class SharedMemory:
         if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
             # of a wgmma read the same lines of B; only what each observed differs)
             span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-            landed = all_set(self.state[span] == LANDED) and not (self.generic_writes and any_set(self.writer[span] >= 0))
+            low, high = self.generic_span
+            landed = all_set(self.state[span] == LANDED) and not (
+                span.start < high and span.stop > low and any_set(self.writer[span] >= 0))
             # (a cp.async's bytes: the fence check)
             self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None)
         keys = self._landed[1]
@@ -511,7 +544,7 @@ class SharedMemory:
         self.cta.hb.check_write(op, flat, owners, "the cp.async")
         self._stamp(flat)
         self.state[flat] = CP_ASYNC
-        self.generic_writes = True
+        self._note_generic(flat)
         self.writer[flat] = owners
         self.barrier[flat] = -1
 
@@ -520,7 +553,7 @@ class SharedMemory:
         self._stamp(addresses)
         self.data[addresses] = data
         self.state[addresses] = GENERIC
-        self.generic_writes = True
+        self._note_generic(addresses)
         self.writer[addresses] = writers
         self.written_at[addresses] = self.cta.tick()
         self.write_op[addresses] = -1
@@ -536,8 +569,8 @@ class SharedMemory:
         put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
         if not isinstance(writers, int) or writers >= 0:
-            self.generic_writes = True
-        if self.generic_writes:  # else every `writer` is -1 already, a TMA's included
+            self._note_generic(addresses)
+        if self.may_hold_generic(addresses):  # else every `writer` there is -1 already, a TMA's included
             put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
