@@ -39,3 +39,34 @@ def test_uncovered_pairs_are_the_gathered_ones(writers, readers):
     expected = (fenced[writers[:, None], readers[None, :]] <= latest[:, None]) & needed
     for _ in range(2):  # the second time from the kept pairs
         assert np.array_equal(smem._uncovered(writers, latest, readers), expected)  # noqa: SLF001
+
+
+def test_kept_buffer_stores_decide_as_a_fresh_search(rng, monkeypatch):
+    """`SharedMemory._buffer_fenced` keeps a buffer's stores while its lines are unchanged: along a causal
+    flash run (its bias table checked by every consumer warpgroup of every CTA) each answer is the answer of a
+    fresh search of the buffer's stores, and the kept stores are used."""
+    import tessera
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90 import run_target_kernel
+    from tessera.kernel_abi import kernels, signature
+    from tessera.regalloc import allocate_registers
+
+    fenced = SharedMemory._buffer_fenced  # noqa: SLF001
+    answers = {"kept": 0, "searched": 0}
+
+    def checked(self, addresses, readers):
+        kept = dict(self._buffer_writes)  # noqa: SLF001
+        answer = fenced(self, addresses, readers)
+        self._buffer_writes.clear()  # noqa: SLF001 - the same question, searched afresh
+        assert fenced(self, addresses, readers) == answer
+        answers["kept" if kept else "searched"] += 1
+        return answer
+
+    monkeypatch.setattr(SharedMemory, "_buffer_fenced", checked)
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    q, k, v = (rng.standard_normal((1, 1, 300, 64)) for _ in range(3))
+    arguments, sizes = prepare_arguments(sig, [q, k, v])
+    run_target_kernel(target, arguments, sizes, allocate_registers(target), batch_ctas=1)
+    assert answers["kept"] > 0 and answers["searched"] > 0

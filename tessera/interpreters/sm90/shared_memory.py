@@ -137,6 +137,9 @@ class SharedMemory:
         self._latest_writes_of: dict[tuple[int, int, int], tuple] = {}
         """`_latest_writes`' results by (lowest byte, highest byte, count): (the lines' latest change, the bytes,
         writers, their latest write times)."""
+        self._buffer_writes: dict[tuple[int, int], tuple] = {}
+        """`_buffer_fenced`'s `_latest_writes` of a buffer's stores by (offset, size): (its lines' latest change,
+        that result), so that a buffer read again while unchanged is not searched for its stores again."""
         self._landed: tuple = (None, None)
         """((first line, end line, `changes`), the (barrier, phase) keys of those lines' bytes if every byte has
         landed by TMA, else None): what `async_readable` found last, valid while no tag has changed since."""
@@ -441,11 +444,18 @@ class SharedMemory:
         buffer = self._buffer_holding(addresses)
         if buffer is None or len(readers) != readers[-1] - readers[0] + 1:
             return False
-        span = np.arange(buffer.offset, buffer.offset + buffer.size)
-        stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
-        if not len(stored):
-            return False
-        writers, latest, covered = self._latest_writes(stored)
+        lines = slice(buffer.offset // EPOCH_BYTES, (buffer.offset + buffer.size - 1) // EPOCH_BYTES + 1)
+        stamp = int(self.changed[lines].max())
+        kept = self._buffer_writes.get((buffer.offset, buffer.size))
+        if kept is not None and kept[0] == stamp:  # no tag of the buffer changed: the same stores
+            writers, latest, covered = kept[1]
+        else:
+            span = np.arange(buffer.offset, buffer.offset + buffer.size)
+            stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
+            if not len(stored):
+                return False
+            writers, latest, covered = self._latest_writes(stored)
+            self._buffer_writes[(buffer.offset, buffer.size)] = (stamp, (writers, latest, covered))
         group = (int(readers[0]), len(readers))
         if group not in covered and not any_set(self._uncovered(writers, latest, readers)):
             covered.add(group)
