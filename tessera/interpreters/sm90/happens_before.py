@@ -312,7 +312,7 @@ class HappensBefore:
             if self.generic_reads:
                 self._after_reads(op, addresses, threads, what)
                 self._after_concurrent_reads(op, addresses, threads, what)
-            if self.cta.smem.generic_writes:
+            if self.cta.smem.may_hold_generic(addresses):
                 self._after_writes(op, addresses, threads, what)
             self._after_wgmma_reads(op, addresses, threads, what)
         if self.generic_reads:

@@ -84,7 +84,8 @@ def simulator_options(func_op: func.FuncOp, races: bool = True, schedule: str = 
 
 def _checkers(cta: CtaState, allocation, listeners, options: SimulatorOptions) -> tuple:
     checkers: tuple = (PendingUseChecker(cta.wgmma),)
-    if options.races:
+    if options.races and allocation is None:  # with an allocation the register file's fence rule replaces the SSA
+        # one (`RegisterFileChecker` sets `WgmmaUnit.register_fences`), the only reader of these records
         checkers += (RegisterWrites(cta.wgmma, options.register_sources),)
     if allocation is not None:
         checkers += (RegisterFileChecker(cta, allocation),)

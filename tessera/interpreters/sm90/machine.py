@@ -35,6 +35,22 @@ def _prop(op, name: str) -> int:
     return getattr(op, name).value.data
 
 
+def _shared_buffer(op: sm90.SharedBufferOp, threads: int) -> tuple[Buffer, np.ndarray]:
+    """`op`'s `Buffer` and its address in each of `threads` threads (read-only), kept on the op for its properties,
+    result type and thread count: every CTA of a launch, and later launches, declare the same buffers (some fifty
+    in flash attention, whose xDSL accessors and arrays cost about 15 us each)."""
+    key = (tuple(op.properties.values()), op.results[0].type, threads)
+    cached = op.__dict__.get("_tessera_shared_buffer")
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    buffer = Buffer(op.sym.data, _prop(op, "offset"), _prop(op, "size"), _prop(op, "swizzle"))
+    # The dynamic shared memory starts at shared address 0, which is 1024-byte aligned.
+    address = full(op.result.type, threads, buffer.offset)
+    address.setflags(write=False)
+    op.__dict__["_tessera_shared_buffer"] = (key, buffer, address)
+    return buffer, address
+
+
 @register_impls
 class Sm90Functions(InterpreterFunctions):
     def __init__(self, cta: CtaState, memory: GlobalMemory):
@@ -87,11 +103,9 @@ class Sm90Functions(InterpreterFunctions):
     def run_shared_buffer(self, interpreter: Interpreter, op: sm90.SharedBufferOp, args: PythonValues):
         address = self._fixed.get(op)
         if address is None:
-            buffer = Buffer(op.sym.data, _prop(op, "offset"), _prop(op, "size"), _prop(op, "swizzle"))
+            buffer, address = _shared_buffer(op, self.cta.threads)
             self.cta.smem.add_buffer(op, buffer)
-            # The dynamic shared memory starts at shared address 0, which is 1024-byte aligned.
-            address = self._fixed[op] = full(op.result.type, self.cta.threads, buffer.offset)
-            address.setflags(write=False)
+            self._fixed[op] = address
         return (address,)
 
     # endregion

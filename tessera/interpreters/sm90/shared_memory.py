@@ -37,6 +37,7 @@ tags clears its lines' keys: lines that all hold one key are LANDED by that one 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +45,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.interpreters.truth import all_set, any_set, equal_arrays
@@ -76,6 +78,30 @@ def _box_span(box: tuple) -> tuple[int, int]:
     return start + sum(min(r, 0) for r in reach), start + sum(max(r, 0) for r in reach)
 
 
+def _span_of(addresses: np.ndarray) -> tuple[int, int]:
+    """The lowest and highest of `addresses` (nonempty): a `ByteBox`'s from its box, without a pass."""
+    box = getattr(addresses, "box", None)
+    return _box_span(box) if box is not None else (int(addresses.min()), int(addresses.max()))
+
+
+def _needed(writers: np.ndarray, readers: np.ndarray) -> np.ndarray:
+    """[writers, readers]: the (writer, reader) pairs where the reader must see the writer's store through a
+    fence (`SharedMemory._check_proxy_fenced`): every pair for one reader (a bulk copy's thread), else the readers
+    outside the writer's warp and the writer itself."""
+    if len(readers) <= 1:
+        return np.ones((len(writers), len(readers)), bool)
+    return (readers[None, :] // facts.WARP_SIZE != writers[:, None] // facts.WARP_SIZE) | \
+        (readers[None, :] == writers[:, None])
+
+
+@lru_cache(maxsize=64)
+def _needed_block(writer: int, writers: int, reader: int, readers: int) -> np.ndarray:
+    """`_needed` of the consecutive writers writer .. writer + writers - 1 and readers reader .. (read-only)."""
+    needed = _needed(np.arange(writer, writer + writers), np.arange(reader, reader + readers))
+    needed.flags.writeable = False
+    return needed
+
+
 def _phase_keys(barriers: np.ndarray, phases: np.ndarray):
     """The distinct (barrier, phase) tags of landed bytes, each as barrier << 32 | phase, ascending."""
     if barriers.min() == barriers.max() and phases.min() == phases.max():  # one copy's bytes, the usual
@@ -93,10 +119,12 @@ class SharedMemory:
         # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
         # clocks): every copy that lands writes a box of them, and every CTA fills them
         self.phase = records(cta, size, 0, np.int32)
-        self.generic_writes = False
-        """Whether any byte has had a thread as its `writer` (st_shared, cp.async): until then every `writer` is
-        -1, `written_at` 0 and `write_op` -1 (only generic writes set them), and a write has no generic write to be
-        ordered after (`HappensBefore.check_write`)."""
+        self.generic_span = (size, 0)
+        """The hull [low, high) of the bytes that ever had a thread as their `writer` (st_shared, cp.async; empty
+        until one does): outside it every `writer` is -1, `written_at` 0 and `write_op` -1 (only generic writes set
+        them), so a write there has no generic write to be ordered after (`HappensBefore.check_write`), a TMA copy
+        landing there leaves `writer` as it is, and the next CTA's records are refilled inside it only (a causal
+        kernel's bias table, 11 KB of 220, is all that a flash attention CTA stores)."""
         self.writer = records(cta, size, -1, np.int32, self._generic_records_changed)
         self.written_at = records(cta, size, 0, np.int32, self._generic_records_changed)
         self.write_op = records(cta, size, -1, np.int32, self._generic_records_changed)
@@ -109,6 +137,9 @@ class SharedMemory:
         self._latest_writes_of: dict[tuple[int, int, int], tuple] = {}
         """`_latest_writes`' results by (lowest byte, highest byte, count): (the lines' latest change, the bytes,
         writers, their latest write times)."""
+        self._buffer_writes: dict[tuple[int, int], tuple] = {}
+        """`_buffer_fenced`'s `_latest_writes` of a buffer's stores by (offset, size): (its lines' latest change,
+        that result), so that a buffer read again while unchanged is not searched for its stores again."""
         self._landed: tuple = (None, None)
         """((first line, end line, `changes`), the (barrier, phase) keys of those lines' bytes if every byte has
         landed by TMA, else None): what `async_readable` found last, valid while no tag has changed since."""
@@ -119,10 +150,33 @@ class SharedMemory:
         self.read_at = records(cta, size, -1, np.int64) if in_cluster else None
         self.reader = records(cta, size, -1, np.int32) if in_cluster else None
 
+    @property
+    def generic_writes(self) -> bool:
+        """Whether any byte has had a thread as its `writer` (`generic_span`)."""
+        return self.generic_span[0] < self.generic_span[1]
+
+    def may_hold_generic(self, addresses: np.ndarray) -> bool:
+        """Whether a byte of `addresses` (a `ByteBox` or an index array) may have had a thread as its `writer`:
+        False where they miss `generic_span` (their `writer`, `written_at` and `write_op` are all initial)."""
+        low, high = self.generic_span
+        if low >= high or not len(addresses):
+            return False
+        first, last = _span_of(addresses)
+        return first < high and last >= low
+
+    def _note_generic(self, addresses: np.ndarray) -> None:
+        """Bytes `addresses` take a thread as their `writer`: `generic_span` grows to hold them."""
+        if not len(addresses):
+            return
+        first, last = _span_of(addresses)
+        low, high = self.generic_span
+        self.generic_span = (min(low, first), max(high, last + 1))
+
     def _generic_records_changed(self):
-        """What of `writer`, `written_at` and `write_op` may differ from their initial values (`records`): all of
-        them once a generic write ran, else nothing."""
-        return Ellipsis if self.generic_writes else None
+        """What of `writer`, `written_at` and `write_op` may differ from their initial values (`records`): the
+        bytes of `generic_span`."""
+        low, high = self.generic_span
+        return slice(low, high) if low < high else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
@@ -222,7 +276,7 @@ class SharedMemory:
         self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
         self._stamp(byte_addresses)
         self.state[byte_addresses] = GENERIC
-        self.generic_writes = True
+        self._note_generic(byte_addresses)
         self.writer[byte_addresses] = byte_threads
         self.written_at[byte_addresses] = self.cta.tick()
         self.write_op[byte_addresses] = self.cta.hb.op_index(op)
@@ -368,7 +422,9 @@ class SharedMemory:
         if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
             # of a wgmma read the same lines of B; only what each observed differs)
             span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
-            landed = all_set(self.state[span] == LANDED) and not (self.generic_writes and any_set(self.writer[span] >= 0))
+            low, high = self.generic_span
+            landed = all_set(self.state[span] == LANDED) and not (
+                span.start < high and span.stop > low and any_set(self.writer[span] >= 0))
             # (a cp.async's bytes: the fence check)
             self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None)
         keys = self._landed[1]
@@ -388,11 +444,18 @@ class SharedMemory:
         buffer = self._buffer_holding(addresses)
         if buffer is None or len(readers) != readers[-1] - readers[0] + 1:
             return False
-        span = np.arange(buffer.offset, buffer.offset + buffer.size)
-        stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
-        if not len(stored):
-            return False
-        writers, latest, covered = self._latest_writes(stored)
+        lines = slice(buffer.offset // EPOCH_BYTES, (buffer.offset + buffer.size - 1) // EPOCH_BYTES + 1)
+        stamp = int(self.changed[lines].max())
+        kept = self._buffer_writes.get((buffer.offset, buffer.size))
+        if kept is not None and kept[0] == stamp:  # no tag of the buffer changed: the same stores
+            writers, latest, covered = kept[1]
+        else:
+            span = np.arange(buffer.offset, buffer.offset + buffer.size)
+            stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
+            if not len(stored):
+                return False
+            writers, latest, covered = self._latest_writes(stored)
+            self._buffer_writes[(buffer.offset, buffer.size)] = (stamp, (writers, latest, covered))
         group = (int(readers[0]), len(readers))
         if group not in covered and not any_set(self._uncovered(writers, latest, readers)):
             covered.add(group)
@@ -416,11 +479,17 @@ class SharedMemory:
 
     def _uncovered(self, writers: np.ndarray, latest: np.ndarray, readers: np.ndarray) -> np.ndarray:
         """[writers, readers]: where a reader that must see a writer's latest store has no fence after it on a
-        happens-before path (`_check_proxy_fenced`)."""
-        other_warp = readers[None, :] // facts.WARP_SIZE != writers[:, None] // facts.WARP_SIZE
-        needed = np.ones((len(writers), len(readers)), bool) if len(readers) <= 1 else \
-            other_warp | (readers[None, :] == writers[:, None])
-        return (self.cta.hb.fenced[writers[:, None], readers[None, :]] <= latest[:, None]) & needed
+        happens-before path (`_check_proxy_fenced`). Consecutive writers and readers (a bias table that whole
+        warpgroups stored, read by a warpgroup: [256, 128]) take their fenced times as a view and the pairs that
+        must see the fence from a kept array, not by a two-dimensional gather (some 0.5 ms a check)."""
+        rows, columns = consecutive(writers), consecutive(readers)
+        if isinstance(rows, slice) and isinstance(columns, slice):
+            fenced = self.cta.hb.fenced[rows, columns]
+            needed = _needed_block(rows.start, len(writers), columns.start, len(readers))
+        else:
+            fenced = self.cta.hb.fenced[writers[:, None], readers[None, :]]
+            needed = _needed(writers, readers)
+        return (fenced <= latest.astype(fenced.dtype)[:, None]) & needed  # (times fit the clocks' int32)
 
     def _latest_writes(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray, set]:
         """(the threads that wrote the bytes `stored`, each one's latest write time, the reader groups found fenced
@@ -511,7 +580,7 @@ class SharedMemory:
         self.cta.hb.check_write(op, flat, owners, "the cp.async")
         self._stamp(flat)
         self.state[flat] = CP_ASYNC
-        self.generic_writes = True
+        self._note_generic(flat)
         self.writer[flat] = owners
         self.barrier[flat] = -1
 
@@ -520,7 +589,7 @@ class SharedMemory:
         self._stamp(addresses)
         self.data[addresses] = data
         self.state[addresses] = GENERIC
-        self.generic_writes = True
+        self._note_generic(addresses)
         self.writer[addresses] = writers
         self.written_at[addresses] = self.cta.tick()
         self.write_op[addresses] = -1
@@ -536,8 +605,8 @@ class SharedMemory:
         put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
         if not isinstance(writers, int) or writers >= 0:
-            self.generic_writes = True
-        if self.generic_writes:  # else every `writer` is -1 already, a TMA's included
+            self._note_generic(addresses)
+        if self.may_hold_generic(addresses):  # else every `writer` there is -1 already, a TMA's included
             put(self.writer, addresses, writers)
         if not isinstance(writers, int):  # cp.async: its thread's write now, released by the arrive that follows
             put(self.written_at, addresses, self.cta.tick())
