@@ -297,6 +297,8 @@ def _narrow(x: np.ndarray, dtype: np.dtype, mode: str, relu: bool, satfinite: bo
     return _satfinite(out, dtype) if satfinite else out
 
 
+_HIGH_HALF, _HALF_BITS = np.uint32(0xFFFF0000), np.uint32(16)
+
 _FP8 = {"e4m3x2": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2x2": np.dtype(ml_dtypes.float8_e5m2)}
 
 
@@ -387,10 +389,15 @@ def decode_cvt(ops: Operands, inst, mods):
         hi, lo = (ops.read(inst, o, src) for o in inst.operands[1:3])
         half = _HALF[dst.half]
         mode = frnd or "rn"
+        words = dst.half == "bf16" and mode == "rn" and not (relu or satfinite)  # (`numerics.bf16_rn_words`)
 
         def run_pack(sel):
-            high = _narrow(np.asarray(hi(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
-            low = _narrow(np.asarray(lo(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
+            high, low = np.asarray(hi(sel), np.float32), np.asarray(lo(sel), np.float32)
+            if words and not (numerics.has_nan_f32(high) or numerics.has_nan_f32(low)):
+                write(sel, (numerics.bf16_rn_words(high) & _HIGH_HALF) | (numerics.bf16_rn_words(low) >> _HALF_BITS))
+                return
+            high = _narrow(high, half, mode, relu, satfinite).view(np.uint16)
+            low = _narrow(low, half, mode, relu, satfinite).view(np.uint16)
             write(sel, pack_pair(low, high))
         return run_pack
     if len(inst.operands) != 2 or dst.kind not in ("b", "u", "s", "f") or src.kind not in ("b", "u", "s", "f"):

@@ -41,6 +41,25 @@ def flush_f32(x: np.ndarray) -> np.ndarray:
     return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
+def has_nan_f32(x: np.ndarray) -> bool:
+    """Whether the f32 array `x` holds a NaN: one maximum reduction (NumPy's maximum propagates NaN in its vector
+    loop, `tessera.sm90.nan`)."""
+    return x.size > 0 and bool(np.isnan(np.maximum.reduce(x, axis=None)))
+
+
+_BF16_TIE = np.uint32(0x7FFF)
+
+
+def bf16_rn_words(x: np.ndarray) -> np.ndarray:
+    """f32 values `x` (no NaN: `has_nan_f32`) rounded to the nearest bf16, ties to even, as uint32 words whose bits
+    31:16 are the bf16's bits (bits 15:0 are left over): the f32 bits plus 0x7FFF plus the bf16's last bit, whose
+    carry rounds up past the halfway point, and at it only from an odd bf16; a carry out of the fraction steps the
+    exponent, out of the largest finite value to infinity. The bits of ml_dtypes' cast for every f32 that is not a
+    NaN (checked over all 2^32 patterns; a NaN takes the cast)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return bits + ((bits >> np.uint32(16)) & np.uint32(1)) + _BF16_TIE
+
+
 def saturate(x: np.ndarray) -> np.ndarray:
     """`.sat`: clamp to [0.0, 1.0]; NaN becomes 0."""
     return np.where(np.isnan(x), np.zeros((), x.dtype), np.clip(x, 0, 1)).astype(x.dtype)
