@@ -75,6 +75,7 @@ class Step:
     mask: int | None = None  # the member mask of a warp collective, when it is an immediate
     member_mask: Callable | None = None  # otherwise the reader of its member mask operand (lanes -> mask)
     watched: frozenset = frozenset()  # the wgmma registers it names, checked and logged around `run` (asynchrony)
+    branch: int | None = None  # a `bra`'s target, where `run` does nothing but move the pcs (`Scheduler._straight`)
 
 
 DECODERS: dict[str, Callable[[Operands, Instruction, Modifiers], Step | Callable]] = {}
