@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from test_ptx_exec import elementwise
 
 from tessera.interpreters.ptx import numerics
@@ -63,3 +64,59 @@ def test_cvt_rn_bf16x2_packs_the_bits_of_the_cast_with_and_without_nan(monkeypat
             expected = facts.cvt_rn_x2(x, with_nan, "bf16")
         np.testing.assert_array_equal(packed, expected)
     assert rounded == [1024, 1024] * 3  # the words for the sources without NaN, the cast for those with one
+
+
+INTO_OPS = ["add.rn.f32 %f4, %f1, %f2;", "add.f32 %f1, %f1, %f2; mov.f32 %f4, %f1;", "mul.rn.f32 %f4, %f1, %f2;",
+            "mul.f32 %f2, %f1, %f2; mov.f32 %f4, %f2;", "fma.rn.f32 %f4, %f1, %f2, %f3;",
+            "fma.rn.f32 %f3, %f1, %f2, %f3; mov.f32 %f4, %f3;", "mad.f32 %f4, %f1, %f2, %f3;",
+            "mul.rn.f32 %f4, %f1, 0f3E000000;", "ex2.approx.ftz.f32 %f4, %f1;",
+            "ex2.approx.f32 %f1, %f1; mov.f32 %f4, %f1;", "rcp.approx.ftz.f32 %f4, %f2;", "lg2.approx.f32 %f4, %f1;",
+            "add.rz.f32 %f4, %f1, %f2;", "add.ftz.f32 %f4, %f1, %f2;", "mul.sat.f32 %f4, %f1, %f2;"]
+COPIED_OPS = INTO_OPS[-3:]
+"""A directed rounding, .ftz or .sat: the result of an array of its own, copied in."""
+
+
+def into_operands() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """1,024 lanes of f32 specials and random values, with products that overflow, underflow to subnormals and
+    cancel against the addend (fma's round-to-odd paths), in three operand arrays."""
+    rng = np.random.default_rng(5)
+    edges = edge_f32()
+    x = np.concatenate([edges[rng.integers(0, len(edges), 512)], rng.standard_normal(512).astype(np.float32)])
+    y = np.roll(x, 11) * np.float32(0.75)
+    with np.errstate(over="ignore"):
+        z = -(x.astype(np.float64) * y.astype(np.float64)).astype(np.float32)  # cancels the product
+    z[::3] = np.roll(x, 5)[::3]
+    x[:8] = np.float32([2**-70, -2**-70, 1 + 2**-12, 3.0, np.nan, -np.inf, 0.0, -0.0])
+    y[:8] = np.float32([2**-70, 2**-75, 1 + 2**-12, 2**-149, 1.0, 0.0, -0.0, 1e-40])
+    z[:8] = np.float32([0.0, 2**-140, -1.0, 0.0, 2.0, np.nan, -0.0, 0.0])
+    return x, y, z
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("op", INTO_OPS)
+def test_results_computed_into_the_destination_are_the_bits_stored_from_a_copy(op, fused, monkeypatch):
+    """add/mul (.rn f32), fma and the approximate functions compute into their destination (`Operands.write`'s
+    target) where every lane of the batch runs them (a fused group's rows, or a plain step of every lane), with the
+    bits of the result written from an array of its own: canonical NaN, .ftz, an operand that is the destination."""
+    from tessera.interpreters.ptx import decode, fuse
+
+    monkeypatch.setattr(fuse, "HOT", 0 if fused else 10**9)  # the op in a block from its first run, or never
+    targets = []
+    write = decode.Operands.write
+
+    def counted(self, inst, operand, t):
+        closure = write(self, inst, operand, t)
+        target = getattr(closure, "target", None)
+        if target is not None:
+            closure.target = lambda sel: targets.append(sel) or target(sel)
+        return closure
+
+    x, y, z = into_operands()
+    with np.errstate(all="ignore"):
+        monkeypatch.setattr(decode.Operands, "write", counted)
+        into = elementwise(op, x, y, z, result="%f4")
+        monkeypatch.setattr(decode.Operands, "write", lambda self, *a: (lambda w: lambda sel, v: w(sel, v))(
+            write(self, *a)))  # (no target: every result copied in)
+        copied = elementwise(op, x, y, z, result="%f4")
+    assert into.tobytes() == copied.tobytes()
+    assert bool(targets) == (op not in COPIED_OPS)

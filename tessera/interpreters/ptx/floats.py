@@ -45,6 +45,19 @@ def _canonical(f, dtype: np.dtype):
     return canonical
 
 
+def _canonical_into(into):
+    """`into(out, *values)` (f's values written into the destination `out`) with a NaN result given as the canonical
+    NaN, as `_canonical` gives it."""
+
+    def canonical(out, *values):
+        into(out, *values)
+        fixed = with_canonical_nans(out)
+        if fixed is not out:
+            out[...] = fixed
+
+    return canonical
+
+
 def _rounding(ops, inst, mods, default: str = "rn") -> str:
     mode = mods.take(*numerics.MODES)
     return mode or default
@@ -90,16 +103,23 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
     if f64 and mode != "rn":
         raise ops.refuse(inst, "directed rounding of f64 arithmetic")
     if name == "add":
-        return lambda a, b: numerics.add(a, b, dtype, mode)
-    if name == "sub":
+        f = lambda a, b: numerics.add(a, b, dtype, mode)  # noqa: E731
+    elif name == "sub":
         return lambda a, b: numerics.add(a, -b, dtype, mode)
-    if name == "mul":
-        return lambda a, b: numerics.mul(a, b, dtype, mode)
-    raise ops.refuse(inst, f"float {name}")
+    elif name == "mul":
+        f = lambda a, b: numerics.mul(a, b, dtype, mode)  # noqa: E731
+    else:
+        raise ops.refuse(inst, f"float {name}")
+    if mode == "rn" and dtype == np.float32:  # (numerics.add and mul: f32 arithmetic, one rounding to nearest)
+        ufunc = np.add if name == "add" else np.multiply
+        f.into = lambda out, a, b: ufunc(a, b, out=out)
+    return f
 
 
-def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool):
-    """run(sel) computing f over `count` float sources of type t (packed x2 types per half)."""
+def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool, into=None):
+    """run(sel) computing f over `count` float sources of type t (packed x2 types per half); `into(out, *values)`,
+    where given, computes f's values into the destination `out` (`Operands.write`'s target: a fused group's rows, a
+    batch's every lane) without a copy of its own, where no .ftz or .sat applies."""
     if len(inst.operands) != count + 1:
         raise ops.refuse(inst, f"expected {count + 1} operands")
     readers = [ops.read(inst, o, t) for o in inst.operands[1:]]
@@ -118,9 +138,14 @@ def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool):
             write(sel, pack_pair(lo, hi))
         return run_x2
     flush = ftz and t.name == "f32"
+    target = getattr(write, "target", None) if into is not None and not (flush or sat) else None
 
     def run(sel):
         values = [r(sel) for r in readers]
+        out = target(sel) if target is not None else None
+        if out is not None:
+            into(out, *values)
+            return
         if flush:
             values = [flush_f32(v) for v in values]
         out = np.asarray(f(*values), t.dtype)
@@ -139,9 +164,11 @@ def decode_binary(ops: Operands, inst, mods):
     if inst.opcode == "mul" and mods.take("lo", "hi", "wide"):
         raise ops.refuse(inst, ".lo/.hi/.wide on a float mul")
     f = _binary_function(ops, inst, mods, inst.opcode, dtype, t.name == "f64")
+    into = getattr(f, "into", None)
     if dtype == np.float32 or (dtype != np.float64 and inst.opcode in ("min", "max")):
         f = _canonical(f, dtype)
-    return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat))
+        into = into and _canonical_into(into)
+    return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat), into)
 
 
 def decode_fma(ops: Operands, inst, mods):
@@ -165,7 +192,9 @@ def decode_fma(ops: Operands, inst, mods):
         return np.where(out < 0, dtype.type(0), out) if relu else out
 
     canonical = relu or dtype == np.float32  # .relu: the PTX ISA's canonical NaN for a NaN result
-    return _elementwise(ops, inst, t, 3, _canonical(fused, dtype) if canonical else fused, bool(ftz), bool(sat))
+    into = _canonical_into(lambda out, a, b, c: numerics.fma(a, b, c, dtype, mode, out)) \
+        if dtype == np.float32 and not relu else None
+    return _elementwise(ops, inst, t, 3, _canonical(fused, dtype) if canonical else fused, bool(ftz), bool(sat), into)
 
 
 opcode("fma")(decode_fma)
@@ -242,7 +271,14 @@ def decode_special_function(ops: Operands, inst, mods):
     if approx:
         if t.name != "f32":
             raise ops.refuse(inst, f"{name}.approx on .{t.name}")
-        return lambda sel: write(sel, numerics.approx(name, read(sel), ftz))
+        target = getattr(write, "target", None)  # (`Operands.write`: the destination to compute into)
+
+        def run_approx(sel):
+            out = target(sel) if target is not None else None
+            result = numerics.approx(name, read(sel), ftz, out)
+            if out is None:
+                write(sel, result)
+        return run_approx
     if name not in ("rcp", "sqrt") or mode is None or t.name not in ("f32", "f64"):
         raise ops.refuse(inst, f"{name} without .approx (only rcp/sqrt with a rounding mode)")
     if t.name == "f64" and mode != "rn":
