@@ -29,6 +29,7 @@ from tessera.interpreters.ptx import numerics
 from tessera.interpreters.ptx.decode import Operands, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import tf32
 from tessera.sm90.fp8 import satfinite_f32
 from tessera.sm90.nan import with_canonical_nans
@@ -66,10 +67,10 @@ def _rounding(ops, inst, mods, default: str = "rn") -> str:
 def _signed_zero_order(result, a, b, larger: bool):
     """max/min of +0 and -0: +0 is the larger."""
     zeros = a == 0
-    if not np.any(zeros):  # the common case, in half the work
+    if not any_set(zeros):  # the common case, in half the work
         return result
     zeros = zeros & (b == 0)
-    if not np.any(zeros):
+    if not any_set(zeros):
         return result
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
     return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)

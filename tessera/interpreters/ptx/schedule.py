@@ -343,7 +343,7 @@ class Scheduler:
                     pick = np.flatnonzero(running)
                     pc = int(m.pc[pick[int(self.rng.integers(len(pick)))]])
                 else:
-                    pc = int(candidates.min())
+                    pc = int(np.minimum.reduce(candidates))  # (ndarray.min's Python wrapper costs as much)
                 lanes = np.flatnonzero(candidates == pc)
                 if pc >= end:
                     m.status[lanes] = EXITED
@@ -433,7 +433,7 @@ class Scheduler:
         end = len(steps)
         if pc >= end:
             return
-        horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
+        horizon = min(end, int(np.minimum.reduce(np.where(candidates == picked, self.never, candidates))))
         count, start = len(m.lane_ids), pc
         try:  # the lanes' pcs move at the end (no plain step reads them), before a gather or branch, or a raise
             while pc < horizon and self.executed < limit:
