@@ -86,7 +86,19 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
         larger = name == "max"
         pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
         if not xorsign:
-            return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+            f = lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)  # noqa: E731
+            if dtype == np.float32:
+                def into(out, a, b):
+                    """f's values into `out`; computed apart where `out` is an operand (read again for +-0)."""
+                    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+                        out[...] = f(a, b)
+                        return
+                    pick(a, b, out=out)
+                    ordered = _signed_zero_order(out, a, b, larger)
+                    if ordered is not out:
+                        out[...] = ordered
+                f.into = into
+            return f
 
         def xor_signed(a, b):
             """.xorsign.abs: min/max of |a| and |b| (NaN as without it), its sign that of a times b."""
@@ -428,10 +440,17 @@ def decode_cvt(ops: Operands, inst, mods):
         mode = frnd or "rn"
         words = dst.half == "bf16" and mode == "rn" and not (relu or satfinite)  # (`numerics.bf16_rn_words`)
 
+        target = getattr(write, "target", None)  # (`Operands.write`: the destination to compute into)
+
         def run_pack(sel):
             high, low = np.asarray(hi(sel), np.float32), np.asarray(lo(sel), np.float32)
             if words and not (numerics.has_nan_f32(high) or numerics.has_nan_f32(low)):
-                write(sel, (numerics.bf16_rn_words(high) & _HIGH_HALF) | (numerics.bf16_rn_words(low) >> _HALF_BITS))
+                high, low = numerics.bf16_rn_words(high) & _HIGH_HALF, numerics.bf16_rn_words(low) >> _HALF_BITS
+                out = target(sel) if target is not None else None
+                if out is None:
+                    write(sel, high | low)
+                else:
+                    np.bitwise_or(high, low, out=out)
                 return
             high = _narrow(high, half, mode, relu, satfinite).view(np.uint16)
             low = _narrow(low, half, mode, relu, satfinite).view(np.uint16)
