@@ -387,3 +387,29 @@ def test_a_reduction_trees_first_sums_read_their_operands_as_views(monkeypatch):
     assert [gathers for _, gathers, _, _ in steps] == [[], []]  # both groups' operands are views
     assert fused[1].tobytes() == plain[1].tobytes()
     assert np.array_equal(plain[1], np.float32(data[:, [a for a, _ in pairs]] ** 2 + data[:, [b for _, b in pairs]] ** 2))
+
+
+@pytest.mark.parametrize("rows, kind", [
+    ([5] * 8, "view"),  # one value every member reads
+    ([3, 3, 4, 4] * 4, "take"),  # two values read alternately two by two (p = 4)
+    ([7, 9, 11, 13, 15], "view"),  # odd partial sums (step 2)
+    ([2, 5] * 3, "view"),  # a pair repeated (p = 2, step 3)
+    ([9, 8, 7, 6], "take"),  # backwards
+    ([4, 1, 6, 0, 2, 3], "take"),  # no pattern
+    ([6, 6, 6, 2, 2, 2], "take"),  # no period shorter than k
+])
+def test_row_gathers_copy_the_rows_take_copies(rows, kind):
+    """`RowGather` (the period's rows read once, as a view where they step evenly forward, then copied into each
+    block) gives `take`'s bits for every pattern of rows, in repeated runs as a block runs them."""
+    from tessera.interpreters.ptx.fuse_transfers import RowGather
+
+    file = np.random.default_rng(len(rows)).integers(0, 2**32, (16, 24), dtype=np.uint64).astype(np.uint32)
+    rows = np.array(rows, np.int64)
+    out, expected = np.empty((len(rows), 24), np.uint32), np.empty((len(rows), 24), np.uint32)
+    gather = RowGather(file, rows, out)
+    assert (gather.file is None) == (kind == "view")
+    for _ in range(2):
+        file += np.uint32(1)  # the rows' new values, as each run of the block writes them
+        gather.run()
+        file.take(rows, axis=0, out=expected)
+        assert out.tobytes() == expected.tobytes()

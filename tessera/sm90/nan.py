@@ -42,4 +42,4 @@ def with_canonical_nans(x: np.ndarray) -> np.ndarray:
     if x.dtype in _BY_MAXIMUM and (x.size == 0 or not np.isnan(np.maximum.reduce(x, axis=None))):
         return x
     where = np.isnan(x)
-    return np.where(where, nan, x) if where.any() else x
+    return np.where(where, nan, x) if np.count_nonzero(where) else x

@@ -54,9 +54,16 @@ def decode_add(ops: Operands, inst, mods):
             wide = wide - b(sel) if subtract else wide + b(sel)
             write(sel, np.clip(wide, -2**31, 2**31 - 1).astype(np.int32))
         return run_sat
-    if subtract:
-        return lambda sel: write(sel, a(sel) - b(sel))
-    return lambda sel: write(sel, a(sel) + b(sel))
+    ufunc = np.subtract if subtract else np.add
+    target = getattr(write, "target", None)  # (`Operands.write`: the destination to compute into)
+
+    def run(sel):
+        out = target(sel) if target is not None else None
+        if out is None:
+            write(sel, ufunc(a(sel), b(sel)))
+        else:
+            ufunc(a(sel), b(sel), out=out)
+    return run
 
 
 def _wide_type(t: PtxType) -> PtxType:

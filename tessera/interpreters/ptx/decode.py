@@ -75,6 +75,7 @@ class Step:
     mask: int | None = None  # the member mask of a warp collective, when it is an immediate
     member_mask: Callable | None = None  # otherwise the reader of its member mask operand (lanes -> mask)
     watched: frozenset = frozenset()  # the wgmma registers it names, checked and logged around `run` (asynchrony)
+    branch: int | None = None  # a `bra`'s target, where `run` does nothing but move the pcs (`Scheduler._straight`)
 
 
 DECODERS: dict[str, Callable[[Operands, Instruction, Modifiers], Step | Callable]] = {}
@@ -221,7 +222,8 @@ class Operands:
         return operand.value
 
     def write(self, inst: Instruction, operand, t: PtxType) -> Callable[[object, np.ndarray], None]:
-        """A closure storing values of type `t` into the operand for lanes `sel`."""
+        """A closure storing values of type `t` into the operand for lanes `sel`. Where the register's width is the
+        type's, the closure's `target(sel)` gives the destination to compute into instead (see `write_same`)."""
         if isinstance(operand, Sink):
             return lambda sel, value: None
         if not isinstance(operand, Reg):
@@ -242,6 +244,13 @@ class Operands:
             def write_same(sel, value):
                 store[sel] = np.asarray(value, dtype).view(storage)
 
+            def target(sel):
+                """The destination as an array of type `t` for a computation to write its values into, where `sel`
+                is a slice (every lane of the batch; a fused group's rows): a view, with the bits `write_same` would
+                store; None for an index array (its lanes are a copy)."""
+                return store[sel].view(dtype) if type(sel) is slice else None
+
+            write_same.target = target
             return write_same
         widen = np.dtype(f"int{declared.bits}") if t.kind == "s" else np.dtype(f"uint{t.bits}")
 

@@ -29,6 +29,7 @@ from tessera.interpreters.ptx import numerics
 from tessera.interpreters.ptx.decode import Operands, opcode
 from tessera.interpreters.ptx.numerics import flush_f32
 from tessera.interpreters.ptx.types import PtxType, half_pair, pack_pair, ptx_type
+from tessera.interpreters.truth import any_set
 from tessera.sm90 import tf32
 from tessera.sm90.fp8 import satfinite_f32
 from tessera.sm90.nan import with_canonical_nans
@@ -45,6 +46,19 @@ def _canonical(f, dtype: np.dtype):
     return canonical
 
 
+def _canonical_into(into):
+    """`into(out, *values)` (f's values written into the destination `out`) with a NaN result given as the canonical
+    NaN, as `_canonical` gives it."""
+
+    def canonical(out, *values):
+        into(out, *values)
+        fixed = with_canonical_nans(out)
+        if fixed is not out:
+            out[...] = fixed
+
+    return canonical
+
+
 def _rounding(ops, inst, mods, default: str = "rn") -> str:
     mode = mods.take(*numerics.MODES)
     return mode or default
@@ -53,10 +67,10 @@ def _rounding(ops, inst, mods, default: str = "rn") -> str:
 def _signed_zero_order(result, a, b, larger: bool):
     """max/min of +0 and -0: +0 is the larger."""
     zeros = a == 0
-    if not np.any(zeros):  # the common case, in half the work
+    if not any_set(zeros):  # the common case, in half the work
         return result
     zeros = zeros & (b == 0)
-    if not np.any(zeros):
+    if not any_set(zeros):
         return result
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
     return np.where(zeros, np.where(pick, -0.0, 0.0).astype(result.dtype), result)
@@ -72,7 +86,19 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
         larger = name == "max"
         pick = (np.maximum if larger else np.minimum) if nan else (np.fmax if larger else np.fmin)
         if not xorsign:
-            return lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)
+            f = lambda a, b: _signed_zero_order(pick(a, b), a, b, larger).astype(dtype, copy=False)  # noqa: E731
+            if dtype == np.float32:
+                def into(out, a, b):
+                    """f's values into `out`; computed apart where `out` is an operand (read again for +-0)."""
+                    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+                        out[...] = f(a, b)
+                        return
+                    pick(a, b, out=out)
+                    ordered = _signed_zero_order(out, a, b, larger)
+                    if ordered is not out:
+                        out[...] = ordered
+                f.into = into
+            return f
 
         def xor_signed(a, b):
             """.xorsign.abs: min/max of |a| and |b| (NaN as without it), its sign that of a times b."""
@@ -90,16 +116,23 @@ def _binary_function(ops, inst, mods, name: str, dtype: np.dtype, f64: bool):
     if f64 and mode != "rn":
         raise ops.refuse(inst, "directed rounding of f64 arithmetic")
     if name == "add":
-        return lambda a, b: numerics.add(a, b, dtype, mode)
-    if name == "sub":
+        f = lambda a, b: numerics.add(a, b, dtype, mode)  # noqa: E731
+    elif name == "sub":
         return lambda a, b: numerics.add(a, -b, dtype, mode)
-    if name == "mul":
-        return lambda a, b: numerics.mul(a, b, dtype, mode)
-    raise ops.refuse(inst, f"float {name}")
+    elif name == "mul":
+        f = lambda a, b: numerics.mul(a, b, dtype, mode)  # noqa: E731
+    else:
+        raise ops.refuse(inst, f"float {name}")
+    if mode == "rn" and dtype == np.float32:  # (numerics.add and mul: f32 arithmetic, one rounding to nearest)
+        ufunc = np.add if name == "add" else np.multiply
+        f.into = lambda out, a, b: ufunc(a, b, out=out)
+    return f
 
 
-def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool):
-    """run(sel) computing f over `count` float sources of type t (packed x2 types per half)."""
+def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool, into=None):
+    """run(sel) computing f over `count` float sources of type t (packed x2 types per half); `into(out, *values)`,
+    where given, computes f's values into the destination `out` (`Operands.write`'s target: a fused group's rows, a
+    batch's every lane) without a copy of its own, where no .ftz or .sat applies."""
     if len(inst.operands) != count + 1:
         raise ops.refuse(inst, f"expected {count + 1} operands")
     readers = [ops.read(inst, o, t) for o in inst.operands[1:]]
@@ -118,9 +151,14 @@ def _elementwise(ops, inst, t: PtxType, count: int, f, ftz: bool, sat: bool):
             write(sel, pack_pair(lo, hi))
         return run_x2
     flush = ftz and t.name == "f32"
+    target = getattr(write, "target", None) if into is not None and not (flush or sat) else None
 
     def run(sel):
         values = [r(sel) for r in readers]
+        out = target(sel) if target is not None else None
+        if out is not None:
+            into(out, *values)
+            return
         if flush:
             values = [flush_f32(v) for v in values]
         out = np.asarray(f(*values), t.dtype)
@@ -139,9 +177,11 @@ def decode_binary(ops: Operands, inst, mods):
     if inst.opcode == "mul" and mods.take("lo", "hi", "wide"):
         raise ops.refuse(inst, ".lo/.hi/.wide on a float mul")
     f = _binary_function(ops, inst, mods, inst.opcode, dtype, t.name == "f64")
+    into = getattr(f, "into", None)
     if dtype == np.float32 or (dtype != np.float64 and inst.opcode in ("min", "max")):
         f = _canonical(f, dtype)
-    return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat))
+        into = into and _canonical_into(into)
+    return _elementwise(ops, inst, t, 2, f, bool(ftz), bool(sat), into)
 
 
 def decode_fma(ops: Operands, inst, mods):
@@ -165,7 +205,9 @@ def decode_fma(ops: Operands, inst, mods):
         return np.where(out < 0, dtype.type(0), out) if relu else out
 
     canonical = relu or dtype == np.float32  # .relu: the PTX ISA's canonical NaN for a NaN result
-    return _elementwise(ops, inst, t, 3, _canonical(fused, dtype) if canonical else fused, bool(ftz), bool(sat))
+    into = _canonical_into(lambda out, a, b, c: numerics.fma(a, b, c, dtype, mode, out)) \
+        if dtype == np.float32 and not relu else None
+    return _elementwise(ops, inst, t, 3, _canonical(fused, dtype) if canonical else fused, bool(ftz), bool(sat), into)
 
 
 opcode("fma")(decode_fma)
@@ -242,7 +284,14 @@ def decode_special_function(ops: Operands, inst, mods):
     if approx:
         if t.name != "f32":
             raise ops.refuse(inst, f"{name}.approx on .{t.name}")
-        return lambda sel: write(sel, numerics.approx(name, read(sel), ftz))
+        target = getattr(write, "target", None)  # (`Operands.write`: the destination to compute into)
+
+        def run_approx(sel):
+            out = target(sel) if target is not None else None
+            result = numerics.approx(name, read(sel), ftz, out)
+            if out is None:
+                write(sel, result)
+        return run_approx
     if name not in ("rcp", "sqrt") or mode is None or t.name not in ("f32", "f64"):
         raise ops.refuse(inst, f"{name} without .approx (only rcp/sqrt with a rounding mode)")
     if t.name == "f64" and mode != "rn":
@@ -296,6 +345,8 @@ def _narrow(x: np.ndarray, dtype: np.dtype, mode: str, relu: bool, satfinite: bo
     out = numerics.round_f64(x, dtype, mode) if x.dtype == np.float64 else numerics.round_f32(x, dtype, mode)
     return _satfinite(out, dtype) if satfinite else out
 
+
+_HIGH_HALF, _HALF_BITS = np.uint32(0xFFFF0000), np.uint32(16)
 
 _FP8 = {"e4m3x2": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2x2": np.dtype(ml_dtypes.float8_e5m2)}
 
@@ -387,10 +438,22 @@ def decode_cvt(ops: Operands, inst, mods):
         hi, lo = (ops.read(inst, o, src) for o in inst.operands[1:3])
         half = _HALF[dst.half]
         mode = frnd or "rn"
+        words = dst.half == "bf16" and mode == "rn" and not (relu or satfinite)  # (`numerics.bf16_rn_words`)
+
+        target = getattr(write, "target", None)  # (`Operands.write`: the destination to compute into)
 
         def run_pack(sel):
-            high = _narrow(np.asarray(hi(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
-            low = _narrow(np.asarray(lo(sel), np.float32), half, mode, relu, satfinite).view(np.uint16)
+            high, low = np.asarray(hi(sel), np.float32), np.asarray(lo(sel), np.float32)
+            if words and not (numerics.has_nan_f32(high) or numerics.has_nan_f32(low)):
+                high, low = numerics.bf16_rn_words(high) & _HIGH_HALF, numerics.bf16_rn_words(low) >> _HALF_BITS
+                out = target(sel) if target is not None else None
+                if out is None:
+                    write(sel, high | low)
+                else:
+                    np.bitwise_or(high, low, out=out)
+                return
+            high = _narrow(high, half, mode, relu, satfinite).view(np.uint16)
+            low = _narrow(low, half, mode, relu, satfinite).view(np.uint16)
             write(sel, pack_pair(low, high))
         return run_pack
     if len(inst.operands) != 2 or dst.kind not in ("b", "u", "s", "f") or src.kind not in ("b", "u", "s", "f"):

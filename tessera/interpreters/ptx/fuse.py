@@ -32,7 +32,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.decode import ALL, Operands, Step, decode
 from tessera.interpreters.ptx.state import Machine
-from tessera.interpreters.ptx.fuse_transfers import LaneRuns, staging_rows
+from tessera.interpreters.ptx.fuse_transfers import LaneRuns, RowGather, staging_rows
 from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.ptx.syntax import Address, Instruction, Label, Negated, Reg, Special, Vector
 from tessera.interpreters.truth import all_set
@@ -275,7 +275,7 @@ class Block:
 
     def _operand_array(self, files: dict, versions: list[int], n: int):
         """(the flat [members x lanes] array of one operand position, None) where it is a view of consecutive
-        rows, else (an array of its own, (the rows' array, the rows)) to gather into before each run."""
+        rows, else (an array of its own, (the rows' array, the rows)) to gather into before each run (`RowGather`)."""
         dtype = self.storage_of[versions[0]]
         rows = np.array([self.row[v] for v in versions], np.int64)
         k = len(rows)
@@ -299,7 +299,7 @@ class Block:
                 if gather is not None and j >= len(first.sources):
                     raise AssertionError("a group's destinations take consecutive rows")
                 if gather is not None:
-                    gathers.append((array.reshape(len(members), n), *gather))
+                    gathers.append(RowGather(*gather, array.reshape(len(members), n)))
                 registers[placeholder] = array
                 types[placeholder] = self.m.register_types[self.version_names[versions[0]]]
             scratch = Scratch(self.m, len(members) * n, registers, types)
@@ -342,8 +342,8 @@ class Block:
         actives = {}
         try:
             for run, gathers, guard, insts in steps:
-                for out, source, rows in gathers:
-                    source.take(rows, axis=0, out=out)
+                for gather in gathers:
+                    gather.run()
                 if guard is None:
                     run(ALL)
                     continue

@@ -3,6 +3,8 @@ the registers a block reads, for the lanes that run it, into rows of a [register
 writes the rows of the registers it wrote back. A register lives in a register file [registers, lanes] (axis 0) or
 in a block of wgmma registers [lanes, registers] (axis 1: its rows are transposed on the way).
 
+Within a block, `RowGather` copies the rows of an operand that are not consecutive rows into an array of its own.
+
 The lanes that run a block are whole warpgroups: one run of consecutive lanes, a few runs (the consumers of each
 CTA of a batch) or, rarely, scattered lanes. One run is a slice; the same threads of consecutive CTAs
 (`ranges.lane_block`) are one [registers, CTAs, threads] view of the machine's array, one copy; other runs are copied
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ranges import lane_block
-from tessera.interpreters.truth import equal_arrays
+from tessera.interpreters.truth import all_set, equal_arrays
 
 STAGING_PAD_BYTES = 32
 """How far a staging row (`staging_rows`) runs past its lanes."""
@@ -106,6 +108,37 @@ class LaneRuns:
         else:
             for machine_lanes, here in runs:
                 array[machine_lanes, indices] = values[:, here].T
+
+
+class RowGather:
+    """Rows `rows` of a block's version file [versions, lanes] copied into `out` [k, lanes] before a group runs (an
+    operand whose versions are not consecutive rows, `fuse.Block._operand_array`), with the bits of
+    `file.take(rows, axis=0, out=out)`, which moves a row at a time (some five times slower for 88 rows). The rows
+    repeat with a period p, the smallest that divides k: a value every member reads (p = 1: a scale, a row's
+    maximum), a pair of values read alternately two by two (p = 4: the two rows of a thread's accumulator
+    fragment). The p rows are read once, as a strided view where they step evenly and forward (the even or odd
+    partial sums of a reduction, p = k), else taken into the first p rows of `out`, and copied into each of the
+    k / p blocks of `out` by one broadcasting assignment."""
+
+    def __init__(self, file: np.ndarray, rows: np.ndarray, out: np.ndarray):
+        k, n = out.shape
+        p = next(p for p in range(1, k + 1) if k % p == 0 and all_set(rows.reshape(-1, p) == rows[:p]))
+        head = rows[:p]
+        step = int(head[1] - head[0]) if p > 1 else 1
+        self.blocks = out.reshape(k // p, p, n)
+        if step > 0 and all_set(np.diff(head) == step):
+            self.file, self.head, self.source = None, None, file[int(head[0]):int(head[-1]) + 1:step]
+        else:
+            self.file, self.head, self.source = file, head, out[:p]
+
+    def run(self) -> None:
+        """`out` = the rows."""
+        if self.file is None:
+            self.blocks[...] = self.source
+            return
+        self.file.take(self.head, axis=0, out=self.source)
+        if len(self.blocks) > 1:
+            self.blocks[1:] = self.source
 
 
 def _runs(lanes: np.ndarray) -> list[tuple[slice, slice]] | None:

@@ -41,6 +41,25 @@ def flush_f32(x: np.ndarray) -> np.ndarray:
     return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
+def has_nan_f32(x: np.ndarray) -> bool:
+    """Whether the f32 array `x` holds a NaN: one maximum reduction (NumPy's maximum propagates NaN in its vector
+    loop, `tessera.sm90.nan`)."""
+    return x.size > 0 and bool(np.isnan(np.maximum.reduce(x, axis=None)))
+
+
+_BF16_TIE = np.uint32(0x7FFF)
+
+
+def bf16_rn_words(x: np.ndarray) -> np.ndarray:
+    """f32 values `x` (no NaN: `has_nan_f32`) rounded to the nearest bf16, ties to even, as uint32 words whose bits
+    31:16 are the bf16's bits (bits 15:0 are left over): the f32 bits plus 0x7FFF plus the bf16's last bit, whose
+    carry rounds up past the halfway point, and at it only from an odd bf16; a carry out of the fraction steps the
+    exponent, out of the largest finite value to infinity. The bits of ml_dtypes' cast for every f32 that is not a
+    NaN (checked over all 2^32 patterns; a NaN takes the cast)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return bits + ((bits >> np.uint32(16)) & np.uint32(1)) + _BF16_TIE
+
+
 def saturate(x: np.ndarray) -> np.ndarray:
     """`.sat`: clamp to [0.0, 1.0]; NaN becomes 0."""
     return np.where(np.isnan(x), np.zeros((), x.dtype), np.clip(x, 0, 1)).astype(x.dtype)
@@ -196,8 +215,16 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(exact, fused, plain)
 
 
-def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
-    """a * b + c with a single rounding in `mode` (f64 operands: `fma_f64`).
+def _cast_into(out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`out` (f32) = `x` (float64) rounded as `x.astype(np.float32)` rounds it."""
+    np.copyto(out, x, casting="same_kind")
+    return out
+
+
+def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str, out=None) -> np.ndarray:
+    """a * b + c with a single rounding in `mode` (f64 operands: `fma_f64`); an f32 result written into `out` where
+    given (an f32 array the size of the result, which may be an operand: every operand is read before it is written)
+    and returned.
 
     fma.rn.f32 takes a shortcut that gives the same bits: the float64 sum s of the exact product and c,
     rounded to f32, is the correctly rounded f32 of the exact sum unless s is itself an f32 midpoint (an f32
@@ -211,13 +238,17 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: np.dtype, mode: str)
             s = product + c
             midpoint = (s.view(np.uint64) & _BELOW_F32_LSB) == _F32_MIDPOINT
             if not (any_set(midpoint) or any_set((np.abs(s) < _F32_NORMAL_SUMS) & (s != 0))):
-                return s.astype(np.float32)
+                return s.astype(np.float32) if out is None else _cast_into(out, s)
             # an exact s (TwoSum's error zero in every lane: a running sum's fma(1, p, l) lands on midpoints, the
             # exact sum of two f32 values needing 25 bits) rounds once by the cast, subnormal results too
             back = s - product
             if not any_set((product - (s - back)) + (c - back)):
-                return s.astype(np.float32)
-        return round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
+                return s.astype(np.float32) if out is None else _cast_into(out, s)
+        result = round_f64(sum_to_odd(product, c.astype(np.float64)), dtype, mode)
+        if out is not None:
+            out[...] = result
+            return out
+        return result
 
 
 def divide(a: np.ndarray, b: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
@@ -248,12 +279,21 @@ APPROX = {
 """The exact functions behind `<name>.approx.f32`, evaluated in float64 and rounded once to f32."""
 
 
-def approx(name: str, x: np.ndarray, ftz: bool) -> np.ndarray:
-    """`<name>.approx{.ftz}.f32 x`."""
+def approx(name: str, x: np.ndarray, ftz: bool, out=None) -> np.ndarray:
+    """`<name>.approx{.ftz}.f32 x`, written into `out` where given (an f32 array the size of the result, which may be
+    `x` itself) and returned."""
     x = flush_f32(x) if ftz else np.asarray(x, np.float32)
     with np.errstate(all="ignore"):
-        result = APPROX[name](x.astype(np.float64)).astype(np.float32)
-    return flush_f32(result) if ftz else result
+        wide = APPROX[name](x.astype(np.float64))
+    if out is None:
+        result = wide.astype(np.float32)
+        return flush_f32(result) if ftz else result
+    _cast_into(out, wide)
+    if ftz:
+        flushed = flush_f32(out)
+        if flushed is not out:
+            out[...] = flushed
+    return out
 
 
 def float_to_int(x: np.ndarray, dtype: np.dtype, rounding) -> np.ndarray:

@@ -82,7 +82,7 @@ def decode_bra(ops: Operands, inst, mods):
         m.pc[lanes] += 1
         m.pc[active] = target
 
-    return Step(inst, run, control=True)
+    return Step(inst, run, control=True, branch=target)
 
 
 @opcode("exit")
@@ -343,7 +343,7 @@ class Scheduler:
                     pick = np.flatnonzero(running)
                     pc = int(m.pc[pick[int(self.rng.integers(len(pick)))]])
                 else:
-                    pc = int(candidates.min())
+                    pc = int(np.minimum.reduce(candidates))  # (ndarray.min's Python wrapper costs as much)
                 lanes = np.flatnonzero(candidates == pc)
                 if pc >= end:
                     m.status[lanes] = EXITED
@@ -423,7 +423,9 @@ class Scheduler:
           reach lies before the horizon (a loop's back edge, the skip over an `if`). No other lane's status changed
           (every wake counts in `m.woken`), so the lanes the main loop may pick from are the same. A control
           step that is a collective over more than the lanes' whole units (`setmaxnreg`, warpgroup-wide, on a
-          warp's run under delayed-warp) stops the run: the main loop gathers its warpgroup.
+          warp's run under delayed-warp) stops the run: the main loop gathers its warpgroup. A `bra` (`Step.branch`)
+          that every lane takes or none does is not run: the run goes on at its target or after it, and the lanes'
+          pcs move at the end with the plain steps' (its `run` moves nothing else, and wakes no lane).
 
         Stops at the horizon, a wake, lanes that part or block, the end, or the step budget; the main loop goes on
         from there, so the schedule and its results are the same as one full pick per step."""
@@ -431,7 +433,7 @@ class Scheduler:
         end = len(steps)
         if pc >= end:
             return
-        horizon = min(end, int(np.where(candidates == picked, self.never, candidates).min()))
+        horizon = min(end, int(np.minimum.reduce(np.where(candidates == picked, self.never, candidates))))
         count, start = len(m.lane_ids), pc
         try:  # the lanes' pcs move at the end (no plain step reads them), before a gather or branch, or a raise
             while pc < horizon and self.executed < limit:
@@ -439,11 +441,14 @@ class Scheduler:
                 if step.control:
                     if step.unit > whole:  # a collective control step (setmaxnreg): the main loop gathers it
                         return
-                    m.pc[lanes] += pc - start
-                    start = pc
                     guard = guards[pc]
                     active = lanes if guard is None else lanes[guard(lanes)]
                     self._executed(active)
+                    if step.branch is not None and not 0 < len(active) < len(lanes):  # (`_run_on` of a `bra`)
+                        pc = step.branch if len(active) else pc + 1  # (its `run`, with the pcs' move left to the end)
+                        continue
+                    m.pc[lanes] += pc - start
+                    start = pc
                     step.run(lanes, active)
                     start = pc = int(m.pc[lanes[0]])  # (the step moved the lanes' pcs)
                     if not self._run_on(step, lanes, active, woken):
