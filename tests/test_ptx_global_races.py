@@ -723,10 +723,12 @@ def _order_machine(keep_boxes: bool):
     return m, order
 
 
-def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False) -> tuple[list[str], object]:
+def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False, words: bool = True) -> tuple[list[str], object]:
     """(each op's outcome, the order): "ctas" reads a box by one thread of each of several CTAs (`lane`: their lanes,
-    ascending) through `read_box_ctas`, or thread by thread where it declines or `ctas_alone`."""
-    from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK
+    ascending) through `read_box_ctas`, or thread by thread where it declines or `ctas_alone`; "store" writes `extra`
+    bytes at each of the flat positions `where` (aligned) by `lane` (their lanes), given as `Words` (`words`, as
+    `memory.access` gives a plain store) or as the bytes' index."""
+    from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK, Words
 
     m, order = _order_machine(keep_boxes)
     hb, outcomes = m.tracker.hb, []
@@ -748,6 +750,9 @@ def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False) -> tuple[list
                 hb.clock[lane] = np.maximum(hb.clock[lane], hb._release(np.array([extra]))[0])
             elif op == "observe":
                 m.tracker.observed[0, lane] = extra
+            elif op == "store":
+                index = Words.aligned(where, extra, order.size) if words else where[:, None] + np.arange(extra)
+                order.access(inst, np.array(lane), index, True, WEAK)
             else:
                 order.access(inst, np.array([lane]), where, op == "write", WEAK if extra else ASYNC)
             outcomes.append("ok")
@@ -790,6 +795,51 @@ def test_box_records_kept_as_one_equal_recording_each_read():
         assert any(o != "ok" for o in kept[0]) or trial  # reports happen (the first trial has some)
         assert not kept[1].boxes
         _assert_same_records(kept[1], eager[1])
+
+
+def test_a_store_given_as_aligned_words_equals_its_bytes_index():
+    """A plain store of aligned words (`memory.access`: st.global.b32 and its vectors) reaches `GlobalOrder.access` as
+    `Words`, its bytes' index built only where a check or record needs it: among random box reads, their `until`s,
+    generic reads and writes and synchronisation, stores of 2-16 bytes per lane by several lanes (some meeting a
+    word another lane stores at once, or a byte another thread wrote or read) report and record exactly what the
+    same stores given as their bytes' index do; and `Words.store` writes a buffer as the index's assignment does
+    (a word two lanes store holds the later lane's bytes)."""
+    from tessera.interpreters.ptx.global_accesses import StridedBox, Words
+
+    rng = np.random.default_rng(29)
+    boxes = [StridedBox(512, (4, 32), (64, 1)), StridedBox(1024, (2, 32), (64, 1))]
+    stores = 0
+    for trial in range(6):
+        ops = []
+        for _ in range(60):
+            kind = rng.choice(["box", "until", "sync", "read", "write", "store"], p=[.15, .1, .15, .15, .1, .35])
+            lane = int(rng.integers(0, 8))
+            if kind in ("box", "until"):
+                ops.append((str(kind), lane, boxes[int(rng.integers(len(boxes)))], int(rng.integers(0, 3))))
+            elif kind == "sync":
+                ops.append(("sync", lane, None, int(rng.integers(0, 8))))
+            elif kind == "store":
+                k = int(rng.choice([2, 4, 8, 16]))
+                lanes = np.sort(rng.choice(8, int(rng.integers(2, 9)), replace=False))
+                base = int(rng.choice([0, 512, 1024]))
+                words = rng.choice((128 if trial % 2 else 512) // k, len(lanes), replace=bool(rng.random() < .2))
+                ops.append(("store", lanes.tolist(), base + words * k, k))
+            else:
+                start = int(rng.choice([0, 512 + 32, 1024, 1040]))
+                ops.append((str(kind), lane, np.arange(start, start + int(rng.integers(1, 24))), bool(rng.random() < .8)))
+        given, indexed = _replay(True, ops), _replay(True, ops, words=False)
+        assert given[0] == indexed[0], trial
+        assert any(o != "ok" for o in given[0])
+        _assert_same_records(given[1], indexed[1])
+        for _, lanes, where, k in (op for op in ops if op[0] == "store"):
+            data = rng.integers(0, 256, (len(lanes), k), np.uint8)
+            a, b = rng.integers(0, 256, 2048 + 3, np.uint8), None  # (a buffer not of whole words)
+            b = a.copy()
+            Words.aligned(where, k, 2048).store(a, data)
+            b[where[:, None] + np.arange(k)] = data
+            assert np.array_equal(a, b)
+            stores += 1
+    assert stores > 100
 
 
 def test_a_box_read_by_several_ctas_at_once_equals_reading_it_thread_by_thread():

@@ -121,16 +121,23 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                                           "epoch": np.zeros(self.size, np.int32), "line": np.zeros(self.size, np.int32)}
         return table
 
-    def access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, kind: int) -> None:
-        """`lanes` access the global bytes `index` [lanes, bytes] (flat buffer positions) as `kind`; a race with an
-        earlier access is raised (`PtxHazardError`), then the access is recorded."""
+    def access(self, inst, lanes: np.ndarray, index: np.ndarray | Words, write: bool, kind: int) -> None:
+        """`lanes` access the global bytes `index` [lanes, bytes] (flat buffer positions, or a store's aligned `Words`,
+        as `Words.of` would find them) as `kind`; a race with an earlier access is raised (`PtxHazardError`), then
+        the access is recorded."""
         hb = self.m.tracker.hb
         if not hb.races or index.size == 0:
             return
-        index = np.asarray(index, np.int64).reshape(len(lanes), -1)
-        low, high = int(index.min()), int(index.max()) + 1
-        words = Words.of(index, self.size)  # (a plain vector store's: its tables' rows, not its bytes, below)
+        if isinstance(index, Words):
+            words, (low, high) = index, index.bounds()
+        else:
+            index = np.asarray(index, np.int64).reshape(len(lanes), -1)
+            low, high = int(index.min()), int(index.max()) + 1
+            words = Words.of(index, self.size)  # (a plain vector store's: its tables' rows, not its bytes, below)
         self._settle(low, high)
+        if isinstance(index, Words):  # the bytes' index, only where a record or check below needs it
+            index = None if write and not IS_ASYNC[kind] and self.until is None and self.read_set is None and \
+                self.cp_reading is None and not self.m.tracker.global_sources else words.index()
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
         sourced = None  # [lanes, bytes]: the issuer of the load into peers whose read the write follows, or -1
@@ -151,6 +158,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                     issuer = sourced.reshape(index.shape)
                     who = np.where((issuer >= 0) & (who == (self.lane_who[np.maximum(issuer, 0)] | ASYNC)), 0, who)
                 if any_set(who):  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
+                    index = words.index() if index is None else index
                     self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind,
                                 side)
         if write and self.read_set is not None:
