@@ -49,6 +49,61 @@ def test_a_barrier_orders_the_two_stores():
     assert out[0] == 2
 
 
+# Thread 0 stores word 0 and thread 32 word 1, then, after a barrier, thread 0 stores word 1 too.
+_STORES_THEN_ONE_AFTER = PTX_HEADER + """.visible .entry stores(.param .u64 out)
+{
+    .reg .b32 %r<1>;
+    .reg .b64 %rd<1>;
+    .reg .pred %p<2>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, 32;
+    @%p0 st.global.u32 [%rd0], 1;
+    @%p1 st.global.u32 [%rd0+4], 2;
+    bar.sync 0;
+    @%p0 st.global.u32 [%rd0+4], 3;
+    ret;
+}
+"""
+
+
+def test_a_program_launched_again_starts_with_no_write_records():
+    """The write records of a launch are kept for the next launch of the same program (its decoded machine), zeroed
+    over the ranges its stores touched (`GlobalOrder._cleared_writes`): thread 32's store of word 1 in a later
+    launch meets no record of thread 0's store there after the barrier in the launch before (which nothing orders
+    before it: a race)."""
+    for _ in range(3):
+        assert launch(_STORES_THEN_ONE_AFTER, "stores", 1, 64, [np.zeros(2, np.uint32)])[0].tolist() == [1, 3]
+
+
+def test_the_write_records_handed_to_the_next_launch_are_zeroed():
+    """`GlobalOrder._cleared_writes`: after random stores and writes (some vectors, some strong, some async) the table
+    the next launch's order takes at its first write (`spare`) holds no record, and is the one it uses."""
+    from tessera.interpreters.ptx.global_accesses import STRONG_GPU, WEAK, Words
+    from tessera.interpreters.ptx.global_order import GlobalOrder
+
+    rng = np.random.default_rng(3)
+    m, order = _order_machine(True)
+    for line in range(40):
+        lanes = np.sort(rng.choice(8, int(rng.integers(1, 4)), replace=False))
+        k = int(rng.choice([1, 4, 16]))
+        where = rng.choice(2048 // 16, len(lanes), replace=False) * 16
+        index = Words.aligned(where, k, order.size) if k > 1 and len(lanes) > 1 else where[:, None] + np.arange(k)
+        try:
+            order.access(SimpleInst(line), lanes, index, True, int(rng.choice([WEAK, STRONG_GPU])))
+        except PtxHazardError:
+            pass
+    assert any(np.count_nonzero(column) for column in order.records["write"].values())
+    following = GlobalOrder(m, order.size, order)
+    assert following.spare is not None and not any(np.count_nonzero(c) for c in following.spare.values())
+    spare = following.spare
+    following.access(SimpleInst(1), np.array([0]), np.array([[0]]), True, WEAK)
+    assert following.records["write"] is spare
+    assert GlobalOrder(m, order.size + 16, following).spare is None  # (another program's memory: a fresh table)
+
+
 def test_two_threads_storing_one_word_in_one_instruction_race():
     text = checked(_TWO_STORES).replace("@%p0 st.global.u32 [%rd0], 1;", "").replace(
         "@%p1 st.global.u32 [%rd0], 2;", "st.global.u32 [%rd0], %r0;")

@@ -62,7 +62,9 @@ from tessera.interpreters.truth import all_set, any_set
 class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
     """The access records of a launch's global memory and the release records of its locations; see the
     module docstring. `m` is the machine (its `tracker.hb` holds the clocks), `size` the bytes of global
-    memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
+    memory. Records are allocated at the first access (zeroed pages cost nothing until touched); the write records
+    of `previous`, the launch before of the same program (its machine's), are zeroed and taken instead
+    (`_cleared_writes`)."""
 
     keep_boxes = True
     """Keep the records of TMA boxes as one per box (`boxes`); False records each read in the per-byte tables at
@@ -72,9 +74,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
     """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none; thread < 1024 needs
     13 bits with the kind), then the epoch and the line."""
 
-    def __init__(self, m, size: int):
+    def __init__(self, m, size: int, previous: "GlobalOrder | None" = None):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
+        self.spare = None if previous is None else previous._cleared_writes(size)
         # location -> {(releasing CTA rank, scope wider than the CTA): [kind, clock, remote, fenced]}: the join of
         # every release published there by that CTA at that scope (an acquire takes in all of them, so their join
         # is what it takes: one entry, not one per release, however often a lock changes hands)
@@ -117,8 +120,26 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         table = self.records.get(side)
         if table is None:
             wide = int(np.prod(self.m.grid)) >= (1 << 15) - 1  # (rank + 1) << 16 must fit in 31 bits
-            table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
-                                          "epoch": np.zeros(self.size, np.int32), "line": np.zeros(self.size, np.int32)}
+            spare, self.spare = self.spare, None
+            if side == "write" and spare is not None and spare["who"].dtype == (np.int64 if wide else np.int32):
+                table = self.records[side] = spare
+            else:
+                table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
+                                              "epoch": np.zeros(self.size, np.int32),
+                                              "line": np.zeros(self.size, np.int32)}
+        return table
+
+    def _cleared_writes(self, size: int) -> dict[str, np.ndarray] | None:
+        """This launch's write records, zeroed again, for the next launch of the same program over `size` bytes of
+        global memory (`spare`; None where it has none): `access`, their one writer (`writes_completed` rewrites
+        epochs it wrote), touches the range of what it writes first (`touched`), so zeroing those ranges zeroes every
+        record, a few pages where a fresh table zeroes every byte of global memory (an epilogue's stores)."""
+        table = self.records.pop("write", None)
+        if table is None or size != self.size:
+            return None
+        for low, high in self.touched:
+            for column in table.values():
+                column[low:high] = 0
         return table
 
     def access(self, inst, lanes: np.ndarray, index: np.ndarray | Words, write: bool, kind: int) -> None:
