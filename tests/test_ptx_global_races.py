@@ -897,6 +897,34 @@ def test_a_store_given_as_aligned_words_equals_its_bytes_index():
     assert stores > 100
 
 
+def test_an_access_held_by_one_segment_is_inside_and_own_epochs_are_the_clocks_diagonal():
+    """`GlobalMemory.holds` (an access whose lowest and highest address lie in one segment) decides only where
+    `outside` finds every lane inside; `HappensBefore.own_epochs` (flat positions) gives clock[lane, lane % threads]."""
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+    from tessera.interpreters.ptx.state import GlobalMemory
+
+    rng = np.random.default_rng(7)
+    memory = GlobalMemory()
+    for size in (100, 256, 4, 1000):
+        memory.allocate(f"a{size}", bytes(size))
+    memory.finish()
+    starts, ends = memory._starts, memory._ends
+    held = 0
+    for _ in range(500):
+        nbytes = int(rng.choice([1, 4, 16]))
+        segment = int(rng.integers(len(starts)))
+        low, high = int(starts[segment]) - 8, int(ends[segment]) + 8
+        addresses = rng.integers(low, high, int(rng.integers(1, 20)))
+        if memory.holds(addresses, nbytes):
+            held += 1
+            assert not memory.outside(addresses, nbytes).any()
+    assert held > 50
+    hb = HappensBefore(12, 4, 64, None, str, str)
+    hb.clock[...] = rng.integers(0, 100, hb.clock.shape)
+    lanes = rng.choice(12, 7)
+    assert np.array_equal(hb.own_epochs(lanes), hb.clock[lanes, lanes % 4])
+
+
 def test_a_box_read_by_several_ctas_at_once_equals_reading_it_thread_by_thread():
     """`GlobalOrder.read_box_ctas`: a box read by one thread of each of several CTAs as one read, a box no thread has
     read yet (a main loop's next K or V tile) or one read before, among single threads' box reads, `until`s,

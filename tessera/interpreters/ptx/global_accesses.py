@@ -179,7 +179,7 @@ class Words:
             table.reshape(-1, self.k)[self.numbers] = values
             return
         filled = np.empty((1 if np.ndim(values) == 0 else len(self.numbers), self.k), table.dtype)
-        filled[...] = values
+        filled[...] = np.asarray(values, table.dtype)  # (cast once a word, then spread over its k entries)
         items[self.numbers] = filled.view(items.dtype)[:, 0]
 
     def store(self, buffer: np.ndarray, data: np.ndarray) -> None:

@@ -193,7 +193,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if IS_ASYNC[kind] and "write" in self.records:  # across proxies, a write after a write needs the fence too
             self._check_proxy_fenced(inst, lanes, index, kind, write and kind != ASYNC_REDUCE)
         who = (self.lane_who[lanes] | kind)[:, None]
-        epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
+        epochs = hb.own_epochs(lanes)[:, None]
         if write and IS_ASYNC[kind]:  # a bulk or TMA store or reduction: in flight until its group completes
             epochs = np.full_like(epochs, IN_FLIGHT)
             groups = self.m.tracker.bulk_open[lanes]
@@ -308,7 +308,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if entry is None and (entry := self._new_entry(box)) is None:
             return False
         s, w, e, l_ = entry[:4]
-        who, epochs = self.lane_who[lanes] | kind, hb.clock[lanes, lanes % self.m.threads]
+        who, epochs = self.lane_who[lanes] | kind, hb.own_epochs(lanes)
         if not (s or w):  # no reader yet
             entry[0] = len(self.sets)
             self.sets.append((who, epochs.astype(np.int64), np.full(len(lanes), inst.line, np.int64)))

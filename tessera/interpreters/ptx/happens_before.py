@@ -87,6 +87,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
             self.wgmma_reads: np.ndarray | None = None  # set by asynchrony at the first wgmma read
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
+            # [lane]: the flat position in `clock` of its own epoch, clock[lane, lane % threads] (`own_epochs`)
+            self.own_flat = np.arange(n, dtype=np.int64) * self.threads + np.arange(n, dtype=np.int64) % self.threads
             # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
             # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
             self.fenced = np.zeros((n, 2 * self.threads), np.int32)
@@ -254,11 +256,16 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.w_cta[index] = cta_scoped
             self.w_cta_any |= cta_scoped
         self.w_lane[index] = lanes[:, None]
-        self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_clock[index] = self.own_epochs(lanes)[:, None]
         self.w_any = True
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
         self.clear_reads(index)
+
+    def own_epochs(self, lanes: np.ndarray) -> np.ndarray:
+        """Each of `lanes`' own epoch, clock[lane, lane % threads], through its flat position (`own_flat`): two
+        gathers, no remainder and no 2-D index (a store of a batch's lanes, or a release, asks it of 1,024)."""
+        return self.clock.reshape(-1)[self.own_flat[lanes]]
 
     def clear_reads(self, index) -> None:
         """A write of `index` (flat bytes or a slice): the reads recorded since the last one no longer apply."""
@@ -297,7 +304,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             if not len(lanes):
                 return
         self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
-        self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+        self.reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
 
     def strong_read(self, inst, lanes: np.ndarray, index: np.ndarray, cta_scoped: bool = False) -> None:
         """A strong load (.relaxed/.acquire/.volatile) of `lanes` at `index` [lanes, bytes]: morally strong with an
@@ -324,12 +331,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
                     cta_scoped=cta_scoped)
         if self.strong_reads is None:
             self.strong_reads = ReadClocks(self.shared, self.threads)
-        self.strong_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+        self.strong_reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
         self.strong_read_any = True
         if cta_scoped and self.peer_frame is not None:  # morally strong with no peer's write (distributed memory)
             if self.cta_reads is None:
                 self.cta_reads = ReadClocks(self.shared, self.threads)
-            self.cta_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+            self.cta_reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
             self.cta_read_any = True
 
     def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray, strong: bool = False) -> None:
@@ -350,7 +357,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         clocks = np.zeros((self.lanes, size), np.int32)  # rows of the readers only
         unique = np.unique(lanes)
         clocks[unique] = self.cluster_rows(unique)
-        reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, clocks)
+        reads.record(lanes, index, self.own_epochs(lanes), inst.line, clocks)
         self.peer_read_any = True
 
     def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, atomic: bool = False,

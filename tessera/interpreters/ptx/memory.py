@@ -80,18 +80,20 @@ def split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
 
 def check_access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, align: int):
     if space == "global":
-        bad = m.memory.outside(addresses, nbytes)
+        bad = None if len(addresses) and m.memory.segments and m.memory.holds(addresses, nbytes) else \
+            m.memory.outside(addresses, nbytes)
         limit = None
     else:
         limit = {"shared": m.shared_bytes, "local": m.local_bytes, "param": len(m.params)}[space]
         offsets = shared_offsets(m, inst, lanes, addresses) if space == "shared" else addresses
         bad = (offsets < 0) | (offsets + nbytes > limit)
-    if any_set(bad):
+    if bad is not None and any_set(bad):
         i = int(np.argmax(bad))
         size = "" if limit is None else f" (the {space} space has {limit} bytes)"
         raise m.error(inst, f"{nbytes}-byte access at {space} address {int(addresses[i]):#x} is out of bounds{size}",
                       int(lanes[i]))
-    misaligned = addresses % align != 0
+    # (an alignment that is a power of two, as every one is, tested by a mask: no remainder of each address)
+    misaligned = (addresses & (align - 1) if align & (align - 1) == 0 else addresses % align) != 0
     if any_set(misaligned):
         i = int(np.argmax(misaligned))
         raise m.error(inst, f"misaligned {nbytes}-byte access at {space} address {int(addresses[i]):#x} "

@@ -38,7 +38,7 @@ class SyncEdges:
         c = self.clock[rows].max(axis=0)
         f = self.fenced[rows].max(axis=0) if any_set(self.fenced_rows[rows]) else np.zeros(2 * self.threads, np.int32)
         self.rows_changed(lanes)
-        self.clock[lanes, lanes % self.threads] += 1
+        self.clock.reshape(-1)[self.own_flat[lanes]] += 1
         return c, f, self._remote_of(lanes)
 
     def _remote_of(self, lanes: np.ndarray) -> dict | None:
@@ -373,7 +373,7 @@ class SyncEdges:
                 known = self.remote.get(lane)
                 for rank, row in (known or {}).items():
                     known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
-        self.clock[lanes, lanes % self.threads] += 1
+        self.clock.reshape(-1)[self.own_flat[lanes]] += 1
 
     def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
