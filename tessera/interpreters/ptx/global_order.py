@@ -54,6 +54,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
                                                       SCOPE, StridedBox, Words, cluster_of, is_uniform, put_at)
+from tessera.interpreters.ptx.byte_ranges import meets_any, with_range
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 from tessera.interpreters.truth import all_set, any_set
@@ -348,21 +349,11 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
 
     def _touched(self, low: int, high: int) -> bool:
         """Whether the per-byte tables may hold a record in [low, high)."""
-        return any(lo < high and hi > low for lo, hi in self.touched)
+        return meets_any(self.touched, low, high)
 
     def _touch(self, low: int, high: int) -> None:
-        """The per-byte tables may hold records in [low, high) from now (ranges merged where they meet; past 64,
-        one range holds them all)."""
-        kept = []
-        for lo, hi in self.touched:
-            if lo <= high and hi >= low:
-                low, high = min(lo, low), max(hi, high)
-            else:
-                kept.append((lo, hi))
-        kept.append((low, high))
-        if len(kept) > 64:
-            kept = [(min(lo for lo, _ in kept), max(hi for _, hi in kept))]
-        self.touched = kept
+        """The per-byte tables may hold records in [low, high) from now (`byte_ranges.with_range`)."""
+        self.touched = with_range(self.touched, low, high)
 
     def _settle(self, low: int, high: int, reaching: StridedBox | None = None) -> None:
         """Write the records of the boxes kept as one (`boxes`) whose hull meets [low, high) (and that share a

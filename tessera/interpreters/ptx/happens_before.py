@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.async_records import AsyncRecords
-from tessera.interpreters.ptx.byte_ranges import cta_hulls
+from tessera.interpreters.ptx.byte_ranges import cta_hulls, meets_any, with_range
 from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.interpreters.ptx.sync_edges import SyncEdges
 from tessera.interpreters.truth import any_set
@@ -132,8 +132,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.cta_read_any = False  # ... a strong load of scope .cta
         self.w_cta_any = False  # some byte of `w_cta` may be true
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
-        # ranges [low, high) holding every byte whose write records (`w_clock`, `w_mbarrier`, `w_atomic`, `w_cta`) may be
-        # nonzero: each CTA's hull of a generic write or a cp.async landing since the last reset (`note_written`)
+        # ranges [low, high) holding every byte whose write records (`w_clock`, `w_mbarrier`, `w_atomic`, `w_cta`)
+        # may be nonzero: each CTA's hull of a generic write or a cp.async landing since the reset (`note_written`)
         self.w_spans: list[tuple[int, int]] = []
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
         self.clock.reshape(-1)[self.own_flat] = 1
@@ -168,33 +168,6 @@ class HappensBefore(SyncEdges, AsyncRecords):
     # in 16-byte units and each core matrix row is one chunk, which every swizzle keeps together
     # [descriptor.SWIZZLE_CHUNK_BYTES]. So `wgmma_reads` has a column per chunk, not per byte: a CTA's bytes
     # [0, S) are its chunks 0 .. ceil(S / 16) - 1 (the last one short when S is not a multiple of 16).
-    def note_written(self, index: np.ndarray, hulls: list[slice] | None = None) -> None:
-        """The write records of the bytes `index` (flat, any shape) become nonzero: their CTAs' hulls (`hulls`, where
-        the caller has them, `byte_ranges.cta_hulls`) join `w_spans`, ranges merged where they meet (past 64, one
-        range holds them all)."""
-        self.w_any = True
-        flat = np.asarray(index).reshape(-1)
-        if not flat.size:
-            return
-        hulls = cta_hulls(flat, self._cta_bytes()) if hulls is None else hulls
-        spans = [(int(flat.min()), int(flat.max()) + 1)] if hulls is None else [(h.start, h.stop) for h in hulls]
-        kept = self.w_spans
-        for low, high in spans:
-            joined = []
-            for lo, hi in kept:
-                if lo <= high and hi >= low:
-                    low, high = min(lo, low), max(hi, high)
-                else:
-                    joined.append((lo, hi))
-            kept = joined + [(low, high)]
-        self.w_spans = kept if len(kept) <= 64 else [(min(lo for lo, _ in kept), max(hi for _, hi in kept))]
-
-    def written_in(self, span: slice) -> bool:
-        """Whether some byte of the range `span` holds a generic write record (`w_clock`): only a range meeting
-        `w_spans` may, and a count of it decides."""
-        return self.w_any and any(lo < span.stop and hi > span.start for lo, hi in self.w_spans) and \
-            bool(np.count_nonzero(self.w_clock[span]))
-
     def _cta_bytes(self) -> int:
         return max(self.shared // max(self.lanes // max(self.threads, 1), 1), 1)
 
@@ -293,6 +266,24 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
         self.clear_reads(index)
+
+    def note_written(self, index: np.ndarray, hulls: list[slice] | None = None) -> None:
+        """The write records of the bytes `index` (flat, any shape) become nonzero: their CTAs' hulls (`hulls`, where
+        the caller has them, `byte_ranges.cta_hulls`) join `w_spans` (`byte_ranges.with_range`)."""
+        self.w_any = True
+        flat = np.asarray(index).reshape(-1)
+        if not flat.size:
+            return
+        hulls = cta_hulls(flat, self._cta_bytes()) if hulls is None else hulls
+        spans = [(int(flat.min()), int(flat.max()) + 1)] if hulls is None else [(h.start, h.stop) for h in hulls]
+        for low, high in spans:
+            self.w_spans = with_range(self.w_spans, low, high)
+
+    def written_in(self, span: slice) -> bool:
+        """Whether some byte of the range `span` holds a generic write record (`w_clock`): only a range meeting
+        `w_spans` may, and a count of it decides."""
+        return self.w_any and meets_any(self.w_spans, span.start, span.stop) and \
+            bool(np.count_nonzero(self.w_clock[span]))
 
     def own_epochs(self, lanes: np.ndarray) -> np.ndarray:
         """Each of `lanes`' own epoch, clock[lane, lane % threads], through its flat position (`own_flat`): two

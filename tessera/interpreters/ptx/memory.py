@@ -136,7 +136,7 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         _check_sequence_store(m, inst, lanes, addresses)
     words = Words.aligned(addresses - GLOBAL_BASE, nbytes, m.memory.buffer.size) \
         if space == "global" and data is not None and align % nbytes == 0 else None
-    # (a plain store of aligned words, st.global.b32 and its vectors: recorded and written a word an item, no byte index)
+    # (a plain store of aligned words, st.global.b32 and its vectors: recorded and written a word an item, no index)
     buffer, index = (m.memory.buffer, words) if words is not None else flat_offsets(m, space, lanes, addresses, nbytes)
     watch = getattr(m, "watch", None) if watched else None
     if watch is not None and space == "global":
