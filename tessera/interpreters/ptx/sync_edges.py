@@ -202,12 +202,12 @@ class SyncEdges:
         if not self._inits_seen(keys, block, clocks):
             return False
         zero, unfenced = np.zeros(t, self.clock.dtype), np.zeros(2 * t, np.int32)
-        published = np.stack([zero if d is None else d[0] for d in done])  # [CTA, thread]
+        published = np.array([zero if d is None else d[0] for d in done])  # [CTA, thread]
         bounds = self._bounds_of(block)
         bounds[0] = _raise_rows(clocks, published, bounds[0])
         if bounds[1] is not None:
             bounds[1] = np.maximum(bounds[1], published)
-        fenced = np.stack([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
+        fenced = np.array([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
         if any_set(fenced):  # a fence on a path into the releases: the rows take it in (`fenced_rows` set)
             rows = self.fenced.reshape(-1, t, 2 * t)[ctas, within]
             bounds[2] = _raise_rows(rows, fenced, bounds[2])
