@@ -111,3 +111,16 @@ def test_the_block_told_from_the_runs_is_the_lanes_block():
         assert mbarrier._runs_block(m, lanes, runs) == expected, lanes
         blocks += expected is not None
     assert 1000 < blocks < 2900
+
+
+def test_an_mbarrier_operands_bounds_and_uniformity_are_its_min_and_max():
+    """`mbarrier._bounds` and `_uniform` (one comparison where every lane holds the first value) decide what min()
+    and max() decide, for operands of one value, of several, of one lane, and negative ones."""
+    from tessera.interpreters.ptx.mbarrier import _bounds, _uniform
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        values = np.full(n, int(rng.integers(-5, 1 << 20))) if trial % 2 else rng.integers(-8, 9, n) * 8
+        assert _bounds(values) == (int(values.min()), int(values.max()))
+        assert _uniform(values) == (values.min() == values.max())

@@ -49,6 +49,61 @@ def test_a_barrier_orders_the_two_stores():
     assert out[0] == 2
 
 
+# Thread 0 stores word 0 and thread 32 word 1, then, after a barrier, thread 0 stores word 1 too.
+_STORES_THEN_ONE_AFTER = PTX_HEADER + """.visible .entry stores(.param .u64 out)
+{
+    .reg .b32 %r<1>;
+    .reg .b64 %rd<1>;
+    .reg .pred %p<2>;
+    mov.u32 %r0, %tid.x;
+    ld.param.u64 %rd0, [out];
+    cvta.to.global.u64 %rd0, %rd0;
+    setp.eq.u32 %p0, %r0, 0;
+    setp.eq.u32 %p1, %r0, 32;
+    @%p0 st.global.u32 [%rd0], 1;
+    @%p1 st.global.u32 [%rd0+4], 2;
+    bar.sync 0;
+    @%p0 st.global.u32 [%rd0+4], 3;
+    ret;
+}
+"""
+
+
+def test_a_program_launched_again_starts_with_no_write_records():
+    """The write records of a launch are kept for the next launch of the same program (its decoded machine), zeroed
+    over the ranges its stores touched (`GlobalOrder._cleared_writes`): thread 32's store of word 1 in a later
+    launch meets no record of thread 0's store there after the barrier in the launch before (which nothing orders
+    before it: a race)."""
+    for _ in range(3):
+        assert launch(_STORES_THEN_ONE_AFTER, "stores", 1, 64, [np.zeros(2, np.uint32)])[0].tolist() == [1, 3]
+
+
+def test_the_write_records_handed_to_the_next_launch_are_zeroed():
+    """`GlobalOrder._cleared_writes`: after random stores and writes (some vectors, some strong, some async) the table
+    the next launch's order takes at its first write (`spare`) holds no record, and is the one it uses."""
+    from tessera.interpreters.ptx.global_accesses import STRONG_GPU, WEAK, Words
+    from tessera.interpreters.ptx.global_order import GlobalOrder
+
+    rng = np.random.default_rng(3)
+    m, order = _order_machine(True)
+    for line in range(40):
+        lanes = np.sort(rng.choice(8, int(rng.integers(1, 4)), replace=False))
+        k = int(rng.choice([1, 4, 16]))
+        where = rng.choice(2048 // 16, len(lanes), replace=False) * 16
+        index = Words.aligned(where, k, order.size) if k > 1 and len(lanes) > 1 else where[:, None] + np.arange(k)
+        try:
+            order.access(SimpleInst(line), lanes, index, True, int(rng.choice([WEAK, STRONG_GPU])))
+        except PtxHazardError:
+            pass
+    assert any(np.count_nonzero(column) for column in order.records["write"].values())
+    following = GlobalOrder(m, order.size, order)
+    assert following.spare is not None and not any(np.count_nonzero(c) for c in following.spare.values())
+    spare = following.spare
+    following.access(SimpleInst(1), np.array([0]), np.array([[0]]), True, WEAK)
+    assert following.records["write"] is spare
+    assert GlobalOrder(m, order.size + 16, following).spare is None  # (another program's memory: a fresh table)
+
+
 def test_two_threads_storing_one_word_in_one_instruction_race():
     text = checked(_TWO_STORES).replace("@%p0 st.global.u32 [%rd0], 1;", "").replace(
         "@%p1 st.global.u32 [%rd0], 2;", "st.global.u32 [%rd0], %r0;")
@@ -723,10 +778,12 @@ def _order_machine(keep_boxes: bool):
     return m, order
 
 
-def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False) -> tuple[list[str], object]:
+def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False, words: bool = True) -> tuple[list[str], object]:
     """(each op's outcome, the order): "ctas" reads a box by one thread of each of several CTAs (`lane`: their lanes,
-    ascending) through `read_box_ctas`, or thread by thread where it declines or `ctas_alone`."""
-    from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK
+    ascending) through `read_box_ctas`, or thread by thread where it declines or `ctas_alone`; "store" writes `extra`
+    bytes at each of the flat positions `where` (aligned) by `lane` (their lanes), given as `Words` (`words`, as
+    `memory.access` gives a plain store) or as the bytes' index."""
+    from tessera.interpreters.ptx.global_accesses import ASYNC, WEAK, Words
 
     m, order = _order_machine(keep_boxes)
     hb, outcomes = m.tracker.hb, []
@@ -748,6 +805,9 @@ def _replay(keep_boxes: bool, ops: list, ctas_alone: bool = False) -> tuple[list
                 hb.clock[lane] = np.maximum(hb.clock[lane], hb._release(np.array([extra]))[0])
             elif op == "observe":
                 m.tracker.observed[0, lane] = extra
+            elif op == "store":
+                index = Words.aligned(where, extra, order.size) if words else where[:, None] + np.arange(extra)
+                order.access(inst, np.array(lane), index, True, WEAK)
             else:
                 order.access(inst, np.array([lane]), where, op == "write", WEAK if extra else ASYNC)
             outcomes.append("ok")
@@ -790,6 +850,79 @@ def test_box_records_kept_as_one_equal_recording_each_read():
         assert any(o != "ok" for o in kept[0]) or trial  # reports happen (the first trial has some)
         assert not kept[1].boxes
         _assert_same_records(kept[1], eager[1])
+
+
+def test_a_store_given_as_aligned_words_equals_its_bytes_index():
+    """A plain store of aligned words (`memory.access`: st.global.b32 and its vectors) reaches `GlobalOrder.access` as
+    `Words`, its bytes' index built only where a check or record needs it: among random box reads, their `until`s,
+    generic reads and writes and synchronisation, stores of 2-16 bytes per lane by several lanes (some meeting a
+    word another lane stores at once, or a byte another thread wrote or read) report and record exactly what the
+    same stores given as their bytes' index do; and `Words.store` writes a buffer as the index's assignment does
+    (a word two lanes store holds the later lane's bytes)."""
+    from tessera.interpreters.ptx.global_accesses import StridedBox, Words
+
+    rng = np.random.default_rng(29)
+    boxes = [StridedBox(512, (4, 32), (64, 1)), StridedBox(1024, (2, 32), (64, 1))]
+    stores = 0
+    for trial in range(6):
+        ops = []
+        for _ in range(60):
+            kind = rng.choice(["box", "until", "sync", "read", "write", "store"], p=[.15, .1, .15, .15, .1, .35])
+            lane = int(rng.integers(0, 8))
+            if kind in ("box", "until"):
+                ops.append((str(kind), lane, boxes[int(rng.integers(len(boxes)))], int(rng.integers(0, 3))))
+            elif kind == "sync":
+                ops.append(("sync", lane, None, int(rng.integers(0, 8))))
+            elif kind == "store":
+                k = int(rng.choice([2, 4, 8, 16]))
+                lanes = np.sort(rng.choice(8, int(rng.integers(2, 9)), replace=False))
+                base = int(rng.choice([0, 512, 1024]))
+                words = rng.choice((128 if trial % 2 else 512) // k, len(lanes), replace=bool(rng.random() < .2))
+                ops.append(("store", lanes.tolist(), base + words * k, k))
+            else:
+                start = int(rng.choice([0, 512 + 32, 1024, 1040]))
+                ops.append((str(kind), lane, np.arange(start, start + int(rng.integers(1, 24))), bool(rng.random() < .8)))
+        given, indexed = _replay(True, ops), _replay(True, ops, words=False)
+        assert given[0] == indexed[0], trial
+        assert any(o != "ok" for o in given[0])
+        _assert_same_records(given[1], indexed[1])
+        for _, lanes, where, k in (op for op in ops if op[0] == "store"):
+            data = rng.integers(0, 256, (len(lanes), k), np.uint8)
+            a, b = rng.integers(0, 256, 2048 + 3, np.uint8), None  # (a buffer not of whole words)
+            b = a.copy()
+            Words.aligned(where, k, 2048).store(a, data)
+            b[where[:, None] + np.arange(k)] = data
+            assert np.array_equal(a, b)
+            stores += 1
+    assert stores > 100
+
+
+def test_an_access_held_by_one_segment_is_inside_and_own_epochs_are_the_clocks_diagonal():
+    """`GlobalMemory.holds` (an access whose lowest and highest address lie in one segment) decides only where
+    `outside` finds every lane inside; `HappensBefore.own_epochs` (flat positions) gives clock[lane, lane % threads]."""
+    from tessera.interpreters.ptx.happens_before import HappensBefore
+    from tessera.interpreters.ptx.state import GlobalMemory
+
+    rng = np.random.default_rng(7)
+    memory = GlobalMemory()
+    for size in (100, 256, 4, 1000):
+        memory.allocate(f"a{size}", bytes(size))
+    memory.finish()
+    starts, ends = memory._starts, memory._ends
+    held = 0
+    for _ in range(500):
+        nbytes = int(rng.choice([1, 4, 16]))
+        segment = int(rng.integers(len(starts)))
+        low, high = int(starts[segment]) - 8, int(ends[segment]) + 8
+        addresses = rng.integers(low, high, int(rng.integers(1, 20)))
+        if memory.holds(addresses, nbytes):
+            held += 1
+            assert not memory.outside(addresses, nbytes).any()
+    assert held > 50
+    hb = HappensBefore(12, 4, 64, None, str, str)
+    hb.clock[...] = rng.integers(0, 100, hb.clock.shape)
+    lanes = rng.choice(12, 7)
+    assert np.array_equal(hb.own_epochs(lanes), hb.clock[lanes, lanes % 4])
 
 
 def test_a_box_read_by_several_ctas_at_once_equals_reading_it_thread_by_thread():

@@ -150,3 +150,36 @@ def test_a_store_of_the_batch_keeps_the_landed_ranges_of_the_windows_between(mon
     forgotten = _launch(_attention(True)[2])
     assert kept.tobytes() == forgotten.tobytes()
     assert walked < len(looked)
+
+
+def test_the_write_records_kept_in_w_spans_decide_as_a_count_and_reset_to_zeros():
+    """`HappensBefore.w_spans` (each CTA's hull of a generic write or a cp.async landing since the last reset) holds
+    every byte whose write records may be nonzero: among random stores of several CTAs' lanes, landings and async
+    copies (which clear the records of their range), `written_in` finds a record in a range exactly where a count
+    of its `w_clock` does, and a reset leaves every write record zero, as filling the arrays did."""
+    class Inst:
+        line = 7
+
+    rng = np.random.default_rng(29)
+    hb = HappensBefore(4 * 8, 8, 4 * 512, None, str, str, races=False)
+    for trial in range(6):
+        for _ in range(40):
+            lanes = np.sort(rng.choice(32, int(rng.integers(1, 9)), replace=False))
+            width = int(rng.choice([1, 4, 16]))
+            index = (lanes // 8 * 512 + rng.integers(0, 512 - width, len(lanes)))[:, None] + np.arange(width)
+            kind = rng.choice(["store", "landed", "async"], p=[.5, .2, .3])
+            if kind == "store":
+                hb.write(Inst(), lanes, index, atomic=bool(rng.random() < .3))
+            elif kind == "landed":
+                hb.landed(lanes, index, np.full(len(lanes), 9), bool(rng.random() < .5))
+            else:
+                start = int(rng.integers(0, 4 * 512 - 64))
+                hb.w_clock[start:start + 64] = 0  # (an asynchronous copy's range: `async_write`)
+            for _ in range(5):
+                low = int(rng.integers(0, 4 * 512 - 1))
+                span = slice(low, low + int(rng.integers(1, 300)))
+                assert hb.written_in(span) == (hb.w_any and bool(np.count_nonzero(hb.w_clock[span]))), (trial, span)
+        assert hb.w_any and hb.w_spans
+        hb.reset()
+        assert not any(np.count_nonzero(a) for a in (hb.w_clock, hb.w_mbarrier, hb.w_atomic, hb.w_cta))
+        assert not hb.w_spans and not hb.w_any

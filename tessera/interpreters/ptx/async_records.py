@@ -106,7 +106,7 @@ class AsyncRecords:
         # a range: its records read as a range, and cleared only where some are (a refill of a slot whose bytes no
         # generic access touched since the last copy, the main loop's, clears nothing)
         index, rows = flat[None, :], None if known is None else clocks
-        read, written = self.reads.any_in(span), self.w_any and np.count_nonzero(self.w_clock[span]) > 0
+        read, written = self.reads.any_in(span), self.written_in(span)
         if read:
             self._check_reads(inst, lanes[:1], index, f"{what} writes", rows)
         if written:
@@ -132,7 +132,7 @@ class AsyncRecords:
         spans = [slice(slot * size + dense[0], slot * size + dense[1]) for slot in slots.tolist()]
         if self.reads.any and any(self.reads.any_in(span) for span in spans):
             return False
-        if self.w_any and any(np.count_nonzero(self.w_clock[span]) for span in spans):
+        if self.w_any and any(self.written_in(span) for span in spans):
             return False
         if not self.completions or self.wgmma_reads is None:
             return True
@@ -269,7 +269,7 @@ class AsyncRecords:
         happens before [memory_model.CP_ASYNC_PROXY], not by a cp.async.wait_group."""
         self.w_lane[index] = lanes[:, None]
         self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
-        self.w_any = True
+        self.note_written(index)
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
         self.clear_reads(index)

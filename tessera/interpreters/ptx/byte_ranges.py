@@ -100,6 +100,25 @@ class ByteRanges:
                     self.pop(start)
 
 
+def with_range(ranges: list[tuple[int, int]], low: int, high: int, limit: int = 64) -> list[tuple[int, int]]:
+    """`ranges` ([low, high) each, disjoint) with [low, high) added, merged with those it meets; past `limit` ranges,
+    the one range holding them all (a bound of where something may be: `GlobalOrder.touched`,
+    `HappensBefore.w_spans`)."""
+    kept = []
+    for lo, hi in ranges:
+        if lo <= high and hi >= low:
+            low, high = min(lo, low), max(hi, high)
+        else:
+            kept.append((lo, hi))
+    kept.append((low, high))
+    return kept if len(kept) <= limit else [(min(lo for lo, _ in kept), max(hi for _, hi in kept))]
+
+
+def meets_any(ranges: list[tuple[int, int]], low: int, high: int) -> bool:
+    """Whether [low, high) meets one of `ranges`."""
+    return any(lo < high and hi > low for lo, hi in ranges)
+
+
 def byte_bounds(where: np.ndarray | slice | list[slice]) -> list[tuple[int, int]]:
     """[low, high) of a range, of each range of a list, or of the bytes of an index array (their hull)."""
     if isinstance(where, list):
@@ -129,4 +148,4 @@ def cta_hulls(flat: np.ndarray, size: int) -> list[slice] | None:
     return [slice(low, high + 1) for low, high in zip(lows, highs)]
 
 
-__all__ = ["ByteRanges", "byte_bounds", "cta_hulls"]
+__all__ = ["ByteRanges", "byte_bounds", "cta_hulls", "meets_any", "with_range"]

@@ -127,6 +127,28 @@ class Words:
     def __init__(self, numbers: np.ndarray, k: int):
         self.numbers, self.k = numbers, k
 
+    @property
+    def size(self) -> int:
+        """The bytes: n * k."""
+        return len(self.numbers) * self.k
+
+    @staticmethod
+    def aligned(offsets: np.ndarray, k: int, size: int) -> "Words | None":
+        """The words of an access of k bytes at each of the flat positions `offsets` [n], each a multiple of k (its
+        alignment checked), where `of` would find them in its index (k = 2, 4, 8 or 16, two lanes or more, a table of
+        `size` entries holding whole words), without that index; else None."""
+        if k not in _BYTES or size % k or len(offsets) < 2:
+            return None
+        return Words(offsets // k, k)
+
+    def index(self) -> np.ndarray:
+        """The bytes' flat positions [n, k], as `of` was given them."""
+        return self.numbers[:, None] * self.k + _BYTES[self.k]
+
+    def bounds(self) -> tuple[int, int]:
+        """[low, high): the least range holding every byte."""
+        return int(self.numbers.min()) * self.k, (int(self.numbers.max()) + 1) * self.k
+
     @staticmethod
     def of(index: np.ndarray, size: int) -> "Words | None":
         """The words of `index` [n, k] where each row is one aligned word (a plain st.global.b32, .v2, .v4) and a
@@ -157,12 +179,19 @@ class Words:
             table.reshape(-1, self.k)[self.numbers] = values
             return
         filled = np.empty((1 if np.ndim(values) == 0 else len(self.numbers), self.k), table.dtype)
-        filled[...] = values
+        filled[...] = np.asarray(values, table.dtype)  # (cast once a word, then spread over its k entries)
         items[self.numbers] = filled.view(items.dtype)[:, 0]
+
+    def store(self, buffer: np.ndarray, data: np.ndarray) -> None:
+        """buffer[index] = data: the bytes `data` [n, k] (uint8) into the byte `buffer`, a word an item (in lane
+        order, as the bytes' index assigns them)."""
+        item = _WORD_ITEMS[self.k]
+        whole = buffer[:len(buffer) - len(buffer) % self.k].view(item)
+        whole[self.numbers] = np.ascontiguousarray(data).view(item).reshape(-1)
 
 
 _BYTES = {k: np.arange(k, dtype=np.int64) for k in (2, 4, 8, 16)}
-_WORD_ITEMS = {4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+_WORD_ITEMS = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
 """A word's entries as one item, by their bytes (complex128: copied by fancy indexing as raw bits)."""
 
 

@@ -172,7 +172,7 @@ class GlobalRaceChecks:
                   f"between the store and this {access} on a synchronisation path; a fence.proxy.async.shared::cta "
                   "orders no global memory)", int(lanes[i]))
 
-    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray, kind: int, low: int, high: int,
+    def _check_together(self, inst, lanes: np.ndarray, index: np.ndarray | None, kind: int, low: int, high: int,
                         groups: np.ndarray | None = None, words=None) -> None:
         """Threads of one instruction writing one byte: nothing orders them either. With `groups` (per lane: its
         CTA for a strong .cta write, its cluster for a .cluster one, whose scope holds only those threads
@@ -182,15 +182,18 @@ class GlobalRaceChecks:
         into a few CTAs' output tiles); elsewhere, where each thread's bytes are one run of k (a vector store), the
         runs' starts: no two within k of each other. A byte written twice is then found by a sort, for the report.
         `words`: `index` as aligned words (`global_accesses.Words`), where it is: they are marked instead of its
-        bytes (two threads write one byte exactly where they write one word)."""
-        n, k = index.shape
-        if words is not None and high - low <= MARKED_SPAN * index.size:
+        bytes (two threads write one byte exactly where they write one word); `index` None: built from them where
+        needed."""
+        n, k = (len(words.numbers), words.k) if index is None else index.shape
+        small = high - low <= MARKED_SPAN * n * k
+        if small and words is not None:
             if np.count_nonzero(marked(words.numbers, low // k, -(-high // k))) == n:
                 return
-        elif high - low <= MARKED_SPAN * index.size:
+        index = words.index() if index is None else index
+        if small and words is None:
             if np.count_nonzero(marked(index.reshape(-1), low, high)) == index.size:
                 return
-        elif n > 1 and k and (k == 1 or equal_arrays(index, index[:, :1] + np.arange(k))):
+        elif not small and n > 1 and k and (k == 1 or equal_arrays(index, index[:, :1] + np.arange(k))):
             starts = np.sort(index[:, 0])
             if all_set(starts[1:] - starts[:-1] >= k):
                 return

@@ -54,6 +54,7 @@ import numpy as np
 
 from tessera.interpreters.ptx.global_accesses import (ASYNC, ASYNC_REDUCE, CTA, GPU, IN_FLIGHT, IS_ASYNC, IS_STRONG,
                                                       SCOPE, StridedBox, Words, cluster_of, is_uniform, put_at)
+from tessera.interpreters.ptx.byte_ranges import meets_any, with_range
 from tessera.interpreters.ptx.global_checks import GlobalRaceChecks
 from tessera.interpreters.ptx.release_acquire import ReleaseAcquire
 from tessera.interpreters.truth import all_set, any_set
@@ -62,7 +63,9 @@ from tessera.interpreters.truth import all_set, any_set
 class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
     """The access records of a launch's global memory and the release records of its locations; see the
     module docstring. `m` is the machine (its `tracker.hb` holds the clocks), `size` the bytes of global
-    memory. Records are allocated at the first access (zeroed pages cost nothing until touched)."""
+    memory. Records are allocated at the first access (zeroed pages cost nothing until touched); the write records
+    of `previous`, the launch before of the same program (its machine's), are zeroed and taken instead
+    (`_cleared_writes`)."""
 
     keep_boxes = True
     """Keep the records of TMA boxes as one per box (`boxes`); False records each read in the per-byte tables at
@@ -72,9 +75,10 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
     """Per byte and side: `who` packs (CTA rank + 1) << 16 | thread << 3 | kind (0: none; thread < 1024 needs
     13 bits with the kind), then the epoch and the line."""
 
-    def __init__(self, m, size: int):
+    def __init__(self, m, size: int, previous: "GlobalOrder | None" = None):
         self.m, self.size = m, size
         self.records: dict[str, dict[str, np.ndarray]] = {}
+        self.spare = None if previous is None else previous._cleared_writes(size)
         # location -> {(releasing CTA rank, scope wider than the CTA): [kind, clock, remote, fenced]}: the join of
         # every release published there by that CTA at that scope (an acquire takes in all of them, so their join
         # is what it takes: one entry, not one per release, however often a lock changes hands)
@@ -117,20 +121,45 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         table = self.records.get(side)
         if table is None:
             wide = int(np.prod(self.m.grid)) >= (1 << 15) - 1  # (rank + 1) << 16 must fit in 31 bits
-            table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
-                                          "epoch": np.zeros(self.size, np.int32), "line": np.zeros(self.size, np.int32)}
+            spare, self.spare = self.spare, None
+            if side == "write" and spare is not None and spare["who"].dtype == (np.int64 if wide else np.int32):
+                table = self.records[side] = spare
+            else:
+                table = self.records[side] = {"who": np.zeros(self.size, np.int64 if wide else np.int32),
+                                              "epoch": np.zeros(self.size, np.int32),
+                                              "line": np.zeros(self.size, np.int32)}
         return table
 
-    def access(self, inst, lanes: np.ndarray, index: np.ndarray, write: bool, kind: int) -> None:
-        """`lanes` access the global bytes `index` [lanes, bytes] (flat buffer positions) as `kind`; a race with an
-        earlier access is raised (`PtxHazardError`), then the access is recorded."""
+    def _cleared_writes(self, size: int) -> dict[str, np.ndarray] | None:
+        """This launch's write records, zeroed again, for the next launch of the same program over `size` bytes of
+        global memory (`spare`; None where it has none): `access`, their one writer (`writes_completed` rewrites
+        epochs it wrote), touches the range of what it writes first (`touched`), so zeroing those ranges zeroes every
+        record, a few pages where a fresh table zeroes every byte of global memory (an epilogue's stores)."""
+        table = self.records.pop("write", None)
+        if table is None or size != self.size:
+            return None
+        for low, high in self.touched:
+            for column in table.values():
+                column[low:high] = 0
+        return table
+
+    def access(self, inst, lanes: np.ndarray, index: np.ndarray | Words, write: bool, kind: int) -> None:
+        """`lanes` access the global bytes `index` [lanes, bytes] (flat buffer positions, or a store's aligned `Words`,
+        as `Words.of` would find them) as `kind`; a race with an earlier access is raised (`PtxHazardError`), then
+        the access is recorded."""
         hb = self.m.tracker.hb
         if not hb.races or index.size == 0:
             return
-        index = np.asarray(index, np.int64).reshape(len(lanes), -1)
-        low, high = int(index.min()), int(index.max()) + 1
-        words = Words.of(index, self.size)  # (a plain vector store's: its tables' rows, not its bytes, below)
+        if isinstance(index, Words):
+            words, (low, high) = index, index.bounds()
+        else:
+            index = np.asarray(index, np.int64).reshape(len(lanes), -1)
+            low, high = int(index.min()), int(index.max()) + 1
+            words = Words.of(index, self.size)  # (a plain vector store's: its tables' rows, not its bytes, below)
         self._settle(low, high)
+        if isinstance(index, Words):  # the bytes' index, only where a record or check below needs it
+            index = None if write and not IS_ASYNC[kind] and self.until is None and self.read_set is None and \
+                self.cp_reading is None and not self.m.tracker.global_sources else words.index()
         self._touch(low, high)
         judged = self._check_until(inst, lanes, index) if write and self.until is not None else None
         sourced = None  # [lanes, bytes]: the issuer of the load into peers whose read the write follows, or -1
@@ -151,6 +180,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
                     issuer = sourced.reshape(index.shape)
                     who = np.where((issuer >= 0) & (who == (self.lane_who[np.maximum(issuer, 0)] | ASYNC)), 0, who)
                 if any_set(who):  # (no earlier access of these bytes on this side: nothing to check, as `_check` finds)
+                    index = words.index() if index is None else index
                     self._check(inst, lanes, index, who, table["epoch"][index], table["line"][index], write, kind,
                                 side)
         if write and self.read_set is not None:
@@ -164,7 +194,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if IS_ASYNC[kind] and "write" in self.records:  # across proxies, a write after a write needs the fence too
             self._check_proxy_fenced(inst, lanes, index, kind, write and kind != ASYNC_REDUCE)
         who = (self.lane_who[lanes] | kind)[:, None]
-        epochs = hb.clock[lanes, lanes % self.m.threads][:, None]
+        epochs = hb.own_epochs(lanes)[:, None]
         if write and IS_ASYNC[kind]:  # a bulk or TMA store or reduction: in flight until its group completes
             epochs = np.full_like(epochs, IN_FLIGHT)
             groups = self.m.tracker.bulk_open[lanes]
@@ -279,7 +309,7 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
         if entry is None and (entry := self._new_entry(box)) is None:
             return False
         s, w, e, l_ = entry[:4]
-        who, epochs = self.lane_who[lanes] | kind, hb.clock[lanes, lanes % self.m.threads]
+        who, epochs = self.lane_who[lanes] | kind, hb.own_epochs(lanes)
         if not (s or w):  # no reader yet
             entry[0] = len(self.sets)
             self.sets.append((who, epochs.astype(np.int64), np.full(len(lanes), inst.line, np.int64)))
@@ -319,21 +349,11 @@ class GlobalOrder(GlobalRaceChecks, ReleaseAcquire):
 
     def _touched(self, low: int, high: int) -> bool:
         """Whether the per-byte tables may hold a record in [low, high)."""
-        return any(lo < high and hi > low for lo, hi in self.touched)
+        return meets_any(self.touched, low, high)
 
     def _touch(self, low: int, high: int) -> None:
-        """The per-byte tables may hold records in [low, high) from now (ranges merged where they meet; past 64,
-        one range holds them all)."""
-        kept = []
-        for lo, hi in self.touched:
-            if lo <= high and hi >= low:
-                low, high = min(lo, low), max(hi, high)
-            else:
-                kept.append((lo, hi))
-        kept.append((low, high))
-        if len(kept) > 64:
-            kept = [(min(lo for lo, _ in kept), max(hi for _, hi in kept))]
-        self.touched = kept
+        """The per-byte tables may hold records in [low, high) from now (`byte_ranges.with_range`)."""
+        self.touched = with_range(self.touched, low, high)
 
     def _settle(self, low: int, high: int, reaching: StridedBox | None = None) -> None:
         """Write the records of the boxes kept as one (`boxes`) whose hull meets [low, high) (and that share a

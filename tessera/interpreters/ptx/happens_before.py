@@ -53,6 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interpreters.ptx.async_records import AsyncRecords
+from tessera.interpreters.ptx.byte_ranges import cta_hulls, meets_any, with_range
 from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.interpreters.ptx.sync_edges import SyncEdges
 from tessera.interpreters.truth import any_set
@@ -87,6 +88,8 @@ class HappensBefore(SyncEdges, AsyncRecords):
         if not hasattr(self, "clock"):  # allocated once, cleared for each batch
             self.wgmma_reads: np.ndarray | None = None  # set by asynchrony at the first wgmma read
             self.clock = np.zeros((n, self.threads), np.int32)  # [lane, thread of its CTA]
+            # [lane]: the flat position in `clock` of its own epoch, clock[lane, lane % threads] (`own_epochs`)
+            self.own_flat = np.arange(n, dtype=np.int64) * self.threads + np.arange(n, dtype=np.int64) % self.threads
             # [lane, thread]: shared memory's columns, then global memory's (a proxy fence is limited to the
             # state space it names: fence.proxy.async.shared::cta orders no global bytes) [memory_model.PROXY_FENCE]
             self.fenced = np.zeros((n, 2 * self.threads), np.int32)
@@ -110,12 +113,13 @@ class HappensBefore(SyncEdges, AsyncRecords):
             elif len(rows):
                 self.fenced[rows] = 0
             cleared = [self.clock, self.fenced_rows]
-            if self.w_any:  # (else no generic write since the last reset: every write record is zero)
-                cleared += [self.w_clock, self.w_mbarrier, self.w_atomic, self.w_cta]
             if self.r_any:
                 cleared.append(self.r_async)
             for array in cleared:
                 array.fill(0)
+            for low, high in self.w_spans:  # (the only bytes whose write records may be nonzero)
+                for array in (self.w_clock, self.w_mbarrier, self.w_atomic, self.w_cta):
+                    array[low:high] = 0
             self.reads.reset()
         for reads in (self.peer_reads, self.peer_strong_reads):
             if reads is not None:
@@ -128,8 +132,11 @@ class HappensBefore(SyncEdges, AsyncRecords):
         self.cta_read_any = False  # ... a strong load of scope .cta
         self.w_cta_any = False  # some byte of `w_cta` may be true
         self.w_any = False  # some byte of `w_clock` may be nonzero (a generic write since the last reset)
+        # ranges [low, high) holding every byte whose write records (`w_clock`, `w_mbarrier`, `w_atomic`, `w_cta`)
+        # may be nonzero: each CTA's hull of a generic write or a cp.async landing since the reset (`note_written`)
+        self.w_spans: list[tuple[int, int]] = []
         self.r_any = False  # some byte of `r_async` may be nonzero (`reads_completed` ran since the last reset)
-        self.clock[np.arange(n), np.arange(n) % self.threads] = 1
+        self.clock.reshape(-1)[self.own_flat] = 1
         # (CTA start, stop, thread start, stop) -> [low, high]: bounds of a block's clock rows (`sync_edges`)
         self.block_bounds: dict[tuple[int, int, int, int], list] = {}
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -254,11 +261,34 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.w_cta[index] = cta_scoped
             self.w_cta_any |= cta_scoped
         self.w_lane[index] = lanes[:, None]
-        self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
-        self.w_any = True
+        self.w_clock[index] = self.own_epochs(lanes)[:, None]
+        self.note_written(index, hulls)
         self.w_line[index] = inst.line
         self.w_mbarrier[index] = False
         self.clear_reads(index)
+
+    def note_written(self, index: np.ndarray, hulls: list[slice] | None = None) -> None:
+        """The write records of the bytes `index` (flat, any shape) become nonzero: their CTAs' hulls (`hulls`, where
+        the caller has them, `byte_ranges.cta_hulls`) join `w_spans` (`byte_ranges.with_range`)."""
+        self.w_any = True
+        flat = np.asarray(index).reshape(-1)
+        if not flat.size:
+            return
+        hulls = cta_hulls(flat, self._cta_bytes()) if hulls is None else hulls
+        spans = [(int(flat.min()), int(flat.max()) + 1)] if hulls is None else [(h.start, h.stop) for h in hulls]
+        for low, high in spans:
+            self.w_spans = with_range(self.w_spans, low, high)
+
+    def written_in(self, span: slice) -> bool:
+        """Whether some byte of the range `span` holds a generic write record (`w_clock`): only a range meeting
+        `w_spans` may, and a count of it decides."""
+        return self.w_any and meets_any(self.w_spans, span.start, span.stop) and \
+            bool(np.count_nonzero(self.w_clock[span]))
+
+    def own_epochs(self, lanes: np.ndarray) -> np.ndarray:
+        """Each of `lanes`' own epoch, clock[lane, lane % threads], through its flat position (`own_flat`): two
+        gathers, no remainder and no 2-D index (a store of a batch's lanes, or a release, asks it of 1,024)."""
+        return self.clock.reshape(-1)[self.own_flat[lanes]]
 
     def clear_reads(self, index) -> None:
         """A write of `index` (flat bytes or a slice): the reads recorded since the last one no longer apply."""
@@ -297,7 +327,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
             if not len(lanes):
                 return
         self._check(inst, lanes, index, self.w_lane, self.w_clock, self.w_line, "wrote", "reads")
-        self.reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+        self.reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
 
     def strong_read(self, inst, lanes: np.ndarray, index: np.ndarray, cta_scoped: bool = False) -> None:
         """A strong load (.relaxed/.acquire/.volatile) of `lanes` at `index` [lanes, bytes]: morally strong with an
@@ -324,12 +354,12 @@ class HappensBefore(SyncEdges, AsyncRecords):
                     cta_scoped=cta_scoped)
         if self.strong_reads is None:
             self.strong_reads = ReadClocks(self.shared, self.threads)
-        self.strong_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+        self.strong_reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
         self.strong_read_any = True
         if cta_scoped and self.peer_frame is not None:  # morally strong with no peer's write (distributed memory)
             if self.cta_reads is None:
                 self.cta_reads = ReadClocks(self.shared, self.threads)
-            self.cta_reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, self.clock)
+            self.cta_reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
             self.cta_read_any = True
 
     def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray, strong: bool = False) -> None:
@@ -350,7 +380,7 @@ class HappensBefore(SyncEdges, AsyncRecords):
         clocks = np.zeros((self.lanes, size), np.int32)  # rows of the readers only
         unique = np.unique(lanes)
         clocks[unique] = self.cluster_rows(unique)
-        reads.record(lanes, index, self.clock[lanes, lanes % self.threads], inst.line, clocks)
+        reads.record(lanes, index, self.own_epochs(lanes), inst.line, clocks)
         self.peer_read_any = True
 
     def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, atomic: bool = False,
@@ -449,9 +479,9 @@ class HappensBefore(SyncEdges, AsyncRecords):
         write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
         Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
         (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
-        if not self.w_any or (span is not None and not np.count_nonzero(self.w_clock[span])):
+        if not self.w_any or (span is not None and not self.written_in(span)):
             return
-        if hull is not None and not np.count_nonzero(self.w_clock[hull]):
+        if hull is not None and not self.written_in(hull):
             return
         epochs = self.w_clock[flat]
         if not any_set(epochs):

@@ -290,7 +290,7 @@ def setup_launch(ptx, kernel, grid, block, args, shared_bytes, source, max_steps
     machine.tensor_maps = maps
     machine.wgmma_numerics = tensor_core_numerics.current()  # (the environment read once a launch, not per wgmma)
     machine.races = races
-    machine.global_order = GlobalOrder(machine, memory_.buffer.size)
+    machine.global_order = GlobalOrder(machine, memory_.buffer.size, machine.global_order if decoded else None)
     machine.watch = reductions.ReductionWatch(machine) if machine.has_reductions else None
     machine.cluster, machine.cluster_size = cluster, cluster_size
     if not decoded:

@@ -40,8 +40,8 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         addresses = addresses - SHARED_WINDOW
     elif space != "shared":
         raise m.error(inst, f"an mbarrier lives in shared memory, not .{space}")
-    if len(addresses) and 0 <= (low := int(addresses.min())) and (high := int(addresses.max())) < \
-            1 << CLUSTER_RANK_SHIFT and high + facts.MBARRIER_BYTES <= m.shared_bytes and \
+    low, high = _bounds(addresses) if len(addresses) else (-1, -1)
+    if 0 <= low and high < 1 << CLUSTER_RANK_SHIFT and high + facts.MBARRIER_BYTES <= m.shared_bytes and \
             not (high & (facts.MBARRIER_BYTES - 1) if low == high else any_set(addresses & (facts.MBARRIER_BYTES - 1))):
         return addresses  # (each in its lane's own CTA, inside its shared memory, aligned: every check passes; one
         # address for every lane, the common case, checked as an int)
@@ -52,6 +52,18 @@ def shared_addresses(m: Machine, inst, space: str, lanes: np.ndarray, addresses)
         raise m.error(inst, f"mbarrier address {int(addresses[i]):#x} is misaligned or outside shared memory "
                             f"({m.shared_bytes} bytes)", int(lanes[i]))
     return addresses
+
+
+def _uniform(values: np.ndarray) -> bool:
+    """Whether every element of `values` (not empty) is the first: one comparison, where min() == max() takes two
+    reductions (each some ten times its cost in NumPy's machinery)."""
+    return not np.count_nonzero(values != values[0])
+
+
+def _bounds(values: np.ndarray) -> tuple[int, int]:
+    """(least, greatest) of `values` (not empty): the first twice where every lane holds it (an mbarrier operand at
+    one offset in every CTA: the common case, `_uniform`), else two reductions."""
+    return (int(values[0]),) * 2 if _uniform(values) else (int(values.min()), int(values.max()))
 
 
 def mbarrier_key(m: Machine, lane: int, address: int) -> tuple[int, int]:
@@ -140,12 +152,12 @@ def _own_barriers(m: Machine, lanes: np.ndarray, addresses: np.ndarray, tokens: 
     (ascending) on their own CTA's mbarriers, in (CTA, address) order: one address in every CTA (the common case)
     is a run of lanes per CTA, found without a sort. With `tokens` (a wait's, per lane): only the runs, and only
     where each CTA's lanes hold one token (else None)."""
-    if len(lanes) and addresses.min() == addresses.max():  # each CTA's lanes (lane // threads) are one run
+    if len(lanes) and _uniform(addresses):  # each CTA's lanes (lane // threads) are one run
         t, a = m.threads, int(addresses[0])
         first, last = int(lanes[0]) // t, int(lanes[-1]) // t
-        bounds = [0, *np.searchsorted(lanes, np.arange(first + 1, last + 1) * t).tolist(), len(lanes)]
+        bounds = [0, *lanes.searchsorted(range((first + 1) * t, (last + 1) * t, t)).tolist(), len(lanes)]
         runs = [((cta, a), slice(i, j)) for cta, i, j in zip(range(first, last + 1), bounds, bounds[1:]) if j > i]
-        if tokens is not None and tokens.min() != tokens.max() and \
+        if tokens is not None and not _uniform(tokens) and \
                 any(tokens[at].min() != tokens[at].max() for _, at in runs):
             return None
         return runs
@@ -174,7 +186,10 @@ def _runs_block(m: Machine, lanes: np.ndarray, runs: list) -> tuple[slice, slice
 
 def _local(addresses: np.ndarray) -> bool:
     """Whether every one of the mbarrier `addresses` is in its lane's own CTA (no cluster rank field)."""
-    return not len(addresses) or (0 <= int(addresses.min()) and int(addresses.max()) < 1 << CLUSTER_RANK_SHIFT)
+    if not len(addresses):
+        return True
+    low, high = _bounds(addresses)
+    return 0 <= low and high < 1 << CLUSTER_RANK_SHIFT
 
 
 def _released(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray, runs: list | None = None) -> None:

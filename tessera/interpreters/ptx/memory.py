@@ -33,7 +33,7 @@ import numpy as np
 from tessera.interpreters import serving_checks
 from tessera.interpreters.ptx.cluster import shared_offsets
 from tessera.interpreters.ptx.decode import DECODERS, Operands, Step, elements, opcode, per_lane
-from tessera.interpreters.ptx.global_accesses import STRONG_CTA, WEAK, StridedBox, strong_kind
+from tessera.interpreters.ptx.global_accesses import STRONG_CTA, WEAK, StridedBox, Words, strong_kind
 from tessera.interpreters.ptx.state import (
     GLOBAL_BASE,
     LOCAL_WINDOW,
@@ -80,18 +80,20 @@ def split_generic(m: Machine, inst, lanes: np.ndarray, addresses: np.ndarray):
 
 def check_access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarray, nbytes: int, align: int):
     if space == "global":
-        bad = m.memory.outside(addresses, nbytes)
+        bad = None if len(addresses) and m.memory.segments and m.memory.holds(addresses, nbytes) else \
+            m.memory.outside(addresses, nbytes)
         limit = None
     else:
         limit = {"shared": m.shared_bytes, "local": m.local_bytes, "param": len(m.params)}[space]
         offsets = shared_offsets(m, inst, lanes, addresses) if space == "shared" else addresses
         bad = (offsets < 0) | (offsets + nbytes > limit)
-    if any_set(bad):
+    if bad is not None and any_set(bad):
         i = int(np.argmax(bad))
         size = "" if limit is None else f" (the {space} space has {limit} bytes)"
         raise m.error(inst, f"{nbytes}-byte access at {space} address {int(addresses[i]):#x} is out of bounds{size}",
                       int(lanes[i]))
-    misaligned = addresses % align != 0
+    # (an alignment that is a power of two, as every one is, tested by a mask: no remainder of each address)
+    misaligned = (addresses & (align - 1) if align & (align - 1) == 0 else addresses % align) != 0
     if any_set(misaligned):
         i = int(np.argmax(misaligned))
         raise m.error(inst, f"misaligned {nbytes}-byte access at {space} address {int(addresses[i]):#x} "
@@ -132,7 +134,10 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
     check_access(m, inst, space, lanes, addresses, nbytes, align)
     if space == "global" and data is not None and serving_checks.active():
         _check_sequence_store(m, inst, lanes, addresses)
-    buffer, index = flat_offsets(m, space, lanes, addresses, nbytes)
+    words = Words.aligned(addresses - GLOBAL_BASE, nbytes, m.memory.buffer.size) \
+        if space == "global" and data is not None and align % nbytes == 0 else None
+    # (a plain store of aligned words, st.global.b32 and its vectors: recorded and written a word an item, no index)
+    buffer, index = (m.memory.buffer, words) if words is not None else flat_offsets(m, space, lanes, addresses, nbytes)
     watch = getattr(m, "watch", None) if watched else None
     if watch is not None and space == "global":
         watch.on_global(inst, lanes, addresses, nbytes, data is not None)
@@ -146,14 +151,19 @@ def access(m: Machine, inst, space: str, lanes: np.ndarray, addresses: np.ndarra
         if space == "global" and nbytes == 4 and serving_checks.active():
             _check_page_table_read(m, inst, lanes, addresses, buffer[index])
         return buffer[index]
-    buffer[index] = data
+    if words is not None:
+        words.store(buffer, data)
+    else:
+        buffer[index] = data
     return None
 
 
-def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool, inst=None, how: int = WEAK) -> None:
-    """Note global bytes `index` ([n, k] flat buffer positions, row i touched by lane `lanes[i]`) accessed by
-    `inst` as `how` in the happens-before of global memory (`global_order`), and in the memory's access log
-    when a worker runs a group of CTAs (`tessera.interpreters.parallel`)."""
+def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray | StridedBox | Words, write: bool, inst=None,
+                how: int = WEAK) -> None:
+    """Note global bytes `index` ([n, k] flat buffer positions, row i touched by lane `lanes[i]`; a TMA box's
+    `StridedBox`; a store's aligned `Words`) accessed by `inst` as `how` in the happens-before of global memory
+    (`global_order`), and in the memory's access log when a worker runs a group of CTAs
+    (`tessera.interpreters.parallel`)."""
     order = getattr(m, "global_order", None)
     box = isinstance(index, StridedBox)  # one thread's TMA box read: its records through strided views
     if order is not None and inst is not None:
@@ -163,7 +173,7 @@ def note_global(m: Machine, lanes: np.ndarray, index: np.ndarray, write: bool, i
             order.access(inst, lanes, index.index() if box else index, write, how)
     log = m.memory.log
     if log is not None:
-        index = index.index() if box else index
+        index = index.index() if isinstance(index, (StridedBox, Words)) else index
         gx, gy, _ = m.grid
         cta = m.ctaid[m.lane_cta[lanes]]
         log.note(0, index, (cta[:, 0] + gx * (cta[:, 1] + gy * cta[:, 2]))[:, None], write)

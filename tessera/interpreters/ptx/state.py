@@ -164,6 +164,13 @@ class GlobalMemory:
         self._starts = np.array([s.start for s in self.segments], np.int64)
         self._ends = np.array([s.start + s.size for s in self.segments], np.int64)
 
+    def holds(self, addresses: np.ndarray, nbytes: int) -> bool:
+        """Whether the accesses of `nbytes` at `addresses` (not empty) all lie in one segment: the lowest and the
+        highest decide (a batch's lanes storing into one array), so that `outside` need not place each one."""
+        low, high = int(addresses.min()), int(addresses.max())
+        k = int(np.searchsorted(self._starts, low, side="right")) - 1
+        return k >= 0 and high + nbytes <= int(self._ends[k])
+
     def outside(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
         """Mask of the accesses of `nbytes` at `addresses` not inside one segment."""
         if not self.segments:

@@ -38,7 +38,7 @@ class SyncEdges:
         c = self.clock[rows].max(axis=0)
         f = self.fenced[rows].max(axis=0) if any_set(self.fenced_rows[rows]) else np.zeros(2 * self.threads, np.int32)
         self.rows_changed(lanes)
-        self.clock[lanes, lanes % self.threads] += 1
+        self.clock.reshape(-1)[self.own_flat[lanes]] += 1
         return c, f, self._remote_of(lanes)
 
     def _remote_of(self, lanes: np.ndarray) -> dict | None:
@@ -202,12 +202,12 @@ class SyncEdges:
         if not self._inits_seen(keys, block, clocks):
             return False
         zero, unfenced = np.zeros(t, self.clock.dtype), np.zeros(2 * t, np.int32)
-        published = np.stack([zero if d is None else d[0] for d in done])  # [CTA, thread]
+        published = np.array([zero if d is None else d[0] for d in done])  # [CTA, thread]
         bounds = self._bounds_of(block)
         bounds[0] = _raise_rows(clocks, published, bounds[0])
         if bounds[1] is not None:
             bounds[1] = np.maximum(bounds[1], published)
-        fenced = np.stack([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
+        fenced = np.array([unfenced if d is None else d[1] for d in done])  # [CTA, 2 * thread]
         if any_set(fenced):  # a fence on a path into the releases: the rows take it in (`fenced_rows` set)
             rows = self.fenced.reshape(-1, t, 2 * t)[ctas, within]
             bounds[2] = _raise_rows(rows, fenced, bounds[2])
@@ -373,7 +373,7 @@ class SyncEdges:
                 known = self.remote.get(lane)
                 for rank, row in (known or {}).items():
                     known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
-        self.clock[lanes, lanes % self.threads] += 1
+        self.clock.reshape(-1)[self.own_flat[lanes]] += 1
 
     def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a
