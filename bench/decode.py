@@ -114,9 +114,9 @@ class ByteCounter:
             counter.gathered += rows.nbytes
             return gathered_read(rows)
 
-        from tessera.interpreters.ptx import memory as ptx_memory
+        from tessera.interpreters.ptx import cp_async
 
-        read_source = ptx_memory.read_cp_async_source
+        read_source = cp_async.read_cp_async_source
 
         def counted_source(m, inst, lanes, addresses, size):
             counter.gathered += len(lanes) * size
@@ -150,7 +150,7 @@ class ByteCounter:
                                  (global_memory.GlobalMemory, "load_bytes", counted_bytes),
                                  (tile_memory.GlobalView, "read", counted_view),
                                  (tile_memory.GatheredRows, "read", counted_rows),
-                                 (ptx_memory, "read_cp_async_source", counted_source)):
+                                 (cp_async, "read_cp_async_source", counted_source)):
             self._undo.append((owner, name, getattr(owner, name)))
             setattr(owner, name, new)
         return self

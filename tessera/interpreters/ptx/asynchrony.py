@@ -17,7 +17,7 @@ complete and checking every access against the tags:
   An async-proxy read (a wgmma operand through a descriptor: all 128 threads of the warpgroup; a bulk or
   TMA store: the issuing thread) has the same rules.
 - `cp.async` (Ampere) bytes are `FLIGHT` from issue until the issuing thread's `cp.async.wait_group` /
-  `wait_all` (or `cp.async.mbarrier.arrive`) lands them (`memory.land_copies`).
+  `wait_all` (or `cp.async.mbarrier.arrive`) lands them (`cp_async.land_copies`).
 - A generic store read by the async proxy needs a `fence.proxy.async` on a happens-before path from the
   store to the read (in any thread: a barrier carries other threads' stores to the fencing thread), and
   generic accesses to one byte, one a write, need a happens-before order; `happens_before` keeps the vector

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import atomics, mbarrier, memory
+from tessera.interpreters.ptx import atomics, cp_async, mbarrier, memory
 from tessera.interpreters.ptx.cluster import OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode, per_lane
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
@@ -501,4 +501,4 @@ def decode_cp(ops: Operands, inst, mods):
         return decode_bulk(ops, inst, mods)
     if "mbarrier" in inst.modifiers:
         return mbarrier.decode_cp_async_mbarrier_arrive(ops, inst, mods)
-    return memory.decode_cp_async(ops, inst, mods)
+    return cp_async.decode_cp_async(ops, inst, mods)

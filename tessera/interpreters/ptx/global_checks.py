@@ -105,7 +105,7 @@ class GlobalRaceChecks:
                             np.full(index.shape, line), True, kind, "read")
 
     def cp_async_reading(self, copy) -> None:
-        """A cp.async (`memory.AsyncCopy`) issued: its global source bytes are read until it lands."""
+        """A cp.async (`cp_async.AsyncCopy`) issued: its global source bytes are read until it lands."""
         rows = copy.source[copy.source[:, 0] >= 0]
         if len(rows) and self.m.tracker.hb.races:
             if self.cp_reading is None:

@@ -20,7 +20,8 @@ import numpy as np
 
 from tessera.interpreters.ptx.cluster import grid_rank, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, Step, elements, opcode, per_lane
-from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, land_copies, lanes_of, take_space
+from tessera.interpreters.ptx.cp_async import land_copies
+from tessera.interpreters.ptx.memory import SHARED_WINDOW, WINDOW_SIZE, lanes_of, take_space
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, PARK, RUN, Machine, unique_rows
 from tessera.interpreters.ptx.sync import PRED, U32
 from tessera.interpreters.ptx.types import ptx_type
