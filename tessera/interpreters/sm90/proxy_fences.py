@@ -14,18 +14,14 @@ searched and sorted once.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.ranges import consecutive
-from tessera.interpreters.sm90.shared_tags import EPOCH_BYTES, GENERIC
+from tessera.interpreters.sm90.shared_tags import EPOCH_BYTES, GENERIC, Buffer
 from tessera.interpreters.truth import any_set, equal_arrays
 from tessera.sm90 import facts
-
-if TYPE_CHECKING:
-    from tessera.interpreters.sm90.shared_memory import Buffer
 
 
 def _needed(writers: np.ndarray, readers: np.ndarray) -> np.ndarray:

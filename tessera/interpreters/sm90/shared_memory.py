@@ -36,7 +36,6 @@ tags clears its lines' keys: lines that all hold one key are LANDED by that one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,22 +46,11 @@ from tessera.interpreters.byte_box import put, take
 from tessera.interpreters.sm90.proxy_fences import ProxyFenceChecks
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
-
-from tessera.interpreters.sm90.shared_tags import CP_ASYNC, EPOCH_BYTES, GENERIC, IN_FLIGHT, LANDED, NEVER
+from tessera.interpreters.sm90.shared_tags import CP_ASYNC, EPOCH_BYTES, GENERIC, IN_FLIGHT, LANDED, NEVER, Buffer
 from tessera.interpreters.truth import all_set, any_set
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A `sm90.shared_buffer`: its name, byte range and swizzle."""
-
-    name: str
-    offset: int
-    size: int
-    swizzle: int
 
 
 def _box_span(box: tuple) -> tuple[int, int]:
