@@ -102,9 +102,9 @@ def install(m: Machine, steps: list[Step]) -> list[Step]:
                 if tracker.chain_continues(lanes, roles):
                     tracker.chain_issued(inst, roles)
                     return
-                tracker.wgmma_issued(inst, lanes, roles)
-                tracker.wgmma_shaped(inst, lanes, roles)
-                tracker.chain_open(lanes, roles)
+                pending = tracker.wgmma_issued(inst, lanes, roles)
+                shaped = tracker.wgmma_shaped(inst, lanes, roles)
+                tracker.chain_open(lanes, roles, pending, shaped)
         elif inst.opcode == "wgmma" and "fence" in mods:
             def after(sel):
                 tracker.wgmma_fenced(_lanes(m, sel))

@@ -39,21 +39,47 @@ class AsyncRecords:
         for piece in flat if isinstance(flat, list) else (flat,):
             self.r_async[group, piece] = len(self.completions)
 
-    def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst) -> None:
+    def wgmma_wait_completed(self, found: list[tuple], lanes: np.ndarray, inst) -> None:
+        """`wgmma_groups_completed` of each (warpgroup, first group, last group, its lanes, where they lie in
+        `lanes`: a slice or a mask) of `found`, the groups one wgmma.wait_group of `lanes` completed, in order:
+        the lanes' present points gathered once for the wait, not once per warpgroup. Where each completed one
+        group of its own warpgroup (a consumer's wait) that no earlier wait completed, their completions are
+        appended in order and their groups set to them in one assignment, as one call each would."""
+        epochs = self.clock[lanes, lanes % self.threads]  # (never modified: each record keeps a part)
+        ws, firsts, lasts = (list(column) for column in zip(*(entry[:3] for entry in found)))
+        if firsts == lasts and len(set(ws)) == len(ws) and max(lasts) < self.wgmma_groups.shape[1]:
+            at = (ws, firsts)
+            if not any_set(self.wgmma_groups[at]):
+                start = len(self.completions)
+                for w, first, _, members, where in found:
+                    self.completions.append(self._wgmma_record(w, members, epochs[where], inst))
+                    self.completed_groups.append((first, first))
+                self.wgmma_groups[at] = np.arange(start + 1, len(self.completions) + 1)
+                return
+        for w, first, last, members, where in found:
+            self.wgmma_groups_completed(w, first, last, members, inst, epochs[where])
+
+    def _wgmma_record(self, w: int, lanes: np.ndarray, epochs: np.ndarray, inst) -> tuple:
+        """The completion (`completions`) of a wgmma.wait_group of `lanes`, at `epochs`, of warpgroup `w`'s reads."""
+        return (lanes, epochs, inst.line, f"a wgmma of warpgroup {w % self._per_cta()} read until its wgmma.wait_group",
+                "the wgmma")
+
+    def wgmma_groups_completed(self, w: int, first: int, last: int, lanes: np.ndarray, inst,
+                               epochs: np.ndarray | None = None) -> None:
         """A wgmma.wait_group of `lanes` completed wgmma groups `first`..`last` of warpgroup `w` (of the batch):
         the shared bytes whose last wgmma read belongs to one of them (`wgmma_reads`) were read until this point
         of one of the lanes; a later write of them must happen after it (`_after_async_reads`). A group is one
         per warpgroup, so any thread's wait that completed it frees its bytes [memory_model.WGMMA_GROUP_PER_WARPGROUP]:
         a group an earlier wait of other warps completed is free after either wait (CUTLASS's and FA3's
-        consumer_release signals from one thread after its own warp's wait, whichever warp waited first)."""
+        consumer_release signals from one thread after its own warp's wait, whichever warp waited first).
+        `epochs`: the lanes' present points (`clock`), where the caller gathered them (never modified after)."""
         if last >= self.wgmma_groups.shape[1]:
             grown = np.zeros((len(self.wgmma_groups), max(2 * self.wgmma_groups.shape[1], last + 1)), np.int32)
             grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
             self.wgmma_groups = grown
         groups = self.wgmma_groups[w, first:last + 1]
-        local = w % self._per_cta()
-        record = (lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line,
-                  f"a wgmma of warpgroup {local} read until its wgmma.wait_group", "the wgmma")
+        record = self._wgmma_record(w, lanes, self.clock[lanes, lanes % self.threads] if epochs is None else epochs,
+                                    inst)
         for c in sorted(set(groups.tolist())):  # (np.unique's order; a handful of groups: no array sort)
             if not c:  # completed by no earlier wait: by this one
                 self.completions.append(record)

@@ -314,6 +314,7 @@ class Machine:
         self.tracker = None  # the asynchrony checks (asynchrony.AsyncTracker), attached by `async_checks.install`
         self.preferred: np.ndarray | None = None  # lanes a release woke: they run first (see schedule)
         self.deferred: dict[int, object] = {}  # id of a register block -> its wgmma chain (wgmma_accumulators)
+        self.wgmma_lanes: tuple | None = None  # the last lanes a wgmma.mma_async ran, their warpgroups (wgmma)
 
     def _block_vectors(self, entry: Entry) -> dict[tuple[str, ...], np.ndarray]:
         """Register vectors of wgmma.mma_async (accumulators, A fragments) stored as the columns of one
@@ -361,6 +362,7 @@ class Machine:
         self.shared[:] = 0
         self.local[:] = 0
         self.deferred.clear()
+        self.wgmma_lanes = None
         self.mbarriers.clear()
         self.park_address[:] = -1
         self.park_test[:] = False

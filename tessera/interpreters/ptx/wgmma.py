@@ -159,6 +159,7 @@ def _wgmma_async(ops: Operands, inst, mods):
     # f32 accumulators in one block: updated in place (float products)
     in_place = d_block is not None and dtype_name == "f32" and family != "int" and d_block.itemsize == 4
     plans: dict[tuple, StepPlan] = {}  # (warpgroups, descriptor values) -> what they need
+    static_accumulate: dict[int, np.ndarray] = {}  # warpgroups run -> an immediate scale-d's per-warpgroup values
 
     def _requests(lanes, starts, b_descs, a_descs) -> tuple[list[tuple], list[int]]:
         """`descriptor_read`'s arguments for the step's operands, in warpgroup order: B once per CTA and
@@ -193,11 +194,16 @@ def _wgmma_async(ops: Operands, inst, mods):
         # every warpgroup at this wgmma in one batched product: operands per warpgroup, accumulators of all
         # lanes gathered and scattered once per register
         lanes = lanes_of(m, sel)
-        starts, warpgroups = _warpgroups(m, inst, lanes)
+        starts, warpgroups = _warpgroups_kept(m, inst, lanes)
         b_descs = _uniform_per_group(m, inst, read_b(sel), lanes, "B descriptor")
         a_descs = None if registers_a else _uniform_per_group(m, inst, read_a(sel), lanes, "A descriptor")
-        accumulate = np.full(len(starts), bool(static_scale)) if read_scale is None else \
-            _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
+        if read_scale is None:
+            accumulate = static_accumulate.get(len(starts))
+            if accumulate is None:  # (read-only: every run of as many warpgroups shares it)
+                accumulate = static_accumulate[len(starts)] = np.full(len(starts), bool(static_scale))
+                accumulate.setflags(write=False)
+        else:
+            accumulate = _uniform_per_group(m, inst, read_scale(sel), lanes, "scale-d predicate").astype(bool)
         # whole warpgroups: their numbers name the lanes
         key = (warpgroups.tobytes(), b_descs.tobytes(), None if registers_a else a_descs.tobytes())
         plan = plans.get(key)
@@ -286,6 +292,20 @@ def _warpgroups(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.nda
     if any_set(short):
         raise m.error(inst, "wgmma needs all 128 threads of the warpgroup", int(lanes[starts[np.argmax(short)]]))
     return starts, groups[starts]
+
+
+def _warpgroups_kept(m: Machine, inst, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_warpgroups` of `lanes`, kept for the last lanes object any wgmma.mma_async step of `m` ran
+    (`Machine.wgmma_lanes`): the wgmmas of a straight run (a main loop's K steps) get one lanes object, never
+    modified, and a machine's warpgroup numbering (`unit_of`) is fixed, so they are found once for it (read-only)."""
+    kept = m.wgmma_lanes
+    if kept is not None and kept[0] is lanes:
+        return kept[1], kept[2]
+    starts, warpgroups = _warpgroups(m, inst, lanes)
+    starts.setflags(write=False)
+    warpgroups.setflags(write=False)
+    m.wgmma_lanes = (lanes, starts, warpgroups)
+    return starts, warpgroups
 
 
 def _uniform_per_group(m: Machine, inst, values, lanes, what: str) -> np.ndarray:

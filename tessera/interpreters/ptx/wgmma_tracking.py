@@ -18,6 +18,8 @@ created and reset by `AsyncTracker.reset` with the rest of the batch's asynchron
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -196,10 +198,12 @@ class WgmmaTracking:
                                     f"of warpgroup {int(local)} may still read it (no wgmma.wait_group covers its "
                                     f"group yet){released}", lanes[i])
 
-    def wgmma_issued(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+    def wgmma_issued(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> list | None:
         """The warpgroups of `lanes` issued a wgmma: its registers are pending in their open group. Registers
         pending on the same groups share one array (never modified in place); the registers of one kind that
-        share one entry (a chain's accumulators) get one new entry, set for all of them in one update."""
+        share one entry (a chain's accumulators) get one new entry, set for all of them in one update. Returns
+        the entry of `pending` its accumulators now hold where it made one for them alone (`_pend`), else None
+        (then `_sole_entry` finds whether they hold one)."""
         self.events += 1
         ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes[::facts.WARPGROUP_SIZE]]  # whole warpgroups, ascending
         opened = self.wg_open[ws]
@@ -207,15 +211,18 @@ class WgmmaTracking:
         for w in ws.tolist():
             self.last_wgmma[w] = inst
         updated: dict[int, np.ndarray] = {}  # id of an old groups array (or of None) -> its successor
-        for kind, names in (("result", roles.results), ("A operand", roles.a_operands)):
-            if names:
-                self._pend(inst, kind, names, ws, opened, updated)
+        # (the A registers are others than the accumulators: their entries leave the accumulators' as made)
+        results = self._pend(inst, "result", roles.results, ws, opened, updated) if roles.results else None
+        if roles.a_operands:
+            self._pend(inst, "A operand", roles.a_operands, ws, opened, updated)
+        return results
 
     def _pend(self, inst, kind: str, names: tuple[str, ...], ws: np.ndarray, opened: np.ndarray,
-              updated: dict[int, np.ndarray]) -> None:
+              updated: dict[int, np.ndarray]) -> list | None:
         """The registers `names` of kind `kind` of the wgmma `inst` of the warpgroups `ws` are pending in their
         open groups `opened`; `updated`: each old groups array's successor made so far (shared, not copied
-        again)."""
+        again). Returns the new entry where all of `names` got one (a new list: no other register holds it),
+        else None."""
 
         def successor(old) -> np.ndarray:
             groups = updated.get(id(old))
@@ -227,9 +234,11 @@ class WgmmaTracking:
         olds = list(map(self.pending.get, names))
         if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
             old = olds[0]
-            self.pending.update(dict.fromkeys(names, [successor(None if old is None else old[0]), kind, inst]))
-        else:
-            self.pending.update(zip(names, [[successor(None if e is None else e[0]), kind, inst] for e in olds]))
+            entry = [successor(None if old is None else old[0]), kind, inst]
+            self.pending.update(dict.fromkeys(names, entry))
+            return entry
+        self.pending.update(zip(names, [[successor(None if e is None else e[0]), kind, inst] for e in olds]))
+        return None
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
         """wgmma.commit_group by `lanes`: each executing warp closes its open group (counted once per warp
@@ -256,16 +265,20 @@ class WgmmaTracking:
             # the shared bytes these groups read last are read until now (happens_before): recorded per group,
             # never per byte, for every wait that completes a group for its threads (not only the first of the
             # warpgroup: any of them frees the bytes)
-            for w, first, last, members in _completions(unit, lanes, ws, target, previous):
-                if last >= first:
-                    self.hb.wgmma_groups_completed(w, first, last, members, inst)
+            found = [c for c in _completions(unit, lanes, ws, target, previous) if c[2] >= c[1]]
+            if found:
+                self.hb.wgmma_wait_completed(found, lanes, inst)
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
-            arrays = {id(e[0]): e[0] for e in self.pending.values()}  # registers pending together share one
-            live = {key: any_set(groups > least) for key, groups in arrays.items()}
-            if not all(live.values()):
-                self.pending = {name: e for name, e in self.pending.items() if live[id(e[0])]}
+            held = list(map(itemgetter(0), self.pending.values()))  # each register's groups array
+            arrays = dict(zip(map(id, held), held))  # registers pending together share one: one row each
+            live = (np.stack(list(arrays.values())) > least).any(axis=1)
+            if not any_set(live):
+                self.pending = {}
+            elif not all_set(live):  # the registers of the live arrays, in their order
+                alive = dict(zip(arrays, live.tolist()))
+                self.pending = dict(compress(self.pending.items(), map(alive.__getitem__, map(id, held))))
         self.reading = any_set(self.wg_issued > self.wg_done)
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
@@ -336,10 +349,12 @@ class WgmmaTracking:
         for unfenced in {id(e[0]): e[0] for e in self.shaped.values()}.values():
             unfenced[lanes] = False
 
-    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+    def wgmma_shaped(self, inst, lanes: np.ndarray, roles: WgmmaRoles) -> list | None:
         """A wgmma.mma_async of `lanes` accessed its accumulators: only a wgmma of the same shape and types may
         access them next without a wgmma.fence [memory_model.WGMMA_FENCE_SCALE_D]. Registers last accessed by
-        the same wgmmas share one entry (never modified in place once another wgmma takes some of them)."""
+        the same wgmmas share one entry (never modified in place once another wgmma takes some of them).
+        Returns the entry its accumulators now hold where it made a new one for them alone, else None (then
+        `_sole_entry` finds whether they hold one)."""
         self.events += 1
         shape, results = roles.shape, roles.results
         olds = list(map(self.shaped.get, results))
@@ -347,11 +362,12 @@ class WgmmaTracking:
             old = olds[0]
             if old is not None and old[1] is inst:
                 old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
-                return
+                return None
             unfenced = old[0].copy() if old is not None else np.zeros(self.m.lanes, bool)
             unfenced[lanes] = True
-            self.shaped.update(dict.fromkeys(results, [unfenced, inst, shape]))
-            return
+            entry = [unfenced, inst, shape]
+            self.shaped.update(dict.fromkeys(results, entry))
+            return entry
         updated: dict[int, tuple] = {}
         for name in results:
             old = self.shaped.get(name)
@@ -367,6 +383,7 @@ class WgmmaTracking:
                     entry = [unfenced, inst, shape]
                 updated[key] = entry
             self.shaped[name] = entry
+        return None
 
     def chain_continues(self, lanes: np.ndarray, roles: WgmmaRoles) -> bool:
         """Whether a wgmma.mma_async of `lanes` with `roles` continues the chain the last one opened (`chain_open`):
@@ -384,13 +401,18 @@ class WgmmaTracking:
             return False
         return lanes is last_lanes or (len(lanes) == len(last_lanes) and equal_arrays(lanes, last_lanes))
 
-    def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles) -> None:
+    def chain_open(self, lanes: np.ndarray, roles: WgmmaRoles, pending: list | None = None,
+                   shaped: list | None = None) -> None:
         """After `wgmma_issued` and `wgmma_shaped` of a wgmma of `lanes`: where its accumulators are one entry of
         `pending` and one of `shaped` that no other register shares, the chain's next wgmma (`chain_continues`)
         is recorded by `chain_issued`, those entries updated in place. The chain keeps whether none of its lanes
-        has touched a wgmma register since its last wgmma.fence (`check_fenced_in_chain`)."""
-        pending = _sole_entry(self.pending, roles.results)
-        shaped = _sole_entry(self.shaped, roles.results)
+        has touched a wgmma register since its last wgmma.fence (`check_fenced_in_chain`). `pending`, `shaped`:
+        the entries `wgmma_issued` and `wgmma_shaped` made for the accumulators alone, where they did (None:
+        looked for with `_sole_entry`)."""
+        if pending is None:
+            pending = _sole_entry(self.pending, roles.results)
+        if shaped is None:
+            shaped = _sole_entry(self.shaped, roles.results)
         if pending is None or shaped is None:
             self.chain = None
             return
@@ -485,30 +507,31 @@ class WgmmaTracking:
 
 
 def _completions(unit: np.ndarray, lanes: np.ndarray, ws: np.ndarray, target: np.ndarray, previous: np.ndarray):
-    """(warpgroup, first group, last group, its lanes that completed them) for each warpgroup of `ws` (ascending)
-    and each distinct `target` of its lanes (ascending), as a wait of `lanes` completes them (`target`: the last
-    group each lane completes, `previous`: the last it had completed). Lanes that are whole warpgroups, each
-    waiting for one group (a consumer's wait), are taken a warpgroup at a time without a search."""
+    """(warpgroup, first group, last group, its lanes that completed them, where those lie in `lanes`: a slice or
+    a mask) for each warpgroup of `ws` (ascending) and each distinct `target` of its lanes (ascending), as a wait
+    of `lanes` completes them (`target`: the last group each lane completes, `previous`: the last it had
+    completed). Lanes that are whole warpgroups, each waiting for one group (a consumer's wait), are taken a
+    warpgroup at a time without a search."""
     size = facts.WARPGROUP_SIZE
     if len(lanes) == len(ws) * size:
         rows, targets = lanes.reshape(-1, size), target.reshape(-1, size)
         if all_set(unit[rows] == ws[:, None]) and all_set(targets == targets[:, :1]):
             firsts = previous.reshape(-1, size).min(axis=1) + 1
-            return [(w, first, last, row) for w, first, last, row in
-                    zip(ws.tolist(), firsts.tolist(), targets[:, 0].tolist(), rows)]
+            return [(w, first, last, row, slice(i * size, i * size + size)) for i, (w, first, last, row) in
+                    enumerate(zip(ws.tolist(), firsts.tolist(), targets[:, 0].tolist(), rows))]
     found = []
     for w in ws.tolist():
         mine = unit[lanes] == w
         for last in np.unique(target[mine]).tolist():
             same = mine & (target == last)
-            found.append((w, int(previous[same].min()) + 1, last, lanes[same]))
+            found.append((w, int(previous[same].min()) + 1, last, lanes[same], same))
     return found
 
 
 def _sole_entry(table: dict, names: tuple[str, ...]):
     """The entry of `table` (`pending` or `shaped`) that every one of `names` holds and no other register does, or
     None."""
-    first = table.get(names[0]) if names else None
-    if type(first) is not list or any(table.get(name) is not first for name in names):
+    first = table.get(names[0]) if names else None  # (identity compared in C: `map` with `operator.is_`)
+    if type(first) is not list or not all(map(is_, map(table.get, names), repeat(first))):
         return None
-    return first if sum(entry is first for entry in table.values()) == len(names) else None
+    return first if sum(map(is_, table.values(), repeat(first))) == len(names) else None
