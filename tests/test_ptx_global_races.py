@@ -50,23 +50,9 @@ def test_a_barrier_orders_the_two_stores():
 
 
 # Thread 0 stores word 0 and thread 32 word 1, then, after a barrier, thread 0 stores word 1 too.
-_STORES_THEN_ONE_AFTER = PTX_HEADER + """.visible .entry stores(.param .u64 out)
-{
-    .reg .b32 %r<1>;
-    .reg .b64 %rd<1>;
-    .reg .pred %p<2>;
-    mov.u32 %r0, %tid.x;
-    ld.param.u64 %rd0, [out];
-    cvta.to.global.u64 %rd0, %rd0;
-    setp.eq.u32 %p0, %r0, 0;
-    setp.eq.u32 %p1, %r0, 32;
-    @%p0 st.global.u32 [%rd0], 1;
-    @%p1 st.global.u32 [%rd0+4], 2;
-    bar.sync 0;
-    @%p0 st.global.u32 [%rd0+4], 3;
-    ret;
-}
-"""
+_STORES_THEN_ONE_AFTER = filled(_TWO_STORES, SYNC="").replace(
+    "@%p1 st.global.u32 [%rd0], 2;",
+    "@%p1 st.global.u32 [%rd0+4], 2;\n    bar.sync 0;\n    @%p0 st.global.u32 [%rd0+4], 3;")
 
 
 def test_a_program_launched_again_starts_with_no_write_records():

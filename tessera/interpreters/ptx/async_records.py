@@ -31,7 +31,7 @@ class AsyncRecords:
         bytes must happen after this point of one of the lanes, whatever order the executor ran them in. `flat`
         may be a list of pieces, each an index array or a range (a slice)."""
         reader = reader or f"a wgmma of warpgroup {group} read until its wgmma.wait_group"
-        self.completions.append((lanes, self.clock[lanes, lanes % self.threads].copy(), inst.line, reader, by))
+        self.completions.append((lanes, self.own_epochs(lanes), inst.line, reader, by))
         self.completed_groups.append((0, -1))
         self.r_any = True
         if group >= len(self.r_async):
@@ -45,7 +45,7 @@ class AsyncRecords:
         the lanes' present points gathered once for the wait, not once per warpgroup. Where each completed one
         group of its own warpgroup (a consumer's wait) that no earlier wait completed, their completions are
         appended in order and their groups set to them in one assignment, as one call each would."""
-        epochs = self.clock[lanes, lanes % self.threads]  # (never modified: each record keeps a part)
+        epochs = self.own_epochs(lanes)  # (a gather, never modified: each record keeps a part)
         ws, firsts, lasts = (list(column) for column in zip(*(entry[:3] for entry in found)))
         if firsts == lasts and len(set(ws)) == len(ws) and max(lasts) < self.wgmma_groups.shape[1]:
             at = (ws, firsts)
@@ -78,8 +78,7 @@ class AsyncRecords:
             grown[:, :self.wgmma_groups.shape[1]] = self.wgmma_groups
             self.wgmma_groups = grown
         groups = self.wgmma_groups[w, first:last + 1]
-        record = self._wgmma_record(w, lanes, self.clock[lanes, lanes % self.threads] if epochs is None else epochs,
-                                    inst)
+        record = self._wgmma_record(w, lanes, self.own_epochs(lanes) if epochs is None else epochs, inst)
         for c in sorted(set(groups.tolist())):  # (np.unique's order; a handful of groups: no array sort)
             if not c:  # completed by no earlier wait: by this one
                 self.completions.append(record)
@@ -294,7 +293,7 @@ class AsyncRecords:
         by a cp.async.mbarrier.arrive, which makes them visible to the async proxy of the threads the completion
         happens before [memory_model.CP_ASYNC_PROXY], not by a cp.async.wait_group."""
         self.w_lane[index] = lanes[:, None]
-        self.w_clock[index] = self.clock[lanes, lanes % self.threads][:, None]
+        self.w_clock[index] = self.own_epochs(lanes)[:, None]
         self.note_written(index)
         self.w_line[index] = lines[:, None]
         self.w_mbarrier[index] = through_mbarrier
