@@ -106,16 +106,17 @@ class RegisterLayout:
     @classmethod
     def shared(cls, allocation: Allocation) -> RegisterLayout:
         """The layout of `allocation`, kept on it across launches (with the per-op plans) while its names stay
-        the same; rebuilt if they changed. A layout is its own."""
+        the same (the same values in the same order, each with equal names: compared as lists, in C, against
+        copies kept with it); rebuilt if they changed. A layout is its own."""
         if isinstance(allocation, RegisterLayout):
             return allocation
-        fingerprint = hash(tuple((id(value), tuple(names)) for value, names in allocation.names.items()))
+        names = allocation.names
         cached = getattr(allocation, "_register_layout", None)
-        if cached is not None and cached[0] == fingerprint:
-            return cached[1]
+        if cached is not None and list(map(id, names)) == cached[0] and list(names.values()) == cached[1]:
+            return cached[2]
         layout = cls(allocation)
-        try:
-            allocation._register_layout = (fingerprint, layout)  # noqa: SLF001 - a cache, not state
+        try:  # (the values are the dict's keys, so their ids stay their own while it holds them)
+            allocation._register_layout = (list(map(id, names)), [list(n) for n in names.values()], layout)  # noqa: SLF001
         except AttributeError:
             pass
         return layout
