@@ -57,7 +57,6 @@ def _checker():
     unit = SimpleNamespace(open=np.zeros(WARPGROUPS, np.int64), done=np.full(WARPGROUPS, -1, np.int64))
     cta = SimpleNamespace(threads=WARPGROUPS * SIZE, active=None, wgmma=unit, races=False)
     checker = RegisterFileChecker(cta, layout)
-    layout.held = lambda wgmma: wgmma.held  # the fake wgmmas say which registers they hold
     return checker, cta, unit
 
 
@@ -86,7 +85,7 @@ def test_in_flight_lists_find_what_the_per_register_table_found(seed):
         if action == 0:
             wgmma = wgmmas[rng.integers(len(wgmmas))]
             table.issue(wgmma, warpgroups, unit.open)
-            checker._issue(wgmma, active)
+            checker._issue(wgmma, active, wgmma.held)
         elif action == 1:
             unit.open[warpgroups] += 1
         elif action == 2:

@@ -118,7 +118,7 @@ class RegisterFileChecker(Interpreter.Listener):
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(view) -> (view, owner codes it matched)
         self._mask: tuple = (None, None, False)  # (active mask, its granules with a thread, all whole)
         self._rows: tuple = (None, None)  # (active mask, its threads' indices)
-        self.issues: list[list[tuple[int, Operation]]] | None = None  # see _issue
+        self.issues: list[list[tuple[int, Operation, tuple]]] | None = None  # see _issue
         self._held: list[int] = []
         self._warpgroup_mask: tuple = (None, [])
         # touched[w, r]: index (in touch_ops) of the first op that accessed register r in warpgroup w since w's
@@ -251,7 +251,7 @@ class RegisterFileChecker(Interpreter.Listener):
         plan = self._plan(op)
         active = self.cta.active
         if plan.wgmma:
-            self._issue(op, active)
+            self._issue(op, active, plan.held)
         elif plan.written and self.issues is not None:
             self._check_writes(op, active, plan)
         if self.fences:
@@ -385,19 +385,18 @@ class RegisterFileChecker(Interpreter.Listener):
             self._warpgroup_mask = (active, warpgroups)
         return warpgroups
 
-    def _issue(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
-        """The registers of wgmma `op` are in flight until its group completes: `issues[w]` lists the (group,
-        wgmma) of warpgroup w not yet seen complete, oldest first, and `_held[w]` the mask of their registers
-        (`RegisterLayout.held`). A warpgroup's groups only grow, so the completed ones are a prefix of its list
-        (`_in_flight` drops them), and a register is in flight where a listed wgmma holds it."""
+    def _issue(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray, held: tuple) -> None:
+        """The registers of wgmma `op` (`held`: `RegisterLayout.held`) are in flight until its group completes:
+        `issues[w]` lists the (group, wgmma, registers held) of warpgroup w not yet seen complete, oldest first,
+        and `_held[w]` the mask of their registers. A warpgroup's groups only grow, so the completed ones are a
+        prefix of its list (`_in_flight` drops them), and a register is in flight where a listed wgmma holds it."""
         unit = self.cta.wgmma
         if self.issues is None:
             self.issues = [[] for _ in range(len(unit.done))]
             self._held = [0] * len(unit.done)
-        mask = self.layout.held(op)[0]
         for w in self._warpgroups(active):
-            self.issues[w].append((int(unit.open[w]), op))
-            self._held[w] |= mask
+            self.issues[w].append((int(unit.open[w]), op, held))
+            self._held[w] |= held[0]
 
     def _in_flight(self, w: int, done: int) -> int:
         """The mask of the registers a pending group of warpgroup `w` holds, its groups up to `done` complete."""
@@ -408,8 +407,8 @@ class RegisterFileChecker(Interpreter.Listener):
                 count += 1
             del issues[:count]
             mask = 0
-            for _, op in issues:
-                mask |= self.layout.held(op)[0]
+            for _, _, held in issues:
+                mask |= held[0]
             self._held[w] = mask
         return self._held[w]
 
@@ -464,15 +463,15 @@ class RegisterFileChecker(Interpreter.Listener):
         """(position in `columns` (`mask`: theirs), its in-flight entry, a thread of the entry's warpgroup) of the
         first register of `columns` that a pending wgmma group of the first such active warpgroup holds, or None.
         The entry is the newest wgmma holding that register, in its last role that does."""
-        done = self.cta.wgmma.done
+        done, issues = self.cta.wgmma.done, self.issues
         for w in self._warpgroups(active):
-            if not self._in_flight(w, int(done[w])) & mask:
+            if not issues[w] or not self._in_flight(w, int(done[w])) & mask:
                 continue
             size = facts.WARPGROUP_SIZE
             thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
             for j, column in enumerate(columns.tolist()):
-                for group, wgmma in reversed(self.issues[w]):
-                    for role_mask, role in reversed(self.layout.held(wgmma)[1]):
+                for group, wgmma, held in reversed(self.issues[w]):
+                    for role_mask, role in reversed(held[1]):
                         if role_mask >> column & 1:
                             return j, InFlight(w, group, wgmma, role), thread
         return None

@@ -265,10 +265,10 @@ class OpPlan:
     `reads`, `writes`, `written`, `view`, `moves`: `RegisterLayout.plan`; `touch_reads`, `touch_writes`,
     `wgmma_registers`: `RegisterLayout.touches`; `flight_reads`: `RegisterLayout.instruction_reads`, the columns
     that must not be in flight when `op` runs; the masks (`column_mask`) of `flight_reads` and of the written
-    registers' columns; whether `op` is a wgmma or a `wgmma_fence`."""
+    registers' columns; whether `op` is a wgmma or a `wgmma_fence`; for a wgmma, `RegisterLayout.held`."""
 
     __slots__ = ("op", "reads", "writes", "written", "view", "moves", "touch_reads", "touch_writes",
-                 "wgmma_registers", "flight_reads", "flight_read_mask", "written_mask", "wgmma", "fence")
+                 "wgmma_registers", "flight_reads", "flight_read_mask", "written_mask", "wgmma", "fence", "held")
 
     def __init__(self, layout: RegisterLayout, op: Operation, written):
         self.op = op
@@ -279,3 +279,4 @@ class OpPlan:
         self.written_mask = column_mask(self.written[0]) if self.written else 0
         self.wgmma = type(op) is sm90.WgmmaMmaAsyncOp
         self.fence = type(op) is sm90.WgmmaFenceOp
+        self.held = layout.held(op) if self.wgmma else None
