@@ -115,8 +115,10 @@ class RegisterLayout:
         if cached is not None and list(map(id, names)) == cached[0] and list(names.values()) == cached[1]:
             return cached[2]
         layout = cls(allocation)
-        try:  # (the values are the dict's keys, so their ids stay their own while it holds them)
-            allocation._register_layout = (list(map(id, names)), [list(n) for n in names.values()], layout)  # noqa: SLF001
+        # (the layout holds the names dict, so its keys stay alive and their ids their own)
+        kept = (list(map(id, names)), [list(n) for n in names.values()], layout)
+        try:
+            allocation._register_layout = kept  # noqa: SLF001 - a cache, not state
         except AttributeError:
             pass
         return layout
