@@ -179,10 +179,11 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
     are consecutive lanes of one operand, (2, a slice of the second) where they are all of the first's then the
     second's first lanes (a concatenation), else the mask as indices into both; decoded once per op and mask
     attribute (kept on the op) instead of at every run."""
+    attribute = op.properties["mask"]  # (xDSL's accessor `mask` costs 3x)
     cached = op.__dict__.get("_tessera_shuffle")
-    if cached is not None and cached[0] is op.mask and cached[1] == lanes:
+    if cached is not None and cached[0] is attribute and cached[1] == lanes:
         return cached[2]
-    mask = np.asarray(op.mask.get_values(), np.intp)
+    mask = np.asarray(attribute.get_values(), np.intp)
     plan: tuple[int, slice] | np.ndarray = mask
     if len(mask) and all_set(np.diff(mask) == 1) and (mask[0] >= lanes or mask[-1] < lanes):
         second = int(mask[0] >= lanes)
@@ -190,7 +191,7 @@ def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.nda
         plan = (second, slice(start, start + len(mask)))
     elif len(mask) > lanes and all_set(mask == np.arange(len(mask))):
         plan = (2, slice(0, len(mask) - lanes))
-    op.__dict__["_tessera_shuffle"] = (op.mask, lanes, plan)
+    op.__dict__["_tessera_shuffle"] = (attribute, lanes, plan)
     return plan
 
 
@@ -208,7 +209,8 @@ def folded_lanes(op: vector.ShuffleOp, plan: np.ndarray, lanes: int) -> np.ndarr
 def _constant(op: arith.ConstantOp, threads: int) -> np.ndarray:
     """`op`'s value in every one of `threads` threads, read-only, kept on the op for its attribute, type and
     thread count (the CTAs of a launch, and later launches, share it)."""
-    ty, attr = op.results[0].type, op.properties["value"]  # (xDSL's accessors `result`, `value` cost 2x)
+    (result,) = op.results  # (xDSL's accessors `result`, `value` and its `results[0]` cost 2x)
+    ty, attr = result.type, op.properties["value"]
     cached = op.__dict__.get("_tessera_constant")
     if cached is not None and cached[0] is attr and cached[1] is ty and cached[2] == threads:
         return cached[3]
@@ -233,18 +235,15 @@ class RegisterArithFunctions(InterpreterFunctions):
     def __init__(self, cta: CtaState):
         super().__init__()
         self.cta = cta
-        self._constants: dict[Operation, np.ndarray] = {}
 
     def _result(self, op: Operation, value: np.ndarray) -> tuple[np.ndarray]:
-        return (np.asarray(value).astype(dtype_of(op.results[0].type), copy=False),)
+        (result,) = op.results  # (xDSL's `results[0]` is a Python call)
+        return (np.asarray(value).astype(dtype_of(result.type), copy=False),)
 
     # region constants and integers
     @impl(arith.ConstantOp)
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
-        value = self._constants.get(op)
-        if value is None:
-            value = self._constants[op] = _constant(op, self.cta.threads)
-        return (value,)
+        return (_constant(op, self.cta.threads),)
 
 
     def _integer(self, interpreter: Interpreter, op: Operation, args: PythonValues):
@@ -257,7 +256,8 @@ class RegisterArithFunctions(InterpreterFunctions):
                 self.cta.fail(op, "divides by zero", np.argmax(zero.reshape(len(zero), -1).any(axis=1)))
             b = np.where(b == 0, np.ones((), b.dtype), b)
         dtype = a.dtype
-        if dtype == np.bool_:
+        boolean = dtype.kind == "b"
+        if boolean:
             a, b = a.astype(np.int8), b.astype(np.int8)
         width = bit_width(op.results[0].type) if kind in _SHIFTS else 0
         if (division and kind not in _UNSIGNED_DIVISIONS) or a.ndim == 0 or b.ndim == 0:
@@ -266,11 +266,11 @@ class RegisterArithFunctions(InterpreterFunctions):
         else:  # arithmetic on arrays wraps without warnings (NumPy does not check it); unsigned division by
             # nonzero divisors (zeros were replaced above) cannot warn
             result = _INTEGER[kind](a, b, width)
-        result = np.asarray(result)
-        if dtype == np.bool_:
+        result = np.asarray(result)  # (a new array: no operation above returns an operand)
+        if boolean:
             return ((result & 1).astype(bool),)
         return (result.astype(np.int64).astype(dtype) if result.dtype.kind == "u" and dtype.kind == "i"
-                else result.astype(dtype),)
+                else result.astype(dtype, copy=False),)
 
     for _op in _INTEGER:
         locals()[f"run_{_op.__name__}"] = impl(_op)(_integer)

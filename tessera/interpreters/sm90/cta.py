@@ -141,7 +141,8 @@ class CtaState(NamesThreads):
 
     @property
     def active(self) -> np.ndarray:
-        return self.strand.active
+        """The running strand's mask (`Strand.active`, read in one frame: some 1,700 reads a launch)."""
+        return self.scheduler.current.masks[-1]
 
 
     def describe(self, op: Operation, message: str, threads=None) -> tuple[str, str]:

@@ -68,25 +68,29 @@ def _structure(func_op: func.FuncOp) -> list:
     """Every op of the kernel with its operand tuple, every block with its argument tuple, in order: xDSL
     replaces an op's operand tuple when an operand is rewired, so comparing these by identity tells whether the
     kernel's structure changed (attributes are read by the implementations at each run and may change freely).
-    Reads xDSL's fields directly: its `walk` and `operands` views cost ten times more."""
+    Reads xDSL's fields directly: its `walk` and `operands` views cost ten times more; an op without regions is
+    listed where its block is walked, a region op by a call for its regions."""
     out: list = []
-    stack = [func_op]
-    while stack:
-        op = stack.pop()
-        out.append(op)
-        out.append(op._operands)  # noqa: SLF001
+    append = out.append
+
+    def regions_of(op: Operation) -> None:
         for region in op.regions:
             block = region._first_block  # noqa: SLF001
             while block is not None:
-                out.append(block)
-                out.append(block._args)  # noqa: SLF001
-                nested = []
+                append(block)
+                append(block._args)  # noqa: SLF001
                 inner = block._first_op  # noqa: SLF001
                 while inner is not None:
-                    nested.append(inner)
+                    append(inner)
+                    append(inner._operands)  # noqa: SLF001
+                    if inner.regions:
+                        regions_of(inner)
                     inner = inner._next_op  # noqa: SLF001
-                stack.extend(reversed(nested))
                 block = block._next_block  # noqa: SLF001
+
+    append(func_op)
+    append(func_op._operands)  # noqa: SLF001
+    regions_of(func_op)
     return out
 
 
@@ -164,12 +168,12 @@ def _plain(implementation: Callable) -> Callable | None:
 
 def _gather(slots: tuple[int, ...]) -> Callable[[list], tuple]:
     """frame -> the tuple of its values at `slots` (an `operator.itemgetter`, a third of the time of building the
-    tuple in Python at each run of an op)."""
+    tuple in Python at each run of an op; one slot by subscript, which needs no call)."""
     if not slots:
         return lambda frame: ()
     if len(slots) == 1:
-        get = operator.itemgetter(slots[0])
-        return lambda frame: (get(frame),)
+        slot = slots[0]
+        return lambda frame: (frame[slot],)
     return operator.itemgetter(*slots)
 
 
@@ -222,6 +226,7 @@ class _Steps:
         position, implementation = entry
         plain = _plain(implementation)
         count = len(writes)
+        write = writes[0] if count == 1 else None  # (most ops have one result: no zip)
         gather = _gather(reads)
 
         def step(cta: CompiledCta):
@@ -253,8 +258,11 @@ class _Steps:
                 dids = cta.dids
                 for j in after:
                     dids[j](op, results)
-            for slot, value in zip(writes, results):
-                values[slot] = value
+            if write is not None:
+                values[write] = results[0]
+            elif count:
+                for slot, value in zip(writes, results):
+                    values[slot] = value
             if followers is not None and followers.dropped is None:
                 if terminator is not None:
                     cta.last_shadow = fargs

@@ -49,7 +49,7 @@ from xdsl.ir import Operation
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import KernelHazardError, describe_op
 from tessera.interpreters.ranges import as_slice
-from tessera.interpreters.sm90.register_layout import RegisterLayout, ValueLayout
+from tessera.interpreters.sm90.register_layout import OpPlan, RegisterLayout, ValueLayout
 from tessera.interpreters.truth import all_set, any_set
 from tessera.regalloc import Allocation
 from tessera.sm90 import facts
@@ -114,14 +114,12 @@ class RegisterFileChecker(Interpreter.Listener):
         self._tokens: dict[int, tuple[np.ndarray, int]] = {}  # id(array) -> (array, token)
         self._arrays: dict[int, np.ndarray] = {}  # token -> array
         self._next_token = 0
-        self._plans = self.layout.plans
+        self._op_plans = self.layout.op_plans
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(view) -> (view, owner codes it matched)
         self._mask: tuple = (None, None, False)  # (active mask, its granules with a thread, all whole)
         self._rows: tuple = (None, None)  # (active mask, its threads' indices)
-        self.flight: np.ndarray | None = None  # see _issue
-        self.flight_entry: np.ndarray | None = None
-        self.entries: list[InFlight] = []
-        self.newest = None  # newest[w]: the newest group of warpgroup w with registers in flight
+        self.issues: list[list[tuple[int, Operation, tuple]]] | None = None  # see _issue
+        self._held: list[int] = []
         self._warpgroup_mask: tuple = (None, [])
         # touched[w, r]: index (in touch_ops) of the first op that accessed register r in warpgroup w since w's
         # latest wgmma_fence, -1 none (the fence rule by registers, module docstring)
@@ -130,7 +128,6 @@ class RegisterFileChecker(Interpreter.Listener):
         self.touch_ops: list[Operation] = []
         self._touched_any = [False] * len(self.touched)
         """Whether row w of `touched` holds any op (else it is -1 everywhere: a wgmma's check of it finds nothing)."""
-        self._touches = self.layout.touches
         if self.fences and getattr(cta, "wgmma", None) is not None:  # (a CTA without a wgmma unit: no fences)
             cta.wgmma.register_fences = True  # the SSA form of the rule gives way to this one
 
@@ -142,13 +139,12 @@ class RegisterFileChecker(Interpreter.Listener):
     def observes(self, op: Operation) -> tuple[bool, bool]:
         """(before, after) for `program`: an op with reads to compare or register accesses the fence rule
         follows, a wgmma; after it also an op whose writes are recorded or may hit registers in flight."""
-        reads, writes, written, _, moves = self._plan(op)
-        wgmma = type(op) is sm90.WgmmaMmaAsyncOp
-        touches = self._touches(op, self._written) if self.fences else (None, None, None)
-        before = (bool(reads) or bool(moves) or wgmma and self.fences or touches[0] is not None
-                  or not wgmma and self.layout.instruction_reads(op, self._written) is not None)
-        after = (bool(writes) or wgmma or bool(written)
-                 or self.fences and (type(op) is sm90.WgmmaFenceOp or touches[1] is not None))
+        plan = self._plan(op)
+        touched = self.fences and (plan.touch_reads is not None)
+        before = (bool(plan.reads) or bool(plan.moves) or plan.wgmma and self.fences or touched
+                  or not plan.wgmma and plan.flight_reads is not None)
+        after = (bool(plan.writes) or plan.wgmma or bool(plan.written)
+                 or self.fences and (plan.fence or plan.touch_writes is not None))
         return before, after
 
     def in_pure_region(self, op: Operation) -> bool:
@@ -156,22 +152,23 @@ class RegisterFileChecker(Interpreter.Listener):
         `check_pure_region`: it has no read to compare, no write to record or move, and no register access the
         fence rule notes; what is left is the check that it writes no register a pending wgmma holds, which
         depends on the wgmma groups alone (the same in every CTA of a batch)."""
-        reads, writes, _, _, moves = self._plan(op)
-        touches = self._touches(op, self._written) if self.fences else (None, None, None)
-        return not (reads or writes or moves) and touches[0] is None and touches[1] is None
+        plan = self._plan(op)
+        touched = self.fences and (plan.touch_reads is not None or plan.touch_writes is not None)
+        return not (plan.reads or plan.writes or plan.moves) and not touched
 
     def check_pure_region(self, op: Operation, args: tuple) -> None:
-        written = self._plan(op)[2]
-        if self.flight is not None:
-            self._check_reads_in_flight(op, self.cta.active)
-        if written and self.flight is not None:
-            self._check_writes(op, self.cta.active, written)
+        if self.issues is not None:
+            plan = self._plan(op)
+            self._check_reads_in_flight(op, self.cta.active, plan)
+            if plan.written:
+                self._check_writes(op, self.cta.active, plan)
 
     # region the register file
-    def _plan(self, op: Operation) -> tuple:
-        plan = self._plans.get(op)
-        if plan is None:
-            plan = self._plans[op] = self.layout.plan(op, self._written)
+    def _plan(self, op: Operation) -> OpPlan:
+        """The layout's `OpPlan` of `op` (kept by id: xDSL hashes an op in Python)."""
+        plan = self._op_plans.get(id(op))
+        if plan is None or plan.op is not op:
+            plan = self.layout.op_plan(op, self._written)
         return plan
 
     def _granules(self, active: np.ndarray) -> tuple[slice | np.ndarray, bool]:
@@ -251,23 +248,22 @@ class RegisterFileChecker(Interpreter.Listener):
         self.owner[:, columns] = codes
 
     def did_interpret_op(self, op: Operation, results) -> None:
-        _, writes, written, alias, _ = self._plan(op)
+        plan = self._plan(op)
         active = self.cta.active
-        kind = type(op)  # `type is`, not isinstance: ops are ABCs, whose isinstance is slow in this hot path
-        if kind is sm90.WgmmaMmaAsyncOp:
-            self._issue(op, active)
-        elif written and self.flight is not None:
-            self._check_writes(op, active, written)
+        if plan.wgmma:
+            self._issue(op, active, plan.held)
+        elif plan.written and self.issues is not None:
+            self._check_writes(op, active, plan)
         if self.fences:
-            if kind is sm90.WgmmaFenceOp:
+            if plan.fence:
                 warpgroups = self._warpgroups(active)
                 self.touched[warpgroups] = -1
                 for w in warpgroups:
                     self._touched_any[w] = False
-            elif (columns := self._touches(op, self._written)[1]) is not None:
-                self._touch(op, active, columns)
-        if writes:
-            self._record(results, writes, alias, active)
+            elif plan.touch_writes is not None:
+                self._touch(op, active, plan.touch_writes)
+        if plan.writes:
+            self._record(results, plan.writes, plan.view, active)
 
     def _record(self, values, writes: tuple, alias: bool, active: np.ndarray) -> None:
         """The active threads' registers of each (position, layout) of `writes` now hold `values[position]` (a
@@ -300,18 +296,19 @@ class RegisterFileChecker(Interpreter.Listener):
             self._file(bits.itemsize)[rows[:, None], columns] = bits[rows]
 
     def will_interpret_op(self, op: Operation, args) -> None:
-        if self.flight is not None and type(op) is not sm90.WgmmaMmaAsyncOp:
-            self._check_reads_in_flight(op, self.cta.active)
+        plan = self._plan(op)
+        active = self.cta.active
+        if self.issues is not None and plan.flight_reads is not None:  # (a wgmma has none)
+            self._check_reads_in_flight(op, active, plan)
         if self.fences:
-            if type(op) is sm90.WgmmaMmaAsyncOp:
-                self._check_fenced(op, self.cta.active)
-            elif (columns := self._touches(op, self._written)[0]) is not None:
-                self._touch(op, self.cta.active, columns)
-        reads, _, _, _, moves = self._plan(op)
-        if reads:
-            self._check_reads(op, args, reads)
-        if moves:  # the moves into a loop's carried registers, after their sources were read
-            self._record(args, moves, False, self.cta.active)
+            if plan.wgmma:
+                self._check_fenced(op, active, plan.wgmma_registers)
+            elif plan.touch_reads is not None:
+                self._touch(op, active, plan.touch_reads)
+        if plan.reads:
+            self._check_reads(op, args, plan.reads)
+        if plan.moves:  # the moves into a loop's carried registers, after their sources were read
+            self._record(args, plan.moves, False, active)
 
     def _check_reads(self, op: Operation, args, reads: tuple) -> None:
         granules = self._granules(self.cta.active)[0]
@@ -362,11 +359,11 @@ class RegisterFileChecker(Interpreter.Listener):
                 row[columns[fresh]] = len(self.touch_ops) - 1
                 self._touched_any[w] = True
 
-    def _check_fenced(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
+    def _check_fenced(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray, registers: tuple) -> None:
         warpgroups = [w for w in self._warpgroups(active) if self._touched_any[w]]
         if not warpgroups:
             return  # no register touched since the warpgroups' latest fences
-        columns, names = self._touches(op, self._written)[2]
+        columns, names = registers
         for w in warpgroups:
             if self.cta.wgmma.fenced_at[w] < 0:
                 continue  # no fence yet: `WgmmaUnit` reports the first wgmma
@@ -388,23 +385,32 @@ class RegisterFileChecker(Interpreter.Listener):
             self._warpgroup_mask = (active, warpgroups)
         return warpgroups
 
-    def _issue(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray) -> None:
-        """The registers of wgmma `op` are in flight until its group completes: `flight[w, r]` is the newest
-        group of warpgroup w holding register r (a newer group completes after an older one, so the newest
-        pending one is enough to refuse a write), `flight_entry[w, r]` its `InFlight`."""
+    def _issue(self, op: sm90.WgmmaMmaAsyncOp, active: np.ndarray, held: tuple) -> None:
+        """The registers of wgmma `op` (`held`: `RegisterLayout.held`) are in flight until its group completes:
+        `issues[w]` lists the (group, wgmma, registers held) of warpgroup w not yet seen complete, oldest first,
+        and `_held[w]` the mask of their registers. A warpgroup's groups only grow, so the completed ones are a
+        prefix of its list (`_in_flight` drops them), and a register is in flight where a listed wgmma holds it."""
         unit = self.cta.wgmma
-        if self.flight is None:
-            self.flight = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
-            self.flight_entry = np.full((len(unit.done), len(self.kinds)), -1, np.int64)
-            self.newest = np.full(len(unit.done), -1, np.int64)
-        held = self.layout.held(op)
+        if self.issues is None:
+            self.issues = [[] for _ in range(len(unit.done))]
+            self._held = [0] * len(unit.done)
         for w in self._warpgroups(active):
-            group = int(unit.open[w])
-            self.newest[w] = group
-            for columns, role in held:
-                self.flight[w, columns] = group
-                self.flight_entry[w, columns] = len(self.entries)
-                self.entries.append(InFlight(w, group, op, role))
+            self.issues[w].append((int(unit.open[w]), op, held))
+            self._held[w] |= held[0]
+
+    def _in_flight(self, w: int, done: int) -> int:
+        """The mask of the registers a pending group of warpgroup `w` holds, its groups up to `done` complete."""
+        issues = self.issues[w]
+        if issues and issues[0][0] <= done:
+            count = 1
+            while count < len(issues) and issues[count][0] <= done:
+                count += 1
+            del issues[:count]
+            mask = 0
+            for _, _, held in issues:
+                mask |= held[0]
+            self._held[w] = mask
+        return self._held[w]
 
     def _written(self, op: Operation) -> list[tuple[str, object]]:
         return self.layout.written(op, self._find_written)
@@ -430,43 +436,45 @@ class RegisterFileChecker(Interpreter.Listener):
                     sources += list(values[j : j + 1])
         return {name for value in sources for name in self.names.get(value, ())}
 
-    def _check_writes(self, op: Operation, active: np.ndarray, written: tuple) -> None:
-        """Refuse `op` writing (`written`: the register columns, names and values) a register of a wgmma of an
-        active warpgroup whose group is pending."""
-        columns, names, values = written
-        found = self._pending(active, columns)
+    def _check_writes(self, op: Operation, active: np.ndarray, plan: OpPlan) -> None:
+        """Refuse `op` writing (`plan.written`: the register columns, names and values) a register of a wgmma of
+        an active warpgroup whose group is pending."""
+        columns, names, values = plan.written
+        found = self._pending(active, columns, plan.written_mask)
         if found is not None:
             j, entry, thread = found
             self.cta.fail(op, f"writes register {names[j]} (%{values[j].name_hint or '?'}) while "
                               f"{self._holder(entry)}", thread)
 
-    def _check_reads_in_flight(self, op: Operation, active: np.ndarray) -> None:
+    def _check_reads_in_flight(self, op: Operation, active: np.ndarray, plan: OpPlan) -> None:
         """Refuse `op` reading a register of a wgmma of an active warpgroup whose group is pending: its A
         fragment's as well as its accumulator's (the PTX ISA leaves both undefined before the wait; the PTX
         executor's `wgmma_tracking` reports the same access)."""
-        columns = self.layout.instruction_reads(op, self._written)
+        columns = plan.flight_reads
         if columns is None:
             return
-        found = self._pending(active, columns)
+        found = self._pending(active, columns, plan.flight_read_mask)
         if found is not None:
             j, entry, thread = found
             name = next(n for n, c in self.layout.index.items() if c == columns[j])
             self.cta.fail(op, f"reads register {name} while {self._holder(entry)}", thread)
 
-    def _pending(self, active: np.ndarray, columns: np.ndarray) -> tuple[int, InFlight, int] | None:
-        """(position in `columns`, its in-flight entry, a thread of the entry's warpgroup) of the first register
-        of `columns` that a pending wgmma group of an active warpgroup holds, or None."""
-        done = self.cta.wgmma.done
-        if not np.count_nonzero(self.newest > done):
-            return None  # no register is in flight
-        warpgroups = self._warpgroups(active)
-        pending = self.flight[warpgroups][:, columns] > done[warpgroups][:, None]
-        if not any_set(pending):
-            return None
-        i, j = np.unravel_index(int(np.argmax(pending)), pending.shape)
-        entry = self.entries[int(self.flight_entry[warpgroups[i], columns[j]])]
-        size, w = facts.WARPGROUP_SIZE, entry.warpgroup
-        return int(j), entry, w * size + int(np.argmax(active[w * size : (w + 1) * size]))
+    def _pending(self, active: np.ndarray, columns: np.ndarray, mask: int) -> tuple[int, InFlight, int] | None:
+        """(position in `columns` (`mask`: theirs), its in-flight entry, a thread of the entry's warpgroup) of the
+        first register of `columns` that a pending wgmma group of the first such active warpgroup holds, or None.
+        The entry is the newest wgmma holding that register, in its last role that does."""
+        done, issues = self.cta.wgmma.done, self.issues
+        for w in self._warpgroups(active):
+            if not issues[w] or not self._in_flight(w, int(done[w])) & mask:
+                continue
+            size = facts.WARPGROUP_SIZE
+            thread = w * size + int(np.argmax(active[w * size : (w + 1) * size]))
+            for j, column in enumerate(columns.tolist()):
+                for group, wgmma, held in reversed(self.issues[w]):
+                    for role_mask, role in reversed(held[1]):
+                        if role_mask >> column & 1:
+                            return j, InFlight(w, group, wgmma, role), thread
+        return None
 
     @staticmethod
     def _holder(entry: InFlight) -> str:

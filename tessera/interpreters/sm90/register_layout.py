@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import UnrealizedConversionCastOp
 from xdsl.ir import BlockArgument, Operation
 
 from tessera.dialects import sm90
-from tessera.interpreters.ranges import as_slice, consecutive
+from tessera.interpreters.ranges import as_slice
 from tessera.interpreters.sm90.register_windows import (CheckWindows, carried, check_windows, fence_touches,
                                                            kernel_of, moves_of, view_in_place)
 from tessera.regalloc import Allocation, aliases_operand_registers
@@ -81,6 +81,7 @@ class RegisterLayout:
         """Per view op, whether its result is in its source's registers (`register_windows.view_in_place`)."""
         self.touch_plans: dict[Operation, tuple] = {}
         self.held_plans: dict[Operation, tuple] = {}
+        self.op_plans: dict[int, OpPlan] = {}
         self._wgmma_columns: np.ndarray | None = None
 
     def of(self, value) -> ValueLayout | None:
@@ -105,16 +106,19 @@ class RegisterLayout:
     @classmethod
     def shared(cls, allocation: Allocation) -> RegisterLayout:
         """The layout of `allocation`, kept on it across launches (with the per-op plans) while its names stay
-        the same; rebuilt if they changed. A layout is its own."""
+        the same (the same values in the same order, each with equal names: compared as lists, in C, against
+        copies kept with it); rebuilt if they changed. A layout is its own."""
         if isinstance(allocation, RegisterLayout):
             return allocation
-        fingerprint = hash(tuple((id(value), tuple(names)) for value, names in allocation.names.items()))
+        names = allocation.names
         cached = getattr(allocation, "_register_layout", None)
-        if cached is not None and cached[0] == fingerprint:
-            return cached[1]
+        if cached is not None and list(map(id, names)) == cached[0] and list(names.values()) == cached[1]:
+            return cached[2]
         layout = cls(allocation)
+        # (the layout holds the names dict, so its keys stay alive and their ids their own)
+        kept = (list(map(id, names)), [list(n) for n in names.values()], layout)
         try:
-            allocation._register_layout = (fingerprint, layout)  # noqa: SLF001 - a cache, not state
+            allocation._register_layout = kept  # noqa: SLF001 - a cache, not state
         except AttributeError:
             pass
         return layout
@@ -215,18 +219,27 @@ class RegisterLayout:
         writes = [] if _folded_accumulator(op) else [c for name, _ in written(op) if followed[c := self.index[name]]]
         return (np.array(reads, np.intp) if reads else None), (np.array(writes, np.intp) if writes else None), None
 
-    def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[tuple[np.ndarray, str], ...]:
-        """The register columns wgmma `op` holds in flight until its group completes, with their role: its
-        result's ("accumulator") and, for a register A operand, the A fragment's, each a slice where they are
-        consecutive (`ranges.consecutive`: a view, where the columns' records are written at every wgmma); once per
-        launch."""
+    def held(self, op: sm90.WgmmaMmaAsyncOp) -> tuple[int, tuple[tuple[int, str], ...]]:
+        """The registers wgmma `op` holds in flight until its group completes, as a mask (bit c: file column c),
+        and per role the mask of its result's ("accumulator") and, for a register A operand, the A fragment's;
+        once per launch."""
         plan = self.held_plans.get(op)
         if plan is None:
             values = [(op.result, "accumulator")] + ([(op.a, "A fragment")] if op.a_in_registers else [])
-            columns = [np.array([self.index[name] for name in self.names.get(value, ()) if name.startswith("%")],
-                                np.intp) for value, _ in values]
-            plan = self.held_plans[op] = tuple((consecutive(np.sort(c)) if len(c) else c, role)
-                                               for c, (_, role) in zip(columns, values))
+            roles = tuple((column_mask(self.index[name] for name in self.names.get(value, ()) if name.startswith("%")),
+                           role) for value, role in values)
+            union = 0
+            for mask, _ in roles:
+                union |= mask
+            plan = self.held_plans[op] = (union, roles)
+        return plan
+
+    def op_plan(self, op: Operation, written) -> OpPlan:
+        """Everything the checker reads at a run of `op` (`OpPlan`), kept by the op's id (the plan holds the op, so
+        the id stays its own): one look-up per run instead of one per part."""
+        plan = self.op_plans.get(id(op))
+        if plan is None or plan.op is not op:
+            plan = self.op_plans[id(op)] = OpPlan(self, op, written)
         return plan
 
     def written(self, op: Operation, find) -> list[tuple[str, object]]:
@@ -235,3 +248,37 @@ class RegisterLayout:
         if cached is None:
             cached = self._written[op] = find(op)
         return cached
+
+
+def column_mask(columns) -> int:
+    """The file columns `columns` (indices, or a slice) as a mask: bit c set for column c."""
+    if isinstance(columns, slice):
+        return ((1 << (columns.stop - columns.start)) - 1) << columns.start
+    mask = 0
+    for column in np.asarray(columns).tolist():
+        mask |= 1 << column
+    return mask
+
+
+class OpPlan:
+    """What the register-file check does at every run of one op (`RegisterLayout.op_plan`), gathered from the layout's
+    plans: the same for every CTA and launch of a kernel and allocation.
+
+    `reads`, `writes`, `written`, `view`, `moves`: `RegisterLayout.plan`; `touch_reads`, `touch_writes`,
+    `wgmma_registers`: `RegisterLayout.touches`; `flight_reads`: `RegisterLayout.instruction_reads`, the columns
+    that must not be in flight when `op` runs; the masks (`column_mask`) of `flight_reads` and of the written
+    registers' columns; whether `op` is a wgmma or a `wgmma_fence`; for a wgmma, `RegisterLayout.held`."""
+
+    __slots__ = ("op", "reads", "writes", "written", "view", "moves", "touch_reads", "touch_writes",
+                 "wgmma_registers", "flight_reads", "flight_read_mask", "written_mask", "wgmma", "fence", "held")
+
+    def __init__(self, layout: RegisterLayout, op: Operation, written):
+        self.op = op
+        self.reads, self.writes, self.written, self.view, self.moves = layout.plan(op, written)
+        self.touch_reads, self.touch_writes, self.wgmma_registers = layout.touches(op, written)
+        self.flight_reads = layout.instruction_reads(op, written)
+        self.flight_read_mask = 0 if self.flight_reads is None else column_mask(self.flight_reads)
+        self.written_mask = column_mask(self.written[0]) if self.written else 0
+        self.wgmma = type(op) is sm90.WgmmaMmaAsyncOp
+        self.fence = type(op) is sm90.WgmmaFenceOp
+        self.held = layout.held(op) if self.wgmma else None
