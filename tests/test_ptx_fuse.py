@@ -397,6 +397,7 @@ def test_a_reduction_trees_first_sums_read_their_operands_as_views(monkeypatch):
     ([9, 8, 7, 6], "take"),  # backwards
     ([4, 1, 6, 0, 2, 3], "take"),  # no pattern
     ([6, 6, 6, 2, 2, 2], "take"),  # no period shorter than k
+    ([15, 0, 15, 3], "take"),  # the file's last and first rows ("clip" mode clips none)
 ])
 def test_row_gathers_copy_the_rows_take_copies(rows, kind):
     """`RowGather` (the period's rows read once, as a view where they step evenly forward, then copied into each

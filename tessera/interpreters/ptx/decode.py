@@ -153,16 +153,20 @@ class Operands:
         return self.m.registers[reg.name], self.m.register_types[reg.name]
 
     def read(self, inst: Instruction, operand, t: PtxType) -> Callable[[object], np.ndarray]:
-        """A closure giving the operand's value(s) as type `t` for the lanes `sel` (a scalar for constants)."""
+        """A closure giving the operand's value(s) as type `t` for the lanes `sel` (a scalar for constants). A
+        register read for `ALL` (every lane of the batch, a fused group's rows) is one view kept with the closure,
+        the one `store[ALL]` would give anew on every call."""
         dtype = t.dtype
         if isinstance(operand, Reg):
             store, declared = self.register(inst, operand)
             if t.kind == "pred" or declared.kind == "pred":
                 if t.kind != declared.kind:
                     raise fail(self.m.source, inst, f"{operand.name} is .{declared.name}, used as .{t.name}")
-                return lambda sel: store[sel]
+                every = store[ALL]
+                return lambda sel: every if sel is ALL else store[sel]
             if declared.bits == t.bits:
-                return lambda sel: store[sel].view(dtype)
+                every = store.view(dtype)
+                return lambda sel: every if sel is ALL else store[sel].view(dtype)
             if declared.bits > t.bits:
                 narrow = np.dtype(f"uint{t.bits}")
                 return lambda sel: store[sel].astype(narrow).view(dtype)
@@ -241,6 +245,8 @@ class Operands:
             raise fail(self.m.source, inst, f"register {operand.name} (.{declared.name}) is narrower than .{t.name}")
         storage, dtype = declared.storage, t.dtype
         if declared.bits == t.bits:
+            every = store.view(dtype)  # (`ALL`'s view, kept as `read` keeps it)
+
             def write_same(sel, value):
                 store[sel] = np.asarray(value, dtype).view(storage)
 
@@ -248,6 +254,8 @@ class Operands:
                 """The destination as an array of type `t` for a computation to write its values into, where `sel`
                 is a slice (every lane of the batch; a fused group's rows): a view, with the bits `write_same` would
                 store; None for an index array (its lanes are a copy)."""
+                if sel is ALL:
+                    return every
                 return store[sel].view(dtype) if type(sel) is slice else None
 
             write_same.target = target
@@ -301,7 +309,8 @@ class Operands:
         if declared.kind == "pred" or declared.bits < 32:
             raise fail(self.m.source, inst, f"address register {base.name} is .{declared.name}")
         if declared.bits == 64:
-            return lambda sel: store[sel].view(np.int64) + offset
+            every = store.view(np.int64)  # (`ALL`'s view, kept as `read` keeps it)
+            return lambda sel: (every if sel is ALL else store[sel].view(np.int64)) + offset
         return lambda sel: store[sel].astype(np.int64) + offset
 
 

@@ -117,8 +117,9 @@ class RowGather:
     repeat with a period p, the smallest that divides k: a value every member reads (p = 1: a scale, a row's
     maximum), a pair of values read alternately two by two (p = 4: the two rows of a thread's accumulator
     fragment). The p rows are read once, as a strided view where they step evenly and forward (the even or odd
-    partial sums of a reduction, p = k), else taken into the first p rows of `out`, and copied into each of the
-    k / p blocks of `out` by one broadcasting assignment."""
+    partial sums of a reduction, p = k), else taken into the first p rows of `out` (in "clip" mode, which the rows,
+    all in the file, never reach: the default "raise" copies `out` and writes it back on every call), and copied into
+    each of the k / p blocks of `out` by one broadcasting assignment."""
 
     def __init__(self, file: np.ndarray, rows: np.ndarray, out: np.ndarray):
         k, n = out.shape
@@ -136,7 +137,7 @@ class RowGather:
         if self.file is None:
             self.blocks[...] = self.source
             return
-        self.file.take(self.head, axis=0, out=self.source)
+        self.file.take(self.head, axis=0, out=self.source, mode="clip")
         if len(self.blocks) > 1:
             self.blocks[1:] = self.source
 
