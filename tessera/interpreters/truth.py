@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # NumPy 2
+try:  # NumPy 2's module (private: where it moves, the public wrapper gives the same count)
     from numpy._core.multiarray import count_nonzero as _count_nonzero
-except ImportError:  # NumPy 1.26
-    from numpy.core.multiarray import count_nonzero as _count_nonzero
+except ImportError:
+    _count_nonzero = np.count_nonzero
 
 
 def any_set(x) -> bool:
