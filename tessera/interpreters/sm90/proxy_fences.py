@@ -81,7 +81,7 @@ class ProxyFenceChecks:
         """The EPOCH_BYTES-byte lines inside the shared buffer holding `addresses` whose every byte is a generic
         write fenced for `readers` (`_buffer_fenced`), or None: an async-proxy read of any of their bytes by
         `readers` passes `check_async_read` until a write changes one of those lines (the bytes stay GENERIC and
-        their writers' fences only grow), as lines `async_readable` found do (`wgmma.WgmmaUnit._check_read`)."""
+        their writers' fences only grow), as lines `readable_lines` found do (`wgmma.WgmmaUnit._check_read`)."""
         buffer = self._buffer_holding(addresses)
         if buffer is None:
             return None

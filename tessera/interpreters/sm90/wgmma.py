@@ -438,8 +438,9 @@ class WgmmaUnit:
                     threads: np.ndarray, what: str) -> None:
         """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
         their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
-        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
-        and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
+        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first
+        (the lines found readable are every line its copy landed: `SharedMemory.readable_lines`), and a tile read
+        again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
         much wider than the bytes read) take `check_async_read` of the bytes read, which reports it; after it,
         the lines of a buffer of generic stores all fenced for the warpgroup are verified the same way
         (`SharedMemory.fenced_lines`: the causal bias table, a different window of it each trip)."""
@@ -449,9 +450,10 @@ class WgmmaUnit:
         if not np.count_nonzero(verified < smem.changed[lines]):
             smem.note_read(byte_addresses, threads[0])
             return
-        if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
-                lines, threads):
-            self._verified[warpgroup, lines] = smem.changes  # the bytes read are among them: they pass
+        readable = smem.readable_lines(lines, threads) if (lines.stop - lines.start) * EPOCH_BYTES <= \
+            _SPAN_LIMIT * len(byte_addresses) else None
+        if readable is not None:
+            self._verified[warpgroup, readable] = smem.changes  # the bytes read are among them: they pass
             smem.note_read(byte_addresses, threads[0])
             return
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
