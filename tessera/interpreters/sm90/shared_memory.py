@@ -42,12 +42,12 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.byte_box import byte_box, look, put, take
 from tessera.interpreters.sm90.proxy_fences import ProxyFenceChecks
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.interpreters.sm90.shared_tags import CP_ASYNC, EPOCH_BYTES, GENERIC, IN_FLIGHT, LANDED, NEVER, Buffer
-from tessera.interpreters.truth import all_set, any_set
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -64,6 +64,16 @@ def _span_of(addresses: np.ndarray) -> tuple[int, int]:
     """The lowest and highest of `addresses` (nonempty): a `ByteBox`'s from its box, without a pass."""
     box = getattr(addresses, "box", None)
     return _box_span(box) if box is not None else (int(addresses.min()), int(addresses.max()))
+
+
+def _store_bytes(addresses: np.ndarray, nbytes: int) -> np.ndarray:
+    """The bytes a store of `nbytes` at each of `addresses` (aligned, 1-D) writes, in order: a `ByteBox` of their
+    range where the stores are consecutive and ascending (a table stored by whole warpgroups), so that their
+    records are read and written as slices (`byte_box.take`, `put`, `look`), else an index array."""
+    first = int(addresses[0])
+    if len(addresses) > 1 and equal_arrays(addresses, first + nbytes * np.arange(len(addresses))):
+        return byte_box(first, (nbytes * len(addresses),), (1,))
+    return (addresses[:, None] + np.arange(nbytes)).reshape(-1)
 
 
 def _phase_keys(barriers: np.ndarray, phases: np.ndarray):
@@ -203,12 +213,12 @@ class SharedMemory(ProxyFenceChecks):
     def check_writable(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
         still writing them, no pending wgmma reading them."""
-        over = take(self.is_mbarrier, addresses)
+        over = look(self.is_mbarrier, addresses)  # read only (a TMA copy's box: no copy)
         if np.count_nonzero(over):
             i = np.argmax(over)
             self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
                           int(threads[i]))
-        state = take(self.state, addresses)
+        state = look(self.state, addresses)
         flying = state == IN_FLIGHT
         if np.count_nonzero(flying):
             i = np.argmax(flying)
@@ -236,19 +246,20 @@ class SharedMemory(ProxyFenceChecks):
         `nbytes` 2, st.shared.b16 of their low halves."""
         self.check_bounds(op, addresses, threads, nbytes, "stores")
         self.check_alignment(op, addresses, threads, nbytes, f"stores {8 * nbytes} bits")
-        byte_addresses = (addresses[:, None] + np.arange(nbytes)).reshape(-1)
+        byte_addresses = _store_bytes(addresses, nbytes)
         byte_threads = np.repeat(threads, nbytes)
         self.check_writable(op, byte_addresses, byte_threads, "st_shared")
         self._check_landed_write(op, byte_addresses, byte_threads)
         self.cta.hb.check_write(op, byte_addresses, byte_threads, "st_shared")
-        self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
+        put(self.data, byte_addresses,
+            words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1))
         self._stamp(byte_addresses)
-        self.state[byte_addresses] = GENERIC
+        put(self.state, byte_addresses, GENERIC)
         self._note_generic(byte_addresses)
-        self.writer[byte_addresses] = byte_threads
-        self.written_at[byte_addresses] = self.cta.tick()
-        self.write_op[byte_addresses] = self.cta.hb.op_index(op)
-        self.barrier[byte_addresses] = -1
+        put(self.writer, byte_addresses, byte_threads)
+        put(self.written_at, byte_addresses, self.cta.tick())
+        put(self.write_op, byte_addresses, self.cta.hb.op_index(op))
+        put(self.barrier, byte_addresses, -1)
 
     def _check_landed_write(self, op: Operation, addresses: np.ndarray, writers: np.ndarray) -> None:
         """A generic store over bytes an asynchronous copy wrote (LANDED) needs the writer to have observed the
@@ -257,7 +268,7 @@ class SharedMemory(ProxyFenceChecks):
         [memory_model.TMA_READ_UNTIL_COMPLETE]. The simulator landed it because another thread waited."""
         if not self.cta.races:
             return
-        landed = self.state[addresses] == LANDED
+        landed = look(self.state, addresses) == LANDED
         if not any_set(landed):
             return
         barrier, phase, writer = self.barrier[addresses][landed], self.phase[addresses][landed], writers[landed]

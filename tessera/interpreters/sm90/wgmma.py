@@ -40,7 +40,7 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.byte_box import take
+from tessera.interpreters.byte_box import look, take
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64, filled
@@ -541,8 +541,10 @@ class WgmmaUnit:
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
-        if not np.count_nonzero(self.newest_read > self.done):
-            return  # no wgmma that read shared memory is pending
+        reading = np.flatnonzero(self.newest_read > self.done)  # warpgroups with a pending wgmma that read shared
+        # memory (a row's groups are at most its newest_read: no other row holds a pending group)
+        if not any(np.count_nonzero(look(self.read_group[w], addresses) > self.done[w]) for w in reading.tolist()):
+            return
         pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if any_set(pending):
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
