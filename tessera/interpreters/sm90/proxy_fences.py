@@ -20,7 +20,7 @@ from xdsl.ir import Operation
 
 from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.shared_tags import EPOCH_BYTES, GENERIC, Buffer
-from tessera.interpreters.truth import any_set, equal_arrays
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 from tessera.sm90 import facts
 
 
@@ -67,10 +67,13 @@ class ProxyFenceChecks:
             writers, latest, covered = kept[1]
         else:
             span = np.arange(buffer.offset, buffer.offset + buffer.size)
-            stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
+            generic = self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC
+            whole = all_set(generic)  # every byte stored (a table): its records read as views
+            stored = span if whole else span[generic]
             if not len(stored):
                 return False
-            writers, latest, covered = self._latest_writes(stored)
+            writers, latest, covered = self._latest_writes(
+                stored, slice(buffer.offset, buffer.offset + buffer.size) if whole else None)
             self._buffer_writes[(buffer.offset, buffer.size)] = (stamp, (writers, latest, covered))
         group = (int(readers[0]), len(readers))
         if group not in covered and not any_set(self._uncovered(writers, latest, readers)):
@@ -107,23 +110,25 @@ class ProxyFenceChecks:
             needed = _needed(writers, readers)
         return (fenced <= latest.astype(fenced.dtype)[:, None]) & needed  # (times fit the clocks' int32)
 
-    def _latest_writes(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray, set]:
+    def _latest_writes(self, stored: np.ndarray, whole: slice | None = None) -> tuple[np.ndarray, np.ndarray, set]:
         """(the threads that wrote the bytes `stored`, each one's latest write time, the reader groups found fenced
         for them (`_check_proxy_fenced`: fenced clocks only grow, so a group found covered stays so)): kept per set
         of bytes while no tag of their lines changes (`changed`: every write of `writer` and `written_at` stamps its
-        lines), so a table written once and read by every later wgmma (the causal bias's) is sorted once."""
+        lines), so a table written once and read by every later wgmma (the causal bias's) is sorted once. `whole`:
+        the slice of exactly the bytes `stored` where they are a whole range (their records read as views)."""
         low, high = int(stored.min()), int(stored.max())
         stamp = int(self.changed[low // EPOCH_BYTES:high // EPOCH_BYTES + 1].max())
         key = (low, high, len(stored))
         cached = self._latest_writes_of.get(key)
         if cached is not None and cached[0] == stamp and equal_arrays(cached[1], stored):
             return cached[2], cached[3], cached[4]
-        w, t = self.writer[stored], self.written_at[stored]
+        where = stored if whole is None else whole  # a whole range (a table's every byte): read as views
+        w, t = self.writer[where], self.written_at[where]
         # a store writes its bytes with one writer and time: one entry per run of equal (writer, time) (a 16-byte
         # st.shared.v4's 16 bytes) loses nothing and sorts a sixteenth as much
         runs = np.flatnonzero(np.concatenate(([True], (w[1:] != w[:-1]) | (t[1:] != t[:-1]))))
         writers, inverse = np.unique(w[runs], return_inverse=True)
-        latest = np.full(len(writers), -1, np.int64)
+        latest = np.full(len(writers), -1, t.dtype)  # the times' own dtype: `maximum.at` without a cast
         np.maximum.at(latest, inverse, t[runs])
         self._latest_writes_of[key] = (stamp, stored.copy(), writers, latest, set())
         return writers, latest, self._latest_writes_of[key][4]
