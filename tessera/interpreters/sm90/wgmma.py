@@ -56,6 +56,9 @@ _SPAN_LIMIT = 8
 """`_check_read` takes whole lines when they hold at most this many bytes per byte read (a K-major 128B-swizzled
 k-step reads a quarter of each row of its tile)."""
 
+_HALVES = np.dtype("<u2")
+"""16-bit elements as little-endian memory holds them (a dtype object: a string is parsed at every view)."""
+
 _PASS_THROUGH = {scf.YieldOp: 0, scf.ConditionOp: 1, scf.ForOp: 3, scf.WhileOp: 0}
 """Control flow that carries values without reading them: operands from this position on."""
 
@@ -344,11 +347,11 @@ class WgmmaUnit:
         key = (int(descriptor), major, extent, k, ab)
         tile = tiles.get(key)
         if tile is None:
-            addresses, _ = operand.ordered(order)
             if ab in facts.FP8_FORMATS:
-                tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
-            else:
-                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view("<u2").reshape(addresses.shape), ab)
+                tile = facts.fp8_bits_to_f32(smem.data[operand.ordered(order)[0]], ab)
+            else:  # (the rows in `order` have the shape of the rows in order)
+                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view(_HALVES).reshape(
+                    operand.addresses.shape), ab)
             tiles[key] = tile
         return tile
 
@@ -365,7 +368,7 @@ class WgmmaUnit:
         count = len(registers) // facts.WARPGROUP_SIZE
         gather = None if ab in facts.FP8_FORMATS else _a_gather(order, m, k)
         if gather is not None:  # each element taken from its half of its register: one gather, one conversion
-            halves = np.ascontiguousarray(registers.view(np.uint32)).view("<u2").reshape(count, -1)
+            halves = np.ascontiguousarray(registers.view(np.uint32)).view(_HALVES).reshape(count, -1)
             return facts.half_bits_to_f32(np.take(halves, gather, axis=1), ab).reshape(count, m, k)
         tile = np.zeros((count, m, k), np.float32)
         place = _row_places(order)
