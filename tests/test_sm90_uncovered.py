@@ -73,9 +73,9 @@ def test_kept_buffer_stores_decide_as_a_fresh_search(rng, monkeypatch):
 
 
 def test_whole_table_writes_are_the_gathered_ones(rng, monkeypatch):
-    """`SharedMemory._latest_writes` of a buffer whose every byte is stored reads its records as views (`whole`):
-    along a causal flash run (its bias table), the writers and their latest write times are those of the gather
-    of every stored byte."""
+    """`SharedMemory._latest_writes` of a buffer whose every byte is stored takes the range (a slice) and reads its
+    records as views: along a causal flash run (its bias table), the writers and their latest write times are those
+    of the gather of every stored byte."""
     import tessera
     from tessera.interpreters.launch import prepare_arguments
     from tessera.interpreters.sm90 import run_target_kernel
@@ -85,12 +85,12 @@ def test_whole_table_writes_are_the_gathered_ones(rng, monkeypatch):
     latest_writes = SharedMemory._latest_writes  # noqa: SLF001
     compared = [0]
 
-    def checked(self, stored, whole=None):
-        writers, latest, covered = latest_writes(self, stored, whole)
-        if whole is not None:
+    def checked(self, stored):
+        writers, latest, covered = latest_writes(self, stored)
+        if isinstance(stored, slice):
             kept = dict(self._latest_writes_of)  # noqa: SLF001
             self._latest_writes_of.clear()  # noqa: SLF001 - the same bytes, gathered
-            gathered, gathered_latest, _ = latest_writes(self, stored)
+            gathered, gathered_latest, _ = latest_writes(self, np.arange(stored.start, stored.stop))
             self._latest_writes_of.clear()  # noqa: SLF001
             self._latest_writes_of.update(kept)  # noqa: SLF001
             assert np.array_equal(writers, gathered) and np.array_equal(latest, gathered_latest)
