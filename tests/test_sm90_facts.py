@@ -839,6 +839,19 @@ def test_cvt_rn_is_round_to_nearest_even(dtype, value, bits):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_half_bits_widen_as_the_format_does(dtype):
+    """`half_bits_to_f32` (bf16: the bits shifted up 16) against the format's own widening of every one of the
+    65,536 patterns, NaNs included, bit for bit; 0-d arrays stay arrays."""
+    import ml_dtypes
+
+    bits = np.arange(1 << 16).astype(np.uint16)
+    expected = bits.view(ml_dtypes.bfloat16 if dtype == "bf16" else np.float16).astype(np.float32)
+    got = F.half_bits_to_f32(bits, dtype)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+    assert F.half_bits_to_f32(np.asarray(np.uint16(0x3F80)), dtype).shape == ()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_cvt_rn_pairs_is_cvt_rn_x2_of_each_pair(dtype):
     """`cvt_rn_pairs` (a fragment's pairs packed by one conversion and a view) is `cvt.rn.x2 d, e1, e0` of each
     pair (e0, e1): e0 in the low half. Random values with ties, infinities, NaNs, signed zeros, subnormals."""

@@ -70,3 +70,38 @@ def test_kept_buffer_stores_decide_as_a_fresh_search(rng, monkeypatch):
     arguments, sizes = prepare_arguments(sig, [q, k, v])
     run_target_kernel(target, arguments, sizes, allocate_registers(target), batch_ctas=1)
     assert answers["kept"] > 0 and answers["searched"] > 0
+
+
+def test_whole_table_writes_are_the_gathered_ones(rng, monkeypatch):
+    """`SharedMemory._latest_writes` of a buffer whose every byte is stored takes the range (a slice) and reads its
+    records as views: along a causal flash run (its bias table), the writers and their latest write times are those
+    of the gather of every stored byte."""
+    import tessera
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90 import run_target_kernel
+    from tessera.kernel_abi import kernels, signature
+    from tessera.regalloc import allocate_registers
+
+    latest_writes = SharedMemory._latest_writes  # noqa: SLF001
+    compared = [0]
+
+    def checked(self, stored):
+        writers, latest, covered = latest_writes(self, stored)
+        if isinstance(stored, slice):
+            kept = dict(self._latest_writes_of)  # noqa: SLF001
+            self._latest_writes_of.clear()  # noqa: SLF001 - the same bytes, gathered
+            gathered, gathered_latest, _ = latest_writes(self, np.arange(stored.start, stored.stop))
+            self._latest_writes_of.clear()  # noqa: SLF001
+            self._latest_writes_of.update(kept)  # noqa: SLF001
+            assert np.array_equal(writers, gathered) and np.array_equal(latest, gathered_latest)
+            compared[0] += 1
+        return writers, latest, covered
+
+    monkeypatch.setattr(SharedMemory, "_latest_writes", checked)
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    q, k, v = (rng.standard_normal((1, 1, 300, 64)) for _ in range(3))
+    arguments, sizes = prepare_arguments(sig, [q, k, v])
+    run_target_kernel(target, arguments, sizes, allocate_registers(target), batch_ctas=1)
+    assert compared[0] > 0

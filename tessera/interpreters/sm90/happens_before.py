@@ -39,7 +39,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.byte_box import look, put, take
 from tessera.interpreters.ptx.release_acquire import join_cta_knowledge
 from tessera.interpreters.ranges import consecutive
 from tessera.interpreters.sm90.record_pool import records
@@ -368,8 +368,8 @@ class HappensBefore:
 
     def _after_writes(self, op, addresses, threads, what) -> None:
         smem = self.cta.smem
-        writers = take(smem.writer, addresses)
-        other = (take(smem.state, addresses) == GENERIC) & (writers >= 0) & (writers != threads)
+        writers = look(smem.writer, addresses)
+        other = (look(smem.state, addresses) == GENERIC) & (writers >= 0) & (writers != threads)
         if not any_set(other):
             return
         unordered = other.copy()
@@ -397,7 +397,7 @@ class HappensBefore:
                 continue  # no wgmma of this warpgroup has read shared memory
             if one_writer and int(threads[0]) // size == w:
                 continue  # its own wait completed the group (pending reads: `check_not_read_by_pending`)
-            groups = take(wgmma.read_group[w], addresses)
+            groups = look(wgmma.read_group[w], addresses)  # read only, before `check_write` clears them
             if one_writer:
                 # the latest release of any thread of warpgroup w (after its wait_group) the writer has seen,
                 # against each group's completion time through a table over the groups (-1: not read)

@@ -38,8 +38,16 @@ def _needed(writers: np.ndarray, readers: np.ndarray) -> np.ndarray:
 def _needed_block(writer: int, writers: int, reader: int, readers: int) -> np.ndarray:
     """`_needed` of the consecutive writers writer .. writer + writers - 1 and readers reader .. (read-only)."""
     needed = _needed(np.arange(writer, writer + writers), np.arange(reader, reader + readers))
+    needed = np.ascontiguousarray(needed.T).T  # laid out reader-major, as `HappensBefore.fenced`'s rows (`_uncovered`)
     needed.flags.writeable = False
     return needed
+
+
+def _same_bytes(a: np.ndarray | slice, b: np.ndarray | slice) -> bool:
+    """Whether two byte sets as `_latest_writes` takes them are the same (a slice is the same only as a slice)."""
+    if isinstance(a, slice) or isinstance(b, slice):
+        return isinstance(a, slice) and isinstance(b, slice) and a == b
+    return equal_arrays(a, b)
 
 
 class ProxyFenceChecks:
@@ -66,10 +74,13 @@ class ProxyFenceChecks:
         if kept is not None and kept[0] == stamp:  # no tag of the buffer changed: the same stores
             writers, latest, covered = kept[1]
         else:
-            span = np.arange(buffer.offset, buffer.offset + buffer.size)
-            stored = span[self.state[buffer.offset:buffer.offset + buffer.size] == GENERIC]
-            if not len(stored):
+            span = slice(buffer.offset, buffer.offset + buffer.size)
+            generic = self.state[span] == GENERIC
+            count = np.count_nonzero(generic)
+            if not count:
                 return False
+            # every byte stored (a table): the range itself, its records read as views
+            stored = span if count == buffer.size else np.flatnonzero(generic) + buffer.offset
             writers, latest, covered = self._latest_writes(stored)
             self._buffer_writes[(buffer.offset, buffer.size)] = (stamp, (writers, latest, covered))
         group = (int(readers[0]), len(readers))
@@ -81,7 +92,7 @@ class ProxyFenceChecks:
         """The EPOCH_BYTES-byte lines inside the shared buffer holding `addresses` whose every byte is a generic
         write fenced for `readers` (`_buffer_fenced`), or None: an async-proxy read of any of their bytes by
         `readers` passes `check_async_read` until a write changes one of those lines (the bytes stay GENERIC and
-        their writers' fences only grow), as lines `async_readable` found do (`wgmma.WgmmaUnit._check_read`)."""
+        their writers' fences only grow), as lines `readable_lines` found do (`wgmma.WgmmaUnit._check_read`)."""
         buffer = self._buffer_holding(addresses)
         if buffer is None:
             return None
@@ -100,32 +111,34 @@ class ProxyFenceChecks:
         must see the fence from a kept array, not by a two-dimensional gather (some 0.5 ms a check)."""
         rows, columns = consecutive(writers), consecutive(readers)
         if isinstance(rows, slice) and isinstance(columns, slice):
-            fenced = self.cta.hb.fenced[rows, columns]
-            needed = _needed_block(rows.start, len(writers), columns.start, len(readers))
-        else:
-            fenced = self.cta.hb.fenced[writers[:, None], readers[None, :]]
-            needed = _needed(writers, readers)
-        return (fenced <= latest.astype(fenced.dtype)[:, None]) & needed  # (times fit the clocks' int32)
+            # reader-major, as the fenced clocks and the kept pairs lie: each pass without a buffered copy
+            fenced = self.cta.hb.fenced[rows, columns].T
+            needed = _needed_block(rows.start, len(writers), columns.start, len(readers)).T
+            return ((fenced <= latest.astype(fenced.dtype)[None, :]) & needed).T
+        fenced = self.cta.hb.fenced[writers[:, None], readers[None, :]]
+        return (fenced <= latest.astype(fenced.dtype)[:, None]) & _needed(writers, readers)  # (int32 times)
 
-    def _latest_writes(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray, set]:
-        """(the threads that wrote the bytes `stored`, each one's latest write time, the reader groups found fenced
-        for them (`_check_proxy_fenced`: fenced clocks only grow, so a group found covered stays so)): kept per set
-        of bytes while no tag of their lines changes (`changed`: every write of `writer` and `written_at` stamps its
-        lines), so a table written once and read by every later wgmma (the causal bias's) is sorted once."""
-        low, high = int(stored.min()), int(stored.max())
+    def _latest_writes(self, stored: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, set]:
+        """(the threads that wrote the bytes `stored` (distinct addresses, or a slice: every byte of a range, whose
+        records are read as views), each one's latest write time, the reader groups found fenced for them
+        (`_check_proxy_fenced`: fenced clocks only grow, so a group found covered stays so)): kept per set of bytes
+        while no tag of their lines changes (`changed`: every write of `writer` and `written_at` stamps its lines),
+        so a table written once and read by every later wgmma (the causal bias's) is sorted once."""
+        whole = isinstance(stored, slice)
+        low, high = (stored.start, stored.stop - 1) if whole else (int(stored.min()), int(stored.max()))
         stamp = int(self.changed[low // EPOCH_BYTES:high // EPOCH_BYTES + 1].max())
-        key = (low, high, len(stored))
+        key = (low, high, high - low + 1 if whole else len(stored))
         cached = self._latest_writes_of.get(key)
-        if cached is not None and cached[0] == stamp and equal_arrays(cached[1], stored):
+        if cached is not None and cached[0] == stamp and _same_bytes(cached[1], stored):
             return cached[2], cached[3], cached[4]
         w, t = self.writer[stored], self.written_at[stored]
         # a store writes its bytes with one writer and time: one entry per run of equal (writer, time) (a 16-byte
         # st.shared.v4's 16 bytes) loses nothing and sorts a sixteenth as much
         runs = np.flatnonzero(np.concatenate(([True], (w[1:] != w[:-1]) | (t[1:] != t[:-1]))))
         writers, inverse = np.unique(w[runs], return_inverse=True)
-        latest = np.full(len(writers), -1, np.int64)
+        latest = np.full(len(writers), -1, t.dtype)  # the times' own dtype: `maximum.at` without a cast
         np.maximum.at(latest, inverse, t[runs])
-        self._latest_writes_of[key] = (stamp, stored.copy(), writers, latest, set())
+        self._latest_writes_of[key] = (stamp, stored if whole else stored.copy(), writers, latest, set())
         return writers, latest, self._latest_writes_of[key][4]
 
     def _check_proxy_fenced(self, op: Operation, stored: np.ndarray, readers: np.ndarray, what: str) -> None:

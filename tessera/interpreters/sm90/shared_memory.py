@@ -26,12 +26,12 @@ Readers are checked against the tags (the checked asynchrony of DESIGN.md sectio
   is still writing, or over bytes a pending wgmma still reads.
 
 Change epochs: every write of tags counts one change (`changes`) and stamps the EPOCH_BYTES-byte lines it
-touches (`changed`). A reader that found lines readable through the async proxy (`async_readable`) by some
+touches (`changed`). A reader that found lines readable through the async proxy (`readable_lines`) by some
 threads may take them as still readable while no line changed since: the tags of a LANDED byte change only by
 a write, and a thread's observed phases only grow (wgmma operands: `wgmma.WgmmaUnit`). A TMA copy landing a
 contiguous range tags the whole lines inside it with its (barrier, phase) key (`line_keys`), and every write of
 tags clears its lines' keys: lines that all hold one key are LANDED by that one copy, byte for byte, and
-`async_readable` reads the key there instead of every byte's tags.
+`readable_lines` reads the key there instead of every byte's tags.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ import numpy as np
 from xdsl.ir import Operation
 
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.byte_box import put, take
+from tessera.interpreters.byte_box import byte_box, look, put, take
 from tessera.interpreters.sm90.proxy_fences import ProxyFenceChecks
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.interpreters.sm90.shared_tags import CP_ASYNC, EPOCH_BYTES, GENERIC, IN_FLIGHT, LANDED, NEVER, Buffer
-from tessera.interpreters.truth import all_set, any_set
+from tessera.interpreters.truth import all_set, any_set, equal_arrays
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -64,6 +64,16 @@ def _span_of(addresses: np.ndarray) -> tuple[int, int]:
     """The lowest and highest of `addresses` (nonempty): a `ByteBox`'s from its box, without a pass."""
     box = getattr(addresses, "box", None)
     return _box_span(box) if box is not None else (int(addresses.min()), int(addresses.max()))
+
+
+def _store_bytes(addresses: np.ndarray, nbytes: int) -> np.ndarray:
+    """The bytes a store of `nbytes` at each of `addresses` (aligned, 1-D) writes, in order: a `ByteBox` of their
+    range where the stores are consecutive and ascending (a table stored by whole warpgroups), so that their
+    records are read and written as slices (`byte_box.take`, `put`, `look`), else an index array."""
+    first = int(addresses[0])
+    if len(addresses) > 1 and equal_arrays(addresses, first + nbytes * np.arange(len(addresses))):
+        return byte_box(first, (nbytes * len(addresses),), (1,))
+    return (addresses[:, None] + np.arange(nbytes)).reshape(-1)
 
 
 def _phase_keys(barriers: np.ndarray, phases: np.ndarray):
@@ -107,9 +117,10 @@ class SharedMemory(ProxyFenceChecks):
         self._buffer_writes: dict[tuple[int, int], tuple] = {}
         """`_buffer_fenced`'s `_latest_writes` of a buffer's stores by (offset, size): (its lines' latest change,
         that result), so that a buffer read again while unchanged is not searched for its stores again."""
-        self._landed: tuple = (None, None)
+        self._landed: tuple = (None, None, None)
         """((first line, end line, `changes`), the (barrier, phase) keys of those lines' bytes if every byte has
-        landed by TMA, else None): what `async_readable` found last, valid while no tag has changed since."""
+        landed by TMA, else None, and the lines found with them): what `readable_lines` found last, valid while no
+        tag has changed since."""
         self.buffers: dict[tuple[str, int], Buffer] = {}
         # In a cluster: the cluster time of each byte's latest read and its reader, for peers' multicasts (a lone
         # CTA has no peer to read them: None, and no per-byte records to fill for every CTA)
@@ -202,12 +213,12 @@ class SharedMemory(ProxyFenceChecks):
     def check_writable(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Bytes at `addresses` (flat) may be overwritten by `threads` (flat): no live mbarrier, no TMA copy
         still writing them, no pending wgmma reading them."""
-        over = take(self.is_mbarrier, addresses)
+        over = look(self.is_mbarrier, addresses)  # read only (a TMA copy's box: no copy)
         if np.count_nonzero(over):
             i = np.argmax(over)
             self.cta.fail(op, f"{what} overwrites the live mbarrier at {self.locate(addresses[i] & ~7)}",
                           int(threads[i]))
-        state = take(self.state, addresses)
+        state = look(self.state, addresses)
         flying = state == IN_FLIGHT
         if np.count_nonzero(flying):
             i = np.argmax(flying)
@@ -235,19 +246,20 @@ class SharedMemory(ProxyFenceChecks):
         `nbytes` 2, st.shared.b16 of their low halves."""
         self.check_bounds(op, addresses, threads, nbytes, "stores")
         self.check_alignment(op, addresses, threads, nbytes, f"stores {8 * nbytes} bits")
-        byte_addresses = (addresses[:, None] + np.arange(nbytes)).reshape(-1)
+        byte_addresses = _store_bytes(addresses, nbytes)
         byte_threads = np.repeat(threads, nbytes)
         self.check_writable(op, byte_addresses, byte_threads, "st_shared")
         self._check_landed_write(op, byte_addresses, byte_threads)
         self.cta.hb.check_write(op, byte_addresses, byte_threads, "st_shared")
-        self.data[byte_addresses] = words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1)
+        put(self.data, byte_addresses,
+            words.astype("<u4").view(np.uint8).reshape(-1, WORD_BYTES)[:, :nbytes].reshape(-1))
         self._stamp(byte_addresses)
-        self.state[byte_addresses] = GENERIC
+        put(self.state, byte_addresses, GENERIC)
         self._note_generic(byte_addresses)
-        self.writer[byte_addresses] = byte_threads
-        self.written_at[byte_addresses] = self.cta.tick()
-        self.write_op[byte_addresses] = self.cta.hb.op_index(op)
-        self.barrier[byte_addresses] = -1
+        put(self.writer, byte_addresses, byte_threads)
+        put(self.written_at, byte_addresses, self.cta.tick())
+        put(self.write_op, byte_addresses, self.cta.hb.op_index(op))
+        put(self.barrier, byte_addresses, -1)
 
     def _check_landed_write(self, op: Operation, addresses: np.ndarray, writers: np.ndarray) -> None:
         """A generic store over bytes an asynchronous copy wrote (LANDED) needs the writer to have observed the
@@ -256,7 +268,7 @@ class SharedMemory(ProxyFenceChecks):
         [memory_model.TMA_READ_UNTIL_COMPLETE]. The simulator landed it because another thread waited."""
         if not self.cta.races:
             return
-        landed = self.state[addresses] == LANDED
+        landed = look(self.state, addresses) == LANDED
         if not any_set(landed):
             return
         barrier, phase, writer = self.barrier[addresses][landed], self.phase[addresses][landed], writers[landed]
@@ -377,15 +389,19 @@ class SharedMemory(ProxyFenceChecks):
                 return barrier, phase, int(readers[np.argmax(unseen)])
         return None
 
-    def async_readable(self, lines: slice, readers: np.ndarray) -> bool:
-        """Whether every byte of the EPOCH_BYTES-byte `lines` has LANDED in a phase every one of `readers` has
-        observed complete: an async-proxy read of any of them by `readers` passes `check_async_read`."""
+    def readable_lines(self, lines: slice, readers: np.ndarray) -> slice | None:
+        """The lines, `lines` among them, whose every byte has LANDED in a phase every one of `readers` has observed
+        complete (an async-proxy read of any of their bytes by `readers` passes `check_async_read`), or None where
+        some byte of `lines` is not so. Where one copy landed every line of `lines` whole (`line_keys`), those are
+        the whole run of lines around them that hold its key (the copy's box, and a box landed with it on the
+        same barrier and phase): a tile's later k-steps, which read other lines of it, find them readable
+        already (`wgmma.WgmmaUnit._check_read`)."""
         key = (lines.start, lines.stop, self.changes)
         if self._landed[0] != key:
             keys = self.line_keys[lines]
             one = int(keys[0])
             if one >= 0 and lines.stop * EPOCH_BYTES <= self.size and not np.count_nonzero(keys != one):
-                self._landed = (key, [one])  # one copy landed every line whole (`line_keys`)
+                self._landed = (key, [one], self._key_run(lines, one))  # one copy landed every line whole
         if self._landed[0] != key:  # the lines' tags, found once per change of any tag (both consumer warpgroups
             # of a wgmma read the same lines of B; only what each observed differs)
             span = slice(lines.start * EPOCH_BYTES, min(lines.stop * EPOCH_BYTES, self.size))
@@ -393,9 +409,15 @@ class SharedMemory(ProxyFenceChecks):
             landed = all_set(self.state[span] == LANDED) and not (
                 span.start < high and span.stop > low and any_set(self.writer[span] >= 0))
             # (a cp.async's bytes: the fence check)
-            self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None)
-        keys = self._landed[1]
-        return keys is not None and self._first_unseen_of(keys, readers) is None
+            self._landed = (key, _phase_keys(self.barrier[span], self.phase[span]) if landed else None, lines)
+        _, keys, run = self._landed
+        return run if keys is not None and self._first_unseen_of(keys, readers) is None else None
+
+    def _key_run(self, lines: slice, key: int) -> slice:
+        """The longest run of lines around `lines` (whose `line_keys` are all `key`) that hold `key`."""
+        other = np.flatnonzero(self.line_keys != key)
+        at = int(np.searchsorted(other, lines.start))
+        return slice(int(other[at - 1]) + 1 if at else 0, int(other[at]) if at < len(other) else len(self.line_keys))
 
     def begin_async_write(self, op: Operation, thread: int, addresses: np.ndarray, barrier: int,
                           local: bool = True) -> None:

@@ -291,15 +291,15 @@ class TmaUnit:
                          thread)
             barrier = cta.mbarriers.get(op, thread, int(mbarrier[thread]))
             cta.mbarriers.note_refill(int(thread), barrier)
-            problem = serving_checks.check_box(tensor_map.name, spec.global_dims, [int(c[thread]) for c in coords],
-                                               spec.box_dims)
+            at = [int(c[thread]) for c in coords]
+            problem = serving_checks.check_box(tensor_map.name, spec.global_dims, at, spec.box_dims)
             if problem:
                 cta.fail(op, problem, thread)
-            data = tensor_map.read_box([int(c[thread]) for c in coords])
+            data = tensor_map.read_box(at)
             if memory is not None:
-                memory.note_async_read(cta, op, tensor_map, [int(c[thread]) for c in coords], int(thread),
-                                       (barrier.index, barrier.state.phase))
-            smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
+                memory.note_async_read(cta, op, tensor_map, at, int(thread), (barrier.index, barrier.state.phase))
+            if start < 0 or start + data.size > smem.size:  # (reported as every write's bounds are)
+                smem.check_bounds(op, np.array([start]), np.array([thread]), data.size, "the TMA copy writes")
             buffer = smem.buffer_at(start)
             if buffer is not None:
                 if buffer.swizzle != tensor_map.swizzle:

@@ -40,7 +40,7 @@ from xdsl.ir import Operation
 
 from tessera.dialects import sm90
 from tessera.interpreters.block_batch import describe_op
-from tessera.interpreters.byte_box import take
+from tessera.interpreters.byte_box import look, take
 from tessera.interpreters.sm90 import fragment_view
 from tessera.interpreters.sm90.record_pool import records
 from tessera.interpreters.sm90.registers import as_unsigned64, filled
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 _SPAN_LIMIT = 8
 """`_check_read` takes whole lines when they hold at most this many bytes per byte read (a K-major 128B-swizzled
 k-step reads a quarter of each row of its tile)."""
+
+_HALVES = np.dtype("<u2")
+"""16-bit elements as little-endian memory holds them (a dtype object: a string is parsed at every view)."""
 
 _PASS_THROUGH = {scf.YieldOp: 0, scf.ConditionOp: 1, scf.ForOp: 3, scf.WhileOp: 0}
 """Control flow that carries values without reading them: operands from this position on."""
@@ -344,11 +347,11 @@ class WgmmaUnit:
         key = (int(descriptor), major, extent, k, ab)
         tile = tiles.get(key)
         if tile is None:
-            addresses, _ = operand.ordered(order)
             if ab in facts.FP8_FORMATS:
-                tile = facts.fp8_bits_to_f32(smem.data[addresses], ab)
-            else:
-                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view("<u2").reshape(addresses.shape), ab)
+                tile = facts.fp8_bits_to_f32(smem.data[operand.ordered(order)[0]], ab)
+            else:  # (the rows in `order` have the shape of the rows in order)
+                tile = facts.half_bits_to_f32(operand.gather(smem.data, order).view(_HALVES).reshape(
+                    operand.addresses.shape), ab)
             tiles[key] = tile
         return tile
 
@@ -365,7 +368,7 @@ class WgmmaUnit:
         count = len(registers) // facts.WARPGROUP_SIZE
         gather = None if ab in facts.FP8_FORMATS else _a_gather(order, m, k)
         if gather is not None:  # each element taken from its half of its register: one gather, one conversion
-            halves = np.ascontiguousarray(registers.view(np.uint32)).view("<u2").reshape(count, -1)
+            halves = np.ascontiguousarray(registers.view(np.uint32)).view(_HALVES).reshape(count, -1)
             return facts.half_bits_to_f32(np.take(halves, gather, axis=1), ab).reshape(count, m, k)
         tile = np.zeros((count, m, k), np.float32)
         place = _row_places(order)
@@ -438,8 +441,9 @@ class WgmmaUnit:
                     threads: np.ndarray, what: str) -> None:
         """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
         their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
-        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first,
-        and a tile read again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
+        a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first
+        (the lines found readable are every line its copy landed: `SharedMemory.readable_lines`), and a tile read
+        again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
         much wider than the bytes read) take `check_async_read` of the bytes read, which reports it; after it,
         the lines of a buffer of generic stores all fenced for the warpgroup are verified the same way
         (`SharedMemory.fenced_lines`: the causal bias table, a different window of it each trip)."""
@@ -449,9 +453,10 @@ class WgmmaUnit:
         if not np.count_nonzero(verified < smem.changed[lines]):
             smem.note_read(byte_addresses, threads[0])
             return
-        if (lines.stop - lines.start) * EPOCH_BYTES <= _SPAN_LIMIT * len(byte_addresses) and smem.async_readable(
-                lines, threads):
-            self._verified[warpgroup, lines] = smem.changes  # the bytes read are among them: they pass
+        readable = smem.readable_lines(lines, threads) if (lines.stop - lines.start) * EPOCH_BYTES <= \
+            _SPAN_LIMIT * len(byte_addresses) else None
+        if readable is not None:
+            self._verified[warpgroup, readable] = smem.changes  # the bytes read are among them: they pass
             smem.note_read(byte_addresses, threads[0])
             return
         smem.check_async_read(op, byte_addresses, threads, f"wgmma operand {what}")
@@ -539,8 +544,10 @@ class WgmmaUnit:
 
     def check_not_read_by_pending(self, op: Operation, addresses: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Refuse writing shared bytes that a wgmma whose group has not completed may still read."""
-        if not np.count_nonzero(self.newest_read > self.done):
-            return  # no wgmma that read shared memory is pending
+        reading = np.flatnonzero(self.newest_read > self.done)  # warpgroups with a pending wgmma that read shared
+        # memory (a row's groups are at most its newest_read: no other row holds a pending group)
+        if not any(np.count_nonzero(look(self.read_group[w], addresses) > self.done[w]) for w in reading.tolist()):
+            return
         pending = np.stack([take(groups, addresses) for groups in self.read_group]) > self.done[:, None]
         if any_set(pending):
             w, i = np.unravel_index(np.argmax(pending), pending.shape)
