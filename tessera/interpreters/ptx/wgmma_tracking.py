@@ -232,7 +232,7 @@ class WgmmaTracking:
             return groups
 
         olds = list(map(self.pending.get, names))
-        if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
+        if all(map(is_, olds, repeat(olds[0]))):  # every register of the kind in one entry (or none): one new entry
             old = olds[0]
             entry = [successor(None if old is None else old[0]), kind, inst, names]
             self.pending_entries[id(entry)] = entry
@@ -370,7 +370,7 @@ class WgmmaTracking:
         self.events += 1
         shape, results = roles.shape, roles.results
         olds = list(map(self.shaped.get, results))
-        if olds and len(set(map(id, olds))) == 1:  # every register in one entry (a chain's wgmmas)
+        if olds and all(map(is_, olds, repeat(olds[0]))):  # every register in one entry (a chain's wgmmas)
             old = olds[0]
             if old is not None and old[1] is inst:
                 old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
