@@ -14,6 +14,7 @@ import pytest
 
 from tessera.interpreters.ptx import PtxExecutionError
 from tessera.interpreters.ptx.sync_edges import SyncEdges
+from tessera.interpreters.ranges import consecutive
 
 from test_ptx_ctas_together import _launch
 from test_ptx_hazards import _attention
@@ -120,3 +121,50 @@ def test_a_barrier_whose_waiters_all_arrived_writes_the_rows_an_acquire_of_each_
         _run_pingpong(256, schedule="delayed-warpgroup", seed=0)
     test_named_barriers_order_shared_memory_between_warps()
     assert any(taken) and not all(taken), taken
+
+
+def _bounds_hold(edges: SyncEdges) -> None:
+    """Every kept block's bounds (`block_bounds`) against its rows: `high` and `fenced high` their joins exactly,
+    `low` and `fenced low` below every row."""
+    t = edges.threads
+    for (c0, c1, w0, w1), (low, high, fenced_low, fenced_high) in edges.block_bounds.items():
+        clocks = edges.clock.reshape(-1, t, t)[c0:c1, w0:w1]
+        fenced = edges.fenced.reshape(-1, t, 2 * t)[c0:c1, w0:w1]
+        assert high is None or np.array_equal(high, clocks.max(axis=1))
+        assert fenced_high is None or np.array_equal(fenced_high, fenced.max(axis=1))
+        assert low is None or (clocks >= low[:, None, :]).all()
+        assert fenced_low is None or (fenced >= fenced_low[:, None, :]).all()
+
+
+def test_barriers_and_fences_of_a_kept_block_keep_its_bounds_exact(monkeypatch):
+    """A `bar.sync` of one CTA's row of a kept block (the consumers of each CTA of the flash grid) releases the kept
+    joins without reading a row and keeps the block's bounds (`SyncEdges._kept_row`), and so does a
+    fence.proxy.async of the whole block: after each release, completion and fence every kept bound holds against
+    the rows, the shortcut is taken, and the releases published and the clock rows are those of the launch that
+    keeps no bounds (`_bounds_of`: nothing kept)."""
+    kept_rows, release, completed, fence = [], SyncEdges._release, SyncEdges.bar_completed, SyncEdges.fence
+
+    def checked_fence(self, lanes, *args):
+        fence(self, lanes, *args)
+        _bounds_hold(self)
+
+    def checked_release(self, lanes):
+        kept_rows.append(self._kept_row(consecutive(lanes)) is not None)
+        released = release(self, lanes)
+        _bounds_hold(self)
+        return released
+
+    def checked_completed(self, key, waiters):
+        completed(self, key, waiters)
+        _bounds_hold(self)
+    monkeypatch.setattr(SyncEdges, "_release", checked_release)
+    monkeypatch.setattr(SyncEdges, "bar_completed", checked_completed)
+    monkeypatch.setattr(SyncEdges, "fence", checked_fence)
+    seen = _recorded(monkeypatch)
+    kept = _launch(_attention(True)[2])
+    assert isinstance(kept, np.ndarray) and seen and sum(kept_rows) > len(kept_rows) // 4, kept_rows
+    monkeypatch.undo()
+    monkeypatch.setattr(SyncEdges, "_bounds_of", lambda self, block: [None] * 4)  # nothing kept
+    fresh = _recorded(monkeypatch)
+    assert kept.tobytes() == _launch(_attention(True)[2]).tobytes()
+    assert seen == fresh

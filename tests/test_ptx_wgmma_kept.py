@@ -199,7 +199,8 @@ def test_a_wgmma_step_given_its_last_lanes_again_runs_as_on_new_ones(monkeypatch
 def test_a_wait_keeps_the_pending_registers_a_walk_keeps(monkeypatch):
     """After each wgmma.wait_group of the grid, `pending` holds, in order and as the same entries, the registers
     whose groups array some warpgroup has not waited for (walked register by register), whichever of them the
-    wait dropped (all, some or none)."""
+    wait dropped (all, some or none), and each of their entries is one of `pending_entries` (what the wait looks
+    at instead of the registers)."""
     from tessera.interpreters.ptx.wgmma_tracking import _NO_GROUP
 
     waited, dropped = WgmmaTracking.wgmma_wait, []
@@ -212,6 +213,7 @@ def test_a_wait_keeps_the_pending_registers_a_walk_keeps(monkeypatch):
         walked = [(name, e) for name, e in before if (e[0] > least).any()]
         assert [name for name, _ in walked] == list(self.pending)
         assert all(self.pending[name] is e for name, e in walked)
+        assert all(id(e) in self.pending_entries for e in self.pending.values())  # what the next wait looks at
         dropped.append(len(before) - len(walked))
     monkeypatch.setattr(WgmmaTracking, "wgmma_wait", compared)
     assert isinstance(_launch(_attention(True)[2]), np.ndarray)

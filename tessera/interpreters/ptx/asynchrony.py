@@ -130,7 +130,10 @@ class AsyncTracker(WgmmaTracking, AsyncCopies, TaggedAccesses, TagRanges):
         self.wg_open = np.zeros(self.warpgroups, np.int64)
         self.wg_done = np.full(self.warpgroups, -1, np.int64)
         self.wg_issued = np.full(self.warpgroups, -1, np.int64)
-        self.pending: dict[str, list] = {}  # register -> [groups per warpgroup, kind, its wgmma]
+        self.pending: dict[str, list] = {}  # register -> [groups per warpgroup, kind, its wgmma, names]
+        # the entries made since `pending` was last emptied, by id (each register of `pending` holds one of them;
+        # some may be held by none any longer): what a wgmma.wait_group looks at, not every register
+        self.pending_entries: dict[int, list] = {}
         self.reading = False
         self.last_wgmma: dict[int, object] = {}  # warpgroup -> its last wgmma.mma_async
         # accesses to wgmma registers outside a wgmma, as a log (sequence number, register names, lanes, line) and

@@ -47,13 +47,14 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     module docstring) and wake its waiters. More warps arriving at once (`inst`) than the thread count admits is
     a hazard: the hardware completes the barrier with as many as the count, and which warps pass and which
     wait for its next phase is a matter of timing [memory_model.BARRIER_COUNT]."""
-    lanes = np.arange(cta * m.threads, (cta + 1) * m.threads)
-    uncounted = m.bar_uncounted[barrier, lanes]
-    live = m.status[lanes] != EXITED
+    rows = slice(cta * m.threads, (cta + 1) * m.threads)  # the CTA's lanes: views of the per-lane arrays
+    lanes = np.arange(rows.start, rows.stop)
+    uncounted = m.bar_uncounted[barrier, rows]
+    live = m.status[rows] != EXITED
     whole = _by_warp(uncounted, False).any(axis=1) & _by_warp(uncounted | ~live, True).all(axis=1)
     if any_set(whole):  # warps whose threads have all arrived since the warp's last arrival: each arrives
         m.bar_count[barrier, cta] += facts.WARP_SIZE * int(whole.sum())
-        m.bar_uncounted[barrier, lanes[np.repeat(whole, facts.WARP_SIZE)[:len(lanes)]]] = False
+        m.bar_uncounted[barrier, rows][np.repeat(whole, facts.WARP_SIZE)[:len(lanes)]] = False
         m.bar_warp_line[barrier, cta * len(whole) + np.flatnonzero(whole)] = 0
     count = int(m.bar_count[barrier, cta])
     explicit = int(m.bar_expected[barrier, cta])
@@ -61,28 +62,28 @@ def check_barrier(m: Machine, barrier: int, cta: int, inst=None) -> None:
     if count == 0 or count < expected:
         return
     if explicit and count > expected and inst is not None:
-        arrived = lanes[m.bar_arrived[barrier, lanes]]
+        arrived = lanes[m.bar_arrived[barrier, rows]]
         raise m.tracker.hazard(inst, f"{count} threads arrive on barrier {barrier} at once, whose thread count is "
                                      f"{expected}: the barrier completes with {expected} of them and the others wait "
                                      "for its next phase, which ones depending on timing (wrong barrier thread "
                                      "count)", int(arrived[-1]))
-    waiting = lanes[(m.status[lanes] == BAR) & (m.bar_waiting[lanes] == barrier)]
+    waiting = lanes[(m.status[rows] == BAR) & (m.bar_waiting[rows] == barrier)]
     m.tracker.shared_by_barrier(waiting, (barrier, cta))
     finish = getattr(m, "bar_reductions", {}).pop((barrier, cta), None)
-    arrived = m.bar_arrived[barrier, lanes] & ~m.bar_uncounted[barrier, lanes]
+    arrived = m.bar_arrived[barrier, rows] & ~m.bar_uncounted[barrier, rows]
     if finish is not None:  # bar.red: reduce over the threads that arrived, give the result to the waiters
         finish(waiting, lanes[arrived])
     m.status[waiting] = RUN
     m.woken += 1
     m.pc[waiting] += 1
     m.bar_waiting[waiting] = -1
-    m.bar_arrived[barrier, lanes[arrived]] = False
-    early = lanes[m.bar_arrived[barrier, lanes]]  # threads of warps not yet whole: they count for the next phase
+    m.bar_arrived[barrier, rows][arrived] = False
+    early = lanes[m.bar_arrived[barrier, rows]]  # threads of warps not yet whole: they count for the next phase
     if len(early):
         m.tracker.hb.bar_arrived((barrier, cta), early)
         m.tracker.barrier_arriving((barrier, cta), early)
     m.bar_count[barrier, cta] = 0
-    if not any_set(m.bar_uncounted[barrier, lanes]):
+    if not any_set(m.bar_uncounted[barrier, rows]):
         m.bar_expected[barrier, cta] = 0
     m.sync_epoch += 1
 
@@ -180,7 +181,8 @@ def decode_bar(ops: Operands, inst, mods):
             facts.check_named_barrier(barrier, n or None, m.threads, arrive=action == "arrive")
         except ValueError as error:
             raise m.error(inst, str(error), int(active[0])) from None
-        for cta in distinct_ascending(m.lane_cta[active]).tolist():
+        ctas = distinct_ascending(m.lane_cta[active]).tolist()  # (active ascend)
+        for cta in ctas:
             previous = int(m.bar_expected[barrier, cta])
             if previous and previous != n and any_set(m.bar_arrived[barrier, m.lane_cta == cta]):
                 # arrivals of one phase that disagree on its count: which complete it is timing, a hazard as too
@@ -191,7 +193,7 @@ def decode_bar(ops: Operands, inst, mods):
         _check_same_instruction(m, inst, barrier, active, inst.line if aligned else -inst.line)
         m.bar_arrived[barrier, active] = True
         m.bar_uncounted[barrier, active] = True
-        for cta in distinct_ascending(m.lane_cta[active]).tolist():
+        for cta in ctas:
             mine = active[m.lane_cta[active] == cta]
             m.tracker.hb.bar_arrived((barrier, int(cta)), mine)
             m.tracker.barrier_arriving((barrier, int(cta)), mine)
@@ -202,7 +204,7 @@ def decode_bar(ops: Operands, inst, mods):
             m.bar_waiting[active] = barrier
         else:
             m.pc[active] += 1
-        for cta in distinct_ascending(m.lane_cta[active]).tolist():
+        for cta in ctas:
             check_barrier(m, barrier, int(cta), inst)
 
     def run(lanes, active):

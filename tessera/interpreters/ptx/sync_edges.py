@@ -16,8 +16,10 @@ exactly (what its next release publishes, without a pass over the rows), and `lo
 the same two of its `fenced` rows ([CTA, 2 x thread]: consumers that fenced once, before their main loop, release
 and acquire fenced clocks every trip). A consumer block's release and acquire in a main loop then read no row,
 and write only the columns that change.
-Any other change of a row of the block (`rows_changed`: a release, acquire or fence of some of its lanes, a new
-batch) drops its bounds.
+A `bar.sync` of one CTA's row of the block (`_kept_row`: its release is the kept joins, its completion writes
+rows whose bounds are known) and a fence.proxy.async of the whole block keep them too, updated exactly. Any other
+change of a row of the block (`rows_changed`: a release, acquire or fence of some of its lanes, a new batch) drops
+its bounds.
 """
 
 from __future__ import annotations
@@ -33,8 +35,17 @@ class SyncEdges:
 
     def _release(self, lanes: np.ndarray) -> tuple:
         """(clock, fenced, remote): the join of `lanes`' clocks, fenced clocks and knowledge of other CTAs
-        (None: none); their own epochs advance past it."""
+        (None: none); their own epochs advance past it. Where `lanes` are one CTA's row of a block whose joins are
+        kept (`_kept_row`: a CTA's consumers at a `bar.sync`), the joins are those, and stay kept: no row is read."""
         rows = consecutive(lanes)
+        kept = self._kept_row(rows)
+        if kept is not None:
+            bounds, k, within = kept
+            c = bounds[1][k].copy()
+            own = _own_epochs(self.clock, slice(rows.start // self.threads, rows.start // self.threads + 1), within)
+            own += 1  # each the greatest of its column: the join's own columns are now these
+            np.maximum(bounds[1][k:k + 1, within], own, out=bounds[1][k:k + 1, within])
+            return c, bounds[3][k], None
         c = self.clock[rows].max(axis=0)
         f = self.fenced[rows].max(axis=0) if any_set(self.fenced_rows[rows]) else np.zeros(2 * self.threads, np.int32)
         self.rows_changed(lanes)
@@ -108,7 +119,8 @@ class SyncEdges:
         arrival, so its rows are those it released, each joined into the release `c`, and its own epoch, the
         greatest of its column, one past c's (the release advanced it); so its row becomes c with its own epoch
         one more, and its fenced row the fenced join. (The waiters are among the lanes that arrived since the
-        last completion; as many arrivals as waiters make them the same lanes.)"""
+        last completion; as many arrivals as waiters make them the same lanes.) Where they are one CTA's row of a
+        kept block (`_kept_row`), its bounds become those rows': c below each, c with the own epochs their join."""
         released = self.bar_released.pop(key, None)
         arrivals = self.bar_arrivals.pop(key, 0)
         if released is None or not len(waiters):
@@ -118,14 +130,31 @@ class SyncEdges:
             self._acquire(waiters, *released)
             return
         c, f, _ = released
-        self.rows_changed(waiters)
+        kept = self._kept_row(rows)
+        if kept is None:
+            self.rows_changed(waiters)
         clocks = self.clock[rows]
         clocks[...] = c
         cta, first = divmod(rows.start, self.threads)
-        _own_epochs(self.clock, slice(cta, cta + 1), slice(first, first + rows.stop - rows.start))[...] += 1
-        if any_set(f):
+        own = _own_epochs(self.clock, slice(cta, cta + 1), slice(first, first + rows.stop - rows.start))
+        own += 1
+        fenced = any_set(f)
+        if fenced:
             self.fenced[rows] = f
             self.fenced_rows[rows] = True
+        if kept is not None:  # the row's bounds: c below every row, c with the own epochs its join (`block_bounds`)
+            bounds, k, within = kept
+            if bounds[0] is not None:
+                bounds[0] = bounds[0].copy()
+                bounds[0][k] = c
+            bounds[1][k] = c
+            bounds[1][k, within] = own[0]
+            if fenced:  # (else no fenced row changed: their join, f, is zero)
+                for i in (2, 3):
+                    if bounds[i] is not None:
+                        bounds[i] = bounds[i].copy()
+                        bounds[i][k] = f
+                bounds[3].setflags(write=False)
 
     def arrive(self, inst, key: tuple[int, int], lanes: np.ndarray) -> None:
         """`lanes` arrive on the mbarrier at `key`: a release into its pending phase."""
@@ -216,6 +245,19 @@ class SyncEdges:
                 bounds[3] = np.maximum(bounds[3], fenced)
                 bounds[3].setflags(write=False)
         return True
+
+    def _kept_row(self, rows) -> tuple[list, int, slice] | None:
+        """(bounds, k, threads) where `rows` (`consecutive` lanes) are the threads of CTA slot k of a block whose
+        bounds (`block_bounds`) hold its join and fenced join (`high`, `fenced high`), and no lane knows of other
+        CTAs; else None. (Kept blocks share no lane: one at most holds them.)"""
+        if not self.block_bounds or self.remote or not isinstance(rows, slice):
+            return None
+        cta, start = divmod(rows.start, self.threads)
+        stop = start + rows.stop - rows.start
+        for (c0, c1, w0, w1), bounds in self.block_bounds.items():
+            if c0 <= cta < c1 and w0 == start and w1 == stop and bounds[1] is not None and bounds[3] is not None:
+                return bounds, cta - c0, slice(w0, w1)
+        return None
 
     def _bounds_of(self, block: tuple[slice, slice]) -> list:
         """[low, high, fenced low, fenced high] of `block` (`block_bounds`: None each where not known), kept; the
@@ -358,6 +400,10 @@ class SyncEdges:
         fence.proxy.async without one)."""
         t = self.threads
         block = lane_block(lanes, t)  # (a batch's consumer warpgroups: views, not gathers of [lanes, threads] rows)
+        bounds = None if block is None or self.remote else \
+            self.block_bounds.get((block[0].start, block[0].stop, block[1].start, block[1].stop))
+        if bounds is not None and (bounds[1] is None or bounds[3] is None):
+            bounds = None
         for on, columns in ((shared, slice(0, t)), (global_, slice(t, 2 * t))):
             if not on:
                 continue
@@ -367,13 +413,24 @@ class SyncEdges:
             else:
                 self.fenced[lanes, columns] = np.maximum(self.fenced[lanes, columns], self.clock[lanes])
             self.fenced_rows[lanes] = True
-        self.rows_changed(lanes)
+            if bounds is not None:  # a kept block: its fenced bounds take its clock bounds (joins of maxima)
+                bounds[3] = bounds[3].copy()
+                np.maximum(bounds[3][:, columns], bounds[1], out=bounds[3][:, columns])
+                bounds[3].setflags(write=False)
+                if bounds[2] is not None and bounds[0] is not None:
+                    bounds[2] = bounds[2].copy()
+                    np.maximum(bounds[2][:, columns], bounds[0], out=bounds[2][:, columns])
+        if bounds is None:
+            self.rows_changed(lanes)
         if global_ and self.remote:  # other CTAs' stores known to happen before: fenced too (new rows: shared)
             for lane in np.asarray(lanes).reshape(-1).tolist():
                 known = self.remote.get(lane)
                 for rank, row in (known or {}).items():
                     known[rank] = np.concatenate([row[:t], np.maximum(row[t:], row[:t])])
         self.clock.reshape(-1)[self.own_flat[lanes]] += 1
+        if bounds is not None:  # each own epoch the greatest of its column: the join's own columns are these
+            high = bounds[1][:, block[1]]
+            np.maximum(high, _own_epochs(self.clock, *block), out=high)
 
     def global_fenced(self, lanes: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """The epochs of `threads` [lanes, k] (of each lane's CTA) whose generic global writes a

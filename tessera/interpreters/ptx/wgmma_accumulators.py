@@ -23,7 +23,9 @@ from tessera.sm90 import facts
 
 class Deferred(NamedTuple):
     """A chain's accumulators not yet in their registers: `values` [warpgroups, 64, N] f32 in product order (D'),
-    the accumulators of `lanes` (whole warpgroups) whose registers are `rows` (`state.lane_rows` of `block`)."""
+    the accumulators of `lanes` (whole warpgroups; the step's lanes object, never modified, as
+    `wgmma._warpgroups_kept` has it: the wgmmas of a straight run pass the same one) whose registers are `rows`
+    (`state.lane_rows` of `block`)."""
 
     block: np.ndarray
     lanes: np.ndarray
@@ -70,14 +72,15 @@ def accumulate(m, block: np.ndarray, lanes: np.ndarray, rows: np.ndarray, d: np.
     or f32(d), d [warpgroups, 64, N] float64 in product order (overwritten): kept in `m.deferred` until
     `write_back`. A chain of other lanes on the block is written back first."""
     entry = m.deferred.get(id(block))
-    if entry is not None and (len(entry.lanes) != len(lanes) or not equal_arrays(entry.lanes, lanes)):
+    if entry is not None and entry.lanes is not lanes and \
+            (len(entry.lanes) != len(lanes) or not equal_arrays(entry.lanes, lanes)):
         write_back(m)
         entry = None
     if entry is None:
         values = np.empty(d.shape, np.float32)
         if add:  # the registers as they are, in product order
             _copy_pairs(_product_pairs(values, rows.shape[0]), _fragment_pairs(rows, d.shape[2]))
-        entry = m.deferred[id(block)] = Deferred(block, lanes.copy(), rows, values)
+        entry = m.deferred[id(block)] = Deferred(block, lanes, rows, values)
     if add:
         np.add(d, entry.values, out=d)  # float64 sums, rounded once below
     entry.values[...] = d

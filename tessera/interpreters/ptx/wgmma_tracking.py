@@ -18,8 +18,8 @@ created and reset by `AsyncTracker.reset` with the rest of the batch's asynchron
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import is_, itemgetter
+from itertools import repeat
+from operator import is_
 from typing import NamedTuple
 
 import numpy as np
@@ -232,12 +232,15 @@ class WgmmaTracking:
             return groups
 
         olds = list(map(self.pending.get, names))
-        if len(set(map(id, olds))) == 1:  # every register of the kind in one entry (or none): one new entry
+        if all(map(is_, olds, repeat(olds[0]))):  # every register of the kind in one entry (or none): one new entry
             old = olds[0]
-            entry = [successor(None if old is None else old[0]), kind, inst]
+            entry = [successor(None if old is None else old[0]), kind, inst, names]
+            self.pending_entries[id(entry)] = entry
             self.pending.update(dict.fromkeys(names, entry))
             return entry
-        self.pending.update(zip(names, [[successor(None if e is None else e[0]), kind, inst] for e in olds]))
+        entries = [[successor(None if e is None else e[0]), kind, inst, (name,)] for name, e in zip(names, olds)]
+        self.pending_entries.update(zip(map(id, entries), entries))
+        self.pending.update(zip(names, entries))
         return None
 
     def wgmma_commit(self, lanes: np.ndarray) -> None:
@@ -271,14 +274,23 @@ class WgmmaTracking:
         if self.pending:
             least = np.full(self.warpgroups, _NO_GROUP, np.int64)
             np.minimum.at(least, unit, self.lane_done)  # a register stays pending until every thread waited
-            held = list(map(itemgetter(0), self.pending.values()))  # each register's groups array
-            arrays = dict(zip(map(id, held), held))  # registers pending together share one: one row each
+            # each register's entry is one of `pending_entries`, which name the registers that may hold them:
+            # one look per entry and groups array (registers pending together share one), none per register
+            entries = self.pending_entries
+            arrays = {id(e[0]): e[0] for e in entries.values()}
             live = (np.stack(list(arrays.values())) > least).any(axis=1)
             if not any_set(live):
                 self.pending = {}
-            elif not all_set(live):  # the registers of the live arrays, in their order
+                entries.clear()
+            elif not all_set(live):  # the registers of the dead arrays dropped, the others kept in their order
                 alive = dict(zip(arrays, live.tolist()))
-                self.pending = dict(compress(self.pending.items(), map(alive.__getitem__, map(id, held))))
+                for key, entry in [(k, e) for k, e in entries.items() if not alive[id(e[0])]]:
+                    del entries[key]
+                    for name in entry[3]:
+                        if self.pending.get(name) is entry:
+                            del self.pending[name]
+                if not self.pending:
+                    entries.clear()
         self.reading = any_set(self.wg_issued > self.wg_done)
 
     def touch(self, inst, lanes: np.ndarray | slice, names: frozenset) -> None:
@@ -358,7 +370,7 @@ class WgmmaTracking:
         self.events += 1
         shape, results = roles.shape, roles.results
         olds = list(map(self.shaped.get, results))
-        if olds and len(set(map(id, olds))) == 1:  # every register in one entry (a chain's wgmmas)
+        if olds and all(map(is_, olds, repeat(olds[0]))):  # every register in one entry (a chain's wgmmas)
             old = olds[0]
             if old is not None and old[1] is inst:
                 old[0][lanes] = True  # the same wgmma again (a loop): the entry as it is
@@ -493,7 +505,7 @@ class WgmmaTracking:
                 continue
             if ws is None:
                 ws = self.m.unit_of[facts.WARPGROUP_SIZE][lanes]
-            groups, kind, wgmma = entry
+            groups, kind, wgmma, _ = entry
             bad = groups[ws] > self.lane_done[lanes]
             if any_set(bad):
                 i = int(np.argmax(bad))
