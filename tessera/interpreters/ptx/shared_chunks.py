@@ -40,7 +40,7 @@ def chunks_in_order(offsets: np.ndarray) -> np.ndarray | None:
 
 def chunk_set(offsets: np.ndarray) -> np.ndarray | slice:
     """The 16-byte chunks (byte // 16) the offsets lie in, ascending, as a range where they are consecutive: the
-    columns of the wgmma read records (`wgmma_tracking.WgmmaTracking.wgmma_reads`). A descriptor reads whole chunks
+    columns of the wgmma read records (`wgmma_read_tracking.WgmmaReadTracking.wgmma_reads`). A descriptor reads whole chunks
     (its addresses and strides are 16-byte units, a core matrix row is one chunk)."""
     chunks = np.unique(offsets // CHUNK)
     if len(chunks) and int(chunks[-1]) - int(chunks[0]) + 1 == len(chunks):

@@ -73,7 +73,7 @@ def descriptor_read(m: Machine, inst, lanes: np.ndarray, descriptor: int, major:
                      name: str, operand: str = "B") -> tuple:
     """The [extent, K] operand (K spanning facts.WGMMA_K_BYTES) `lanes` (whole warpgroups of one CTA) read
     through a descriptor from their CTA's shared memory: checked and recorded as an async-proxy read
-    (`wgmma_tracking.WgmmaTracking.wgmma_reads`); returns what `descriptor_tiles` gathers it with."""
+    (`wgmma_read_tracking.WgmmaReadTracking.wgmma_reads`); returns what `descriptor_tiles` gathers it with."""
     e = np.dtype(MULTIPLICANDS[name]).itemsize
     decoded = descriptor_bytes(descriptor, major, e, extent)
     if isinstance(decoded, str):
