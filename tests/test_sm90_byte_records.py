@@ -152,6 +152,60 @@ def test_record_pool_refills_only_what_a_borrower_changed():
     assert all((pool.full((3, 5), -1, np.int32) == -1).all() for _ in range(2))
 
 
+def test_record_pool_lends_unset_arrays_without_a_refill():
+    """`unset` lends a free array as it is, one that a `full` would refill whole first; taken back, it is refilled
+    whole for the next `full`, whatever it holds."""
+    from tessera.interpreters.sm90.record_pool import RecordPool
+
+    pool = RecordPool()
+    kept = pool.full(16, -1, np.int32, changed=lambda: None)  # left as lent: lent again without a refill
+    dirty = pool.full(16, -1, np.int32)
+    dirty[3] = 9
+    pool.reclaim()
+    unset = pool.unset(16, np.int32)
+    assert unset is dirty and unset[3] == 9  # the one to refill whole anyway, not refilled
+    unset[...] = -1  # what it holds says nothing: its next `full` refills it
+    pool.reclaim()
+    again = [pool.full(16, -1, np.int32) for _ in range(2)]
+    assert {id(a) for a in again} == {id(kept), id(dirty)} and all((a == -1).all() for a in again)
+    assert pool.unset(8, np.int8).shape == (8,)  # none free of that shape: a new one
+
+
+def test_unset_records_are_read_only_where_their_unit_set_them(monkeypatch):
+    """Records lent unset (`RecordPool.unset`: shared memory's bytes, copy barriers and phases, a global side's
+    fields but its CTA rank): flash runs whose unset arrays are poisoned (every barrier past the last instance,
+    thread and op past the last, huge times and phases, every flag set, bytes 77) end as runs with zeros, with the
+    same outputs and no hazard: no check or operand reads a record its unit did not set."""
+    import tessera
+    from tessera.interpreters.launch import prepare_arguments
+    from tessera.interpreters.sm90 import run_target_kernel
+    from tessera.interpreters.sm90.record_pool import RecordPool
+    from tessera.kernel_abi import kernels, signature
+    from tessera.regalloc import allocate_registers
+
+    module = tessera.kernels.flash_attention(head_dim=64, causal=True)
+    sig = signature(kernels(module)[0])
+    target = tessera.lower_to_target(module, sig.name)
+    allocation = allocate_registers(target)
+    inputs = [np.random.default_rng(4).standard_normal((1, 1, 256, 64)) for _ in range(3)]
+    unset = RecordPool.unset
+
+    def run(poison: bool) -> list[np.ndarray]:
+        def filled(self, shape, dtype, launch=False):
+            array = unset(self, shape, dtype, launch)
+            array[...] = (True if array.dtype == bool else 1 << 30 if array.itemsize >= 4 else 77) if poison else 0
+            return array
+
+        monkeypatch.setattr(RecordPool, "unset", filled)
+        arrays, sizes = prepare_arguments(sig, inputs)
+        run_target_kernel(target, arrays, sizes, allocation)
+        run_target_kernel(target, arrays, sizes, allocation)  # its records from the first launch's pool
+        return [np.asarray(a).copy() for a in arrays]
+
+    for ours, theirs in zip(run(True), run(False), strict=True):
+        assert np.array_equal(ours, theirs)
+
+
 def test_record_pool_lends_launch_records_until_the_launch_ends():
     """A launch's own records (its global race records) stay lent when its CTAs' are reclaimed, and are lent
     again, refilled, only after the launch."""

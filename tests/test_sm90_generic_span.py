@@ -38,13 +38,14 @@ def causal_flash():
 
 
 def _run(causal_flash, inputs, records: list):
-    """The arguments after a launch one CTA at a time, with a copy of every record array each CTA leaves."""
+    """The arguments after a launch one CTA at a time, with a copy of every record array each CTA leaves (but
+    those lent unset, `RecordPool.unset`: their values where no copy tagged a byte are unspecified)."""
     sig, target, allocation = causal_flash
     arguments, sizes = prepare_arguments(sig, inputs)
     reclaim = record_pool.RecordPool.reclaim
 
     def keeping(self, launch=False):
-        records.append([array.copy() for array, _, _ in self._lent])
+        records.append([array.copy() for array, filled, _ in self._lent if filled])
         reclaim(self, launch)
 
     record_pool.RecordPool.reclaim = keeping

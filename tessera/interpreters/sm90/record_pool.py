@@ -8,7 +8,10 @@ back every array it lent when the launch says those CTAs are done (`reclaim`): t
 refilled with their initial values, so each CTA starts from the state a fresh allocation gives. A unit that
 knows which part of an array it may have changed says so when it borrows it (`changed`), and only that part is
 refilled: a flash attention CTA leaves its generic-write records, its fenced clocks and the producer warpgroup's
-wgmma read records as they were lent (11 of a causal 512 x 1 launch's 29 MB of refills).
+wgmma read records as they were lent (11 of a causal 512 x 1 launch's 29 MB of refills). A unit whose records are
+read only where it wrote them first (`unset`: shared memory's copy barriers and phases, read only at bytes its
+tags say a copy is writing or has written; a global side's fields but its CTA rank, read only where that rank
+holds an access) borrows an array as it is, with no refill at all.
 
 A launch of a few CTAs (flash attention at 512 tokens: one batch) never reuses its own pool, so the pools outlive
 their launch (`launch_pool`): a launch that ends takes its arrays back and leaves its pool for the next launch,
@@ -62,6 +65,21 @@ class RecordPool:
         (self._launch if launch else self._lent).append((array, filled, changed))
         return array
 
+    def unset(self, shape, dtype, launch: bool = False) -> np.ndarray:
+        """An array of `shape` and `dtype` whose values are unspecified (as `np.empty` gives), lent until `reclaim`
+        (`launch` as `full`'s), for records its borrower reads only where it wrote them first. A free array that
+        any `full` would refill whole is lent first; it is taken back as changed everywhere (refilled whole for
+        its next `full`)."""
+        key = (tuple(shape) if isinstance(shape, tuple) else (shape,), np.dtype(dtype))
+        free = self._free.get(key)
+        if free:
+            index = next((i for i in range(len(free) - 1, -1, -1) if free[i][2] is Ellipsis), len(free) - 1)
+            array = free.pop(index)[0]
+        else:
+            array = np.empty(shape, dtype)
+        (self._launch if launch else self._lent).append((array, b"", None))  # no value: a `full` refills it whole
+        return array
+
     def reclaim(self, launch: bool = False) -> None:
         """The CTAs lent arrays so far are done with them (none of their units is used again); with `launch`, so
         is the launch with its own records."""
@@ -107,4 +125,11 @@ def records(cta, shape, value, dtype, changed=None) -> np.ndarray:
     return np.full(shape, value, dtype) if pool is None else pool.full(shape, value, dtype, changed=changed)
 
 
-__all__ = ["IDLE_POOL_BYTES", "RecordPool", "launch_pool", "records"]
+def unset_records(cta, shape, dtype) -> np.ndarray:
+    """A record array for `cta`'s units whose values are unspecified, for records read only where the unit wrote
+    them first: from its launch's pool (`RecordPool.unset`), else newly allocated (`np.empty`)."""
+    pool = getattr(cta, "pool", None)
+    return np.empty(shape, dtype) if pool is None else pool.unset(shape, dtype)
+
+
+__all__ = ["IDLE_POOL_BYTES", "RecordPool", "launch_pool", "records", "unset_records"]

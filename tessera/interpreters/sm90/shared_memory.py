@@ -44,10 +44,11 @@ from xdsl.ir import Operation
 from tessera.interpreters.block_batch import describe_op
 from tessera.interpreters.byte_box import byte_box, look, put, take
 from tessera.interpreters.sm90.proxy_fences import ProxyFenceChecks
-from tessera.interpreters.sm90.record_pool import records
+from tessera.interpreters.sm90.record_pool import records, unset_records
 from tessera.interpreters.sm90.registers import WORD_BYTES
 from tessera.interpreters.sm90.shared_tags import CP_ASYNC, EPOCH_BYTES, GENERIC, IN_FLIGHT, LANDED, NEVER, Buffer
 from tessera.interpreters.truth import all_set, any_set, equal_arrays
+from tessera.sm90 import facts
 
 if TYPE_CHECKING:
     from tessera.interpreters.sm90.cta_view import CtaView
@@ -90,12 +91,16 @@ class SharedMemory(ProxyFenceChecks):
     def __init__(self, cta: CtaView, size: int):
         self.cta = cta
         self.size = size
-        self.data = records(cta, size, 0, np.uint8)
+        # the bytes, read only where `state` says something wrote them (every read refuses NEVER bytes, and the
+        # lines a wgmma takes as readable are LANDED or GENERIC throughout): unspecified elsewhere, unfilled
+        self.data = unset_records(cta, size, np.uint8)
         self.state = records(cta, size, 0, np.int8)
-        self.barrier = records(cta, size, -1, np.int32)
-        # phases and times as int32 (a CTA's phase counts and clock stay far below 2^31, as the happens-before
-        # clocks): every copy that lands writes a box of them, and every CTA fills them
-        self.phase = records(cta, size, 0, np.int32)
+        # a copy's mbarrier instance and phase per byte, as int32 (a CTA's phase counts and clock stay far below 2^31,
+        # as the happens-before clocks): read only at bytes whose `state` is IN_FLIGHT or LANDED, which the copy
+        # that set it wrote (`begin_async_write`, `land`), so their values elsewhere are unspecified and no CTA
+        # fills them (`unset_records`: 1.8 MB a CTA of 214 KB)
+        self.barrier = unset_records(cta, size, np.int32)
+        self.phase = unset_records(cta, size, np.int32)
         self.generic_span = (size, 0)
         """The hull [low, high) of the bytes that ever had a thread as their `writer` (st_shared, cp.async; empty
         until one does): outside it every `writer` is -1, `written_at` 0 and `write_op` -1 (only generic writes set
@@ -105,7 +110,7 @@ class SharedMemory(ProxyFenceChecks):
         self.writer = records(cta, size, -1, np.int32, self._generic_records_changed)
         self.written_at = records(cta, size, 0, np.int32, self._generic_records_changed)
         self.write_op = records(cta, size, -1, np.int32, self._generic_records_changed)
-        self.is_mbarrier = records(cta, size, False, bool)
+        self.is_mbarrier = records(cta, size, False, bool, self._mbarrier_records_changed)
         self.changes = 0
         self.changed = np.zeros(-(-size // EPOCH_BYTES), np.int64)  # the change that last wrote each line's tags
         self.line_keys = np.full(len(self.changed), -1, np.int64)
@@ -155,6 +160,12 @@ class SharedMemory(ProxyFenceChecks):
         bytes of `generic_span`."""
         low, high = self.generic_span
         return slice(low, high) if low < high else None
+
+    def _mbarrier_records_changed(self):
+        """What of `is_mbarrier` may differ from False (`records`): the bytes of the mbarriers ever initialised
+        (`MBarriers.instances`; only their init and inval set it), a few words of a CTA's shared memory."""
+        addresses = [barrier.address for barrier in self.cta.mbarriers.instances]
+        return slice(min(addresses), max(addresses) + facts.MBARRIER_BYTES) if addresses else None
 
     def note_read(self, addresses: np.ndarray, readers: np.ndarray) -> None:
         """Record a read in a cluster (see `tessera.interpreters.sm90.cluster`; no-op for a lone CTA)."""
@@ -470,7 +481,9 @@ class SharedMemory(ProxyFenceChecks):
         self._stamp(addresses)
         put(self.data, addresses, data)
         put(self.state, addresses, LANDED)
-        put(self.barrier, addresses, barrier)
+        if not isinstance(writers, int) or writers >= 0:  # cp.async bytes (`barrier` -1 since their issue); a TMA
+            # copy's carry its barrier since its issue (`begin_async_write`), as nothing writes IN_FLIGHT bytes
+            put(self.barrier, addresses, barrier)
         put(self.phase, addresses, phase)
         if not isinstance(writers, int) or writers >= 0:
             self._note_generic(addresses)
