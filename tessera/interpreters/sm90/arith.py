@@ -12,6 +12,8 @@ and saturate, NaN to 0 (PTX `cvt.rzi`).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from xdsl.dialects import arith, math, vector
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, IntegerAttr
@@ -174,25 +176,50 @@ def read_only(view: np.ndarray) -> np.ndarray:
     return view
 
 
-def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
+def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | tuple[int, np.ndarray] | np.ndarray:
     """The lanes `op` takes from the first operand of `lanes` lanes and the second: (0 or 1, a slice) where they
     are consecutive lanes of one operand, (2, a slice of the second) where they are all of the first's then the
-    second's first lanes (a concatenation), else the mask as indices into both; decoded once per op and mask
-    attribute (kept on the op) instead of at every run."""
+    second's first lanes (a concatenation), (3, the mask) where they are all lanes of the first operand otherwise
+    (a gather from it alone), else the mask as indices into both; decoded once per op and mask attribute (kept
+    on the op) instead of at every run."""
     attribute = op.properties["mask"]  # (xDSL's accessor `mask` costs 3x)
     cached = op.__dict__.get("_tessera_shuffle")
     if cached is not None and cached[0] is attribute and cached[1] == lanes:
         return cached[2]
     mask = np.asarray(attribute.get_values(), np.intp)
-    plan: tuple[int, slice] | np.ndarray = mask
-    if len(mask) and all_set(np.diff(mask) == 1) and (mask[0] >= lanes or mask[-1] < lanes):
+    plan: tuple | np.ndarray = mask
+    if len(mask) and mask[0] >= 0 and all_set(np.diff(mask) == 1) and (mask[0] >= lanes or mask[-1] < lanes):
         second = int(mask[0] >= lanes)
         start = int(mask[0]) - second * lanes
         plan = (second, slice(start, start + len(mask)))
     elif len(mask) > lanes and all_set(mask == np.arange(len(mask))):
         plan = (2, slice(0, len(mask) - lanes))
+    elif all_set(mask < lanes):
+        mask.flags.writeable = False
+        plan = (3, mask)
     op.__dict__["_tessera_shuffle"] = (attribute, lanes, plan)
     return plan
+
+
+@lru_cache(maxsize=None)
+def _lanes_dtype(nbytes: int) -> np.dtype:
+    """A void dtype of `nbytes` bytes: one thread's lanes of a register value as one item (`concatenated_lanes`)."""
+    return np.dtype((np.void, nbytes))
+
+
+def concatenated_lanes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """`np.concatenate([first, second], axis=1)` of [T, a] and [T, b] registers of one dtype, each thread's lanes
+    of each operand moved as one void item: the same bytes, while NumPy's concatenation copies thread by thread
+    (two inner-loop calls per thread; a vector built four lanes at a time, as flash attention's rows are, pays
+    them at every step). Operands whose lanes are not contiguous, or of different dtypes, take NumPy's."""
+    a, b, size = first.shape[1], second.shape[1], first.itemsize
+    if (first.dtype != second.dtype or not a or not b or (a > 1 and first.strides[1] != size)
+            or (b > 1 and second.strides[1] != size)):
+        return np.concatenate([first, second], axis=1)
+    out = np.empty((len(first), a + b), first.dtype)
+    out[:, :a].view(_lanes_dtype(a * size))[...] = first.view(_lanes_dtype(a * size))
+    out[:, a:].view(_lanes_dtype(b * size))[...] = second.view(_lanes_dtype(b * size))
+    return out
 
 
 def folded_lanes(op: vector.ShuffleOp, plan: np.ndarray, lanes: int) -> np.ndarray:
@@ -445,13 +472,14 @@ class RegisterArithFunctions(InterpreterFunctions):
         v1, v2 = (v1 if v1.ndim == 2 else v1[:, None]), (v2 if v2.ndim == 2 else v2[:, None])
         plan = shuffle_plan(op, v1.shape[1])
         if isinstance(plan, tuple):
-            if plan[0] == 2:  # a concatenation: no gather
-                return (np.concatenate([v1, v2[:, plan[1]]], axis=1),)
-            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)  # lanes of one operand: a view, no copy
+            kind, lanes = plan
+            if kind == 3:  # lanes of the first operand only: a gather from it
+                return (v1[:, lanes],)
+            if kind == 2:  # a concatenation: no gather
+                return (concatenated_lanes(v1, v2[:, lanes]),)
+            return (read_only((v2 if kind else v1)[:, lanes]),)  # lanes of one operand: a view, no copy
         if args[0] is args[1]:
             return (v1[:, folded_lanes(op, plan, v1.shape[1])],)
-        if all_set(plan < v1.shape[1]):
-            return (v1[:, plan],)
         return (np.concatenate([v1, v2], axis=1)[:, plan],)
 
     # endregion
