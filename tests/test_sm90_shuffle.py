@@ -1,5 +1,5 @@
-"""The CTA simulator's `vector.shuffle` plans (`arith.shuffle_plan`): each fast path (consecutive lanes of one
-operand, a view; a concatenation; a gather from the first operand alone) gives the
+"""The CTA simulator's `vector.shuffle` plans (`arith.shuffle_plan`): each fast path (lanes of one operand at a
+step, a view; a concatenation; a gather from the first operand alone) gives the
 lanes of the plain gather from both operands' lanes, for the leader and for a batch's followers."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from xdsl.dialects import vector
 from xdsl.dialects.builtin import DenseArrayBase, VectorType, f32, i64
 from xdsl.utils.test_value import create_ssa_value
 
-from tessera.interpreters.sm90.arith import RegisterArithFunctions, concatenated_lanes, shuffle_plan
+from tessera.interpreters.sm90.arith import RegisterArithFunctions, shuffle_plan
 from tessera.interpreters.sm90.follower_rules import shuffle_followers
+from tessera.interpreters.sm90.registers import concatenated_lanes
 
 MASKS = [(0, 2), (1, 3), (0, 1), (2, 3), (4, 6), (5, 7), (0, 1, 2, 3, 4, 5), (0, 3), (3, 0), (0, 1, 4, 5),
          (2, 3, 6, 7), (1, 1), (0, 2, 4, 6), (4,), (0,), (0, 0, 1, 1), (3, 5), (7, 4)]
@@ -44,8 +45,10 @@ def test_shuffle_fast_paths_match_the_gather(mask, same):
 
 
 def test_shuffle_plan_kinds():
-    assert shuffle_plan(_op((1, 2), 4), 4) == (0, slice(1, 3))
-    assert shuffle_plan(_op((5, 6, 7), 4), 4) == (1, slice(1, 4))
+    assert shuffle_plan(_op((1, 2), 4), 4) == (0, slice(1, 3, 1))
+    assert shuffle_plan(_op((5, 6, 7), 4), 4) == (1, slice(1, 4, 1))
+    assert shuffle_plan(_op((0, 2), 4), 4) == (0, slice(0, 3, 2))
+    assert shuffle_plan(_op((5, 7), 4), 4) == (1, slice(1, 4, 2))
     assert shuffle_plan(_op((0, 1, 2, 3, 4, 5), 4), 4) == (2, slice(0, 2))
     kind, lanes = shuffle_plan(_op((0, 1, 4, 5), 8), 8)
     assert kind == 3 and lanes.tolist() == [0, 1, 4, 5]
