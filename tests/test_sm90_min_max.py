@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 from xdsl.dialects import arith
@@ -29,12 +30,18 @@ def _expected(x: float, y: float, larger: bool, propagate_nan: bool) -> float:
 @pytest.mark.parametrize("kind, larger, propagate_nan", [
     (arith.MaximumfOp, True, True), (arith.MinimumfOp, False, True),
     (arith.MaxnumfOp, True, False), (arith.MinnumfOp, False, False)])
-def test_max_min_signed_zeros_and_nan(kind, larger, propagate_nan):
-    a = np.repeat(np.float32(VALUES), len(VALUES)).reshape(-1, 3)  # [T, N] registers
-    b = np.tile(np.float32(VALUES), len(VALUES)).reshape(-1, 3)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
+@pytest.mark.parametrize("lane_major", [False, True])
+def test_max_min_signed_zeros_and_nan(kind, larger, propagate_nan, dtype, lane_major):
+    """Every dtype the zeros are told by the bits of, in registers laid out thread-major or lane-major (a gather's
+    result)."""
+    a = np.repeat(np.asarray(VALUES, dtype), len(VALUES)).reshape(-1, 3)  # [T, N] registers
+    b = np.tile(np.asarray(VALUES, dtype), len(VALUES)).reshape(-1, 3)
+    if lane_major:
+        a, b = np.asfortranarray(a), np.asfortranarray(b)
     got = _FLOAT[kind](a, b)
-    want = np.float32([_expected(float(x), float(y), larger, propagate_nan) for x, y in zip(a.flat, b.flat)])
-    assert got.dtype == np.float32
-    nan = np.isnan(want)
-    assert (np.isnan(got.reshape(-1)) == nan).all()
+    want = np.asarray([_expected(float(x), float(y), larger, propagate_nan) for x, y in zip(a.flat, b.flat)], dtype)
+    assert got.dtype == dtype
+    nan = np.isnan(want.astype(np.float64))
+    assert (np.isnan(got.reshape(-1).astype(np.float64)) == nan).all()
     assert got.reshape(-1)[~nan].tobytes() == want[~nan].tobytes()

@@ -21,6 +21,7 @@ from xdsl.ir import Operation
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.registers import (
     bit_width,
+    concatenated_lanes,
     dtype_of,
     full,
     row_mask,
@@ -99,16 +100,17 @@ _SHIFTS = frozenset((arith.ShLIOp, arith.ShRSIOp, arith.ShRUIOp))
 """The `_INTEGER` ops that read the bit width (the others are given 0)."""
 
 
+_ZERO_BITS = {size: (np.dtype(ints), ints(np.iinfo(ints).min), ints(0))
+              for size, ints in ((2, np.int16), (4, np.int32), (8, np.int64))}
+"""Per float size: the signed integer as wide (its bits), and the bits of -0 (the integer's minimum) and +0."""
+
+
 def _signed_zero_order(result, a, b, larger: bool):
-    """max/min of +0 and -0: +0 is the larger. Only where `result` is a zero can both operands be (one pass over
-    the result tells that none is, the usual: `all` is true where no element is a zero of either sign, NaN
-    included, without a temporary), and only a zero of the wrong sign for the op can be wrong (a -0 from max, a
-    +0 from min)."""
-    if all_set(result):
-        return result
-    # NumPy's choice between +0 and -0 can be wrong only where it gave -0 for the larger (+0 for the smaller)
-    sign = np.signbit(result)
-    if not np.count_nonzero((result == 0) & (sign if larger else ~sign)):
+    """max/min of +0 and -0: +0 is the larger. NumPy's choice between +0 and -0 can be wrong only where it gave -0
+    for the larger (+0 for the smaller): one comparison of the result's bits with that zero's tells that none is
+    (the usual), without a test of zeros and signs."""
+    ints, negative_zero, positive_zero = _ZERO_BITS[result.dtype.itemsize]
+    if not np.count_nonzero(result.view(ints) == (negative_zero if larger else positive_zero)):
         return result
     zeros = (a == 0) & (b == 0)
     pick = (np.signbit(a) & np.signbit(b)) if larger else (np.signbit(a) | np.signbit(b))
@@ -174,23 +176,31 @@ def read_only(view: np.ndarray) -> np.ndarray:
     return view
 
 
-def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | np.ndarray:
+def shuffle_plan(op: vector.ShuffleOp, lanes: int) -> tuple[int, slice] | tuple[int, np.ndarray] | np.ndarray:
     """The lanes `op` takes from the first operand of `lanes` lanes and the second: (0 or 1, a slice) where they
-    are consecutive lanes of one operand, (2, a slice of the second) where they are all of the first's then the
-    second's first lanes (a concatenation), else the mask as indices into both; decoded once per op and mask
-    attribute (kept on the op) instead of at every run."""
+    are lanes of one operand at a constant ascending step (lanes 0 and 2 of four: `0:3:2`; taken as a view, whose
+    lanes need not be contiguous, as those of a gather's result, which NumPy lays out lane-major, are not
+    either), (2, a slice of the second) where they are all of the first's then the second's first lanes (a
+    concatenation), (3, the mask) where they are all lanes of the first operand otherwise (a gather from it
+    alone), else the mask as indices into both; decoded once per op and mask attribute (kept on the op) instead
+    of at every run."""
     attribute = op.properties["mask"]  # (xDSL's accessor `mask` costs 3x)
     cached = op.__dict__.get("_tessera_shuffle")
     if cached is not None and cached[0] is attribute and cached[1] == lanes:
         return cached[2]
     mask = np.asarray(attribute.get_values(), np.intp)
-    plan: tuple[int, slice] | np.ndarray = mask
-    if len(mask) and all_set(np.diff(mask) == 1) and (mask[0] >= lanes or mask[-1] < lanes):
+    plan: tuple | np.ndarray = mask
+    step = int(mask[1] - mask[0]) if len(mask) > 1 else 1
+    if (len(mask) and mask[0] >= 0 and step >= 1 and all_set(np.diff(mask) == step)
+            and (mask[0] >= lanes or mask[-1] < lanes)):
         second = int(mask[0] >= lanes)
         start = int(mask[0]) - second * lanes
-        plan = (second, slice(start, start + len(mask)))
+        plan = (second, slice(start, start + step * (len(mask) - 1) + 1, step))
     elif len(mask) > lanes and all_set(mask == np.arange(len(mask))):
         plan = (2, slice(0, len(mask) - lanes))
+    elif all_set(mask < lanes):
+        mask.flags.writeable = False
+        plan = (3, mask)
     op.__dict__["_tessera_shuffle"] = (attribute, lanes, plan)
     return plan
 
@@ -445,13 +455,14 @@ class RegisterArithFunctions(InterpreterFunctions):
         v1, v2 = (v1 if v1.ndim == 2 else v1[:, None]), (v2 if v2.ndim == 2 else v2[:, None])
         plan = shuffle_plan(op, v1.shape[1])
         if isinstance(plan, tuple):
-            if plan[0] == 2:  # a concatenation: no gather
-                return (np.concatenate([v1, v2[:, plan[1]]], axis=1),)
-            return (read_only((v2 if plan[0] else v1)[:, plan[1]]),)  # lanes of one operand: a view, no copy
+            kind, lanes = plan
+            if kind == 3:  # lanes of the first operand only: a gather from it
+                return (v1[:, lanes],)
+            if kind == 2:  # a concatenation: no gather
+                return (concatenated_lanes(v1, v2[:, lanes]),)
+            return (read_only((v2 if kind else v1)[:, lanes]),)  # lanes of one operand: a view, no copy
         if args[0] is args[1]:
             return (v1[:, folded_lanes(op, plan, v1.shape[1])],)
-        if all_set(plan < v1.shape[1]):
-            return (v1[:, plan],)
         return (np.concatenate([v1, v2], axis=1)[:, plan],)
 
     # endregion

@@ -90,9 +90,12 @@ def shuffle_followers(op: vector.ShuffleOp, first: np.ndarray, second: np.ndarra
     v1, v2 = (first if first.ndim == 3 else first[:, :, None]), (second if second.ndim == 3 else second[:, :, None])
     plan = shuffle_plan(op, v1.shape[2])
     if isinstance(plan, tuple):
-        if plan[0] == 2:  # a concatenation
-            return np.concatenate([v1, v2[:, :, plan[1]]], axis=2)
-        return read_only((v2 if plan[0] else v1)[:, :, plan[1]])
+        kind, lanes = plan
+        if kind == 3:  # lanes of the first operand only
+            return v1[:, :, lanes]
+        if kind == 2:  # a concatenation
+            return np.concatenate([v1, v2[:, :, lanes]], axis=2)
+        return read_only((v2 if kind else v1)[:, :, lanes])
     if first is second:
         return v1[:, :, folded_lanes(op, plan, v1.shape[2])]
     return np.concatenate([v1, v2], axis=2)[:, :, plan]

@@ -9,6 +9,8 @@ object shared by all threads (it is a kernel parameter).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -133,3 +135,24 @@ def as_signed64(value: int) -> int:
 
 def as_unsigned64(value) -> int:
     return int(value) & ((1 << 64) - 1)
+
+
+@lru_cache(maxsize=None)
+def _lanes_dtype(nbytes: int) -> np.dtype:
+    """A void dtype of `nbytes` bytes: one thread's lanes of a register value as one item (`concatenated_lanes`)."""
+    return np.dtype((np.void, nbytes))
+
+
+def concatenated_lanes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """`np.concatenate([first, second], axis=1)` of [T, a] and [T, b] registers of one dtype, each thread's lanes
+    of each operand moved as one void item: the same bytes, while NumPy's concatenation copies thread by thread
+    (two inner-loop calls per thread; a vector built four lanes at a time, as flash attention's rows are, pays
+    them at every step). Operands whose lanes are not contiguous, or of different dtypes, take NumPy's."""
+    a, b, size = first.shape[1], second.shape[1], first.itemsize
+    if (first.dtype != second.dtype or not a or not b or (a > 1 and first.strides[1] != size)
+            or (b > 1 and second.strides[1] != size)):
+        return np.concatenate([first, second], axis=1)
+    out = np.empty((len(first), a + b), first.dtype)
+    out[:, :a].view(_lanes_dtype(a * size))[...] = first.view(_lanes_dtype(a * size))
+    out[:, a:].view(_lanes_dtype(b * size))[...] = second.view(_lanes_dtype(b * size))
+    return out
