@@ -8,8 +8,8 @@ where the CTA simulator enforces it (`checked_by`, "module:qualified.name"; empt
 applies it). One rule, one constant: both simulators apply the same rule objects. The tables are data: the checks
 live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, sync_edges.py,
 async_records.py, asynchrony.py, wgmma_tracking.py, wgmma_read_tracking.py, sync.py, mbarrier.py, cluster.py;
-the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, mbarrier.py, shared_memory.py) and name
-the rule they apply.
+the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, wgmma_groups.py, mbarrier.py,
+shared_memory.py, global_races.py, register_check.py, cluster.py) and name the rule they apply.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ WGMMA_WAIT_PER_THREAD = Rule(
     "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending. The CTA "
     "simulator refuses a wait_group that only part of a warpgroup executes. Shared memory: "
     "WGMMA_GROUP_PER_WARPGROUP",
-    "tessera.interpreters.sm90.wgmma:WgmmaUnit.wait")
+    "tessera.interpreters.sm90.wgmma_groups:WgmmaGroups.wait")
 
 WGMMA_GROUP_PER_WARPGROUP = Rule(
     "one wgmma-group per warpgroup", "asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group",
