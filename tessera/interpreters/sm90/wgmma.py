@@ -419,7 +419,7 @@ class WgmmaUnit(WgmmaGroups):
         """The async-proxy read of an operand's bytes (in [low, high)) by `warpgroup`, checked once per epoch of
         their lines: whole lines found readable by the warpgroup (so are the bytes read among them) stay so until
         a write changes one of them (`shared_memory` change epochs), so the k-steps of a tile after the first
-        (the lines found readable are every line its copy landed: `SharedMemory.readable_lines`), and a tile read
+        (the lines found readable are every line its copy landed: `SharedReadChecks.readable_lines`), and a tile read
         again (Q in every trip), only compare stamps. Lines with a byte not readable (and a span
         much wider than the bytes read) take `check_async_read` of the bytes read, which reports it; after it,
         the lines of a buffer of generic stores all fenced for the warpgroup are verified the same way
