@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tessera.interpreters.byte_box import ByteBox, byte_box, put, take
-from tessera.interpreters.sm90.global_races import GlobalAccesses, _Side
+from tessera.interpreters.sm90.global_race_records import _Side
+from tessera.interpreters.sm90.global_races import GlobalAccesses
 from tessera.interpreters.sm90.tma import TensorMap, shared_box
 from tessera.sm90 import facts
 

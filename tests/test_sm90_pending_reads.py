@@ -1,5 +1,5 @@
 """The CTA simulator's check of a write against pending wgmma reads of its bytes
-(`WgmmaUnit.check_not_read_by_pending`) looks only at the rows of warpgroups with a pending wgmma that read shared
+(`WgmmaGroups.check_not_read_by_pending`) looks only at the rows of warpgroups with a pending wgmma that read shared
 memory, each through a view of a TMA copy's box (`byte_box.look`), before it stacks every row to name the first
 byte. Against its definition (every row stacked and compared): the same report, or none."""
 

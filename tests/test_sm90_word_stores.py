@@ -10,7 +10,7 @@ import pytest
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, i32
 
-from tessera.interpreters.sm90 import global_races
+from tessera.interpreters.sm90 import global_race_records
 from tessera.interpreters.sm90.cta import NamesThreads
 from tessera.interpreters.sm90.global_memory import GlobalMemory
 from tessera.interpreters.sm90.strands import HazardUnwind
@@ -85,7 +85,7 @@ def _replay(stores: list[tuple], by_word: bool):
     sides = {} if record is None else {
         (name, field): getattr(side, field).copy()
         for name, side in (("write", record.write), ("read", record.read), ("other_read", record.other_read))
-        if side.recorded for field in global_races._SIDE_FIELDS}  # noqa: SLF001
+        if side.recorded for field in global_race_records._SIDE_FIELDS}  # noqa: SLF001
     return sides, out.copy(), report, taken[0], made
 
 

@@ -8,8 +8,8 @@ where the CTA simulator enforces it (`checked_by`, "module:qualified.name"; empt
 applies it). One rule, one constant: both simulators apply the same rule objects. The tables are data: the checks
 live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, sync_edges.py,
 async_records.py, asynchrony.py, wgmma_tracking.py, wgmma_read_tracking.py, sync.py, mbarrier.py, cluster.py;
-the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, mbarrier.py, shared_memory.py) and name
-the rule they apply.
+the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, wgmma_groups.py, mbarrier.py,
+shared_memory.py, shared_reads.py, global_races.py, register_check.py, cluster.py) and name the rule they apply.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ WGMMA_WAIT_PER_THREAD = Rule(
     "undefined under .aligned) covers none of the others, whose accumulator and A registers stay pending. The CTA "
     "simulator refuses a wait_group that only part of a warpgroup executes. Shared memory: "
     "WGMMA_GROUP_PER_WARPGROUP",
-    "tessera.interpreters.sm90.wgmma:WgmmaUnit.wait")
+    "tessera.interpreters.sm90.wgmma_groups:WgmmaGroups.wait")
 
 WGMMA_GROUP_PER_WARPGROUP = Rule(
     "one wgmma-group per warpgroup", "asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group",
@@ -189,7 +189,7 @@ CP_ASYNC_MBARRIER = Rule(
     "later release of the copying thread) may read them, not only the observers of the barrier the copies "
     "counted on. So a consumer's wait for a ring slot's copies may be covered by its wait for the next slot, "
     "whose arrivals the producer made after requesting them",
-    "tessera.interpreters.sm90.shared_memory:SharedMemory._copied_before")
+    "tessera.interpreters.sm90.shared_reads:SharedReadChecks._copied_before")
 
 CP_ASYNC_PROXY = Rule(
     "cp.async writes are generic-proxy writes", "data-movement-and-conversion-instructions-cp-async",
@@ -209,7 +209,7 @@ CP_ASYNC_PROXY = Rule(
     "cp.async mainloop zero-fills a partial first k-tile with st.shared and no fence: reported), and copies completed "
     "by cp.async.wait_group need the fence: no NVIDIA kernel relies on that path. The CTA simulator applies the same "
     "default to the bytes a cp_async_mbarrier_arrive_noinc landed (`CtaState.strict_proxy` the letter)",
-    "tessera.interpreters.sm90.shared_memory:SharedMemory.check_async_read")
+    "tessera.interpreters.sm90.shared_reads:SharedReadChecks.check_async_read")
 
 BULK_READ_BEFORE_EXIT = Rule(
     "a bulk store reads shared memory until wait_group.read",

@@ -24,7 +24,7 @@ from xdsl.interpreter import (
 from tessera.interpreters.limits import MAX_LOOP_TRIPS
 from tessera.interpreters.sm90.cta import CtaState
 from tessera.interpreters.sm90.follower_rules import pure_if
-from tessera.interpreters.sm90.followers import FollowerDropout
+from tessera.interpreters.sm90.follower_views import FollowerDropout
 from tessera.interpreters.sm90.registers import dtype_of, row_mask
 from tessera.interpreters.sm90.strands import Deferred
 from tessera.interpreters.truth import all_set, any_set

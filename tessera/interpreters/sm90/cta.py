@@ -48,7 +48,7 @@ class NamedBarrier:
 
 class NamesThreads:
     """The clock and the thread names of a CTA's messages, for a class with `clock` and `cta_id`: the simulated
-    CTA (`CtaState`) and a batch follower's view of itself at its global stores (`followers.FollowerView`)."""
+    CTA (`CtaState`) and a batch follower's view of itself at its global stores (`follower_views.FollowerView`)."""
 
     clock: int
     cta_id: tuple[int, int, int]

@@ -26,7 +26,7 @@ memory's `writer`/`written_at`), FastTrack style: while each read happens after 
 read is concurrent with the byte's last one (not ordered after it, or by another thread of the same
 instruction), the byte gets a read vector clock (`read_clock[row]`: each thread's latest read time, -1 none),
 kept until the next write. `check_write` refuses a write that an earlier read (any thread of the vector clock)
-or write of another thread, or a completed wgmma read (`WgmmaUnit.completed_at`), does not happen before: a
+or write of another thread, or a completed wgmma read (`WgmmaGroups.completed_at`), does not happen before: a
 write racing an earlier reader is reported even when a later reader, ordered before the write, came between.
 With `races=False` the write checks are skipped (the edges are still kept: the other units' checks use them).
 """

@@ -36,7 +36,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, ReturnedValues, 
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import InterpretationError
 
-from tessera.interpreters.sm90.followers import FollowerDropout
+from tessera.interpreters.sm90.follower_views import FollowerDropout
 
 _CACHE_ATTRIBUTE = "_tessera_compiled_kernel"
 

@@ -5,7 +5,7 @@ accumulator, an RS wgmma's A fragment) through renames and control flow, and `wg
 of wgmmas sharing one accumulator's registers and the ops that read them. `RegisterWrites` records when those values
 were computed (`wgmma.WgmmaUnit.produced`, `chain_read`), which the fence rule (`WgmmaUnit._check_fenced`,
 `memory_model.WGMMA_FENCE`) judges; `PendingUseChecker` refuses an op that reads a pending wgmma value
-(`WgmmaUnit.check_uses`)."""
+(`WgmmaGroups.check_uses`)."""
 
 from __future__ import annotations
 
