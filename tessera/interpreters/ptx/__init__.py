@@ -11,8 +11,8 @@ The executor: `state` (lanes, registers, memories), `decode` (each instruction t
 (integer arithmetic, carry chains, mov), `logic` (logic, shifts, bit fields), `simd` (dp4a, SIMD video), `compare`
 (setp, set, selp), `floats` (float arithmetic, comparisons, with PTX rounding in `numerics`), `conversions`
 (cvt), `memory` (ld/st/cvta/cp.async), `atomics` (atom/red), `cluster` (clusters: mapa, barrier.cluster, remote
-mbarriers, hazards), `sync` (barriers), `mbarrier` (mbarriers), `warp_collectives` (shfl, vote, match, redux, elect), `bulk_copy` (TMA,
-bulk copies, st.async/red.async), `wgmma` (its operands read by `wgmma_operands`, their byte layouts in
+mbarriers, hazards), `sync` (barriers), `mbarrier` (mbarriers), `warp_collectives` (shfl, vote, match, redux,
+elect), `bulk_copy` (TMA, bulk copies, st.async/red.async), `wgmma` (its operands read by `wgmma_operands`, their byte layouts in
 `shared_chunks`), `ldmatrix` (ldmatrix/stmatrix), `warp_mma` (mma.sync), `asynchrony` (TMA, bulk copies, wgmma and
 cp.async complete late: reads before their wait, writes over bytes still read, missing proxy fences and expect_tx
 mismatches are `PtxHazardError`s, deadlocks `PtxDeadlockError`s), `reductions` (cp.reduce.async.bulk, the bulk
