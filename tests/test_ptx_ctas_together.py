@@ -114,9 +114,9 @@ def test_the_block_told_from_the_runs_is_the_lanes_block():
 
 
 def test_an_mbarrier_operands_bounds_and_uniformity_are_its_min_and_max():
-    """`mbarrier._bounds` and `_uniform` (one comparison where every lane holds the first value) decide what min()
+    """`mbarrier_state._bounds` and `_uniform` (one comparison where every lane holds the first value) decide what min()
     and max() decide, for operands of one value, of several, of one lane, and negative ones."""
-    from tessera.interpreters.ptx.mbarrier import _bounds, _uniform
+    from tessera.interpreters.ptx.mbarrier_state import _bounds, _uniform
 
     rng = np.random.default_rng(3)
     for trial in range(300):
