@@ -1,7 +1,7 @@
 """The CTAs of a batch as one unit in the PTX executor's TMA and mbarrier paths: a step's TMA loads of one box into
 the same offset of each CTA (`bulk_copy._tma_loads_together`), a wait step's landings (`mbarrier._wait_landing_
 together`), the arrives and successful waits of the same lanes of consecutive CTAs (`HappensBefore.arrive_ctas`,
-`mbarrier._observe_together`) and the loads' global read records (`GlobalOrder.read_box_ctas`). On a grid of three
+`mbarrier._observe_together`) and the loads' global read records (`TmaReadRecords.read_box_ctas`). On a grid of three
 CTAs of the warp-specialized flash kernel they give the same bits as the one-CTA-at-a-time paths, and every seeded
 bug of tests/race_seeds.py that reaches them is reported with the same text, or deadlocks the same way."""
 
@@ -114,9 +114,9 @@ def test_the_block_told_from_the_runs_is_the_lanes_block():
 
 
 def test_an_mbarrier_operands_bounds_and_uniformity_are_its_min_and_max():
-    """`mbarrier._bounds` and `_uniform` (one comparison where every lane holds the first value) decide what min()
+    """`mbarrier_state._bounds` and `_uniform` (one comparison where every lane holds the first value) decide what min()
     and max() decide, for operands of one value, of several, of one lane, and negative ones."""
-    from tessera.interpreters.ptx.mbarrier import _bounds, _uniform
+    from tessera.interpreters.ptx.mbarrier_state import _bounds, _uniform
 
     rng = np.random.default_rng(3)
     for trial in range(300):

@@ -912,7 +912,7 @@ def test_an_access_held_by_one_segment_is_inside_and_own_epochs_are_the_clocks_d
 
 
 def test_a_box_read_by_several_ctas_at_once_equals_reading_it_thread_by_thread():
-    """`GlobalOrder.read_box_ctas`: a box read by one thread of each of several CTAs as one read, a box no thread has
+    """`TmaReadRecords.read_box_ctas`: a box read by one thread of each of several CTAs as one read, a box no thread has
     read yet (a main loop's next K or V tile) or one read before, among single threads' box reads, `until`s,
     generic reads and writes and synchronisation: every report and every per-byte record once the boxes are
     written out are those of the threads reading it one by one, in order."""

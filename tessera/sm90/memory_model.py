@@ -7,7 +7,8 @@ tests/test_memory_model.py compares it with the ISA text transcribed there), wha
 where the CTA simulator enforces it (`checked_by`, "module:qualified.name"; empty where only the PTX executor
 applies it). One rule, one constant: both simulators apply the same rule objects. The tables are data: the checks
 live in the simulators (the PTX executor: tessera/interpreters/ptx/happens_before.py, sync_edges.py,
-async_records.py, asynchrony.py, wgmma_tracking.py, wgmma_read_tracking.py, sync.py, mbarrier.py, cluster.py;
+async_records.py, peer_accesses.py, proxy_fences.py, asynchrony.py, wgmma_tracking.py, wgmma_read_tracking.py,
+sync.py, mbarrier.py, cluster.py;
 the CTA simulator: tessera/interpreters/sm90/happens_before.py, wgmma.py, wgmma_groups.py, mbarrier.py,
 shared_memory.py, shared_reads.py, global_races.py, register_check.py, cluster.py) and name the rule they apply.
 """

@@ -9,18 +9,19 @@
 
 The executor: `state` (lanes, registers, memories), `decode` (each instruction to a pre-bound closure), `alu`
 (integer arithmetic, carry chains, mov), `logic` (logic, shifts, bit fields), `simd` (dp4a, SIMD video), `compare`
-(setp, set, selp), `floats` (float arithmetic, comparisons, conversions, with PTX rounding in `numerics`), `memory`
-(ld/st/cvta/cp.async), `atomics` (atom/red), `cluster` (clusters: mapa, barrier.cluster, remote mbarriers, hazards),
-`sync` (barriers), `mbarrier` (mbarriers), `warp_collectives` (shfl, vote, match, redux, elect), `bulk_copy` (TMA,
-bulk copies, st.async/red.async), `wgmma` (its operands read by `wgmma_operands`, their byte layouts in
+(setp, set, selp), `floats` (float arithmetic, comparisons, with PTX rounding in `numerics`), `conversions`
+(cvt), `memory` (ld/st/cvta/cp.async), `atomics` (atom/red), `cluster` (clusters: mapa, barrier.cluster, remote
+mbarriers, hazards), `sync` (barriers), `mbarrier` (mbarriers), `warp_collectives` (shfl, vote, match, redux,
+elect), `bulk_copy` (TMA, bulk copies, st.async/red.async), `wgmma` (its operands read by `wgmma_operands`, their byte layouts in
 `shared_chunks`), `ldmatrix` (ldmatrix/stmatrix), `warp_mma` (mma.sync), `asynchrony` (TMA, bulk copies, wgmma and
 cp.async complete late: reads before their wait, writes over bytes still read, missing proxy fences and expect_tx
 mismatches are `PtxHazardError`s, deadlocks `PtxDeadlockError`s), `reductions` (cp.reduce.async.bulk, the bulk
 groups' `.read` rule, races between CTAs that add into one address; `launch(..., cta_order=...)` runs the CTAs in
-any order), `schedule` (per-thread pcs, min-pc reconvergence, blocking, deadlock, calls and returns), `link` (an
-entry with the `.func`s it calls, as one instruction list), `cli` (`tessera-run kernel.ptx`). Registers are NumPy
-arrays over the threads of a batch of CTAs; an instruction runs once for all threads at the same pc. What the
-executor does not implement is refused, before running, with `PtxExecutionError` naming the instruction and line.
+any order), `schedule` (per-thread pcs, min-pc reconvergence, blocking, deadlock), `control_flow` (branches,
+exits, calls and returns), `link` (an entry with the `.func`s it calls, as one instruction list), `cli`
+(`tessera-run kernel.ptx`). Registers are NumPy arrays over the threads of a batch of CTAs; an instruction runs
+once for all threads at the same pc. What the executor does not implement is refused, before running, with
+`PtxExecutionError` naming the instruction and line.
 """
 
 from __future__ import annotations

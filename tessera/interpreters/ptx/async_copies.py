@@ -129,7 +129,7 @@ class AsyncCopies:
         hold when the copy lands, not replaced by the staged ones. `source`: the shared bytes (a range of
         `Machine.shared`) the copy reads (`cp.async.bulk.shared::cluster.shared::cta`), until its complete-tx: a
         write of them is judged by `copy_sources`."""
-        from tessera.interpreters.ptx.mbarrier import barrier_state, mbarrier_key
+        from tessera.interpreters.ptx.mbarrier_state import barrier_state, mbarrier_key
 
         m = self.m
         key = mbarrier_key(m, lane, address)  # a multicast's copy completes on each member's own mbarrier
@@ -214,7 +214,7 @@ class AsyncCopies:
         self._forget_ranges(spans)
         ready = [key for key in keys if m.mbarriers[key].pending == 0]
         if ready:
-            from tessera.interpreters.ptx.mbarrier import parked_lanes
+            from tessera.interpreters.ptx.mbarrier_state import parked_lanes
 
             parked = parked_lanes(m)
             for key in ready:
@@ -222,8 +222,8 @@ class AsyncCopies:
 
     def wake(self, key: tuple[int, int], parked: np.ndarray | None = None) -> None:
         """Threads parked on the mbarrier at `key` try again (its copies may land now); `parked`: see
-        `mbarrier.parked_on`."""
-        from tessera.interpreters.ptx.mbarrier import parked_on
+        `mbarrier_state.parked_on`."""
+        from tessera.interpreters.ptx.mbarrier_state import parked_on
 
         m = self.m
         parked = parked_on(m, key, parked)
@@ -250,7 +250,7 @@ class AsyncCopies:
         barrier after another, each one's in issue order: the complete-tx of each copy counted in that order
         (reporting, as `land` always has, a phase that completes before its last copy or that ends with more bytes
         than its expect_tx announced), then the bytes (`_land_bytes`), then each barrier's change."""
-        from tessera.interpreters.ptx.mbarrier import barrier_changed, parked_lanes
+        from tessera.interpreters.ptx.mbarrier_state import barrier_changed, parked_lanes
 
         m = self.m
         landed, befores = [], []

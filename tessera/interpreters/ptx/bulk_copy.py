@@ -27,11 +27,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from tessera.interpreters.ptx import atomics, cp_async, mbarrier, memory
+from tessera.interpreters.ptx import atomics, cp_async, mbarrier, mbarrier_state, memory
 from tessera.interpreters.ptx.cluster import OFFSET_MASK, cluster_address, multicast_slots, shared_offsets
 from tessera.interpreters.ptx.decode import Operands, elements, opcode, per_lane
 from tessera.interpreters.ptx.global_accesses import ASYNC, ASYNC_REDUCE, StridedBox
-from tessera.interpreters.ptx.mbarrier import shared_addresses
+from tessera.interpreters.ptx.mbarrier_state import shared_addresses
 from tessera.interpreters.ptx.memory import access, lanes_of, take_space
 from tessera.interpreters.ptx.state import CLUSTER_RANK_SHIFT, GLOBAL_BASE, Machine, unique_rows
 from tessera.interpreters.ptx.sync import U32
@@ -107,13 +107,13 @@ def _read_until_complete(m: Machine, inst, lane: int, where, barriers: list[int]
     if getattr(m, "global_order", None) is None:
         return
     for barrier in barriers:
-        key = mbarrier.mbarrier_key(m, lane, barrier)
+        key = mbarrier_state.mbarrier_key(m, lane, barrier)
         if key[0] != int(m.lane_cta[lane]):
             flat = where.index() if isinstance(where, StridedBox) else np.asarray(where, np.int64)
             m.tracker.global_sources.issued(inst, key, lane, flat.reshape(-1))
             continue
         m.global_order.read_until(inst, lane, where, m.tracker.barrier(key),
-                                  mbarrier.barrier_state(m, inst, lane, barrier).phase)
+                                  mbarrier_state.barrier_state(m, inst, lane, barrier).phase)
 
 
 def _load_bytes(m: Machine, checked: Box, box: StridedBox | None, key: tuple, loaded: dict | None

@@ -6,7 +6,7 @@ sources) and `global_sources`.
 completes with complete-tx on an mbarrier of the destination CTA; a TMA or bulk load from global memory into peers
 only (a shared::cluster destination of another rank, a multicast mask without the issuer's rank) completes on theirs.
 Each reads its source until that complete-tx [memory_model.TMA_READ_UNTIL_COMPLETE] (a load that lands in the issuer's
-CTA too ends its read on the issuer's barrier: `GlobalOrder.read_until`). A write of those bytes (a store, an atomic,
+CTA too ends its read on the issuer's barrier: `TmaReadRecords.read_until`). A write of those bytes (a store, an atomic,
 a copy into them) is right only for a thread ordered after the completion, whatever order the executor ran the
 threads in:
 
@@ -77,7 +77,7 @@ class Source:
 SPACES = {"shared": "bulk copy", "global": "TMA or bulk load"}
 """The copies whose sources a `CopySources` of each space holds: bulk copies from the issuing CTA's shared memory
 into a cluster member (`Machine.shared` positions), TMA and bulk loads from global memory that land only in peers
-(`global_order` positions; those landing in the issuer's CTA are `GlobalOrder.read_until`'s)."""
+(`global_order` positions; those landing in the issuer's CTA are `TmaReadRecords.read_until`'s)."""
 
 
 class CopySources:

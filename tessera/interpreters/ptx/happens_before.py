@@ -30,22 +30,18 @@ concurrently, as FastTrack keeps them). A write checks the write and every read 
 a read checks the write: an access whose other side does not happen before it is a race, reported with both
 sides (instruction, line, thread) and the synchronisation that would have ordered them. A write racing an
 earlier reader is reported even when a later reader, ordered before the write, read the byte since. Reads of a
-CTA's bytes by its peers (`ld.shared::cluster` through `mapa`) are kept apart (`peer_reads`: a column per thread of
-the cluster; a peer's strong loads in `peer_strong_reads`), and a write of those bytes is judged by what the writer
-knows of the reading peer's threads.
+CTA's bytes by its peers (`ld.shared::cluster` through `mapa`) are kept apart; their records and checks are
+`PeerAccesses`' (`peer_accesses`).
 
 Other CTAs (`remote`): global memory (`global_order`) is shared by every CTA of the grid, and only atomics
 and strong accesses with release/acquire semantics order accesses of different CTAs. What a lane knows of
 another CTA's threads (rank -> [thread] epochs, acquired from a release of that CTA) travels with the
 clocks along every edge above; it is empty, and costs nothing, until a kernel acquires across CTAs.
 
-Proxies [P#memory-consistency-model-proxy-preserved-base-causality-order]: a generic write W is visible
-to an async-proxy read R (a TMA or bulk store, a wgmma operand) when a `fence.proxy.async` lies on a
-causality path from W to R. `fenced[t, u]` is the last epoch of thread u that a proxy fence on a path into
-t's present point covers: a fence by t sets `fenced[t] = clock[t]`, and every edge that carries `clock`
-carries `fenced` too. So a warpgroup that stores its tile, meets on a named barrier and lets one thread
-fence and issue the TMA store is correct (the barrier carries the stores to the fence), and the same without
-the barrier, or with the fence before the barrier, is reported.
+Proxies: a generic write is visible to an async-proxy read (a TMA or bulk store, a wgmma operand) when a
+`fence.proxy.async` lies on a causality path between them. `fenced[t, u]`, kept here and carried along every edge
+that carries `clock`, records the fences; the check of an async-proxy read is `ProxyFenceChecks`'
+(`proxy_fences`, whose docstring has the rule).
 """
 
 from __future__ import annotations
@@ -54,6 +50,8 @@ import numpy as np
 
 from tessera.interpreters.ptx.async_records import AsyncRecords
 from tessera.interpreters.ptx.byte_ranges import cta_hulls, meets_any, with_range
+from tessera.interpreters.ptx.peer_accesses import PeerAccesses
+from tessera.interpreters.ptx.proxy_fences import ProxyFenceChecks
 from tessera.interpreters.ptx.read_clocks import ReadClocks
 from tessera.interpreters.ptx.sync_edges import SyncEdges
 from tessera.interpreters.truth import any_set
@@ -62,11 +60,13 @@ from tessera.sm90 import facts
 _CHUNK = facts.SWIZZLE_CHUNK_BYTES
 
 
-class HappensBefore(SyncEdges, AsyncRecords):
+class HappensBefore(SyncEdges, AsyncRecords, PeerAccesses, ProxyFenceChecks):
     """Vector clocks of a machine's lanes and the per-byte access records of its shared memory; see the
     module docstring. `hazard(inst, message, lane)` builds the error to raise; `where(flat)` names a byte.
     The synchronisation edges are `SyncEdges`' (`sync_edges`), the asynchronous accesses `AsyncRecords'`
-    (`async_records`); this class holds the records and checks the generic and async-proxy accesses."""
+    (`async_records`), the reads of a peer CTA's bytes `PeerAccesses`' (`peer_accesses`), the check of an
+    async-proxy read `ProxyFenceChecks`' (`proxy_fences`); this class holds the records and checks the generic
+    accesses."""
 
     def __init__(self, lanes: int, threads: int, shared: int, hazard, where, describe_lane, races: bool = True):
         self.lanes, self.threads, self.shared = lanes, threads, shared
@@ -214,21 +214,6 @@ class HappensBefore(SyncEdges, AsyncRecords):
     # endregion
 
     # region accesses
-    def _peer_rows(self, lanes: np.ndarray, index: np.ndarray):
-        """For accesses of a peer CTA's shared memory (a shared::cluster address through `mapa`, in a cluster):
-        (the rows of `lanes` that access a peer's bytes, each such lane's clock in that peer's frame:
-        `peer_known`), or None when every row is the lane's own CTA's."""
-        if self.peer_frame is None or not index.size:
-            return None
-        size, rank_of = self.peer_frame
-        slots = index[:, 0] // size
-        foreign = slots != lanes // self.threads
-        if not any_set(foreign):
-            return None
-        rows = np.stack([self.peer_known(int(lane), rank_of(int(slot)))
-                         for lane, slot in zip(lanes[foreign], slots[foreign])])
-        return foreign, rows
-
     def write(self, inst, lanes: np.ndarray, index: np.ndarray, atomic: bool = False,
               cta_scoped: bool = False, hulls: list[slice] | None = None) -> None:
         """A generic store of `lanes` at `index` [lanes, bytes] (a row of a peer's bytes, a distributed shared
@@ -362,60 +347,6 @@ class HappensBefore(SyncEdges, AsyncRecords):
             self.cta_reads.record(lanes, index, self.own_epochs(lanes), inst.line, self.clock)
             self.cta_read_any = True
 
-    def _peer_read(self, inst, lanes: np.ndarray, index: np.ndarray, strong: bool = False) -> None:
-        """`lanes` read `index` [lanes, bytes] of a peer CTA's shared memory (`ld.shared::cluster` through `mapa`).
-        Kept apart from the CTA's own readers (`reads`, whose columns are the threads of one CTA): `peer_reads`
-        (`peer_strong_reads` for a `strong` load of a scope wider than .cta) has a column per thread of the
-        cluster (`cluster_rows`), so a later write of those bytes, by the owner or by an asynchronous copy, is
-        judged by what the writer knows of the reading peer's threads [memory_model.WRITE_ORDER]."""
-        size = self.cluster_size * self.threads
-        if strong:
-            if self.peer_strong_reads is None:
-                self.peer_strong_reads = ReadClocks(self.shared, size)
-            reads = self.peer_strong_reads
-        else:
-            if self.peer_reads is None:
-                self.peer_reads = ReadClocks(self.shared, size)
-            reads = self.peer_reads
-        clocks = np.zeros((self.lanes, size), np.int32)  # rows of the readers only
-        unique = np.unique(lanes)
-        clocks[unique] = self.cluster_rows(unique)
-        reads.record(lanes, index, self.own_epochs(lanes), inst.line, clocks)
-        self.peer_read_any = True
-
-    def _after_peer_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, atomic: bool = False,
-                          cta_scoped: bool = False) -> None:
-        """Every peer's read of `index` [lanes, bytes] since its last write must happen before the writing lanes,
-        a peer's strong read (`peer_strong_reads`, of a scope holding the whole cluster) unless the write is
-        morally strong with it [memory_model.MORALLY_STRONG]: an `atomic` (or strong) write is, unless it is
-        `cta_scoped` and of another CTA than the reader's (the owner's st.relaxed.cta after a peer's
-        ld.relaxed.cluster of the word is a race)."""
-        if not self.peer_read_any:
-            return
-        rows = None
-        for reads, strong in ((self.peer_reads, False), (self.peer_strong_reads, True)):
-            if reads is None or strong and atomic and not cta_scoped:
-                continue
-            if not (any_set(reads.clock[index]) or (reads.shared and any_set(reads.row[index]))):
-                continue
-            if rows is None:
-                rows = self.cluster_rows(lanes)
-            known = rows
-            if strong and atomic:  # .cta: morally strong with the reads of the writer's own CTA, ordered or not
-                known = rows.copy()
-                t = self.threads
-                for i, slot in enumerate((np.asarray(lanes) // t % self.cluster_size).tolist()):
-                    known[i, slot * t:(slot + 1) * t] = np.iinfo(np.int32).max
-            found = reads.unordered(lanes, index, self.clock, known)
-            if found is not None:
-                i, j, reader, line = found
-                scope = "; a .cta scope holds no thread of another CTA" if strong and atomic else ""
-                raise self.hazard(inst, f"{does} {self.where(int(index[i, j]))}, which the instruction at line {line} "
-                                        f"({self.describe_lane(reader)}) read through a shared::cluster address, and "
-                                        "no synchronisation orders the two (race: a cluster barrier, or a release of "
-                                        f"the peer's read on an mbarrier this thread waits on, is missing{scope})",
-                                  int(lanes[i]))
-
     def _check_reads(self, inst, lanes: np.ndarray, index: np.ndarray, does: str, rows: np.ndarray | None = None,
                      reads: ReadClocks | None = None) -> None:
         """Every generic read of `index` [lanes, bytes] since its last write (in `reads`: the plain ones by
@@ -464,66 +395,6 @@ class HappensBefore(SyncEdges, AsyncRecords):
                                     f"({self.describe_lane(int(other[i, j]))}) {did}, and no synchronisation orders "
                                     f"the two (race: a bar.sync or an mbarrier wait between them is missing{scope})",
                               int(lanes[i]))
-
-    def async_read(self, inst, lanes: np.ndarray, flat: np.ndarray, what: str, span: slice | None = None,
-                   hull: slice | None = None, own_rows: bool = False, does: str = "reads") -> None:
-        """The async proxy reads `flat` for `lanes` (or, `does` "writes", a copy of theirs writes it: two writes
-        through two proxies are ordered only by the fence as well): each generic write of those bytes needs a
-        fence.proxy.async on a happens-before path into every issuing warp (a path into one of its threads: the
-        warp issues the copy or its part of the wgmma as one). A wgmma is issued by the four warps of its
-        warpgroup, each `.sync.aligned` across its own warp only, and every warp reads the whole B operand: a
-        store by one warp needs a path (a named barrier) into each of the others; the writer's own fence does not
-        order it before another warp's read. `own_rows`: `flat` is a shared-memory A operand, row by row, of the
-        one warpgroup `lanes`: each warp reads its own quarter of the rows [memory_model.WGMMA_A_ROWS_PER_WARP],
-        so the path is needed into that warp only. `span`: the range `flat` fills, when it fills one (no generic
-        write in it: nothing to check, decided without a gather); `hull`: a range holding `flat`, the same way.
-        Bytes a cp.async.mbarrier.arrive completed need no fence, only the completion happening before the read
-        (unless `strict_proxy`) [memory_model.CP_ASYNC_PROXY]."""
-        if not self.w_any or (span is not None and not self.written_in(span)):
-            return
-        if hull is not None and not self.written_in(hull):
-            return
-        epochs = self.w_clock[flat]
-        if not any_set(epochs):
-            return
-        writers = self.w_lane[flat]
-        per_warp = self._per_warp(self.fenced[lanes, :self.threads])
-        owner = None
-        if own_rows and len(per_warp) == facts.WARPS_PER_WARPGROUP and not len(flat) % facts.WARPS_PER_WARPGROUP:
-            owner = np.arange(len(flat)) * facts.WARPS_PER_WARPGROUP // len(flat)  # the warp of each byte's row
-            bad = epochs > per_warp[owner, writers % self.threads]
-        else:
-            bad = epochs > per_warp.min(axis=0)[writers % self.threads]
-        if not any_set(bad):
-            return
-        completed = bad & self.w_mbarrier[flat] if not self.strict_proxy else None
-        if completed is not None and any_set(completed):  # visible to the async proxy of whoever it happens before
-            known = self._per_warp(self.clock[lanes])
-            column = writers % self.threads
-            seen = known[owner, column] if owner is not None else known.min(axis=0)[column]
-            bad &= ~(completed & (epochs <= seen))
-            if not any_set(bad):
-                return
-        i = int(np.argmax(bad))
-        writer, b = int(writers[i]), int(flat[i])
-        warp = int(owner[i]) if owner is not None else int(np.argmin(per_warp[:, writer % self.threads]))
-        reader = int(lanes[warp * facts.WARP_SIZE]) if len(per_warp) < len(lanes) else int(lanes[warp])
-        ordered = int(self.clock[reader, writer % self.threads]) >= int(epochs[i])
-        access = "read" if does == "reads" else "write"
-        why = (f"no fence.proxy.async lies between the store and this {access} on any synchronisation path" if ordered
-               else f"no synchronisation orders the store before this {access}")
-        raise self.hazard(inst, f"{what} {does} {self.where(b)}, which {self.describe_lane(writer)} stored through "
-                                "the generic proxy and has not made visible to the async proxy (missing "
-                                f"fence.proxy.async after the store at line {int(self.w_line[b])}: {why})",
-                          reader)
-
-    @staticmethod
-    def _per_warp(rows: np.ndarray) -> np.ndarray:
-        """Per issuing warp, the best of its lanes' rows (`rows` [lanes, threads]; lanes in whole warps, else
-        one row per lane)."""
-        if len(rows) % facts.WARP_SIZE:
-            return rows
-        return rows.reshape(-1, facts.WARP_SIZE, rows.shape[1]).max(axis=1)
 
     # endregion
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from tessera.interpreters.limits import check_memory
 from tessera.interpreters.ptx import (  # noqa: F401 - registers decoders
-    alu, atomics, bulk_copy, compare, floats, ldmatrix, logic, mbarrier, memory, reductions, schedule, simd, sync,
-    warp_collectives, warp_mma, wgmma, wmma,
+    alu, atomics, bulk_copy, compare, control_flow, conversions, floats, ldmatrix, logic, mbarrier, memory, reductions,
+    schedule, simd, sync, warp_collectives, warp_mma, wgmma, wmma,
 )
 from tessera.interpreters.ptx.tma_boxes import TensorMapObject
 from tessera.interpreters.ptx.cluster import ClusterState

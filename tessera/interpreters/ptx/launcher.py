@@ -22,7 +22,7 @@ updated in place. Other arguments are never modified. An array given twice (or a
 an argument and inside a tensor map) is one buffer.
 
 Device functions (`.func`, `call`, `ret`) run with per-thread return stacks and per-thread `.param` storage
-(see `link` and `schedule`); recursion is refused, and a thread that calls an `.extern` function (printf's
+(see `link` and `control_flow`); recursion is refused, and a thread that calls an `.extern` function (printf's
 `vprintf`, assert's `__assertfail`) stops the run naming it.
 
 Launch checks, before anything is allocated: argument count and kinds; grid and block against the driver's

@@ -7,7 +7,7 @@ with the entry or another function: registers and variables (its `.local` stack 
 start. A `call` of a linked function keeps its operands, the callee's `Symbol` being found in
 `Entry.functions`.
 
-Functions run with the caller's lanes (a per-thread return stack, see `schedule`); their registers and
+Functions run with the caller's lanes (a per-thread return stack, see `control_flow`); their registers and
 frames are allocated once per thread, not per activation, so recursion (a function that can reach itself) is
 not linked: its calls keep a `Symbol` absent from `Entry.functions`, which the decoder refuses by name, as
 it refuses calls to `.extern` functions when they execute (`vprintf`, `__assertfail`).

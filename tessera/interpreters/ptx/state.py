@@ -304,7 +304,7 @@ class Machine:
         self.register_pool = np.zeros(ctas, np.int64)  # per CTA slot: registers setmaxnreg.dec gave back (register_pool)
         self.async_copies: list = []  # cp.async (Ampere) copies not yet waited for, see memory.py
         self.cp_groups = np.zeros(self.lanes, np.int64)  # committed cp.async groups per lane
-        # function calls (see schedule.py): per lane, the pcs of the active calls, innermost last
+        # function calls (see control_flow.py): per lane, the pcs of the active calls, innermost last
         self.call_stack = np.zeros((self.lanes, max(entry.call_depth, 1)), np.int64)
         self.call_depth = np.zeros(self.lanes, np.int64)
         self.local_params = {v.name for v in entry.variables if v.space == "param"}
